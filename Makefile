@@ -1,0 +1,32 @@
+# Two commands on a fresh machine: `make run` (the offline default) and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test test-all setup bench-calibration clean
+
+$(STAMP): requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+## Train PAZO-M on the bundled digits data set at epsilon = 1 (a few minutes at most on 2 CPU cores).
+run: $(STAMP)
+	$(PY) -m pazo.train $(ARGS)
+
+## Fast test suite (slow tests are marked and skipped).
+test: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+## Time sigma calibration (writes scripts/results/calibration_<host>.json).
+bench-calibration: $(STAMP)
+	$(PY) scripts/benchmark_calibration.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,47 @@
+"""What every data set hands to the training loop: private, public and test splits."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+
+class TensorSplit:
+    """An in-memory split: inputs and integer labels, fetched by index arrays."""
+
+    def __init__(self, inputs: torch.Tensor, labels: torch.Tensor):
+        if len(inputs) != len(labels):
+            raise ValueError(f"{len(inputs)} inputs but {len(labels)} labels")
+        self.inputs, self.labels = inputs, labels.long()
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def batch(self, indices: np.ndarray | torch.Tensor, device: torch.device | str = "cpu"):
+        idx = torch.as_tensor(np.asarray(indices), dtype=torch.long)
+        return self.inputs[idx].to(device), self.labels[idx].to(device)
+
+    def class_histogram(self, num_classes: int) -> list[int]:
+        return torch.bincount(self.labels, minlength=num_classes).tolist()
+
+
+@dataclass
+class DataBundle:
+    name: str
+    private: TensorSplit
+    public: TensorSplit
+    test: TensorSplit
+    num_classes: int
+    input_shape: tuple[int, ...]
+    info: dict = field(default_factory=dict)  # recorded in the run summary (sizes, histograms, seeds)
+
+    def describe(self) -> dict:
+        return {
+            "dataset": self.name,
+            "n_private": len(self.private),
+            "n_public": len(self.public),
+            "n_test": len(self.test),
+            "public_class_histogram": self.public.class_histogram(self.num_classes),
+            **self.info,
+        }

@@ -1,0 +1,66 @@
+"""Where a run's results go: its own directory (resolved config, metrics.jsonl, summary.json) and,
+mirrored, Weights & Biases (offline by default: no account or network needed, `wandb sync` later)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+
+def _clean(value):
+    """JSON-safe values: NaN/inf become null, numpy scalars become floats."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(_clean(data), indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+class RunLogger:
+    def __init__(self, run_dir: str | Path, cfg, wandb_cfg):
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.resolved = OmegaConf.to_container(cfg, resolve=True)
+        (self.dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        self._metrics = open(self.dir / "metrics.jsonl", "a", buffering=1)
+        self.summary: dict = {}
+        self.wandb = None
+        if wandb_cfg.mode != "disabled":
+            import wandb
+
+            self.wandb = wandb.init(
+                mode=wandb_cfg.mode, project=wandb_cfg.project, entity=wandb_cfg.get("entity"),
+                group=wandb_cfg.get("group"), name=wandb_cfg.get("name") or self.dir.name,
+                tags=list(wandb_cfg.get("tags") or []), dir=str(self.dir), config=self.resolved,
+                reinit="finish_previous")
+
+    def log(self, row: dict) -> None:
+        row = _clean(row)
+        self._metrics.write(json.dumps(row) + "\n")
+        if self.wandb is not None:
+            self.wandb.log({k: v for k, v in row.items() if v is not None}, step=row["step"])
+
+    def write_summary(self, summary: dict) -> None:
+        self.summary = _clean(summary)
+        write_json_atomic(self.dir / "summary.json", self.summary)
+
+    def close(self, failed: bool) -> None:
+        self._metrics.close()
+        if self.wandb is not None:
+            flat = {k: v for k, v in self.summary.items() if not isinstance(v, (dict, list))}
+            self.wandb.summary.update(flat)
+            self.wandb.finish(exit_code=1 if failed else 0)
+            self.wandb = None

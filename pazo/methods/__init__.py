@@ -1,0 +1,19 @@
+"""Training methods by name: one interface (`Method.step`) for zeroth- and first-order methods."""
+from __future__ import annotations
+
+from pazo.methods.base import Method, MethodContext, Release
+from pazo.methods.select import PazoS
+from pazo.methods.zeroth_order import DPZero, MeZO, PazoM, PazoP, PazoPNormalized
+from pazo.registry import Registry
+
+METHODS: Registry = Registry("method")
+for _name, _cls in {"mezo": MeZO, "dpzero": DPZero, "pazo_m": PazoM, "pazo_p": PazoP,
+                    "pazo_p_prime": PazoPNormalized, "pazo_s": PazoS}.items():
+    METHODS.register(_name)(_cls)
+
+
+def method_class(name: str) -> type[Method]:
+    return METHODS.get(name)
+
+
+__all__ = ["METHODS", "Method", "MethodContext", "Release", "method_class"]

@@ -1,0 +1,127 @@
+"""Perturbation directions for zeroth-order queries.
+
+A direction set yields, for direction j, one tensor per model parameter. Random directions are
+regenerated from a per-direction seed each time they are needed (MeZO's trick: the in-place engine
+never holds more than one parameter's slice of a direction), so both engines and the update see
+exactly the same vectors.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterator, Sequence
+
+import torch
+
+
+def resolve_radius(radius, dim: int) -> float:
+    """`sqrt_d` (sqrt(d), the usual two-point sphere), `fourth_root_d` (PAZO-M's norm alignment,
+    appendix A.1) or a number."""
+    if radius == "sqrt_d":
+        return math.sqrt(dim)
+    if radius == "fourth_root_d":
+        return dim ** 0.25
+    value = float(radius)
+    if value <= 0:
+        raise ValueError(f"radius must be > 0, got {radius}")
+    return value
+
+
+class SeededDirections:
+    """Gaussian N(0, I_d) directions, or uniform on the sphere of a given radius, from seeds."""
+
+    def __init__(self, shapes: Sequence[torch.Size], seeds: Sequence[int], distribution: str = "gaussian",
+                 radius: float | None = None, scale: float = 1.0, device="cpu", dtype=torch.float32):
+        if distribution not in ("gaussian", "sphere"):
+            raise ValueError(f"unknown direction distribution {distribution!r}; choices: gaussian, sphere")
+        if distribution == "sphere" and radius is None:
+            raise ValueError("a sphere distribution needs a radius")
+        self.shapes, self.seeds, self.distribution = list(shapes), list(seeds), distribution
+        self.radius, self.scale, self.device, self.dtype = radius, scale, device, dtype
+        self._norms: dict[int, float] = {}
+
+    @property
+    def count(self) -> int:
+        return len(self.seeds)
+
+    def _raw(self, j: int) -> Iterator[torch.Tensor]:
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(self.seeds[j])
+        for shape in self.shapes:
+            yield torch.randn(shape, generator=gen, device=self.device, dtype=self.dtype)
+
+    def _factor(self, j: int) -> float:
+        if self.distribution == "gaussian":
+            return self.scale
+        if j not in self._norms:  # one extra pass to learn the norm; nothing is kept
+            self._norms[j] = math.sqrt(sum(float(z.double().pow(2).sum()) for z in self._raw(j)))
+        return self.scale * self.radius / self._norms[j]
+
+    def iter_tensors(self, j: int) -> Iterator[torch.Tensor]:
+        factor = self._factor(j)
+        for z in self._raw(j):
+            yield z.mul_(factor) if factor != 1.0 else z
+
+    def tensors(self, j: int) -> list[torch.Tensor]:
+        return list(self.iter_tensors(j))
+
+
+class FlatDirections:
+    """Explicit directions held as rows of a flat [count, d] tensor (PAZO-S candidates)."""
+
+    def __init__(self, flat: torch.Tensor, split_flat):
+        self.flat, self.split_flat = flat, split_flat
+
+    @property
+    def count(self) -> int:
+        return self.flat.shape[0]
+
+    def iter_tensors(self, j: int) -> Iterator[torch.Tensor]:
+        yield from self.split_flat(self.flat[j])
+
+    def tensors(self, j: int) -> list[torch.Tensor]:
+        return list(self.iter_tensors(j))
+
+
+class SubspaceDirections:
+    """Directions G^T u_j in the span of the rows of a basis G [k, d] (PAZO-P), u_j = coeffs[j]."""
+
+    def __init__(self, basis: torch.Tensor, coeffs: torch.Tensor, split_flat):
+        self.basis, self.coeffs, self.split_flat = basis, coeffs, split_flat
+
+    @property
+    def count(self) -> int:
+        return self.coeffs.shape[0]
+
+    def iter_tensors(self, j: int) -> Iterator[torch.Tensor]:
+        u = self.coeffs[j].to(self.basis)
+        for block in self.split_flat(self.basis):  # [k, *shape] views
+            yield torch.tensordot(u, block, dims=1)
+
+    def tensors(self, j: int) -> list[torch.Tensor]:
+        return list(self.iter_tensors(j))
+
+
+def sample_coefficients(count: int, k: int, distribution: str, generator: torch.Generator) -> torch.Tensor:
+    """[count, k] coefficient vectors: N(0, I_k), or uniform on the sphere of radius sqrt(k)."""
+    z = torch.randn(count, k, generator=generator, dtype=torch.float64)
+    if distribution == "sphere":
+        z = z / z.norm(dim=1, keepdim=True) * math.sqrt(k)
+    elif distribution != "gaussian":
+        raise ValueError(f"unknown coefficient distribution {distribution!r}; choices: gaussian, sphere")
+    return z.float()
+
+
+def orthonormal_basis(grads: torch.Tensor, rel_tol: float = 1e-5) -> torch.Tensor:
+    """Orthonormal rows spanning the rows of grads [k, d] via QR; directions whose R diagonal is
+    negligible (linearly dependent or zero gradients) are dropped, so the result is [rank, d]."""
+    q, r = torch.linalg.qr(grads.double().T, mode="reduced")
+    diag = r.diagonal().abs()
+    keep = diag > rel_tol * diag.max().clamp_min(torch.finfo(torch.float64).tiny)
+    return q.T[keep].to(grads.dtype).contiguous()
+
+
+def normalized_rows(grads: torch.Tensor) -> torch.Tensor:
+    """Each gradient divided by its norm (PAZO-P'); zero gradients are dropped."""
+    norms = grads.norm(dim=1)
+    keep = norms > 0
+    return (grads[keep] / norms[keep, None]).contiguous()

@@ -1,0 +1,34 @@
+"""Models by name. Builders take the model config node and the data set's shape facts."""
+from __future__ import annotations
+
+from torch import nn
+
+from pazo.models.functional import FunctionalModel
+from pazo.models.small_cnn import SmallCNN
+from pazo.registry import Registry
+
+MODELS: Registry = Registry("model")
+
+_BATCHNORM = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+
+
+@MODELS.register("small_cnn")
+def _small_cnn(cfg, input_shape, num_classes) -> nn.Module:
+    return SmallCNN(in_channels=input_shape[0], num_classes=num_classes,
+                    image_size=input_shape[-1], width=cfg.width, dropout=cfg.dropout)
+
+
+def check_no_batchnorm(module: nn.Module, model_name: str) -> None:
+    """BatchNorm mixes examples of a batch, so per-example clipping no longer bounds one example's
+    influence, and its running statistics leak private data: refuse it under a private method."""
+    bad = [n for n, m in module.named_modules() if isinstance(m, _BATCHNORM)]
+    if bad:
+        raise ValueError(f"model {model_name!r} has BatchNorm layers ({', '.join(bad[:3])}), which break "
+                         "differential privacy; use GroupNorm/LayerNorm or a normaliser-free model")
+
+
+def build_model(cfg, input_shape, num_classes) -> nn.Module:
+    return MODELS.get(cfg.name)(cfg, input_shape, num_classes)
+
+
+__all__ = ["MODELS", "FunctionalModel", "build_model", "check_no_batchnorm"]

@@ -1,0 +1,80 @@
+"""A model seen as a function of its parameters: per-example losses at any parameter set.
+
+One object serves the zeroth-order queries (vmapped over stacked parameter sets, or in place),
+public-gradient computation and evaluation. Parameters are kept in the module (so the in-place
+engine perturbs them directly); `torch.func.functional_call` evaluates other parameter sets.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, vmap
+
+
+class FunctionalModel:
+    def __init__(self, module: nn.Module):
+        self.module = module
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        self.names = [n for n, _ in named]
+        self.params = [p for _, p in named]
+        self.shapes = [p.shape for p in self.params]
+        self.numels = [p.numel() for p in self.params]
+        self.dim = sum(self.numels)
+
+    # --- flat views -------------------------------------------------------------------------
+    def split_flat(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """Per-parameter views of a flat [..., d] tensor."""
+        lead = flat.shape[:-1]
+        return [chunk.view(*lead, *shape)
+                for chunk, shape in zip(flat.split(self.numels, dim=-1), self.shapes)]
+
+    def flat_params(self) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1) for p in self.params])
+
+    @property
+    def device(self) -> torch.device:
+        return self.params[0].device
+
+    # --- losses -------------------------------------------------------------------------------
+    def _per_example_loss(self, params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor):
+        logits = functional_call(self.module, dict(zip(self.names, params)), (x,))
+        return F.cross_entropy(logits, y, reduction="none")
+
+    def losses_at(self, params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Per-example losses [B] at one parameter set."""
+        return self._per_example_loss(params, x, y)
+
+    def stacked_losses(self, stacked: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                       randomness: str = "error") -> torch.Tensor:
+        """Per-example losses [P, B] at P parameter sets stacked along dim 0, in one vmapped call."""
+        return vmap(self._per_example_loss, in_dims=(0, None, None), randomness=randomness)(stacked, x, y)
+
+    def current_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self.module(x), y, reduction="none")
+
+    def mean_loss_grad(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Flat gradient [d] of the mean loss over a (public) batch, by ordinary backprop."""
+        loss = self.current_losses(x, y).mean()
+        grads = torch.autograd.grad(loss, self.params)
+        return torch.cat([g.reshape(-1) for g in grads])
+
+    @torch.no_grad()
+    def evaluate(self, split, batch_size: int = 1024) -> dict[str, float]:
+        """Accuracy and mean loss over a whole split (sum over examples / number of examples)."""
+        was_training = self.module.training
+        self.module.eval()
+        correct, loss_sum, n = 0, 0.0, len(split)
+        for start in range(0, n, batch_size):
+            idx = torch.arange(start, min(start + batch_size, n))
+            x, y = split.batch(idx, self.device)
+            logits = self.module(x)
+            loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
+            correct += (logits.argmax(dim=1) == y).sum().item()
+        self.module.train(was_training)
+        return {"accuracy": correct / max(n, 1), "loss": loss_sum / max(n, 1)}
+
+    def all_finite(self) -> bool:
+        return all(math.isfinite(p.detach().abs().max().item()) for p in self.params if p.numel())

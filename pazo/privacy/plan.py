@@ -1,0 +1,100 @@
+"""The privacy facts of one run, fixed before training starts, and epsilon spent while it runs."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from pazo.privacy.accountant import (BudgetError, GaussianAccountant, calibrate_sigma,
+                                     default_eps_error)
+
+
+@dataclass
+class PrivacyPlan:
+    private: bool
+    sample_rate: float
+    steps: int
+    queries: int = 1
+    mechanisms: int = 1
+    target_epsilon: float | None = None
+    delta: float | None = None
+    sigma: float | None = None
+    sigma_source: str = "none"  # calibrated | given | none
+    eps_error: float | None = None
+    adjacency: str = "add_remove"
+    sampling: str = "poisson"
+    sampling_matches_accountant: bool = True
+    noise_seed: str = "derived from the run seed"
+    accountant: str = "none"
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sampler_cls) -> PrivacyPlan:
+    """Calibrate (or check) sigma for the run; raise BudgetError before any training if the target
+    cannot be met."""
+    q = batch_size / n_private
+    plan = PrivacyPlan(private=pcfg.epsilon is not None, sample_rate=q, steps=steps,
+                       queries=release.queries, mechanisms=release.mechanisms,
+                       adjacency=pcfg.adjacency, sampling=pcfg.sampling,
+                       sampling_matches_accountant=sampler_cls.matches_accountant,
+                       noise_seed="os entropy (secure_noise)" if pcfg.secure_noise
+                       else "derived from the run seed")
+    if not plan.private:
+        plan.notes.append("non-private run: no clipping, no noise, no accounting")
+        return plan
+    plan.target_epsilon = float(pcfg.epsilon)
+    plan.delta = float(pcfg.delta) if pcfg.delta is not None else 1.0 / n_private
+    if not 0 < plan.delta < 1:
+        raise BudgetError(f"delta must be in (0, 1), got {plan.delta}")
+    plan.eps_error = float(pcfg.eps_error or default_eps_error(plan.target_epsilon))
+    plan.accountant = "prv-accountant upper bound, Poisson-subsampled Gaussian, add/remove"
+    if pcfg.sigma is None:
+        plan.sigma = calibrate_sigma(plan.target_epsilon, plan.delta, q, steps, plan.eps_error,
+                                     release.mechanisms, cache_dir=pcfg.cache_dir)
+        plan.sigma_source = "calibrated"
+    else:
+        plan.sigma, plan.sigma_source = float(pcfg.sigma), "given"
+        planned = epsilon_spent(plan, steps)
+        if planned > plan.target_epsilon:
+            raise BudgetError(
+                f"privacy.sigma={plan.sigma} gives epsilon={planned:.4f} after {steps} steps, above "
+                f"the target {plan.target_epsilon}; leave privacy.sigma=null to calibrate it")
+    if not plan.sampling_matches_accountant:
+        plan.notes.append(f"sampling={plan.sampling}: the accountant assumes Poisson sampling, so the "
+                          "printed epsilon does NOT hold for this run")
+    if plan.adjacency == "replace_one":
+        plan.notes.append("replace_one: noise is calibrated for sensitivity 2C (the original DPZero "
+                          "convention); epsilon is the add/remove account of multiplier sigma, not a "
+                          "separate replace-one account")
+    return plan
+
+
+def epsilon_spent(plan: PrivacyPlan, steps_done: int, eps_error: float | None = None) -> float:
+    """Upper bound on epsilon after `steps_done` steps (the guarantee)."""
+    acc = GaussianAccountant(plan.sigma, plan.sample_rate, plan.steps, plan.delta,
+                             eps_error=eps_error or plan.eps_error, mechanisms=plan.mechanisms)
+    return acc.epsilon(steps_done).upper
+
+
+class EpsilonTracker:
+    """Epsilon spent during the run at a few checkpoints (coarser grid, still an upper bound);
+    the final value is computed at full accuracy."""
+
+    def __init__(self, plan: PrivacyPlan, points: int):
+        self.plan = plan
+        self.value = 0.0
+        if not plan.private or points <= 0:
+            self.checkpoints = set()
+            return
+        self.checkpoints = set(np.unique(np.linspace(0, plan.steps, points + 1)[1:].round().astype(int)))
+        coarse = max(plan.eps_error, plan.target_epsilon / 10)
+        self._acc = GaussianAccountant(plan.sigma, plan.sample_rate, plan.steps, plan.delta,
+                                       eps_error=coarse, mechanisms=plan.mechanisms)
+
+    def update(self, step: int) -> float | None:
+        if step in self.checkpoints:
+            self.value = self._acc.epsilon(step).upper
+        return self.value if self.plan.private else None

@@ -1,0 +1,35 @@
+"""Named, independent random streams for one run.
+
+Data sampling, public batches, directions and DP noise each get their own stream spawned from the
+run seed with numpy's SeedSequence, so none can be predicted from another (the original DPZero code
+drew its noise from the direction stream). With `secure_noise` the noise stream is seeded from the
+operating system's entropy instead: nothing in the config or the logs then reveals it.
+"""
+from __future__ import annotations
+
+import secrets
+
+import numpy as np
+import torch
+
+STREAMS = ("data", "public", "directions", "noise", "init", "split")
+
+
+class RandomStreams:
+    def __init__(self, seed: int, secure_noise: bool = False):
+        children = np.random.SeedSequence(seed).spawn(len(STREAMS))
+        self.seeds = {name: int(child.generate_state(1, dtype=np.uint64)[0] >> 1)
+                      for name, child in zip(STREAMS, children)}
+        if secure_noise:
+            self.seeds["noise"] = secrets.randbits(63)
+        self.secure_noise = secure_noise
+        self.numpy = {name: np.random.default_rng(s) for name, s in self.seeds.items()}
+
+    def torch_generator(self, name: str, device: str | torch.device = "cpu") -> torch.Generator:
+        gen = torch.Generator(device=device)
+        gen.manual_seed(self.seeds[name])
+        return gen
+
+    def draw_seeds(self, name: str, count: int) -> list[int]:
+        """Fresh 63-bit seeds from a stream (e.g. one per zeroth-order direction)."""
+        return [int(s) for s in self.numpy[name].integers(0, 2**63 - 1, size=count)]
