@@ -24,7 +24,7 @@ from pazo.methods.engines import build_engine
 from pazo.models import FunctionalModel, build_model, check_no_batchnorm
 from pazo.privacy.accountant import BudgetError
 from pazo.privacy.mechanisms import NoiseSpec
-from pazo.privacy.plan import EpsilonTracker, epsilon_spent, make_plan
+from pazo.privacy.plan import EpsilonTracker, make_plan
 from pazo.privacy.sampling import SAMPLERS
 from pazo.registry import UnknownNameError
 from pazo.rng import RandomStreams
@@ -129,7 +129,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
             break
     bar.close()
 
-    summary.update(_outcome(plan, steps_done, total_steps, step_times, last_eval, best_acc,
+    summary.update(_outcome(plan, tracker, steps_done, total_steps, step_times, last_eval, best_acc,
                             stat_sums, failure))
     logger.write_summary(summary)
     logger.close(failed=summary["status"] == "failed")
@@ -137,11 +137,11 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     return summary
 
 
-def _outcome(plan, steps_done, total_steps, step_times, last_eval, best_acc, stat_sums, failure):
+def _outcome(plan, tracker, steps_done, total_steps, step_times, last_eval, best_acc, stat_sums, failure):
     priv = plan.as_dict()
     priv["steps_done"] = steps_done
     if plan.private:
-        spent = epsilon_spent(plan, steps_done)
+        spent = tracker.final(steps_done)
         priv.update(epsilon_spent=spent, within_budget=spent <= plan.target_epsilon + 1e-12,
                     guarantee_holds=(spent <= plan.target_epsilon + 1e-12)
                     and plan.sampling_matches_accountant)

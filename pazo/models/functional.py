@@ -14,9 +14,15 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 
+def cross_entropy_per_example(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(outputs, targets, reduction="none")
+
+
 class FunctionalModel:
-    def __init__(self, module: nn.Module):
-        self.module = module
+    """`loss_fn(outputs, targets) -> [B]` per-example losses; cross-entropy by default."""
+
+    def __init__(self, module: nn.Module, loss_fn=cross_entropy_per_example):
+        self.module, self.loss_fn = module, loss_fn
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
@@ -40,8 +46,7 @@ class FunctionalModel:
 
     # --- losses -------------------------------------------------------------------------------
     def _per_example_loss(self, params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor):
-        logits = functional_call(self.module, dict(zip(self.names, params)), (x,))
-        return F.cross_entropy(logits, y, reduction="none")
+        return self.loss_fn(functional_call(self.module, dict(zip(self.names, params)), (x,)), y)
 
     def losses_at(self, params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Per-example losses [B] at one parameter set."""
@@ -53,7 +58,7 @@ class FunctionalModel:
         return vmap(self._per_example_loss, in_dims=(0, None, None), randomness=randomness)(stacked, x, y)
 
     def current_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(self.module(x), y, reduction="none")
+        return self.loss_fn(self.module(x), y)
 
     def mean_loss_grad(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Flat gradient [d] of the mean loss over a (public) batch, by ordinary backprop."""

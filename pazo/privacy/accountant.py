@@ -45,7 +45,8 @@ def effective_noise_multiplier(sigma: float, mechanisms: int = 1) -> float:
 
 def _gaussian_delta(epsilon: float, mu: float) -> float:
     """Exact delta(epsilon) of a Gaussian mechanism with mu = sensitivity / std (Balle & Wang 2018)."""
-    return float(norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon) * norm.cdf(-epsilon / mu - mu / 2))
+    second = math.exp(min(epsilon + norm.logcdf(-epsilon / mu - mu / 2), 700.0))
+    return float(norm.cdf(-epsilon / mu + mu / 2) - second)
 
 
 def _gaussian_epsilon(mu: float, delta: float) -> float:

@@ -80,21 +80,24 @@ def epsilon_spent(plan: PrivacyPlan, steps_done: int, eps_error: float | None = 
 
 
 class EpsilonTracker:
-    """Epsilon spent during the run at a few checkpoints (coarser grid, still an upper bound);
-    the final value is computed at full accuracy."""
+    """Epsilon spent during the run, at `points` checkpoints spread over the planned steps, with the
+    same accountant (and accuracy) as the final guarantee, built once."""
 
     def __init__(self, plan: PrivacyPlan, points: int):
-        self.plan = plan
-        self.value = 0.0
-        if not plan.private or points <= 0:
-            self.checkpoints = set()
+        self.plan, self.value, self.checkpoints, self._acc = plan, 0.0, set(), None
+        if not plan.private:
             return
-        self.checkpoints = set(np.unique(np.linspace(0, plan.steps, points + 1)[1:].round().astype(int)))
-        coarse = max(plan.eps_error, plan.target_epsilon / 10)
+        if points > 0:
+            grid = np.linspace(0, plan.steps, points + 1)[1:].round().astype(int)
+            self.checkpoints = {int(t) for t in grid}
         self._acc = GaussianAccountant(plan.sigma, plan.sample_rate, plan.steps, plan.delta,
-                                       eps_error=coarse, mechanisms=plan.mechanisms)
+                                       eps_error=plan.eps_error, mechanisms=plan.mechanisms)
 
     def update(self, step: int) -> float | None:
         if step in self.checkpoints:
             self.value = self._acc.epsilon(step).upper
         return self.value if self.plan.private else None
+
+    def final(self, steps_done: int) -> float:
+        """The guarantee after `steps_done` steps (upper bound)."""
+        return self._acc.epsilon(steps_done).upper

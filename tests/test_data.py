@@ -1,0 +1,58 @@
+"""Public-split generators and the offline digits data set."""
+import numpy as np
+import pytest
+
+from conftest import rng
+from pazo.data.digits import load_digits_bundle
+from pazo.data.public_split import imbalanced_class_counts, split_public, stratified_holdout
+
+LABELS = np.repeat(np.arange(10), 100)
+
+
+def test_fraction_split_is_disjoint_complete_and_sized():
+    pub, priv = split_public(LABELS, rng(0), fraction=0.04)
+    assert len(pub) == 40 and len(set(pub) & set(priv)) == 0
+    assert sorted(np.concatenate([pub, priv])) == list(range(1000))
+    assert np.bincount(LABELS[pub], minlength=10).tolist() == [4] * 10  # balanced by default
+
+
+def test_per_class_split():
+    pub, _ = split_public(LABELS, rng(0), per_class=20)
+    assert np.bincount(LABELS[pub]).tolist() == [20] * 10
+
+
+def test_seeding_gives_identical_splits_and_other_seeds_differ():
+    a = split_public(LABELS, rng(5), fraction=0.1, imbalance=0.5)[0]
+    b = split_public(LABELS, rng(5), fraction=0.1, imbalance=0.5)[0]
+    c = split_public(LABELS, rng(6), fraction=0.1, imbalance=0.5)[0]
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+@pytest.mark.parametrize("imbalance", [0.0, 0.5, 0.9])
+def test_imbalance_matches_its_parameter(imbalance):
+    counts = imbalanced_class_counts(10000, np.full(10, 10000), imbalance, rng(0))
+    assert counts.sum() == 10000
+    assert counts.min() / counts.max() == pytest.approx(1 - imbalance, abs=0.01)
+
+
+def test_imbalance_is_capped_by_availability():
+    counts = imbalanced_class_counts(100, np.array([5, 100, 100]), 0.0, rng(0))
+    assert counts[0] == 5 and (counts <= [5, 100, 100]).all()
+
+
+def test_stratified_holdout():
+    kept, held = stratified_holdout(LABELS, 0.2, rng(0))
+    assert np.bincount(LABELS[held]).tolist() == [20] * 10 and len(kept) == 800
+
+
+def test_digits_bundle_sizes_and_disjointness():
+    data = load_digits_bundle(rng(0), test_fraction=0.2, public_fraction=0.1, public_imbalance=0.5)
+    n = len(data.private) + len(data.public) + len(data.test)
+    assert n == 1797 and data.input_shape == (1, 8, 8) and data.num_classes == 10
+    x, y = data.private.batch(np.arange(4))
+    assert x.shape == (4, 1, 8, 8) and 0 <= float(x.min()) and float(x.max()) <= 1
+    hist = data.describe()["public_class_histogram"]
+    assert sum(hist) == len(data.public) and min(hist) < max(hist)  # the skew is there
+    # no image appears in two splits
+    flat = lambda s: {tuple(v.flatten().tolist()) + (int(l),) for v, l in zip(s.inputs, s.labels)}  # noqa: E731
+    assert not flat(data.public) & flat(data.test)

@@ -1,0 +1,113 @@
+"""The vectorised and in-place engines give the same losses and the same updates."""
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from conftest import quadratic_model
+from pazo.data.base import TensorSplit
+from pazo.methods import method_class
+from pazo.methods.directions import FlatDirections, SeededDirections, SubspaceDirections
+from pazo.methods.engines import InPlaceEngine, VectorisedEngine
+from pazo.models import FunctionalModel
+from pazo.models.small_cnn import SmallCNN
+
+
+def small_cnn(dropout=0.0):
+    torch.manual_seed(0)
+    return FunctionalModel(SmallCNN(1, 10, 8, width=4, dropout=dropout))
+
+
+def direction_sets(model):
+    g = torch.Generator().manual_seed(0)
+    basis = torch.linalg.qr(torch.randn(model.dim, 2, generator=g))[0].T.contiguous()
+    return {
+        "gaussian": SeededDirections(model.shapes, [1, 2, 3]),
+        "sphere": SeededDirections(model.shapes, [4, 5], "sphere", radius=model.dim ** 0.25),
+        "subspace": SubspaceDirections(basis, torch.randn(3, 2, generator=g), model.split_flat),
+        "flat": FlatDirections(torch.randn(2, model.dim, generator=g), model.split_flat),
+    }
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "sphere", "subspace", "flat"])
+def test_engines_agree_and_inplace_restores_parameters(kind):
+    model = small_cnn()
+    dirs = direction_sets(model)[kind]
+    x, y = torch.rand(6, 1, 8, 8), torch.randint(0, 10, (6,))
+    points = [(j, s) for j in range(dirs.count) for s in (1e-2, -1e-2)]
+    before = model.flat_params().clone()
+    vec = VectorisedEngine().losses(model, x, y, dirs, points)
+    chunked = VectorisedEngine(chunk_size=3).losses(model, x, y, dirs, points)
+    inplace = InPlaceEngine().losses(model, x, y, dirs, points)
+    assert vec.shape == (len(points), 6)
+    assert torch.allclose(vec, inplace, atol=1e-5) and torch.allclose(vec, chunked, atol=1e-6)
+    assert torch.allclose(model.flat_params(), before, atol=1e-6)
+    # and the perturbations really move the loss (a no-op engine would pass the checks above)
+    assert (vec[0] - vec[1]).abs().max() > 1e-6
+
+
+def test_directions_are_regenerated_identically():
+    model = small_cnn()
+    dirs = SeededDirections(model.shapes, [7], "sphere", radius=3.0)
+    first, again = dirs.tensors(0), dirs.tensors(0)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert torch.cat([t.reshape(-1) for t in first]).norm().item() == pytest.approx(3.0, rel=1e-5)
+
+
+def test_empty_poisson_batch_gives_empty_losses():
+    model = small_cnn()
+    dirs = SeededDirections(model.shapes, [1])
+    for engine in (VectorisedEngine(), InPlaceEngine()):
+        out = engine.losses(model, torch.zeros(0, 1, 8, 8), torch.zeros(0, dtype=torch.long), dirs,
+                            [(0, 0.1), (0, -0.1)])
+        assert out.shape == (2, 0)
+
+
+def test_dropout_queries_off_by_default_and_same_masks_when_on():
+    model = small_cnn(dropout=0.5)
+    model.module.train()
+    dirs = SeededDirections(model.shapes, [1])
+    x, y = torch.rand(6, 1, 8, 8), torch.randint(0, 10, (6,))
+    eval_losses = InPlaceEngine().losses(model, x, y, dirs, [(0, 0.0), (0, 0.0)])
+    assert torch.equal(eval_losses[0], eval_losses[1]) and model.module.training
+    for engine in (InPlaceEngine(), VectorisedEngine()):
+        train = engine.losses(model, x, y, dirs, [(0, 0.0), (0, 0.0)], train=True, seed=3)
+        assert torch.equal(train[0], train[1])  # same masks for both evaluations
+        assert not torch.allclose(train[0], eval_losses[0])  # but dropout was active
+
+
+METHOD_CFGS = {
+    "dpzero": {"q": 2, "smoothing": 1e-2, "direction": "gaussian", "radius": "sqrt_d"},
+    "pazo_m": {"q": 2, "smoothing": 1e-2, "direction": "sphere", "radius": "fourth_root_d",
+               "alpha": 0.5, "public_batch_size": 4},
+    "pazo_p": {"q": 2, "smoothing": 1e-2, "k": 3, "public_batch_size": 4, "coef_distribution": "sphere"},
+    "pazo_p_prime": {"q": 2, "smoothing": 1e-2, "k": 3, "public_batch_size": 4,
+                     "coef_distribution": "gaussian"},
+    "pazo_s": {"k": 3, "public_batch_size": 4, "perturbation": 1e-2, "noisy_candidate": True},
+}
+
+
+@pytest.mark.parametrize("name", sorted(METHOD_CFGS))
+def test_methods_take_the_same_steps_with_either_engine(name, make_ctx):
+    results = []
+    for engine in ("vectorised", "inplace"):
+        model = small_cnn()
+        public = TensorSplit(torch.rand(20, 1, 8, 8), torch.randint(0, 10, (20,)))
+        ctx = make_ctx(model, sigma=1.0, clip=1.0, b=6, public=public, engine=engine, seed=3)
+        cfg = OmegaConf.create({"lr": 0.1, "clip": 1.0, **METHOD_CFGS[name]})
+        method = method_class(name)(cfg, ctx)
+        gen = torch.Generator().manual_seed(9)
+        for step in range(3):
+            method.step(torch.rand(6, 1, 8, 8, generator=gen), torch.randint(0, 10, (6,), generator=gen), step)
+        results.append(model.flat_params())
+    assert not torch.allclose(results[0], small_cnn().flat_params())
+    assert torch.allclose(results[0], results[1], atol=1e-5)
+
+
+def test_quadratic_model_under_both_engines_in_float64():
+    model = quadratic_model(d=5)
+    dirs = SeededDirections(model.shapes, [1, 2], dtype=torch.float64)
+    x = torch.randn(3, 5, dtype=torch.float64)
+    pts = [(0, 0.1), (0, -0.1), (1, 0.1), (1, -0.1)]
+    a = VectorisedEngine().losses(model, x, torch.zeros(3), dirs, pts)
+    b = InPlaceEngine().losses(model, x, torch.zeros(3), dirs, pts)
+    assert torch.allclose(a, b, atol=1e-12)

@@ -1,0 +1,102 @@
+"""Zeroth-order estimators on a quadratic, where every expectation is known in closed form."""
+import math
+
+import torch
+from omegaconf import OmegaConf
+
+from conftest import quadratic_model, true_grad
+from pazo.data.base import TensorSplit
+from pazo.methods.directions import (SeededDirections, SubspaceDirections, orthonormal_basis,
+                                     sample_coefficients)
+from pazo.methods.engines import VectorisedEngine
+from pazo.methods.select import PazoS
+from pazo.methods.zeroth_order import DPZero
+
+
+def finite_difference_estimates(model, x, directions, lam=1e-3):
+    """[q, d] two-point estimates ((f(x+lam u) - f(x-lam u)) / 2 lam) u of the mean loss."""
+    points = [(j, s) for j in range(directions.count) for s in (lam, -lam)]
+    losses = VectorisedEngine().losses(model, x, torch.zeros(len(x)), directions, points).mean(dim=1)
+    diffs = (losses[0::2] - losses[1::2]) / (2 * lam)
+    dirs = torch.stack([torch.cat([t.reshape(-1) for t in directions.tensors(j)])
+                        for j in range(directions.count)])
+    return diffs[:, None] * dirs
+
+
+def test_two_point_estimate_is_unbiased_for_gaussian_and_sphere():
+    torch.manual_seed(0)
+    model = quadratic_model(d=6)
+    x = torch.randn(16, 6, dtype=torch.float64)
+    g = true_grad(model, x)
+    q = 20000
+    for dist, radius in (("gaussian", None), ("sphere", math.sqrt(6))):
+        dirs = SeededDirections(model.shapes, range(q), dist, radius, dtype=torch.float64)
+        mean = finite_difference_estimates(model, x, dirs).mean(dim=0)
+        # std of the mean is about sqrt(3/q) * |g| per coordinate: 5 sigma tolerance
+        assert torch.norm(mean - g) < 5 * math.sqrt(3 * 6 / q) * torch.norm(g), dist
+
+
+def test_method_update_is_minus_lr_times_mean_estimate(make_ctx):
+    """DPZero's whole step (non-private) moves the parameters by -lr * E[g] on a quadratic."""
+    model = quadratic_model(d=5)
+    x = torch.randn(8, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    g = true_grad(model, x)
+    cfg = OmegaConf.create({"lr": 1.0, "q": 20000, "smoothing": 1e-3, "direction": "gaussian",
+                            "radius": "sqrt_d", "clip": 1.0})
+    before = model.flat_params().clone()
+    DPZero(cfg, make_ctx(model)).step(x, torch.zeros(8), 1)
+    step = before - model.flat_params()
+    assert torch.norm(step - g) < 5 * math.sqrt(3 * 5 / 20000) * torch.norm(g)
+
+
+def test_pazo_m_radius_aligns_the_squared_norm():
+    """Appendix A.1: with u on the sphere of radius d^(1/4), E||g_lambda||^2 ~ ||grad||^2."""
+    model = quadratic_model(d=40)
+    x = torch.randn(4, 40, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    g = true_grad(model, x)
+    dirs = SeededDirections(model.shapes, range(4000), "sphere", 40 ** 0.25, dtype=torch.float64)
+    sq = finite_difference_estimates(model, x, dirs).pow(2).sum(dim=1).mean()
+    assert 0.9 < float(sq / g.pow(2).sum()) < 1.1
+    # the usual radius sqrt(d) would inflate it by a factor d
+    dirs_big = SeededDirections(model.shapes, range(4000), "sphere", math.sqrt(40), dtype=torch.float64)
+    big = finite_difference_estimates(model, x, dirs_big).pow(2).sum(dim=1).mean()
+    assert 0.9 * 40 < float(big / g.pow(2).sum()) < 1.1 * 40
+
+
+def test_pazo_p_estimate_is_the_projection_onto_the_public_span():
+    model = quadratic_model(d=8)
+    x = torch.randn(4, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    g = true_grad(model, x)
+    G = torch.randn(3, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    G[2] = G[0] + G[1]  # rank deficient: the guard must drop one direction
+    basis = orthonormal_basis(G)
+    assert basis.shape == (2, 8)
+    assert torch.allclose(basis @ basis.T, torch.eye(2, dtype=torch.float64), atol=1e-10)
+    coeffs = sample_coefficients(20000, 2, "sphere", torch.Generator().manual_seed(5)).double()
+    assert torch.allclose(coeffs.norm(dim=1), torch.full((20000,), math.sqrt(2), dtype=torch.float64),
+                          atol=1e-5)
+    dirs = SubspaceDirections(basis, coeffs, model.split_flat)
+    mean = finite_difference_estimates(model, x, dirs).mean(dim=0)
+    projection = basis.T @ (basis @ g)
+    assert torch.norm(mean - projection) < 0.05 * torch.norm(projection)
+    assert torch.norm(mean - g) > 0.1 * torch.norm(g)  # it is not the full gradient
+
+
+def test_pazo_s_picks_the_truly_best_public_step_without_noise(make_ctx):
+    model = quadratic_model(d=4)
+    x = torch.ones(8, 4, dtype=torch.float64)  # private optimum: w = 1
+    w0 = model.flat_params().clone()
+    # three public batches; the one centred on the private optimum gives the best step
+    centres = [torch.full((4,), -3.0), torch.ones(4), torch.full((4,), 5.0)]
+    batches = [(c.double().expand(4, 4).clone(), torch.zeros(4)) for c in centres]
+    cfg = OmegaConf.create({"lr": 0.5, "clip": 1e6, "k": 3, "public_batch_size": 4,
+                            "perturbation": 0.0, "noisy_candidate": False})
+    public = TensorSplit(torch.zeros(4, 4, dtype=torch.float64), torch.zeros(4))
+    method = PazoS(cfg, make_ctx(model, sigma=0.0, b=8, public=public))
+    order = iter([1, 0, 2])  # shuffle which draw holds the good batch
+    method.public.sample = lambda: batches[next(order)]
+    stats = method.step(x, torch.zeros(8), 1)
+    # draws were batches 1, 0, 2: the good batch (index 1) came first
+    assert stats["chosen_public_index"] == 0
+    expected = w0 - 0.5 * model.module.a * (w0 - torch.ones(4, dtype=torch.float64))
+    assert torch.allclose(model.flat_params(), expected)

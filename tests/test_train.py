@@ -1,0 +1,173 @@
+"""Every method end to end through Hydra on tiny runs; logging, failure handling, bad input."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pazo.methods import METHODS
+from pazo.train import run
+from pazo.validate import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+@pytest.mark.parametrize("method", METHODS.names())
+@pytest.mark.parametrize("engine", ["vectorised", "inplace"])
+def test_every_method_runs_end_to_end(method, engine, hydra_cfg, tmp_path):
+    privacy = ["privacy=none"] if method == "mezo" else []
+    cfg = hydra_cfg(f"method={method}", f"engine.name={engine}", *privacy)
+    summary = run(cfg, tmp_path)
+    assert summary["status"] == "finished" and summary["steps_done"] == 4
+    assert 0 <= summary["final_test_accuracy"] <= 1
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["status"] == "finished" and (tmp_path / "config.yaml").exists()
+    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [2, 4]  # log_every=2; the last step is always evaluated
+    for key in ("train_loss", "test_accuracy", "s_per_iter", "epoch", "sigma", "epsilon"):
+        assert key in rows[-1]
+    p = summary["privacy"]
+    if method == "mezo":
+        assert not p["private"] and p["sigma"] is None
+    else:
+        assert p["private"] and p["epsilon_spent"] <= p["target_epsilon"] == 1.0
+        assert p["within_budget"] and p["guarantee_holds"]
+        assert p["delta"] == pytest.approx(1 / summary["data"]["n_private"])
+        assert rows[-1]["epsilon"] <= 1.0
+    if method == "pazo_s":
+        assert 0 <= summary["noisy_candidate_win_rate"] <= 1
+
+
+def test_same_seed_same_run(hydra_cfg, tmp_path):
+    a = run(hydra_cfg("method=pazo_p"), tmp_path / "a")
+    b = run(hydra_cfg("method=pazo_p"), tmp_path / "b")
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "s_per_iter"} for r in rows]  # noqa: E731
+    assert strip(read_jsonl(tmp_path / "a/metrics.jsonl")) == strip(read_jsonl(tmp_path / "b/metrics.jsonl"))
+    c = run(hydra_cfg("method=pazo_p", "seed=1"), tmp_path / "c")
+    assert read_jsonl(tmp_path / "a/metrics.jsonl") != read_jsonl(tmp_path / "c/metrics.jsonl")
+    assert a["final_test_accuracy"] == b["final_test_accuracy"]
+
+
+def test_shuffle_sampling_is_flagged(hydra_cfg, tmp_path):
+    s = run(hydra_cfg("method=dpzero", "privacy.sampling=shuffle"), tmp_path)
+    assert s["privacy"]["within_budget"] and not s["privacy"]["guarantee_holds"]
+    assert any("does NOT hold" in n for n in s["privacy"]["notes"])
+
+
+def test_divergence_is_marked_failed_and_keeps_what_was_written(hydra_cfg, tmp_path):
+    s = run(hydra_cfg("method=pazo_m", "method.lr=1e30", "train.steps=6", "train.log_every=1"), tmp_path)
+    assert s["status"] == "failed" and "diverged" in s["failure"]
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["status"] == "failed" and on_disk["steps_done"] < 6
+    assert read_jsonl(tmp_path / "metrics.jsonl")  # earlier rows survive
+    assert on_disk["privacy"]["epsilon_spent"] <= 1.0
+
+
+@pytest.mark.parametrize("override,match", [
+    ("privacy.epsilon=-1", "privacy.epsilon"),
+    ("privacy.delta=1.5", "privacy.delta"),
+    ("method.alpha=1.5", "method.alpha"),
+    ("method.q=0", "method.q"),
+    ("train.batch_size=5000", "exceeds the"),
+    ("method.public_batch_size=1000", "public examples"),
+    ("method.name=nope", "choices: dpzero, mezo"),
+    ("engine.name=fast", "choices: inplace, vectorised"),
+    ("privacy.epsilon=1e-9", "out of reach"),
+    ("privacy.sigma=0.1", "above the target"),
+])
+def test_bad_input_is_rejected_before_training(override, match, hydra_cfg, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        run(hydra_cfg(override), tmp_path)
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_mezo_under_a_privacy_target_is_refused(hydra_cfg, tmp_path):
+    with pytest.raises(ConfigError, match="non-private"):
+        run(hydra_cfg("method=mezo"), tmp_path)
+
+
+def _cli(*args, cwd=ROOT, env_extra=None):
+    env = {**os.environ, "WANDB_SILENT": "true", **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "pazo.train", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_cli_bad_input_exits_with_one_clear_message(tmp_path):
+    out = _cli("privacy.epsilon=0", "logger.mode=disabled", f"hydra.run.dir={tmp_path}",
+               env_extra={"PAZO_CACHE_DIR": str(tmp_path / "c")})
+    assert out.returncode == 2
+    assert "pazo: error: privacy.epsilon must be a positive number" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_cli_multirun_deterministic_dirs_and_failures_do_not_stop_the_sweep(tmp_path):
+    sweep = tmp_path / "sweep"
+    out = _cli("-m", "method=pazo_m,dpzero", "method.lr=0.1,1e30", "train.steps=3", "train.log_every=1",
+               "logger.mode=disabled", f"hydra.sweep.dir={sweep}",
+               env_extra={"PAZO_CACHE_DIR": str(tmp_path / "c")})
+    assert out.returncode == 0, out.stderr
+    dirs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    common = "train.log_every=1,train.steps=3"  # the directory is the sorted override list
+    assert dirs == [f"method.lr={lr},method={m},{common}" for lr in ("0.1", "1e+30") for m in ("dpzero", "pazo_m")]
+    status = {d: json.loads((sweep / d / "summary.json").read_text())["status"] for d in dirs}
+    assert status[f"method.lr=0.1,method=pazo_m,{common}"] == "finished"
+    assert status[f"method.lr=1e+30,method=pazo_m,{common}"] == "failed"
+
+
+def _wandb_records(path):
+    """Read the records of a W&B transaction log (.wandb): LevelDB-style 32 KiB blocks of
+    checksum(4) length(2) type(1) chunks holding protobuf `Record`s."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, pos, buf = Path(path).read_bytes(), 7, b""
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        if left < 7:
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        pos += 7
+        if kind == 0 and length == 0:
+            pos += left - 7
+            continue
+        buf += data[pos:pos + length]
+        pos += length
+        if kind in (1, 4):  # FULL or LAST
+            record = pb.Record()
+            record.ParseFromString(buf)
+            buf = b""
+            yield record
+
+
+def test_wandb_offline_history_and_summary_read_back(hydra_cfg, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    cfg = hydra_cfg("method=pazo_s", "logger.mode=offline", "train.log_every=1")
+    summary = run(cfg, tmp_path)
+    logs = list(tmp_path.glob("wandb/offline-run-*/*.wandb"))
+    assert len(logs) == 1
+    history, final, exit_code = [], {}, None
+    for record in _wandb_records(logs[0]):
+        kind = record.WhichOneof("record_type")
+        key = lambda item: item.key or "/".join(item.nested_key)  # noqa: E731
+        if kind == "history":
+            history.append({key(i): json.loads(i.value_json) for i in record.history.item})
+        elif kind == "summary":
+            final.update({key(i): json.loads(i.value_json) for i in record.summary.update})
+        elif kind == "exit":
+            exit_code = record.exit.exit_code
+    local = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [h["step"] for h in history] == [r["step"] for r in local]
+    assert history[-1]["test_accuracy"] == pytest.approx(local[-1]["test_accuracy"])
+    assert history[-1]["epsilon"] == pytest.approx(local[-1]["epsilon"])
+    assert final["status"] == "finished"
+    assert final["final_test_accuracy"] == pytest.approx(summary["final_test_accuracy"])
+    assert exit_code == 0
