@@ -100,3 +100,23 @@ def test_pazo_s_picks_the_truly_best_public_step_without_noise(make_ctx):
     assert stats["chosen_public_index"] == 0
     expected = w0 - 0.5 * model.module.a * (w0 - torch.ones(4, dtype=torch.float64))
     assert torch.allclose(model.flat_params(), expected)
+
+
+def test_pazo_m_update_is_algorithm_1_line_13(make_ctx):
+    """x1 = x0 - lr (alpha g_pub(x0) + (1 - alpha) (grad(x0).u) u), both parts taken at x0."""
+    from pazo.methods.zeroth_order import PazoM
+    from pazo.rng import RandomStreams
+
+    model = quadratic_model(d=4)
+    w0 = model.flat_params().clone()
+    public = TensorSplit(torch.full((4, 4), 2.0, dtype=torch.float64), torch.zeros(4))
+    cfg = OmegaConf.create({"lr": 0.1, "clip": 1.0, "q": 1, "smoothing": 1e-3, "direction": "sphere",
+                            "radius": "fourth_root_d", "alpha": 0.25, "public_batch_size": 4})
+    x = torch.zeros(8, 4, dtype=torch.float64)
+    PazoM(cfg, make_ctx(model, sigma=None, public=public)).step(x, torch.zeros(8), 1)
+    seed = RandomStreams(0).draw_seeds("directions", 1)  # the direction the step used
+    u = SeededDirections(model.shapes, seed, "sphere", 4 ** 0.25, dtype=torch.float64).tensors(0)[0]
+    a = model.module.a
+    g_pub, g_priv = a * (w0 - 2.0), a * w0
+    expected = w0 - 0.1 * (0.25 * g_pub + 0.75 * (g_priv @ u) * u)
+    assert torch.allclose(model.flat_params(), expected, atol=1e-8)

@@ -78,9 +78,10 @@ class PazoM(TwoPointMethod):
                                     ctx.streams.numpy["public"], ctx.device)
 
     def finish(self, directions, coefs, stats):
+        # g_pub is taken at x_t, before any part of the update (Algorithm 1, line 4)
+        g_pub = self.model.mean_loss_grad(*self.public.sample()) if self.alpha > 0 else None
         apply_directional_update(self.model, directions, [(1 - self.alpha) * c for c in coefs], self.lr)
-        if self.alpha > 0:
-            g_pub = self.model.mean_loss_grad(*self.public.sample())
+        if g_pub is not None:
             apply_flat_update(self.model, self.alpha * g_pub, self.lr)
             stats["public_grad_norm"] = float(g_pub.norm())
 
