@@ -64,6 +64,11 @@ class Method(ABC):
         self.cfg, self.ctx, self.model = cfg, ctx, ctx.model
         self.lr = float(cfg.lr)
 
+    def public_batches(self) -> PublicBatches:
+        """Sampler of public batches of size cfg.public_batch_size from the run's public stream."""
+        return PublicBatches(self.ctx.public, int(self.cfg.public_batch_size),
+                             self.ctx.streams.numpy["public"], self.ctx.device)
+
     @classmethod
     @abstractmethod
     def release_for(cls, cfg) -> Release:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from pazo.methods.base import Method, PublicBatches, Release
+from pazo.methods.base import Method, Release
 from pazo.methods.directions import FlatDirections, SeededDirections
 from pazo.methods.engines import apply_flat_update
 from pazo.privacy.mechanisms import ScalarPrivatizer
@@ -22,8 +22,7 @@ class PazoS(Method):
         self.k = int(cfg.k)
         self.noisy_candidate = bool(cfg.noisy_candidate)
         self.perturbation = float(cfg.perturbation)
-        self.public = PublicBatches(ctx.public, int(cfg.public_batch_size),
-                                    ctx.streams.numpy["public"], ctx.device)
+        self.public = self.public_batches()
         self.privatizer = ScalarPrivatizer(ctx.noise, self.release.queries,
                                            ctx.streams.torch_generator("noise"))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from pazo.methods.base import Method, MethodContext, PublicBatches, Release
+from pazo.methods.base import Method, MethodContext, Release
 from pazo.methods.directions import (SeededDirections, SubspaceDirections, normalized_rows,
                                      orthonormal_basis, resolve_radius, sample_coefficients)
 from pazo.methods.engines import apply_directional_update, apply_flat_update
@@ -74,8 +74,7 @@ class PazoM(TwoPointMethod):
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.alpha = float(cfg.alpha)
-        self.public = PublicBatches(ctx.public, int(cfg.public_batch_size),
-                                    ctx.streams.numpy["public"], ctx.device)
+        self.public = self.public_batches()
 
     def finish(self, directions, coefs, stats):
         # g_pub is taken at x_t, before any part of the update (Algorithm 1, line 4)
@@ -96,8 +95,7 @@ class PazoP(TwoPointMethod):
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.k = int(cfg.k)
-        self.public = PublicBatches(ctx.public, int(cfg.public_batch_size),
-                                    ctx.streams.numpy["public"], ctx.device)
+        self.public = self.public_batches()
         self.coef_gen = ctx.streams.torch_generator("directions")
 
     def directions(self, step):

@@ -1,0 +1,74 @@
+"""Time sigma calibration: pazo's bracketed two-stage solver against a plain PRV bisection.
+
+    python scripts/benchmark_calibration.py [--out scripts/results/calibration_cpu.json] [--no-baseline]
+
+Setting: n = 48000 private examples, b = 256 (q = 256/48000), delta = 1/n, the PRV accuracy pazo
+uses (eps_error = min(0.01, epsilon/100)). Each row: seconds uncached, seconds from the disk cache,
+the sigma found and the epsilon it spends (PRV upper bound). The baseline bisects sigma in [0.3, 100]
+to the same relative precision with one full-accuracy PRV evaluation per probe.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pazo.privacy.accountant import GaussianAccountant, calibrate_sigma, default_eps_error
+
+N, B = 48000, 256
+
+
+def plain_bisection(epsilon, delta, q, steps, eps_error, rel_tol=2e-3):
+    lo, hi = 0.3, 100.0
+    while hi / lo > 1 + rel_tol:
+        mid = math.sqrt(lo * hi)
+        spent = GaussianAccountant(mid, q, steps, delta, eps_error=eps_error).epsilon(steps).upper
+        lo, hi = (mid, hi) if spent > epsilon else (lo, mid)
+    return hi
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="scripts/results/calibration_cpu.json")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the slow plain bisection")
+    parser.add_argument("--cases", default="1:18750,0.1:18750,1:100000,0.1:100000,2:100000",
+                        help="comma-separated epsilon:steps pairs")
+    args = parser.parse_args()
+    q, delta = B / N, 1 / N
+    rows = []
+    for case in args.cases.split(","):
+        epsilon, steps = float(case.split(":")[0]), int(case.split(":")[1])
+        err = default_eps_error(epsilon)
+        with tempfile.TemporaryDirectory() as cache:
+            t0 = time.perf_counter()
+            sigma = calibrate_sigma(epsilon, delta, q, steps, cache_dir=cache)
+            uncached = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            calibrate_sigma(epsilon, delta, q, steps, cache_dir=cache)
+            cached = time.perf_counter() - t0
+        spent = GaussianAccountant(sigma, q, steps, delta, eps_error=err).epsilon(steps).upper
+        row = {"epsilon": epsilon, "steps": steps, "sample_rate": q, "delta": delta, "eps_error": err,
+               "sigma": sigma, "epsilon_spent_upper": spent, "seconds": uncached,
+               "seconds_cached": cached}
+        if not args.no_baseline:
+            t0 = time.perf_counter()
+            row["baseline_sigma"] = plain_bisection(epsilon, delta, q, steps, err)
+            row["baseline_seconds"] = time.perf_counter() - t0
+        rows.append(row)
+        print(json.dumps(row))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    machine = {"platform": platform.platform(), "cpus": os.cpu_count()}
+    out.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "machine": machine,
+                               "results": rows}, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
