@@ -4,14 +4,11 @@ from __future__ import annotations
 import math
 
 from pazo.data import DATASETS
+from pazo.errors import ConfigError
 from pazo.methods import METHODS, method_class
 from pazo.methods.engines import ENGINES
 from pazo.models import MODELS
 from pazo.privacy.sampling import SAMPLERS
-
-
-class ConfigError(ValueError):
-    pass
 
 
 def _positive(value, what: str, integer: bool = False) -> None:
@@ -42,12 +39,19 @@ def validate_config(cfg) -> None:
         raise ConfigError(f"train.evals_per_epoch must be >= 0, got {t.evals_per_epoch}")
     _positive(m.lr, "method.lr")
     _positive(m.clip, "method.clip")
-    for key in ("q", "k", "public_batch_size"):
+    for key in ("q", "k", "public_batch_size", "num_groups", "power_iters"):
         if key in m:
             if not isinstance(m[key], int) or m[key] < 1:
                 raise ConfigError(f"method.{key} must be an integer >= 1, got {m[key]!r}")
     if "alpha" in m and not (isinstance(m.alpha, (int, float)) and 0 <= m.alpha <= 1):
         raise ConfigError(f"method.alpha must be in [0, 1], got {m.alpha!r}")
+    for key in ("grad_memory_mb", "clip0"):
+        if key in m:
+            _positive(m[key], f"method.{key}")
+    if "num_bases" in m and not (isinstance(m.num_bases, int) and m.num_bases >= 0):
+        raise ConfigError(f"method.num_bases must be an integer >= 0, got {m.num_bases!r}")
+    if m.get("per_example_chunk") is not None:
+        _positive(m.per_example_chunk, "method.per_example_chunk", integer=True)
     if "smoothing" in m:
         _positive(m.smoothing, "method.smoothing")
     if "perturbation" in m and not (isinstance(m.perturbation, (int, float)) and m.perturbation >= 0):

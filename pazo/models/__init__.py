@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from pazo.errors import ConfigError
 from pazo.models.functional import FunctionalModel
 from pazo.models.small_cnn import SmallCNN
 from pazo.registry import Registry
@@ -23,7 +24,7 @@ def check_no_batchnorm(module: nn.Module, model_name: str) -> None:
     influence, and its running statistics leak private data: refuse it under a private method."""
     bad = [n for n, m in module.named_modules() if isinstance(m, _BATCHNORM)]
     if bad:
-        raise ValueError(f"model {model_name!r} has BatchNorm layers ({', '.join(bad[:3])}), which break "
+        raise ConfigError(f"model {model_name!r} has BatchNorm layers ({', '.join(bad[:3])}), which break "
                          "differential privacy; use GroupNorm/LayerNorm or a normaliser-free model")
 
 
