@@ -12,14 +12,15 @@ import torch
 
 from pazo.methods.base import Method, Release
 from pazo.methods.engines import apply_flat_update
-from pazo.methods.per_example import (chunk_size_for, clip_rows, clipped_sum, iter_per_example_grads,
-                                      per_example_grads)
+from pazo.methods.per_example import (chunk_size_for, clip_rows, clipped_sum, flatten_rows,
+                                      iter_per_example_grads, per_example_grads)
 
 
 class FirstOrderMethod(Method):
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
-        self.chunk = int(cfg.get("per_example_chunk") or chunk_size_for(self.model, cfg.grad_memory_mb))
+        self.chunk = int(cfg.get("per_example_chunk") or chunk_size_for(
+            self.model, cfg.grad_memory_mb, ctx.noise.expected_batch_size))
         self.noise_gen = ctx.streams.torch_generator("noise", device=ctx.device)
 
     @classmethod
@@ -33,23 +34,19 @@ class FirstOrderMethod(Method):
         p = self.model.params[0]
         return torch.randn(size, generator=self.noise_gen, device=p.device, dtype=p.dtype) * std
 
-    def private_grad(self, x, y, transform=None) -> torch.Tensor:
-        """(sum_i clip_C(transform(g_i)) + N(0, (S sigma)^2 I)) / b; without privacy, the plain
-        mean of transform(g_i) over the realised batch."""
+    def private_grad(self, x, y, shift=None) -> tuple[torch.Tensor, float]:
+        """(sum_i clip_C(g_i - shift) + N(0, (S sigma)^2 I)) / b and the batch's mean loss (from
+        the same forward pass); without privacy, the plain mean of g_i - shift over the realised
+        batch."""
         spec = self.ctx.noise
+        if len(x) == 0 and not spec.private:
+            return torch.zeros(self.model.dim, device=self.model.device, dtype=self.model.params[0].dtype), float("nan")
         if not spec.private:
-            if len(x) == 0:
-                return torch.zeros(self.model.dim, device=self.model.device, dtype=self.model.params[0].dtype)
-            g = self.model.mean_loss_grad(x, y)
-            return transform(g[None])[0] if transform is not None else g
-        total = clipped_sum(self.model, x, y, self.chunk, spec.clip, transform)
-        return (total + self.noise(self.model.dim, spec.clip)) / spec.expected_batch_size
-
-    def batch_loss(self, x, y) -> float:
-        if len(x) == 0:
-            return float("nan")
-        with torch.no_grad():
-            return float(self.model.current_losses(x, y).mean())
+            loss, g = self.model.mean_loss_and_grad(x, y)
+            return (g - shift if shift is not None else g), float(loss)
+        total, loss_sum = clipped_sum(self.model, x, y, self.chunk, spec.clip, shift)
+        loss = float(loss_sum) / len(x) if len(x) else float("nan")
+        return (total + self.noise(self.model.dim, spec.clip)) / spec.expected_batch_size, loss
 
 
 class SGD(FirstOrderMethod):
@@ -58,18 +55,18 @@ class SGD(FirstOrderMethod):
     supports_privacy = False
 
     def step(self, x, y, step):
-        loss = self.batch_loss(x, y)
-        if len(x):
-            apply_flat_update(self.model, self.model.mean_loss_grad(x, y), self.lr)
-        return {"loss": loss}
+        if not len(x):
+            return {"loss": float("nan")}
+        loss, g = self.model.mean_loss_and_grad(x, y)
+        apply_flat_update(self.model, g, self.lr)
+        return {"loss": float(loss)}
 
 
 class DPSGD(FirstOrderMethod):
     """DP-SGD (Abadi et al. 2016): flat per-example clipping over all parameters."""
 
     def step(self, x, y, step):
-        loss = self.batch_loss(x, y)
-        g = self.private_grad(x, y)
+        g, loss = self.private_grad(x, y)
         apply_flat_update(self.model, g, self.lr)
         return {"loss": loss, "grad_norm": float(g.norm())}
 
@@ -88,10 +85,10 @@ class DPMD(FirstOrderMethod):
         return math.cos(math.pi * (step - 1) / (2 * self.ctx.total_steps))
 
     def step(self, x, y, step):
-        loss = self.batch_loss(x, y)
         g_pub = self.model.mean_loss_grad(*self.public.sample())
         a = self.alpha(step)
-        g = a * self.private_grad(x, y) + (1 - a) * g_pub
+        g_dp, loss = self.private_grad(x, y)
+        g = a * g_dp + (1 - a) * g_pub
         apply_flat_update(self.model, g, self.lr)
         return {"loss": loss, "alpha": a}
 
@@ -107,9 +104,9 @@ class DOPESGD(FirstOrderMethod):
         self.public = self.public_batches()
 
     def step(self, x, y, step):
-        loss = self.batch_loss(x, y)
         g_pub = self.model.mean_loss_grad(*self.public.sample())
-        g = self.private_grad(x, y, transform=lambda rows: rows - g_pub) + g_pub
+        g_dp, loss = self.private_grad(x, y, shift=g_pub)
+        g = g_dp + g_pub
         apply_flat_update(self.model, g, self.lr)
         return {"loss": loss}
 
@@ -186,15 +183,16 @@ class GEP(FirstOrderMethod):
         return torch.cat(parts, dim=-1)
 
     def step(self, x, y, step):
-        loss = self.batch_loss(x, y)
         bases = self.anchor_subspace()
         k = sum(v.shape[1] for v in bases)
         spec = self.ctx.noise
         p = self.model.params[0]
         w_sum = torch.zeros(k, device=p.device, dtype=p.dtype)
         r_sum = torch.zeros(self.model.dim, device=p.device, dtype=p.dtype)
-        residual_share = []
-        for rows in iter_per_example_grads(self.model, x, y, self.chunk):
+        residual_share, loss_sum = [], 0.0
+        for grads, losses in iter_per_example_grads(self.model, x, y, self.chunk):
+            rows = flatten_rows(grads)
+            loss_sum += float(losses.sum())
             w = self.embed(rows, bases)
             r = rows - self.lift(w, bases)
             residual_share.append((r.norm(dim=1) / rows.norm(dim=1).clamp_min(1e-12)).mean())
@@ -211,4 +209,4 @@ class GEP(FirstOrderMethod):
         g = (self.lift(w_sum, bases) + r_sum) / denom
         apply_flat_update(self.model, g, self.lr)
         share = float(torch.stack(residual_share).mean()) if residual_share else float("nan")
-        return {"loss": loss, "residual_share": share}
+        return {"loss": loss_sum / len(x) if len(x) else float("nan"), "residual_share": share}

@@ -6,40 +6,52 @@ The chunk size comes from a memory budget (`grad_memory_mb`), or is given direct
 """
 from __future__ import annotations
 
-from typing import Callable, Iterator
+import math
+from typing import Iterator
 
 import torch
-from torch.func import grad, vmap
+from torch.func import grad_and_value, vmap
 
 from pazo.models.functional import FunctionalModel
 
 
-def chunk_size_for(model: FunctionalModel, memory_mb: float, overhead: float = 3.0) -> int:
+def chunk_size_for(model: FunctionalModel, memory_mb: float, batch_size: int | None = None,
+                   overhead: float = 3.0) -> int:
     """Examples per chunk so that chunk x d gradients (plus `overhead` copies for vmap's
-    intermediates) fit in `memory_mb`."""
+    intermediates) fit in `memory_mb`; with `batch_size`, the chunks are balanced (256 examples
+    under a cap of 232 become 2 x 128, not 232 + 24)."""
     bytes_per_example = model.dim * model.params[0].element_size() * overhead
-    return max(1, int(memory_mb * 2**20 // bytes_per_example))
+    cap = max(1, int(memory_mb * 2**20 // bytes_per_example))
+    if batch_size:
+        pieces = math.ceil(batch_size / cap)
+        return max(1, math.ceil(batch_size / pieces))
+    return cap
 
 
 def _per_example_fn(model: FunctionalModel):
     def loss_one(params, x, y):
         return model.losses_at(params, x.unsqueeze(0), y.unsqueeze(0)).squeeze(0)
-    return vmap(grad(loss_one), in_dims=(None, 0, 0), randomness="different")
+    return vmap(grad_and_value(loss_one), in_dims=(None, 0, 0), randomness="different")
 
 
 def iter_per_example_grads(model: FunctionalModel, x: torch.Tensor, y: torch.Tensor,
-                           chunk: int) -> Iterator[torch.Tensor]:
-    """Yield flat per-example gradients [c, d] chunk by chunk (eval mode is the caller's choice)."""
+                           chunk: int) -> Iterator[tuple[list[torch.Tensor], torch.Tensor]]:
+    """Yield (per-parameter per-example gradients [c, *shape], per-example losses [c]) chunk by
+    chunk; the losses come from the same forward pass."""
     fn = _per_example_fn(model)
     params = [p.detach() for p in model.params]
     for start in range(0, len(x), chunk):
-        grads = fn(params, x[start:start + chunk], y[start:start + chunk])
-        yield torch.cat([g.reshape(g.shape[0], -1) for g in grads], dim=1)
+        grads, losses = fn(params, x[start:start + chunk], y[start:start + chunk])
+        yield list(grads), losses
+
+
+def flatten_rows(grads: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([g.reshape(g.shape[0], -1) for g in grads], dim=1)
 
 
 def per_example_grads(model: FunctionalModel, x, y, chunk: int) -> torch.Tensor:
     """All flat per-example gradients [B, d] (tests, GEP's public anchors)."""
-    parts = list(iter_per_example_grads(model, x, y, chunk))
+    parts = [flatten_rows(g) for g, _ in iter_per_example_grads(model, x, y, chunk)]
     return torch.cat(parts) if parts else x.new_zeros((0, model.dim))
 
 
@@ -50,11 +62,23 @@ def clip_rows(rows: torch.Tensor, bound: float) -> torch.Tensor:
 
 
 def clipped_sum(model: FunctionalModel, x, y, chunk: int, bound: float,
-                transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
-    """sum_i clip_bound(transform(g_i)) over the batch, chunk by chunk: the DP-SGD numerator."""
-    total = torch.zeros(model.dim, device=model.device, dtype=model.params[0].dtype)
-    for rows in iter_per_example_grads(model, x, y, chunk):
-        if transform is not None:
-            rows = transform(rows)
-        total += clip_rows(rows, bound).sum(dim=0)
-    return total
+                shift: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """sum_i clip_bound(g_i - shift) over the batch, chunk by chunk (the DP-SGD numerator; DOPE-SGD
+    shifts by g_pub), and the sum of the per-example losses.
+
+    Flat clipping needs only each example's total norm: it is summed over parameters, and each
+    parameter's per-example gradients are then reduced with the clip factors in one contraction,
+    so no [c, d] copy is made.
+    """
+    sums = [torch.zeros_like(p) for p in model.params]
+    loss_sum = torch.zeros((), device=model.device, dtype=model.params[0].dtype)
+    shifts = model.split_flat(shift) if shift is not None else None
+    for grads, losses in iter_per_example_grads(model, x, y, chunk):
+        if shifts is not None:
+            grads = [g - s for g, s in zip(grads, shifts)]
+        sq = sum(g.reshape(g.shape[0], -1).pow(2).sum(dim=1) for g in grads)
+        factor = (bound / (sq.sqrt() + 1e-12)).clamp(max=1.0)
+        for total, g in zip(sums, grads):
+            total += torch.tensordot(factor, g, dims=1)
+        loss_sum += losses.sum()
+    return torch.cat([t.reshape(-1) for t in sums]), loss_sum

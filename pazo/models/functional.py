@@ -60,11 +60,15 @@ class FunctionalModel:
     def current_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.loss_fn(self.module(x), y)
 
-    def mean_loss_grad(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Flat gradient [d] of the mean loss over a (public) batch, by ordinary backprop."""
+    def mean_loss_and_grad(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean loss (detached) and its flat gradient [d] over a batch, by ordinary backprop."""
         loss = self.current_losses(x, y).mean()
         grads = torch.autograd.grad(loss, self.params)
-        return torch.cat([g.reshape(-1) for g in grads])
+        return loss.detach(), torch.cat([g.reshape(-1) for g in grads])
+
+    def mean_loss_grad(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Flat gradient [d] of the mean loss over a (public) batch."""
+        return self.mean_loss_and_grad(x, y)[1]
 
     @torch.no_grad()
     def evaluate(self, split, batch_size: int = 1024) -> dict[str, float]:

@@ -1,0 +1,162 @@
+"""Seconds per iteration of every method, and of Opacus' DP-SGD, on the same model and batch.
+
+    python scripts/benchmark_methods.py [--device auto] [--settings digits,cifar_shape]
+                                        [--iters 30] [--warmup 5] [--out scripts/results/methods_<device>.json]
+
+Synthetic inputs of each setting's shapes (no data set needed). For every method: `warmup`
+untimed steps, then `iters` steps, each timed alone with CUDA synchronisation before and after;
+we report the median and the 25th/75th percentiles, and on CUDA the peak memory of the timed steps.
+Our methods run from the real configs (configs/method/*.yaml) with sigma = 1 and a Poisson-size
+batch fixed at b. Opacus (optional: `pip install -r requirements-bench.txt`) runs DP-SGD with
+per-sample-gradient hooks and with ghost clipping, on a copy of the same model, batch and clip.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from hydra import compose, initialize_config_dir
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pazo.data.base import TensorSplit  # noqa: E402
+from pazo.methods import MethodContext, method_class  # noqa: E402
+from pazo.methods.engines import build_engine  # noqa: E402
+from pazo.models import FunctionalModel, build_model  # noqa: E402
+from pazo.privacy.mechanisms import NoiseSpec  # noqa: E402
+from pazo.rng import RandomStreams  # noqa: E402
+
+SETTINGS = {  # input shape, classes, model overrides, expected batch size
+    "digits": ((1, 8, 8), 10, ["model=small_cnn"], 64),
+    "cifar_shape": ((3, 32, 32), 10, ["model=small_cnn", "model.width=32"], 256),
+}
+METHODS = ["sgd", "dpsgd", "dpmd", "dope_sgd", "gep", "mezo", "dpzero", "pazo_m", "pazo_p", "pazo_s"]
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_steps(step, device, warmup, iters):
+    for _ in range(warmup):
+        step()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    times = []
+    for _ in range(iters):
+        sync(device)
+        t0 = time.perf_counter()
+        step()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    q25, q75 = np.percentile(times, [25, 75])
+    row = {"median_s": statistics.median(times), "p25_s": float(q25), "p75_s": float(q75), "iters": iters}
+    if device.type == "cuda":
+        row["peak_mem_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return row
+
+
+def compose_cfg(overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def ours(name, setting, device, warmup, iters):
+    shape, classes, model_overrides, b = SETTINGS[setting]
+    cfg = compose_cfg([f"method={name}", *model_overrides])
+    torch.manual_seed(0)
+    module = build_model(cfg.model, shape, classes).to(device)
+    model = FunctionalModel(module)
+    private = method_class(name).supports_privacy
+    public = TensorSplit(torch.rand(512, *shape), torch.randint(0, classes, (512,)))
+    ctx = MethodContext(model=model, noise=NoiseSpec(sigma=1.0 if private else None, clip=float(cfg.method.clip),
+                                                     expected_batch_size=b),
+                        streams=RandomStreams(0), public=public, engine=build_engine(cfg.engine),
+                        device=device, total_steps=1000)
+    method = method_class(name)(cfg.method, ctx)
+    x, y = torch.rand(b, *shape, device=device), torch.randint(0, classes, (b,), device=device)
+    counter = iter(range(1, 10**9))
+    return time_steps(lambda: method.step(x, y, next(counter)), device, warmup, iters), model.dim
+
+
+def opacus_dpsgd(mode, setting, device, warmup, iters):
+    from opacus import PrivacyEngine
+
+    shape, classes, model_overrides, b = SETTINGS[setting]
+    cfg = compose_cfg(["method=dpsgd", *model_overrides])
+    torch.manual_seed(0)
+    module = build_model(cfg.model, shape, classes).to(device)
+    optimizer = torch.optim.SGD(module.parameters(), lr=float(cfg.method.lr))
+    data = torch.utils.data.TensorDataset(torch.rand(4 * b, *shape), torch.randint(0, classes, (4 * b,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=b)
+    made = PrivacyEngine(accountant="prv").make_private(
+        module=module, optimizer=optimizer, data_loader=loader, noise_multiplier=1.0,
+        max_grad_norm=float(cfg.method.clip), poisson_sampling=False, grad_sample_mode=mode,
+        criterion=nn.CrossEntropyLoss())
+    model, optimizer, criterion = made[0], made[1], (made[2] if mode == "ghost" else nn.CrossEntropyLoss())
+    x, y = torch.rand(b, *shape, device=device), torch.randint(0, classes, (b,), device=device)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+    return time_steps(step, device, warmup, iters)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    try:
+        import opacus  # noqa: F401
+        opacus_modes = ["hooks", "ghost"]
+    except ImportError:
+        opacus_modes = []
+        print("opacus is not installed (pip install -r requirements-bench.txt): skipping it")
+    rows = []
+    for setting in args.settings.split(","):
+        for name in args.methods.split(","):
+            row, dim = ours(name, setting, device, args.warmup, args.iters)
+            rows.append({"setting": setting, "method": name, "impl": "pazo", "dim": dim,
+                         "batch_size": SETTINGS[setting][3], **row})
+            print(json.dumps(rows[-1]))
+        for mode in opacus_modes:
+            row = opacus_dpsgd(mode, setting, device, args.warmup, args.iters)
+            rows.append({"setting": setting, "method": "dpsgd", "impl": f"opacus-{mode}",
+                         "batch_size": SETTINGS[setting][3], **row})
+            print(json.dumps(rows[-1]))
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}"
+    out = Path(args.out or ROOT / "scripts" / "results" / f"methods_{device.type}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "device": name,
+                               "torch": torch.__version__, "platform": platform.platform(),
+                               "results": rows}, indent=2) + "\n")
+    print(f"wrote {out}")
+    print("\n| setting | method | impl | median s/iter | p25-p75 |" + (" peak MB |" if device.type == "cuda" else ""))
+    for r in rows:
+        mem = f" {r['peak_mem_mb']:.0f} |" if "peak_mem_mb" in r else ""
+        print(f"| {r['setting']} | {r['method']} | {r['impl']} | {r['median_s']:.5f} | "
+              f"{r['p25_s']:.5f}-{r['p75_s']:.5f} |{mem}")
+
+
+if __name__ == "__main__":
+    main()
