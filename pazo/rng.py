@@ -25,9 +25,13 @@ class RandomStreams:
         self.secure_noise = secure_noise
         self.numpy = {name: np.random.default_rng(s) for name, s in self.seeds.items()}
 
-    def torch_generator(self, name: str, device: str | torch.device = "cpu") -> torch.Generator:
+    def torch_generator(self, name: str, device: str | torch.device = "cpu", substream: int = 0) -> torch.Generator:
+        """A torch generator on `name`'s stream; distinct `substream`s give independent generators
+        (e.g. scalar and vector noise of one method), not copies of one sequence."""
+        seed = self.seeds[name] if substream == 0 else int(
+            np.random.SeedSequence([self.seeds[name], substream]).generate_state(1, dtype=np.uint64)[0] >> 1)
         gen = torch.Generator(device=device)
-        gen.manual_seed(self.seeds[name])
+        gen.manual_seed(seed)
         return gen
 
     def draw_seeds(self, name: str, count: int) -> list[int]:

@@ -67,9 +67,10 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     total_steps = cfg.train.steps or max(1, round(cfg.train.epochs * steps_per_epoch))
     cls = method_class(cfg.method.name)
     sampler_cls = SAMPLERS[cfg.privacy.sampling]
-    plan = make_plan(cfg.privacy, n, b, total_steps, cls.release_for(cfg.method), sampler_cls)
+    release = cls.release_for(cfg.method)
+    plan = make_plan(cfg.privacy, n, b, total_steps, release, sampler_cls, cls.privacy_note)
     noise = NoiseSpec(sigma=plan.sigma if private else None, clip=float(cfg.method.clip),
-                      expected_batch_size=b, adjacency=cfg.privacy.adjacency)
+                      expected_batch_size=b, adjacency=cfg.privacy.adjacency, mechanism=release.noise)
     ctx = MethodContext(model=model, noise=noise, streams=streams, public=data.public,
                         engine=build_engine(cfg.engine), device=device,
                         query_train_mode=bool(cfg.engine.query_dropout), total_steps=total_steps)
@@ -145,6 +146,8 @@ def _outcome(plan, tracker, steps_done, total_steps, step_times, last_eval, best
         priv.update(epsilon_spent=spent, within_budget=spent <= plan.target_epsilon + 1e-12,
                     guarantee_holds=(spent <= plan.target_epsilon + 1e-12)
                     and plan.sampling_matches_accountant)
+        if plan.noise == "laplace":
+            priv["pure_epsilon_spent"] = tracker.pure_epsilon(steps_done)
     # the first steps include one-off set-up (allocations, vmap tracing): report the median too
     times = step_times[1:] or step_times
     out = {"status": "failed" if failure else "finished", "failure": failure,
@@ -166,8 +169,9 @@ def _print_header(summary: dict, plan) -> None:
           f"device {summary['device']}); private {d['n_private']}, public {d['n_public']}, "
           f"test {d['n_test']}")
     if plan.private:
-        print(f"privacy: target epsilon={plan.target_epsilon} delta={plan.delta:.3g} -> sigma={plan.sigma:.4f} "
-              f"({plan.sigma_source}), q={plan.sample_rate:.4f}, T={plan.steps}, {plan.sampling} sampling")
+        print(f"privacy: {plan.guarantee}, target epsilon={plan.target_epsilon} delta={plan.delta:.3g} -> "
+              f"{plan.noise} sigma={plan.sigma:.4f} ({plan.sigma_source}), q={plan.sample_rate:.4f}, "
+              f"T={plan.steps}, {plan.sampling} sampling")
     for note in plan.notes:
         print(f"note: {note}")
 
@@ -180,7 +184,9 @@ def _print_summary(s: dict) -> None:
     if p["private"]:
         print(f"  epsilon spent {fmt(p['epsilon_spent'])} / target {p['target_epsilon']} "
               f"(delta {p['delta']:.3g}, sigma {p['sigma']:.4f}, {p['steps_done']} steps) "
-              f"{'within budget' if p['within_budget'] else 'OVER BUDGET'}")
+              f"{'within budget' if p['within_budget'] else 'OVER BUDGET'}; {p['guarantee']}")
+        if p.get("pure_epsilon_spent") is not None:
+            print(f"  pure epsilon-DP bound (Laplace, basic composition): {p['pure_epsilon_spent']:.4f}")
     else:
         print("  non-private run (no clipping, no noise)")
     print(f"  s/iter: mean {fmt(s['mean_s_per_iter'], '.5f')}, median {fmt(s['median_s_per_iter'], '.5f')}")

@@ -57,13 +57,20 @@ def validate_config(cfg) -> None:
     if "perturbation" in m and not (isinstance(m.perturbation, (int, float)) and m.perturbation >= 0):
         raise ConfigError(f"method.perturbation must be >= 0, got {m.perturbation!r}")
     if "direction" in m:
-        _choice(m.direction, ("gaussian", "sphere"), "method.direction")
-        if m.direction == "sphere" and m.radius not in ("sqrt_d", "fourth_root_d"):
+        _choice(m.direction, ("gaussian", "sphere", "orthogonal"), "method.direction")
+        if m.direction in ("sphere", "orthogonal") and m.radius not in ("sqrt_d", "fourth_root_d"):
             try:
                 _positive(float(m.radius), "method.radius")
             except (TypeError, ValueError):
                 raise ConfigError(f"method.radius must be sqrt_d, fourth_root_d or a positive number, "
                                   f"got {m.radius!r}") from None
+    if "noise" in m:
+        _choice(m.noise, ("gaussian", "laplace"), "method.noise")
+    if "beta" in m and not (isinstance(m.beta, (int, float)) and 0 < m.beta <= 1):
+        raise ConfigError(f"method.beta must be in (0, 1] (beta = 0 has no composition guarantee), "
+                          f"got {m.beta!r}")
+    if m.get("projection_radius") is not None:
+        _positive(m.projection_radius, "method.projection_radius")
     if "coef_distribution" in m:
         _choice(m.coef_distribution, ("gaussian", "sphere"), "method.coef_distribution")
 
@@ -74,8 +81,11 @@ def validate_config(cfg) -> None:
         if not method_class(m.name).supports_privacy:
             raise ConfigError(f"method {m.name!r} is non-private; run it with privacy=none "
                               "(or privacy.epsilon=null)")
-    if p.delta is not None and not (isinstance(p.delta, float) and 0 < p.delta < 1):
-        raise ConfigError(f"privacy.delta must be in (0, 1), got {p.delta!r}")
+    if p.delta is not None:
+        laplace = method_class(m.name).release_for(m).noise == "laplace"
+        if not (isinstance(p.delta, (int, float)) and (0 < p.delta < 1 or (p.delta == 0 and laplace))):
+            raise ConfigError(f"privacy.delta must be in (0, 1) (0 only for pure DP with Laplace noise), "
+                              f"got {p.delta!r}")
     if p.sigma is not None:
         _positive(p.sigma, "privacy.sigma")
         if p.epsilon is None:

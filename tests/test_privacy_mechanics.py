@@ -43,7 +43,7 @@ def test_normalised_by_expected_not_realised_batch_size():
 def test_non_private_is_a_plain_mean_without_clipping():
     priv = ScalarPrivatizer(NoiseSpec(sigma=None, clip=0.1, expected_batch_size=50), 1, None)
     assert priv(torch.tensor([[1.0, 3.0]])).item() == pytest.approx(2.0)
-    assert priv.noise_std == 0
+    assert priv.noise_scale == 0
 
 
 def test_poisson_inclusion_rate_matches_q():

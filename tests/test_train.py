@@ -77,19 +77,34 @@ def test_divergence_is_marked_failed_and_keeps_what_was_written(hydra_cfg, tmp_p
 @pytest.mark.parametrize("override,match", [
     ("privacy.epsilon=-1", "privacy.epsilon"),
     ("privacy.delta=1.5", "privacy.delta"),
+    ("privacy.delta=0.0", "0 only for pure DP with Laplace noise"),
+    ("method=dp_zogd method.beta=0", "no composition guarantee"),
     ("method.alpha=1.5", "method.alpha"),
     ("method.q=0", "method.q"),
     ("train.batch_size=5000", "exceeds the"),
     ("method.public_batch_size=1000", "public examples"),
-    ("method.name=nope", "choices: dope_sgd, dpmd, dpsgd, dpzero, gep, mezo"),
+    ("method.name=nope", "choices: dope_sgd, dp_zo, dp_zogd, dpmd, dpsgd, dpzero, gep, mezo"),
     ("engine.name=fast", "choices: inplace, vectorised"),
     ("privacy.epsilon=1e-9", "out of reach"),
     ("privacy.sigma=0.1", "above the target"),
 ])
 def test_bad_input_is_rejected_before_training(override, match, hydra_cfg, tmp_path):
     with pytest.raises(ValueError, match=match):
-        run(hydra_cfg(override), tmp_path)
+        run(hydra_cfg(*override.split()), tmp_path)
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("delta,guarantee", [("0.0", "pure epsilon-DP"), ("null", "(epsilon, delta)-DP")])
+def test_dp_zo_laplace_states_its_guarantee(delta, guarantee, hydra_cfg, tmp_path):
+    s = run(hydra_cfg("method=dp_zo", "method.noise=laplace", f"privacy.delta={delta}", "train.steps=300",
+                      "train.log_every=100"), tmp_path)
+    p = s["privacy"]
+    assert p["noise"] == "laplace" and p["guarantee"] == guarantee and p["within_budget"]
+    assert p["epsilon_spent"] <= p["pure_epsilon_spent"]
+    if delta == "0.0":
+        assert p["pure_epsilon_spent"] <= 1.0 and p["epsilon_spent"] == p["pure_epsilon_spent"]
+    else:
+        assert p["pure_epsilon_spent"] > 1.0  # the (epsilon, delta) account needs less noise
 
 
 def test_mezo_under_a_privacy_target_is_refused(hydra_cfg, tmp_path):

@@ -20,10 +20,12 @@ class Release:
     queries: noisy sums of the same Poisson batch, the noise split over them
              (std sqrt(queries) * S * sigma each): together one Gaussian mechanism.
     mechanisms: independent Gaussian mechanisms per step, each with multiplier sigma.
+    noise: "gaussian", or "laplace" (scale queries * S * sigma per query: a (1/sigma)-DP step).
     """
 
     queries: int
     mechanisms: int = 1
+    noise: str = "gaussian"
 
 
 class PublicBatches:
@@ -59,6 +61,8 @@ class Method(ABC):
     supports_privacy: bool = True
     #: whether the method uses the public split (checked before compute)
     uses_public: bool = False
+    #: what the printed epsilon means for this method, where it needs saying (run summary)
+    privacy_note: str | None = None
 
     def __init__(self, cfg, ctx: MethodContext):
         self.cfg, self.ctx, self.model = cfg, ctx, ctx.model

@@ -65,6 +65,35 @@ class SeededDirections:
         return list(self.iter_tensors(j))
 
 
+class OrthogonalDirections:
+    """`count` orthonormal directions (rows), uniform on the Stiefel manifold: the Q factor of a
+    seeded Gaussian block, with R's diagonal made positive so the distribution is exactly uniform,
+    scaled to `radius`. Each row is marginally uniform on the sphere of that radius. The block is
+    held in memory ([count, d]): unlike i.i.d. directions it cannot be regenerated per parameter."""
+
+    def __init__(self, dim: int, seed: int, count: int, radius: float, split_flat, device="cpu",
+                 dtype=torch.float32):
+        if count > dim:
+            raise ValueError(f"cannot draw {count} orthogonal directions in dimension {dim}")
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed)
+        block = torch.randn(dim, count, generator=gen, device=device, dtype=torch.float64)
+        q, r = torch.linalg.qr(block, mode="reduced")
+        q = q * torch.sign(r.diagonal()).where(r.diagonal() != 0, torch.ones_like(r.diagonal()))
+        self.flat = (q.T * radius).to(dtype).contiguous()
+        self.split_flat = split_flat
+
+    @property
+    def count(self) -> int:
+        return self.flat.shape[0]
+
+    def iter_tensors(self, j: int) -> Iterator[torch.Tensor]:
+        yield from self.split_flat(self.flat[j])
+
+    def tensors(self, j: int) -> list[torch.Tensor]:
+        return list(self.iter_tensors(j))
+
+
 class FlatDirections:
     """Explicit directions held as rows of a flat [count, d] tensor (PAZO-S candidates)."""
 

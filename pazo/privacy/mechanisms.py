@@ -1,10 +1,14 @@
-"""The Gaussian mechanism on clipped per-example scalars, as every zeroth-order method uses it.
+"""Noise on clipped per-example scalars, as every zeroth-order method uses it.
 
 Each query of a step is a vector of per-example scalars (a finite difference, or a loss). It is
-clipped to [-C, C] per example, summed, noised with N(0, (sqrt(queries) * S * sigma)^2) where S is
-the sensitivity of the sum (C under add/remove adjacency, 2C under replace-one), and divided by the
-*expected* batch size b (the realised size of a Poisson batch is itself private). With `queries`
-noisy sums of one batch, the step as a whole is one Gaussian mechanism with multiplier sigma.
+clipped to [-C, C] per example, summed, noised and divided by the *expected* batch size b (the
+realised size of a Poisson batch is itself private). S is the sensitivity of the sum (C under
+add/remove adjacency, 2C under replace-one).
+
+* Gaussian: N(0, (sqrt(queries) S sigma)^2) per query; the `queries` noisy sums of one batch are
+  together one Gaussian mechanism with multiplier sigma.
+* Laplace: Laplace(0, queries S sigma) per query; by basic composition the step is (1/sigma)-DP
+  on the batch (for Laplace noise the scale grows with the number of queries, not its root).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ class NoiseSpec:
     clip: float
     expected_batch_size: int
     adjacency: str = "add_remove"  # or "replace_one" (sensitivity 2C, the original DPZero code)
+    mechanism: str = "gaussian"    # or "laplace"
 
     @property
     def private(self) -> bool:
@@ -41,11 +46,18 @@ class ScalarPrivatizer:
         self.spec, self.queries, self.generator = spec, queries, generator
 
     @property
-    def noise_std(self) -> float:
-        """Std of the noise on each *sum* (before dividing by b)."""
+    def noise_scale(self) -> float:
+        """Gaussian std, or Laplace scale, of the noise on each *sum* (before dividing by b)."""
         if not self.spec.private:
             return 0.0
-        return math.sqrt(self.queries) * self.spec.sensitivity * self.spec.sigma
+        releases = self.queries if self.spec.mechanism == "laplace" else math.sqrt(self.queries)
+        return releases * self.spec.sensitivity * self.spec.sigma
+
+    def _noise(self, shape) -> torch.Tensor:
+        if self.spec.mechanism == "laplace":  # inverse CDF, so that our seeded generator drives it
+            u = torch.rand(shape, generator=self.generator, dtype=torch.float64) - 0.5
+            return -self.noise_scale * torch.sign(u) * torch.log1p(-2 * u.abs())
+        return self.noise_scale * torch.randn(shape, generator=self.generator, dtype=torch.float64)
 
     def clip(self, values: torch.Tensor) -> torch.Tensor:
         return values.clamp(-self.spec.clip, self.spec.clip)
@@ -55,6 +67,5 @@ class ScalarPrivatizer:
         if not self.spec.private:  # non-private: plain mean over the realised batch
             return values.mean(dim=1) if values.shape[1] else values.new_zeros(values.shape[0])
         sums = self.clip(values).sum(dim=1)
-        noise = torch.randn(sums.shape, generator=self.generator, device="cpu", dtype=torch.float64)
-        noisy = sums.double().cpu() + self.noise_std * noise
+        noisy = sums.double().cpu() + self._noise(sums.shape)
         return (noisy / self.spec.expected_batch_size).to(device=values.device, dtype=values.dtype)

@@ -5,8 +5,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from pazo.privacy.accountant import (BudgetError, GaussianAccountant, calibrate_sigma,
-                                     default_eps_error)
+from pazo.privacy.accountant import (BudgetError, GaussianAccountant, LaplaceAccountant,
+                                     calibrate_sigma, default_eps_error)
 
 
 @dataclass
@@ -16,6 +16,8 @@ class PrivacyPlan:
     steps: int
     queries: int = 1
     mechanisms: int = 1
+    noise: str = "gaussian"
+    guarantee: str = "none"  # (epsilon, delta)-DP | pure epsilon-DP | none
     target_epsilon: float | None = None
     delta: float | None = None
     sigma: float | None = None
@@ -32,12 +34,22 @@ class PrivacyPlan:
         return asdict(self)
 
 
-def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sampler_cls) -> PrivacyPlan:
+def make_accountant(plan: PrivacyPlan, eps_error: float | None = None):
+    """The accountant that matches the run's noise (same interface: `.epsilon(t).upper`)."""
+    if plan.noise == "laplace":
+        return LaplaceAccountant(plan.sigma, plan.sample_rate, plan.steps, plan.delta,
+                                 eps_error=eps_error or plan.eps_error)
+    return GaussianAccountant(plan.sigma, plan.sample_rate, plan.steps, plan.delta,
+                              eps_error=eps_error or plan.eps_error, mechanisms=plan.mechanisms)
+
+
+def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sampler_cls,
+              method_note: str | None = None) -> PrivacyPlan:
     """Calibrate (or check) sigma for the run; raise BudgetError before any training if the target
     cannot be met."""
     q = batch_size / n_private
     plan = PrivacyPlan(private=pcfg.epsilon is not None, sample_rate=q, steps=steps,
-                       queries=release.queries, mechanisms=release.mechanisms,
+                       queries=release.queries, mechanisms=release.mechanisms, noise=release.noise,
                        adjacency=pcfg.adjacency, sampling=pcfg.sampling,
                        sampling_matches_accountant=sampler_cls.matches_accountant,
                        noise_seed="os entropy (secure_noise)" if pcfg.secure_noise
@@ -47,13 +59,22 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
         return plan
     plan.target_epsilon = float(pcfg.epsilon)
     plan.delta = float(pcfg.delta) if pcfg.delta is not None else 1.0 / n_private
-    if not 0 < plan.delta < 1:
-        raise BudgetError(f"delta must be in (0, 1), got {plan.delta}")
+    if not (0 < plan.delta < 1 or (plan.delta == 0 and plan.noise == "laplace")):
+        raise BudgetError(f"delta must be in (0, 1) (0 only for pure DP with Laplace noise), got {plan.delta}")
     plan.eps_error = float(pcfg.eps_error or default_eps_error(plan.target_epsilon))
-    plan.accountant = "prv-accountant upper bound, Poisson-subsampled Gaussian, add/remove"
+    if plan.noise == "laplace" and plan.delta == 0:
+        plan.guarantee = "pure epsilon-DP"
+        plan.accountant = "closed form T log(1 + q (e^(1/sigma) - 1)) (Laplace, basic composition)"
+    elif plan.noise == "laplace":
+        plan.guarantee = "(epsilon, delta)-DP"
+        plan.accountant = ("prv-accountant upper bound, composition of Poisson-amplified pure-DP steps "
+                           "(Laplace), add/remove")
+    else:
+        plan.guarantee = "(epsilon, delta)-DP"
+        plan.accountant = "prv-accountant upper bound, Poisson-subsampled Gaussian, add/remove"
     if pcfg.sigma is None:
         plan.sigma = calibrate_sigma(plan.target_epsilon, plan.delta, q, steps, plan.eps_error,
-                                     release.mechanisms, cache_dir=pcfg.cache_dir)
+                                     release.mechanisms, cache_dir=pcfg.cache_dir, mechanism=plan.noise)
         plan.sigma_source = "calibrated"
     else:
         plan.sigma, plan.sigma_source = float(pcfg.sigma), "given"
@@ -69,14 +90,14 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
         plan.notes.append("replace_one: noise is calibrated for sensitivity 2C (the original DPZero "
                           "convention); epsilon is the add/remove account of multiplier sigma, not a "
                           "separate replace-one account")
+    if method_note:
+        plan.notes.append(method_note)
     return plan
 
 
 def epsilon_spent(plan: PrivacyPlan, steps_done: int, eps_error: float | None = None) -> float:
     """Upper bound on epsilon after `steps_done` steps (the guarantee)."""
-    acc = GaussianAccountant(plan.sigma, plan.sample_rate, plan.steps, plan.delta,
-                             eps_error=eps_error or plan.eps_error, mechanisms=plan.mechanisms)
-    return acc.epsilon(steps_done).upper
+    return make_accountant(plan, eps_error).epsilon(steps_done).upper
 
 
 class EpsilonTracker:
@@ -90,8 +111,7 @@ class EpsilonTracker:
         if points > 0:
             grid = np.linspace(0, plan.steps, points + 1)[1:].round().astype(int)
             self.checkpoints = {int(t) for t in grid}
-        self._acc = GaussianAccountant(plan.sigma, plan.sample_rate, plan.steps, plan.delta,
-                                       eps_error=plan.eps_error, mechanisms=plan.mechanisms)
+        self._acc = make_accountant(plan)
 
     def update(self, step: int) -> float | None:
         if step in self.checkpoints:
@@ -101,3 +121,7 @@ class EpsilonTracker:
     def final(self, steps_done: int) -> float:
         """The guarantee after `steps_done` steps (upper bound)."""
         return self._acc.epsilon(steps_done).upper
+
+    def pure_epsilon(self, steps_done: int) -> float | None:
+        """Laplace runs: the pure epsilon-DP bound, which holds beside any (epsilon, delta) one."""
+        return self._acc.pure_epsilon(steps_done) if isinstance(self._acc, LaplaceAccountant) else None
