@@ -1,0 +1,1 @@
+"""Synthetic problems with known structure, for experiments about the methods themselves."""
