@@ -88,47 +88,57 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     eval_every = (max(1, round(steps_per_epoch / cfg.train.evals_per_epoch))
                   if cfg.train.evals_per_epoch else total_steps)
     step_times, window, stat_sums = [], defaultdict(list), defaultdict(float)
-    best_acc, last_eval, failure = -1.0, None, None
+    best_acc, last_eval, failure, last_row = -1.0, None, None, 0
     module.train()
     bar = tqdm(range(1, total_steps + 1), desc=f"{cfg.method.name}", dynamic_ncols=True, disable=None)
     steps_done = 0
-    for step in bar:
-        _sync(device)
-        t0 = time.perf_counter()
-        x, y = data.private.batch(sampler.sample(), device)
-        stats = method.step(x, y, step)
-        _sync(device)
-        step_times.append(time.perf_counter() - t0)
-        steps_done = step
-        for key, value in stats.items():
-            if value is not None and not (isinstance(value, float) and math.isnan(value)):
-                window[key].append(value)
-                stat_sums[key] += value
-        loss = stats.get("loss", float("nan"))
-        if math.isinf(loss) or (math.isnan(loss) and len(x) > 0) or (
-                step % cfg.train.log_every == 0 and not model.all_finite()):
-            failure = f"diverged at step {step}: loss={loss}"
-        epsilon = tracker.update(step)
-        row = None
-        if step % cfg.train.log_every == 0 or step % eval_every == 0 or step == total_steps or failure:
-            row = {"step": step, "epoch": step / steps_per_epoch, "s_per_iter": statistics.fmean(
-                step_times[-max(len(window.get('loss', [])), 1):]),
-                   "sigma": plan.sigma, "epsilon": epsilon, "batch_size_realised": len(x)}
-            row.update({("train_loss" if k == "loss" else k): statistics.fmean(v)
-                        for k, v in window.items() if v})
-            window.clear()
-        if not failure and (step % eval_every == 0 or step == total_steps):
-            last_eval = model.evaluate(data.test, cfg.train.eval_batch_size)
-            best_acc = max(best_acc, last_eval["accuracy"])
-            row.update(test_accuracy=last_eval["accuracy"], test_loss=last_eval["loss"])
-            bar.set_postfix(loss=f"{row.get('train_loss', float('nan')):.3f}",
-                            acc=f"{last_eval['accuracy']:.3f}",
-                            eps="-" if epsilon is None else f"{epsilon:.3f}")
-        if row is not None:
-            logger.log(row)
-        if failure:
-            break
-    bar.close()
+    try:
+        for step in bar:
+            _sync(device)
+            t0 = time.perf_counter()
+            x, y = data.private.batch(sampler.sample(), device)
+            stats = method.step(x, y, step)
+            _sync(device)
+            step_times.append(time.perf_counter() - t0)
+            steps_done = step
+            for key, value in stats.items():
+                if value is not None and not (isinstance(value, float) and math.isnan(value)):
+                    window[key].append(value)
+                    stat_sums[key] += value
+            loss = stats.get("loss", float("nan"))
+            if math.isinf(loss) or (math.isnan(loss) and len(x) > 0) or (
+                    step % cfg.train.log_every == 0 and not model.all_finite()):
+                failure = f"diverged at step {step}: loss={loss}"
+            epsilon = tracker.update(step)
+            row = None
+            if step % cfg.train.log_every == 0 or step % eval_every == 0 or step == total_steps or failure:
+                row = {"step": step, "epoch": step / steps_per_epoch,
+                       "s_per_iter": statistics.fmean(step_times[last_row:]), "sigma": plan.sigma,
+                       "epsilon": epsilon}
+                row.update({("train_loss" if k == "loss" else k): statistics.fmean(v)
+                            for k, v in window.items() if v})
+                window.clear()
+                last_row = len(step_times)
+            if not failure and (step % eval_every == 0 or step == total_steps):
+                last_eval = model.evaluate(data.test, cfg.train.eval_batch_size)
+                best_acc = max(best_acc, last_eval["accuracy"])
+                row.update(test_accuracy=last_eval["accuracy"], test_loss=last_eval["loss"])
+                bar.set_postfix(loss=f"{row.get('train_loss', float('nan')):.3f}",
+                                acc=f"{last_eval['accuracy']:.3f}",
+                                eps="-" if epsilon is None else f"{epsilon:.3f}")
+            if row is not None:
+                logger.log(row)
+            if failure:
+                break
+    except BaseException as err:  # a crash or Ctrl-C: keep what was written, mark the run, re-raise
+        failure = f"{'interrupted' if isinstance(err, KeyboardInterrupt) else 'crashed'} at step " \
+                  f"{steps_done + 1}: {type(err).__name__}: {err}"
+        summary.update(status="failed", failure=failure, steps_done=steps_done)
+        logger.write_summary(summary)
+        logger.close(failed=True)
+        raise
+    finally:
+        bar.close()
 
     summary.update(_outcome(plan, tracker, steps_done, total_steps, step_times, last_eval, best_acc,
                             stat_sums, failure))

@@ -192,3 +192,21 @@ def test_wandb_offline_history_and_summary_read_back(hydra_cfg, tmp_path, monkey
     assert final["status"] == "finished"
     assert final["final_test_accuracy"] == pytest.approx(summary["final_test_accuracy"])
     assert exit_code == 0
+
+
+def test_a_crash_is_recorded_before_it_propagates(hydra_cfg, tmp_path, monkeypatch):
+    from pazo.methods.zeroth_order import DPZero
+
+    original = DPZero.step
+
+    def step(self, x, y, t):
+        if t == 3:
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return original(self, x, y, t)
+
+    monkeypatch.setattr(DPZero, "step", step)
+    with pytest.raises(RuntimeError, match="simulated"):
+        run(hydra_cfg("method=dpzero", "train.log_every=1"), tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and "crashed at step 3" in summary["failure"]
+    assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [1, 2]
