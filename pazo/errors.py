@@ -3,3 +3,8 @@
 
 class ConfigError(ValueError):
     pass
+
+
+class DataMissingError(FileNotFoundError):
+    """A data set or weights file is not where we looked: the message says what, where and how to
+    get it."""

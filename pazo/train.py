@@ -29,8 +29,9 @@ from pazo.privacy.sampling import SAMPLERS
 from pazo.registry import UnknownNameError
 from pazo.rng import RandomStreams
 from pazo.validate import ConfigError, validate_against_data, validate_config
+from pazo.warm_start import warm_start
 
-USER_ERRORS = (ConfigError, BudgetError, UnknownNameError, FileNotFoundError)
+USER_ERRORS = (ConfigError, BudgetError, UnknownNameError, FileNotFoundError)  # DataMissingError too
 
 
 def resolve_device(name: str) -> torch.device:
@@ -52,7 +53,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     validate_config(cfg)
     device = resolve_device(cfg.device)
     streams = RandomStreams(cfg.seed, secure_noise=cfg.privacy.secure_noise)
-    data = build_dataset(cfg.dataset, streams.numpy["split"])
+    data = build_dataset(cfg.dataset, streams)
     validate_against_data(cfg, len(data.private), len(data.public))
 
     torch.manual_seed(streams.seeds["init"])
@@ -61,6 +62,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     if private:
         check_no_batchnorm(module, cfg.model.name)
     model = FunctionalModel(module)
+    warm = warm_start(model, data.public, cfg, streams, device)
 
     n, b = len(data.private), cfg.train.batch_size
     steps_per_epoch = n / b
@@ -81,7 +83,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     logger = RunLogger(run_dir, cfg, cfg.logger)
     summary = {"status": "running", "method": cfg.method.name, "dataset": cfg.dataset.name,
                "model": cfg.model.name, "device": str(device), "dim": model.dim,
-               "run_dir": str(run_dir), "privacy": plan.as_dict(), "data": data.describe()}
+               "run_dir": str(run_dir), "privacy": plan.as_dict(), "data": data.describe(),
+               "warm_start": warm}
     logger.write_summary(summary)
     _print_header(summary, plan)
 

@@ -74,6 +74,20 @@ def validate_config(cfg) -> None:
     if "coef_distribution" in m:
         _choice(m.coef_distribution, ("gaussian", "sphere"), "method.coef_distribution")
 
+    w = cfg.warm_start
+    if not (isinstance(w.epochs, int) and w.epochs >= 0):
+        raise ConfigError(f"warm_start.epochs must be an integer >= 0, got {w.epochs!r}")
+    if w.epochs:
+        _positive(w.lr, "warm_start.lr")
+        _positive(w.batch_size, "warm_start.batch_size", integer=True)
+    d = cfg.dataset
+    if "public_fraction" in d and not (isinstance(d.public_fraction, float) and 0 < d.public_fraction < 1):
+        raise ConfigError(f"dataset.public_fraction must be in (0, 1), got {d.public_fraction!r}")
+    if "public_imbalance" in d and not (isinstance(d.public_imbalance, (int, float)) and 0 <= d.public_imbalance < 1):
+        raise ConfigError(f"dataset.public_imbalance must be in [0, 1), got {d.public_imbalance!r}")
+    if "image_size" in d:
+        _positive(d.image_size, "dataset.image_size", integer=True)
+
     _choice(p.adjacency, ("add_remove", "replace_one"), "privacy.adjacency")
     _choice(p.sampling, SAMPLERS, "privacy.sampling")
     if p.epsilon is not None:

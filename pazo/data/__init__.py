@@ -1,7 +1,9 @@
-"""Data sets by name. Each builder takes its config node and the run's split RNG."""
+"""Data sets by name. Each builder takes its config node and the run's random streams (splits
+draw from the `split` stream, public augmentation from a substream of `public`)."""
 from __future__ import annotations
 
 from pazo.data.base import DataBundle, TensorSplit
+from pazo.data.cifar10 import load_cifar10_bundle
 from pazo.data.digits import load_digits_bundle
 from pazo.registry import Registry
 
@@ -9,14 +11,19 @@ DATASETS: Registry = Registry("dataset")
 
 
 @DATASETS.register("digits")
-def _digits(cfg, rng) -> DataBundle:
-    return load_digits_bundle(rng, test_fraction=cfg.test_fraction,
+def _digits(cfg, streams) -> DataBundle:
+    return load_digits_bundle(streams.numpy["split"], test_fraction=cfg.test_fraction,
                               public_fraction=cfg.public_fraction,
                               public_imbalance=cfg.public_imbalance)
 
 
-def build_dataset(cfg, rng) -> DataBundle:
-    return DATASETS.get(cfg.name)(cfg, rng)
+@DATASETS.register("cifar10")
+def _cifar10(cfg, streams) -> DataBundle:
+    return load_cifar10_bundle(cfg, streams.numpy["split"], streams.torch_generator("public", substream=2))
+
+
+def build_dataset(cfg, streams) -> DataBundle:
+    return DATASETS.get(cfg.name)(cfg, streams)
 
 
 __all__ = ["DATASETS", "DataBundle", "TensorSplit", "build_dataset"]

@@ -8,19 +8,25 @@ import torch
 
 
 class TensorSplit:
-    """An in-memory split: inputs and integer labels, fetched by index arrays."""
+    """An in-memory split: inputs and integer labels, fetched by index arrays.
 
-    def __init__(self, inputs: torch.Tensor, labels: torch.Tensor):
+    `transform(x, device)` turns a stored batch into model inputs on `device` (e.g. uint8 images
+    -> floats, resized, augmented for public data); by default the stored tensors are used as is.
+    """
+
+    def __init__(self, inputs: torch.Tensor, labels: torch.Tensor, transform=None):
         if len(inputs) != len(labels):
             raise ValueError(f"{len(inputs)} inputs but {len(labels)} labels")
-        self.inputs, self.labels = inputs, labels.long()
+        self.inputs, self.labels, self.transform = inputs, labels.long(), transform
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def batch(self, indices: np.ndarray | torch.Tensor, device: torch.device | str = "cpu"):
         idx = torch.as_tensor(np.asarray(indices), dtype=torch.long)
-        return self.inputs[idx].to(device), self.labels[idx].to(device)
+        x = self.inputs[idx]
+        x = self.transform(x, device) if self.transform is not None else x.to(device)
+        return x, self.labels[idx].to(device)
 
     def class_histogram(self, num_classes: int) -> list[int]:
         return torch.bincount(self.labels, minlength=num_classes).tolist()

@@ -5,6 +5,7 @@ from torch import nn
 
 from pazo.errors import ConfigError
 from pazo.models.functional import FunctionalModel
+from pazo.models.nf_resnet import NFResNet18
 from pazo.models.small_cnn import SmallCNN
 from pazo.registry import Registry
 
@@ -17,6 +18,13 @@ _BATCHNORM = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 def _small_cnn(cfg, input_shape, num_classes) -> nn.Module:
     return SmallCNN(in_channels=input_shape[0], num_classes=num_classes,
                     image_size=input_shape[-1], width=cfg.width, dropout=cfg.dropout)
+
+
+@MODELS.register("nf_resnet18")
+def _nf_resnet18(cfg, input_shape, num_classes) -> nn.Module:
+    stem = cfg.stem if cfg.stem != "auto" else ("cifar" if input_shape[-1] <= 64 else "imagenet")
+    return NFResNet18(num_classes, in_channels=input_shape[0], width=cfg.width, stem=stem,
+                      alpha=cfg.alpha, beta=cfg.beta)
 
 
 def check_no_batchnorm(module: nn.Module, model_name: str) -> None:

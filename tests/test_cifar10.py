@@ -1,0 +1,146 @@
+"""CIFAR-10 setting: the loader on a fixture in the official format, augmentation, NF-ResNet18
+under vmap and both engines, warm start, and a tiny run through Hydra."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from fixtures import write_cifar10
+from pazo.data.cifar10 import load_cifar10_bundle, read_cifar10
+from pazo.data.images import ImageTransform
+from pazo.errors import DataMissingError
+from pazo.methods.directions import SeededDirections
+from pazo.methods.engines import InPlaceEngine, VectorisedEngine
+from pazo.methods.per_example import per_example_grads
+from pazo.models import FunctionalModel
+from pazo.models.nf_resnet import NFResNet18
+from pazo.train import run
+
+
+@pytest.fixture(scope="module")
+def cifar_root(tmp_path_factory):
+    return write_cifar10(tmp_path_factory.mktemp("cifar"))
+
+
+def cfg(root, **kw):
+    base = {"root": str(root), "download": False, "public_fraction": 0.1, "public_imbalance": 0.0,
+            "image_size": 32, "augment_public": True}
+    return OmegaConf.create({**base, **kw})
+
+
+def test_reads_the_official_format(cifar_root):
+    x, y, xt, yt = read_cifar10(cifar_root)
+    assert x.shape == (200, 3, 32, 32) and x.dtype == torch.uint8 and xt.shape == (50, 3, 32, 32)
+    assert y.tolist()[:3] == [0, 1, 2]
+    assert int(x[3, 0, 0, 0]) == 3 * 25  # row-major channel-first decoding: pixel (0, 0) of red
+
+
+def test_missing_data_says_what_where_and_how(tmp_path):
+    with pytest.raises(DataMissingError) as err:
+        read_cifar10(tmp_path / "nowhere")
+    msg = str(err.value)
+    assert "data_batch_1" in msg and str(tmp_path / "nowhere") in msg and "dataset.download=true" in msg
+
+
+def test_bundle_splits_sizes_seeding_and_imbalance(cifar_root):
+    a = load_cifar10_bundle(cfg(cifar_root), np.random.default_rng(0), torch.Generator().manual_seed(0))
+    b = load_cifar10_bundle(cfg(cifar_root), np.random.default_rng(0), torch.Generator().manual_seed(0))
+    assert len(a.public) == 20 and len(a.private) == 180 and len(a.test) == 50
+    assert torch.equal(a.public.inputs, b.public.inputs)
+    # disjoint: no private image equals a public one (the fixture's images are all distinct)
+    pub = {bytes(v.numpy()) for v in a.public.inputs}
+    assert not any(bytes(v.numpy()) in pub for v in a.private.inputs)
+    skewed = load_cifar10_bundle(cfg(cifar_root, public_fraction=0.5, public_imbalance=0.8),
+                                 np.random.default_rng(0), torch.Generator().manual_seed(0))
+    hist = skewed.describe()["public_class_histogram"]
+    assert sum(hist) == 100 and min(hist) / max(hist) == pytest.approx(0.2, abs=0.1)
+
+
+def test_transforms_resize_and_augment_only_public(cifar_root):
+    data = load_cifar10_bundle(cfg(cifar_root, image_size=64), np.random.default_rng(0),
+                               torch.Generator().manual_seed(0))
+    x, _ = data.private.batch(np.arange(4))
+    assert x.shape == (4, 3, 64, 64) and x.dtype == torch.float32 and 0 <= x.min() and x.max() <= 1
+    raw = data.public.inputs[:16].float() / 255
+    aug = ImageTransform(32, augment=True, generator=torch.Generator().manual_seed(1))(data.public.inputs[:16], "cpu")
+    again = ImageTransform(32, augment=True, generator=torch.Generator().manual_seed(1))(data.public.inputs[:16], "cpu")
+    assert torch.equal(aug, again) and not torch.allclose(aug, raw)
+    plain = ImageTransform(32)(data.public.inputs[:16], "cpu")
+    assert torch.allclose(plain, raw)
+
+
+def small_nf():
+    torch.manual_seed(0)
+    return FunctionalModel(NFResNet18(10, width=4))
+
+
+def test_nf_resnet18_shapes_and_no_batchnorm():
+    model = small_nf()
+    out = model.module(torch.rand(2, 3, 32, 32))
+    assert out.shape == (2, 10)
+    assert not any("BatchNorm" in type(m).__name__ for m in model.module.modules())
+    big = NFResNet18(10, stem="imagenet")
+    assert big(torch.rand(1, 3, 64, 64)).shape == (1, 10)
+    assert 11_000_000 < sum(p.numel() for p in big.parameters()) < 11_300_000  # ResNet-18 size
+
+
+def test_nf_resnet18_under_vmap_and_both_engines():
+    model = small_nf()
+    x, y = torch.rand(3, 3, 32, 32), torch.tensor([1, 2, 3])
+    dirs = SeededDirections(model.shapes, [1, 2])
+    points = [(0, 1e-2), (0, -1e-2), (1, 1e-2), (1, -1e-2)]
+    vec = VectorisedEngine().losses(model, x, y, dirs, points)
+    inp = InPlaceEngine().losses(model, x, y, dirs, points)
+    assert torch.allclose(vec, inp, atol=1e-5)
+    grads = per_example_grads(model, x, y, chunk=2)
+    for i in range(3):
+        assert torch.allclose(grads[i], model.mean_loss_grad(x[i:i + 1], y[i:i + 1]), atol=1e-5)
+
+
+def test_tiny_cifar_run_with_cached_warm_start(cifar_root, hydra_cfg, tmp_path):
+    overrides = ["dataset=cifar10", f"dataset.root={cifar_root}", "dataset.public_fraction=0.1",
+                 "model=nf_resnet18", "model.width=4", "train.batch_size=16", "method=pazo_m",
+                 "method.public_batch_size=8", "warm_start.epochs=1", "warm_start.batch_size=8"]
+    first = run(hydra_cfg(*overrides), tmp_path / "a")
+    assert first["status"] == "finished" and first["warm_start"]["cached"] is False
+    second = run(hydra_cfg(*overrides), tmp_path / "b")
+    assert second["warm_start"]["cached"] is True
+    assert json.loads((tmp_path / "b/summary.json").read_text())["data"]["n_public"] == 20
+    other = run(hydra_cfg(*overrides, "warm_start.lr=0.01"), tmp_path / "c")
+    assert other["warm_start"]["cached"] is False  # a different warm start is not served from the cache
+
+
+def test_cli_missing_data_is_one_clear_message(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = subprocess.run([sys.executable, "-m", "pazo.train", "dataset=cifar10", "model=nf_resnet18",
+                          f"dataset.root={tmp_path}/none", "logger.mode=disabled", f"hydra.run.dir={tmp_path}/run"],
+                         cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                         env={**os.environ, "PAZO_CACHE_DIR": str(tmp_path / "c")}, timeout=300)
+    assert out.returncode == 2
+    assert "pazo: error: CIFAR-10 is missing" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_experiment_config_composes_with_per_method_defaults(hydra_cfg):
+    from pazo.methods import METHODS
+
+    for name in METHODS.names():
+        c = hydra_cfg("experiment=cifar10", f"method={name}")
+        assert c.dataset.name == "cifar10" and c.model.name == "nf_resnet18"
+        assert c.dataset.public_fraction == 0.04 and c.train.batch_size == 64
+        assert c.train.epochs == (200 if name == "dpzero" else 100)
+    assert hydra_cfg("experiment=cifar10", "method=pazo_p").method.k == 6  # from tuning
+    assert hydra_cfg("experiment=cifar10", "method=pazo_p", "method.k=3").method.k == 3  # CLI wins
+    assert hydra_cfg("method=pazo_p").method.k == 3  # the digits default is untouched
+
+
+def test_tiny_run_of_the_cifar10_experiment(cifar_root, hydra_cfg, tmp_path):
+    s = run(hydra_cfg("experiment=cifar10", "method=pazo_s", f"dataset.root={cifar_root}",
+                      "dataset.public_fraction=0.2", "model.width=4", "train.batch_size=16",
+                      "warm_start.epochs=0", "method.public_batch_size=8"), tmp_path)
+    assert s["status"] == "finished" and s["privacy"]["within_budget"]
