@@ -46,7 +46,7 @@ def validate_config(cfg) -> None:
     if "alpha" in m and not (isinstance(m.alpha, (int, float)) and 0 <= m.alpha <= 1):
         raise ConfigError(f"method.alpha must be in [0, 1], got {m.alpha!r}")
     for key in ("grad_memory_mb", "clip0"):
-        if key in m:
+        if m.get(key) is not None:
             _positive(m[key], f"method.{key}")
     if "num_bases" in m and not (isinstance(m.num_bases, int) and m.num_bases >= 0):
         raise ConfigError(f"method.num_bases must be an integer >= 0, got {m.num_bases!r}")

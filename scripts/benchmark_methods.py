@@ -37,10 +37,15 @@ from pazo.models import FunctionalModel, build_model  # noqa: E402
 from pazo.privacy.mechanisms import NoiseSpec  # noqa: E402
 from pazo.rng import RandomStreams  # noqa: E402
 
-SETTINGS = {  # input shape, classes, model overrides, expected batch size
+SETTINGS = {  # input shape, classes, config overrides, expected batch size
     "digits": ((1, 8, 8), 10, ["model=small_cnn"], 64),
     "cifar_shape": ((3, 32, 32), 10, ["model=small_cnn", "model.width=32"], 256),
+    # the paper's CIFAR-10 setting (experiment=cifar10: NF-ResNet18, per-method defaults), at the
+    # native 32 px and at the authors' 224 px
+    "cifar10_nf32": ((3, 32, 32), 10, ["experiment=cifar10"], 64),
+    "cifar10_nf224": ((3, 224, 224), 10, ["experiment=cifar10"], 64),
 }
+DEFAULT_SETTINGS = "digits,cifar_shape"
 METHODS = ["sgd", "dpsgd", "dpmd", "dope_sgd", "gep", "mezo", "dpzero", "pazo_m", "pazo_p", "pazo_s"]
 
 
@@ -73,9 +78,9 @@ def compose_cfg(overrides):
         return compose(config_name="config", overrides=overrides)
 
 
-def ours(name, setting, device, warmup, iters):
+def ours(name, setting, device, warmup, iters, extra=()):
     shape, classes, model_overrides, b = SETTINGS[setting]
-    cfg = compose_cfg([f"method={name}", *model_overrides])
+    cfg = compose_cfg([f"method={name}", *model_overrides, *extra])
     torch.manual_seed(0)
     module = build_model(cfg.model, shape, classes).to(device)
     model = FunctionalModel(module)
@@ -119,11 +124,13 @@ def opacus_dpsgd(mode, setting, device, warmup, iters):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument("--settings", default=DEFAULT_SETTINGS, help=f"from {', '.join(SETTINGS)}")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--override", action="append", default=[],
+                        help="extra config override for our methods, e.g. method.grad_memory_mb=8192")
     args = parser.parse_args()
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     try:
@@ -134,15 +141,20 @@ def main():
         print("opacus is not installed (pip install -r requirements-bench.txt): skipping it")
     rows = []
     for setting in args.settings.split(","):
-        for name in args.methods.split(","):
-            row, dim = ours(name, setting, device, args.warmup, args.iters)
-            rows.append({"setting": setting, "method": name, "impl": "pazo", "dim": dim,
-                         "batch_size": SETTINGS[setting][3], **row})
-            print(json.dumps(rows[-1]))
-        for mode in opacus_modes:
-            row = opacus_dpsgd(mode, setting, device, args.warmup, args.iters)
-            rows.append({"setting": setting, "method": "dpsgd", "impl": f"opacus-{mode}",
-                         "batch_size": SETTINGS[setting][3], **row})
+        jobs = [(name, "pazo", lambda name=name: ours(name, setting, device, args.warmup, args.iters, args.override))
+                for name in args.methods.split(",")]
+        jobs += [("dpsgd", f"opacus-{mode}", lambda mode=mode: (opacus_dpsgd(
+            mode, setting, device, args.warmup, args.iters), None)) for mode in opacus_modes]
+        for name, impl, job in jobs:
+            base = {"setting": setting, "method": name, "impl": impl, "batch_size": SETTINGS[setting][3]}
+            try:
+                row, dim = job()
+                rows.append({**base, **({"dim": dim} if dim else {}), **row})
+            except Exception as err:  # e.g. Opacus without a grad sampler for a layer: record why
+                rows.append({**base, "error": f"{type(err).__name__}: {str(err)[:300]}"})
+            finally:
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
             print(json.dumps(rows[-1]))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}"
     out = Path(args.out or ROOT / "scripts" / "results" / f"methods_{device.type}.json")
@@ -153,6 +165,9 @@ def main():
     print(f"wrote {out}")
     print("\n| setting | method | impl | median s/iter | p25-p75 |" + (" peak MB |" if device.type == "cuda" else ""))
     for r in rows:
+        if "error" in r:
+            print(f"| {r['setting']} | {r['method']} | {r['impl']} | failed: {r['error'][:80]} |")
+            continue
         mem = f" {r['peak_mem_mb']:.0f} |" if "peak_mem_mb" in r else ""
         print(f"| {r['setting']} | {r['method']} | {r['impl']} | {r['median_s']:.5f} | "
               f"{r['p25_s']:.5f}-{r['p75_s']:.5f} |{mem}")

@@ -141,12 +141,23 @@ def sample_coefficients(count: int, k: int, distribution: str, generator: torch.
 
 
 def orthonormal_basis(grads: torch.Tensor, rel_tol: float = 1e-5) -> torch.Tensor:
-    """Orthonormal rows spanning the rows of grads [k, d] via QR; directions whose R diagonal is
-    negligible (linearly dependent or zero gradients) are dropped, so the result is [rank, d]."""
-    q, r = torch.linalg.qr(grads.double().T, mode="reduced")
-    diag = r.diagonal().abs()
-    keep = diag > rel_tol * diag.max().clamp_min(torch.finfo(torch.float64).tiny)
-    return q.T[keep].to(grads.dtype).contiguous()
+    """Orthonormal rows spanning the rows of grads [k, d], for k << d: Gram-Schmidt with
+    re-orthogonalisation in float64, i.e. the Q of a QR with positive diagonal, but without
+    cuSOLVER's slow QR of a tall d x k matrix. Rows whose remainder is negligible next to their
+    own norm (linearly dependent or zero gradients) are dropped, so the result is [rank, d]."""
+    rows = grads.double()
+    basis: list[torch.Tensor] = []
+    for g in rows:
+        v = g.clone()
+        for _ in range(2):  # twice is enough (Giraud et al. 2005)
+            for b in basis:
+                v -= (b @ v) * b
+        norm, scale = v.norm(), g.norm()
+        if scale > 0 and norm > rel_tol * scale:
+            basis.append(v / norm)
+    if not basis:
+        return grads.new_zeros((0, grads.shape[1]))
+    return torch.stack(basis).to(grads.dtype).contiguous()
 
 
 def normalized_rows(grads: torch.Tensor) -> torch.Tensor:

@@ -12,15 +12,16 @@ import torch
 
 from pazo.methods.base import Method, Release
 from pazo.methods.engines import apply_flat_update
-from pazo.methods.per_example import (chunk_size_for, clip_rows, clipped_sum, flatten_rows,
+from pazo.methods.per_example import (auto_memory_mb, chunk_size_for, clip_rows, clipped_sum, flatten_rows,
                                       iter_per_example_grads, per_example_grads)
 
 
 class FirstOrderMethod(Method):
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
+        budget = cfg.get("grad_memory_mb") or auto_memory_mb(ctx.device)
         self.chunk = int(cfg.get("per_example_chunk") or chunk_size_for(
-            self.model, cfg.grad_memory_mb, ctx.noise.expected_batch_size))
+            self.model, budget, ctx.noise.expected_batch_size))
         self.noise_gen = ctx.streams.torch_generator("noise", device=ctx.device)
 
     @classmethod

@@ -15,6 +15,15 @@ from torch.func import grad_and_value, vmap
 from pazo.models.functional import FunctionalModel
 
 
+def auto_memory_mb(device: torch.device) -> float:
+    """Default budget for one chunk of per-example gradients: a quarter of the free GPU memory on
+    CUDA (so the whole batch is usually one vmap call), 2 GiB on CPU."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free / 2**20 / 4
+    return 2048.0
+
+
 def chunk_size_for(model: FunctionalModel, memory_mb: float, batch_size: int | None = None,
                    overhead: float = 3.0) -> int:
     """Examples per chunk so that chunk x d gradients (plus `overhead` copies for vmap's
