@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 
 from conftest import quadratic_model, true_grad
 from pazo.methods import method_class
-from pazo.methods.directions import OrthogonalDirections
+from pazo.methods.directions import orthogonal_directions
 from pazo.models import FunctionalModel
 from pazo.models.small_cnn import SmallCNN
 from pazo.privacy.accountant import (LaplaceAccountant, calibrate_sigma, laplace_pure_epsilon,
@@ -91,14 +91,14 @@ def test_dp_zo_gaussian_is_dpzero_with_clip_over_2_lambda(make_ctx):
 
 def test_orthogonal_directions_are_orthonormal_and_unbiased():
     model = quadratic_model(d=6)
-    dirs = OrthogonalDirections(6, seed=3, count=4, radius=1.0, split_flat=model.split_flat,
+    dirs = orthogonal_directions(6, seed=3, count=4, radius=1.0, split_flat=model.split_flat,
                                 dtype=torch.float64)
     assert torch.allclose(dirs.flat @ dirs.flat.T, torch.eye(4, dtype=torch.float64), atol=1e-12)
     with pytest.raises(ValueError):
-        OrthogonalDirections(6, seed=3, count=7, radius=1.0, split_flat=model.split_flat)
+        orthogonal_directions(6, seed=3, count=7, radius=1.0, split_flat=model.split_flat)
     x = torch.randn(8, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     g = true_grad(model, x)
-    blocks = [OrthogonalDirections(6, seed=s, count=3, radius=math.sqrt(6), split_flat=model.split_flat,
+    blocks = [orthogonal_directions(6, seed=s, count=3, radius=math.sqrt(6), split_flat=model.split_flat,
                                    dtype=torch.float64) for s in range(4000)]
     est = torch.cat([finite_difference_estimates(model, x, b) for b in blocks]).mean(dim=0)
     assert torch.norm(est - g) < 5 * math.sqrt(3 * 6 / 12000) * torch.norm(g)

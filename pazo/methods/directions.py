@@ -26,7 +26,19 @@ def resolve_radius(radius, dim: int) -> float:
     return value
 
 
-class SeededDirections:
+class Directions:
+    """A set of `count` directions; `iter_tensors(j)` yields direction j one parameter at a time."""
+
+    count: int
+
+    def iter_tensors(self, j: int) -> Iterator[torch.Tensor]:
+        raise NotImplementedError
+
+    def tensors(self, j: int) -> list[torch.Tensor]:
+        return list(self.iter_tensors(j))
+
+
+class SeededDirections(Directions):
     """Gaussian N(0, I_d) directions, or uniform on the sphere of a given radius, from seeds."""
 
     def __init__(self, shapes: Sequence[torch.Size], seeds: Sequence[int], distribution: str = "gaussian",
@@ -61,40 +73,9 @@ class SeededDirections:
         for z in self._raw(j):
             yield z.mul_(factor) if factor != 1.0 else z
 
-    def tensors(self, j: int) -> list[torch.Tensor]:
-        return list(self.iter_tensors(j))
 
 
-class OrthogonalDirections:
-    """`count` orthonormal directions (rows), uniform on the Stiefel manifold: the Q factor of a
-    seeded Gaussian block, with R's diagonal made positive so the distribution is exactly uniform,
-    scaled to `radius`. Each row is marginally uniform on the sphere of that radius. The block is
-    held in memory ([count, d]): unlike i.i.d. directions it cannot be regenerated per parameter."""
-
-    def __init__(self, dim: int, seed: int, count: int, radius: float, split_flat, device="cpu",
-                 dtype=torch.float32):
-        if count > dim:
-            raise ValueError(f"cannot draw {count} orthogonal directions in dimension {dim}")
-        gen = torch.Generator(device=device)
-        gen.manual_seed(seed)
-        block = torch.randn(dim, count, generator=gen, device=device, dtype=torch.float64)
-        q, r = torch.linalg.qr(block, mode="reduced")
-        q = q * torch.sign(r.diagonal()).where(r.diagonal() != 0, torch.ones_like(r.diagonal()))
-        self.flat = (q.T * radius).to(dtype).contiguous()
-        self.split_flat = split_flat
-
-    @property
-    def count(self) -> int:
-        return self.flat.shape[0]
-
-    def iter_tensors(self, j: int) -> Iterator[torch.Tensor]:
-        yield from self.split_flat(self.flat[j])
-
-    def tensors(self, j: int) -> list[torch.Tensor]:
-        return list(self.iter_tensors(j))
-
-
-class FlatDirections:
+class FlatDirections(Directions):
     """Explicit directions held as rows of a flat [count, d] tensor (PAZO-S candidates)."""
 
     def __init__(self, flat: torch.Tensor, split_flat):
@@ -107,11 +88,23 @@ class FlatDirections:
     def iter_tensors(self, j: int) -> Iterator[torch.Tensor]:
         yield from self.split_flat(self.flat[j])
 
-    def tensors(self, j: int) -> list[torch.Tensor]:
-        return list(self.iter_tensors(j))
 
 
-class SubspaceDirections:
+def orthogonal_directions(dim: int, seed: int, count: int, radius: float, split_flat, device="cpu",
+                          dtype=torch.float32) -> FlatDirections:
+    """`count` orthonormal directions, uniform on the Stiefel manifold: Gram-Schmidt (a QR with
+    positive diagonal) of a seeded Gaussian block, each row scaled to `radius`, so each row is
+    marginally uniform on the sphere of that radius. The block is held in memory ([count, d]):
+    unlike i.i.d. directions it cannot be regenerated one parameter at a time."""
+    if count > dim:
+        raise ValueError(f"cannot draw {count} orthogonal directions in dimension {dim}")
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    block = torch.randn(count, dim, generator=gen, device=device, dtype=torch.float64)
+    return FlatDirections((orthonormal_basis(block) * radius).to(dtype), split_flat)
+
+
+class SubspaceDirections(Directions):
     """Directions G^T u_j in the span of the rows of a basis G [k, d] (PAZO-P), u_j = coeffs[j]."""
 
     def __init__(self, basis: torch.Tensor, coeffs: torch.Tensor, split_flat):
@@ -126,8 +119,6 @@ class SubspaceDirections:
         for block in self.split_flat(self.basis):  # [k, *shape] views
             yield torch.tensordot(u, block, dims=1)
 
-    def tensors(self, j: int) -> list[torch.Tensor]:
-        return list(self.iter_tensors(j))
 
 
 def sample_coefficients(count: int, k: int, distribution: str, generator: torch.Generator) -> torch.Tensor:

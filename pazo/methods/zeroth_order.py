@@ -12,8 +12,8 @@ from dataclasses import replace
 import torch
 
 from pazo.methods.base import Method, MethodContext, Release
-from pazo.methods.directions import (OrthogonalDirections, SeededDirections, SubspaceDirections,
-                                     normalized_rows, orthonormal_basis, resolve_radius,
+from pazo.methods.directions import (SeededDirections, SubspaceDirections, normalized_rows,
+                                     orthogonal_directions, orthonormal_basis, resolve_radius,
                                      sample_coefficients)
 from pazo.methods.engines import apply_directional_update, apply_flat_update
 from pazo.privacy.mechanisms import ScalarPrivatizer
@@ -39,9 +39,9 @@ class TwoPointMethod(Method):
         seeds = self.ctx.streams.draw_seeds("directions", self.q)
         dist = self.cfg.direction
         if dist == "orthogonal":
-            return OrthogonalDirections(self.model.dim, seeds[0], self.q,
-                                        resolve_radius(self.cfg.radius, self.model.dim),
-                                        self.model.split_flat, self.ctx.device, self.model.params[0].dtype)
+            return orthogonal_directions(self.model.dim, seeds[0], self.q,
+                                         resolve_radius(self.cfg.radius, self.model.dim),
+                                         self.model.split_flat, self.ctx.device, self.model.params[0].dtype)
         radius = resolve_radius(self.cfg.radius, self.model.dim) if dist == "sphere" else None
         return SeededDirections(self.model.shapes, seeds, dist, radius,
                                 device=self.ctx.device, dtype=self.model.params[0].dtype)
