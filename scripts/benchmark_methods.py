@@ -13,7 +13,6 @@ per-sample-gradient hooks and with ghost clipping, on a copy of the same model, 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import platform

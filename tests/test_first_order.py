@@ -9,7 +9,7 @@ from torch import nn
 from conftest import quadratic_model
 from pazo.data.base import TensorSplit
 from pazo.methods import method_class
-from pazo.methods.first_order import GEP, allocate_bases, parameter_groups
+from pazo.methods.first_order import allocate_bases, parameter_groups
 from pazo.methods.per_example import chunk_size_for, clipped_sum, per_example_grads
 from pazo.models import FunctionalModel
 from pazo.models.small_cnn import SmallCNN

@@ -55,7 +55,7 @@ def test_same_seed_same_run(hydra_cfg, tmp_path):
     b = run(hydra_cfg("method=pazo_p"), tmp_path / "b")
     strip = lambda rows: [{k: v for k, v in r.items() if k != "s_per_iter"} for r in rows]  # noqa: E731
     assert strip(read_jsonl(tmp_path / "a/metrics.jsonl")) == strip(read_jsonl(tmp_path / "b/metrics.jsonl"))
-    c = run(hydra_cfg("method=pazo_p", "seed=1"), tmp_path / "c")
+    run(hydra_cfg("method=pazo_p", "seed=1"), tmp_path / "c")
     assert read_jsonl(tmp_path / "a/metrics.jsonl") != read_jsonl(tmp_path / "c/metrics.jsonl")
     assert a["final_test_accuracy"] == b["final_test_accuracy"]
 
