@@ -43,7 +43,20 @@ SETTINGS = {  # input shape, classes, config overrides, expected batch size
     # native 32 px and at the authors' 224 px
     "cifar10_nf32": ((3, 32, 32), 10, ["experiment=cifar10"], 64),
     "cifar10_nf224": ((3, 224, 224), 10, ["experiment=cifar10"], 64),
+    # the paper's IMDB setting (experiment=imdb: 2-layer LSTM over 290 tokens, 10k vocabulary)
+    "imdb_lstm": ((290,), 2, ["experiment=imdb"], 64),
 }
+TEXT_VOCAB = {"imdb_lstm": 10002}
+
+
+def synthetic_inputs(setting, n, device="cpu"):
+    """Random inputs of a setting's shapes: images in [0, 1), or token ids for text settings."""
+    shape, classes, _, _ = SETTINGS[setting]
+    if setting in TEXT_VOCAB:
+        x = torch.randint(1, TEXT_VOCAB[setting], (n, *shape), device=device)
+    else:
+        x = torch.rand(n, *shape, device=device)
+    return x, torch.randint(0, classes, (n,), device=device)
 DEFAULT_SETTINGS = "digits,cifar_shape"
 METHODS = ["sgd", "dpsgd", "dpmd", "dope_sgd", "gep", "mezo", "dpzero", "pazo_m", "pazo_p", "pazo_s"]
 
@@ -84,13 +97,13 @@ def ours(name, setting, device, warmup, iters, extra=()):
     module = build_model(cfg.model, shape, classes).to(device)
     model = FunctionalModel(module)
     private = method_class(name).supports_privacy
-    public = TensorSplit(torch.rand(512, *shape), torch.randint(0, classes, (512,)))
+    public = TensorSplit(*synthetic_inputs(setting, 512))
     ctx = MethodContext(model=model, noise=NoiseSpec(sigma=1.0 if private else None, clip=float(cfg.method.clip),
                                                      expected_batch_size=b),
                         streams=RandomStreams(0), public=public, engine=build_engine(cfg.engine),
                         device=device, total_steps=1000)
     method = method_class(name)(cfg.method, ctx)
-    x, y = torch.rand(b, *shape, device=device), torch.randint(0, classes, (b,), device=device)
+    x, y = synthetic_inputs(setting, b, device)
     counter = iter(range(1, 10**9))
     return time_steps(lambda: method.step(x, y, next(counter)), device, warmup, iters), model.dim
 
@@ -103,14 +116,14 @@ def opacus_dpsgd(mode, setting, device, warmup, iters):
     torch.manual_seed(0)
     module = build_model(cfg.model, shape, classes).to(device)
     optimizer = torch.optim.SGD(module.parameters(), lr=float(cfg.method.lr))
-    data = torch.utils.data.TensorDataset(torch.rand(4 * b, *shape), torch.randint(0, classes, (4 * b,)))
+    data = torch.utils.data.TensorDataset(*synthetic_inputs(setting, 4 * b))
     loader = torch.utils.data.DataLoader(data, batch_size=b)
     made = PrivacyEngine(accountant="prv").make_private(
         module=module, optimizer=optimizer, data_loader=loader, noise_multiplier=1.0,
         max_grad_norm=float(cfg.method.clip), poisson_sampling=False, grad_sample_mode=mode,
         criterion=nn.CrossEntropyLoss())
     model, optimizer, criterion = made[0], made[1], (made[2] if mode == "ghost" else nn.CrossEntropyLoss())
-    x, y = torch.rand(b, *shape, device=device), torch.randint(0, classes, (b,), device=device)
+    x, y = synthetic_inputs(setting, b, device)
 
     def step():
         optimizer.zero_grad(set_to_none=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pazo.data.base import DataBundle, TensorSplit
 from pazo.data.cifar10 import load_cifar10_bundle
 from pazo.data.digits import load_digits_bundle
+from pazo.data.imdb import load_imdb_bundle
 from pazo.registry import Registry
 
 DATASETS: Registry = Registry("dataset")
@@ -20,6 +21,11 @@ def _digits(cfg, streams) -> DataBundle:
 @DATASETS.register("cifar10")
 def _cifar10(cfg, streams) -> DataBundle:
     return load_cifar10_bundle(cfg, streams.numpy["split"], streams.torch_generator("public", substream=2))
+
+
+@DATASETS.register("imdb")
+def _imdb(cfg, streams) -> DataBundle:
+    return load_imdb_bundle(cfg, streams.numpy["split"])
 
 
 def build_dataset(cfg, streams) -> DataBundle:

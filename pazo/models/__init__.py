@@ -5,6 +5,7 @@ from torch import nn
 
 from pazo.errors import ConfigError
 from pazo.models.functional import FunctionalModel
+from pazo.models.lstm import LSTMClassifier
 from pazo.models.nf_resnet import NFResNet18
 from pazo.models.small_cnn import SmallCNN
 from pazo.registry import Registry
@@ -25,6 +26,12 @@ def _nf_resnet18(cfg, input_shape, num_classes) -> nn.Module:
     stem = cfg.stem if cfg.stem != "auto" else ("cifar" if input_shape[-1] <= 64 else "imagenet")
     return NFResNet18(num_classes, in_channels=input_shape[0], width=cfg.width, stem=stem,
                       alpha=cfg.alpha, beta=cfg.beta)
+
+
+@MODELS.register("lstm")
+def _lstm(cfg, input_shape, num_classes) -> nn.Module:
+    return LSTMClassifier(cfg.vocab_size + 2, num_classes, embed=cfg.embed, hidden=cfg.hidden,
+                          layers=cfg.layers, dropout=cfg.dropout)
 
 
 def check_no_batchnorm(module: nn.Module, model_name: str) -> None:

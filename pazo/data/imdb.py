@@ -1,0 +1,85 @@
+"""IMDB sentiment with Amazon Polarity reviews as out-of-distribution public data (setting 3 of
+the PAZO paper).
+
+Both come from Hugging Face `datasets`, kept on disk with `save_to_disk`: `<root>/imdb` (splits
+train/test, columns text, label) and `<root>/amazon_polarity` (split train, columns title,
+content, label). `download=true` fetches them from the Hub and saves them there.
+
+Vocabulary: the `vocab_size` most frequent lower-cased `\\w+` tokens of IMDB train, ids 2..,
+PAD = 0, UNK = 1; every review is cut or padded to `max_length` tokens. Every selection (the
+public sample, the test subset) is seeded, unlike the authors' code.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pazo.data.base import DataBundle, TensorSplit
+from pazo.errors import ConfigError, DataMissingError
+
+PAD, UNK = 0, 1
+TOKEN = re.compile(r"\w+")
+HUB = {"imdb": "stanfordnlp/imdb", "amazon_polarity": "fancyzhx/amazon_polarity"}
+
+
+def tokenize(text: str) -> list[str]:
+    return TOKEN.findall(text.lower())
+
+
+def build_vocab(texts, size: int) -> dict[str, int]:
+    counts = Counter(tok for text in texts for tok in tokenize(text))
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:size]  # ties broken by token
+    return {tok: i + 2 for i, (tok, _) in enumerate(ranked)}
+
+
+def encode(texts, vocab: dict[str, int], max_length: int) -> torch.Tensor:
+    out = torch.full((len(texts), max_length), PAD, dtype=torch.long)
+    for row, text in enumerate(texts):
+        ids = [vocab.get(tok, UNK) for tok in tokenize(text)[:max_length]]
+        out[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return out
+
+
+def _load(root: Path, name: str, download: bool):
+    from datasets import load_dataset, load_from_disk
+
+    path = root / name
+    if not path.exists() and download:
+        load_dataset(HUB[name]).save_to_disk(str(path))
+    if not path.exists():
+        raise DataMissingError(
+            f"{name} is missing: no saved Hugging Face dataset at {path}. Get it with "
+            f"dataset.download=true (downloads {HUB[name]} from the Hub and saves it there), or run "
+            f"`python -c \"import datasets; datasets.load_dataset('{HUB[name]}').save_to_disk('{path}')\"` "
+            "on a machine with internet and copy the folder; dataset.root (or $PAZO_DATA) sets where we look.")
+    return load_from_disk(str(path))
+
+
+def load_imdb_bundle(cfg, rng: np.random.Generator) -> DataBundle:
+    root = Path(str(cfg.root)).expanduser()
+    imdb, amazon = _load(root, "imdb", cfg.download), _load(root, "amazon_polarity", cfg.download)
+    train, test, pool = imdb["train"], imdb["test"], amazon["train"]
+    vocab = build_vocab(train["text"], cfg.vocab_size)
+    if cfg.public_size > len(pool) or cfg.test_size > len(test):
+        raise ConfigError(f"asked for {cfg.public_size} public / {cfg.test_size} test reviews but "
+                               f"{root} holds {len(pool)} Amazon / {len(test)} IMDB test reviews")
+    pub_idx = np.sort(rng.choice(len(pool), size=cfg.public_size, replace=False))
+    test_idx = np.sort(rng.choice(len(test), size=cfg.test_size, replace=False))
+    public = pool.select(pub_idx)
+    public_texts = [f"{t} {c}" if cfg.public_with_title else c
+                    for t, c in zip(public["title"], public["content"])]
+    test = test.select(test_idx)
+
+    def split(texts, labels):
+        return TensorSplit(encode(texts, vocab, cfg.max_length), torch.tensor(labels))
+
+    return DataBundle(
+        name="imdb", private=split(train["text"], train["label"]),
+        public=split(public_texts, public["label"]), test=split(test["text"], test["label"]),
+        num_classes=2, input_shape=(cfg.max_length,),
+        info={"vocab_size": cfg.vocab_size, "max_length": cfg.max_length, "public": "amazon_polarity",
+              "public_size": cfg.public_size, "test_size": cfg.test_size})

@@ -1,0 +1,54 @@
+"""A 2-layer LSTM classifier written from plain tensor operations, so that it works under
+`torch.func.vmap` (nn.LSTM's fused kernel does not): per-example gradients for the first-order
+baselines and stacked parameter sets for the vectorised zeroth-order engine.
+
+As in the PAZO authors' IMDB model (embedding 128, hidden 64, dropout 0.2, mean pooling, linear
+head), except that the mean pools over real tokens only (the authors' code pooled over padding).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class LSTMLayer(nn.Module):
+    def __init__(self, input_size: int, hidden: int):
+        super().__init__()
+        self.hidden = hidden
+        bound = hidden ** -0.5  # nn.LSTM's initialisation
+        self.w_ih = nn.Parameter(torch.empty(4 * hidden, input_size).uniform_(-bound, bound))
+        self.w_hh = nn.Parameter(torch.empty(4 * hidden, hidden).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(4 * hidden).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, T, input] -> hidden states [B, T, hidden]."""
+        gates_x = x @ self.w_ih.T + self.bias  # the input part of every step at once
+        h = x.new_zeros(x.shape[0], self.hidden)
+        c = x.new_zeros(x.shape[0], self.hidden)
+        out = []
+        for t in range(x.shape[1]):
+            i, f, g, o = (gates_x[:, t] + h @ self.w_hh.T).chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            out.append(h)
+        return torch.stack(out, dim=1)
+
+
+class LSTMClassifier(nn.Module):
+    def __init__(self, vocab_size: int, num_classes: int = 2, embed: int = 128, hidden: int = 64,
+                 layers: int = 2, dropout: float = 0.2, pad_id: int = 0):
+        super().__init__()
+        self.pad_id = pad_id
+        self.embedding = nn.Embedding(vocab_size, embed, padding_idx=pad_id)
+        self.layers = nn.ModuleList(LSTMLayer(embed if i == 0 else hidden, hidden) for i in range(layers))
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(hidden, num_classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        mask = (tokens != self.pad_id).unsqueeze(-1).to(self.head.weight.dtype)
+        x = self.dropout(F.embedding(tokens, self.embedding.weight, padding_idx=self.pad_id))
+        for layer in self.layers:
+            x = layer(x)
+        pooled = (x * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)  # mean over real tokens
+        return self.head(self.dropout(pooled))

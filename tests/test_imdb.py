@@ -1,0 +1,87 @@
+"""IMDB setting: loader on saved-to-disk fixtures, vocabulary and padding, the vmap-friendly LSTM,
+and a tiny run of experiment=imdb through Hydra."""
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from fixtures import write_imdb_and_amazon
+from pazo.data.imdb import PAD, UNK, build_vocab, encode, load_imdb_bundle, tokenize
+from pazo.errors import DataMissingError
+from pazo.methods.directions import SeededDirections
+from pazo.methods.engines import InPlaceEngine, VectorisedEngine
+from pazo.methods.per_example import per_example_grads
+from pazo.models import FunctionalModel
+from pazo.models.lstm import LSTMClassifier
+from pazo.train import run
+
+
+@pytest.fixture(scope="module")
+def text_root(tmp_path_factory):
+    return write_imdb_and_amazon(tmp_path_factory.mktemp("text"))
+
+
+def cfg(root, **kw):
+    return OmegaConf.create({"root": str(root), "download": False, "vocab_size": 12, "max_length": 10,
+                             "public_size": 20, "public_with_title": False, "test_size": 16, **kw})
+
+
+def test_vocabulary_and_padding_by_hand():
+    assert tokenize("Great movie, GREAT plot!") == ["great", "movie", "great", "plot"]
+    vocab = build_vocab(["a b b c", "b c c c"], size=2)
+    assert vocab == {"c": 2, "b": 3}  # most frequent first, ids from 2
+    ids = encode(["c b a", "b"], vocab, max_length=4)
+    assert ids.tolist() == [[2, 3, UNK, PAD], [3, PAD, PAD, PAD]]
+    assert encode(["c c c c c c"], vocab, max_length=3).tolist() == [[2, 2, 2]]  # cut at max_length
+
+
+def test_loader_sizes_seeding_and_sources(text_root):
+    a = load_imdb_bundle(cfg(text_root), np.random.default_rng(0))
+    b = load_imdb_bundle(cfg(text_root), np.random.default_rng(0))
+    assert (len(a.private), len(a.public), len(a.test)) == (60, 20, 16)
+    assert a.private.inputs.shape == (60, 10) and a.input_shape == (10,) and a.num_classes == 2
+    assert torch.equal(a.public.inputs, b.public.inputs) and torch.equal(a.test.inputs, b.test.inputs)
+    c = load_imdb_bundle(cfg(text_root), np.random.default_rng(1))
+    assert not torch.equal(a.public.inputs, c.public.inputs)
+    assert int(a.private.inputs.max()) <= 12 + 1 and a.info["public"] == "amazon_polarity"
+
+
+def test_missing_data_message(tmp_path):
+    with pytest.raises(DataMissingError, match="imdb is missing.*dataset.download=true"):
+        load_imdb_bundle(cfg(tmp_path), np.random.default_rng(0))
+
+
+def lstm():
+    torch.manual_seed(0)
+    return FunctionalModel(LSTMClassifier(14, embed=8, hidden=6, dropout=0.0))
+
+
+def test_pooling_ignores_padding():
+    model = lstm().module.eval()
+    short = torch.tensor([[5, 6, 7, 0, 0, 0]])
+    longer = torch.tensor([[5, 6, 7, 0, 0, 0, 0, 0, 0, 0]])
+    assert torch.allclose(model(short), model(longer), atol=1e-6)
+    assert not torch.allclose(model(short), model(torch.tensor([[5, 6, 8, 0, 0, 0]])))
+
+
+def test_lstm_under_vmap_both_engines_and_per_example_grads():
+    model = lstm()
+    x, y = torch.randint(1, 14, (4, 7)), torch.tensor([0, 1, 1, 0])
+    x[0, 4:] = PAD
+    dirs = SeededDirections(model.shapes, [1, 2])
+    points = [(0, 1e-2), (0, -1e-2), (1, 1e-2), (1, -1e-2)]
+    assert torch.allclose(VectorisedEngine().losses(model, x, y, dirs, points),
+                          InPlaceEngine().losses(model, x, y, dirs, points), atol=1e-5)
+    grads = per_example_grads(model, x, y, chunk=3)
+    for i in range(4):
+        assert torch.allclose(grads[i], model.mean_loss_grad(x[i:i + 1], y[i:i + 1]), atol=1e-6)
+
+
+def test_tiny_run_of_the_imdb_experiment(text_root, hydra_cfg, tmp_path):
+    c = hydra_cfg("experiment=imdb", "method=pazo_m")
+    assert c.model.vocab_size == 10000 and c.method.lr == 2.0 and c.train.epochs == 100
+    s = run(hydra_cfg("experiment=imdb", "method=pazo_p", f"dataset.root={text_root}", "dataset.vocab_size=20",
+                      "dataset.max_length=12", "dataset.public_size=20", "dataset.test_size=16",
+                      "train.batch_size=16", "method.public_batch_size=8", "model.hidden=8", "model.embed=8"),
+            tmp_path)
+    assert s["status"] == "finished" and s["privacy"]["within_budget"] and s["data"]["n_public"] == 20
