@@ -31,7 +31,7 @@ class FirstOrderMethod(Method):
     def noise(self, size: int, clip: float) -> torch.Tensor:
         """Gaussian noise for a sum of vectors clipped to `clip` (std S sigma, S the sensitivity)."""
         spec = self.ctx.noise
-        std = (2.0 if spec.adjacency == "replace_one" else 1.0) * clip * spec.sigma
+        std = spec.sensitivity_for(clip) * spec.sigma
         p = self.model.params[0]
         return torch.randn(size, generator=self.noise_gen, device=p.device, dtype=p.dtype) * std
 

@@ -32,9 +32,13 @@ class NoiseSpec:
     def private(self) -> bool:
         return self.sigma is not None
 
+    def sensitivity_for(self, clip: float) -> float:
+        """Sensitivity of a sum of values clipped to `clip` under this adjacency."""
+        return (2.0 if self.adjacency == "replace_one" else 1.0) * clip
+
     @property
     def sensitivity(self) -> float:
-        return (2.0 if self.adjacency == "replace_one" else 1.0) * self.clip
+        return self.sensitivity_for(self.clip)
 
 
 class ScalarPrivatizer:

@@ -34,13 +34,13 @@ class PrivacyPlan:
         return asdict(self)
 
 
-def make_accountant(plan: PrivacyPlan, eps_error: float | None = None):
+def make_accountant(plan: PrivacyPlan):
     """The accountant that matches the run's noise (same interface: `.epsilon(t).upper`)."""
     if plan.noise == "laplace":
         return LaplaceAccountant(plan.sigma, plan.sample_rate, plan.steps, plan.delta,
-                                 eps_error=eps_error or plan.eps_error)
+                                 eps_error=plan.eps_error)
     return GaussianAccountant(plan.sigma, plan.sample_rate, plan.steps, plan.delta,
-                              eps_error=eps_error or plan.eps_error, mechanisms=plan.mechanisms)
+                              eps_error=plan.eps_error, mechanisms=plan.mechanisms)
 
 
 def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sampler_cls,
@@ -95,9 +95,9 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
     return plan
 
 
-def epsilon_spent(plan: PrivacyPlan, steps_done: int, eps_error: float | None = None) -> float:
+def epsilon_spent(plan: PrivacyPlan, steps_done: int) -> float:
     """Upper bound on epsilon after `steps_done` steps (the guarantee)."""
-    return make_accountant(plan, eps_error).epsilon(steps_done).upper
+    return make_accountant(plan).epsilon(steps_done).upper
 
 
 class EpsilonTracker:
