@@ -87,6 +87,15 @@ def validate_config(cfg) -> None:
         raise ConfigError(f"dataset.public_imbalance must be in [0, 1), got {d.public_imbalance!r}")
     if "image_size" in d:
         _positive(d.image_size, "dataset.image_size", integer=True)
+    if d.name == "mnli" and cfg.model.name != "roberta_prompt":
+        raise ConfigError(f"dataset=mnli is a prompt task for model=roberta_prompt, not model={cfg.model.name}")
+    if "public_source" in d:
+        _choice(d.public_source, ("split", "folder"), "dataset.public_source")
+        if d.public_source == "folder" and not d.public_folder:
+            raise ConfigError("dataset.public_source=folder needs dataset.public_folder=<folder of class sub-folders>")
+    for key in ("public_per_class", "k_shot", "test_size", "public_size", "max_length", "premise_limit"):
+        if d.get(key) is not None:
+            _positive(d[key], f"dataset.{key}", integer=True)
 
     _choice(p.adjacency, ("add_remove", "replace_one"), "privacy.adjacency")
     _choice(p.sampling, SAMPLERS, "privacy.sampling")

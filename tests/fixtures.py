@@ -1,6 +1,7 @@
 """Tiny data sets written in the real on-disk formats, for the loaders' tests."""
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 
@@ -60,3 +61,117 @@ def write_imdb_and_amazon(root: Path, n_train: int = 60, n_test: int = 40, n_ama
                                 "content": [_review(rng, y, int(rng.integers(3, 30))) for y in labels]})
     DatasetDict({"train": amazon}).save_to_disk(str(Path(root) / "amazon_polarity"))
     return Path(root)
+
+
+def write_image_folder(folder: Path, classes: list[str], per_class: int, size: int = 64,
+                       nested: bool = False, seed: int = 0, grey_every: int = 0) -> list[Path]:
+    """`folder/<class>/[images/]img_<i>.JPEG`, real JPEG files; class c carries a learnable
+    signal (its red channel level). Every `grey_every`-th file is single-channel, as some
+    Tiny-ImageNet files are."""
+    from torchvision.io import write_jpeg
+    import torch
+
+    rng = np.random.default_rng(seed)
+    paths = []
+    for c, name in enumerate(classes):
+        target = Path(folder) / name / ("images" if nested else "")
+        target.mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            img = torch.from_numpy(rng.integers(0, 256, size=(3, size, size), dtype=np.uint8))
+            img[0] = 20 + 200 * c // max(len(classes) - 1, 1)
+            if grey_every and i % grey_every == 0:
+                img = img[:1] // 2 + img[1:2] // 2  # grey, still distinct and carrying the signal
+            path = target / f"{name}_{i}.JPEG"
+            write_jpeg(img, str(path), quality=95)
+            paths.append(path)
+    return paths
+
+
+def write_tiny_imagenet(root: Path, n_classes: int = 4, train_per_class: int = 10, val_per_class: int = 3,
+                        seed: int = 0) -> Path:
+    """`root/tiny-imagenet-200/` as the official archive extracts: wnids.txt,
+    train/<wnid>/images/*.JPEG, val/images/*.JPEG with val/val_annotations.txt."""
+    folder = Path(root) / "tiny-imagenet-200"
+    wnids = [f"n{1000 + i:08d}" for i in range(n_classes)]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "wnids.txt").write_text("\n".join(wnids) + "\n")
+    write_image_folder(folder / "train", wnids, train_per_class, nested=True, seed=seed, grey_every=7)
+    staging = folder / "val_staging"
+    files = write_image_folder(staging, wnids, val_per_class, seed=seed + 1)
+    (folder / "val" / "images").mkdir(parents=True, exist_ok=True)
+    lines = []
+    for i, path in enumerate(files):
+        name = f"val_{i}.JPEG"
+        path.rename(folder / "val" / "images" / name)
+        lines.append(f"{name}\t{path.parent.name}\t0\t0\t63\t63")
+    (folder / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
+    for sub in staging.iterdir():
+        sub.rmdir()
+    staging.rmdir()
+    return Path(root)
+
+
+SUBJECTS = ["The cat", "A dog", "The man", "A woman", "The child", "A bird"]
+ACTIONS = ["sat on the mat", "ran in the park", "ate an apple", "read a book", "sang a song"]
+
+
+def _nli_pair(rng, label: int) -> tuple[str, str]:
+    subject, action = str(rng.choice(SUBJECTS)), str(rng.choice(ACTIONS))
+    premise = f"{subject} {action}."
+    if label == 0:      # entailment
+        hypothesis = f"{subject} {action}."
+    elif label == 1:    # neutral
+        hypothesis = f"{subject} was happy."
+    else:               # contradiction
+        hypothesis = f"{subject} did not move."
+    return premise, hypothesis
+
+
+def write_mnli_and_snli(root: Path, n_train: int = 45, n_dev: int = 30, n_snli: int = 30, seed: int = 0) -> Path:
+    """`root/mnli` (train, validation_matched) and `root/snli` (train, with some -1 labels) as
+    `DatasetDict.save_to_disk` writes them, with the Hub datasets' columns."""
+    from datasets import Dataset, DatasetDict
+
+    rng = np.random.default_rng(seed)
+
+    def split(n, unlabeled=0):
+        labels = [i % 3 for i in range(n)] + [-1] * unlabeled
+        pairs = [_nli_pair(rng, max(y, 0)) for y in labels]
+        return Dataset.from_dict({"premise": [p for p, _ in pairs], "hypothesis": [h for _, h in pairs],
+                                  "label": labels, "idx": list(range(len(labels)))})
+
+    DatasetDict({"train": split(n_train), "validation_matched": split(n_dev),
+                 "validation_mismatched": split(n_dev)}).save_to_disk(str(Path(root) / "mnli"))
+    DatasetDict({"train": split(n_snli, unlabeled=4)}).save_to_disk(str(Path(root) / "snli"))
+    return Path(root)
+
+
+def write_tiny_roberta(folder: Path, hidden: int = 32, layers: int = 2, max_positions: int = 130) -> Path:
+    """A RoBERTa masked LM of random weights with a byte-level BPE tokenizer trained here on the
+    fixture sentences (special tokens at RoBERTa's ids: <s> 0, <pad> 1, </s> 2, <unk> 3, <mask> 4),
+    both written with save_pretrained - the layout of a downloaded roberta-base."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import RobertaConfig, RobertaForMaskedLM, RobertaTokenizer
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    corpus = [f"{s} {a}. {s.lower()} was happy? Yes, No, Maybe, did not move."
+              for s in SUBJECTS for a in ACTIONS] + [" Yes", " No", " Maybe"]
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(corpus, vocab_size=400, min_frequency=1,
+                            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    bpe.save_model(str(folder))
+    vocab = json.loads((folder / "vocab.json").read_text())
+    merges = [tuple(line.split()) for line in (folder / "merges.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    tokenizer = RobertaTokenizer(vocab=vocab, merges=merges)
+    tokenizer.save_pretrained(str(folder))
+    config = RobertaConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
+                           num_attention_heads=2, intermediate_size=2 * hidden,
+                           max_position_embeddings=max_positions, pad_token_id=1, bos_token_id=0,
+                           eos_token_id=2, type_vocab_size=1)
+    import torch
+
+    torch.manual_seed(0)
+    RobertaForMaskedLM(config).save_pretrained(str(folder))
+    return folder

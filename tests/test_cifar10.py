@@ -26,7 +26,8 @@ def cifar_root(tmp_path_factory):
 
 def cfg(root, **kw):
     base = {"root": str(root), "download": False, "public_fraction": 0.1, "public_imbalance": 0.0,
-            "image_size": 32, "augment_public": True}
+            "image_size": 32, "augment_public": True, "public_source": "split", "public_folder": None,
+            "public_per_class": None, "cache_dir": None}
     return OmegaConf.create({**base, **kw})
 
 

@@ -6,6 +6,8 @@ from pazo.data.base import DataBundle, TensorSplit
 from pazo.data.cifar10 import load_cifar10_bundle
 from pazo.data.digits import load_digits_bundle
 from pazo.data.imdb import load_imdb_bundle
+from pazo.data.mnli import load_mnli_bundle
+from pazo.data.tiny_imagenet import load_tiny_imagenet_bundle
 from pazo.registry import Registry
 
 DATASETS: Registry = Registry("dataset")
@@ -26,6 +28,19 @@ def _cifar10(cfg, streams) -> DataBundle:
 @DATASETS.register("imdb")
 def _imdb(cfg, streams) -> DataBundle:
     return load_imdb_bundle(cfg, streams.numpy["split"])
+
+
+@DATASETS.register("tiny_imagenet")
+def _tiny_imagenet(cfg, streams) -> DataBundle:
+    return load_tiny_imagenet_bundle(cfg, streams.numpy["split"], streams.torch_generator("public", substream=2))
+
+
+@DATASETS.register("mnli")
+def _mnli(cfg, streams) -> DataBundle:
+    from pazo.models.prompt_mlm import load_pretrained
+
+    tokenizer = load_pretrained(cfg.tokenizer, "tokenizer", cfg.download)
+    return load_mnli_bundle(cfg, streams.numpy["split"], tokenizer)
 
 
 def build_dataset(cfg, streams) -> DataBundle:

@@ -14,14 +14,16 @@ import numpy as np
 import torch
 
 from pazo.data.base import DataBundle, TensorSplit
+from pazo.data.image_folder import load_public_folder
 from pazo.data.images import ImageTransform
 from pazo.data.public_split import split_public
-from pazo.errors import DataMissingError
+from pazo.errors import ConfigError, DataMissingError
 
 FOLDER = "cifar-10-batches-py"
 TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
 TEST_FILES = ["test_batch"]
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 
 def _read(folder: Path, names: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,15 +56,26 @@ def read_cifar10(root: str | Path, download: bool = False):
 
 def load_cifar10_bundle(cfg, rng: np.random.Generator, aug_generator: torch.Generator) -> DataBundle:
     x_train, y_train, x_test, y_test = read_cifar10(cfg.root, cfg.download)
-    pub, priv = split_public(y_train.numpy(), rng, fraction=cfg.public_fraction,
-                             imbalance=cfg.public_imbalance)
     plain = ImageTransform(cfg.image_size)
     public_tf = ImageTransform(cfg.image_size, augment=cfg.augment_public, generator=aug_generator)
-    return DataBundle(
-        name="cifar10",
-        private=TensorSplit(x_train[priv], y_train[priv], plain),
-        public=TensorSplit(x_train[pub], y_train[pub], public_tf),
-        test=TensorSplit(x_test, y_test, plain),
-        num_classes=10, input_shape=(3, cfg.image_size, cfg.image_size),
-        info={"public_fraction": cfg.public_fraction, "public_imbalance": cfg.public_imbalance,
-              "image_size": cfg.image_size, "augment_public": cfg.augment_public})
+    info = {"image_size": cfg.image_size, "augment_public": cfg.augment_public,
+            "public_source": cfg.public_source}
+    if cfg.public_source == "split":
+        pub, priv = split_public(y_train.numpy(), rng, fraction=cfg.public_fraction,
+                                 imbalance=cfg.public_imbalance)
+        public = TensorSplit(x_train[pub], y_train[pub], public_tf)
+        private = TensorSplit(x_train[priv], y_train[priv], plain)
+        info.update(public_fraction=cfg.public_fraction, public_imbalance=cfg.public_imbalance)
+    elif cfg.public_source == "folder":
+        # e.g. CINIC-10's ImageNet images (train/<class name>/*.png): same classes, another source
+        x_pub, y_pub, extra = load_public_folder(cfg.public_folder, CLASSES, 32,
+                                                 per_class=cfg.public_per_class, rng=rng,
+                                                 cache_dir=cfg.cache_dir)
+        public = TensorSplit(x_pub, y_pub, public_tf)
+        private = TensorSplit(x_train, y_train, plain)
+        info.update(public_per_class=cfg.public_per_class, **extra)
+    else:
+        raise ConfigError(f"dataset.public_source must be split or folder, got {cfg.public_source!r}")
+    return DataBundle(name="cifar10", private=private, public=public,
+                      test=TensorSplit(x_test, y_test, plain), num_classes=10,
+                      input_shape=(3, cfg.image_size, cfg.image_size), info=info)

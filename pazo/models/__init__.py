@@ -7,7 +7,9 @@ from pazo.errors import ConfigError
 from pazo.models.functional import FunctionalModel
 from pazo.models.lstm import LSTMClassifier
 from pazo.models.nf_resnet import NFResNet18
+from pazo.models.prompt_mlm import build_prompt_mlm
 from pazo.models.small_cnn import SmallCNN
+from pazo.models.vit import build_vit
 from pazo.registry import Registry
 
 MODELS: Registry = Registry("model")
@@ -32,6 +34,22 @@ def _nf_resnet18(cfg, input_shape, num_classes) -> nn.Module:
 def _lstm(cfg, input_shape, num_classes) -> nn.Module:
     return LSTMClassifier(cfg.vocab_size + 2, num_classes, embed=cfg.embed, hidden=cfg.hidden,
                           layers=cfg.layers, dropout=cfg.dropout)
+
+
+@MODELS.register("vit")
+def _vit(cfg, input_shape, num_classes) -> nn.Module:
+    overrides = {k: cfg[k] for k in ("patch_size", "depth", "embed_dim", "num_heads") if cfg.get(k) is not None}
+    return build_vit(cfg.variant, num_classes, image_size=input_shape[-1], in_channels=input_shape[0],
+                     pretrained=cfg.pretrained, checkpoint=cfg.checkpoint, attention=cfg.attention,
+                     overrides=overrides)
+
+
+@MODELS.register("roberta_prompt")
+def _roberta_prompt(cfg, input_shape, num_classes) -> nn.Module:
+    if not cfg.label_words or len(cfg.label_words) != num_classes:
+        raise ConfigError(f"model roberta_prompt needs one label word per class ({num_classes}) from the "
+                          f"data set config (dataset.label_words), got {cfg.label_words}; use dataset=mnli")
+    return build_prompt_mlm(cfg.path, list(cfg.label_words), download=cfg.download, dropout=cfg.dropout)
 
 
 def check_no_batchnorm(module: nn.Module, model_name: str) -> None:
