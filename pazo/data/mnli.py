@@ -1,0 +1,116 @@
+"""MNLI with SNLI as public data (setting 4 of the PAZO paper), for a prompt-based masked LM.
+
+Both come from Hugging Face `datasets`, kept with `save_to_disk`: `<root>/mnli` (GLUE MNLI:
+splits train and validation_matched; columns premise, hypothesis, label with 0 entailment,
+1 neutral, 2 contradiction) and `<root>/snli` (split train, same columns; label -1 = no gold
+label, dropped). `download=true` fetches them from the Hub.
+
+Private data: `k_shot` examples per class of MNLI train, test: `test_size` of dev_matched, public:
+`public_per_class` per class of SNLI train - every sample drawn with the run's data seed (MeZO and
+DPZero use seeds 13, 21, 42, 87, 100; the PAZO code took the first rows).
+
+Template (LM-BFF `*cls**sent-_0*?*mask*,*+sentl_1**sep+*`): `<s>` premise without its last
+character, `?`, `<mask>`, `,`, then " " + hypothesis with its first letter lower-cased, `</s>`;
+each piece is tokenised on its own. The premise is capped at `premise_limit` tokens and the
+hypothesis cut so that the whole stays within `max_length`; the mask is always kept.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pazo.data.base import DataBundle, TensorSplit
+from pazo.errors import ConfigError, DataMissingError
+
+HUB = {"mnli": ("nyu-mll/glue", "mnli"), "snli": ("stanfordnlp/snli", None)}
+LABELS = ["entailment", "neutral", "contradiction"]      # the GLUE / SNLI label ids 0, 1, 2
+
+
+def encode_prompt(tokenizer, premise: str, hypothesis: str, premise_limit: int, max_length: int) -> list[int]:
+    def enc(text):
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    first = enc(premise[:-1])[:premise_limit]
+    second = enc(" " + hypothesis[:1].lower() + hypothesis[1:])
+    head = [tokenizer.cls_token_id, *first, *enc("?"), tokenizer.mask_token_id, *enc(",")]
+    room = max_length - len(head) - 1
+    if room < 0:
+        raise ConfigError(f"max_length {max_length} leaves no room for the template after a "
+                          f"{len(first)}-token premise; raise max_length or lower premise_limit")
+    return [*head, *second[:room], tokenizer.sep_token_id]
+
+
+def encode_pairs(tokenizer, premises, hypotheses, premise_limit: int, max_length: int) -> torch.Tensor:
+    """Padded ids [N, longest] (pad = tokenizer.pad_token_id)."""
+    rows = [encode_prompt(tokenizer, p, h, premise_limit, max_length) for p, h in zip(premises, hypotheses)]
+    out = torch.full((len(rows), max(len(r) for r in rows)), tokenizer.pad_token_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = torch.tensor(row)
+    return out
+
+
+class TrimPadding:
+    """Drop the columns that are padding in every row of a batch: a batch of short pairs then
+    costs its own length, not the longest example's of the whole split."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, ids: torch.Tensor, device) -> torch.Tensor:
+        used = (ids != self.pad_id).any(dim=0).nonzero()
+        length = int(used.max()) + 1 if len(used) else 1
+        return ids[:, :length].to(device)
+
+
+def _load(root: Path, name: str, download: bool):
+    from datasets import load_dataset, load_from_disk
+
+    path = root / name
+    hub, config = HUB[name]
+    if not path.exists() and download:
+        load_dataset(hub, config).save_to_disk(str(path))
+    if not path.exists():
+        args = f"'{hub}'" + (f", '{config}'" if config else "")
+        raise DataMissingError(
+            f"{name} is missing: no saved Hugging Face dataset at {path}. Get it with "
+            f"dataset.download=true (downloads {hub} from the Hub and saves it there), or run "
+            f"`python -c \"import datasets; datasets.load_dataset({args}).save_to_disk('{path}')\"` "
+            "on a machine with internet and copy the folder; dataset.root (or $PAZO_DATA) sets where we look.")
+    return load_from_disk(str(path))
+
+
+def _per_class(split, per_class: int, rng: np.random.Generator, what: str) -> np.ndarray:
+    labels = np.asarray(split["label"])
+    chosen = []
+    for c in range(len(LABELS)):
+        pool = np.flatnonzero(labels == c)
+        if per_class > len(pool):
+            raise ConfigError(f"asked for {per_class} {what} examples of class {LABELS[c]} but only "
+                              f"{len(pool)} exist")
+        chosen.append(rng.choice(pool, size=per_class, replace=False))
+    return np.sort(np.concatenate(chosen))
+
+
+def load_mnli_bundle(cfg, rng: np.random.Generator, tokenizer) -> DataBundle:
+    root = Path(str(cfg.root)).expanduser()
+    mnli, snli = _load(root, "mnli", cfg.download), _load(root, "snli", cfg.download)
+    train, dev, pool = mnli["train"], mnli["validation_matched"], snli["train"]
+    private = train.select(_per_class(train, cfg.k_shot, rng, "MNLI train"))
+    if cfg.test_size > len(dev):
+        raise ConfigError(f"asked for {cfg.test_size} test examples but dev_matched holds {len(dev)}")
+    test = dev.select(np.sort(rng.choice(len(dev), size=cfg.test_size, replace=False)))
+    public = pool.select(_per_class(pool, cfg.public_per_class, rng, "SNLI train"))
+    trim = TrimPadding(tokenizer.pad_token_id)
+
+    def split(ds):
+        ids = encode_pairs(tokenizer, ds["premise"], ds["hypothesis"], cfg.premise_limit, cfg.max_length)
+        return TensorSplit(ids, torch.tensor(ds["label"]), trim)
+
+    return DataBundle(
+        name="mnli", private=split(private), public=split(public), test=split(test),
+        num_classes=len(LABELS), input_shape=(cfg.max_length,),
+        info={"k_shot": cfg.k_shot, "public": "snli", "public_per_class": cfg.public_per_class,
+              "test_size": cfg.test_size, "max_length": cfg.max_length,
+              "label_words": dict(zip(LABELS, cfg.label_words))})

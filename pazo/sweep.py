@@ -1,0 +1,232 @@
+"""Sweeps over the paper's grids: `python -m pazo.sweep <spec> [--dry-run] [--launcher L] [overrides]`.
+
+A sweep spec (`configs/sweeps/<name>.yaml`) names settings, methods, epsilons, seeds and extra
+axes; each setting's per-method grid comes from `configs/sweeps/grids/<setting>.yaml`. Every
+combination is one run with a deterministic directory `<out>/<sweep>/<setting>/<method>/<eps>/<values>`,
+so relaunching a sweep finds its earlier runs: runs whose `summary.json` says finished are
+skipped, the rest are (re)run. Each run is a `python -m pazo.train` subprocess (a crash or
+out-of-memory ends that run only), launched one after another, several at once with joblib, or
+as a SLURM array through submitit. W&B groups runs by `<sweep>/<setting>`.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from omegaconf import OmegaConf
+
+from pazo.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEPS = ROOT / "configs" / "sweeps"
+SPEC_KEYS = {"name", "table", "settings", "methods", "nonprivate", "epsilons", "seeds", "extra"}
+
+
+def fmt(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class Run:
+    sweep: str
+    setting: str
+    experiment: str | None
+    method: str
+    epsilon: float | None          # None: non-private
+    seed: int
+    params: tuple[tuple[str, object], ...]
+
+    @property
+    def run_id(self) -> str:
+        eps = "nonprivate" if self.epsilon is None else f"eps={fmt(self.epsilon)}"
+        values = ",".join(f"{k.split('.')[-1]}={fmt(v)}" for k, v in self.params)
+        return "/".join([self.setting, self.method, eps, f"{values},seed={self.seed}" if values else f"seed={self.seed}"])
+
+    def overrides(self) -> list[str]:
+        out = [f"experiment={self.experiment}"] if self.experiment else [f"dataset={self.setting}"]
+        out += [f"method={self.method}", f"seed={self.seed}"]
+        out += ["privacy=none"] if self.epsilon is None else [f"privacy.epsilon={fmt(self.epsilon)}"]
+        return out + [f"{k}={fmt(v)}" for k, v in self.params]
+
+
+def load_yaml(name_or_path: str, folder: Path, what: str):
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = folder / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in folder.glob("*.yaml"))
+        raise ConfigError(f"unknown {what} {name_or_path!r} (no {path}); choices: {', '.join(known)}")
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+
+
+def load_spec(name_or_path: str) -> dict:
+    spec = load_yaml(name_or_path, SWEEPS, "sweep")
+    unknown = set(spec) - SPEC_KEYS
+    missing = {"name", "settings", "methods", "epsilons"} - set(spec)
+    if unknown or missing:
+        raise ConfigError(f"sweep {name_or_path}: unknown keys {sorted(unknown)}, missing keys {sorted(missing)}")
+    spec.setdefault("nonprivate", [])
+    spec.setdefault("seeds", [0])
+    spec.setdefault("extra", {})
+    return spec
+
+
+def enumerate_runs(spec: dict) -> list[Run]:
+    runs = []
+    for setting in spec["settings"]:
+        grid = load_yaml(setting, SWEEPS / "grids", "grid")
+        for method in spec["methods"]:
+            if method not in grid["methods"]:
+                raise ConfigError(f"grid {setting} has no method {method!r}; it has {', '.join(grid['methods'])}")
+            axes = {**grid["methods"][method], **spec["extra"]}
+            for key, values in axes.items():
+                if not isinstance(values, list) or not values:
+                    raise ConfigError(f"grid {setting}/{method}: {key} must be a non-empty list, got {values!r}")
+            epsilons = [None] if method in spec["nonprivate"] else spec["epsilons"]
+            for eps, combo, seed in itertools.product(epsilons, itertools.product(*axes.values()), spec["seeds"]):
+                runs.append(Run(spec["name"], setting, grid.get("experiment"), method,
+                                None if eps is None else float(eps), int(seed), tuple(zip(axes, combo))))
+    ids = [r.run_id for r in runs]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"sweep {spec['name']}: two runs share a directory name; grid keys must differ in their last part")
+    return runs
+
+
+def status(run_dir: Path) -> str:
+    """finished | failed | incomplete (started, no summary) | new."""
+    summary = run_dir / "summary.json"
+    if summary.exists():
+        try:
+            return json.loads(summary.read_text()).get("status", "incomplete")
+        except json.JSONDecodeError:
+            return "incomplete"
+    return "incomplete" if run_dir.exists() else "new"
+
+
+def command(run: Run, run_dir: Path, extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "pazo.train", *run.overrides(), f"sweep_name={run.sweep}",
+            f"logger.group={run.sweep}/{run.setting}", f"logger.name='{run.run_id}'",
+            f"hydra.run.dir='{run_dir}'", *extra]
+
+
+def run_one(cmd: list[str], run_dir: str) -> int:
+    """One training run as a subprocess; its output goes to `<run_dir>/stdout.log`."""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    with open(Path(run_dir) / "stdout.log", "w") as log:
+        return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+
+
+def _report(i: int, n: int, run: Run, run_dir: Path, seconds: float) -> None:
+    state = status(run_dir)
+    acc = ""
+    if state == "finished":
+        summary = json.loads((run_dir / "summary.json").read_text())
+        acc = f" acc {summary.get('final_test_accuracy')}"
+    print(f"[{i}/{n}] {run.run_id}: {state}{acc} ({seconds:.0f} s)", flush=True)
+
+
+def launch(todo: list[tuple[Run, Path, list[str]]], launcher: dict, sweep_dir: Path) -> None:
+    kind = launcher.get("launcher", "sequential")
+    if kind == "sequential":
+        for i, (run, run_dir, cmd) in enumerate(todo, 1):
+            t0 = time.time()
+            run_one(cmd, str(run_dir))
+            _report(i, len(todo), run, run_dir, time.time() - t0)
+    elif kind == "joblib":
+        from joblib import Parallel, delayed
+
+        Parallel(n_jobs=int(launcher.get("jobs", 2)), prefer="threads")(
+            delayed(run_one)(cmd, str(run_dir)) for _, run_dir, cmd in todo)
+        for i, (run, run_dir, _) in enumerate(todo, 1):
+            _report(i, len(todo), run, run_dir, 0.0)
+    elif kind == "submitit":
+        launch_submitit(todo, launcher, sweep_dir)
+    else:
+        raise ConfigError(f"unknown launcher {kind!r}; choices: sequential, joblib, submitit")
+
+
+def launch_submitit(todo, launcher: dict, sweep_dir: Path) -> None:
+    try:
+        import submitit
+    except ImportError:
+        raise ConfigError("the submitit launcher needs `pip install submitit`") from None
+    executor = submitit.AutoExecutor(folder=str(sweep_dir / ".submitit" / "%j"),
+                                     cluster=launcher.get("cluster", "slurm"))
+    executor.update_parameters(
+        name=todo[0][0].sweep, timeout_min=int(launcher.get("timeout_min", 720)),
+        gpus_per_node=int(launcher.get("gpus_per_node", 1)), cpus_per_task=int(launcher.get("cpus_per_task", 8)),
+        mem_gb=int(launcher.get("mem_gb", 64)), slurm_partition=launcher.get("partition"),
+        slurm_array_parallelism=int(launcher.get("array_parallelism", 16)),
+        slurm_setup=list(launcher.get("setup", [])))
+    jobs = executor.map_array(run_one, [cmd for *_, cmd in todo], [str(d) for _, d, _ in todo])
+    print(f"submitted {len(jobs)} jobs ({jobs[0].job_id if jobs else '-'} ...); logs under {sweep_dir / '.submitit'}")
+    if launcher.get("wait"):
+        for (run, run_dir, _), job in zip(todo, jobs):
+            job.result()
+        for i, (run, run_dir, _) in enumerate(todo, 1):
+            _report(i, len(todo), run, run_dir, 0.0)
+
+
+def parse_sets(pairs: list[str]) -> dict:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ConfigError(f"--set takes key=value, got {pair!r}")
+        out[key] = yaml.safe_load(value) if value else value
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pazo.sweep", description=__doc__.splitlines()[0])
+    parser.add_argument("spec", help="a name in configs/sweeps/ (e.g. table1_cifar10) or a YAML path")
+    parser.add_argument("overrides", nargs="*", help="extra pazo.train overrides for every run, e.g. dataset.root=/data")
+    parser.add_argument("--dry-run", action="store_true", help="print the runs and stop")
+    parser.add_argument("--show", type=int, default=5, help="override lines shown by --dry-run")
+    parser.add_argument("--launcher", default="sequential", help="sequential | joblib | slurm, or a YAML path")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="launcher setting")
+    parser.add_argument("--out", default=str(ROOT / "outputs" / "sweeps"), help="sweeps folder")
+    parser.add_argument("--methods", default=None, help="only these methods (comma-separated)")
+    parser.add_argument("--skip-failed", action="store_true", help="also skip runs that ended as failed")
+    args = parser.parse_intermixed_args(argv)
+    try:
+        spec = load_spec(args.spec)
+        runs = enumerate_runs(spec)
+        if args.methods:
+            keep = set(args.methods.split(","))
+            runs = [r for r in runs if r.method in keep]
+        launcher = {**load_yaml(args.launcher, SWEEPS / "launchers", "launcher"), **parse_sets(args.set)}
+    except ConfigError as err:
+        print(f"pazo.sweep: error: {err}", file=sys.stderr)
+        return 2
+    sweep_dir = Path(args.out).resolve() / spec["name"]
+    planned = [(r, sweep_dir / r.run_id) for r in runs]
+    states = {d: status(d) for _, d in planned}
+    done = {"finished", "failed"} if args.skip_failed else {"finished"}
+    todo = [(r, d, command(r, d, args.overrides)) for r, d in planned if states[d] not in done]
+    counts = {s: list(states.values()).count(s) for s in ("finished", "failed", "incomplete", "new")}
+    print(f"sweep {spec['name']}: {len(runs)} runs in {sweep_dir} "
+          f"({', '.join(f'{v} {k}' for k, v in counts.items() if v)}); {len(todo)} to run")
+    per_method = {}
+    for r in runs:
+        per_method[(r.setting, r.method)] = per_method.get((r.setting, r.method), 0) + 1
+    for (setting, method), n in per_method.items():
+        print(f"  {setting:14s} {method:13s} {n:5d}")
+    if args.dry_run:
+        for _, _, cmd in todo[:args.show]:
+            print("  " + " ".join(cmd[3:]))
+        return 0
+    if todo:
+        launch(todo, launcher, sweep_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
