@@ -9,6 +9,10 @@ we report the median and the 25th/75th percentiles, and on CUDA the peak memory 
 Our methods run from the real configs (configs/method/*.yaml) with sigma = 1 and a Poisson-size
 batch fixed at b. Opacus (optional: `pip install -r requirements-bench.txt`) runs DP-SGD with
 per-sample-gradient hooks and with ghost clipping, on a copy of the same model, batch and clip.
+Each zeroth-order method's floor is the bare forward passes it needs (2q, or k + 1 for PAZO-S) at
+the median time of one no-grad forward of the same batch, timed in the same run; `floor_ratio` is
+its time over that floor. `paper_setting` names the column of the paper's Table 5 a setting
+matches (scripts/make_tables.py --benchmark reads this file).
 """
 from __future__ import annotations
 
@@ -43,17 +47,31 @@ SETTINGS = {  # input shape, classes, config overrides, expected batch size
     # native 32 px and at the authors' 224 px
     "cifar10_nf32": ((3, 32, 32), 10, ["experiment=cifar10"], 64),
     "cifar10_nf224": ((3, 224, 224), 10, ["experiment=cifar10"], 64),
+    # the paper's Tiny-ImageNet setting (experiment=tiny_imagenet: timm vit_tiny_patch16_224, 200 classes)
+    "tiny_imagenet_vit": ((3, 224, 224), 200, ["experiment=tiny_imagenet"], 64),
     # the paper's IMDB setting (experiment=imdb: 2-layer LSTM over 290 tokens, 10k vocabulary)
     "imdb_lstm": ((290,), 2, ["experiment=imdb"], 64),
+    # the paper's MNLI setting: RoBERTa-base prompt model (random weights of roberta-base's shape,
+    # so no download), prompts of 128 tokens with one <mask>
+    "mnli_roberta": ((128,), 3, ["experiment=mnli"], 64),
 }
-TEXT_VOCAB = {"imdb_lstm": 10002}
+TEXT_VOCAB = {"imdb_lstm": 10002, "mnli_roberta": 50265}
+MASK_ID = 50264  # roberta-base's <mask>
+# which column of the paper's Table 5 a setting corresponds to (the authors resize CIFAR-10 to 224)
+PAPER_SETTING = {"cifar10_nf224": "cifar10", "tiny_imagenet_vit": "tiny_imagenet", "imdb_lstm": "imdb",
+                 "mnli_roberta": "mnli"}
+# private forward passes per step of each zeroth-order method: its floor is that many bare forwards
+FORWARDS = {"mezo": lambda m: 2 * m.q, "dpzero": lambda m: 2 * m.q, "pazo_m": lambda m: 2 * m.q,
+            "pazo_p": lambda m: 2 * m.q, "pazo_p_prime": lambda m: 2 * m.q, "pazo_s": lambda m: m.k + 1}
 
 
 def synthetic_inputs(setting, n, device="cpu"):
     """Random inputs of a setting's shapes: images in [0, 1), or token ids for text settings."""
     shape, classes, _, _ = SETTINGS[setting]
     if setting in TEXT_VOCAB:
-        x = torch.randint(1, TEXT_VOCAB[setting], (n, *shape), device=device)
+        x = torch.randint(5, TEXT_VOCAB[setting], (n, *shape), device=device)
+        if setting == "mnli_roberta":
+            x[:, 0], x[:, shape[0] // 2], x[:, -1] = 0, MASK_ID, 2  # <s> ... <mask> ... </s>
     else:
         x = torch.rand(n, *shape, device=device)
     return x, torch.randint(0, classes, (n,), device=device)
@@ -90,11 +108,38 @@ def compose_cfg(overrides):
         return compose(config_name="config", overrides=overrides)
 
 
+def make_module(cfg, setting):
+    shape, classes, _, _ = SETTINGS[setting]
+    torch.manual_seed(0)
+    if setting == "mnli_roberta":
+        from transformers import RobertaConfig, RobertaForMaskedLM
+
+        from pazo.models.prompt_mlm import PromptMaskedLM
+
+        mlm = RobertaForMaskedLM(RobertaConfig(vocab_size=50265, max_position_embeddings=514, pad_token_id=1,
+                                               bos_token_id=0, eos_token_id=2, type_vocab_size=1,
+                                               attn_implementation="eager"))
+        return PromptMaskedLM(mlm, [100, 200, 300], pad_id=1, mask_id=MASK_ID)  # 3 label-word rows; ids do not matter for timing
+    return build_model(cfg.model, shape, classes)
+
+
+def forward_floor(setting, device, warmup, iters):
+    """Seconds of one bare forward pass (no gradient) of the setting's model on a private batch."""
+    shape, _, model_overrides, b = SETTINGS[setting]
+    cfg = compose_cfg(["method=dpzero", *model_overrides])
+    model = FunctionalModel(make_module(cfg, setting).to(device).eval())
+    x, y = synthetic_inputs(setting, b, device)
+
+    def forward():
+        with torch.no_grad():
+            model.current_losses(x, y)
+    return time_steps(forward, device, warmup, iters)
+
+
 def ours(name, setting, device, warmup, iters, extra=()):
     shape, classes, model_overrides, b = SETTINGS[setting]
     cfg = compose_cfg([f"method={name}", *model_overrides, *extra])
-    torch.manual_seed(0)
-    module = build_model(cfg.model, shape, classes).to(device)
+    module = make_module(cfg, setting).to(device)
     model = FunctionalModel(module)
     private = method_class(name).supports_privacy
     public = TensorSplit(*synthetic_inputs(setting, 512))
@@ -157,10 +202,15 @@ def main():
                 for name in args.methods.split(",")]
         jobs += [("dpsgd", f"opacus-{mode}", lambda mode=mode: (opacus_dpsgd(
             mode, setting, device, args.warmup, args.iters), None)) for mode in opacus_modes]
+        floor = forward_floor(setting, device, args.warmup, args.iters)["median_s"]
         for name, impl, job in jobs:
-            base = {"setting": setting, "method": name, "impl": impl, "batch_size": SETTINGS[setting][3]}
+            base = {"setting": setting, "method": name, "impl": impl, "batch_size": SETTINGS[setting][3],
+                    **({"paper_setting": PAPER_SETTING[setting]} if setting in PAPER_SETTING else {})}
             try:
                 row, dim = job()
+                if impl == "pazo" and name in FORWARDS:
+                    n_fwd = FORWARDS[name](compose_cfg([f"method={name}", *SETTINGS[setting][2], *args.override]).method)
+                    row.update(forwards=n_fwd, floor_s=n_fwd * floor, floor_ratio=row["median_s"] / (n_fwd * floor))
                 rows.append({**base, **({"dim": dim} if dim else {}), **row})
             except Exception as err:  # e.g. Opacus without a grad sampler for a layer: record why
                 rows.append({**base, "error": f"{type(err).__name__}: {str(err)[:300]}"})
@@ -175,14 +225,15 @@ def main():
                                "torch": torch.__version__, "platform": platform.platform(),
                                "results": rows}, indent=2) + "\n")
     print(f"wrote {out}")
-    print("\n| setting | method | impl | median s/iter | p25-p75 |" + (" peak MB |" if device.type == "cuda" else ""))
+    print("\n| setting | method | impl | median s/iter | p25-p75 | x floor |" + (" peak MB |" if device.type == "cuda" else ""))
     for r in rows:
         if "error" in r:
             print(f"| {r['setting']} | {r['method']} | {r['impl']} | failed: {r['error'][:80]} |")
             continue
         mem = f" {r['peak_mem_mb']:.0f} |" if "peak_mem_mb" in r else ""
+        ratio = f"{r['floor_ratio']:.2f}" if "floor_ratio" in r else ""
         print(f"| {r['setting']} | {r['method']} | {r['impl']} | {r['median_s']:.5f} | "
-              f"{r['p25_s']:.5f}-{r['p75_s']:.5f} |{mem}")
+              f"{r['p25_s']:.5f}-{r['p75_s']:.5f} | {ratio} |{mem}")
 
 
 if __name__ == "__main__":

@@ -7,13 +7,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from fixtures import write_cifar10
+from model_checks import check_engines_and_per_example_grads
+from fixtures import write_cifar10, write_image_folder
 from pazo.data.cifar10 import load_cifar10_bundle, read_cifar10
 from pazo.data.images import ImageTransform
 from pazo.errors import DataMissingError
-from pazo.methods.directions import SeededDirections
-from pazo.methods.engines import InPlaceEngine, VectorisedEngine
-from pazo.methods.per_example import per_example_grads
 from pazo.models import FunctionalModel
 from pazo.models.nf_resnet import NFResNet18
 from pazo.train import run
@@ -90,14 +88,7 @@ def test_nf_resnet18_shapes_and_no_batchnorm():
 def test_nf_resnet18_under_vmap_and_both_engines():
     model = small_nf()
     x, y = torch.rand(3, 3, 32, 32), torch.tensor([1, 2, 3])
-    dirs = SeededDirections(model.shapes, [1, 2])
-    points = [(0, 1e-2), (0, -1e-2), (1, 1e-2), (1, -1e-2)]
-    vec = VectorisedEngine().losses(model, x, y, dirs, points)
-    inp = InPlaceEngine().losses(model, x, y, dirs, points)
-    assert torch.allclose(vec, inp, atol=1e-5)
-    grads = per_example_grads(model, x, y, chunk=2)
-    for i in range(3):
-        assert torch.allclose(grads[i], model.mean_loss_grad(x[i:i + 1], y[i:i + 1]), atol=1e-5)
+    check_engines_and_per_example_grads(model, x, y, chunk=2)
 
 
 def test_tiny_cifar_run_with_cached_warm_start(cifar_root, hydra_cfg, tmp_path):
@@ -145,3 +136,13 @@ def test_tiny_run_of_the_cifar10_experiment(cifar_root, hydra_cfg, tmp_path):
                       "dataset.public_fraction=0.2", "model.width=4", "train.batch_size=16",
                       "warm_start.epochs=0", "method.public_batch_size=8"), tmp_path)
     assert s["status"] == "finished" and s["privacy"]["within_budget"]
+
+
+def test_another_image_folder_as_public_data(cifar_root, tmp_path):
+    """CINIC-10-style public data: `<folder>/<CIFAR class name>/*.png`, labels mapped by name."""
+    write_image_folder(tmp_path / "cinic", ["airplane", "cat"], per_class=3, size=32, seed=3)
+    data = load_cifar10_bundle(cfg(cifar_root, public_source="folder", public_folder=str(tmp_path / "cinic"),
+                                   public_per_class=2), np.random.default_rng(0), torch.Generator().manual_seed(0))
+    hist = data.describe()["public_class_histogram"]
+    assert hist[0] == 2 and hist[3] == 2 and sum(hist) == 4       # airplane = 0, cat = 3
+    assert len(data.private) == 200 and data.info["public_source"] == "folder"

@@ -5,12 +5,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from model_checks import check_engines_and_per_example_grads
 from fixtures import write_imdb_and_amazon
 from pazo.data.imdb import PAD, UNK, build_vocab, encode, load_imdb_bundle, tokenize
 from pazo.errors import DataMissingError
-from pazo.methods.directions import SeededDirections
-from pazo.methods.engines import InPlaceEngine, VectorisedEngine
-from pazo.methods.per_example import per_example_grads
 from pazo.models import FunctionalModel
 from pazo.models.lstm import LSTMClassifier
 from pazo.train import run
@@ -68,13 +66,7 @@ def test_lstm_under_vmap_both_engines_and_per_example_grads():
     model = lstm()
     x, y = torch.randint(1, 14, (4, 7)), torch.tensor([0, 1, 1, 0])
     x[0, 4:] = PAD
-    dirs = SeededDirections(model.shapes, [1, 2])
-    points = [(0, 1e-2), (0, -1e-2), (1, 1e-2), (1, -1e-2)]
-    assert torch.allclose(VectorisedEngine().losses(model, x, y, dirs, points),
-                          InPlaceEngine().losses(model, x, y, dirs, points), atol=1e-5)
-    grads = per_example_grads(model, x, y, chunk=3)
-    for i in range(4):
-        assert torch.allclose(grads[i], model.mean_loss_grad(x[i:i + 1], y[i:i + 1]), atol=1e-6)
+    check_engines_and_per_example_grads(model, x, y, chunk=3, atol=1e-6)
 
 
 def test_tiny_run_of_the_imdb_experiment(text_root, hydra_cfg, tmp_path):

@@ -7,12 +7,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from model_checks import check_engines_and_per_example_grads
 from fixtures import write_mnli_and_snli, write_tiny_roberta
 from pazo.data.mnli import TrimPadding, encode_pairs, encode_prompt, load_mnli_bundle
 from pazo.errors import ConfigError, DataMissingError
-from pazo.methods.directions import SeededDirections
-from pazo.methods.engines import InPlaceEngine, VectorisedEngine
-from pazo.methods.per_example import per_example_grads
 from pazo.models import FunctionalModel
 from pazo.models.prompt_mlm import build_prompt_mlm, label_word_ids, load_pretrained
 from pazo.train import run
@@ -121,13 +119,7 @@ def test_prompt_model_under_vmap_both_engines_and_per_example_grads(prompt_model
     x = encode_pairs(tokenizer, ["The cat sat.", "A dog ran in the park.", "The man ate.", "A bird sang."],
                      ["A cat.", "A dog ran.", "The man did not move.", "A bird was happy."], 240, 256)
     y = torch.tensor([0, 0, 2, 1])
-    dirs = SeededDirections(model.shapes, [1, 2])
-    points = [(0, 1e-2), (0, -1e-2), (1, 1e-2), (1, -1e-2)]
-    assert torch.allclose(VectorisedEngine().losses(model, x, y, dirs, points),
-                          InPlaceEngine().losses(model, x, y, dirs, points), atol=1e-5)
-    grads = per_example_grads(model, x, y, chunk=3)
-    for i in range(4):
-        assert torch.allclose(grads[i], model.mean_loss_grad(x[i:i + 1], y[i:i + 1]), atol=1e-5)
+    check_engines_and_per_example_grads(model, x, y, chunk=3)
 
 
 def test_tiny_run_of_the_mnli_experiment(nli_root, hydra_cfg, tmp_path):

@@ -86,8 +86,8 @@ def test_relaunch_skips_finished_runs(tmp_path, monkeypatch):
     started.mkdir(parents=True)
     assert [status(d) for d in (finished, failed, started)] == ["finished", "failed", "incomplete"]
     launched = []
-    monkeypatch.setattr(sweep, "run_one", lambda cmd, run_dir: launched.append(run_dir) or 0)
-    sweep.main(["demo", "--out", str(tmp_path)])
+    monkeypatch.setattr(sweep, "run_one", lambda cmd, run_dir, threads=None: launched.append(run_dir) or 0)
+    assert sweep.main(["demo", "--out", str(tmp_path)]) == 1      # the fake runs leave no summary
     assert len(launched) == len(runs) - 1 and str(finished) not in launched and str(failed) in launched
     launched.clear()
     sweep.main(["demo", "--out", str(tmp_path), "--skip-failed"])
@@ -104,7 +104,7 @@ def test_a_real_sequential_sweep_then_relaunch(tmp_path):
     dirs = [tmp_path / "mini" / r.run_id for r in runs]
     assert len(dirs) == 2 and all(status(d) == "finished" for d in dirs)
     config = OmegaConf.load(dirs[1] / "config.yaml")
-    assert config.method.lr == 0.1 and config.privacy.epsilon == 1 and config.method.name == "pazo_m"
+    assert config.method.lr == 0.5 and config.privacy.epsilon == 1 and config.method.name == "pazo_m"
     mtime = (dirs[0] / "summary.json").stat().st_mtime_ns
     assert sweep.main(args) == 0
     assert (dirs[0] / "summary.json").stat().st_mtime_ns == mtime
@@ -115,7 +115,14 @@ def test_submitit_launcher_runs_the_array(tmp_path, monkeypatch):
     (tmp_path / "mini.yaml").write_text(
         "name: mini\nsettings: [digits]\nmethods: [dpzero]\nepsilons: [1]\nextra: {}\n")
     launched = []
-    monkeypatch.setattr(sweep, "run_one", lambda cmd, run_dir: launched.append((cmd, run_dir)) or 0)
+
+    def fake_run(cmd, run_dir, threads=None):
+        launched.append((cmd, run_dir))
+        (sweep.Path(run_dir) / "summary.json").parent.mkdir(parents=True, exist_ok=True)
+        (sweep.Path(run_dir) / "summary.json").write_text('{"status": "finished"}')
+        return 0
+    monkeypatch.setattr(sweep, "run_one", fake_run)
     assert sweep.main([str(tmp_path / "mini.yaml"), "--out", str(tmp_path), "--launcher", "slurm",
                        "--set", "cluster=debug", "--set", "wait=true"]) == 0
     assert len(launched) == 2 and all("method=dpzero" in cmd for cmd, _ in launched)
+    assert sweep.main([str(tmp_path / "mini.yaml"), "--launcher", "slurm", "--set", "launcher=pbs"]) == 2

@@ -9,12 +9,10 @@ import torch
 from omegaconf import OmegaConf
 
 import pazo.data.image_folder as image_folder
+from model_checks import check_engines_and_per_example_grads
 from fixtures import write_image_folder, write_tiny_imagenet
 from pazo.data.tiny_imagenet import load_tiny_imagenet_bundle, read_tiny_imagenet
 from pazo.errors import ConfigError, DataMissingError
-from pazo.methods.directions import SeededDirections
-from pazo.methods.engines import InPlaceEngine, VectorisedEngine
-from pazo.methods.per_example import per_example_grads
 from pazo.models import FunctionalModel
 from pazo.models.vit import build_vit
 from pazo.train import run
@@ -132,13 +130,7 @@ def test_eager_attention_equals_the_fused_kernel():
 def test_vit_under_vmap_both_engines_and_per_example_grads():
     model = FunctionalModel(small_vit())
     x, y = torch.rand(4, 3, 32, 32), torch.tensor([0, 1, 2, 3])
-    dirs = SeededDirections(model.shapes, [1, 2])
-    points = [(0, 1e-2), (0, -1e-2), (1, 1e-2), (1, -1e-2)]
-    assert torch.allclose(VectorisedEngine().losses(model, x, y, dirs, points),
-                          InPlaceEngine().losses(model, x, y, dirs, points), atol=1e-5)
-    grads = per_example_grads(model, x, y, chunk=3)
-    for i in range(4):
-        assert torch.allclose(grads[i], model.mean_loss_grad(x[i:i + 1], y[i:i + 1]), atol=1e-5)
+    check_engines_and_per_example_grads(model, x, y, chunk=3)
 
 
 def test_checkpoint_initialisation_refits_the_head_only(tmp_path):

@@ -14,10 +14,9 @@ import numpy as np
 import torch
 
 from pazo.data.base import DataBundle, TensorSplit
-from pazo.data.image_folder import load_public_folder
+from pazo.data.image_folder import image_splits
 from pazo.data.images import ImageTransform
-from pazo.data.public_split import split_public
-from pazo.errors import ConfigError, DataMissingError
+from pazo.errors import DataMissingError
 
 FOLDER = "cifar-10-batches-py"
 TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
@@ -55,27 +54,11 @@ def read_cifar10(root: str | Path, download: bool = False):
 
 
 def load_cifar10_bundle(cfg, rng: np.random.Generator, aug_generator: torch.Generator) -> DataBundle:
+    """Public data: a seeded 4% of the training set with class imbalance, or another image folder
+    with the CIFAR-10 class names (e.g. CINIC-10's ImageNet images, `train/airplane/*.png`)."""
     x_train, y_train, x_test, y_test = read_cifar10(cfg.root, cfg.download)
-    plain = ImageTransform(cfg.image_size)
-    public_tf = ImageTransform(cfg.image_size, augment=cfg.augment_public, generator=aug_generator)
-    info = {"image_size": cfg.image_size, "augment_public": cfg.augment_public,
-            "public_source": cfg.public_source}
-    if cfg.public_source == "split":
-        pub, priv = split_public(y_train.numpy(), rng, fraction=cfg.public_fraction,
-                                 imbalance=cfg.public_imbalance)
-        public = TensorSplit(x_train[pub], y_train[pub], public_tf)
-        private = TensorSplit(x_train[priv], y_train[priv], plain)
-        info.update(public_fraction=cfg.public_fraction, public_imbalance=cfg.public_imbalance)
-    elif cfg.public_source == "folder":
-        # e.g. CINIC-10's ImageNet images (train/<class name>/*.png): same classes, another source
-        x_pub, y_pub, extra = load_public_folder(cfg.public_folder, CLASSES, 32,
-                                                 per_class=cfg.public_per_class, rng=rng,
-                                                 cache_dir=cfg.cache_dir)
-        public = TensorSplit(x_pub, y_pub, public_tf)
-        private = TensorSplit(x_train, y_train, plain)
-        info.update(public_per_class=cfg.public_per_class, **extra)
-    else:
-        raise ConfigError(f"dataset.public_source must be split or folder, got {cfg.public_source!r}")
+    private, public, info = image_splits(cfg, x_train, y_train, CLASSES, 32, rng, aug_generator,
+                                         fraction=cfg.public_fraction)
     return DataBundle(name="cifar10", private=private, public=public,
-                      test=TensorSplit(x_test, y_test, plain), num_classes=10,
+                      test=TensorSplit(x_test, y_test, ImageTransform(cfg.image_size)), num_classes=10,
                       input_shape=(3, cfg.image_size, cfg.image_size), info=info)

@@ -17,6 +17,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from pazo.data.base import TensorSplit
+from pazo.data.images import ImageTransform
+from pazo.data.public_split import split_public
 from pazo.errors import ConfigError, DataMissingError
 
 # what torchvision's ImageFolder accepts (torchvision itself is imported only when decoding: it
@@ -108,3 +111,25 @@ def load_public_folder(folder: str | Path, class_names: list[str], size: int, *,
                     lambda: {"images": decode_images([p for p, _ in chosen], size)})["images"]
     labels = torch.tensor([y for _, y in chosen])
     return images, labels, {"public": str(folder), "public_classes_present": len(found)}
+
+
+def image_splits(cfg, x_train: torch.Tensor, y_train: torch.Tensor, class_names: list[str], native_size: int,
+                 rng: np.random.Generator, aug_generator: torch.Generator, **split_size):
+    """(private, public, info) of an image data set. `dataset.public_source=split` draws the public
+    set from the training set (`split_size`: `fraction=` or `per_class=`, with
+    `dataset.public_imbalance`); `folder` takes it from `dataset.public_folder` (out-of-distribution
+    public data) and keeps the whole training set private. Public batches are augmented."""
+    plain = ImageTransform(cfg.image_size)
+    public_tf = ImageTransform(cfg.image_size, augment=cfg.augment_public, generator=aug_generator)
+    info = {"image_size": cfg.image_size, "augment_public": cfg.augment_public, "public_source": cfg.public_source}
+    if cfg.public_source == "split":
+        pub, priv = split_public(y_train.numpy(), rng, imbalance=cfg.public_imbalance, **split_size)
+        info.update(public_imbalance=cfg.public_imbalance, **{f"public_{k}": v for k, v in split_size.items()})
+        return (TensorSplit(x_train[priv], y_train[priv], plain),
+                TensorSplit(x_train[pub], y_train[pub], public_tf), info)
+    if cfg.public_source == "folder":
+        x_pub, y_pub, extra = load_public_folder(cfg.public_folder, class_names, native_size,
+                                                 per_class=cfg.public_per_class, rng=rng, cache_dir=cfg.cache_dir)
+        info.update(public_per_class=cfg.public_per_class, **extra)
+        return TensorSplit(x_train, y_train, plain), TensorSplit(x_pub, y_pub, public_tf), info
+    raise ConfigError(f"dataset.public_source must be split or folder, got {cfg.public_source!r}")

@@ -18,10 +18,9 @@ import numpy as np
 import torch
 
 from pazo.data.base import DataBundle, TensorSplit
-from pazo.data.image_folder import cached, decode_images, folder_fingerprint, list_class_folder, load_public_folder
+from pazo.data.image_folder import cached, decode_images, folder_fingerprint, image_splits, list_class_folder
 from pazo.data.images import ImageTransform
-from pazo.data.public_split import split_public
-from pazo.errors import ConfigError, DataMissingError
+from pazo.errors import DataMissingError
 
 FOLDER = "tiny-imagenet-200"
 URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
@@ -81,25 +80,8 @@ def read_tiny_imagenet(root: str | Path, download: bool = False, cache_dir: str 
 
 def load_tiny_imagenet_bundle(cfg, rng: np.random.Generator, aug_generator: torch.Generator) -> DataBundle:
     x_train, y_train, x_test, y_test, classes = read_tiny_imagenet(cfg.root, cfg.download, cfg.cache_dir)
-    plain = ImageTransform(cfg.image_size)
-    public_tf = ImageTransform(cfg.image_size, augment=cfg.augment_public, generator=aug_generator)
-    info = {"image_size": cfg.image_size, "augment_public": cfg.augment_public,
-            "public_source": cfg.public_source}
-    if cfg.public_source == "split":
-        pub, priv = split_public(y_train.numpy(), rng, per_class=cfg.public_per_class,
-                                 imbalance=cfg.public_imbalance)
-        public = TensorSplit(x_train[pub], y_train[pub], public_tf)
-        private = TensorSplit(x_train[priv], y_train[priv], plain)
-        info.update(public_per_class=cfg.public_per_class, public_imbalance=cfg.public_imbalance)
-    elif cfg.public_source == "folder":
-        x_pub, y_pub, extra = load_public_folder(cfg.public_folder, classes, NATIVE_SIZE,
-                                                 per_class=cfg.public_per_class, rng=rng,
-                                                 cache_dir=cfg.cache_dir)
-        public = TensorSplit(x_pub, y_pub, public_tf)
-        private = TensorSplit(x_train, y_train, plain)
-        info.update(public_per_class=cfg.public_per_class, **extra)
-    else:
-        raise ConfigError(f"dataset.public_source must be split or folder, got {cfg.public_source!r}")
+    private, public, info = image_splits(cfg, x_train, y_train, classes, NATIVE_SIZE, rng, aug_generator,
+                                         per_class=cfg.public_per_class)
     return DataBundle(name="tiny_imagenet", private=private, public=public,
-                      test=TensorSplit(x_test, y_test, plain), num_classes=len(classes),
+                      test=TensorSplit(x_test, y_test, ImageTransform(cfg.image_size)), num_classes=len(classes),
                       input_shape=(3, cfg.image_size, cfg.image_size), info=info)
