@@ -81,7 +81,7 @@ def test_loader_sizes_classes_seeding(nli_root, tokenizer):
 def test_missing_data_and_weights_messages(tmp_path, tokenizer):
     with pytest.raises(DataMissingError, match="mnli is missing.*dataset.download=true"):
         load_mnli_bundle(cfg(tmp_path), np.random.default_rng(0), tokenizer)
-    with pytest.raises(DataMissingError, match="huggingface-cli download") as err:
+    with pytest.raises(DataMissingError, match="save_pretrained") as err:
         load_pretrained(str(tmp_path / "no-such-model"), "model")
     assert "no-such-model" in str(err.value)
 

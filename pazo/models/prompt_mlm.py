@@ -36,9 +36,11 @@ def load_pretrained(path_or_name: str, kind: str, download: bool = False):
     except OSError as err:
         raise DataMissingError(
             f"the {kind} of {path_or_name!r} is missing: not a local folder ({local}) and not in the "
-            f"Hugging Face cache ({type(err).__name__}). Get it with model.download=true, or run "
-            f"`huggingface-cli download {path_or_name}` (or save_pretrained into a folder) on a machine "
-            "with internet and point model.path at the folder.") from None
+            f"Hugging Face cache ({type(err).__name__}). Get it with model.download=true, or on a "
+            f"machine with internet run `python -c \"import transformers as t; n='{path_or_name}'; "
+            "t.AutoTokenizer.from_pretrained(n).save_pretrained('roberta'); "
+            "t.AutoModelForMaskedLM.from_pretrained(n).save_pretrained('roberta')\"` and set "
+            "model.path to that roberta/ folder.") from None
 
 
 class PromptMaskedLM(nn.Module):
