@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -231,10 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = {s: list(states.values()).count(s) for s in ("finished", "failed", "incomplete", "new")}
     print(f"sweep {spec['name']}: {len(runs)} runs in {sweep_dir} "
           f"({', '.join(f'{v} {k}' for k, v in counts.items() if v)}); {len(todo)} to run")
-    per_method = {}
-    for r in runs:
-        per_method[(r.setting, r.method)] = per_method.get((r.setting, r.method), 0) + 1
-    for (setting, method), n in per_method.items():
+    for (setting, method), n in Counter((r.setting, r.method) for r in runs).items():
         print(f"  {setting:14s} {method:13s} {n:5d}")
     if args.dry_run:
         for _, _, cmd in todo[:args.show]:

@@ -71,7 +71,8 @@ def cached(cache_dir: str | None, key_parts: list, build):
 
 def folder_fingerprint(files: list[tuple[Path, str]]) -> list:
     """What invalidates a decoded cache: the file list with sizes and modification times."""
-    return [(str(p), name, p.stat().st_size, p.stat().st_mtime_ns) for p, name in files]
+    stats = [(p, name, p.stat()) for p, name in files]
+    return [(str(p), name, st.st_size, st.st_mtime_ns) for p, name, st in stats]
 
 
 def load_public_folder(folder: str | Path, class_names: list[str], size: int, *,

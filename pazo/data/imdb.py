@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from pazo.data.base import DataBundle, TensorSplit
-from pazo.errors import ConfigError, DataMissingError
+from pazo.data.saved_hub import load_saved
+from pazo.errors import ConfigError
 
 PAD, UNK = 0, 1
 TOKEN = re.compile(r"\w+")
@@ -44,24 +45,9 @@ def encode(texts, vocab: dict[str, int], max_length: int) -> torch.Tensor:
     return out
 
 
-def _load(root: Path, name: str, download: bool):
-    from datasets import load_dataset, load_from_disk
-
-    path = root / name
-    if not path.exists() and download:
-        load_dataset(HUB[name]).save_to_disk(str(path))
-    if not path.exists():
-        raise DataMissingError(
-            f"{name} is missing: no saved Hugging Face dataset at {path}. Get it with "
-            f"dataset.download=true (downloads {HUB[name]} from the Hub and saves it there), or run "
-            f"`python -c \"import datasets; datasets.load_dataset('{HUB[name]}').save_to_disk('{path}')\"` "
-            "on a machine with internet and copy the folder; dataset.root (or $PAZO_DATA) sets where we look.")
-    return load_from_disk(str(path))
-
-
 def load_imdb_bundle(cfg, rng: np.random.Generator) -> DataBundle:
     root = Path(str(cfg.root)).expanduser()
-    imdb, amazon = _load(root, "imdb", cfg.download), _load(root, "amazon_polarity", cfg.download)
+    imdb, amazon = (load_saved(root, name, HUB[name], None, cfg.download) for name in ("imdb", "amazon_polarity"))
     train, test, pool = imdb["train"], imdb["test"], amazon["train"]
     vocab = build_vocab(train["text"], cfg.vocab_size)
     if cfg.public_size > len(pool) or cfg.test_size > len(test):

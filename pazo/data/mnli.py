@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from pazo.data.base import DataBundle, TensorSplit
-from pazo.errors import ConfigError, DataMissingError
+from pazo.data.saved_hub import load_saved
+from pazo.errors import ConfigError
 
 HUB = {"mnli": ("nyu-mll/glue", "mnli"), "snli": ("stanfordnlp/snli", None)}
 LABELS = ["entailment", "neutral", "contradiction"]      # the GLUE / SNLI label ids 0, 1, 2
@@ -64,23 +65,6 @@ class TrimPadding:
         return ids[:, :length].to(device)
 
 
-def _load(root: Path, name: str, download: bool):
-    from datasets import load_dataset, load_from_disk
-
-    path = root / name
-    hub, config = HUB[name]
-    if not path.exists() and download:
-        load_dataset(hub, config).save_to_disk(str(path))
-    if not path.exists():
-        args = f"'{hub}'" + (f", '{config}'" if config else "")
-        raise DataMissingError(
-            f"{name} is missing: no saved Hugging Face dataset at {path}. Get it with "
-            f"dataset.download=true (downloads {hub} from the Hub and saves it there), or run "
-            f"`python -c \"import datasets; datasets.load_dataset({args}).save_to_disk('{path}')\"` "
-            "on a machine with internet and copy the folder; dataset.root (or $PAZO_DATA) sets where we look.")
-    return load_from_disk(str(path))
-
-
 def _per_class(split, per_class: int, rng: np.random.Generator, what: str) -> np.ndarray:
     labels = np.asarray(split["label"])
     chosen = []
@@ -95,7 +79,7 @@ def _per_class(split, per_class: int, rng: np.random.Generator, what: str) -> np
 
 def load_mnli_bundle(cfg, rng: np.random.Generator, tokenizer) -> DataBundle:
     root = Path(str(cfg.root)).expanduser()
-    mnli, snli = _load(root, "mnli", cfg.download), _load(root, "snli", cfg.download)
+    mnli, snli = (load_saved(root, name, *HUB[name], cfg.download) for name in ("mnli", "snli"))
     train, dev, pool = mnli["train"], mnli["validation_matched"], snli["train"]
     private = train.select(_per_class(train, cfg.k_shot, rng, "MNLI train"))
     if cfg.test_size > len(dev):

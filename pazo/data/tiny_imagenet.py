@@ -27,13 +27,12 @@ URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
 NATIVE_SIZE = 64
 
 
-def _val_files(val: Path, classes: list[str]) -> list[tuple[Path, str]]:
+def _val_files(val: Path) -> list[tuple[Path, str]]:
     annotations = val / "val_annotations.txt"
     if annotations.exists():
         rows = [line.split("\t") for line in annotations.read_text().splitlines() if line.strip()]
         return [(val / "images" / row[0], row[1]) for row in rows]
-    found, files = list_class_folder(val)
-    return files
+    return list_class_folder(val)[1]
 
 
 def _missing_message(root: Path, what: str) -> str:
@@ -57,7 +56,7 @@ def read_tiny_imagenet(root: str | Path, download: bool = False, cache_dir: str 
     wnids = folder / "wnids.txt"
     if wnids.exists() and sorted(wnids.read_text().split()) != classes:
         raise DataMissingError(_missing_message(root, "train/ does not hold one folder per class of wnids.txt"))
-    val_files = _val_files(folder / "val", classes)
+    val_files = _val_files(folder / "val")
     if not train_files or not val_files:
         raise DataMissingError(_missing_message(root, "no images in train/ or val/"))
     absent = [p for p, _ in val_files[:100] if not p.exists()]
