@@ -49,25 +49,25 @@ def save(fig, out: Path, name: str, written: list) -> None:
     written.append(name)
 
 
-def panels(n):
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False)
-    return fig, axes[0]
+def panels(frame):
+    """One panel per setting of `frame`: the figure and (axis, setting, that setting's rows)."""
+    settings = settings_of(frame)
+    fig, axes = plt.subplots(1, len(settings), figsize=(4.2 * len(settings), 3.4), squeeze=False)
+    return fig, [(ax, s, frame[frame.setting == s]) for ax, s in zip(axes[0], settings)]
 
 
 def figure2(best, out, written):
     private = best[best.epsilon.notna()]
     if private.empty:
         return print("figure2: no private runs")
-    settings = settings_of(private)
-    fig, axes = panels(len(settings))
-    for ax, s in zip(axes, settings):
-        mine = private[private.setting == s]
+    fig, grid = panels(private)
+    for ax, s, mine in grid:
         for m in [m for m in METHOD_ORDER if m in set(mine.method)]:
             rows = mine[mine.method == m].sort_values("epsilon")
             ax.plot(rows.epsilon, 100 * rows.accuracy, marker="o", label=LABELS[m],
                     linestyle="-" if m.startswith("pazo") else "--")
         ax.set(xscale="log", xlabel="epsilon", ylabel="test accuracy (%)", title=s)
-    axes[-1].legend(fontsize=7, loc="best")
+    grid[-1][0].legend(fontsize=7, loc="best")
     save(fig, out, "figure2_accuracy_vs_epsilon", written)
 
 
@@ -79,10 +79,8 @@ def figure3(best, out, written):
               "ZO+PUB": lambda m: m not in FIRST_ORDER and m in USES_PUBLIC}
     if private.empty:
         return print("figure3: no private runs")
-    settings = settings_of(private)
-    fig, axes = panels(len(settings))
-    for ax, s in zip(axes, settings):
-        mine = private[private.setting == s]
+    fig, grid = panels(private)
+    for ax, s, mine in grid:
         for name, member in groups.items():
             rows = mine[mine.method.map(member)]
             if rows.empty:
@@ -91,7 +89,7 @@ def figure3(best, out, written):
             ax.plot(top.index, 100 * top.values, marker="o", label=name,
                     linestyle="-" if name.startswith("ZO") else "--")
         ax.set(xscale="log", xlabel="epsilon", ylabel="best test accuracy (%)", title=s)
-    axes[-1].legend(fontsize=8)
+    grid[-1][0].legend(fontsize=8)
     save(fig, out, "figure3_best_zo_vs_fo", written)
 
 
@@ -100,17 +98,16 @@ def figure4(best, epsilon, out, written):
                   & best.best_run.notna()]
     if chosen.empty:
         return print(f"figure4: no DPZero/PAZO runs at epsilon {epsilon}")
-    settings = settings_of(chosen)
-    fig, axes = panels(len(settings))
-    for ax, s in zip(axes, settings):
-        for _, row in chosen[chosen.setting == s].iterrows():
+    fig, grid = panels(chosen)
+    for ax, s, mine in grid:
+        for _, row in mine.iterrows():
             metrics = [json.loads(line) for line in (Path(row.best_run) / "metrics.jsonl").read_text().splitlines() if line]
             points = [(m["step"], m["test_accuracy"]) for m in metrics if m.get("test_accuracy") is not None]
             if points:
                 steps, acc = zip(*points)
                 ax.plot(steps, 100 * np.asarray(acc), label=LABELS[row.method])
         ax.set(xlabel="step", ylabel="test accuracy (%)", title=f"{s}, epsilon {epsilon:g}")
-    axes[-1].legend(fontsize=8)
+    grid[-1][0].legend(fontsize=8)
     save(fig, out, "figure4_accuracy_vs_steps", written)
 
 
@@ -119,10 +116,9 @@ def figure5(runs, best, epsilon, out, written):
     if chosen.empty:
         return print(f"figure5: no runs at epsilon {epsilon}")
     speed = runs.set_index("run_dir").s_per_iter
-    settings = settings_of(chosen)
-    fig, axes = panels(len(settings))
-    for ax, s in zip(axes, settings):
-        for _, row in chosen[chosen.setting == s].iterrows():
+    fig, grid = panels(chosen)
+    for ax, s, mine in grid:
+        for _, row in mine.iterrows():
             t = speed.get(row.best_run)
             if t is None or (isinstance(t, float) and math.isnan(t)):
                 continue

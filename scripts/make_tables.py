@@ -34,6 +34,13 @@ def pct(x) -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
 
 
+def difference(ours: float, runs: int, paper: float | None) -> float | None:
+    """Ours minus the paper's, in accuracy points, where both exist."""
+    if not runs or math.isnan(ours) or paper is None or math.isnan(paper):
+        return None
+    return 100 * ours - paper
+
+
 def cell(ours: float, runs: int, paper: float | None, paper_known: bool) -> str:
     if runs == 0:
         text = ""
@@ -41,8 +48,8 @@ def cell(ours: float, runs: int, paper: float | None, paper_known: bool) -> str:
         text = "—" if math.isnan(ours) else f"{100 * ours:.1f}"
     if paper_known:
         ref = "—" if paper is None or math.isnan(paper) else f"{paper:.1f}"
-        diff = f", {100 * ours - paper:+.1f}" if runs and not math.isnan(ours) and paper is not None and not math.isnan(paper) else ""
-        text = f"{text or 'not run'} ({ref}{diff})"
+        diff = difference(ours, runs, paper)
+        text = f"{text or 'not run'} ({ref}{'' if diff is None else f', {diff:+.1f}'})"
     return text
 
 
@@ -71,8 +78,7 @@ def accuracy_table(best: pd.DataFrame, setting: str, paper: pd.DataFrame):
             row[col] = cell(ours, runs, paper_value, len(ref) > 0)
             long.append({"setting": setting, "method": m, "column": key, "ours": pct(ours) if runs else "",
                          "paper": "" if paper_value is None else paper_value,
-                         "diff": f"{100 * ours - paper_value:+.1f}" if runs and paper_value is not None
-                         and not math.isnan(ours) and not math.isnan(paper_value) else "",
+                         "diff": "" if (d := difference(ours, runs, paper_value)) is None else f"{d:+.1f}",
                          "runs": runs, "finished": int(h.finished) if h is not None else 0,
                          "failed": int(h.failed) if h is not None else 0,
                          "best_run": h.best_run if h is not None else ""})
