@@ -1,0 +1,30 @@
+"""Short digits runs whose metrics are recorded in `digits_runs.json` (by `record.py`) and compared
+by `tests/test_golden.py`: a refactor must give the same numbers for the same seed.
+
+Learning rate and clip are pinned per case, so that a later change of a method's defaults does not
+read as a change of the method's arithmetic."""
+from __future__ import annotations
+
+COMMON = ("logger.mode=disabled", "device=cpu", "train.steps=24", "train.log_every=6", "seed=3")
+
+CASES: dict[str, tuple[str, ...]] = {
+    "mezo": ("method=mezo", "privacy=none", "method.lr=0.005"),
+    "sgd": ("method=sgd", "privacy=none", "method.lr=0.5"),
+    "dpzero": ("method=dpzero", "method.lr=0.02", "method.clip=1.0"),
+    "dp_zo": ("method=dp_zo", "method.lr=0.02", "method.clip=0.02"),
+    "dp_zo_laplace": ("method=dp_zo", "method.noise=laplace", "method.lr=0.02", "method.clip=0.02"),
+    "dp_zogd": ("method=dp_zogd", "method.lr=200.0", "method.clip=0.01"),
+    "pazo_m": ("method=pazo_m", "method.lr=0.5", "method.clip=1.0"),
+    "pazo_m_inplace": ("method=pazo_m", "engine.name=inplace", "method.lr=0.5", "method.clip=1.0"),
+    "pazo_p": ("method=pazo_p", "method.lr=0.5", "method.clip=1.0"),
+    "pazo_p_inplace": ("method=pazo_p", "engine.name=inplace", "method.lr=0.5", "method.clip=1.0"),
+    "pazo_p_prime": ("method=pazo_p_prime", "method.lr=0.5", "method.clip=1.0"),
+    "pazo_s": ("method=pazo_s", "method.lr=0.5", "method.clip=4.0"),
+    "dpsgd": ("method=dpsgd", "method.lr=0.5", "method.clip=1.0"),
+    "dpmd": ("method=dpmd", "method.lr=0.5", "method.clip=1.0"),
+    "dope_sgd": ("method=dope_sgd", "method.lr=0.5", "method.clip=1.0"),
+    "gep": ("method=gep", "method.lr=0.5", "method.clip=0.5"),
+}
+
+#: metrics that depend on time, not on the arithmetic
+IGNORED = {"s_per_iter"}

@@ -1,0 +1,39 @@
+"""Record the golden runs: `python tests/golden/record.py` (only when a change is *meant* to change
+the numbers; say so in the commit)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from cases import CASES, COMMON, IGNORED  # noqa: E402
+
+
+def run_case(name: str, overrides, workdir: Path) -> dict:
+    from hydra import compose, initialize_config_dir
+
+    from pazo.train import run
+
+    with initialize_config_dir(config_dir=str(HERE.parents[1] / "configs"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*COMMON, *overrides])
+    summary = run(cfg, workdir / name)
+    rows = [json.loads(line) for line in (workdir / name / "metrics.jsonl").read_text().splitlines()]
+    rows = [{k: v for k, v in r.items() if k not in IGNORED} for r in rows]
+    return {"rows": rows, "epsilon_spent": summary["privacy"].get("epsilon_spent"),
+            "sigma": summary["privacy"].get("sigma"), "final_test_accuracy": summary["final_test_accuracy"]}
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["PAZO_CACHE_DIR"] = str(Path(tmp) / "cache")
+        out = {name: run_case(name, ov, Path(tmp)) for name, ov in CASES.items()}
+    (HERE / "digits_runs.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    print(f"recorded {len(out)} runs in {HERE / 'digits_runs.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""Refactors keep the numbers: each short digits run of `tests/golden/cases.py` gives, for the same
+seed, the metrics recorded in `tests/golden/digits_runs.json` (to float tolerance)."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+sys.path.insert(0, str(GOLDEN))
+from cases import CASES  # noqa: E402
+from record import run_case  # noqa: E402
+
+RECORDED = json.loads((GOLDEN / "digits_runs.json").read_text())
+#: the logged epsilon's schedule is not part of a method's arithmetic (the final one is compared)
+NOT_COMPARED = {"epsilon"}
+
+
+def close(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-7)
+    return a == b
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_same_seed_same_numbers_as_recorded(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))
+    got, want = run_case(name, CASES[name], tmp_path), RECORDED[name]
+    assert [r["step"] for r in got["rows"]] == [r["step"] for r in want["rows"]]
+    for g, w in zip(got["rows"], want["rows"]):
+        for key, value in w.items():
+            if key not in NOT_COMPARED:
+                assert close(g.get(key), value), f"{name} step {w['step']} {key}: {g.get(key)} != {value}"
+    for key in ("epsilon_spent", "sigma", "final_test_accuracy"):
+        assert close(got[key], want[key]), f"{name} {key}: {got[key]} != {want[key]}"
