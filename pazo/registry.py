@@ -33,3 +33,7 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         return sorted(self._items)
+
+    def items(self) -> list[tuple[str, T]]:
+        """(name, item) pairs in registration order."""
+        return list(self._items.items())

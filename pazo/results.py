@@ -13,15 +13,15 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from pazo.methods import METHODS, method_names
+
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_VALUES = ROOT / "scripts" / "paper_values.csv"
-METHOD_ORDER = ["sgd", "mezo", "dpsgd", "dpmd", "dope_sgd", "gep", "dpzero", "pazo_m", "pazo_p",
-                "pazo_p_prime", "pazo_s"]
-LABELS = {"sgd": "SGD", "mezo": "MeZO", "dpsgd": "DP-SGD", "dpmd": "DPMD", "dope_sgd": "DOPE-SGD",
-          "gep": "GEP", "dpzero": "DPZero", "pazo_m": "PAZO-M", "pazo_p": "PAZO-P",
-          "pazo_p_prime": "PAZO-P'", "pazo_s": "PAZO-S", "dp_zo": "DP-ZO", "dp_zogd": "DP-ZOGD"}
-FIRST_ORDER = {"sgd", "dpsgd", "dpmd", "dope_sgd", "gep"}
-USES_PUBLIC = {"dpmd", "dope_sgd", "gep", "pazo_m", "pazo_p", "pazo_p_prime", "pazo_s"}
+#: row order of the tables: the non-private references first, then the private methods as registered
+METHOD_ORDER = ([n for n, i in METHODS.items() if not i.private] + [n for n, i in METHODS.items() if i.private])
+LABELS = {n: i.label for n, i in METHODS.items()}
+FIRST_ORDER = set(method_names("first_order"))
+USES_PUBLIC = {n for n, i in METHODS.items() if i.uses_public}
 HYPERPARAMETERS = ["lr", "clip", "public_batch_size", "alpha", "k", "perturbation", "q"]
 
 

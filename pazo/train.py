@@ -19,11 +19,10 @@ from tqdm import tqdm
 
 from pazo.data import build_dataset
 from pazo.logging import RunLogger
-from pazo.methods import MethodContext, method_class
+from pazo.methods import build_method, method_config, method_info
 from pazo.methods.engines import build_engine
 from pazo.models import FunctionalModel, build_model, check_no_batchnorm
 from pazo.privacy.accountant import BudgetError
-from pazo.privacy.mechanisms import NoiseSpec
 from pazo.privacy.plan import EpsilonTracker, make_plan
 from pazo.privacy.sampling import SAMPLERS
 from pazo.registry import UnknownNameError
@@ -51,6 +50,7 @@ def _sync(device: torch.device) -> None:
 def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     """Train one configuration; returns the summary written to `run_dir/summary.json`."""
     validate_config(cfg)
+    method_cfg = method_config(cfg.method)
     device = resolve_device(cfg.device)
     streams = RandomStreams(cfg.seed, secure_noise=cfg.privacy.secure_noise)
     data = build_dataset(cfg.dataset, streams)
@@ -67,16 +67,11 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     n, b = len(data.private), cfg.train.batch_size
     steps_per_epoch = n / b
     total_steps = cfg.train.steps or max(1, round(cfg.train.epochs * steps_per_epoch))
-    cls = method_class(cfg.method.name)
+    info = method_info(method_cfg.name)
     sampler_cls = SAMPLERS[cfg.privacy.sampling]
-    release = cls.release_for(cfg.method)
-    plan = make_plan(cfg.privacy, n, b, total_steps, release, sampler_cls, cls.privacy_note)
-    noise = NoiseSpec(sigma=plan.sigma if private else None, clip=float(cfg.method.clip),
-                      expected_batch_size=b, adjacency=cfg.privacy.adjacency, mechanism=release.noise)
-    ctx = MethodContext(model=model, noise=noise, streams=streams, public=data.public,
-                        engine=build_engine(cfg.engine), device=device,
-                        query_train_mode=bool(cfg.engine.query_dropout), total_steps=total_steps)
-    method = cls(cfg.method, ctx)
+    plan = make_plan(cfg.privacy, n, b, total_steps, method_cfg.release(), sampler_cls, info.privacy_note)
+    method = build_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public, device=device,
+                          engine=build_engine(cfg.engine), query_train_mode=bool(cfg.engine.query_dropout))
     sampler = sampler_cls(n, b, streams.numpy["data"])
     tracker = EpsilonTracker(plan, cfg.privacy.account_points)
 
@@ -84,7 +79,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     summary = {"status": "running", "method": cfg.method.name, "dataset": cfg.dataset.name,
                "model": cfg.model.name, "device": str(device), "dim": model.dim,
                "run_dir": str(run_dir), "privacy": plan.as_dict(), "data": data.describe(),
-               "warm_start": warm}
+               "warm_start": warm, "method_departures": method_cfg.departures()}
     logger.write_summary(summary)
     _print_header(summary, plan)
 
@@ -185,7 +180,7 @@ def _print_header(summary: dict, plan) -> None:
         print(f"privacy: {plan.guarantee}, target epsilon={plan.target_epsilon} delta={plan.delta:.3g} -> "
               f"{plan.noise} sigma={plan.sigma:.4f} ({plan.sigma_source}), q={plan.sample_rate:.4f}, "
               f"T={plan.steps}, {plan.sampling} sampling")
-    for note in plan.notes:
+    for note in plan.notes + summary["method_departures"]:
         print(f"note: {note}")
 
 

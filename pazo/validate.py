@@ -1,11 +1,14 @@
-"""Clear errors for bad input, before any data is loaded or any compute starts."""
+"""Clear errors for bad input, before any data is loaded or any compute starts.
+
+Each method checks its own fields (its typed config, `pazo/methods/`); what is checked here spans
+several config groups."""
 from __future__ import annotations
 
 import math
 
 from pazo.data import DATASETS
 from pazo.errors import ConfigError
-from pazo.methods import METHODS, method_class
+from pazo.methods import METHODS, method_config, method_info
 from pazo.methods.engines import ENGINES
 from pazo.models import MODELS
 from pazo.privacy.sampling import SAMPLERS
@@ -37,42 +40,7 @@ def validate_config(cfg) -> None:
     _positive(t.log_every, "train.log_every", integer=True)
     if t.evals_per_epoch is not None and t.evals_per_epoch < 0:
         raise ConfigError(f"train.evals_per_epoch must be >= 0, got {t.evals_per_epoch}")
-    _positive(m.lr, "method.lr")
-    _positive(m.clip, "method.clip")
-    for key in ("q", "k", "public_batch_size", "num_groups", "power_iters"):
-        if key in m:
-            if not isinstance(m[key], int) or m[key] < 1:
-                raise ConfigError(f"method.{key} must be an integer >= 1, got {m[key]!r}")
-    if "alpha" in m and not (isinstance(m.alpha, (int, float)) and 0 <= m.alpha <= 1):
-        raise ConfigError(f"method.alpha must be in [0, 1], got {m.alpha!r}")
-    for key in ("grad_memory_mb", "clip0"):
-        if m.get(key) is not None:
-            _positive(m[key], f"method.{key}")
-    if "num_bases" in m and not (isinstance(m.num_bases, int) and m.num_bases >= 0):
-        raise ConfigError(f"method.num_bases must be an integer >= 0, got {m.num_bases!r}")
-    if m.get("per_example_chunk") is not None:
-        _positive(m.per_example_chunk, "method.per_example_chunk", integer=True)
-    if "smoothing" in m:
-        _positive(m.smoothing, "method.smoothing")
-    if "perturbation" in m and not (isinstance(m.perturbation, (int, float)) and m.perturbation >= 0):
-        raise ConfigError(f"method.perturbation must be >= 0, got {m.perturbation!r}")
-    if "direction" in m:
-        _choice(m.direction, ("gaussian", "sphere", "orthogonal"), "method.direction")
-        if m.direction in ("sphere", "orthogonal") and m.radius not in ("sqrt_d", "fourth_root_d"):
-            try:
-                _positive(float(m.radius), "method.radius")
-            except (TypeError, ValueError):
-                raise ConfigError(f"method.radius must be sqrt_d, fourth_root_d or a positive number, "
-                                  f"got {m.radius!r}") from None
-    if "noise" in m:
-        _choice(m.noise, ("gaussian", "laplace"), "method.noise")
-    if "beta" in m and not (isinstance(m.beta, (int, float)) and 0 < m.beta <= 1):
-        raise ConfigError(f"method.beta must be in (0, 1] (beta = 0 has no composition guarantee), "
-                          f"got {m.beta!r}")
-    if m.get("projection_radius") is not None:
-        _positive(m.projection_radius, "method.projection_radius")
-    if "coef_distribution" in m:
-        _choice(m.coef_distribution, ("gaussian", "sphere"), "method.coef_distribution")
+    method = method_config(m)  # the method's own checks (its typed config)
 
     w = cfg.warm_start
     if not (isinstance(w.epochs, int) and w.epochs >= 0):
@@ -101,11 +69,11 @@ def validate_config(cfg) -> None:
     _choice(p.sampling, SAMPLERS, "privacy.sampling")
     if p.epsilon is not None:
         _positive(p.epsilon, "privacy.epsilon")
-        if not method_class(m.name).supports_privacy:
+        if not method_info(m.name).private:
             raise ConfigError(f"method {m.name!r} is non-private; run it with privacy=none "
                               "(or privacy.epsilon=null)")
     if p.delta is not None:
-        laplace = method_class(m.name).release_for(m).noise == "laplace"
+        laplace = method.release().noise == "laplace"
         if not (isinstance(p.delta, (int, float)) and (0 < p.delta < 1 or (p.delta == 0 and laplace))):
             raise ConfigError(f"privacy.delta must be in (0, 1) (0 only for pure DP with Laplace noise), "
                               f"got {p.delta!r}")
@@ -124,7 +92,7 @@ def validate_against_data(cfg, n_private: int, n_public: int) -> None:
     if b > n_private:
         raise ConfigError(f"train.batch_size={b} exceeds the {n_private} private training examples")
     m = cfg.method
-    uses_public = method_class(m.name).uses_public
+    uses_public = method_info(m.name).uses_public
     if uses_public and n_public == 0:
         raise ConfigError(f"method {m.name!r} needs public data but the data set has none")
     if uses_public and "public_batch_size" in m and m.public_batch_size > n_public:

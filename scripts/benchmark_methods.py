@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pazo.data.base import TensorSplit  # noqa: E402
-from pazo.methods import MethodContext, method_class  # noqa: E402
+from pazo.methods import build_method, method_config, method_info  # noqa: E402
 from pazo.methods.engines import build_engine  # noqa: E402
 from pazo.models import FunctionalModel, build_model  # noqa: E402
-from pazo.privacy.mechanisms import NoiseSpec  # noqa: E402
+from pazo.privacy.plan import PrivacyPlan  # noqa: E402
 from pazo.rng import RandomStreams  # noqa: E402
 
 SETTINGS = {  # input shape, classes, config overrides, expected batch size
@@ -141,13 +141,11 @@ def ours(name, setting, device, warmup, iters, extra=()):
     cfg = compose_cfg([f"method={name}", *model_overrides, *extra])
     module = make_module(cfg, setting).to(device)
     model = FunctionalModel(module)
-    private = method_class(name).supports_privacy
+    config = method_config(cfg.method)
+    plan = PrivacyPlan.with_sigma(1.0 if method_info(name).private else None, b, config.release(), steps=1000)
     public = TensorSplit(*synthetic_inputs(setting, 512))
-    ctx = MethodContext(model=model, noise=NoiseSpec(sigma=1.0 if private else None, clip=float(cfg.method.clip),
-                                                     expected_batch_size=b),
-                        streams=RandomStreams(0), public=public, engine=build_engine(cfg.engine),
-                        device=device, total_steps=1000)
-    method = method_class(name)(cfg.method, ctx)
+    method = build_method(config, model=model, plan=plan, streams=RandomStreams(0), public=public, device=device,
+                          engine=build_engine(cfg.engine))
     x, y = synthetic_inputs(setting, b, device)
     counter = iter(range(1, 10**9))
     return time_steps(lambda: method.step(x, y, next(counter)), device, warmup, iters), model.dim

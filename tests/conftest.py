@@ -12,10 +12,10 @@ from hydra import compose, initialize_config_dir
 from torch import nn
 
 from pazo.data.base import TensorSplit
-from pazo.methods import MethodContext
+from pazo.methods import build_method, method_config
 from pazo.methods.engines import InPlaceEngine, VectorisedEngine
 from pazo.models.functional import FunctionalModel
-from pazo.privacy.mechanisms import NoiseSpec
+from pazo.privacy.plan import PrivacyPlan
 from pazo.rng import RandomStreams
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
@@ -49,15 +49,18 @@ def true_grad(model: FunctionalModel, x: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.fixture
-def make_ctx():
-    def build(model, sigma=None, clip=1e6, b=8, public=None, engine="vectorised", seed=0, adjacency="add_remove"):
+def make_method():
+    """A method built as the training loop builds it (`build_method`), from a dict of its config
+    fields, with a fixed noise multiplier (`sigma=None`: non-private) and expected batch size b."""
+    def build(name, model, cfg, sigma=None, b=8, public=None, engine="vectorised", seed=0,
+              adjacency="add_remove", total_steps=1):
         if public is None:
             public = TensorSplit(torch.zeros(4, model.dim, dtype=torch.float64), torch.zeros(4))
-        return MethodContext(
-            model=model, noise=NoiseSpec(sigma=sigma, clip=clip, expected_batch_size=b, adjacency=adjacency),
-            streams=RandomStreams(seed), public=public,
-            engine=VectorisedEngine() if engine == "vectorised" else InPlaceEngine(),
-            device=torch.device("cpu"))
+        config = method_config({"name": name, **cfg})
+        plan = PrivacyPlan.with_sigma(sigma, b, config.release(), steps=total_steps, adjacency=adjacency)
+        return build_method(config, model=model, plan=plan, streams=RandomStreams(seed), public=public,
+                            device=torch.device("cpu"),
+                            engine=VectorisedEngine() if engine == "vectorised" else InPlaceEngine())
     return build
 
 

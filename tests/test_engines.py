@@ -1,11 +1,9 @@
 """The vectorised and in-place engines give the same losses and the same updates."""
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from conftest import quadratic_model
 from pazo.data.base import TensorSplit
-from pazo.methods import method_class
 from pazo.methods.directions import FlatDirections, SeededDirections, SubspaceDirections
 from pazo.methods.engines import InPlaceEngine, VectorisedEngine
 from pazo.models import FunctionalModel
@@ -87,14 +85,13 @@ METHOD_CFGS = {
 
 
 @pytest.mark.parametrize("name", sorted(METHOD_CFGS))
-def test_methods_take_the_same_steps_with_either_engine(name, make_ctx):
+def test_methods_take_the_same_steps_with_either_engine(name, make_method):
     results = []
     for engine in ("vectorised", "inplace"):
         model = small_cnn()
         public = TensorSplit(torch.rand(20, 1, 8, 8), torch.randint(0, 10, (20,)))
-        ctx = make_ctx(model, sigma=1.0, clip=1.0, b=6, public=public, engine=engine, seed=3)
-        cfg = OmegaConf.create({"lr": 0.1, "clip": 1.0, **METHOD_CFGS[name]})
-        method = method_class(name)(cfg, ctx)
+        method = make_method(name, model, {"lr": 0.1, "clip": 1.0, **METHOD_CFGS[name]}, sigma=1.0, b=6,
+                             public=public, engine=engine, seed=3)
         gen = torch.Generator().manual_seed(9)
         for step in range(3):
             method.step(torch.rand(6, 1, 8, 8, generator=gen), torch.randint(0, 10, (6,), generator=gen), step)

@@ -2,15 +2,12 @@
 import math
 
 import torch
-from omegaconf import OmegaConf
 
 from conftest import quadratic_model, true_grad
 from pazo.data.base import TensorSplit
 from pazo.methods.directions import (SeededDirections, SubspaceDirections, orthonormal_basis,
                                      sample_coefficients)
 from pazo.methods.engines import VectorisedEngine
-from pazo.methods.select import PazoS
-from pazo.methods.zeroth_order import DPZero
 
 
 def finite_difference_estimates(model, x, directions, lam=1e-3):
@@ -36,15 +33,14 @@ def test_two_point_estimate_is_unbiased_for_gaussian_and_sphere():
         assert torch.norm(mean - g) < 5 * math.sqrt(3 * 6 / q) * torch.norm(g), dist
 
 
-def test_method_update_is_minus_lr_times_mean_estimate(make_ctx):
+def test_method_update_is_minus_lr_times_mean_estimate(make_method):
     """DPZero's whole step (non-private) moves the parameters by -lr * E[g] on a quadratic."""
     model = quadratic_model(d=5)
     x = torch.randn(8, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     g = true_grad(model, x)
-    cfg = OmegaConf.create({"lr": 1.0, "q": 20000, "smoothing": 1e-3, "direction": "gaussian",
-                            "radius": "sqrt_d", "clip": 1.0})
+    cfg = {"lr": 1.0, "q": 20000, "smoothing": 1e-3, "direction": "gaussian", "radius": "sqrt_d", "clip": 1.0}
     before = model.flat_params().clone()
-    DPZero(cfg, make_ctx(model)).step(x, torch.zeros(8), 1)
+    make_method("dpzero", model, cfg).step(x, torch.zeros(8), 1)
     step = before - model.flat_params()
     assert torch.norm(step - g) < 5 * math.sqrt(3 * 5 / 20000) * torch.norm(g)
 
@@ -82,17 +78,16 @@ def test_pazo_p_estimate_is_the_projection_onto_the_public_span():
     assert torch.norm(mean - g) > 0.1 * torch.norm(g)  # it is not the full gradient
 
 
-def test_pazo_s_picks_the_truly_best_public_step_without_noise(make_ctx):
+def test_pazo_s_picks_the_truly_best_public_step_without_noise(make_method):
     model = quadratic_model(d=4)
     x = torch.ones(8, 4, dtype=torch.float64)  # private optimum: w = 1
     w0 = model.flat_params().clone()
     # three public batches; the one centred on the private optimum gives the best step
     centres = [torch.full((4,), -3.0), torch.ones(4), torch.full((4,), 5.0)]
     batches = [(c.double().expand(4, 4).clone(), torch.zeros(4)) for c in centres]
-    cfg = OmegaConf.create({"lr": 0.5, "clip": 1e6, "k": 3, "public_batch_size": 4,
-                            "perturbation": 0.0, "noisy_candidate": False})
+    cfg = {"lr": 0.5, "clip": 1e6, "k": 3, "public_batch_size": 4, "perturbation": 0.0, "noisy_candidate": False}
     public = TensorSplit(torch.zeros(4, 4, dtype=torch.float64), torch.zeros(4))
-    method = PazoS(cfg, make_ctx(model, sigma=0.0, b=8, public=public))
+    method = make_method("pazo_s", model, cfg, sigma=0.0, b=8, public=public)
     order = iter([1, 0, 2])  # shuffle which draw holds the good batch
     method.public.sample = lambda: batches[next(order)]
     stats = method.step(x, torch.zeros(8), 1)
@@ -102,18 +97,16 @@ def test_pazo_s_picks_the_truly_best_public_step_without_noise(make_ctx):
     assert torch.allclose(model.flat_params(), expected)
 
 
-def test_pazo_m_update_is_algorithm_1_line_13(make_ctx):
+def test_pazo_m_update_is_algorithm_1_line_13(make_method):
     """x1 = x0 - lr (alpha g_pub(x0) + (1 - alpha) (grad(x0).u) u), both parts taken at x0."""
-    from pazo.methods.zeroth_order import PazoM
     from pazo.rng import RandomStreams
 
     model = quadratic_model(d=4)
     w0 = model.flat_params().clone()
     public = TensorSplit(torch.full((4, 4), 2.0, dtype=torch.float64), torch.zeros(4))
-    cfg = OmegaConf.create({"lr": 0.1, "clip": 1.0, "q": 1, "smoothing": 1e-3, "direction": "sphere",
-                            "radius": "fourth_root_d", "alpha": 0.25, "public_batch_size": 4})
+    cfg = {"lr": 0.1, "clip": 1.0, "q": 1, "smoothing": 1e-3, "alpha": 0.25, "public_batch_size": 4}
     x = torch.zeros(8, 4, dtype=torch.float64)
-    PazoM(cfg, make_ctx(model, sigma=None, public=public)).step(x, torch.zeros(8), 1)
+    make_method("pazo_m", model, cfg, public=public).step(x, torch.zeros(8), 1)
     seed = RandomStreams(0).draw_seeds("directions", 1)  # the direction the step used
     u = SeededDirections(model.shapes, seed, "sphere", 4 ** 0.25, dtype=torch.float64).tensors(0)[0]
     a = model.module.a

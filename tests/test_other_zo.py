@@ -3,10 +3,8 @@ import math
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from conftest import quadratic_model, true_grad
-from pazo.methods import method_class
 from pazo.methods.directions import orthogonal_directions
 from pazo.models import FunctionalModel
 from pazo.models.small_cnn import SmallCNN
@@ -68,10 +66,9 @@ def _cnn():
     return FunctionalModel(SmallCNN(1, 10, 8, width=4))
 
 
-def _run(name, cfg, make_ctx, sigma=1.5, steps=3, b=6, clip=None):
+def _run(name, cfg, make_method, sigma=1.5, steps=3, b=6):
     model = _cnn()
-    ctx = make_ctx(model, sigma=sigma, clip=clip if clip is not None else cfg["clip"], b=b, seed=4)
-    method = method_class(name)(OmegaConf.create(cfg), ctx)
+    method = make_method(name, model, cfg, sigma=sigma, b=b, seed=4)
     gen = torch.Generator().manual_seed(2)
     for t in range(steps):
         method.step(torch.rand(b, 1, 8, 8, generator=gen), torch.randint(0, 10, (b,), generator=gen), t + 1)
@@ -81,11 +78,11 @@ def _run(name, cfg, make_ctx, sigma=1.5, steps=3, b=6, clip=None):
 BASE = {"lr": 0.1, "q": 2, "smoothing": 1e-2, "direction": "gaussian", "radius": "sqrt_d"}
 
 
-def test_dp_zo_gaussian_is_dpzero_with_clip_over_2_lambda(make_ctx):
-    dpzo = _run("dp_zo", {**BASE, "clip": 0.004, "noise": "gaussian"}, make_ctx)
-    dpzero = _run("dpzero", {**BASE, "clip": 0.2}, make_ctx)  # 0.004 / (2 * 0.01)
+def test_dp_zo_gaussian_is_dpzero_with_clip_over_2_lambda(make_method):
+    dpzo = _run("dp_zo", {**BASE, "clip": 0.004, "noise": "gaussian"}, make_method)
+    dpzero = _run("dpzero", {**BASE, "clip": 0.2}, make_method)  # 0.004 / (2 * 0.01)
     assert torch.allclose(dpzo, dpzero, atol=1e-6)
-    other = _run("dpzero", {**BASE, "clip": 0.004}, make_ctx)
+    other = _run("dpzero", {**BASE, "clip": 0.004}, make_method)
     assert not torch.allclose(dpzo, other, atol=1e-4)
 
 
@@ -108,16 +105,16 @@ HYBRID = {"lr": 50.0, "clip": 1.0, "q": 3, "smoothing": 1e-2, "direction": "orth
           "projection_radius": None}
 
 
-def test_hybrid_with_beta_one_is_the_directional_update(make_ctx):
-    hybrid = _run("dp_zogd", {**HYBRID, "beta": 1.0}, make_ctx)
-    directional = _run("dpzero", {k: v for k, v in HYBRID.items() if k != "projection_radius"}, make_ctx)
+def test_hybrid_with_beta_one_is_the_directional_update(make_method):
+    hybrid = _run("dp_zogd", {**HYBRID, "beta": 1.0}, make_method)
+    directional = _run("dpzero", {k: v for k, v in HYBRID.items() if k != "projection_radius"}, make_method)
     assert torch.allclose(hybrid, directional, atol=1e-6)
 
 
-def test_hybrid_isotropic_noise_has_the_paper_scale(make_ctx):
+def test_hybrid_isotropic_noise_has_the_paper_scale(make_method):
     beta, sigma, b, steps = 0.36, 1.5, 6, 1
-    hybrid = _run("dp_zogd", {**HYBRID, "beta": beta}, make_ctx, sigma=sigma, steps=steps)
-    directional = _run("dpzero", {k: v for k, v in HYBRID.items() if k != "projection_radius"}, make_ctx,
+    hybrid = _run("dp_zogd", {**HYBRID, "beta": beta}, make_method, sigma=sigma, steps=steps)
+    directional = _run("dpzero", {k: v for k, v in HYBRID.items() if k != "projection_radius"}, make_method,
                        sigma=sigma, steps=steps)
     iso = hybrid - directional
     d = iso.numel()
@@ -126,6 +123,6 @@ def test_hybrid_isotropic_noise_has_the_paper_scale(make_ctx):
     assert iso.std().item() == pytest.approx(expected, rel=0.05)
 
 
-def test_hybrid_projection_onto_the_ball(make_ctx):
-    params = _run("dp_zogd", {**HYBRID, "beta": 0.5, "projection_radius": 1.0}, make_ctx)
+def test_hybrid_projection_onto_the_ball(make_method):
+    params = _run("dp_zogd", {**HYBRID, "beta": 0.5, "projection_radius": 1.0}, make_method)
     assert params.norm().item() <= 1.0 + 1e-5

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pazo.methods import METHODS, method_class
+from pazo.methods import METHODS, method_info, method_names
 from pazo.train import run
 from pazo.validate import ConfigError
 
@@ -19,14 +19,13 @@ def read_jsonl(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
-FIRST_ORDER = {"sgd", "dpsgd", "dpmd", "dope_sgd", "gep"}
 RUNS = [(m, e) for m in METHODS.names() for e in ("vectorised", "inplace")
-        if not (m in FIRST_ORDER and e == "inplace")]  # the engine only matters for ZO methods
+        if not (m in method_names("first_order") and e == "inplace")]  # the engine only matters for ZO methods
 
 
 @pytest.mark.parametrize("method,engine", RUNS)
 def test_every_method_runs_end_to_end(method, engine, hydra_cfg, tmp_path):
-    nonprivate = not method_class(method).supports_privacy
+    nonprivate = not method_info(method).private
     privacy = ["privacy=none"] if nonprivate else []
     cfg = hydra_cfg(f"method={method}", f"engine.name={engine}", *privacy)
     summary = run(cfg, tmp_path)

@@ -1,22 +1,16 @@
-"""Training methods by name: one interface (`Method.step`) for zeroth- and first-order methods."""
+"""Training methods by name: one interface (`Method.step`) for zeroth- and first-order methods.
+
+Laid out like the papers: `two_point.py` (the private two-point estimate), `zeroth_order.py`
+(MeZO, DPZero, DP-ZO, DP-ZOGD), `pazo_m.py` / `pazo_p.py` / `pazo_s.py` (Algorithms 1-3) and
+`first_order.py` (SGD, DP-SGD, DPMD, DOPE-SGD, GEP). Importing this package registers them, in the
+order of the paper's tables (first-order, then zeroth-order without and with public data).
+"""
 from __future__ import annotations
 
-from pazo.methods.base import Method, MethodContext, Release
-from pazo.methods.first_order import DOPESGD, DPMD, DPSGD, GEP, SGD
-from pazo.methods.select import PazoS
-from pazo.methods.zeroth_order import DPZO, DPZero, HybridZOGD, MeZO, PazoM, PazoP, PazoPNormalized
-from pazo.registry import Registry
+from pazo.methods import first_order, zeroth_order, pazo_m, pazo_p, pazo_s  # noqa: F401, I001  (registers, in order)
+from pazo.methods.base import Method, MethodConfig, MethodContext
+from pazo.methods.registry import (METHODS, MethodInfo, build_method, method_config, method_info,
+                                   method_names)
 
-METHODS: Registry = Registry("method")
-for _name, _cls in {"mezo": MeZO, "dpzero": DPZero, "pazo_m": PazoM, "pazo_p": PazoP,
-                    "pazo_p_prime": PazoPNormalized, "pazo_s": PazoS,
-                    "dp_zo": DPZO, "dp_zogd": HybridZOGD,
-                    "sgd": SGD, "dpsgd": DPSGD, "dpmd": DPMD, "dope_sgd": DOPESGD, "gep": GEP}.items():
-    METHODS.register(_name)(_cls)
-
-
-def method_class(name: str) -> type[Method]:
-    return METHODS.get(name)
-
-
-__all__ = ["METHODS", "Method", "MethodContext", "Release", "method_class"]
+__all__ = ["METHODS", "Method", "MethodConfig", "MethodContext", "MethodInfo", "build_method",
+           "method_config", "method_info", "method_names"]

@@ -1,31 +1,69 @@
-"""The interface every training method implements, and what it tells the accountant."""
+"""What every training method shares: a typed config that validates itself and says what a step
+releases, the context a method runs in, and the interface `step(x, y, t) -> stats`."""
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
+from omegaconf import MISSING
 
 from pazo.data.base import TensorSplit
+from pazo.errors import ConfigError
 from pazo.models.functional import FunctionalModel
-from pazo.privacy.mechanisms import NoiseSpec
+from pazo.privacy.mechanisms import NoiseSpec, Release
 from pazo.rng import RandomStreams
 
 
-@dataclass(frozen=True)
-class Release:
-    """What one step releases about the private batch.
+def require(ok: bool, message: str) -> None:
+    """Raise the one-line user error `message` unless `ok`."""
+    if not ok:
+        raise ConfigError(message)
 
-    queries: noisy sums of the same Poisson batch, the noise split over them
-             (std sqrt(queries) * S * sigma each): together one Gaussian mechanism.
-    mechanisms: independent Gaussian mechanisms per step, each with multiplier sigma.
-    noise: "gaussian", or "laplace" (scale queries * S * sigma per query: a (1/sigma)-DP step).
-    """
 
-    queries: int
-    mechanisms: int = 1
-    noise: str = "gaussian"
+def positive(value, what: str) -> None:
+    require(isinstance(value, (int, float)) and math.isfinite(value) and value > 0,
+            f"{what} must be a positive number, got {value!r}")
+
+
+def at_least_one(value, what: str) -> None:
+    require(isinstance(value, int) and value >= 1, f"{what} must be an integer >= 1, got {value!r}")
+
+
+def one_of(value, choices, what: str) -> None:
+    require(value in choices, f"unknown {what} {value!r}; choices: {', '.join(sorted(choices))}")
+
+
+@dataclass
+class MethodConfig:
+    """Fields every method has. Each method subclasses this; the subclass is registered as the
+    schema of `configs/method/<name>.yaml` (Hydra checks types and unknown keys at compose time),
+    and `__post_init__` checks values when the run builds the typed config."""
+
+    name: str = MISSING
+    lr: float = MISSING
+    clip: float = MISSING   # per-example bound C (unused by the non-private methods)
+
+    #: fields whose default *is* the algorithm (e.g. PAZO-M's sphere of radius d^(1/4)); a run that
+    #: overrides one says so in its summary
+    DEFINING = ()
+
+    def __post_init__(self):
+        positive(self.lr, "method.lr")
+        positive(self.clip, "method.clip")
+
+    def release(self) -> Release:
+        """What one step releases about the private batch (one noisy query by default)."""
+        return Release(queries=1)
+
+    def departures(self) -> list[str]:
+        """Notes for each defining field that this config overrides."""
+        defaults = {f.name: f.default for f in fields(type(self))}
+        return [f"method.{key}={getattr(self, key)!r} overrides {self.name}'s defining default "
+                f"{defaults[key]!r}: the run is not the published algorithm"
+                for key in self.DEFINING if getattr(self, key) != defaults[key]]
 
 
 class PublicBatches:
@@ -34,7 +72,7 @@ class PublicBatches:
 
     def __init__(self, split: TensorSplit, batch_size: int, rng: np.random.Generator, device):
         if batch_size > len(split):
-            raise ValueError(f"public batch size {batch_size} exceeds the {len(split)} public examples")
+            raise ConfigError(f"public batch size {batch_size} exceeds the {len(split)} public examples")
         self.split, self.batch_size, self.rng, self.device = split, batch_size, rng, device
 
     def sample(self):
@@ -57,30 +95,14 @@ class MethodContext:
 class Method(ABC):
     """One optimisation method. `step` consumes a private batch and updates the model in place."""
 
-    #: False for methods that never touch private data with noise (MeZO, SGD): runs are non-private.
-    supports_privacy: bool = True
-    #: whether the method uses the public split (checked before compute)
-    uses_public: bool = False
-    #: what the printed epsilon means for this method, where it needs saying (run summary)
-    privacy_note: str | None = None
-
-    def __init__(self, cfg, ctx: MethodContext):
+    def __init__(self, cfg: MethodConfig, ctx: MethodContext):
         self.cfg, self.ctx, self.model = cfg, ctx, ctx.model
-        self.lr = float(cfg.lr)
+        self.lr = cfg.lr
 
     def public_batches(self) -> PublicBatches:
         """Sampler of public batches of size cfg.public_batch_size from the run's public stream."""
-        return PublicBatches(self.ctx.public, int(self.cfg.public_batch_size),
-                             self.ctx.streams.numpy["public"], self.ctx.device)
-
-    @classmethod
-    @abstractmethod
-    def release_for(cls, cfg) -> Release:
-        """What one step releases with this config, for the accountant and the noise scale."""
-
-    @property
-    def release(self) -> Release:
-        return self.release_for(self.cfg)
+        return PublicBatches(self.ctx.public, self.cfg.public_batch_size, self.ctx.streams.numpy["public"],
+                             self.ctx.device)
 
     @abstractmethod
     def step(self, x: torch.Tensor, y: torch.Tensor, step: int) -> dict[str, float]:

@@ -2,38 +2,51 @@
 
 All private ones use the same per-example machinery (chunked `vmap(grad)`), flat clipping of each
 example's contribution to C, Gaussian noise N(0, (S sigma)^2 I) on the sum (S = C, or 2C under
-replace-one) and division by the *expected* batch size.
+replace-one; `pazo.privacy.mechanisms.VectorPrivatizer`) and division by the *expected* batch size.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
-from pazo.methods.base import Method, Release
+from pazo.methods.base import Method, MethodConfig, at_least_one, positive, require
 from pazo.methods.engines import apply_flat_update
 from pazo.methods.per_example import (auto_memory_mb, chunk_size_for, clip_rows, clipped_sum, flatten_rows,
                                       iter_per_example_grads, per_example_grads)
+from pazo.methods.registry import register_method
+from pazo.privacy.mechanisms import Release, VectorPrivatizer, noise_generator
+
+
+@dataclass
+class FirstOrderConfig(MethodConfig):
+    grad_memory_mb: float | None = None   # MB for one chunk of per-example gradients; None = 1/4 of free GPU memory, 2 GiB on CPU
+    per_example_chunk: int | None = None  # examples per chunk; None = derived from grad_memory_mb
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.grad_memory_mb is not None:
+            positive(self.grad_memory_mb, "method.grad_memory_mb")
+        if self.per_example_chunk is not None:
+            at_least_one(self.per_example_chunk, "method.per_example_chunk")
+
+
+@dataclass
+class PublicFirstOrderConfig(FirstOrderConfig):
+    public_batch_size: int = 32   # b'
+
+    def __post_init__(self):
+        super().__post_init__()
+        at_least_one(self.public_batch_size, "method.public_batch_size")
 
 
 class FirstOrderMethod(Method):
-    def __init__(self, cfg, ctx):
+    def __init__(self, cfg: FirstOrderConfig, ctx):
         super().__init__(cfg, ctx)
-        budget = cfg.get("grad_memory_mb") or auto_memory_mb(ctx.device)
-        self.chunk = int(cfg.get("per_example_chunk") or chunk_size_for(
-            self.model, budget, ctx.noise.expected_batch_size))
-        self.noise_gen = ctx.streams.torch_generator("noise", device=ctx.device)
-
-    @classmethod
-    def release_for(cls, cfg) -> Release:
-        return Release(queries=1)
-
-    def noise(self, size: int, clip: float) -> torch.Tensor:
-        """Gaussian noise for a sum of vectors clipped to `clip` (std S sigma, S the sensitivity)."""
-        spec = self.ctx.noise
-        std = spec.sensitivity_for(clip) * spec.sigma
-        p = self.model.params[0]
-        return torch.randn(size, generator=self.noise_gen, device=p.device, dtype=p.dtype) * std
+        budget = cfg.grad_memory_mb or auto_memory_mb(ctx.device)
+        self.chunk = int(cfg.per_example_chunk or chunk_size_for(self.model, budget, ctx.noise.expected_batch_size))
+        self.privatizer = VectorPrivatizer(ctx.noise, noise_generator(ctx.streams, ctx.device))
 
     def private_grad(self, x, y, shift=None) -> tuple[torch.Tensor, float]:
         """(sum_i clip_C(g_i - shift) + N(0, (S sigma)^2 I)) / b and the batch's mean loss (from
@@ -47,13 +60,13 @@ class FirstOrderMethod(Method):
             return (g - shift if shift is not None else g), float(loss)
         total, loss_sum = clipped_sum(self.model, x, y, self.chunk, spec.clip, shift)
         loss = float(loss_sum) / len(x) if len(x) else float("nan")
-        return (total + self.noise(self.model.dim, spec.clip)) / spec.expected_batch_size, loss
+        return self.privatizer(total, spec.clip), loss
 
 
+@register_method("sgd", config=FirstOrderConfig, label="SGD", family="first_order", private=False,
+                 reference="mini-batch SGD (non-private reference)")
 class SGD(FirstOrderMethod):
     """Non-private mini-batch SGD (the reference)."""
-
-    supports_privacy = False
 
     def step(self, x, y, step):
         if not len(x):
@@ -63,6 +76,8 @@ class SGD(FirstOrderMethod):
         return {"loss": float(loss)}
 
 
+@register_method("dpsgd", config=FirstOrderConfig, label="DP-SGD", family="first_order",
+                 reference="Abadi et al. 2016")
 class DPSGD(FirstOrderMethod):
     """DP-SGD (Abadi et al. 2016): flat per-example clipping over all parameters."""
 
@@ -72,11 +87,11 @@ class DPSGD(FirstOrderMethod):
         return {"loss": loss, "grad_norm": float(g.norm())}
 
 
+@register_method("dpmd", config=PublicFirstOrderConfig, label="DPMD", family="first_order", uses_public=True,
+                 reference="Amid et al. 2022 (DPMD), practical form")
 class DPMD(FirstOrderMethod):
     """DPMD in the authors' practical form: alpha_t g_dp + (1 - alpha_t) g_pub with
     alpha_t = cos(pi t / (2T)), from all-private at t = 0 towards all-public at t = T."""
-
-    uses_public = True
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -94,11 +109,11 @@ class DPMD(FirstOrderMethod):
         return {"loss": loss, "alpha": a}
 
 
+@register_method("dope_sgd", config=PublicFirstOrderConfig, label="DOPE-SGD", family="first_order",
+                 uses_public=True, reference="Nasr et al. 2023 (DOPE-SGD)")
 class DOPESGD(FirstOrderMethod):
     """DOPE-SGD: clip (g_i - g_pub) to C, sum, noise, divide by b, add g_pub back (not scaled by
     the realised batch size, which is private under Poisson sampling)."""
-
-    uses_public = True
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -134,6 +149,27 @@ def allocate_bases(sizes: list[int], total: int, cap: int) -> list[int]:
     return [min(int(round(r)), s, cap) for r, s in zip(raw, sizes)]
 
 
+@dataclass
+class GEPConfig(PublicFirstOrderConfig):
+    clip0: float = 1.0      # C0, on the embedding (method.clip is C1, on the residual)
+    num_bases: int = 20     # total bases, allocated to groups in proportion to sqrt(group size)
+    num_groups: int = 3
+    power_iters: int = 1
+
+    def __post_init__(self):
+        super().__post_init__()
+        positive(self.clip0, "method.clip0")
+        require(isinstance(self.num_bases, int) and self.num_bases >= 0,
+                f"method.num_bases must be an integer >= 0, got {self.num_bases!r}")
+        at_least_one(self.num_groups, "method.num_groups")
+        at_least_one(self.power_iters, "method.power_iters")
+
+    def release(self) -> Release:
+        return Release(queries=1, mechanisms=2)  # embedding and residual, each noised with sigma
+
+
+@register_method("gep", config=GEPConfig, label="GEP", family="first_order", uses_public=True,
+                 reference="Yu et al. 2021 (gradient embedding perturbation)")
 class GEP(FirstOrderMethod):
     """Gradient embedding perturbation (Yu et al. 2021).
 
@@ -143,21 +179,14 @@ class GEP(FirstOrderMethod):
     the release is (V w + r) / b. Two Gaussian mechanisms per step, composed by the accountant.
     """
 
-    uses_public = True
-
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.public = self.public_batches()
-        self.clip0 = float(cfg.clip0)
-        self.groups = parameter_groups(self.model.numels, int(cfg.num_groups))
-        self.bases = allocate_bases([e - s for s, e in self.groups], int(cfg.num_bases),
-                                    cap=int(cfg.public_batch_size))
-        self.power_iters = int(cfg.power_iters)
+        self.clip0 = cfg.clip0
+        self.groups = parameter_groups(self.model.numels, cfg.num_groups)
+        self.bases = allocate_bases([e - s for s, e in self.groups], cfg.num_bases, cap=cfg.public_batch_size)
+        self.power_iters = cfg.power_iters
         self.init_gen = ctx.streams.torch_generator("public", device=ctx.device)
-
-    @classmethod
-    def release_for(cls, cfg) -> Release:
-        return Release(queries=1, mechanisms=2)
 
     def anchor_subspace(self) -> list[torch.Tensor]:
         """Per group an orthonormal [d_g, k_g] basis of the top public gradient directions."""
@@ -202,8 +231,8 @@ class GEP(FirstOrderMethod):
             w_sum += w.sum(dim=0)
             r_sum += r.sum(dim=0)
         if spec.private:
-            w_sum += self.noise(k, self.clip0)
-            r_sum += self.noise(self.model.dim, spec.clip)
+            w_sum += self.privatizer.noise(k, self.clip0, like=w_sum)
+            r_sum += self.privatizer.noise(self.model.dim, spec.clip, like=r_sum)
             denom = spec.expected_batch_size
         else:
             denom = max(len(x), 1)

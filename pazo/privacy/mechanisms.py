@@ -1,6 +1,11 @@
-"""Noise on clipped per-example scalars, as every zeroth-order method uses it.
+"""Every noise draw that protects the private data, and what one step releases.
 
-Each query of a step is a vector of per-example scalars (a finite difference, or a loss). It is
+An auditor reads this file to see all of them: the scalar privatiser of the zeroth-order methods
+(MeZO/DPZero/DP-ZO/PAZO-M/P/S), the vector privatiser of the first-order ones (DP-SGD, DPMD,
+DOPE-SGD, GEP) and DP-ZOGD's isotropic parameter noise. All draw from the run's `noise` stream
+(`noise_generator`), never from the streams that choose batches or directions.
+
+Scalars. Each query of a step is a vector of per-example scalars (a finite difference, or a loss). It is
 clipped to [-C, C] per example, summed, noised and divided by the *expected* batch size b (the
 realised size of a Poisson batch is itself private). S is the sensitivity of the sum (C under
 add/remove adjacency, 2C under replace-one).
@@ -13,9 +18,32 @@ add/remove adjacency, 2C under replace-one).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from pazo.rng import RandomStreams
+
+
+@dataclass(frozen=True)
+class Release:
+    """What one step releases about the private batch, for the accountant and the noise scale.
+
+    queries: noisy sums of the same Poisson batch, the noise split over them
+             (std sqrt(queries) * S * sigma each): together one Gaussian mechanism.
+    mechanisms: independent Gaussian mechanisms per step, each with multiplier sigma.
+    noise: "gaussian", or "laplace" (scale queries * S * sigma per query: a (1/sigma)-DP step).
+    """
+
+    queries: int
+    mechanisms: int = 1
+    noise: str = "gaussian"
+
+
+def noise_generator(streams: RandomStreams, device: str | torch.device = "cpu", substream: int = 0) -> torch.Generator:
+    """A generator on the run's noise stream (distinct `substream`s are independent)."""
+    return streams.torch_generator("noise", device, substream)
 
 
 @dataclass(frozen=True)
@@ -73,3 +101,41 @@ class ScalarPrivatizer:
         sums = self.clip(values).sum(dim=1)
         noisy = sums.double().cpu() + self._noise(sums.shape)
         return (noisy / self.spec.expected_batch_size).to(device=values.device, dtype=values.dtype)
+
+
+class VectorPrivatizer:
+    """Gaussian noise N(0, (S sigma)^2 I) for a sum of per-example vectors, each clipped to norm
+    `clip` (S its sensitivity under the run's adjacency), drawn on the parameters' device."""
+
+    def __init__(self, spec: NoiseSpec, generator: torch.Generator):
+        self.spec, self.generator = spec, generator
+
+    def noise(self, size: int, clip: float, like: torch.Tensor) -> torch.Tensor:
+        std = self.spec.sensitivity_for(clip) * self.spec.sigma
+        return torch.randn(size, generator=self.generator, device=like.device, dtype=like.dtype) * std
+
+    def __call__(self, clipped_sum: torch.Tensor, clip: float) -> torch.Tensor:
+        """(sum_i clip(g_i) + N(0, (S sigma)^2 I)) / b, b the expected batch size."""
+        return (clipped_sum + self.noise(clipped_sum.numel(), clip, clipped_sum)) / self.spec.expected_batch_size
+
+
+class IsotropicNoise:
+    """DP-ZOGD's isotropic part (the hidden-state paper's G2): after the directional update,
+    x += lr / sqrt(d) * N(0, (1 - beta) s^2 I_d) with s = S sigma / (b sqrt(beta)), where the
+    directional scalars carry the variance share beta. It only adds noise; the accountant does not
+    count it."""
+
+    def __init__(self, spec: NoiseSpec, beta: float, generator: torch.Generator):
+        self.spec, self.beta, self.generator = spec, beta, generator
+
+    def std(self, lr: float, dim: int) -> float:
+        s = self.spec.sensitivity * self.spec.sigma / (self.spec.expected_batch_size * self.beta ** 0.5)
+        return lr * (1 - self.beta) ** 0.5 * s / dim ** 0.5
+
+    @torch.no_grad()
+    def add_to(self, params: Sequence[torch.Tensor], lr: float, dim: int) -> None:
+        if not self.spec.private or self.beta >= 1:
+            return
+        std = self.std(lr, dim)
+        for p in params:
+            p.add_(torch.randn(p.shape, generator=self.generator, device=p.device, dtype=p.dtype), alpha=std)

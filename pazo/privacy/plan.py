@@ -7,6 +7,7 @@ import numpy as np
 
 from pazo.privacy.accountant import (BudgetError, GaussianAccountant, LaplaceAccountant,
                                      calibrate_sigma, default_eps_error)
+from pazo.privacy.mechanisms import NoiseSpec, Release
 
 
 @dataclass
@@ -14,6 +15,7 @@ class PrivacyPlan:
     private: bool
     sample_rate: float
     steps: int
+    expected_batch_size: int = 1
     queries: int = 1
     mechanisms: int = 1
     noise: str = "gaussian"
@@ -33,6 +35,22 @@ class PrivacyPlan:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def noise_spec(self, clip: float) -> NoiseSpec:
+        """What a method's privatiser needs for values clipped to `clip` (sigma None: no noise)."""
+        return NoiseSpec(sigma=self.sigma if self.private else None, clip=clip,
+                         expected_batch_size=self.expected_batch_size, adjacency=self.adjacency,
+                         mechanism=self.noise)
+
+    @classmethod
+    def with_sigma(cls, sigma: float | None, batch_size: int, release: Release = Release(queries=1),
+                   steps: int = 1, adjacency: str = "add_remove") -> PrivacyPlan:
+        """A plan with a given noise multiplier and no target, for unit tests and speed benchmarks:
+        nothing is calibrated or accounted (sigma None: non-private)."""
+        return cls(private=sigma is not None, sample_rate=float("nan"), steps=steps,
+                   expected_batch_size=batch_size, queries=release.queries, mechanisms=release.mechanisms,
+                   noise=release.noise, sigma=sigma, sigma_source="given" if sigma is not None else "none",
+                   adjacency=adjacency, notes=["fixed sigma, not accounted (tests/benchmarks)"])
+
 
 def make_accountant(plan: PrivacyPlan):
     """The accountant that matches the run's noise (same interface: `.epsilon(t).upper`)."""
@@ -49,7 +67,7 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
     cannot be met."""
     q = batch_size / n_private
     plan = PrivacyPlan(private=pcfg.epsilon is not None, sample_rate=q, steps=steps,
-                       queries=release.queries, mechanisms=release.mechanisms, noise=release.noise,
+                       expected_batch_size=batch_size, queries=release.queries, mechanisms=release.mechanisms, noise=release.noise,
                        adjacency=pcfg.adjacency, sampling=pcfg.sampling,
                        sampling_matches_accountant=sampler_cls.matches_accountant,
                        noise_seed="os entropy (secure_noise)" if pcfg.secure_noise

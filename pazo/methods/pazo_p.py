@@ -1,0 +1,67 @@
+"""PAZO-P (Algorithm 2 of the PAZO paper): two-point queries along directions G u in the span of k
+public gradients, i.e. zeroth-order learning of the k coefficients that combine them. PAZO-P'
+normalises the public gradients instead of orthonormalising them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from pazo.methods.base import at_least_one, one_of
+from pazo.methods.directions import SubspaceDirections, normalized_rows, orthonormal_basis, sample_coefficients
+from pazo.methods.registry import register_method
+from pazo.methods.two_point import TwoPointMethod, ZerothOrderConfig
+
+
+@dataclass
+class PazoPConfig(ZerothOrderConfig):
+    k: int = 3                             # public batches (gradients) per step
+    public_batch_size: int = 16            # b' per public gradient
+    coef_distribution: str = "sphere"      # line 7: u uniform on the sphere of radius sqrt(k) | gaussian
+
+    DEFINING = ("coef_distribution",)
+
+    def __post_init__(self):
+        super().__post_init__()
+        at_least_one(self.k, "method.k")
+        at_least_one(self.public_batch_size, "method.public_batch_size")
+        one_of(self.coef_distribution, ("gaussian", "sphere"), "method.coef_distribution")
+
+
+@register_method("pazo_p", config=PazoPConfig, label="PAZO-P", family="zeroth_order", uses_public=True,
+                 reference="PAZO paper, Algorithm 2 (orthonormalised G)")
+class PazoP(TwoPointMethod):
+    cfg: PazoPConfig
+    orthonormalize = True
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.public = self.public_batches()
+        self.coef_gen = ctx.streams.torch_generator("directions")
+
+    def public_basis(self) -> torch.Tensor:
+        """Line 4-5: G, the k public gradients (ortho)normalised, as rows [rank, d]; gradients
+        that add nothing (zero, or dependent) are dropped."""
+        grads = torch.stack([self.model.mean_loss_grad(*self.public.sample()) for _ in range(self.cfg.k)])
+        return orthonormal_basis(grads) if self.orthonormalize else normalized_rows(grads)
+
+    def step(self, x, y, step):
+        # line 3: x, y is the private Poisson batch B; lines 4-5: G from k public batches
+        G = self.public_basis()
+        rank = G.shape[0]
+        if rank == 0:  # every public gradient was zero: there is no direction to query
+            return {"loss": float("nan"), "subspace_rank": 0.0}
+        # lines 6-7: q coefficient vectors u_j on the sphere of radius sqrt(k); directions G u_j
+        u = SubspaceDirections(G, sample_coefficients(self.cfg.q, rank, self.cfg.coef_distribution, self.coef_gen),
+                               self.model.split_flat)
+        # lines 8-11: s_j = (1/b)(sum_i clip_C((f(x + lam G u_j) - f(x - lam G u_j)) / 2 lam) + N(0, q C^2 sigma^2))
+        s, losses = self.noisy_directional_derivatives(x, y, u)
+        # line 13: x <- x - eta g~/q, g~ = sum_j s_j G u_j
+        self.descend(u, (s / u.count).tolist())
+        return {**self.stats(s, losses), "subspace_rank": float(rank)}
+
+
+@register_method("pazo_p_prime", config=PazoPConfig, label="PAZO-P'", family="zeroth_order", uses_public=True,
+                 reference="PAZO paper, Algorithm 2 with normalised (not orthonormalised) G")
+class PazoPNormalized(PazoP):
+    orthonormalize = False

@@ -1,0 +1,82 @@
+"""PAZO-S (Algorithm 3 of the PAZO paper): take the public-gradient step whose noisy private loss
+is lowest, among k public gradients and optionally one perturbed copy of the best.
+
+Each candidate's per-example losses at x - eta g_j are clipped to [-C, C], summed and noised with
+sqrt(k + 1) C sigma (sqrt(k) without the noisy candidate), so a step is one Gaussian mechanism."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from pazo.errors import ConfigError
+from pazo.methods.base import Method, MethodConfig, at_least_one
+from pazo.methods.directions import FlatDirections, SeededDirections
+from pazo.methods.engines import apply_flat_update
+from pazo.methods.registry import register_method
+from pazo.privacy.mechanisms import Release, ScalarPrivatizer, noise_generator
+
+
+@dataclass
+class PazoSConfig(MethodConfig):
+    k: int = 3                     # public candidates per step
+    public_batch_size: int = 16    # b' per public gradient
+    perturbation: float = 1e-3     # epsilon of line 11: z' ~ N(0, epsilon^2 I_d)
+    noisy_candidate: bool = True   # lines 11-14; false: only the k public candidates
+
+    def __post_init__(self):
+        super().__post_init__()
+        at_least_one(self.k, "method.k")
+        at_least_one(self.public_batch_size, "method.public_batch_size")
+        if not (isinstance(self.perturbation, (int, float)) and self.perturbation >= 0):
+            raise ConfigError(f"method.perturbation must be >= 0, got {self.perturbation!r}")
+
+    def release(self) -> Release:
+        return Release(queries=self.k + int(self.noisy_candidate))
+
+
+@register_method("pazo_s", config=PazoSConfig, label="PAZO-S", family="zeroth_order", uses_public=True,
+                 reference="PAZO paper, Algorithm 3")
+class PazoS(Method):
+    cfg: PazoSConfig
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.public = self.public_batches()
+        self.privatizer = ScalarPrivatizer(ctx.noise, cfg.release().queries, noise_generator(ctx.streams))
+
+    def noisy_losses(self, x, y, candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """f_j = (1/b)(sum_i clip_C(f(x - eta g_j; xi_i)) + N(0, (k+1) C^2 sigma^2)) for each row g_j
+        of `candidates`, and the raw per-example losses [count, B]."""
+        directions = FlatDirections(candidates, self.model.split_flat)
+        points = [(j, -self.lr) for j in range(directions.count)]
+        seed = self.ctx.streams.draw_seeds("directions", 1)[0] if self.ctx.query_train_mode else None
+        losses = self.ctx.engine.losses(self.model, x, y, directions, points,
+                                        train=self.ctx.query_train_mode, seed=seed)
+        return self.privatizer(losses), losses
+
+    def perturbed(self, g: torch.Tensor) -> torch.Tensor:
+        """Line 11: g + z', z' ~ N(0, epsilon^2 I_d) from the direction stream."""
+        seed = self.ctx.streams.draw_seeds("directions", 1)
+        z = SeededDirections(self.model.shapes, seed, device=self.ctx.device, dtype=g.dtype).tensors(0)
+        return g + self.cfg.perturbation * torch.cat([t.reshape(-1) for t in z])
+
+    def step(self, x, y, step):
+        # line 3: x, y is the private Poisson batch B; line 4: k public gradients g_1..g_k
+        g = torch.stack([self.model.mean_loss_grad(*self.public.sample()) for _ in range(self.cfg.k)])
+        # lines 6-9: noisy private losses f_j at x - eta g_j
+        f, losses = self.noisy_losses(x, y, g)
+        # line 10: the best public candidate
+        best = int(torch.argmin(f))
+        chosen, chosen_losses, won = g[best], losses[best], 0.0
+        if self.cfg.noisy_candidate:
+            # lines 11-13: g_{k+1} = g_best + z' and its noisy private loss f_{k+1}
+            g_extra = self.perturbed(g[best])
+            f_extra, extra_losses = self.noisy_losses(x, y, g_extra[None])
+            # line 14: j* = argmin over all k + 1
+            if float(f_extra[0]) < float(f[best]):
+                chosen, chosen_losses, won = g_extra, extra_losses[0], 1.0
+        # line 15: x <- x - eta g_{j*}
+        apply_flat_update(self.model, chosen, self.lr)
+        loss = float(chosen_losses.mean()) if chosen_losses.numel() else float("nan")
+        return {"loss": loss, "noisy_candidate_won": won, "chosen_public_index": float(best)}

@@ -1,0 +1,105 @@
+"""The private two-point estimate every zeroth-order method here is built on (lines 6-12 of the
+PAZO paper's Algorithms 1 and 2, and DPZero's step):
+
+    for each of q directions u_j:   s_j = (1/b) (sum_i clip_C((f(x + lam u_j; xi_i) - f(x - lam u_j; xi_i)) / 2 lam)
+                                               + N(0, q C^2 sigma^2))
+
+b is the expected batch size (the realised size of a Poisson batch is itself private). The q noisy
+sums of one batch are one Gaussian mechanism with multiplier sigma. Methods differ in where the
+directions come from and in what they do with the s_j.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from pazo.methods.base import Method, MethodConfig, at_least_one, one_of, positive, require
+from pazo.methods.directions import Directions, SeededDirections, orthogonal_directions, resolve_radius
+from pazo.methods.engines import apply_directional_update
+from pazo.privacy.mechanisms import NoiseSpec, Release, ScalarPrivatizer, noise_generator
+
+DIRECTIONS = ("gaussian", "sphere", "orthogonal")
+RADII = ("sqrt_d", "fourth_root_d")
+
+
+@dataclass
+class ZerothOrderConfig(MethodConfig):
+    q: int = 1                 # queries (directions) per step
+    smoothing: float = 1e-2    # lam
+
+    def __post_init__(self):
+        super().__post_init__()
+        at_least_one(self.q, "method.q")
+        positive(self.smoothing, "method.smoothing")
+
+    def release(self) -> Release:
+        return Release(queries=self.q)
+
+
+@dataclass
+class RandomDirectionConfig(ZerothOrderConfig):
+    direction: str = "gaussian"   # gaussian N(0, I) | sphere (of `radius`) | orthogonal (Stiefel block)
+    radius: str = "sqrt_d"        # sphere/orthogonal radius: sqrt_d | fourth_root_d | a number
+
+    def __post_init__(self):
+        super().__post_init__()
+        one_of(self.direction, DIRECTIONS, "method.direction")
+        if self.direction != "gaussian" and self.radius not in RADII:
+            try:
+                value = float(self.radius)
+            except (TypeError, ValueError):
+                value = float("nan")
+            require(value > 0, f"method.radius must be sqrt_d, fourth_root_d or a positive number, "
+                               f"got {self.radius!r}")
+
+
+class TwoPointMethod(Method):
+    """Shared machinery: the scalar privatiser, random directions and the noisy estimates."""
+
+    cfg: ZerothOrderConfig
+
+    def __init__(self, cfg: ZerothOrderConfig, ctx):
+        super().__init__(cfg, ctx)
+        self.privatizer = ScalarPrivatizer(self.noise_spec(ctx.noise), cfg.q, noise_generator(ctx.streams))
+
+    def noise_spec(self, spec: NoiseSpec) -> NoiseSpec:
+        """The noise specification of the scalars (DP-ZO rescales the clip)."""
+        return spec
+
+    def random_directions(self) -> Directions:
+        """q directions of the configured distribution, each regenerated from its own seed."""
+        cfg, model = self.cfg, self.model
+        seeds = self.ctx.streams.draw_seeds("directions", cfg.q)
+        dtype = model.params[0].dtype
+        if cfg.direction == "orthogonal":
+            return orthogonal_directions(model.dim, seeds[0], cfg.q, resolve_radius(cfg.radius, model.dim),
+                                         model.split_flat, self.ctx.device, dtype)
+        radius = resolve_radius(cfg.radius, model.dim) if cfg.direction == "sphere" else None
+        return SeededDirections(model.shapes, seeds, cfg.direction, radius, device=self.ctx.device, dtype=dtype)
+
+    def noisy_directional_derivatives(self, x, y, u: Directions) -> tuple[torch.Tensor, torch.Tensor]:
+        """The privatised s_j for each direction u_j ([count]), and the raw losses [2 count, B]
+        (f(x + lam u_j) in even rows, f(x - lam u_j) in odd rows)."""
+        lam = self.cfg.smoothing
+        points = [(j, s) for j in range(u.count) for s in (lam, -lam)]
+        seed = self.ctx.streams.draw_seeds("directions", 1)[0] if self.ctx.query_train_mode else None
+        losses = self.ctx.engine.losses(self.model, x, y, u, points, train=self.ctx.query_train_mode, seed=seed)
+        finite_differences = (losses[0::2] - losses[1::2]) / (2 * lam)  # [count, B]
+        return self.privatizer(finite_differences), losses
+
+    def descend(self, u: Directions, coefs: list[float]) -> None:
+        """x <- x - lr * sum_j coefs[j] u_j (each u_j regenerated, never stored whole)."""
+        apply_directional_update(self.model, u, coefs, self.lr)
+
+    @staticmethod
+    def stats(scalars: torch.Tensor, losses: torch.Tensor) -> dict[str, float]:
+        return {"loss": float(losses.mean()) if losses.numel() else float("nan"),
+                "projected_grad": float(scalars.abs().mean())}
+
+    def step(self, x, y, step):
+        """Zeroth-order SGD: x <- x - lr * (1/q) sum_j s_j u_j."""
+        u = self.random_directions()
+        s, losses = self.noisy_directional_derivatives(x, y, u)
+        self.descend(u, (s / u.count).tolist())
+        return self.stats(s, losses)

@@ -1,0 +1,96 @@
+"""Methods are registered with their facts and typed configs; every noise draw lives in
+pazo/privacy/."""
+import re
+from pathlib import Path
+
+import pytest
+
+from pazo.errors import ConfigError
+from pazo.methods import METHODS, method_config, method_info, method_names
+from pazo.methods.pazo_m import PazoMConfig
+from pazo.privacy.mechanisms import Release
+from pazo.train import run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_method_yaml_composes_into_its_registered_schema(hydra_cfg):
+    yamls = sorted(p.stem for p in (ROOT / "configs" / "method").glob("*.yaml"))
+    assert yamls == METHODS.names()
+    for name in yamls:
+        config = method_config(hydra_cfg(f"method={name}").method)
+        assert type(config) is method_info(name).config and config.name == name
+
+
+def test_unknown_method_key_is_refused_at_compose_time(hydra_cfg):
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match="Could not override 'method.lrr'"):
+        hydra_cfg("method=pazo_m", "method.lrr=0.1")
+    with pytest.raises(ConfigCompositionException):
+        hydra_cfg("method=pazo_m", "method.q=abc")  # typed: q is an integer
+    with pytest.raises(ConfigError, match="not in 'FirstOrderConfig'"):
+        method_config({"name": "dpsgd", "lr": 0.1, "clip": 1.0, "public_batch_size": 4})
+
+
+@pytest.mark.parametrize("fields,match", [
+    ({"q": 0}, "method.q must be an integer >= 1"),
+    ({"alpha": 1.5}, r"method.alpha must be in \[0, 1\]"),
+    ({"lr": -1.0}, "method.lr must be a positive number"),
+    ({"direction": "cube"}, "unknown method.direction 'cube'"),
+    ({"direction": "sphere", "radius": "big"}, "method.radius must be sqrt_d, fourth_root_d or a positive"),
+])
+def test_typed_config_validates_itself(fields, match):
+    with pytest.raises(ConfigError, match=match):
+        method_config({"name": "pazo_m", "lr": 0.1, "clip": 1.0, **fields})
+
+
+def test_each_config_says_what_a_step_releases():
+    base = {"lr": 0.1, "clip": 1.0}
+    assert method_config({"name": "dpzero", **base, "q": 5}).release() == Release(queries=5)
+    assert method_config({"name": "pazo_s", **base, "k": 4}).release() == Release(queries=5)
+    assert method_config({"name": "pazo_s", **base, "k": 4, "noisy_candidate": False}).release() == Release(4)
+    assert method_config({"name": "gep", **base}).release() == Release(queries=1, mechanisms=2)
+    assert method_config({"name": "dp_zo", **base, "noise": "laplace"}).release().noise == "laplace"
+    assert method_config({"name": "dpsgd", **base}).release() == Release(queries=1)
+
+
+def test_pazo_m_sphere_of_radius_fourth_root_d_is_the_code_default():
+    """Algorithm 1's directions do not depend on the YAML: they are PazoMConfig's defaults."""
+    assert (PazoMConfig.direction, PazoMConfig.radius) == ("sphere", "fourth_root_d")
+    yaml = (ROOT / "configs" / "method" / "pazo_m.yaml").read_text()
+    assert not re.search(r"^(direction|radius):", yaml, re.M)
+    plain = method_config({"name": "pazo_m", "lr": 0.1, "clip": 1.0})
+    assert plain.departures() == []
+    changed = method_config({"name": "pazo_m", "lr": 0.1, "clip": 1.0, "direction": "gaussian"})
+    assert changed.departures() == ["method.direction='gaussian' overrides pazo_m's defining default "
+                                    "'sphere': the run is not the published algorithm"]
+
+
+def test_a_run_that_leaves_the_algorithm_says_so_in_its_summary(hydra_cfg, tmp_path):
+    s = run(hydra_cfg("method=pazo_m", "method.direction=gaussian"), tmp_path / "a")
+    assert len(s["method_departures"]) == 1 and "method.direction='gaussian'" in s["method_departures"][0]
+    assert run(hydra_cfg("method=pazo_m"), tmp_path / "b")["method_departures"] == []
+
+
+def test_facts_come_from_the_registry():
+    from pazo.results import FIRST_ORDER, LABELS, METHOD_ORDER, USES_PUBLIC
+
+    assert LABELS["pazo_p_prime"] == "PAZO-P'" and LABELS["dope_sgd"] == "DOPE-SGD"
+    assert FIRST_ORDER == {"sgd", "dpsgd", "dpmd", "dope_sgd", "gep"}
+    assert USES_PUBLIC == {"dpmd", "dope_sgd", "gep", "pazo_m", "pazo_p", "pazo_p_prime", "pazo_s"}
+    assert METHOD_ORDER[:2] == ["sgd", "mezo"]  # the non-private references first
+    assert set(METHOD_ORDER) == set(METHODS.names())
+    assert {n for n in method_names() if not method_info(n).private} == {"sgd", "mezo"}
+    assert all(method_info(n).reference for n in method_names())
+
+
+def test_every_noise_draw_lives_in_the_privacy_folder():
+    """The noise stream is opened only in pazo/privacy/ (an auditor reads one folder)."""
+    pattern = re.compile(r"""["']noise["']""")
+    outside = [str(p.relative_to(ROOT)) for p in (ROOT / "pazo").rglob("*.py")
+               if "privacy" not in p.parts and p.name != "rng.py" and pattern.search(p.read_text())
+               and re.search(r"torch_generator\(|numpy\[", p.read_text())]
+    assert outside == []
+    users = [p.name for p in (ROOT / "pazo" / "methods").glob("*.py") if "noise_generator(" in p.read_text()]
+    assert sorted(users) == ["first_order.py", "pazo_s.py", "two_point.py", "zeroth_order.py"]
