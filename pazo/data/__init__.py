@@ -37,7 +37,7 @@ def _tiny_imagenet(cfg, streams) -> DataBundle:
 
 @DATASETS.register("mnli")
 def _mnli(cfg, streams) -> DataBundle:
-    from pazo.models.prompt_mlm import load_pretrained
+    from pazo.pretrained import load_pretrained
 
     tokenizer = load_pretrained(cfg.tokenizer, "tokenizer", cfg.download)
     return load_mnli_bundle(cfg, streams.numpy["split"], tokenizer)
