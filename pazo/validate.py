@@ -85,7 +85,7 @@ def validate_config(cfg) -> None:
         raise ConfigError(f"dataset.public_fraction must be in (0, 1), got {d.public_fraction!r}")
     if "public_imbalance" in d and not (isinstance(d.public_imbalance, (int, float)) and 0 <= d.public_imbalance < 1):
         raise ConfigError(f"dataset.public_imbalance must be in [0, 1), got {d.public_imbalance!r}")
-    if "image_size" in d:
+    if d.get("image_size") is not None:
         _positive(d.image_size, "dataset.image_size", integer=True)
     if d.name == "mnli" and cfg.model.name != "roberta_prompt":
         raise ConfigError(f"dataset=mnli is a prompt task for model=roberta_prompt, not model={cfg.model.name}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pazo.data.base import DataBundle, TensorSplit
 from pazo.data.cifar10 import load_cifar10_bundle
 from pazo.data.digits import load_digits_bundle
+from pazo.data.image_folder import load_image_folder_bundle
 from pazo.data.imdb import load_imdb_bundle
 from pazo.data.mnli import load_mnli_bundle
 from pazo.data.tiny_imagenet import load_tiny_imagenet_bundle
@@ -20,19 +21,25 @@ def _digits(cfg, streams) -> DataBundle:
                               public_imbalance=cfg.public_imbalance)
 
 
-@DATASETS.register("cifar10")
-def _cifar10(cfg, streams) -> DataBundle:
-    return load_cifar10_bundle(cfg, streams.numpy["split"], streams.torch_generator("public", substream=2))
+def _image_loader(load):
+    """Image loaders draw their splits from the `split` stream and augment public batches with a
+    generator of their own on the `public` stream."""
+    def build(cfg, streams) -> DataBundle:
+        return load(cfg, streams.numpy["split"], streams.torch_generator("public", substream=2))
+    return build
 
 
-@DATASETS.register("imdb")
-def _imdb(cfg, streams) -> DataBundle:
-    return load_imdb_bundle(cfg, streams.numpy["split"])
+def _text_loader(load):
+    def build(cfg, streams) -> DataBundle:
+        return load(cfg, streams.numpy["split"])
+    return build
 
 
-@DATASETS.register("tiny_imagenet")
-def _tiny_imagenet(cfg, streams) -> DataBundle:
-    return load_tiny_imagenet_bundle(cfg, streams.numpy["split"], streams.torch_generator("public", substream=2))
+for _name, _load in {"cifar10": load_cifar10_bundle, "tiny_imagenet": load_tiny_imagenet_bundle,
+                     "image_folder": load_image_folder_bundle}.items():
+    DATASETS.register(_name)(_image_loader(_load))
+for _name, _load in {"imdb": load_imdb_bundle}.items():
+    DATASETS.register(_name)(_text_loader(_load))
 
 
 @DATASETS.register("mnli")
