@@ -9,6 +9,7 @@ from pazo.data.image_folder import load_image_folder_bundle
 from pazo.data.imdb import load_imdb_bundle
 from pazo.data.mnli import load_mnli_bundle
 from pazo.data.tiny_imagenet import load_tiny_imagenet_bundle
+from pazo.data.torchvision_data import load_torchvision_bundle
 from pazo.registry import Registry
 
 DATASETS: Registry = Registry("dataset")
@@ -36,7 +37,7 @@ def _text_loader(load):
 
 
 for _name, _load in {"cifar10": load_cifar10_bundle, "tiny_imagenet": load_tiny_imagenet_bundle,
-                     "image_folder": load_image_folder_bundle}.items():
+                     "torchvision": load_torchvision_bundle, "image_folder": load_image_folder_bundle}.items():
     DATASETS.register(_name)(_image_loader(_load))
 for _name, _load in {"imdb": load_imdb_bundle}.items():
     DATASETS.register(_name)(_text_loader(_load))
