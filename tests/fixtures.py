@@ -225,3 +225,51 @@ def write_food101(root: Path, classes: list[str], train_per_class: int = 6, test
         (folder / "meta" / f"{split}.json").write_text(json.dumps(listing))
     return Path(root)
 
+
+MIXED = ["but", "though", "partly", "some"]
+
+
+def write_saved_text(path: Path, n_train: int = 60, n_validation: int = 24, n_test: int = 12, seed: int = 0) -> Path:
+    """A sentiment data set as `DatasetDict.save_to_disk` writes it, shaped like GLUE SST-2: splits
+    train / validation / test, columns sentence, label (ClassLabel negative, positive, mixed) and
+    idx; half the test labels are -1 (no gold label). Every training sentence has its own word
+    `docN`, so that encoded rows are distinct."""
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+
+    rng = np.random.default_rng(seed)
+    features = Features({"sentence": Value("string"), "label": ClassLabel(names=["negative", "positive", "mixed"]),
+                         "idx": Value("int32")})
+
+    def sentence(label: int) -> str:
+        if label == 2:
+            return f"{_review(rng, 1, 8)} {' '.join(rng.choice(MIXED, size=3))} {_review(rng, 0, 8)}"
+        return _review(rng, label, int(rng.integers(5, 20)))
+
+    def split(n, tag, unlabelled=False):
+        labels = [i % 3 for i in range(n)]
+        texts = [f"{sentence(y)} doc{tag}{i}" for i, y in enumerate(labels)]
+        if unlabelled:
+            labels = [y if i % 2 else -1 for i, y in enumerate(labels)]
+        return Dataset.from_dict({"sentence": texts, "label": labels, "idx": list(range(n))}, features=features)
+
+    DatasetDict({"train": split(n_train, "t"), "validation": split(n_validation, "v"),
+                 "test": split(n_test, "x", unlabelled=True)}).save_to_disk(str(path))
+    return Path(path)
+
+
+def write_saved_pairs(path: Path, n_train: int = 45, n_test: int = 15, seed: int = 0) -> Path:
+    """A sentence-pair data set saved with `save_to_disk` whose labels are strings (no ClassLabel):
+    columns premise, hypothesis, label in {entailment, neutral, contradiction}."""
+    from datasets import Dataset, DatasetDict
+
+    rng = np.random.default_rng(seed)
+    names = ["entailment", "neutral", "contradiction"]
+
+    def split(n):
+        labels = [i % 3 for i in range(n)]
+        pairs = [_nli_pair(rng, y) for y in labels]
+        return Dataset.from_dict({"premise": [p for p, _ in pairs], "hypothesis": [h for _, h in pairs],
+                                  "label": [names[y] for y in labels]})
+
+    DatasetDict({"train": split(n_train), "test": split(n_test)}).save_to_disk(str(path))
+    return Path(path)

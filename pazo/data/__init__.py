@@ -5,6 +5,7 @@ from __future__ import annotations
 from pazo.data.base import DataBundle, TensorSplit
 from pazo.data.cifar10 import load_cifar10_bundle
 from pazo.data.digits import load_digits_bundle
+from pazo.data.hf_text import load_hf_text_bundle
 from pazo.data.image_folder import load_image_folder_bundle
 from pazo.data.imdb import load_imdb_bundle
 from pazo.data.mnli import load_mnli_bundle
@@ -39,7 +40,7 @@ def _text_loader(load):
 for _name, _load in {"cifar10": load_cifar10_bundle, "tiny_imagenet": load_tiny_imagenet_bundle,
                      "torchvision": load_torchvision_bundle, "image_folder": load_image_folder_bundle}.items():
     DATASETS.register(_name)(_image_loader(_load))
-for _name, _load in {"imdb": load_imdb_bundle}.items():
+for _name, _load in {"imdb": load_imdb_bundle, "hf_text": load_hf_text_bundle}.items():
     DATASETS.register(_name)(_text_loader(_load))
 
 
