@@ -53,15 +53,19 @@ def validate_config(cfg) -> None:
         raise ConfigError(f"dataset.public_fraction must be in (0, 1), got {d.public_fraction!r}")
     if "public_imbalance" in d and not (isinstance(d.public_imbalance, (int, float)) and 0 <= d.public_imbalance < 1):
         raise ConfigError(f"dataset.public_imbalance must be in [0, 1), got {d.public_imbalance!r}")
-    if "image_size" in d:
+    if d.get("image_size") is not None:
         _positive(d.image_size, "dataset.image_size", integer=True)
     if d.name == "mnli" and cfg.model.name != "roberta_prompt":
         raise ConfigError(f"dataset=mnli is a prompt task for model=roberta_prompt, not model={cfg.model.name}")
+    if d.name in ("imdb", "hf_text") and cfg.model.name != "lstm":
+        raise ConfigError(f"dataset={d.name} is token ids for model=lstm, not model={cfg.model.name}")
+    if "vocab_source" in d:
+        _choice(d.vocab_source, ("public", "private"), "dataset.vocab_source")
     if "public_source" in d:
         _choice(d.public_source, ("split", "folder"), "dataset.public_source")
         if d.public_source == "folder" and not d.public_folder:
             raise ConfigError("dataset.public_source=folder needs dataset.public_folder=<folder of class sub-folders>")
-    for key in ("public_per_class", "k_shot", "test_size", "public_size", "max_length", "premise_limit"):
+    for key in ("public_per_class", "k_shot", "test_size", "public_size", "max_length", "premise_limit", "vocab_size"):
         if d.get(key) is not None:
             _positive(d[key], f"dataset.{key}", integer=True)
 

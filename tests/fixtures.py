@@ -175,3 +175,101 @@ def write_tiny_roberta(folder: Path, hidden: int = 32, layers: int = 2, max_posi
     torch.manual_seed(0)
     RobertaForMaskedLM(config).save_pretrained(str(folder))
     return folder
+
+
+def write_mnist_raw(root: Path, name: str = "MNIST", n_train: int = 100, n_test: int = 30, size: int = 28,
+                    seed: int = 0) -> np.ndarray:
+    """`root/<name>/raw/` as torchvision's MNIST family reads it: the four uncompressed idx files
+    (big-endian magic 0x803 / 0x801, then the sizes, then uint8 pixels or labels). Class c's
+    images have their first row at 25 c. Returns the training images [n_train, size, size]."""
+    import struct
+
+    rng = np.random.default_rng(seed)
+    folder = Path(root) / name / "raw"
+    folder.mkdir(parents=True, exist_ok=True)
+    train_images = None
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        labels = (np.arange(n) % 10).astype(np.uint8)
+        images = rng.integers(0, 256, size=(n, size, size), dtype=np.uint8)
+        images[:, 0, :] = (labels * 25)[:, None]
+        header = struct.pack(">IIII", 0x803, n, size, size)
+        (folder / f"{prefix}-images-idx3-ubyte").write_bytes(header + images.tobytes())
+        (folder / f"{prefix}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 0x801, n) + labels.tobytes())
+        train_images = images if prefix == "train" else train_images
+    return train_images
+
+
+def write_food101(root: Path, classes: list[str], train_per_class: int = 6, test_per_class: int = 2,
+                  seed: int = 0) -> Path:
+    """`root/food-101/` as its archive extracts: meta/classes.txt, meta/train.json and
+    meta/test.json ({class: ["class/id", ...]}) and images/<class>/<id>.jpg, real JPEGs of
+    differing sizes (as Food-101's are)."""
+    import torch
+    from torchvision.io import write_jpeg
+
+    rng = np.random.default_rng(seed)
+    folder = Path(root) / "food-101"
+    (folder / "meta").mkdir(parents=True, exist_ok=True)
+    (folder / "meta" / "classes.txt").write_text("\n".join(classes) + "\n")
+    for split, per_class in (("train", train_per_class), ("test", test_per_class)):
+        listing = {}
+        for c, name in enumerate(classes):
+            (folder / "images" / name).mkdir(parents=True, exist_ok=True)
+            listing[name] = []
+            for i in range(per_class):
+                h, w = int(rng.integers(20, 40)), int(rng.integers(20, 40))
+                img = torch.from_numpy(rng.integers(0, 256, size=(3, h, w), dtype=np.uint8))
+                img[1] = 30 + 80 * c
+                write_jpeg(img, str(folder / "images" / name / f"{split}{i}.jpg"), quality=95)
+                listing[name].append(f"{name}/{split}{i}")
+        (folder / "meta" / f"{split}.json").write_text(json.dumps(listing))
+    return Path(root)
+
+
+MIXED = ["but", "though", "partly", "some"]
+
+
+def write_saved_text(path: Path, n_train: int = 60, n_validation: int = 24, n_test: int = 12, seed: int = 0) -> Path:
+    """A sentiment data set as `DatasetDict.save_to_disk` writes it, shaped like GLUE SST-2: splits
+    train / validation / test, columns sentence, label (ClassLabel negative, positive, mixed) and
+    idx; half the test labels are -1 (no gold label). Every training sentence has its own word
+    `docN`, so that encoded rows are distinct."""
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+
+    rng = np.random.default_rng(seed)
+    features = Features({"sentence": Value("string"), "label": ClassLabel(names=["negative", "positive", "mixed"]),
+                         "idx": Value("int32")})
+
+    def sentence(label: int) -> str:
+        if label == 2:
+            return f"{_review(rng, 1, 8)} {' '.join(rng.choice(MIXED, size=3))} {_review(rng, 0, 8)}"
+        return _review(rng, label, int(rng.integers(5, 20)))
+
+    def split(n, tag, unlabelled=False):
+        labels = [i % 3 for i in range(n)]
+        texts = [f"{sentence(y)} doc{tag}{i}" for i, y in enumerate(labels)]
+        if unlabelled:
+            labels = [y if i % 2 else -1 for i, y in enumerate(labels)]
+        return Dataset.from_dict({"sentence": texts, "label": labels, "idx": list(range(n))}, features=features)
+
+    DatasetDict({"train": split(n_train, "t"), "validation": split(n_validation, "v"),
+                 "test": split(n_test, "x", unlabelled=True)}).save_to_disk(str(path))
+    return Path(path)
+
+
+def write_saved_pairs(path: Path, n_train: int = 45, n_test: int = 15, seed: int = 0) -> Path:
+    """A sentence-pair data set saved with `save_to_disk` whose labels are strings (no ClassLabel):
+    columns premise, hypothesis, label in {entailment, neutral, contradiction}."""
+    from datasets import Dataset, DatasetDict
+
+    rng = np.random.default_rng(seed)
+    names = ["entailment", "neutral", "contradiction"]
+
+    def split(n):
+        labels = [i % 3 for i in range(n)]
+        pairs = [_nli_pair(rng, y) for y in labels]
+        return Dataset.from_dict({"premise": [p for p, _ in pairs], "hypothesis": [h for _, h in pairs],
+                                  "label": [names[y] for y in labels]})
+
+    DatasetDict({"train": split(n_train), "test": split(n_test)}).save_to_disk(str(path))
+    return Path(path)

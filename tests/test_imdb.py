@@ -7,7 +7,8 @@ from omegaconf import OmegaConf
 
 from model_checks import check_engines_and_per_example_grads
 from fixtures import write_imdb_and_amazon
-from pazo.data.imdb import PAD, UNK, build_vocab, encode, load_imdb_bundle, tokenize
+from pazo.data.imdb import load_imdb_bundle
+from pazo.data.text import PAD, UNK, build_vocab, encode, tokenize
 from pazo.errors import DataMissingError
 from pazo.models import FunctionalModel
 from pazo.models.lstm import LSTMClassifier

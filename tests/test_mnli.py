@@ -12,7 +12,8 @@ from fixtures import write_mnli_and_snli, write_tiny_roberta
 from pazo.data.mnli import TrimPadding, encode_pairs, encode_prompt, load_mnli_bundle
 from pazo.errors import ConfigError, DataMissingError
 from pazo.models import FunctionalModel
-from pazo.models.prompt_mlm import build_prompt_mlm, label_word_ids, load_pretrained
+from pazo.models.prompt_mlm import build_prompt_mlm, label_word_ids
+from pazo.pretrained import load_pretrained
 from pazo.train import run
 
 WORDS = [" Yes", " Maybe", " No"]

@@ -5,9 +5,12 @@ from __future__ import annotations
 from pazo.data.base import DataBundle, TensorSplit
 from pazo.data.cifar10 import load_cifar10_bundle
 from pazo.data.digits import load_digits_bundle
+from pazo.data.hf_text import load_hf_text_bundle
+from pazo.data.image_folder import load_image_folder_bundle
 from pazo.data.imdb import load_imdb_bundle
 from pazo.data.mnli import load_mnli_bundle
 from pazo.data.tiny_imagenet import load_tiny_imagenet_bundle
+from pazo.data.torchvision_data import load_torchvision_bundle
 from pazo.registry import Registry
 
 DATASETS: Registry = Registry("dataset")
@@ -20,24 +23,30 @@ def _digits(cfg, streams) -> DataBundle:
                               public_imbalance=cfg.public_imbalance)
 
 
-@DATASETS.register("cifar10")
-def _cifar10(cfg, streams) -> DataBundle:
-    return load_cifar10_bundle(cfg, streams.numpy["split"], streams.torch_generator("public", substream=2))
+def _image_loader(load):
+    """Image loaders draw their splits from the `split` stream and augment public batches with a
+    generator of their own on the `public` stream."""
+    def build(cfg, streams) -> DataBundle:
+        return load(cfg, streams.numpy["split"], streams.torch_generator("public", substream=2))
+    return build
 
 
-@DATASETS.register("imdb")
-def _imdb(cfg, streams) -> DataBundle:
-    return load_imdb_bundle(cfg, streams.numpy["split"])
+def _text_loader(load):
+    def build(cfg, streams) -> DataBundle:
+        return load(cfg, streams.numpy["split"])
+    return build
 
 
-@DATASETS.register("tiny_imagenet")
-def _tiny_imagenet(cfg, streams) -> DataBundle:
-    return load_tiny_imagenet_bundle(cfg, streams.numpy["split"], streams.torch_generator("public", substream=2))
+for _name, _load in {"cifar10": load_cifar10_bundle, "tiny_imagenet": load_tiny_imagenet_bundle,
+                     "torchvision": load_torchvision_bundle, "image_folder": load_image_folder_bundle}.items():
+    DATASETS.register(_name)(_image_loader(_load))
+for _name, _load in {"imdb": load_imdb_bundle, "hf_text": load_hf_text_bundle}.items():
+    DATASETS.register(_name)(_text_loader(_load))
 
 
 @DATASETS.register("mnli")
 def _mnli(cfg, streams) -> DataBundle:
-    from pazo.models.prompt_mlm import load_pretrained
+    from pazo.pretrained import load_pretrained
 
     tokenizer = load_pretrained(cfg.tokenizer, "tokenizer", cfg.download)
     return load_mnli_bundle(cfg, streams.numpy["split"], tokenizer)

@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pazo.data.base import DataBundle, TensorSplit
-from pazo.data.image_folder import image_splits
-from pazo.data.images import ImageTransform
+from pazo.data.base import DataBundle
+from pazo.data.image_folder import image_bundle
 from pazo.errors import DataMissingError
 
 FOLDER = "cifar-10-batches-py"
@@ -57,8 +56,5 @@ def load_cifar10_bundle(cfg, rng: np.random.Generator, aug_generator: torch.Gene
     """Public data: a seeded 4% of the training set with class imbalance, or another image folder
     with the CIFAR-10 class names (e.g. CINIC-10's ImageNet images, `train/airplane/*.png`)."""
     x_train, y_train, x_test, y_test = read_cifar10(cfg.root, cfg.download)
-    private, public, info = image_splits(cfg, x_train, y_train, CLASSES, 32, rng, aug_generator,
-                                         fraction=cfg.public_fraction)
-    return DataBundle(name="cifar10", private=private, public=public,
-                      test=TensorSplit(x_test, y_test, ImageTransform(cfg.image_size)), num_classes=10,
-                      input_shape=(3, cfg.image_size, cfg.image_size), info=info)
+    return image_bundle("cifar10", cfg, (x_train, y_train), (x_test, y_test), CLASSES, rng, aug_generator,
+                        fraction=cfg.public_fraction)

@@ -6,6 +6,9 @@ decoding.
 "Another data set as public data" for images lives here too: a folder whose class sub-folders
 are named like the private classes (e.g. CINIC-10's ImageNet images for CIFAR-10, or any
 hand-collected set) becomes the public split, with its labels mapped onto the private label ids.
+So does `image_bundle`, which turns any image data set's tensors into the private, public and
+test splits with the public-data options of the paper's settings, and `dataset=image_folder`
+(any data set kept as `train/` and `test/` class folders).
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pazo.data.base import TensorSplit
+from pazo.data.base import DataBundle, TensorSplit
 from pazo.data.images import ImageTransform
 from pazo.data.public_split import split_public
 from pazo.errors import ConfigError, DataMissingError
@@ -39,17 +42,23 @@ def list_class_folder(folder: Path) -> tuple[list[str], list[tuple[Path, str]]]:
     return classes, files
 
 
-def decode_images(paths: list[Path], size: int) -> torch.Tensor:
-    """uint8 [N, 3, size, size]; grey-scale files become RGB, other sizes are resized."""
+def resize_uint8(img: torch.Tensor, size: int) -> torch.Tensor:
+    """uint8 [C, H, W] -> [C, size, size] (antialiased bilinear; unchanged when already that size)."""
+    if img.shape[-2:] == (size, size):
+        return img
+    return F.interpolate(img[None].float(), size=(size, size), mode="bilinear",
+                         antialias=True, align_corners=False).round().clamp(0, 255)[0].byte()
+
+
+def decode_images(paths: list[Path], size: int, channels: int = 3) -> torch.Tensor:
+    """uint8 [N, channels, size, size]: torchvision converts each file to RGB (3) or grey-scale (1),
+    other sizes are resized."""
     from torchvision.io import ImageReadMode, decode_image
 
-    out = torch.empty((len(paths), 3, size, size), dtype=torch.uint8)
+    mode = {3: ImageReadMode.RGB, 1: ImageReadMode.GRAY}[channels]
+    out = torch.empty((len(paths), channels, size, size), dtype=torch.uint8)
     for i, path in enumerate(paths):
-        img = decode_image(str(path), mode=ImageReadMode.RGB)
-        if img.shape[-2:] != (size, size):
-            img = F.interpolate(img[None].float(), size=(size, size), mode="bilinear",
-                                antialias=True, align_corners=False).round().clamp(0, 255)[0].byte()
-        out[i] = img
+        out[i] = resize_uint8(decode_image(str(path), mode=mode), size)
     return out
 
 
@@ -77,11 +86,12 @@ def folder_fingerprint(files: list[tuple[Path, str]]) -> list:
 
 def load_public_folder(folder: str | Path, class_names: list[str], size: int, *,
                        per_class: int | None, rng: np.random.Generator,
-                       cache_dir: str | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
+                       cache_dir: str | None = None, channels: int = 3) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Out-of-distribution public images from `folder/<class name>/...`.
 
     Sub-folders must be named after private classes (a subset is fine: public data need not cover
-    every class); `per_class` (None = all) images are drawn from each, seeded.
+    every class); `per_class` (None = all) images are drawn from each, seeded. They are decoded
+    with the private images' channel count (grey-scale private data gets grey-scale public data).
     """
     folder = Path(str(folder)).expanduser()
     if not folder.is_dir():
@@ -108,29 +118,113 @@ def load_public_folder(folder: str | Path, class_names: list[str], size: int, *,
                                   f"{folder / name} holds {len(mine)}")
             mine = [mine[i] for i in np.sort(rng.choice(len(mine), size=per_class, replace=False))]
         chosen.extend((p, index[name]) for p in mine)
-    images = cached(cache_dir, ["public_folder", size, folder_fingerprint([(p, "") for p, _ in chosen])],
-                    lambda: {"images": decode_images([p for p, _ in chosen], size)})["images"]
+    images = cached(cache_dir, ["public_folder", size, channels, folder_fingerprint([(p, "") for p, _ in chosen])],
+                    lambda: {"images": decode_images([p for p, _ in chosen], size, channels)})["images"]
     labels = torch.tensor([y for _, y in chosen])
     return images, labels, {"public": str(folder), "public_classes_present": len(found)}
 
 
-def image_splits(cfg, x_train: torch.Tensor, y_train: torch.Tensor, class_names: list[str], native_size: int,
-                 rng: np.random.Generator, aug_generator: torch.Generator, **split_size):
-    """(private, public, info) of an image data set. `dataset.public_source=split` draws the public
-    set from the training set (`split_size`: `fraction=` or `per_class=`, with
-    `dataset.public_imbalance`); `folder` takes it from `dataset.public_folder` (out-of-distribution
-    public data) and keeps the whole training set private. Public batches are augmented."""
-    plain = ImageTransform(cfg.image_size)
-    public_tf = ImageTransform(cfg.image_size, augment=cfg.augment_public, generator=aug_generator)
-    info = {"image_size": cfg.image_size, "augment_public": cfg.augment_public, "public_source": cfg.public_source}
+def public_split_size(cfg) -> dict:
+    """The size of a public split of the training set: `dataset.public_per_class` images of each
+    class when set, else `dataset.public_fraction` of the whole set."""
+    if cfg.get("public_per_class") is not None:
+        return {"per_class": cfg.public_per_class}
+    return {"fraction": cfg.public_fraction}
+
+
+def image_bundle(name: str, cfg, train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Tensor, torch.Tensor],
+                 class_names: list[str], rng: np.random.Generator, aug_generator: torch.Generator, *,
+                 image_size: int | None = None, info: dict | None = None, **split_size) -> DataBundle:
+    """The bundle of an image data set from uint8 (images [N, C, H, W], labels) train and test pairs.
+
+    `dataset.public_source=split` draws the public set from the training set (`split_size`:
+    `fraction=` or `per_class=`, with `dataset.public_imbalance`); `folder` takes it from
+    `dataset.public_folder` (out-of-distribution public data, decoded at the stored size and
+    channel count) and keeps the whole training set private. Public batches are augmented; every
+    batch is resized to `image_size` (default `dataset.image_size`) and, with `dataset.normalize`,
+    mapped to [-1, 1]."""
+    (x_train, y_train), (x_test, y_test) = train, test
+    size = image_size or cfg.image_size
+    normalize = bool(cfg.get("normalize", False))
+    plain = ImageTransform(size, normalize=normalize)
+    public_tf = ImageTransform(size, augment=cfg.augment_public, generator=aug_generator, normalize=normalize)
+    info = {**(info or {}), "image_size": size, "normalize": normalize, "augment_public": cfg.augment_public,
+            "public_source": cfg.public_source}
     if cfg.public_source == "split":
         pub, priv = split_public(y_train.numpy(), rng, imbalance=cfg.public_imbalance, **split_size)
         info.update(public_imbalance=cfg.public_imbalance, **{f"public_{k}": v for k, v in split_size.items()})
-        return (TensorSplit(x_train[priv], y_train[priv], plain),
-                TensorSplit(x_train[pub], y_train[pub], public_tf), info)
-    if cfg.public_source == "folder":
-        x_pub, y_pub, extra = load_public_folder(cfg.public_folder, class_names, native_size,
-                                                 per_class=cfg.public_per_class, rng=rng, cache_dir=cfg.cache_dir)
+        private = TensorSplit(x_train[priv], y_train[priv], plain)
+        public = TensorSplit(x_train[pub], y_train[pub], public_tf)
+    elif cfg.public_source == "folder":
+        x_pub, y_pub, extra = load_public_folder(cfg.public_folder, class_names, x_train.shape[-1],
+                                                 per_class=cfg.public_per_class, rng=rng, cache_dir=cfg.cache_dir,
+                                                 channels=x_train.shape[1])
         info.update(public_per_class=cfg.public_per_class, **extra)
-        return TensorSplit(x_train, y_train, plain), TensorSplit(x_pub, y_pub, public_tf), info
-    raise ConfigError(f"dataset.public_source must be split or folder, got {cfg.public_source!r}")
+        private, public = TensorSplit(x_train, y_train, plain), TensorSplit(x_pub, y_pub, public_tf)
+    else:
+        raise ConfigError(f"dataset.public_source must be split or folder, got {cfg.public_source!r}")
+    return DataBundle(name=name, private=private, public=public, test=TensorSplit(x_test, y_test, plain),
+                      num_classes=len(class_names), input_shape=(x_train.shape[1], size, size), info=info)
+
+
+def common_square_size(paths: list[Path], folder: Path) -> int:
+    """The one square size all images share, read from the file headers (PIL opens lazily)."""
+    from PIL import Image
+
+    sizes = set()
+    for path in paths:
+        with Image.open(path) as img:
+            sizes.add(img.size)
+    (width, height), *others = sorted(sizes)
+    if others or width != height:
+        shown = ", ".join(f"{w}x{h}" for w, h in sorted(sizes)[:4])
+        raise ConfigError(f"the images under {folder} are not all square and of one size ({shown}"
+                          f"{' ...' if len(sizes) > 4 else ''}); set dataset.image_size=N to resize each to N x N")
+    return width
+
+
+def read_image_folder(root, image_size: int | None, cache_dir: str | None = None):
+    """(train images uint8 [N, C, S, S], train labels, test images, test labels, class names) of
+    `root/train/<class>/*` and `root/test/<class>/*`. Classes are the train sub-folders (sorted);
+    test classes must be among them. S is `image_size`, or the images' own size when they all
+    share one; C is 1 when every image is grey-scale, else 3."""
+    if not root:
+        raise ConfigError("dataset=image_folder needs dataset.root=<folder holding train/ and test/, "
+                          "each with one sub-folder of images per class>")
+    root = Path(str(root)).expanduser()
+    for part in ("train", "test"):
+        if not (root / part).is_dir():
+            raise DataMissingError(
+                f"image folder data set is missing: no {part}/ folder in {root}. dataset=image_folder reads "
+                f"{root}/train/<class>/*.png|jpg and {root}/test/<class>/...; dataset.root sets where we look")
+    classes, train_files = list_class_folder(root / "train")
+    test_classes, test_files = list_class_folder(root / "test")
+    if not train_files or not test_files:
+        raise DataMissingError(f"image folder data set is missing: no images ({', '.join(IMG_EXTENSIONS)}) "
+                               f"in class sub-folders of {root / ('train' if not train_files else 'test')}")
+    unknown = sorted(set(test_classes) - set(classes))
+    if unknown:
+        raise ConfigError(f"{root / 'test'} has classes that {root / 'train'} lacks: {', '.join(unknown[:5])}"
+                          f"{' ...' if len(unknown) > 5 else ''}; test classes must be among the training classes")
+    files = train_files + test_files
+
+    def build():
+        paths = [p for p, _ in files]
+        images = decode_images(paths, image_size or common_square_size(paths, root))
+        grey = bool((images[:, 0] == images[:, 1]).all() and (images[:, 1] == images[:, 2]).all())
+        return {"images": images[:, :1].clone() if grey else images}
+
+    images = cached(cache_dir, ["image_folder", image_size, folder_fingerprint(files)], build)["images"]
+    index = {name: i for i, name in enumerate(classes)}
+    labels = torch.tensor([index[name] for _, name in files])
+    n = len(train_files)
+    return images[:n], labels[:n], images[n:], labels[n:], classes
+
+
+def load_image_folder_bundle(cfg, rng: np.random.Generator, aug_generator: torch.Generator) -> DataBundle:
+    """Any image classification set kept as `train/` and `test/` class folders, with the public-data
+    options of the paper's image settings."""
+    x_train, y_train, x_test, y_test, classes = read_image_folder(cfg.root, cfg.image_size, cfg.cache_dir)
+    return image_bundle("image_folder", cfg, (x_train, y_train), (x_test, y_test), classes, rng, aug_generator,
+                        image_size=x_train.shape[-1], info={"root": str(cfg.root), "classes": len(classes)},
+                        **public_split_size(cfg))

@@ -5,14 +5,13 @@ Both come from Hugging Face `datasets`, kept on disk with `save_to_disk`: `<root
 train/test, columns text, label) and `<root>/amazon_polarity` (split train, columns title,
 content, label). `download=true` fetches them from the Hub and saves them there.
 
-Vocabulary: the `vocab_size` most frequent lower-cased `\\w+` tokens of IMDB train, ids 2..,
+Vocabulary (`pazo.data.text`): the `vocab_size` most frequent lower-cased `\\w+` tokens of IMDB
+train, as in the paper (recorded in the summary as private: no noise covers it), ids 2..,
 PAD = 0, UNK = 1; every review is cut or padded to `max_length` tokens. Every selection (the
 public sample, the test subset) is seeded, unlike the authors' code.
 """
 from __future__ import annotations
 
-import re
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -20,29 +19,10 @@ import torch
 
 from pazo.data.base import DataBundle, TensorSplit
 from pazo.data.saved_hub import load_saved
+from pazo.data.text import build_vocab, encode, vocab_provenance
 from pazo.errors import ConfigError
 
-PAD, UNK = 0, 1
-TOKEN = re.compile(r"\w+")
 HUB = {"imdb": "stanfordnlp/imdb", "amazon_polarity": "fancyzhx/amazon_polarity"}
-
-
-def tokenize(text: str) -> list[str]:
-    return TOKEN.findall(text.lower())
-
-
-def build_vocab(texts, size: int) -> dict[str, int]:
-    counts = Counter(tok for text in texts for tok in tokenize(text))
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:size]  # ties broken by token
-    return {tok: i + 2 for i, (tok, _) in enumerate(ranked)}
-
-
-def encode(texts, vocab: dict[str, int], max_length: int) -> torch.Tensor:
-    out = torch.full((len(texts), max_length), PAD, dtype=torch.long)
-    for row, text in enumerate(texts):
-        ids = [vocab.get(tok, UNK) for tok in tokenize(text)[:max_length]]
-        out[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-    return out
 
 
 def load_imdb_bundle(cfg, rng: np.random.Generator) -> DataBundle:
@@ -68,4 +48,4 @@ def load_imdb_bundle(cfg, rng: np.random.Generator) -> DataBundle:
         public=split(public_texts, public["label"]), test=split(test["text"], test["label"]),
         num_classes=2, input_shape=(cfg.max_length,),
         info={"vocab_size": cfg.vocab_size, "max_length": cfg.max_length, "public": "amazon_polarity",
-              "public_size": cfg.public_size, "test_size": cfg.test_size})
+              "public_size": cfg.public_size, "test_size": cfg.test_size, **vocab_provenance("private")})

@@ -17,9 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pazo.data.base import DataBundle, TensorSplit
-from pazo.data.image_folder import cached, decode_images, folder_fingerprint, image_splits, list_class_folder
-from pazo.data.images import ImageTransform
+from pazo.data.base import DataBundle
+from pazo.data.image_folder import cached, decode_images, folder_fingerprint, image_bundle, list_class_folder
 from pazo.errors import DataMissingError
 
 FOLDER = "tiny-imagenet-200"
@@ -79,8 +78,5 @@ def read_tiny_imagenet(root: str | Path, download: bool = False, cache_dir: str 
 
 def load_tiny_imagenet_bundle(cfg, rng: np.random.Generator, aug_generator: torch.Generator) -> DataBundle:
     x_train, y_train, x_test, y_test, classes = read_tiny_imagenet(cfg.root, cfg.download, cfg.cache_dir)
-    private, public, info = image_splits(cfg, x_train, y_train, classes, NATIVE_SIZE, rng, aug_generator,
-                                         per_class=cfg.public_per_class)
-    return DataBundle(name="tiny_imagenet", private=private, public=public,
-                      test=TensorSplit(x_test, y_test, ImageTransform(cfg.image_size)), num_classes=len(classes),
-                      input_shape=(3, cfg.image_size, cfg.image_size), info=info)
+    return image_bundle("tiny_imagenet", cfg, (x_train, y_train), (x_test, y_test), classes, rng, aug_generator,
+                        per_class=cfg.public_per_class)

@@ -9,38 +9,12 @@ attention runs in its eager form (the fused kernel has no vmap batching rule).
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pazo.errors import ConfigError, DataMissingError
-
-
-def load_pretrained(path_or_name: str, kind: str, download: bool = False):
-    """A transformers tokenizer (`kind="tokenizer"`) or masked LM from a local folder or the HF
-    cache; with `download=false` nothing is fetched, and absence is one clear message."""
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-
-    local = Path(str(path_or_name)).expanduser()
-    source = str(local) if local.exists() else str(path_or_name)
-    try:
-        if kind == "tokenizer":
-            return AutoTokenizer.from_pretrained(source, local_files_only=not download)
-        return AutoModelForMaskedLM.from_pretrained(source, local_files_only=not download,
-                                                    attn_implementation="eager", dtype=torch.float32)
-    except OSError as err:
-        raise DataMissingError(
-            f"the {kind} of {path_or_name!r} is missing: not a local folder ({local}) and not in the "
-            f"Hugging Face cache ({type(err).__name__}). Get it with model.download=true, or on a "
-            f"machine with internet run `python -c \"import transformers as t; n='{path_or_name}'; "
-            "t.AutoTokenizer.from_pretrained(n).save_pretrained('roberta'); "
-            "t.AutoModelForMaskedLM.from_pretrained(n).save_pretrained('roberta')\"` and set "
-            "model.path to that roberta/ folder.") from None
+from pazo.errors import ConfigError
+from pazo.pretrained import load_pretrained
 
 
 class PromptMaskedLM(nn.Module):
