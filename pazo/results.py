@@ -1,8 +1,12 @@
-"""Sweep results from run directories (not from the W&B server): one row per run, and the
-best-over-grid selection the paper's tables report.
+"""Sweep results from run directories (not from the W&B server): one row per run, which runs may
+count in a private column, and the one selection of a configuration per table cell that the
+tables and the figures share.
 
-Selecting the best configuration by test accuracy is itself not differentially private; the
-paper does it, so the tables do it too and say so.
+Selection (`select_configs`): runs are grouped by configuration (every hyperparameter but the
+seed); `selection="val"` picks the configuration with the best mean validation accuracy over its
+seeds (a split of the private training data) and reports its test accuracy as mean and standard
+deviation over those seeds; `selection="test"` picks on mean test accuracy, which is the paper's
+protocol and not itself private.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from pazo.errors import ConfigError
 from pazo.methods import METHODS, method_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,10 +28,57 @@ LABELS = {n: i.label for n, i in METHODS.items()}
 FIRST_ORDER = set(method_names("first_order"))
 USES_PUBLIC = {n for n, i in METHODS.items() if i.uses_public}
 HYPERPARAMETERS = ["lr", "clip", "public_batch_size", "alpha", "k", "perturbation", "q"]
+SELECTIONS = ("val", "test")
+VAL_METRIC = {"final_accuracy": "final_val_accuracy", "best_accuracy": "best_val_accuracy"}
+# config keys that say where or how fast a run computed, not what it computed: runs differing only
+# in these (and the seed) are seeds of one configuration
+NOT_HYPERPARAMETERS = {"seed", "logger", "sweep_name", "device", "dataset.root", "dataset.cache_dir",
+                       "privacy.cache_dir", "warm_start.cache", "train.eval_batch_size", "engine.chunk_size",
+                       "method.per_example_chunk", "method.grad_memory_mb"}
+PRIVACY_FACTS = ("guarantee_holds", "epsilon_spent", "target_epsilon", "sampling_matches_accountant")
+
+
+def _flatten(cfg: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in cfg.items():
+        name = f"{prefix}{key}"
+        if name in NOT_HYPERPARAMETERS:
+            continue
+        out.update(_flatten(value, f"{name}.") if isinstance(value, dict) else {name: value})
+    return out
+
+
+def guarantee_problem(summary: dict) -> str | None:
+    """Why a private run's accuracy may not stand in an epsilon column (None: it may), as
+    '<code>: <detail>'. Over budget (a failed run whose failure says so, `privacy.over_budget`, or
+    epsilon spent above the target) is checked first, so it is listed whatever else the run did;
+    other failed runs are failures, not exclusions."""
+    privacy, failure = summary.get("privacy") or {}, summary.get("failure") or ""
+    spent, target = privacy.get("epsilon_spent"), privacy.get("target_epsilon")
+    signs = [f"epsilon spent {spent:.4g} > target {target:g}"] if (
+        spent is not None and target is not None and spent > target + 1e-12) else []
+    signs += [failure.removeprefix("over_budget: ")] if failure.startswith("over_budget") else []
+    signs += ["privacy.over_budget is true"] if privacy.get("over_budget") is True else []
+    signs += ["privacy.within_budget is false"] if privacy.get("within_budget") is False else []
+    if signs:
+        return f"over_budget: {signs[0]}"
+    if summary.get("status") != "finished":
+        return None
+    missing = [f"privacy.{k}" for k in PRIVACY_FACTS if privacy.get(k) is None]
+    if missing:
+        return f"no_privacy_facts: summary.json lacks {', '.join(missing)}"
+    if privacy["sampling_matches_accountant"] is not True:
+        return (f"shuffle_sampling: {privacy.get('sampling')} sampling, not the Poisson sampling the "
+                "accountant assumes (guarantee void)")
+    if privacy["guarantee_holds"] is not True:
+        return "guarantee_void: privacy.guarantee_holds is false"
+    return None
 
 
 def load_runs(sweep_dirs) -> pd.DataFrame:
-    """Every run directory (a `config.yaml` beside or without a `summary.json`) below the sweeps."""
+    """Every run directory (a `config.yaml` beside or without a `summary.json`) below the sweeps,
+    with its configuration (hyperparameters but the seed, as JSON), its test and validation
+    accuracies, its chance-level warning and, for private runs, why it may not count."""
     rows = []
     for sweep_dir in map(Path, sweep_dirs):
         for config_path in sorted(sweep_dir.rglob("config.yaml")):
@@ -43,26 +95,84 @@ def load_runs(sweep_dirs) -> pd.DataFrame:
                    "seed": cfg.get("seed"), "status": summary.get("status", "incomplete"),
                    "final_accuracy": summary.get("final_test_accuracy"),
                    "best_accuracy": summary.get("best_test_accuracy"),
+                   "final_val_accuracy": summary.get("final_val_accuracy"),
+                   "best_val_accuracy": summary.get("best_val_accuracy"),
+                   "chance_level": any(str(w).startswith("chance_level") for w in summary.get("warnings") or []),
+                   "problem": guarantee_problem(summary) if private else None,
+                   "config": json.dumps(_flatten(cfg), sort_keys=True, default=str),
                    "s_per_iter": summary.get("median_s_per_iter"), "run_dir": str(run_dir),
                    "batch_size": cfg.get("train", {}).get("batch_size")}
             row.update({h: method.get(h) for h in HYPERPARAMETERS})
             rows.append(row)
     columns = ["sweep", "setting", "method", "epsilon", "seed", "status", "final_accuracy", "best_accuracy",
-               "s_per_iter", "run_dir", "batch_size", *HYPERPARAMETERS]
+               "final_val_accuracy", "best_val_accuracy", "chance_level", "problem", "config", "s_per_iter",
+               "run_dir", "batch_size", *HYPERPARAMETERS]
     return pd.DataFrame(rows, columns=columns)
 
 
-def best_over_grid(runs: pd.DataFrame, metric: str = "final_accuracy", by=("setting", "method", "epsilon")) -> pd.DataFrame:
-    """Per group: the best finished run's accuracy (NaN when every configuration failed), the
-    number of runs, finished and failed, and the best run's directory."""
-    out = []
-    for key, group in runs.groupby(list(by), dropna=False, sort=False):
-        done = group[(group.status == "finished") & group[metric].notna()]
-        best = done.loc[done[metric].idxmax()] if len(done) else None
-        out.append({**dict(zip(by, key)), "accuracy": best[metric] if best is not None else math.nan,
-                    "runs": len(group), "finished": len(done), "failed": int((group.status == "failed").sum()),
-                    "best_run": best["run_dir"] if best is not None else None})
+def with_exclusions(runs: pd.DataFrame, include_shuffle: bool = False) -> pd.DataFrame:
+    """`runs` with `excluded` (the reason a run may not count, or None) and `variant`: "shuffle"
+    for shuffle-sampled runs that `include_shuffle` keeps as rows of their own, else ""."""
+    shuffle = runs.problem.fillna("").str.startswith("shuffle_sampling") & include_shuffle
+    return runs.assign(excluded=runs.problem.where(~shuffle, None), variant=shuffle.map({True: "shuffle", False: ""}))
+
+
+def _describe(config: str, configs: list[str]) -> str:
+    """The selected configuration by the hyperparameters that vary within its cell."""
+    mine, all_ = json.loads(config), [json.loads(c) for c in configs]
+    varying = [k for k in mine if len({json.dumps(c.get(k), default=str) for c in all_}) > 1]
+    return ", ".join(f"{k}={mine[k]}" for k in varying)
+
+
+def select_configs(runs: pd.DataFrame, metric: str = "final_accuracy", selection: str = "val",
+                   by=("setting", "method", "epsilon"), include_shuffle: bool = False) -> pd.DataFrame:
+    """One selected configuration per group of `by` (and variant). A configuration may be selected
+    only when every run of it finished and counts (a seed that diverged or broke its guarantee
+    rules the configuration out rather than leaving its luckier seeds to speak for it); it is
+    selected on mean validation accuracy over its seeds ("val") or mean test accuracy ("test").
+
+    Returns per group: accuracy (mean test `metric` of the selected configuration's seeds), std
+    (sample std, NaN for one seed), seeds, score (the mean it was selected on), selected (its
+    hyperparameters that vary in the group), chance_level (its seeds that warned of chance-level
+    accuracy), best_run (its seed with the best score), and the group's runs, finished, failed,
+    excluded and configs (all, and selectable)."""
+    if selection not in SELECTIONS:
+        raise ConfigError(f"unknown selection {selection!r}; choices: {', '.join(SELECTIONS)}")
+    runs = with_exclusions(runs, include_shuffle)
+    score = VAL_METRIC[metric] if selection == "val" else metric
+    counts = (runs.status == "finished") & runs.excluded.isna() & runs[metric].notna()
+    unscored = runs[counts & runs[score].isna()]
+    if len(unscored):
+        raise ConfigError(f"{len(unscored)} of {int(counts.sum())} finished runs have no validation accuracy "
+                          f"(no {score} in summary.json, e.g. {unscored.run_dir.iloc[0]}); select on test "
+                          "accuracy with --selection test (the paper's protocol, not a private selection)")
+    keys, out = [*by, "variant"], []
+    for key, group in runs.assign(counts=counts).groupby(keys, dropna=False, sort=False):
+        per_config = group.groupby("config", sort=True).agg(
+            selectable=("counts", "all"), accuracy=(metric, "mean"), std=(metric, "std"), seeds=("counts", "size"),
+            score=(score, "mean"), chance_level=("chance_level", "sum"))
+        selectable = per_config[per_config.selectable]
+        row = {**dict(zip(keys, key)), "runs": len(group), "finished": int((group.status == "finished").sum()),
+               "failed": int(((group.status == "failed") & group.excluded.isna()).sum()),
+               "excluded": int(group.excluded.notna().sum()), "configs": len(per_config),
+               "selectable_configs": len(selectable), "accuracy": math.nan, "std": math.nan, "seeds": 0,
+               "score": math.nan, "selected": None, "chance_level": 0, "best_run": None}
+        if len(selectable):
+            config = selectable.score.idxmax()
+            chosen = selectable.loc[config]
+            mine = group[group.config == config]
+            row.update(accuracy=chosen.accuracy, std=chosen["std"], seeds=int(chosen.seeds), score=chosen.score,
+                       selected=_describe(config, list(per_config.index)), chance_level=int(chosen.chance_level),
+                       best_run=mine.loc[mine[score].idxmax(), "run_dir"])
+        out.append(row)
     return pd.DataFrame(out)
+
+
+def excluded_runs(runs: pd.DataFrame, include_shuffle: bool = False) -> pd.DataFrame:
+    """The runs left out of the private columns, with the reason."""
+    runs = with_exclusions(runs, include_shuffle)
+    return runs[runs.excluded.notna()].rename(columns={"excluded": "reason"})[
+        ["run_dir", "method", "epsilon", "reason", "sweep", "setting"]]
 
 
 def paper_values() -> pd.DataFrame:

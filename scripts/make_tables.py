@@ -1,15 +1,22 @@
 """The paper's tables from sweep run directories, beside the published values.
 
     python scripts/make_tables.py outputs/sweeps/table1_cifar10 [outputs/sweeps/table3_imdb ...]
-        [--metric final_accuracy|best_accuracy] [--benchmark scripts/results/table5_cuda.json]
-        [--out outputs/tables]
+        [--selection val|test] [--metric final_accuracy|best_accuracy] [--include-shuffle]
+        [--benchmark scripts/results/table5_cuda.json] [--out outputs/tables]
 
-Accuracy tables (one per setting found, Tables 1-4 layout): for each method and epsilon the best
-test accuracy over its grid - a selection on test accuracy that is not itself private, as in the
-paper - with the paper's value and the difference; "—" where every configuration failed, blank
-where nothing was run. A sweep named table8* gives Table 8 (accuracy at each q). `--benchmark`
-(a file written by scripts/benchmark_methods.py) gives Table 5 (median s/iter per method and
-setting, and each zeroth-order method's ratio to its floor). Written as Markdown, LaTeX and CSV.
+Accuracy tables (one per setting found, Tables 1-4 layout): for each method and epsilon one
+configuration of its grid (pazo.results.select_configs, as the figures): by default the one with
+the best mean validation accuracy over its seeds, its test accuracy shown as mean ± std over those
+seeds; `--selection test` selects on test accuracy as the paper does (not a private selection), and
+the caption says which. Beside ours, the paper's value and the difference. An epsilon column
+counts only runs whose guarantee holds (finished, epsilon spent within the target, Poisson
+sampling as accounted); the others are listed with the reason under "Excluded runs" and in
+excluded.csv, and `--include-shuffle` shows shuffle-sampled runs as rows of their own, labelled
+guarantee void. Public only (SGD on the public data alone) is the reference of the non-private
+column. † marks a cell whose configuration ended at chance accuracy. A sweep named table8* gives
+Table 8 (accuracy at each q). `--benchmark` (a file written by scripts/benchmark_methods.py) gives
+Table 5 (median s/iter per method and setting, and each zeroth-order method's ratio to its floor).
+Written as Markdown, LaTeX and CSV.
 """
 from __future__ import annotations
 
@@ -24,10 +31,15 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pazo.results import LABELS, METHOD_ORDER, best_over_grid, load_runs, paper_values  # noqa: E402
+from pazo.errors import ConfigError  # noqa: E402
+from pazo.results import (LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs, paper_values,  # noqa: E402
+                          select_configs)
 
 PAPER_TABLE = {"cifar10": "1", "tiny_imagenet": "2", "imdb": "3", "mnli": "4"}
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
+PROTOCOL = {"val": "configuration selected on validation accuracy, test accuracy mean ± std over its seeds",
+            "test": "selected on test accuracy, as in the paper: not a private selection"}
+SHUFFLE = " (shuffle, guarantee void)"
 
 
 def pct(x) -> str:
@@ -41,16 +53,51 @@ def difference(ours: float, runs: int, paper: float | None) -> float | None:
     return 100 * ours - paper
 
 
-def cell(ours: float, runs: int, paper: float | None, paper_known: bool) -> str:
-    if runs == 0:
-        text = ""
-    else:
-        text = "—" if math.isnan(ours) else f"{100 * ours:.1f}"
+def measured(h, usual_seeds: int) -> str:
+    """Our part of a cell: mean, ± std over seeds, [n] where the seeds differ from the table's
+    usual number, † for chance level; '—' where no configuration could be selected."""
+    if h is None or not h.runs:
+        return ""
+    if math.isnan(h.accuracy):
+        return "—"
+    text = f"{100 * h.accuracy:.1f}" + (f" ± {100 * h['std']:.1f}" if h.seeds > 1 else "")
+    return text + (f" [{h.seeds}]" if h.seeds != usual_seeds else "") + ("†" if h.chance_level else "")
+
+
+def cell(h, paper: float | None, paper_known: bool, usual_seeds: int) -> str:
+    text = measured(h, usual_seeds)
     if paper_known:
         ref = "—" if paper is None or math.isnan(paper) else f"{paper:.1f}"
-        diff = difference(ours, runs, paper)
+        diff = difference(h.accuracy, h.runs, paper) if h is not None else None
         text = f"{text or 'not run'} ({ref}{'' if diff is None else f', {diff:+.1f}'})"
     return text
+
+
+def long_row(h, setting: str, method: str, column: str, paper_value: float | None) -> dict:
+    """One CSV row: the cell's numbers, its selected configuration and its run counts."""
+    runs = int(h.runs) if h is not None else 0
+    ours = float(h.accuracy) if h is not None else math.nan
+    return {"setting": setting, "method": method, "variant": h.variant if h is not None else "",
+            "column": column, "ours": pct(ours) if runs else "", "std": pct(h["std"]) if runs else "",
+            "seeds": int(h.seeds) if runs else 0, "paper": "" if paper_value is None else paper_value,
+            "diff": "" if (d := difference(ours, runs, paper_value)) is None else f"{d:+.1f}",
+            "selected": (h.selected or "") if runs else "", "chance_level": int(h.chance_level) if runs else 0,
+            "runs": runs, **{k: int(h[k]) if h is not None else 0
+                             for k in ("finished", "failed", "excluded", "configs", "selectable_configs")},
+            "best_run": (h.best_run or "") if runs else ""}
+
+
+def rows_of(best: pd.DataFrame) -> list[tuple[str, str]]:
+    """(method, variant) in the paper's order; a shuffle variant right after its method."""
+    present = set(zip(best.method, best.variant))
+    methods = [m for m in METHOD_ORDER if m in set(best.method)] + sorted(set(best.method) - set(METHOD_ORDER))
+    return [(m, v) for m in methods for v in ("", "shuffle") if (m, v) in present]
+
+
+def usual(best: pd.DataFrame) -> int:
+    """The commonest number of seeds behind a cell (cells with another number say theirs)."""
+    seeds = best.seeds[best.seeds > 0]
+    return int(seeds.mode().iloc[0]) if len(seeds) else 1
 
 
 def accuracy_table(best: pd.DataFrame, setting: str, paper: pd.DataFrame):
@@ -60,28 +107,23 @@ def accuracy_table(best: pd.DataFrame, setting: str, paper: pd.DataFrame):
     paper_eps = {float(c) for c in ref.column if c != "nonprivate"}
     eps = sorted({e for e in mine.epsilon.unique() if not math.isnan(e)} | paper_eps)
     columns = [*(f"eps={e:g}" for e in eps), "non-private"]
-    methods = [m for m in METHOD_ORDER if m in set(mine.method)] + sorted(set(mine.method) - set(METHOD_ORDER))
+    seeds = usual(mine)
     long, wide = [], []
-    for m in methods:
-        row = {"method": LABELS.get(m, m)}
+    for m, variant in rows_of(mine):
+        row = {"method": LABELS.get(m, m) + (SHUFFLE if variant else "")}
+        paper_known = not variant and m in set(ref.method)
         for e, col in zip([*eps, math.nan], columns):
-            hit = mine[(mine.method == m) & ((mine.epsilon == e) | (math.isnan(e) & mine.epsilon.isna()))]
+            hit = mine[(mine.method == m) & (mine.variant == variant)
+                       & ((mine.epsilon == e) | (math.isnan(e) & mine.epsilon.isna()))]
             key = "nonprivate" if math.isnan(e) else f"{e:g}"
-            pv = ref[(ref.method == m) & (ref.column == key)]
+            pv = ref[(ref.method == m) & (ref.column == key)] if paper_known else ref.iloc[0:0]
             paper_value = float(pv.value.iloc[0]) if len(pv) else None
             if hit.empty and paper_value is None:
                 row[col] = ""
                 continue
             h = hit.iloc[0] if len(hit) else None
-            ours = float(h.accuracy) if h is not None else math.nan
-            runs = int(h.runs) if h is not None else 0
-            row[col] = cell(ours, runs, paper_value, len(ref) > 0)
-            long.append({"setting": setting, "method": m, "column": key, "ours": pct(ours) if runs else "",
-                         "paper": "" if paper_value is None else paper_value,
-                         "diff": "" if (d := difference(ours, runs, paper_value)) is None else f"{d:+.1f}",
-                         "runs": runs, "finished": int(h.finished) if h is not None else 0,
-                         "failed": int(h.failed) if h is not None else 0,
-                         "best_run": h.best_run if h is not None else ""})
+            row[col] = cell(h, paper_value, paper_known, seeds)
+            long.append(long_row(h, setting, m, key, paper_value))
         wide.append(row)
     frame = pd.DataFrame(wide, columns=["method", *columns])
     frame = frame.loc[:, (frame != "").any(axis=0)]
@@ -92,18 +134,17 @@ def q_table(best: pd.DataFrame, paper: pd.DataFrame):
     ref = paper[paper.table == "8"]
     long, wide = [], []
     settings = [s for s in SETTING_ORDER if s in set(best.setting)]
-    for m in [m for m in METHOD_ORDER if m in set(best.method)]:
-        row = {"method": LABELS[m]}
+    seeds = usual(best)
+    for m, variant in rows_of(best):
+        row = {"method": LABELS.get(m, m) + (SHUFFLE if variant else "")}
         for s in settings:
             for q in sorted(best.q.dropna().unique()):
-                h = best[(best.method == m) & (best.setting == s) & (best.q == q)]
+                hit = best[(best.method == m) & (best.variant == variant) & (best.setting == s) & (best.q == q)]
                 pv = ref[(ref.method == m) & (ref.setting == s) & (ref.column == f"q={int(q)}")]
-                paper_value = float(pv.value.iloc[0]) if len(pv) else None
-                ours = float(h.accuracy.iloc[0]) if len(h) else math.nan
-                runs = int(h.runs.iloc[0]) if len(h) else 0
-                row[f"{s} q={int(q)}"] = cell(ours, runs, paper_value, paper_value is not None)
-                long.append({"setting": s, "method": m, "column": f"q={int(q)}", "ours": pct(ours) if runs else "",
-                             "paper": "" if paper_value is None else paper_value, "runs": runs})
+                paper_value = float(pv.value.iloc[0]) if len(pv) and not variant else None
+                h = hit.iloc[0] if len(hit) else None
+                row[f"{s} q={int(q)}"] = cell(h, paper_value, paper_value is not None, seeds)
+                long.append(long_row(h, s, m, f"q={int(q)}", paper_value))
         wide.append(row)
     return long, pd.DataFrame(wide)
 
@@ -140,10 +181,42 @@ def speed_table(path: Path, paper: pd.DataFrame):
     return long, pd.DataFrame(wide), note
 
 
-def write(out: Path, name: str, title: str, frame: pd.DataFrame, long: list[dict], notes: list[str]) -> None:
+def notes_for(best: pd.DataFrame, selection: str, metric: str) -> list[str]:
+    """What a reader needs to read the cells: the selection protocol and the marks used."""
+    what = "final" if metric == "final_accuracy" else "best during training"
+    seeds = usual(best)
+    count = f"{seeds} seed{'s' * (seeds > 1)}; [n]: n seeds"
+    notes = [f"Each cell: the configuration (every hyperparameter but the seed) with the best mean "
+             f"validation accuracy ({what}) over its seeds, of those whose every seed finished within its "
+             f"guarantee; its test accuracy ({what}) as mean ± sample std over those seeds ({count}). The "
+             "validation split is carved from the private training data; the selection itself is not "
+             "accounted in epsilon."
+             if selection == "val" else
+             f"Each cell: the configuration with the best test accuracy ({what}; mean over its seeds if "
+             f"several, {count}): selected on the test set, as in the paper, which is not itself private.",
+             "Cells: ours (paper, ours - paper); '—' no configuration could be selected (every one failed "
+             "or was excluded); 'not run' no run of ours."]
+    if "public_only" in set(best.method):
+        notes.append("Public only: SGD on the public split alone, no private data and so no privacy cost: "
+                     "its non-private value is the reference for every epsilon column.")
+    if (best.chance_level > 0).any():
+        notes.append("†: the selected configuration ended at chance-level accuracy in at least one seed "
+                     "(the run's summary warns chance_level).")
+    if (best.variant == "shuffle").any():
+        notes.append(f"Rows marked{SHUFFLE}: runs that shuffled the data instead of Poisson sampling; the "
+                     "accountant assumes Poisson sampling, so their epsilon is no guarantee.")
+    return notes
+
+
+def write(out: Path, name: str, title: str, frame: pd.DataFrame, long: list[dict], notes: list[str],
+          excluded: pd.DataFrame | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(long).to_csv(out / f"{name}.csv", index=False)
     md = f"### {title}\n\n" + frame.to_markdown(index=False, disable_numparse=True) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+    if excluded is not None:
+        md += "\n#### Excluded runs\n\n" + ("none\n" if excluded.empty else (
+            f"Not in any epsilon column ({len(excluded)} run{'s' * (len(excluded) > 1)}; also in excluded.csv):\n\n"
+            + excluded[["run_dir", "method", "epsilon", "reason"]].to_markdown(index=False) + "\n"))
     (out / f"{name}.md").write_text(md)
     latex = frame.to_latex(index=False, escape=True, caption=title, label=f"tab:{name}")
     (out / f"{name}.tex").write_text(latex)
@@ -153,33 +226,48 @@ def write(out: Path, name: str, title: str, frame: pd.DataFrame, long: list[dict
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweeps", nargs="*", help="sweep directories (outputs/sweeps/<name>)")
+    parser.add_argument("--selection", default="val", choices=SELECTIONS,
+                        help="val: select on validation accuracy, mean ± std over seeds (default); "
+                             "test: on test accuracy, the paper's protocol (not private)")
     parser.add_argument("--metric", default="final_accuracy", choices=["final_accuracy", "best_accuracy"])
+    parser.add_argument("--include-shuffle", action="store_true",
+                        help="shuffle-sampled runs as rows of their own, labelled guarantee void")
     parser.add_argument("--benchmark", default=None, help="a scripts/benchmark_methods.py result file (Table 5)")
     parser.add_argument("--out", default=str(ROOT / "outputs" / "tables"))
     args = parser.parse_args(argv)
     out, paper = Path(args.out), paper_values()
-    selection = (f"Best {args.metric.replace('_', ' ')} over each method's grid, chosen on the test set "
-                 "(not private, as in the paper). Cells: ours (paper, ours - paper); '—' every "
-                 "configuration failed; 'not run' no run of ours.")
-    for sweep_dir in args.sweeps:
-        runs = load_runs([sweep_dir])
-        if runs.empty:
-            print(f"no runs under {sweep_dir}", file=sys.stderr)
-            return 1
-        name = Path(sweep_dir).name
-        if name.startswith("table8"):
-            best = best_over_grid(runs, args.metric, by=("setting", "method", "q"))
-            long, frame = q_table(best, paper)
-            write(out, name, "Table 8: accuracy (%) at q = 1 and q = 5", frame, long, [selection])
-            continue
-        best = best_over_grid(runs, args.metric)
-        for setting in [s for s in SETTING_ORDER if s in set(runs.setting)] + sorted(set(runs.setting) - set(SETTING_ORDER)):
-            long, frame = accuracy_table(best, setting, paper)
-            table = PAPER_TABLE.get(setting)
-            title = f"{'Table ' + table + ': ' if table else ''}{setting} test accuracy (%) ({name})"
-            counts = runs[runs.setting == setting].status.value_counts().to_dict()
-            write(out, f"{name}_{setting}", title, frame, long,
-                  [selection, f"Runs: {counts}; source: {sweep_dir}."])
+    all_excluded = []
+    try:
+        for sweep_dir in args.sweeps:
+            runs = load_runs([sweep_dir])
+            if runs.empty:
+                print(f"no runs under {sweep_dir}", file=sys.stderr)
+                return 1
+            name = Path(sweep_dir).name
+            excluded = excluded_runs(runs, args.include_shuffle)
+            all_excluded.append(excluded)
+            if name.startswith("table8"):
+                best = select_configs(runs, args.metric, args.selection, ("setting", "method", "q"),
+                                      args.include_shuffle)
+                long, frame = q_table(best, paper)
+                write(out, name, f"Table 8: accuracy (%) at q = 1 and q = 5; {PROTOCOL[args.selection]}", frame,
+                      long, notes_for(best, args.selection, args.metric), excluded)
+                continue
+            best = select_configs(runs, args.metric, args.selection, include_shuffle=args.include_shuffle)
+            for setting in [s for s in SETTING_ORDER if s in set(runs.setting)] + sorted(set(runs.setting) - set(SETTING_ORDER)):
+                long, frame = accuracy_table(best, setting, paper)
+                table = PAPER_TABLE.get(setting)
+                title = (f"{'Table ' + table + ': ' if table else ''}{setting} test accuracy (%) ({name}); "
+                         f"{PROTOCOL[args.selection]}")
+                counts = runs[runs.setting == setting].status.value_counts().to_dict()
+                write(out, f"{name}_{setting}", title, frame, long,
+                      [*notes_for(best[best.setting == setting], args.selection, args.metric),
+                       f"Runs: {counts}; source: {sweep_dir}."], excluded[excluded.setting == setting])
+    except ConfigError as err:
+        print(f"pazo: error: {err}", file=sys.stderr)
+        return 2
+    if args.sweeps:
+        pd.concat(all_excluded).to_csv(out / "excluded.csv", index=False)
     if args.benchmark:
         long, frame, note = speed_table(Path(args.benchmark), paper)
         write(out, "table5_speed", "Table 5: median s/iter (paper's L40S s/iter in brackets)", frame, long,

@@ -77,11 +77,11 @@ def test_facts_come_from_the_registry():
     from pazo.results import FIRST_ORDER, LABELS, METHOD_ORDER, USES_PUBLIC
 
     assert LABELS["pazo_p_prime"] == "PAZO-P'" and LABELS["dope_sgd"] == "DOPE-SGD"
-    assert FIRST_ORDER == {"sgd", "dpsgd", "dpmd", "dope_sgd", "gep"}
-    assert USES_PUBLIC == {"dpmd", "dope_sgd", "gep", "pazo_m", "pazo_p", "pazo_p_prime", "pazo_s"}
-    assert METHOD_ORDER[:2] == ["sgd", "mezo"]  # the non-private references first
+    assert FIRST_ORDER == {"sgd", "public_only", "dpsgd", "dpmd", "dope_sgd", "gep"}
+    assert USES_PUBLIC == {"public_only", "dpmd", "dope_sgd", "gep", "pazo_m", "pazo_p", "pazo_p_prime", "pazo_s"}
+    assert METHOD_ORDER[:3] == ["sgd", "public_only", "mezo"]  # the non-private references first
     assert set(METHOD_ORDER) == set(METHODS.names())
-    assert {n for n in method_names() if not method_info(n).private} == {"sgd", "mezo"}
+    assert {n for n in method_names() if not method_info(n).private} == {"sgd", "public_only", "mezo"}
     assert all(method_info(n).reference for n in method_names())
 
 
@@ -94,3 +94,23 @@ def test_every_noise_draw_lives_in_the_privacy_folder():
     assert outside == []
     users = [p.name for p in (ROOT / "pazo" / "methods").glob("*.py") if "noise_generator(" in p.read_text()]
     assert sorted(users) == ["first_order.py", "pazo_s.py", "two_point.py", "zeroth_order.py"]
+
+
+def test_public_only_trains_on_the_public_split_alone(make_method):
+    """Its step is an SGD step on a public batch: the private batch does not move it."""
+    import torch
+
+    from conftest import quadratic_model, true_grad
+    from pazo.data.base import TensorSplit
+
+    public_x = torch.full((4, 5), 2.0, dtype=torch.float64)
+    results = []
+    for private_x in (torch.zeros(8, 5, dtype=torch.float64), torch.full((3, 5), 9.0, dtype=torch.float64)):
+        model = quadratic_model(d=5)
+        w0 = model.flat_params().clone()
+        make_method("public_only", model, {"lr": 0.1, "clip": 1.0, "public_batch_size": 4},
+                    public=TensorSplit(public_x, torch.zeros(4))).step(private_x, torch.zeros(len(private_x)), 1)
+        results.append(model.flat_params())
+        assert torch.allclose(results[-1], w0 - 0.1 * true_grad(model, public_x).new_tensor(
+            (model.module.a * (w0 - 2.0)).tolist()))
+    assert torch.equal(results[0], results[1])

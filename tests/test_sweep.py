@@ -1,10 +1,10 @@
-"""Sweeps: the paper's grids enumerate the expected runs, every grid entry composes with the real
-configs, dry-run prints without training, and a relaunch skips finished runs."""
+"""Sweeps: the paper's grids enumerate the expected runs, every run of every spec passes the
+pre-launch check (composed with the real configs and validated), a user's mistake is one error line
+that launches nothing, dry-run prints without training, and a relaunch skips finished runs."""
 import json
 import math
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import pazo.sweep as sweep
@@ -12,18 +12,30 @@ from pazo.errors import ConfigError
 from pazo.sweep import enumerate_runs, load_spec, load_yaml, status
 
 # Table 9 by hand: sizes of each method's CIFAR-10 grid
-CIFAR10_GRID = {"sgd": 6 * 3, "mezo": 7, "dpsgd": 5 * 4, "dope_sgd": 5 * 3 * 4, "dpmd": 5 * 3 * 4,
+CIFAR10_GRID = {"sgd": 6 * 3, "mezo": 7, "public_only": 6, "dpsgd": 5 * 4, "dope_sgd": 5 * 3 * 4, "dpmd": 5 * 3 * 4,
                 "gep": 7 * 3 * 4, "dpzero": 7, "pazo_m": 3 * 2 * 3, "pazo_p": 5 * 3 * 3 * 3,
                 "pazo_p_prime": 5 * 3 * 3 * 3, "pazo_s": 5 * 3 * 2 * 4}
+NONPRIVATE = ("sgd", "mezo", "public_only")
+SPECS = sorted(p.stem for p in sweep.SWEEPS.glob("*.yaml"))
+
+
+def mini_spec(tmp_path, methods="[dpzero]", extra="{}"):
+    """A two-run sweep on the embedded digits data (its grid has two learning rates a method)."""
+    path = tmp_path / "mini.yaml"
+    path.write_text(f"name: mini\nsettings: [digits]\nmethods: {methods}\nepsilons: [1]\nextra: {extra}\n")
+    return str(path)
 
 
 def test_table1_enumerates_the_paper_grid():
     runs = enumerate_runs(load_spec("table1_cifar10"))
-    expected = sum(n * (1 if m in ("sgd", "mezo") else 5) for m, n in CIFAR10_GRID.items())
-    assert len(runs) == expected == 3220
+    expected = sum(n * (1 if m in NONPRIVATE else 5) for m, n in CIFAR10_GRID.items())
+    assert len(runs) == expected == 3226
     assert len({r.run_id for r in runs}) == len(runs)
-    sgd = [r for r in runs if r.method == "sgd"]
-    assert all(r.epsilon is None and "privacy=none" in r.overrides() for r in sgd)
+    for method in NONPRIVATE:
+        assert all(r.epsilon is None and "privacy=none" in r.overrides() for r in runs if r.method == method)
+    public_only = [dict(r.params) for r in runs if r.method == "public_only"]
+    assert [p["method.lr"] for p in public_only] == [p["method.lr"] for p in [dict(r.params) for r in runs
+                                                     if r.method == "sgd"] if p["train.batch_size"] == 8]
     pazo_s = [r for r in runs if r.method == "pazo_s"]
     assert {r.epsilon for r in pazo_s} == {0.1, 0.5, 1.0, 2.0, 3.0}
     assert {dict(r.params)["method.perturbation"] for r in pazo_s} == {0.01, 0.001}
@@ -38,23 +50,27 @@ def test_table2_has_no_epsilon_3_and_table8_doubles_q():
     assert len(imdb_p) == 2 * math.prod(len(v) for v in grid.values())
 
 
-@pytest.mark.parametrize("setting", ["cifar10", "tiny_imagenet", "imdb", "mnli"])
-def test_every_grid_entry_composes(setting, monkeypatch, tmp_path):
-    """A typo in a grid key would only surface on the cluster: compose the first and last run of
-    every method with the real configs."""
+@pytest.mark.parametrize("name", ["table1_cifar10", "table2_tiny_imagenet", "table3_imdb", "table4_mnli"])
+def test_seeds_variants_extend_the_single_seed_sweeps(name):
+    """Same sweep name and grid, seeds 0-2: the seed-0 runs are the single-seed sweep's runs."""
+    one, three = load_spec(name), load_spec(f"{name}_seeds")
+    assert three["name"] == one["name"] and three["seeds"] == [0, 1, 2]
+    assert {k: v for k, v in three.items() if k != "seeds"} == {k: v for k, v in one.items() if k != "seeds"}
+    single, seeded = enumerate_runs(one), enumerate_runs(three)
+    assert len(seeded) == 3 * len(single)
+    assert {r.run_id for r in seeded if r.seed == 0} == {r.run_id for r in single}
+    assert "public_only" in one["methods"] and "public_only" in one["nonprivate"]
+
+
+@pytest.mark.parametrize("name", [s for s in SPECS if not s.endswith("_seeds")])
+def test_every_spec_passes_the_prelaunch_check(name, monkeypatch, tmp_path):
+    """A typo in a grid key or value would only surface on the cluster: every run of every spec is
+    composed (once per setting and method) and validated with the real configs. (The _seeds specs
+    differ from these only in their seeds, checked above.)"""
     monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path))
-    spec = {"name": "t", "settings": [setting], "methods": list(CIFAR10_GRID), "nonprivate": ["sgd", "mezo"],
-            "epsilons": [1], "seeds": [0], "extra": {}}
+    spec = load_spec(name)
     runs = enumerate_runs(spec)
-    with initialize_config_dir(config_dir=str(sweep.ROOT / "configs"), version_base="1.3"):
-        for method in CIFAR10_GRID:
-            mine = [r for r in runs if r.method == method]
-            for run in (mine[0], mine[-1]):
-                cfg = compose(config_name="config", overrides=run.overrides())
-                assert cfg.method.name == method and cfg.dataset.name == setting
-                for key, value in run.params:
-                    section, name = key.split(".")
-                    assert cfg[section][name] == value
+    assert sweep.check(runs, []) == len({(r.setting, r.method) for r in runs})
 
 
 def test_bad_specs_are_refused():
@@ -71,14 +87,50 @@ def test_bad_specs_are_refused():
 def test_dry_run_prints_and_trains_nothing(tmp_path, capsys):
     assert sweep.main(["demo", "--dry-run", "--show", "2", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "sweep demo: 36 runs" in out and "36 to run" in out
-    assert out.count("method=") == 2 and "privacy.epsilon=0.5" in out
+    assert "sweep demo: 38 runs" in out and "38 to run" in out and "every config valid" in out
+    assert out.count("method=") == 2 and "method=public_only" in out and "privacy=none" in out
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("args, says", [
+    (["method.lrr=0.1"], "unknown key 'method.lrr' in override 'method.lrr=0.1' (method has clip,"),
+    (["foo=1"], "unknown key 'foo' in override 'foo=1' (the top level has dataset,"),
+    (["model=resnet"], "Could not find 'model/resnet'; choices: lstm, nf_resnet18,"),
+    (["train.batch_size=0"], "train.batch_size must be a positive integer, got 0 (4 of 4 runs, e.g. digits/dpzero"),
+    (["method.lr=[1"], "bad override in 'method.lr=[1'"),
+    (["--methods", "pazo_m,adam"],
+     "--methods 'pazo_m,adam' has unknown method(s) 'adam'; sweep mini has dpzero, pazo_m"),
+    (["--methods", ","], "--methods ',' selects no method; sweep mini has dpzero, pazo_m"),
+])
+def test_a_mistake_is_one_error_line_and_launches_nothing(args, says, tmp_path, monkeypatch, capsys):
+    launched = []
+    monkeypatch.setattr(sweep, "run_one", lambda cmd, run_dir, threads=None: launched.append(run_dir) or 0)
+    out = tmp_path / "out"
+    assert sweep.main([mini_spec(tmp_path, "[dpzero, pazo_m]"), "--out", str(out), *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith("pazo: error: ") and says in captured.err, captured.err
+    assert launched == [] and not out.exists()
+
+
+def test_bad_grid_values_and_unknown_specs_are_one_line(tmp_path, capsys):
+    """Each run's values are validated, not only the first composed one; a bad spec name lists the
+    specs."""
+    assert sweep.main([mini_spec(tmp_path, extra="{method.clip: [1.0, -1.0]}"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pazo: error: method.clip must be a positive number, got -1.0 (2 of 4 runs, e.g. "
+                          "digits/dpzero/eps=1/lr=0.02,clip=-1,seed=0)") and err.count("\n") == 1
+    assert sweep.main([mini_spec(tmp_path, extra="{method.lrr: [1.0]}"), "--dry-run"]) == 2
+    assert "unknown key 'method.lrr' in override 'method.lrr=1' (method has " in capsys.readouterr().err
+    assert sweep.main(["table99", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pazo: error: unknown sweep 'table99'") and "choices: demo, table1_cifar10," in err
+
+
 def test_relaunch_skips_finished_runs(tmp_path, monkeypatch):
-    runs = enumerate_runs(load_spec("demo"))
-    sweep_dir = tmp_path / "demo"
+    spec = mini_spec(tmp_path, "[dpzero, pazo_m]")
+    runs = enumerate_runs(load_spec(spec))
+    sweep_dir = tmp_path / "mini"
     finished, failed, started = (sweep_dir / runs[i].run_id for i in (0, 1, 2))
     for d, state in ((finished, "finished"), (failed, "failed")):
         d.mkdir(parents=True)
@@ -87,18 +139,19 @@ def test_relaunch_skips_finished_runs(tmp_path, monkeypatch):
     assert [status(d) for d in (finished, failed, started)] == ["finished", "failed", "incomplete"]
     launched = []
     monkeypatch.setattr(sweep, "run_one", lambda cmd, run_dir, threads=None: launched.append(run_dir) or 0)
-    assert sweep.main(["demo", "--out", str(tmp_path)]) == 1      # the fake runs leave no summary
+    assert sweep.main([spec, "--out", str(tmp_path)]) == 1      # the fake runs leave no summary
     assert len(launched) == len(runs) - 1 and str(finished) not in launched and str(failed) in launched
     launched.clear()
-    sweep.main(["demo", "--out", str(tmp_path), "--skip-failed"])
+    sweep.main([spec, "--out", str(tmp_path), "--skip-failed"])
     assert len(launched) == len(runs) - 2
+    launched.clear()
+    assert sweep.main([spec, "--out", str(tmp_path), "--methods", "pazo_m"]) == 1
+    assert launched and all("/pazo_m/" in d for d in launched)
 
 
 def test_a_real_sequential_sweep_then_relaunch(tmp_path):
-    (tmp_path / "mini.yaml").write_text(  # two runs: the digits grid has two PAZO-M learning rates
-        "name: mini\nsettings: [digits]\nmethods: [pazo_m]\nepsilons: [1]\nextra: {train.epochs: [2]}\n")
-    args = [str(tmp_path / "mini.yaml"), "--out", str(tmp_path), "train.steps=3", "logger.mode=disabled",
-            "device=cpu"]
+    args = [mini_spec(tmp_path, "[pazo_m]", "{train.epochs: [2]}"), "--out", str(tmp_path), "train.steps=3",
+            "logger.mode=disabled", "device=cpu"]
     assert sweep.main(args) == 0
     runs = enumerate_runs(load_spec(str(tmp_path / "mini.yaml")))
     dirs = [tmp_path / "mini" / r.run_id for r in runs]
@@ -112,8 +165,7 @@ def test_a_real_sequential_sweep_then_relaunch(tmp_path):
 
 def test_submitit_launcher_runs_the_array(tmp_path, monkeypatch):
     pytest.importorskip("submitit")
-    (tmp_path / "mini.yaml").write_text(
-        "name: mini\nsettings: [digits]\nmethods: [dpzero]\nepsilons: [1]\nextra: {}\n")
+    mini_spec(tmp_path)
     launched = []
 
     def fake_run(cmd, run_dir, threads=None):

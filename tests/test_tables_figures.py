@@ -1,6 +1,8 @@
-"""The tables and figures scripts on fabricated run directories: best over the grid, '—' when
-every configuration failed, the paper's values beside ours, Table 8 and Table 5 layouts, and
-figures that render."""
+"""The tables and figures scripts on fabricated run directories: the paper's protocol (best test
+accuracy over the grid) with '—' when every configuration failed and the paper's values beside
+ours, selection on validation accuracy over seeds, runs without a privacy guarantee left out of the
+epsilon columns and listed, chance-level marks, the public-only reference, the Table 8 and Table 5
+layouts, and figures that render."""
 import importlib.util
 import json
 import sys
@@ -10,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from pazo.results import best_over_grid, load_runs, paper_values
+from pazo.results import load_runs, paper_values, select_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,16 +25,29 @@ def script(name):
     return module
 
 
-def fake_run(root: Path, setting, method, epsilon, status, accuracy, steps=4, **method_values):
+def fake_run(root: Path, setting, method, epsilon, status, accuracy, steps=4, seed=0, val="same", privacy=None,
+             failure=None, warnings=(), **method_values):
+    """A run directory as pazo.train writes it. `val`: its validation accuracy ("same": the test
+    accuracy, None: a summary from before the validation split); `privacy`: changes to the privacy
+    facts of a run that met its budget with Poisson sampling."""
     name = ",".join(f"{k}={v}" for k, v in method_values.items()) or "default"
-    run_dir = root / setting / method / (f"eps={epsilon}" if epsilon else "nonprivate") / name
+    run_dir = root / setting / method / (f"eps={epsilon}" if epsilon else "nonprivate") / f"{name},seed={seed}"
     run_dir.mkdir(parents=True)
-    cfg = {"dataset": {"name": setting}, "method": {"name": method, **method_values}, "seed": 0,
-           "privacy": {"epsilon": epsilon}, "train": {"batch_size": 64}}
+    cfg = {"dataset": {"name": setting}, "method": {"name": method, **method_values}, "seed": seed,
+           "privacy": {"epsilon": epsilon}, "train": {"batch_size": 64},
+           "logger": {"name": str(run_dir.relative_to(root))}}
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg))
-    summary = {"status": status, "final_test_accuracy": accuracy if status == "finished" else None,
+    facts = {"private": False}
+    if epsilon is not None:
+        facts = {"private": True, "target_epsilon": epsilon, "epsilon_spent": 0.99 * epsilon, "within_budget": True,
+                 "guarantee_holds": True, "sampling": "poisson", "sampling_matches_accountant": True,
+                 **(privacy or {})}
+    summary = {"status": status, "failure": failure, "final_test_accuracy": accuracy if status == "finished" else None,
                "best_test_accuracy": accuracy, "median_s_per_iter": 0.01 * (1 + len(method)),
-               "privacy": {"private": epsilon is not None}}
+               "privacy": facts, "warnings": list(warnings)}
+    if val is not None:
+        val = accuracy if val == "same" else val
+        summary.update(final_val_accuracy=val if status == "finished" else None, best_val_accuracy=val)
     (run_dir / "summary.json").write_text(json.dumps(summary))
     rows = [{"step": s, "test_accuracy": (accuracy or 0.0) * s / steps} for s in range(1, steps + 1)]
     (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
@@ -48,6 +63,8 @@ def sweep(tmp_path):
     fake_run(root, "cifar10", "gep", 1, "failed", None, lr=0.1)
     fake_run(root, "cifar10", "gep", 1, "failed", None, lr=0.2)
     fake_run(root, "cifar10", "sgd", None, "finished", 0.80, lr=0.1)
+    fake_run(root, "cifar10", "public_only", None, "finished", 0.41, lr=0.1)
+    fake_run(root, "cifar10", "public_only", None, "finished", 0.45, lr=0.2)
     for b, a, acc in [(8, 0.25, 0.70), (8, 0.5, 0.72), (32, 0.25, 0.69), (32, 0.5, 0.71)]:
         fake_run(root, "cifar10", "pazo_m", 1, "finished", acc, lr=0.1, public_batch_size=b, alpha=a)
     fake_run(root, "cifar10", "pazo_m", 1, "finished", 0.30, lr=0.5, public_batch_size=8, alpha=0.5)
@@ -57,15 +74,28 @@ def sweep(tmp_path):
     return root, best
 
 
-def test_best_over_grid_and_failures(sweep):
+def tables(root, out, *args):
+    assert script("make_tables").main([str(root), "--out", str(out), *args]) == 0
+    return (out / f"{root.name}_cifar10.md").read_text(), pd.read_csv(out / f"{root.name}_cifar10.csv",
+                                                                       dtype={"column": str})
+
+
+def cells(md: str) -> dict:
+    """The Markdown table's cells by row label."""
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in md.split("\n\n")[1].splitlines()[2:]]
+    return {row[0]: row[1:] for row in rows}
+
+
+def test_selection_on_test_and_failures(sweep):
     root, best_dir = sweep
     runs = load_runs([root])
-    assert len(runs) == 13 and set(runs.status) == {"finished", "failed"}
-    best = best_over_grid(runs).set_index(["method", "epsilon"])
+    assert len(runs) == 15 and set(runs.status) == {"finished", "failed"}
+    best = select_configs(runs, selection="test").set_index(["method", "epsilon"])
     assert best.loc[("dpsgd", 1.0), "accuracy"] == 0.60 and best.loc[("dpsgd", 1.0), "best_run"] == str(best_dir)
     assert best.loc[("dpsgd", 1.0), "failed"] == 1 and best.loc[("dpsgd", 1.0), "runs"] == 3
+    assert best.loc[("dpsgd", 1.0), "selected"] == "method.lr=0.2" and best.loc[("dpsgd", 1.0), "seeds"] == 1
     assert pd.isna(best.loc[("gep", 1.0), "accuracy"]) and best.loc[("gep", 1.0), "failed"] == 2
-    assert best.loc[("pazo_m", 1.0), "accuracy"] == 0.72
+    assert best.loc[("pazo_m", 1.0), "accuracy"] == 0.72 and pd.isna(best.loc[("pazo_m", 1.0), "std"])
 
 
 def test_paper_values_match_the_paper_text():
@@ -78,20 +108,118 @@ def test_paper_values_match_the_paper_text():
     assert len(paper[paper.table == "2"]) == 9 * 4 + 2      # no epsilon 3 for Tiny-ImageNet
 
 
-def test_tables_script_writes_markdown_latex_csv(sweep, tmp_path):
+def test_selection_test_is_the_papers_protocol_and_says_so(sweep, tmp_path):
     root, _ = sweep
     out = tmp_path / "tables"
-    assert script("make_tables").main([str(root), "--out", str(out)]) == 0
-    md = (out / "table1_cifar10_cifar10.md").read_text()
+    md, csv = tables(root, out, "--selection", "test")
+    assert "selected on test accuracy, as in the paper: not a private selection" in md.splitlines()[0]
     assert "60.0 (50.8, +9.2)" in md                    # DP-SGD at epsilon 1 vs the paper's 50.8
     assert "— (50.7)" in md                             # GEP: every configuration failed
     assert "80.0 (86.3, -6.3)" in md                    # SGD, non-private column
     assert "not run (70.9)" in md                       # PAZO-M at epsilon 0.1: not in our sweep
-    assert "not private" in md
-    csv = pd.read_csv(out / "table1_cifar10_cifar10.csv")
     row = csv[(csv.method == "dpzero") & (csv.column == "2")].iloc[0]
-    assert row.ours == 49.0 and row.paper == 48.2 and row["diff"] == pytest.approx(0.8)
+    assert row.ours == 49.0 and row.paper == 48.2 and row["diff"] == pytest.approx(0.8) and row.seeds == 1
     assert "\\begin{tabular}" in (out / "table1_cifar10_cifar10.tex").read_text()
+    assert "#### Excluded runs\n\nnone" in md and pd.read_csv(out / "excluded.csv").empty
+
+
+def test_public_only_is_the_non_private_reference_row(sweep, tmp_path):
+    md, csv = tables(sweep[0], tmp_path / "tables", "--selection", "test")
+    rows = cells(md)
+    assert list(rows)[:3] == ["SGD", "Public only", "DP-SGD"]
+    assert rows["Public only"] == [*[""] * 5, "45.0"]       # eps=0.1, ..., 3: empty; non-private: 45.0
+    assert "Public only: SGD on the public split alone" in md
+    row = csv[csv.method == "public_only"].iloc[0]
+    assert row.column == "nonprivate" and row.ours == 45.0 and pd.isna(row.paper)
+
+
+def test_runs_without_a_guarantee_are_excluded_and_listed(tmp_path):
+    root = tmp_path / "table1_cifar10"
+    fake_run(root, "cifar10", "dpsgd", 1, "finished", 0.50, lr=0.1)
+    over = fake_run(root, "cifar10", "dpsgd", 1, "failed", 0.97, lr=0.2, failure="over_budget: epsilon 1.8 > 1",
+                    privacy={"epsilon_spent": 1.8, "within_budget": False, "guarantee_holds": False,
+                             "over_budget": True})
+    over_finished = fake_run(root, "cifar10", "dpsgd", 1, "finished", 0.96, lr=0.3,   # before the failure rule
+                             privacy={"epsilon_spent": 1.5, "within_budget": False, "guarantee_holds": False})
+    shuffle = fake_run(root, "cifar10", "dpsgd", 1, "finished", 0.99, lr=0.4,
+                       privacy={"sampling": "shuffle", "sampling_matches_accountant": False,
+                                "guarantee_holds": False})
+    bare = fake_run(root, "cifar10", "dpsgd", 1, "finished", 0.98, lr=0.5, privacy={"guarantee_holds": None})
+    out = tmp_path / "tables"
+    md, csv = tables(root, out)
+    dpsgd = csv[(csv.method == "dpsgd") & (csv.column == "1")].iloc[0]
+    assert dpsgd.ours == 50.0 and dpsgd.excluded == 4 and dpsgd.runs == 5 and dpsgd.failed == 0
+    assert "50.0 (50.8, -0.8)" in md and "shuffle" not in md.split("#### Excluded runs")[0]
+    excluded = pd.read_csv(out / "excluded.csv").set_index("run_dir")
+    assert list(excluded.columns[:3]) == ["method", "epsilon", "reason"]
+    reasons = excluded.reason.to_dict()
+    assert reasons[str(over)] == "over_budget: epsilon spent 1.8 > target 1"
+    assert reasons[str(over_finished)] == "over_budget: epsilon spent 1.5 > target 1"
+    assert reasons[str(shuffle)].startswith("shuffle_sampling: shuffle sampling")
+    assert reasons[str(bare)] == "no_privacy_facts: summary.json lacks privacy.guarantee_holds"
+    section = md.split("#### Excluded runs")[1]
+    assert all(str(d) in section for d in (over, over_finished, shuffle, bare)) and "over_budget" in section
+
+    md, csv = tables(root, tmp_path / "with_shuffle", "--include-shuffle")
+    rows = cells(md)
+    assert rows["DP-SGD (shuffle, guarantee void)"][2] == "99.0" and rows["DP-SGD"][2].startswith("50.0 (")
+    assert str(shuffle) not in md.split("#### Excluded runs")[1]
+    row = csv[(csv.method == "dpsgd") & (csv.variant == "shuffle")].iloc[0]
+    assert row.ours == 99.0 and pd.isna(row.paper)
+
+
+@pytest.fixture
+def seeded(tmp_path):
+    """PAZO-M at epsilon 1, three seeds a configuration: lr=0.1 is best on validation, lr=0.2 on
+    test, lr=0.5 best of all on validation but one of its seeds diverged."""
+    root = tmp_path / "table1_cifar10"
+    for seed, (val, test) in enumerate([(0.70, 0.60), (0.72, 0.62), (0.71, 0.64)]):
+        fake_run(root, "cifar10", "pazo_m", 1, "finished", test, seed=seed, val=val, lr=0.1)
+    for seed, (val, test) in enumerate([(0.65, 0.80), (0.66, 0.81), (0.64, 0.79)]):
+        fake_run(root, "cifar10", "pazo_m", 1, "finished", test, seed=seed, val=val, lr=0.2)
+    fake_run(root, "cifar10", "pazo_m", 1, "finished", 0.90, seed=0, val=0.90, lr=0.5)
+    fake_run(root, "cifar10", "pazo_m", 1, "finished", 0.91, seed=1, val=0.91, lr=0.5)
+    fake_run(root, "cifar10", "pazo_m", 1, "failed", None, seed=2, failure="diverged at step 3", lr=0.5)
+    return root
+
+
+def test_selection_on_validation_over_seeds(seeded, tmp_path):
+    out = tmp_path / "tables"
+    md, csv = tables(seeded, out)
+    row = csv[(csv.method == "pazo_m") & (csv.column == "1")].iloc[0]
+    # lr=0.1: test 0.60, 0.62, 0.64 -> mean 62.0, sample std sqrt((0.02^2 + 0 + 0.02^2) / 2) = 2.0
+    assert row.ours == 62.0 and row["std"] == 2.0 and row.seeds == 3 and row.selected == "method.lr=0.1"
+    assert row.best_run.endswith("lr=0.1,seed=1") and row.configs == 3 and row.selectable_configs == 2
+    assert "62.0 ± 2.0 (71.3, -9.3)" in md
+    assert "configuration selected on validation accuracy" in md.splitlines()[0]
+    assert "not accounted in epsilon" in md
+
+    md, csv = tables(seeded, tmp_path / "on_test", "--selection", "test")
+    row = csv[(csv.method == "pazo_m") & (csv.column == "1")].iloc[0]
+    # lr=0.2: 0.80, 0.81, 0.79 -> mean 80.0, std 1.0 (lr=0.5 lost a seed and cannot be chosen)
+    assert row.ours == 80.0 and row["std"] == 1.0 and row.selected == "method.lr=0.2"
+    assert "80.0 ± 1.0 (71.3, +8.7)" in md and "as in the paper: not a private selection" in md
+
+
+def test_selection_on_validation_needs_validation_accuracy(sweep, tmp_path, capsys):
+    root, _ = sweep
+    fake_run(root, "cifar10", "dpzero", 1, "finished", 0.47, val=None, lr=0.2)
+    assert script("make_tables").main([str(root), "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pazo: error: 1 of 13 finished runs have no validation accuracy") and err.count("\n") == 1
+    assert "--selection test" in err
+    assert script("make_figures").main([str(root), "--out", str(tmp_path / "f")]) == 2
+
+
+def test_chance_level_cells_are_marked(tmp_path):
+    root = tmp_path / "table1_cifar10"
+    fake_run(root, "cifar10", "pazo_s", 1, "finished", 0.10, warnings=["chance_level: final accuracy 0.100"], lr=0.1)
+    fake_run(root, "cifar10", "pazo_s", 1, "finished", 0.09, warnings=["chance_level: final accuracy 0.090"], lr=0.2)
+    fake_run(root, "cifar10", "dpzero", 1, "finished", 0.45, lr=0.1)
+    md, csv = tables(root, tmp_path / "tables")
+    assert "10.0† (70.2, -60.2)" in md and "45.0 (" in md and "45.0†" not in md
+    assert "†: the selected configuration ended at chance-level accuracy" in md
+    assert csv[csv.column == "1"].set_index("method").chance_level.to_dict() == {"dpzero": 0, "pazo_s": 1}
 
 
 def test_table8_and_table5_layouts(tmp_path):
@@ -110,7 +238,13 @@ def test_table8_and_table5_layouts(tmp_path):
     assert "0.0200 [2.0x floor] (0.019)" in speed
 
 
-def test_figures_render(sweep, tmp_path):
+def test_figures_render(sweep, tmp_path, monkeypatch):
+    import matplotlib.axes
+
+    lines = []
+    axhline = matplotlib.axes.Axes.axhline
+    monkeypatch.setattr(matplotlib.axes.Axes, "axhline",
+                        lambda ax, y=0, *a, **k: lines.append((y, k.get("label"))) or axhline(ax, y, *a, **k))
     root, _ = sweep
     out = tmp_path / "figs"
     assert script("make_figures").main([str(root), "--out", str(out), "--epsilon", "1"]) == 0
@@ -118,3 +252,4 @@ def test_figures_render(sweep, tmp_path):
                  "figure5_accuracy_vs_speed", "figure6_robustness"]:
         for ext in ("png", "pdf"):
             assert (out / f"{name}.{ext}").stat().st_size > 1000
+    assert lines == [(pytest.approx(45.0), "Public only")]      # Figure 2: the public-only reference

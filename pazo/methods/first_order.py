@@ -76,6 +76,32 @@ class SGD(FirstOrderMethod):
         return {"loss": float(loss)}
 
 
+@dataclass
+class PublicOnlyConfig(FirstOrderConfig):
+    public_batch_size: int = 64   # public examples per step (the default private batch size)
+
+    def __post_init__(self):
+        super().__post_init__()
+        at_least_one(self.public_batch_size, "method.public_batch_size")
+
+
+@register_method("public_only", config=PublicOnlyConfig, label="Public only", family="first_order",
+                 uses_public=True, private=False,
+                 reference="reference: SGD on the public split alone, for the same number of steps")
+class PublicOnly(FirstOrderMethod):
+    """What the public data achieve without the private data: each step is an SGD step on a public
+    batch; the private batch is ignored, so the run costs no privacy (it runs with privacy=none)."""
+
+    def __init__(self, cfg, ctx):
+        super().__init__(cfg, ctx)
+        self.public = self.public_batches()
+
+    def step(self, x, y, step):
+        loss, g = self.model.mean_loss_and_grad(*self.public.sample())
+        apply_flat_update(self.model, g, self.lr)
+        return {"loss": float(loss)}
+
+
 @register_method("dpsgd", config=FirstOrderConfig, label="DP-SGD", family="first_order",
                  reference="Abadi et al. 2016")
 class DPSGD(FirstOrderMethod):
