@@ -18,7 +18,6 @@ from omegaconf import DictConfig
 from tqdm import tqdm
 
 from pazo.data import build_dataset
-from pazo.logging import RunLogger
 from pazo.methods import MethodContext, method_class
 from pazo.methods.engines import build_engine
 from pazo.models import FunctionalModel, build_model, check_no_batchnorm
@@ -28,6 +27,7 @@ from pazo.privacy.plan import EpsilonTracker, make_plan
 from pazo.privacy.sampling import SAMPLERS
 from pazo.registry import UnknownNameError
 from pazo.rng import RandomStreams
+from pazo.run_files import RunLogger
 from pazo.validate import ConfigError, validate_against_data, validate_config
 from pazo.warm_start import warm_start
 
