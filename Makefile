@@ -6,9 +6,11 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test test-all setup bench-calibration demo clean
 
-$(STAMP): requirements.txt requirements-dev.txt
+## The pinned requirements, then pazo itself in editable mode (entry points pazo-train, pazo-sweep).
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet -e . --no-deps
 	touch $(STAMP)
 
 setup: $(STAMP)

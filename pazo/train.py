@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from pazo import CONFIG_DIR
 from pazo.data import build_dataset
 from pazo.methods import MethodContext, method_class
 from pazo.methods.engines import build_engine
@@ -208,7 +209,7 @@ def _print_summary(s: dict) -> None:
     print(f"  results: {s['run_dir']}")
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
 def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode

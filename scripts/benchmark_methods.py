@@ -30,15 +30,15 @@ import torch
 from hydra import compose, initialize_config_dir
 from torch import nn
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from pazo import CONFIG_DIR
+from pazo.data.base import TensorSplit
+from pazo.methods import MethodContext, method_class
+from pazo.methods.engines import build_engine
+from pazo.models import FunctionalModel, build_model
+from pazo.privacy.mechanisms import NoiseSpec
+from pazo.rng import RandomStreams
 
-from pazo.data.base import TensorSplit  # noqa: E402
-from pazo.methods import MethodContext, method_class  # noqa: E402
-from pazo.methods.engines import build_engine  # noqa: E402
-from pazo.models import FunctionalModel, build_model  # noqa: E402
-from pazo.privacy.mechanisms import NoiseSpec  # noqa: E402
-from pazo.rng import RandomStreams  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SETTINGS = {  # input shape, classes, config overrides, expected batch size
     "digits": ((1, 8, 8), 10, ["model=small_cnn"], 64),
@@ -104,7 +104,7 @@ def time_steps(step, device, warmup, iters):
 
 
 def compose_cfg(overrides):
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose(config_name="config", overrides=overrides)
 
 

@@ -27,10 +27,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 from pazo.results import FIRST_ORDER, LABELS, METHOD_ORDER, USES_PUBLIC, best_over_grid, load_runs  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
 HEATMAPS = {"pazo_m": ("public_batch_size", "alpha"), "pazo_p": ("public_batch_size", "k"),

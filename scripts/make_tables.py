@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from pazo.results import LABELS, METHOD_ORDER, best_over_grid, load_runs, paper_values
 
-from pazo.results import LABELS, METHOD_ORDER, best_over_grid, load_runs, paper_values  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PAPER_TABLE = {"cifar10": "1", "tiny_imagenet": "2", "imdb": "3", "mnli": "4"}
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
