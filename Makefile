@@ -19,12 +19,12 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(PY) -m pazo.train $(ARGS)
 
-## Fast test suite (slow tests are marked and skipped).
+## Fast test suite (slow tests are marked and skipped), on 2 worker processes (pytest-xdist).
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 -m "not slow" $(PYTEST_ARGS)
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
 
 ## Time sigma calibration (writes scripts/results/calibration_<host>.json).
 bench-calibration: $(STAMP)

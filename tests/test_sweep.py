@@ -94,7 +94,8 @@ def test_relaunch_skips_finished_runs(tmp_path, monkeypatch):
     assert len(launched) == len(runs) - 2
 
 
-def test_a_real_sequential_sweep_then_relaunch(tmp_path):
+def test_a_real_sequential_sweep_then_relaunch(tmp_path, monkeypatch):
+    monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))  # not the shared ~/.cache/pazo
     (tmp_path / "mini.yaml").write_text(  # two runs: the digits grid has two PAZO-M learning rates
         "name: mini\nsettings: [digits]\nmethods: [pazo_m]\nepsilons: [1]\nextra: {train.epochs: [2]}\n")
     args = [str(tmp_path / "mini.yaml"), "--out", str(tmp_path), "train.steps=3", "logger.mode=disabled",
