@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-all setup bench-calibration demo clean
+.PHONY: run test test-all lint setup bench-calibration demo clean
 
 ## The pinned requirements, then pazo itself in editable mode (entry points pazo-train, pazo-sweep).
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
@@ -25,6 +25,10 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
+
+## Lint (ruff, configured in pyproject.toml).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 ## Time sigma calibration (writes scripts/results/calibration_<host>.json).
 bench-calibration: $(STAMP)

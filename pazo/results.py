@@ -52,7 +52,8 @@ def load_runs(sweep_dirs) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def best_over_grid(runs: pd.DataFrame, metric: str = "final_accuracy", by=("setting", "method", "epsilon")) -> pd.DataFrame:
+def best_over_grid(runs: pd.DataFrame, metric: str = "final_accuracy",
+                   by=("setting", "method", "epsilon")) -> pd.DataFrame:
     """Per group: the best finished run's accuracy (NaN when every configuration failed), the
     number of runs, finished and failed, and the best run's directory."""
     out = []

@@ -50,7 +50,8 @@ class Run:
     def run_id(self) -> str:
         eps = "nonprivate" if self.epsilon is None else f"eps={fmt(self.epsilon)}"
         values = ",".join(f"{k.split('.')[-1]}={fmt(v)}" for k, v in self.params)
-        return "/".join([self.setting, self.method, eps, f"{values},seed={self.seed}" if values else f"seed={self.seed}"])
+        last = f"{values},seed={self.seed}" if values else f"seed={self.seed}"
+        return "/".join([self.setting, self.method, eps, last])
 
     def overrides(self) -> list[str]:
         out = [f"experiment={self.experiment}"] if self.experiment else [f"dataset={self.setting}"]
@@ -98,7 +99,8 @@ def enumerate_runs(spec: dict) -> list[Run]:
                                 None if eps is None else float(eps), int(seed), tuple(zip(axes, combo))))
     ids = [r.run_id for r in runs]
     if len(set(ids)) != len(ids):
-        raise ConfigError(f"sweep {spec['name']}: two runs share a directory name; grid keys must differ in their last part")
+        raise ConfigError(f"sweep {spec['name']}: two runs share a directory name; "
+                          "grid keys must differ in their last part")
     return runs
 
 
@@ -182,7 +184,8 @@ def launch_submitit(todo, launcher: dict, sweep_dir: Path) -> None:
         slurm_array_parallelism=int(launcher.get("array_parallelism", 16)),
         slurm_setup=list(launcher.get("setup", [])))
     jobs = executor.map_array(run_one, [cmd for *_, cmd in todo], [str(d) for _, d, _ in todo])
-    print(f"submitted {len(jobs)} jobs ({jobs[0].job_id if jobs else '-'} ...); logs under {sweep_dir / '.submitit'}")
+    print(f"submitted {len(jobs)} jobs ({jobs[0].job_id if jobs else '-'} ...); "
+          f"logs under {sweep_dir / '.submitit'}")
     if launcher.get("wait"):
         for (run, run_dir, _), job in zip(todo, jobs):
             job.result()
@@ -203,7 +206,8 @@ def parse_sets(pairs: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pazo.sweep", description=__doc__.splitlines()[0])
     parser.add_argument("spec", help="a name in configs/sweeps/ (e.g. table1_cifar10) or a YAML path")
-    parser.add_argument("overrides", nargs="*", help="extra pazo.train overrides for every run, e.g. dataset.root=/data")
+    parser.add_argument("overrides", nargs="*",
+                        help="extra pazo.train overrides for every run, e.g. dataset.root=/data")
     parser.add_argument("--dry-run", action="store_true", help="print the runs and stop")
     parser.add_argument("--show", type=int, default=5, help="override lines shown by --dry-run")
     parser.add_argument("--launcher", default="sequential", help="sequential | joblib | slurm, or a YAML path")

@@ -119,7 +119,8 @@ def make_module(cfg, setting):
         mlm = RobertaForMaskedLM(RobertaConfig(vocab_size=50265, max_position_embeddings=514, pad_token_id=1,
                                                bos_token_id=0, eos_token_id=2, type_vocab_size=1,
                                                attn_implementation="eager"))
-        return PromptMaskedLM(mlm, [100, 200, 300], pad_id=1, mask_id=MASK_ID)  # 3 label-word rows; ids do not matter for timing
+        # 3 label-word rows; the ids do not matter for timing
+        return PromptMaskedLM(mlm, [100, 200, 300], pad_id=1, mask_id=MASK_ID)
     return build_model(cfg.model, shape, classes)
 
 
@@ -209,7 +210,8 @@ def main():
             try:
                 row, dim = job()
                 if impl == "pazo" and name in FORWARDS:
-                    n_fwd = FORWARDS[name](compose_cfg([f"method={name}", *SETTINGS[setting][2], *args.override]).method)
+                    method_cfg = compose_cfg([f"method={name}", *SETTINGS[setting][2], *args.override]).method
+                    n_fwd = FORWARDS[name](method_cfg)
                     row.update(forwards=n_fwd, floor_s=n_fwd * floor, floor_ratio=row["median_s"] / (n_fwd * floor))
                 rows.append({**base, **({"dim": dim} if dim else {}), **row})
             except Exception as err:  # e.g. Opacus without a grad sampler for a layer: record why
@@ -225,7 +227,8 @@ def main():
                                "torch": torch.__version__, "platform": platform.platform(),
                                "results": rows}, indent=2) + "\n")
     print(f"wrote {out}")
-    print("\n| setting | method | impl | median s/iter | p25-p75 | x floor |" + (" peak MB |" if device.type == "cuda" else ""))
+    print("\n| setting | method | impl | median s/iter | p25-p75 | x floor |"
+          + (" peak MB |" if device.type == "cuda" else ""))
     for r in rows:
         if "error" in r:
             print(f"| {r['setting']} | {r['method']} | {r['impl']} | failed: {r['error'][:80]} |")

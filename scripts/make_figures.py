@@ -100,7 +100,8 @@ def figure4(best, epsilon, out, written):
     fig, grid = panels(chosen)
     for ax, s, mine in grid:
         for _, row in mine.iterrows():
-            metrics = [json.loads(line) for line in (Path(row.best_run) / "metrics.jsonl").read_text().splitlines() if line]
+            lines = (Path(row.best_run) / "metrics.jsonl").read_text().splitlines()
+            metrics = [json.loads(line) for line in lines if line]
             points = [(m["step"], m["test_accuracy"]) for m in metrics if m.get("test_accuracy") is not None]
             if points:
                 steps, acc = zip(*points)

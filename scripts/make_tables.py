@@ -142,7 +142,8 @@ def speed_table(path: Path, paper: pd.DataFrame):
 def write(out: Path, name: str, title: str, frame: pd.DataFrame, long: list[dict], notes: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(long).to_csv(out / f"{name}.csv", index=False)
-    md = f"### {title}\n\n" + frame.to_markdown(index=False, disable_numparse=True) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+    md = (f"### {title}\n\n" + frame.to_markdown(index=False, disable_numparse=True) + "\n\n"
+          + "\n".join(f"- {n}" for n in notes) + "\n")
     (out / f"{name}.md").write_text(md)
     latex = frame.to_latex(index=False, escape=True, caption=title, label=f"tab:{name}")
     (out / f"{name}.tex").write_text(latex)
@@ -172,7 +173,8 @@ def main(argv=None) -> int:
             write(out, name, "Table 8: accuracy (%) at q = 1 and q = 5", frame, long, [selection])
             continue
         best = best_over_grid(runs, args.metric)
-        for setting in [s for s in SETTING_ORDER if s in set(runs.setting)] + sorted(set(runs.setting) - set(SETTING_ORDER)):
+        found = set(runs.setting)
+        for setting in [s for s in SETTING_ORDER if s in found] + sorted(found - set(SETTING_ORDER)):
             long, frame = accuracy_table(best, setting, paper)
             table = PAPER_TABLE.get(setting)
             title = f"{'Table ' + table + ': ' if table else ''}{setting} test accuracy (%) ({name})"
@@ -182,7 +184,8 @@ def main(argv=None) -> int:
     if args.benchmark:
         long, frame, note = speed_table(Path(args.benchmark), paper)
         write(out, "table5_speed", "Table 5: median s/iter (paper's L40S s/iter in brackets)", frame, long,
-              [note, "[Nx floor]: the method's time over the bare private forward passes it needs, timed in the same run."])
+              [note, "[Nx floor]: the method's time over the bare private forward passes it needs, "
+                     "timed in the same run."])
     return 0
 
 
