@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -24,10 +25,12 @@ from pathlib import Path
 import yaml
 from omegaconf import OmegaConf
 
+from pazo.console import use_console
 from pazo.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "configs" / "sweeps"
+log = logging.getLogger(__name__)
 LAUNCHERS = ("sequential", "joblib", "submitit")
 SPEC_KEYS = {"name", "table", "settings", "methods", "nonprivate", "epsilons", "seeds", "extra"}
 
@@ -139,7 +142,7 @@ def _report(i: int, n: int, run: Run, run_dir: Path, seconds: float) -> None:
     if state == "finished":
         summary = json.loads((run_dir / "summary.json").read_text())
         acc = f" acc {summary.get('final_test_accuracy')}"
-    print(f"[{i}/{n}] {run.run_id}: {state}{acc} ({seconds:.0f} s)", flush=True)
+    log.info(f"[{i}/{n}] {run.run_id}: {state}{acc} ({seconds:.0f} s)")
 
 
 def launch(todo: list[tuple[Run, Path, list[str]]], launcher: dict, sweep_dir: Path) -> None:
@@ -184,8 +187,8 @@ def launch_submitit(todo, launcher: dict, sweep_dir: Path) -> None:
         slurm_array_parallelism=int(launcher.get("array_parallelism", 16)),
         slurm_setup=list(launcher.get("setup", [])))
     jobs = executor.map_array(run_one, [cmd for *_, cmd in todo], [str(d) for _, d, _ in todo])
-    print(f"submitted {len(jobs)} jobs ({jobs[0].job_id if jobs else '-'} ...); "
-          f"logs under {sweep_dir / '.submitit'}")
+    log.info(f"submitted {len(jobs)} jobs ({jobs[0].job_id if jobs else '-'} ...); "
+             f"logs under {sweep_dir / '.submitit'}")
     if launcher.get("wait"):
         for (run, run_dir, _), job in zip(todo, jobs):
             job.result()
@@ -216,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", default=None, help="only these methods (comma-separated)")
     parser.add_argument("--skip-failed", action="store_true", help="also skip runs that ended as failed")
     args = parser.parse_intermixed_args(argv)
+    use_console()
     try:
         spec = load_spec(args.spec)
         runs = enumerate_runs(spec)
@@ -226,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         if launcher.get("launcher", "sequential") not in LAUNCHERS:
             raise ConfigError(f"unknown launcher {launcher.get('launcher')!r}; choices: {', '.join(LAUNCHERS)}")
     except ConfigError as err:
-        print(f"pazo.sweep: error: {err}", file=sys.stderr)
+        log.error(f"pazo.sweep: error: {err}")
         return 2
     sweep_dir = Path(args.out).resolve() / spec["name"]
     planned = [(r, sweep_dir / r.run_id) for r in runs]
@@ -234,13 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     done = {"finished", "failed"} if args.skip_failed else {"finished"}
     todo = [(r, d, command(r, d, args.overrides)) for r, d in planned if states[d] not in done]
     counts = {s: list(states.values()).count(s) for s in ("finished", "failed", "incomplete", "new")}
-    print(f"sweep {spec['name']}: {len(runs)} runs in {sweep_dir} "
-          f"({', '.join(f'{v} {k}' for k, v in counts.items() if v)}); {len(todo)} to run")
+    log.info(f"sweep {spec['name']}: {len(runs)} runs in {sweep_dir} "
+             f"({', '.join(f'{v} {k}' for k, v in counts.items() if v)}); {len(todo)} to run")
     for (setting, method), n in Counter((r.setting, r.method) for r in runs).items():
-        print(f"  {setting:14s} {method:13s} {n:5d}")
+        log.info(f"  {setting:14s} {method:13s} {n:5d}")
     if args.dry_run:
         for _, _, cmd in todo[:args.show]:
-            print("  " + " ".join(cmd[3:]))
+            log.info("  " + " ".join(cmd[3:]))
         return 0
     if not todo:
         return 0
@@ -248,9 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     if launcher.get("launcher") == "submitit" and not launcher.get("wait"):
         return 0
     final = [status(d) for _, d, _ in todo]
-    print(f"sweep {spec['name']}: {final.count('finished')} of {len(todo)} runs finished"
-          + (f"; not finished: {len(todo) - final.count('finished')} (see their stdout.log; "
-             "relaunch the same command to re-run them)" if final.count("finished") < len(todo) else ""))
+    log.info(f"sweep {spec['name']}: {final.count('finished')} of {len(todo)} runs finished"
+             + (f"; not finished: {len(todo) - final.count('finished')} (see their stdout.log; "
+                "relaunch the same command to re-run them)" if final.count("finished") < len(todo) else ""))
     return 0 if final.count("finished") == len(todo) else 1
 
 
