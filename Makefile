@@ -4,11 +4,13 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-all setup bench-calibration demo clean
+.PHONY: run test test-all lint setup bench-calibration demo clean
 
-$(STAMP): requirements.txt requirements-dev.txt
+## The pinned requirements, then pazo itself in editable mode (entry points pazo-train, pazo-sweep).
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet -e . --no-deps
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -17,12 +19,16 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(PY) -m pazo.train $(ARGS)
 
-## Fast test suite (slow tests are marked and skipped).
+## Fast test suite (slow tests are marked and skipped), on 2 worker processes (pytest-xdist).
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 -m "not slow" $(PYTEST_ARGS)
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
+
+## Lint (ruff, configured in pyproject.toml).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 ## Time sigma calibration (writes scripts/results/calibration_<host>.json).
 bench-calibration: $(STAMP)

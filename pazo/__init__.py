@@ -1,0 +1,7 @@
+"""pazo: differentially private zeroth-order optimisation with public data."""
+from pathlib import Path
+
+#: Hydra's config directory, `configs/` at the repository root beside this package. Entry points
+#: (`pazo-train`, `python -m pazo.train`) find it from here whatever the working directory, so pazo
+#: is installed from a clone in editable mode (`pip install -e .`); a wheel does not carry it.
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"

@@ -1,7 +1,8 @@
 """Name -> builder registries, so that configs pick components by name and a typo lists the choices."""
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -30,10 +31,12 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from pazo.console import use_console
 from pazo.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "configs" / "sweeps"
+log = logging.getLogger(__name__)
 LAUNCHERS = ("sequential", "joblib", "submitit")
 SPEC_KEYS = {"name", "table", "settings", "methods", "nonprivate", "epsilons", "seeds", "extra"}
 
@@ -56,7 +59,8 @@ class Run:
     def run_id(self) -> str:
         eps = "nonprivate" if self.epsilon is None else f"eps={fmt(self.epsilon)}"
         values = ",".join(f"{k.split('.')[-1]}={fmt(v)}" for k, v in self.params)
-        return "/".join([self.setting, self.method, eps, f"{values},seed={self.seed}" if values else f"seed={self.seed}"])
+        last = f"{values},seed={self.seed}" if values else f"seed={self.seed}"
+        return "/".join([self.setting, self.method, eps, last])
 
     def overrides(self) -> list[str]:
         out = [f"experiment={self.experiment}"] if self.experiment else [f"dataset={self.setting}"]
@@ -104,7 +108,8 @@ def enumerate_runs(spec: dict) -> list[Run]:
                                 None if eps is None else float(eps), int(seed), tuple(zip(axes, combo))))
     ids = [r.run_id for r in runs]
     if len(set(ids)) != len(ids):
-        raise ConfigError(f"sweep {spec['name']}: two runs share a directory name; grid keys must differ in their last part")
+        raise ConfigError(f"sweep {spec['name']}: two runs share a directory name; "
+                          "grid keys must differ in their last part")
     return runs
 
 
@@ -260,7 +265,7 @@ def _report(i: int, n: int, run: Run, run_dir: Path, seconds: float) -> None:
     if state == "finished":
         summary = json.loads((run_dir / "summary.json").read_text())
         acc = f" acc {summary.get('final_test_accuracy')}"
-    print(f"[{i}/{n}] {run.run_id}: {state}{acc} ({seconds:.0f} s)", flush=True)
+    log.info(f"[{i}/{n}] {run.run_id}: {state}{acc} ({seconds:.0f} s)")
 
 
 def launch(todo: list[tuple[Run, Path, list[str]]], launcher: dict, sweep_dir: Path) -> None:
@@ -305,7 +310,8 @@ def launch_submitit(todo, launcher: dict, sweep_dir: Path) -> None:
         slurm_array_parallelism=int(launcher.get("array_parallelism", 16)),
         slurm_setup=list(launcher.get("setup", [])))
     jobs = executor.map_array(run_one, [cmd for *_, cmd in todo], [str(d) for _, d, _ in todo])
-    print(f"submitted {len(jobs)} jobs ({jobs[0].job_id if jobs else '-'} ...); logs under {sweep_dir / '.submitit'}")
+    log.info(f"submitted {len(jobs)} jobs ({jobs[0].job_id if jobs else '-'} ...); "
+             f"logs under {sweep_dir / '.submitit'}")
     if launcher.get("wait"):
         for (run, run_dir, _), job in zip(todo, jobs):
             job.result()
@@ -337,7 +343,8 @@ def select_methods(spec: dict, methods: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pazo.sweep", description=__doc__.splitlines()[0])
     parser.add_argument("spec", help="a name in configs/sweeps/ (e.g. table1_cifar10) or a YAML path")
-    parser.add_argument("overrides", nargs="*", help="extra pazo.train overrides for every run, e.g. dataset.root=/data")
+    parser.add_argument("overrides", nargs="*",
+                        help="extra pazo.train overrides for every run, e.g. dataset.root=/data")
     parser.add_argument("--dry-run", action="store_true", help="print the runs and stop")
     parser.add_argument("--show", type=int, default=5, help="override lines shown by --dry-run")
     parser.add_argument("--launcher", default="sequential", help="sequential | joblib | slurm, or a YAML path")
@@ -346,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", default=None, help="only these methods (comma-separated)")
     parser.add_argument("--skip-failed", action="store_true", help="also skip runs that ended as failed")
     args = parser.parse_intermixed_args(argv)
+    use_console()
     try:
         spec = load_spec(args.spec)
         if args.methods is not None:
@@ -357,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         composed = check(runs, args.overrides)
     except ConfigError as err:
-        print(f"pazo: error: {err}", file=sys.stderr)
+        log.error(f"pazo: error: {err}")
         return 2
     sweep_dir = Path(args.out).resolve() / spec["name"]
     planned = [(r, sweep_dir / r.run_id) for r in runs]
@@ -365,14 +373,14 @@ def main(argv: list[str] | None = None) -> int:
     done = {"finished", "failed"} if args.skip_failed else {"finished"}
     todo = [(r, d, command(r, d, args.overrides)) for r, d in planned if states[d] not in done]
     counts = {s: list(states.values()).count(s) for s in ("finished", "failed", "incomplete", "new")}
-    print(f"sweep {spec['name']}: {len(runs)} runs in {sweep_dir} "
-          f"({', '.join(f'{v} {k}' for k, v in counts.items() if v)}); {len(todo)} to run; "
-          f"every config valid ({composed} compositions, {time.time() - t0:.1f} s)")
+    log.info(f"sweep {spec['name']}: {len(runs)} runs in {sweep_dir} "
+             f"({', '.join(f'{v} {k}' for k, v in counts.items() if v)}); {len(todo)} to run; "
+             f"every config valid ({composed} compositions, {time.time() - t0:.1f} s)")
     for (setting, method), n in Counter((r.setting, r.method) for r in runs).items():
-        print(f"  {setting:14s} {method:13s} {n:5d}")
+        log.info(f"  {setting:14s} {method:13s} {n:5d}")
     if args.dry_run:
         for _, _, cmd in todo[:args.show]:
-            print("  " + " ".join(cmd[3:]))
+            log.info("  " + " ".join(cmd[3:]))
         return 0
     if not todo:
         return 0
@@ -380,9 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     if launcher.get("launcher") == "submitit" and not launcher.get("wait"):
         return 0
     final = [status(d) for _, d, _ in todo]
-    print(f"sweep {spec['name']}: {final.count('finished')} of {len(todo)} runs finished"
-          + (f"; not finished: {len(todo) - final.count('finished')} (see their stdout.log; "
-             "relaunch the same command to re-run them)" if final.count("finished") < len(todo) else ""))
+    log.info(f"sweep {spec['name']}: {final.count('finished')} of {len(todo)} runs finished"
+             + (f"; not finished: {len(todo) - final.count('finished')} (see their stdout.log; "
+                "relaunch the same command to re-run them)" if final.count("finished") < len(todo) else ""))
     return 0 if final.count("finished") == len(todo) else 1
 
 

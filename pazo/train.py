@@ -5,6 +5,7 @@ evaluate) -> final epsilon check -> summary.json (+ W&B).
 """
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 import sys
@@ -17,8 +18,8 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from pazo import CONFIG_DIR
 from pazo.data import build_dataset
-from pazo.logging import RunLogger
 from pazo.methods import build_method, method_config, method_info
 from pazo.methods.engines import build_engine
 from pazo.models import FunctionalModel, build_model, check_no_batchnorm
@@ -27,9 +28,11 @@ from pazo.privacy.plan import EpsilonTracker, make_plan
 from pazo.privacy.sampling import SAMPLERS
 from pazo.registry import UnknownNameError
 from pazo.rng import RandomStreams
+from pazo.run_files import RunLogger
 from pazo.validate import ConfigError, validate_against_data, validate_config
 from pazo.warm_start import warm_start
 
+log = logging.getLogger("pazo.train")  # not __name__: that is "__main__" under `python -m pazo.train`
 USER_ERRORS = (ConfigError, BudgetError, UnknownNameError, FileNotFoundError)  # DataMissingError too
 
 
@@ -173,37 +176,38 @@ def _outcome(plan, tracker, steps_done, total_steps, step_times, last_eval, best
 
 def _print_header(summary: dict, plan) -> None:
     d = summary["data"]
-    print(f"pazo: {summary['method']} on {summary['dataset']} ({summary['model']}, d={summary['dim']}, "
-          f"device {summary['device']}); private {d['n_private']}, public {d['n_public']}, "
-          f"test {d['n_test']}")
+    log.info(f"pazo: {summary['method']} on {summary['dataset']} ({summary['model']}, d={summary['dim']}, "
+             f"device {summary['device']}); private {d['n_private']}, public {d['n_public']}, "
+             f"test {d['n_test']}")
     if plan.private:
-        print(f"privacy: {plan.guarantee}, target epsilon={plan.target_epsilon} delta={plan.delta:.3g} -> "
-              f"{plan.noise} sigma={plan.sigma:.4f} ({plan.sigma_source}), q={plan.sample_rate:.4f}, "
-              f"T={plan.steps}, {plan.sampling} sampling")
+        log.info(f"privacy: {plan.guarantee}, target epsilon={plan.target_epsilon} delta={plan.delta:.3g} -> "
+                 f"{plan.noise} sigma={plan.sigma:.4f} ({plan.sigma_source}), q={plan.sample_rate:.4f}, "
+                 f"T={plan.steps}, {plan.sampling} sampling")
     for note in plan.notes + summary["method_departures"]:
-        print(f"note: {note}")
+        log.info(f"note: {note}")
 
 
 def _print_summary(s: dict) -> None:
     p = s["privacy"]
     fmt = lambda v, f=".4f": "-" if v is None else format(v, f)  # noqa: E731
-    print(f"\n{s['status'].upper()}" + (f" ({s['failure']})" if s["failure"] else ""))
-    print(f"  test accuracy: final {fmt(s['final_test_accuracy'])}, best {fmt(s['best_test_accuracy'])}")
+    log.info("")
+    log.info(f"{s['status'].upper()}" + (f" ({s['failure']})" if s["failure"] else ""))
+    log.info(f"  test accuracy: final {fmt(s['final_test_accuracy'])}, best {fmt(s['best_test_accuracy'])}")
     if p["private"]:
-        print(f"  epsilon spent {fmt(p['epsilon_spent'])} / target {p['target_epsilon']} "
-              f"(delta {p['delta']:.3g}, sigma {p['sigma']:.4f}, {p['steps_done']} steps) "
-              f"{'within budget' if p['within_budget'] else 'OVER BUDGET'}; {p['guarantee']}")
+        log.info(f"  epsilon spent {fmt(p['epsilon_spent'])} / target {p['target_epsilon']} "
+                 f"(delta {p['delta']:.3g}, sigma {p['sigma']:.4f}, {p['steps_done']} steps) "
+                 f"{'within budget' if p['within_budget'] else 'OVER BUDGET'}; {p['guarantee']}")
         if p.get("pure_epsilon_spent") is not None:
-            print(f"  pure epsilon-DP bound (Laplace, basic composition): {p['pure_epsilon_spent']:.4f}")
+            log.info(f"  pure epsilon-DP bound (Laplace, basic composition): {p['pure_epsilon_spent']:.4f}")
     else:
-        print("  non-private run (no clipping, no noise)")
-    print(f"  s/iter: mean {fmt(s['mean_s_per_iter'], '.5f')}, median {fmt(s['median_s_per_iter'], '.5f')}")
+        log.info("  non-private run (no clipping, no noise)")
+    log.info(f"  s/iter: mean {fmt(s['mean_s_per_iter'], '.5f')}, median {fmt(s['median_s_per_iter'], '.5f')}")
     if "noisy_candidate_win_rate" in s:
-        print(f"  noisy candidate won {s['noisy_candidate_win_rate']:.1%} of steps")
-    print(f"  results: {s['run_dir']}")
+        log.info(f"  noisy candidate won {s['noisy_candidate_win_rate']:.1%} of steps")
+    log.info(f"  results: {s['run_dir']}")
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
 def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -212,7 +216,7 @@ def main(cfg: DictConfig) -> float | None:
     try:
         summary = run(cfg, hc.runtime.output_dir)
     except USER_ERRORS as err:
-        print(f"pazo: error: {err}", file=sys.stderr)
+        log.error(f"pazo: error: {err}")
         if hc.mode == RunMode.MULTIRUN:
             return None  # one bad job does not stop the rest of the sweep
         sys.exit(2)

@@ -30,15 +30,16 @@ import torch
 from hydra import compose, initialize_config_dir
 from torch import nn
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from pazo import CONFIG_DIR
+from pazo.data.base import TensorSplit
+from pazo.methods.engines import build_engine
+from pazo.models import FunctionalModel, build_model
+from pazo.rng import RandomStreams
 
-from pazo.data.base import TensorSplit  # noqa: E402
-from pazo.methods import build_method, method_config, method_info  # noqa: E402
-from pazo.methods.engines import build_engine  # noqa: E402
-from pazo.models import FunctionalModel, build_model  # noqa: E402
-from pazo.privacy.plan import PrivacyPlan  # noqa: E402
-from pazo.rng import RandomStreams  # noqa: E402
+from pazo.methods import build_method, method_config, method_info
+from pazo.privacy.plan import PrivacyPlan
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SETTINGS = {  # input shape, classes, config overrides, expected batch size
     "digits": ((1, 8, 8), 10, ["model=small_cnn"], 64),
@@ -104,7 +105,7 @@ def time_steps(step, device, warmup, iters):
 
 
 def compose_cfg(overrides):
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose(config_name="config", overrides=overrides)
 
 
@@ -119,7 +120,8 @@ def make_module(cfg, setting):
         mlm = RobertaForMaskedLM(RobertaConfig(vocab_size=50265, max_position_embeddings=514, pad_token_id=1,
                                                bos_token_id=0, eos_token_id=2, type_vocab_size=1,
                                                attn_implementation="eager"))
-        return PromptMaskedLM(mlm, [100, 200, 300], pad_id=1, mask_id=MASK_ID)  # 3 label-word rows; ids do not matter for timing
+        # 3 label-word rows; the ids do not matter for timing
+        return PromptMaskedLM(mlm, [100, 200, 300], pad_id=1, mask_id=MASK_ID)
     return build_model(cfg.model, shape, classes)
 
 
@@ -207,7 +209,8 @@ def main():
             try:
                 row, dim = job()
                 if impl == "pazo" and name in FORWARDS:
-                    n_fwd = FORWARDS[name](compose_cfg([f"method={name}", *SETTINGS[setting][2], *args.override]).method)
+                    method_cfg = compose_cfg([f"method={name}", *SETTINGS[setting][2], *args.override]).method
+                    n_fwd = FORWARDS[name](method_cfg)
                     row.update(forwards=n_fwd, floor_s=n_fwd * floor, floor_ratio=row["median_s"] / (n_fwd * floor))
                 rows.append({**base, **({"dim": dim} if dim else {}), **row})
             except Exception as err:  # e.g. Opacus without a grad sampler for a layer: record why
@@ -223,7 +226,8 @@ def main():
                                "torch": torch.__version__, "platform": platform.platform(),
                                "results": rows}, indent=2) + "\n")
     print(f"wrote {out}")
-    print("\n| setting | method | impl | median s/iter | p25-p75 | x floor |" + (" peak MB |" if device.type == "cuda" else ""))
+    print("\n| setting | method | impl | median s/iter | p25-p75 | x floor |"
+          + (" peak MB |" if device.type == "cuda" else ""))
     for r in rows:
         if "error" in r:
             print(f"| {r['setting']} | {r['method']} | {r['impl']} | failed: {r['error'][:80]} |")

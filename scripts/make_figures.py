@@ -30,12 +30,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 from pazo.errors import ConfigError  # noqa: E402
 from pazo.results import (FIRST_ORDER, LABELS, METHOD_ORDER, SELECTIONS, USES_PUBLIC, load_runs,  # noqa: E402
                           select_configs)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
 PROTOCOL = {"val": "selected on validation accuracy; test accuracy, mean over seeds",
@@ -113,7 +112,8 @@ def figure4(best, epsilon, note, out, written):
     fig, grid = panels(chosen, note)
     for ax, s, mine in grid:
         for _, row in mine.iterrows():
-            metrics = [json.loads(line) for line in (Path(row.best_run) / "metrics.jsonl").read_text().splitlines() if line]
+            lines = (Path(row.best_run) / "metrics.jsonl").read_text().splitlines()
+            metrics = [json.loads(line) for line in lines if line]
             points = [(m["step"], m["test_accuracy"]) for m in metrics if m.get("test_accuracy") is not None]
             if points:
                 steps, acc = zip(*points)

@@ -28,12 +28,11 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from pazo.errors import ConfigError  # noqa: E402
-from pazo.results import (LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs, paper_values,  # noqa: E402
+from pazo.errors import ConfigError
+from pazo.results import (LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs, paper_values,
                           select_configs)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PAPER_TABLE = {"cifar10": "1", "tiny_imagenet": "2", "imdb": "3", "mnli": "4"}
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
@@ -212,7 +211,8 @@ def write(out: Path, name: str, title: str, frame: pd.DataFrame, long: list[dict
           excluded: pd.DataFrame | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(long).to_csv(out / f"{name}.csv", index=False)
-    md = f"### {title}\n\n" + frame.to_markdown(index=False, disable_numparse=True) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+    md = (f"### {title}\n\n" + frame.to_markdown(index=False, disable_numparse=True) + "\n\n"
+          + "\n".join(f"- {n}" for n in notes) + "\n")
     if excluded is not None:
         md += "\n#### Excluded runs\n\n" + ("none\n" if excluded.empty else (
             f"Not in any epsilon column ({len(excluded)} run{'s' * (len(excluded) > 1)}; also in excluded.csv):\n\n"
@@ -254,7 +254,8 @@ def main(argv=None) -> int:
                       long, notes_for(best, args.selection, args.metric), excluded)
                 continue
             best = select_configs(runs, args.metric, args.selection, include_shuffle=args.include_shuffle)
-            for setting in [s for s in SETTING_ORDER if s in set(runs.setting)] + sorted(set(runs.setting) - set(SETTING_ORDER)):
+            settings = [s for s in SETTING_ORDER if s in set(runs.setting)]
+            for setting in settings + sorted(set(runs.setting) - set(SETTING_ORDER)):
                 long, frame = accuracy_table(best, setting, paper)
                 table = PAPER_TABLE.get(setting)
                 title = (f"{'Table ' + table + ': ' if table else ''}{setting} test accuracy (%) ({name}); "
@@ -271,7 +272,8 @@ def main(argv=None) -> int:
     if args.benchmark:
         long, frame, note = speed_table(Path(args.benchmark), paper)
         write(out, "table5_speed", "Table 5: median s/iter (paper's L40S s/iter in brackets)", frame, long,
-              [note, "[Nx floor]: the method's time over the bare private forward passes it needs, timed in the same run."])
+              [note, "[Nx floor]: the method's time over the bare private forward passes it needs, "
+                     "timed in the same run."])
     return 0
 
 

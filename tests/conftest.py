@@ -2,7 +2,6 @@
 methods, and a Hydra config composer for end-to-end runs on tiny settings."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,6 @@ from pazo.privacy.plan import PrivacyPlan
 from pazo.rng import RandomStreams
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
-os.environ.setdefault("WANDB_SILENT", "true")
 
 
 class Quadratic(nn.Module):

@@ -54,5 +54,5 @@ def test_digits_bundle_sizes_and_disjointness():
     hist = data.describe()["public_class_histogram"]
     assert sum(hist) == len(data.public) and min(hist) < max(hist)  # the skew is there
     # no image appears in two splits
-    flat = lambda s: {tuple(v.flatten().tolist()) + (int(l),) for v, l in zip(s.inputs, s.labels)}  # noqa: E731
+    flat = lambda s: {tuple(v.flatten().tolist()) + (int(y),) for v, y in zip(s.inputs, s.labels)}  # noqa: E731
     assert not flat(data.public) & flat(data.test)

@@ -149,7 +149,8 @@ def test_relaunch_skips_finished_runs(tmp_path, monkeypatch):
     assert launched and all("/pazo_m/" in d for d in launched)
 
 
-def test_a_real_sequential_sweep_then_relaunch(tmp_path):
+def test_a_real_sequential_sweep_then_relaunch(tmp_path, monkeypatch):
+    monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))  # not the shared ~/.cache/pazo
     args = [mini_spec(tmp_path, "[pazo_m]", "{train.epochs: [2]}"), "--out", str(tmp_path), "train.steps=3",
             "logger.mode=disabled", "device=cpu"]
     assert sweep.main(args) == 0

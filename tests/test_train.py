@@ -123,7 +123,8 @@ def test_cli_bad_input_exits_with_one_clear_message(tmp_path):
                env_extra={"PAZO_CACHE_DIR": str(tmp_path / "c")})
     assert out.returncode == 2
     assert "pazo: error: privacy.epsilon must be a positive number" in out.stderr
-    assert "Traceback" not in out.stderr
+    assert "Traceback" not in out.stderr and "pazo: error" not in out.stdout
+    assert "[ERROR] - pazo: error: privacy.epsilon must be a positive number" in (tmp_path / "train.log").read_text()
 
 
 def test_cli_multirun_deterministic_dirs_and_failures_do_not_stop_the_sweep(tmp_path):
@@ -139,6 +140,9 @@ def test_cli_multirun_deterministic_dirs_and_failures_do_not_stop_the_sweep(tmp_
     assert status[f"method.lr=0.1,method=pazo_m,{common}"] == "finished"
     assert status[f"method.lr=0.1,method=dpsgd,{common}"] == "finished"
     assert status[f"method.lr=1e+30,method=pazo_m,{common}"] == "failed"
+    for d in dirs:  # each job's own lines in its own train.log
+        log = (sweep / d / "train.log").read_text()
+        assert f"[INFO] - {status[d].upper()}" in log and f"results: {sweep / d}" in log
 
 
 def _wandb_records(path):

@@ -8,7 +8,7 @@ exactly the same vectors.
 from __future__ import annotations
 
 import math
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 

@@ -11,7 +11,7 @@ in-place restore), which a test checks.
 from __future__ import annotations
 
 import contextlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

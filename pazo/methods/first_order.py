@@ -21,7 +21,8 @@ from pazo.privacy.mechanisms import Release, VectorPrivatizer, noise_generator
 
 @dataclass
 class FirstOrderConfig(MethodConfig):
-    grad_memory_mb: float | None = None   # MB for one chunk of per-example gradients; None = 1/4 of free GPU memory, 2 GiB on CPU
+    # MB for one chunk of per-example gradients; None = 1/4 of free GPU memory, 2 GiB on CPU
+    grad_memory_mb: float | None = None
     per_example_chunk: int | None = None  # examples per chunk; None = derived from grad_memory_mb
 
     def __post_init__(self):

@@ -7,7 +7,7 @@ The chunk size comes from a memory budget (`grad_memory_mb`), or is given direct
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 from torch.func import grad_and_value, vmap

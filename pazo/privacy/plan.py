@@ -42,10 +42,11 @@ class PrivacyPlan:
                          mechanism=self.noise)
 
     @classmethod
-    def with_sigma(cls, sigma: float | None, batch_size: int, release: Release = Release(queries=1),
+    def with_sigma(cls, sigma: float | None, batch_size: int, release: Release | None = None,
                    steps: int = 1, adjacency: str = "add_remove") -> PrivacyPlan:
         """A plan with a given noise multiplier and no target, for unit tests and speed benchmarks:
         nothing is calibrated or accounted (sigma None: non-private)."""
+        release = release or Release(queries=1)
         return cls(private=sigma is not None, sample_rate=float("nan"), steps=steps,
                    expected_batch_size=batch_size, queries=release.queries, mechanisms=release.mechanisms,
                    noise=release.noise, sigma=sigma, sigma_source="given" if sigma is not None else "none",
@@ -67,7 +68,8 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
     cannot be met."""
     q = batch_size / n_private
     plan = PrivacyPlan(private=pcfg.epsilon is not None, sample_rate=q, steps=steps,
-                       expected_batch_size=batch_size, queries=release.queries, mechanisms=release.mechanisms, noise=release.noise,
+                       expected_batch_size=batch_size, queries=release.queries, mechanisms=release.mechanisms,
+                       noise=release.noise,
                        adjacency=pcfg.adjacency, sampling=pcfg.sampling,
                        sampling_matches_accountant=sampler_cls.matches_accountant,
                        noise_seed="os entropy (secure_noise)" if pcfg.secure_noise

@@ -47,7 +47,7 @@ class Quadratic:
     test: torch.Tensor     # [m, d]
 
     @classmethod
-    def generate(cls, d: int, mode: str, n: int, n_test: int, seed: int) -> "Quadratic":
+    def generate(cls, d: int, mode: str, n: int, n_test: int, seed: int) -> Quadratic:
         g = torch.Generator().manual_seed(seed)
         mu = torch.randn(d, generator=g, dtype=torch.float64)
         draw = lambda k: mu + torch.randn(k, d, generator=g, dtype=torch.float64)  # noqa: E731

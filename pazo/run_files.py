@@ -41,11 +41,13 @@ class RunLogger:
         if wandb_cfg.mode != "disabled":
             import wandb
 
+            # W&B prints its own lines (run name, sync hint, history and summary tables) only when asked
+            settings = None if wandb_cfg.get("verbose", False) else wandb.Settings(silent=True)
             self.wandb = wandb.init(
                 mode=wandb_cfg.mode, project=wandb_cfg.project, entity=wandb_cfg.get("entity"),
                 group=wandb_cfg.get("group"), name=wandb_cfg.get("name") or self.dir.name,
                 tags=list(wandb_cfg.get("tags") or []), dir=str(self.dir), config=self.resolved,
-                reinit="finish_previous")
+                reinit="finish_previous", settings=settings)
 
     def log(self, row: dict) -> None:
         row = _clean(row)

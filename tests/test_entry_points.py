@@ -1,0 +1,104 @@
+"""pazo as an installed package: the console scripts run from any directory, the scripts import
+pazo without path tricks, the run's lines reach Hydra's train.log, and W&B stays quiet unless
+`logger.verbose=true`."""
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TIMESTAMPED = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]\[pazo\.train\]\[INFO\] - (.*)$")
+
+
+def _env(tmp_path, **extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}  # W&B's defaults, as a user has them
+    return {**env, "PAZO_CACHE_DIR": str(tmp_path / "cache"), "WANDB_DIR": str(tmp_path / "wandb_home"), **extra}
+
+
+def _console_script(name):
+    path = BIN / name
+    assert path.exists(), f"{path} missing: install pazo with `make setup` (pip install -e .)"
+    return str(path)
+
+
+def _run_dir(cwd):
+    dirs = list((cwd / "outputs" / "runs" / "digits" / "pazo_m").iterdir())
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def test_pazo_train_from_another_directory_logs_to_train_log_and_keeps_wandb_quiet(tmp_path):
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    out = subprocess.run([_console_script("pazo-train"), "train.steps=4", "device=cpu"], cwd=cwd,
+                         env=_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    run_dir = _run_dir(cwd)  # Hydra's run dir is relative to the working directory; configs are not
+    stdout = out.stdout.splitlines()
+    assert stdout[0].startswith("pazo: pazo_m on digits (small_cnn, d=9930, device cpu)")
+    assert "FINISHED" in stdout and stdout[-1] == f"  results: {run_dir}"
+    assert not any(TIMESTAMPED.match(line) for line in stdout)  # the terminal gets plain lines
+    assert "wandb" not in (out.stdout + out.stderr).lower()  # logger.verbose=false: none of W&B's lines
+    assert list(run_dir.glob("wandb/offline-run-*/*.wandb"))  # ... but its offline files are written
+
+    logged = [TIMESTAMPED.match(line) for line in (run_dir / "train.log").read_text().splitlines()]
+    assert all(logged), "every train.log line is timestamped"
+    assert [m.group(1) for m in logged] == stdout  # the same lines as on the terminal
+
+
+def test_wandb_prints_its_lines_when_asked(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "pazo.train", "train.steps=4", "device=cpu", "privacy=none",
+                          "logger.verbose=true", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=_env(tmp_path),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    wandb_lines = [line for line in out.stderr.splitlines() if line.startswith("wandb:")]
+    assert any("offline" in line for line in wandb_lines) and any("wandb sync" in line for line in wandb_lines)
+    assert "FINISHED" in (tmp_path / "run" / "train.log").read_text()
+
+
+def test_pazo_sweep_console_script(tmp_path):
+    out = subprocess.run([_console_script("pazo-sweep"), "demo", "--dry-run", "--show", "1", "--out", str(tmp_path)],
+                         cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("sweep demo: 36 runs") and "36 to run" in out.stdout
+    bad = subprocess.run([_console_script("pazo-sweep"), "nope"], cwd=tmp_path, env=_env(tmp_path),
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.startswith("pazo.sweep: error: unknown sweep 'nope'")
+    assert bad.stdout == ""
+
+
+def test_scripts_import_pazo_as_installed(tmp_path):
+    """Each script's --help, run as `python scripts/<name>.py` would be, from a directory where only
+    the installed package can provide `pazo`."""
+    code = ("import runpy, sys\n"
+            "for path in sys.argv[1:]:\n"
+            "    sys.argv = [path, '--help']\n"
+            "    try:\n"
+            "        runpy.run_path(path, run_name='__main__')\n"
+            "    except SystemExit as stop:\n"
+            "        assert stop.code in (0, None), (path, stop.code)\n"
+            "    print('ok', path)\n")
+    scripts = sorted(str(p) for p in (ROOT / "scripts").glob("*.py"))
+    assert len(scripts) >= 5
+    out = subprocess.run([sys.executable, "-c", code, *scripts], cwd=tmp_path, env=_env(tmp_path),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [line for line in out.stdout.splitlines() if line.startswith("ok /")] == [f"ok {s}" for s in scripts]
+
+
+def _requirement_lines(path):
+    lines = [line.split("#")[0].strip() for line in (ROOT / path).read_text().splitlines()]
+    return [line for line in lines if line and not line.startswith("-r")]
+
+
+def test_pyproject_declares_the_pinned_requirements():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["tool"]["setuptools"]["dynamic"]["dependencies"] == {"file": ["requirements.txt"]}
+    assert {"torch==2.14.1", "torchvision==0.29.1"} <= set(_requirement_lines("requirements.txt"))
+    extras = project["project"]["optional-dependencies"]
+    assert extras["dev"] == _requirement_lines("requirements-dev.txt")
+    assert extras["bench"] == _requirement_lines("requirements-bench.txt")
+    assert project["project"]["scripts"] == {"pazo-train": "pazo.train:main", "pazo-sweep": "pazo.sweep:main"}
