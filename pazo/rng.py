@@ -24,6 +24,7 @@ class RandomStreams:
             self.seeds["noise"] = secrets.randbits(63)
         self.secure_noise = secure_noise
         self.numpy = {name: np.random.default_rng(s) for name, s in self.seeds.items()}
+        self.torch_generators: list[torch.Generator] = []  # in creation order, for checkpoints
 
     def torch_generator(self, name: str, device: str | torch.device = "cpu", substream: int = 0) -> torch.Generator:
         """A torch generator on `name`'s stream; distinct `substream`s give independent generators
@@ -32,7 +33,24 @@ class RandomStreams:
             np.random.SeedSequence([self.seeds[name], substream]).generate_state(1, dtype=np.uint64)[0] >> 1)
         gen = torch.Generator(device=device)
         gen.manual_seed(seed)
+        self.torch_generators.append(gen)
         return gen
+
+    def state(self) -> dict:
+        """Every stream's position: numpy generators and the torch generators handed out so far."""
+        return {"numpy": {name: g.bit_generator.state for name, g in self.numpy.items()},
+                "torch": [g.get_state() for g in self.torch_generators]}
+
+    def load_state(self, state: dict) -> None:
+        """Continue every stream where `state` left it (the same generators, created in the same
+        order by the same run, must exist)."""
+        if len(state["torch"]) != len(self.torch_generators):
+            raise ValueError(f"checkpoint holds {len(state['torch'])} torch generators, the run has "
+                             f"{len(self.torch_generators)}")
+        for name, s in state["numpy"].items():
+            self.numpy[name].bit_generator.state = s
+        for gen, s in zip(self.torch_generators, state["torch"]):
+            gen.set_state(s)
 
     def draw_seeds(self, name: str, count: int) -> list[int]:
         """Fresh 63-bit seeds from a stream (e.g. one per zeroth-order direction)."""

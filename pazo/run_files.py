@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
+import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -29,14 +31,30 @@ def write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+#: raw statistics of the private batch (no noise): logged locally, sent to W&B only when
+#: `logger.private_diagnostics=true` (they are outside the guarantee)
+PRIVATE_DIAGNOSTICS = ("train_loss", "residual_share")
+
+
 class RunLogger:
-    def __init__(self, run_dir: str | Path, cfg, wandb_cfg):
+    """config.yaml, metrics.jsonl (one row per logged step) and summary.json of one run, mirrored
+    to W&B. `resume_bytes`: continue an interrupted attempt, dropping any rows it wrote after its
+    checkpoint; `wandb_id`: the W&B run to continue."""
+
+    def __init__(self, run_dir: str | Path, cfg, wandb_cfg, resume_bytes: int | None = None,
+                 wandb_id: str | None = None):
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.resolved = OmegaConf.to_container(cfg, resolve=True)
         (self.dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-        self._metrics = open(self.dir / "metrics.jsonl", "a", buffering=1)
+        metrics = self.dir / "metrics.jsonl"
+        if resume_bytes is not None and metrics.exists():
+            with open(metrics, "r+b") as f:
+                f.truncate(resume_bytes)
+        self._metrics = open(metrics, "a" if resume_bytes is not None else "w", buffering=1)
         self.summary: dict = {}
+        self._lock = threading.Lock()
+        self.private_diagnostics = bool(wandb_cfg.get("private_diagnostics", False))
         self.wandb = None
         if wandb_cfg.mode != "disabled":
             import wandb
@@ -47,17 +65,36 @@ class RunLogger:
                 mode=wandb_cfg.mode, project=wandb_cfg.project, entity=wandb_cfg.get("entity"),
                 group=wandb_cfg.get("group"), name=wandb_cfg.get("name") or self.dir.name,
                 tags=list(wandb_cfg.get("tags") or []), dir=str(self.dir), config=self.resolved,
-                reinit="finish_previous", settings=settings)
+                reinit="finish_previous", settings=settings,
+                **({"id": wandb_id, "resume": "allow"} if wandb_id else {}))
+
+    @property
+    def wandb_id(self) -> str | None:
+        return self.wandb.id if self.wandb is not None else None
 
     def log(self, row: dict) -> None:
         row = _clean(row)
         self._metrics.write(json.dumps(row) + "\n")
         if self.wandb is not None:
-            self.wandb.log({k: v for k, v in row.items() if v is not None}, step=row["step"])
+            self.wandb.log({k: v for k, v in row.items() if v is not None
+                            and (self.private_diagnostics or k not in PRIVATE_DIAGNOSTICS)}, step=row["step"])
+
+    def metrics_bytes(self) -> int:
+        """Bytes of metrics.jsonl written so far (where a resumed attempt continues)."""
+        self._metrics.flush()
+        return self._metrics.tell()
 
     def write_summary(self, summary: dict) -> None:
-        self.summary = _clean(summary)
-        write_json_atomic(self.dir / "summary.json", self.summary)
+        with self._lock:
+            self.summary = _clean({**summary, "heartbeat": time.time()})
+            write_json_atomic(self.dir / "summary.json", self.summary)
+
+    def beat(self) -> None:
+        """Refresh the summary's heartbeat (from the heartbeat thread)."""
+        with self._lock:
+            if self.summary.get("status") == "running":
+                self.summary["heartbeat"] = time.time()
+                write_json_atomic(self.dir / "summary.json", self.summary)
 
     def close(self, failed: bool) -> None:
         self._metrics.close()

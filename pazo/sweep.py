@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import submitit
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -255,8 +256,19 @@ def run_one(cmd: list[str], run_dir: str, threads: int | None = None) -> int:
     env = dict(os.environ)
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    with open(Path(run_dir) / "stdout.log", "w") as log:
-        return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env).returncode
+    with open(Path(run_dir) / "stdout.log", "a") as out:  # a relaunch appends: earlier attempts' lines stay
+        out.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
+        out.flush()
+        return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env).returncode
+
+
+class TrainJob(submitit.helpers.Checkpointable):
+    """One run as a SLURM job. On preemption or at its time limit submitit calls `checkpoint`,
+    which requeues the same command; the run itself saves a checkpoint on the scheduler's signal
+    (SIGTERM/SIGUSR1/SIGUSR2) and the requeued job resumes from it."""
+
+    def __call__(self, cmd: list[str], run_dir: str) -> int:
+        return run_one(cmd, run_dir)
 
 
 def _report(i: int, n: int, run: Run, run_dir: Path, seconds: float) -> None:
@@ -297,10 +309,6 @@ def launch(todo: list[tuple[Run, Path, list[str]]], launcher: dict, sweep_dir: P
 
 
 def launch_submitit(todo, launcher: dict, sweep_dir: Path) -> None:
-    try:
-        import submitit
-    except ImportError:
-        raise ConfigError("the submitit launcher needs `pip install submitit`") from None
     executor = submitit.AutoExecutor(folder=str(sweep_dir / ".submitit" / "%j"),
                                      cluster=launcher.get("cluster", "slurm"))
     executor.update_parameters(
@@ -309,7 +317,7 @@ def launch_submitit(todo, launcher: dict, sweep_dir: Path) -> None:
         mem_gb=int(launcher.get("mem_gb", 64)), slurm_partition=launcher.get("partition"),
         slurm_array_parallelism=int(launcher.get("array_parallelism", 16)),
         slurm_setup=list(launcher.get("setup", [])))
-    jobs = executor.map_array(run_one, [cmd for *_, cmd in todo], [str(d) for _, d, _ in todo])
+    jobs = executor.map_array(TrainJob(), [cmd for *_, cmd in todo], [str(d) for _, d, _ in todo])
     log.info(f"submitted {len(jobs)} jobs ({jobs[0].job_id if jobs else '-'} ...); "
              f"logs under {sweep_dir / '.submitit'}")
     if launcher.get("wait"):

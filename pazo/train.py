@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import secrets
+import socket
 import statistics
 import sys
 import time
@@ -15,10 +18,12 @@ from pathlib import Path
 
 import hydra
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from pazo import CONFIG_DIR
+from pazo.checkpoint import (CHECKPOINT, Heartbeat, LoopState, StopRequests, config_fingerprint, prepare_run_dir,
+                             restore_checkpoint, save_checkpoint)
 from pazo.data import build_dataset
 from pazo.methods import build_method, method_config, method_info
 from pazo.methods.engines import build_engine
@@ -33,6 +38,10 @@ from pazo.validate import ConfigError, validate_against_data, validate_config
 from pazo.warm_start import warm_start
 
 log = logging.getLogger("pazo.train")  # not __name__: that is "__main__" under `python -m pazo.train`
+#: exit codes: 0 finished, 1 failed, 2 bad input, 3 preempted (resumable), 130 interrupted (resumable)
+EXIT_CODES = {"finished": 0, "failed": 1, "preempted": 3, "interrupted": 130}
+# a short random token per process, so that two runs started in the same second get two directories
+OmegaConf.register_new_resolver("pazo_unique", lambda: secrets.token_hex(3), use_cache=True, replace=True)
 USER_ERRORS = (ConfigError, BudgetError, UnknownNameError, FileNotFoundError)  # DataMissingError too
 
 
@@ -51,10 +60,18 @@ def _sync(device: torch.device) -> None:
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> dict:
-    """Train one configuration; returns the summary written to `run_dir/summary.json`."""
+    """Train one configuration into `run_dir`, or continue it from its checkpoint; returns the
+    summary written to `run_dir/summary.json`."""
     validate_config(cfg)
     method_cfg = method_config(cfg.method)
     device = resolve_device(cfg.device)
+    run_dir = Path(run_dir)
+    fingerprint = config_fingerprint(cfg)
+    start = prepare_run_dir(run_dir, fingerprint)
+    if start.kind == "finished":
+        log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
+                 f"(final test accuracy {start.summary.get('final_test_accuracy')})")
+        return start.summary
     streams = RandomStreams(cfg.seed, secure_noise=cfg.privacy.secure_noise)
     data = build_dataset(cfg.dataset, streams)
     validate_against_data(cfg, len(data.private), len(data.public))
@@ -78,78 +95,127 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     sampler = sampler_cls(n, b, streams.numpy["data"])
     tracker = EpsilonTracker(plan, cfg.privacy.account_points)
 
-    logger = RunLogger(run_dir, cfg, cfg.logger)
+    loop = LoopState()
+    if start.kind == "resume":
+        loop = restore_checkpoint(start.checkpoint, module=module, streams=streams, sampler=sampler)
+    previous = start.summary or {}
+    logger = RunLogger(run_dir, cfg, cfg.logger, resume_bytes=loop.metrics_bytes if start.kind == "resume" else None,
+                       wandb_id=previous.get("wandb_run_id") if start.kind == "resume" else None)
     summary = {"status": "running", "method": cfg.method.name, "dataset": cfg.dataset.name,
                "model": cfg.model.name, "device": str(device), "dim": model.dim,
                "run_dir": str(run_dir), "privacy": plan.as_dict(), "data": data.describe(),
-               "warm_start": warm, "method_departures": method_cfg.departures()}
+               "warm_start": warm, "method_departures": method_cfg.departures(),
+               "attempt": previous.get("attempt", 0) + 1 if start.kind == "resume" else 1,
+               "resumed_from_step": loop.step if start.kind == "resume" else None,
+               "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": logger.wandb_id,
+               "host": socket.gethostname(), "pid": os.getpid()}
     logger.write_summary(summary)
     _print_header(summary, plan)
+    if start.kind == "resume":
+        log.info(f"resumed: {run_dir} from its checkpoint at step {loop.step} of {total_steps}")
 
     eval_every = (max(1, round(steps_per_epoch / cfg.train.evals_per_epoch))
                   if cfg.train.evals_per_epoch else total_steps)
-    step_times, window, stat_sums = [], defaultdict(list), defaultdict(float)
-    best_acc, last_eval, failure, last_row = -1.0, None, None, 0
+    window, stat_sums = defaultdict(list, loop.window), defaultdict(float, loop.stat_sums)
+    val = data.val if len(getattr(data, "val", ())) else None
+    failure, stopped, last_saved = None, None, time.monotonic()
     module.train()
-    bar = tqdm(range(1, total_steps + 1), desc=f"{cfg.method.name}", dynamic_ncols=True, disable=None)
-    steps_done = 0
-    try:
-        for step in bar:
-            _sync(device)
-            t0 = time.perf_counter()
-            x, y = data.private.batch(sampler.sample(), device)
-            stats = method.step(x, y, step)
-            _sync(device)
-            step_times.append(time.perf_counter() - t0)
-            steps_done = step
-            for key, value in stats.items():
-                if value is not None and not (isinstance(value, float) and math.isnan(value)):
-                    window[key].append(value)
-                    stat_sums[key] += value
-            loss = stats.get("loss", float("nan"))
-            if math.isinf(loss) or (math.isnan(loss) and len(x) > 0) or (
-                    step % cfg.train.log_every == 0 and not model.all_finite()):
-                failure = f"diverged at step {step}: loss={loss}"
-            epsilon = tracker.update(step)
-            row = None
-            if step % cfg.train.log_every == 0 or step % eval_every == 0 or step == total_steps or failure:
-                row = {"step": step, "epoch": step / steps_per_epoch,
-                       "s_per_iter": statistics.fmean(step_times[last_row:]), "sigma": plan.sigma,
-                       "epsilon": epsilon}
-                row.update({("train_loss" if k == "loss" else k): statistics.fmean(v)
-                            for k, v in window.items() if v})
-                window.clear()
-                last_row = len(step_times)
-            if not failure and (step % eval_every == 0 or step == total_steps):
-                last_eval = model.evaluate(data.test, cfg.train.eval_batch_size)
-                best_acc = max(best_acc, last_eval["accuracy"])
-                row.update(test_accuracy=last_eval["accuracy"], test_loss=last_eval["loss"])
-                bar.set_postfix(loss=f"{row.get('train_loss', float('nan')):.3f}",
-                                acc=f"{last_eval['accuracy']:.3f}",
-                                eps="-" if epsilon is None else f"{epsilon:.3f}")
-            if row is not None:
-                logger.log(row)
-            if failure:
-                break
-    except BaseException as err:  # a crash or Ctrl-C: keep what was written, mark the run, re-raise
-        failure = f"{'interrupted' if isinstance(err, KeyboardInterrupt) else 'crashed'} at step " \
-                  f"{steps_done + 1}: {type(err).__name__}: {err}"
-        summary.update(status="failed", failure=failure, steps_done=steps_done)
-        logger.write_summary(summary)
-        logger.close(failed=True)
-        raise
-    finally:
-        bar.close()
+    bar = tqdm(range(loop.step + 1, total_steps + 1), desc=f"{cfg.method.name}", dynamic_ncols=True, disable=None,
+               initial=loop.step, total=total_steps)
 
-    summary.update(_outcome(plan, tracker, steps_done, total_steps, step_times, last_eval, best_acc,
-                            stat_sums, failure))
+    def sync_loop() -> LoopState:
+        loop.window, loop.stat_sums = dict(window), dict(stat_sums)
+        return loop
+
+    def checkpoint() -> None:
+        sync_loop().metrics_bytes = logger.metrics_bytes()
+        save_checkpoint(run_dir, fingerprint=fingerprint, module=module, streams=streams, sampler=sampler,
+                        loop=loop, extra={"total_steps": total_steps})
+
+    with StopRequests() as stop, Heartbeat(logger.beat):
+        try:
+            for step in bar:
+                _sync(device)
+                t0 = time.perf_counter()
+                x, y = data.private.batch(sampler.sample(), device)
+                stats = method.step(x, y, step)
+                _sync(device)
+                loop.step_times.append(time.perf_counter() - t0)
+                loop.step = step
+                for key, value in stats.items():
+                    if value is not None and not (isinstance(value, float) and math.isnan(value)):
+                        window[key].append(value)
+                        stat_sums[key] += value
+                # divergence is read from the parameters, never from raw private statistics
+                if (step % cfg.train.log_every == 0 or step == total_steps) and not model.all_finite():
+                    failure = f"diverged at step {step}: non-finite parameters"
+                epsilon = tracker.update(step)
+                row = None
+                if step % cfg.train.log_every == 0 or step % eval_every == 0 or step == total_steps or failure:
+                    row = {"step": step, "epoch": step / steps_per_epoch,
+                           "s_per_iter": statistics.fmean(loop.step_times[loop.last_row:]), "sigma": plan.sigma,
+                           "epsilon": epsilon}
+                    row.update({("train_loss" if k == "loss" else k): statistics.fmean(v)
+                                for k, v in window.items() if v})
+                    window.clear()
+                    loop.last_row = len(loop.step_times)
+                if not failure and (step % eval_every == 0 or step == total_steps):
+                    loop.last_eval = model.evaluate(data.test, cfg.train.eval_batch_size)
+                    loop.best_acc = max(loop.best_acc, loop.last_eval["accuracy"])
+                    row.update(test_accuracy=loop.last_eval["accuracy"], test_loss=loop.last_eval["loss"])
+                    if val is not None:
+                        loop.last_val = model.evaluate(val, cfg.train.eval_batch_size)
+                        loop.best_val_acc = max(loop.best_val_acc, loop.last_val["accuracy"])
+                        row.update(val_accuracy=loop.last_val["accuracy"], val_loss=loop.last_val["loss"])
+                    bar.set_postfix(acc=f"{loop.last_eval['accuracy']:.3f}",
+                                    eps="-" if epsilon is None else f"{epsilon:.3f}")
+                if row is not None:
+                    logger.log(row)
+                if failure:
+                    break
+                if stop.reason:
+                    stopped = stop.reason
+                    checkpoint()
+                    break
+                if step < total_steps and _checkpoint_due(cfg.train, step, last_saved):
+                    checkpoint()
+                    last_saved = time.monotonic()
+        except BaseException as err:  # a crash, or a second Ctrl-C: keep what was written, mark the run
+            interrupted = isinstance(err, KeyboardInterrupt)
+            failure = f"{'interrupted' if interrupted else 'crashed'} at step {loop.step + 1}: " \
+                      f"{type(err).__name__}: {err}"
+            summary.update(_outcome(plan, tracker, sync_loop(), total_steps, failure))
+            summary.update(status="interrupted" if interrupted else "failed")
+            logger.write_summary(summary)
+            logger.close(failed=True)
+            raise
+        finally:
+            bar.close()
+
+    summary.update(_outcome(plan, tracker, sync_loop(), total_steps, failure))
+    if stopped:
+        summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
     logger.write_summary(summary)
     logger.close(failed=summary["status"] == "failed")
+    if summary["status"] == "finished":
+        if cfg.train.save_model:
+            torch.save(module.state_dict(), run_dir / "model.pt")
+        if not cfg.train.keep_checkpoint:
+            (run_dir / CHECKPOINT).unlink(missing_ok=True)
     _print_summary(summary)
     return summary
 
 
-def _outcome(plan, tracker, steps_done, total_steps, step_times, last_eval, best_acc, stat_sums, failure):
+def _checkpoint_due(train_cfg, step: int, last_saved: float) -> bool:
+    """Every `checkpoint_every` steps if set, else every `checkpoint_minutes` of wall time."""
+    if train_cfg.checkpoint_every:
+        return step % train_cfg.checkpoint_every == 0
+    return time.monotonic() - last_saved >= 60 * train_cfg.checkpoint_minutes
+
+
+def _outcome(plan, tracker, loop: LoopState, total_steps: int, failure: str | None) -> dict:
+    """Status, accuracies, s/iter and the privacy spent by the steps done (whatever the status)."""
+    steps_done = loop.step
     priv = plan.as_dict()
     priv["steps_done"] = steps_done
     if plan.private:
@@ -160,17 +226,20 @@ def _outcome(plan, tracker, steps_done, total_steps, step_times, last_eval, best
         if plan.noise == "laplace":
             priv["pure_epsilon_spent"] = tracker.pure_epsilon(steps_done)
     # the first steps include one-off set-up (allocations, vmap tracing): report the median too
-    times = step_times[1:] or step_times
+    times = loop.step_times[1:] or loop.step_times
+    last_eval, last_val = loop.last_eval, loop.last_val
     out = {"status": "failed" if failure else "finished", "failure": failure,
            "steps_done": steps_done, "steps_planned": total_steps,
            "final_test_accuracy": last_eval["accuracy"] if last_eval and not failure else None,
            "final_test_loss": last_eval["loss"] if last_eval and not failure else None,
-           "best_test_accuracy": best_acc if best_acc >= 0 else None,
+           "best_test_accuracy": loop.best_acc if loop.best_acc >= 0 else None,
+           "final_val_accuracy": last_val["accuracy"] if last_val and not failure else None,
+           "best_val_accuracy": loop.best_val_acc if loop.best_val_acc >= 0 else None,
            "mean_s_per_iter": statistics.fmean(times) if times else None,
            "median_s_per_iter": statistics.median(times) if times else None,
            "privacy": priv}
-    if "noisy_candidate_won" in stat_sums and steps_done:
-        out["noisy_candidate_win_rate"] = stat_sums["noisy_candidate_won"] / steps_done
+    if "noisy_candidate_won" in loop.stat_sums and steps_done:
+        out["noisy_candidate_win_rate"] = loop.stat_sums["noisy_candidate_won"] / steps_done
     return out
 
 
@@ -220,8 +289,12 @@ def main(cfg: DictConfig) -> float | None:
         if hc.mode == RunMode.MULTIRUN:
             return None  # one bad job does not stop the rest of the sweep
         sys.exit(2)
-    if summary["status"] == "failed" and hc.mode != RunMode.MULTIRUN:
-        sys.exit(1)
+    except KeyboardInterrupt:  # a second Ctrl-C: the summary says interrupted, and at which step
+        log.error(f"pazo: interrupted; {hc.runtime.output_dir}/summary.json records the steps done")
+        sys.exit(EXIT_CODES["interrupted"])
+    code = EXIT_CODES.get(summary["status"], 1)
+    if code and hc.mode != RunMode.MULTIRUN:
+        sys.exit(code)
     return summary["final_test_accuracy"]
 
 

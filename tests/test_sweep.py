@@ -179,3 +179,13 @@ def test_submitit_launcher_runs_the_array(tmp_path, monkeypatch):
                        "--set", "cluster=debug", "--set", "wait=true"]) == 0
     assert len(launched) == 2 and all("method=dpzero" in cmd for cmd, _ in launched)
     assert sweep.main([str(tmp_path / "mini.yaml"), "--launcher", "slurm", "--set", "launcher=pbs"]) == 2
+
+
+def test_a_slurm_job_requeues_itself_with_the_same_command(tmp_path):
+    """submitit calls checkpoint() on preemption or time-out: the same run is resubmitted, and it
+    resumes from the run directory's checkpoint."""
+    from pazo.sweep import TrainJob
+
+    cmd, run_dir = ["python", "-m", "pazo.train", "method=dpzero"], str(tmp_path / "r")
+    again = TrainJob().checkpoint(cmd, run_dir)
+    assert isinstance(again.function, TrainJob) and again.args == (cmd, run_dir)

@@ -22,6 +22,12 @@ class PoissonSampler:
     def sample(self) -> np.ndarray:
         return np.flatnonzero(self.rng.random(self.n) < self.sample_rate)
 
+    def state(self) -> dict:
+        return {}  # memoryless: its generator is one of the run's streams
+
+    def load_state(self, state: dict) -> None:
+        pass
+
 
 class ShuffleSampler:
     """Fixed-size batches from a reshuffled permutation each epoch (drop_last). Not what the
@@ -41,6 +47,12 @@ class ShuffleSampler:
         batch = self._order[self._pos:self._pos + self.b]
         self._pos += self.b
         return np.sort(batch)
+
+    def state(self) -> dict:
+        return {"order": self._order.tolist(), "pos": self._pos}
+
+    def load_state(self, state: dict) -> None:
+        self._order, self._pos = np.asarray(state["order"], dtype=np.int64), int(state["pos"])
 
 
 SAMPLERS = {"poisson": PoissonSampler, "shuffle": ShuffleSampler}

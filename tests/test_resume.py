@@ -1,0 +1,144 @@
+"""Resume after preemption: a run stopped by a signal, or killed outright, and relaunched into its
+directory ends with the same parameters, metrics and epsilon as an uninterrupted one; one run,
+one directory; a finished run is not re-run."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from pazo.checkpoint import CHECKPOINT, effective_status
+from pazo.methods import method_info
+from pazo.methods.two_point import TwoPointMethod
+from pazo.train import run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rows(run_dir):
+    lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k != "s_per_iter"} for line in lines]
+
+
+def same_outcome(a: Path, b: Path) -> None:
+    assert rows(a) == rows(b)
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (a, b))
+    assert sa["status"] == sb["status"] == "finished"
+    for key in ("final_test_accuracy", "best_test_accuracy", "steps_done"):
+        assert sa[key] == sb[key], key
+    assert sa["privacy"]["epsilon_spent"] == sb["privacy"]["epsilon_spent"]
+    ma, mb = (torch.load(d / "model.pt", weights_only=True) for d in (a, b))
+    assert ma.keys() == mb.keys() and all(torch.equal(ma[k], mb[k]) for k in ma)
+
+
+@pytest.mark.parametrize("method,signum,status", [("pazo_s", signal.SIGTERM, "preempted"),
+                                                   ("dpsgd", signal.SIGUSR1, "preempted"),
+                                                   ("pazo_p", signal.SIGINT, "interrupted")])
+def test_a_signal_checkpoints_and_the_relaunch_continues_exactly(method, signum, status, hydra_cfg, tmp_path,
+                                                                 monkeypatch):
+    cfg = hydra_cfg(f"method={method}", "train.steps=12", "train.log_every=2", "train.checkpoint_every=5")
+    run(cfg, tmp_path / "whole")
+
+    owner = method_info(method).cls
+    original = owner.step
+
+    def step(self, x, y, t):
+        out = original(self, x, y, t)
+        if t == 7:
+            os.kill(os.getpid(), signum)  # arrives mid-run; honoured after this step
+        return out
+
+    monkeypatch.setattr(owner, "step", step)
+    stopped = run(cfg, tmp_path / "split")
+    assert stopped["status"] == status and stopped["steps_done"] == 7 and stopped["stopped_at_step"] == 7
+    assert stopped["privacy"]["epsilon_spent"] > 0  # the steps done were spent, and say so
+    assert (tmp_path / "split" / CHECKPOINT).exists()
+    monkeypatch.setattr(owner, "step", original)
+    resumed = run(cfg, tmp_path / "split")
+    assert resumed["resumed_from_step"] == 7 and resumed["attempt"] == 2
+    same_outcome(tmp_path / "whole", tmp_path / "split")
+    assert not (tmp_path / "split" / CHECKPOINT).exists()  # it holds the noise stream: gone when finished
+
+
+def _cli(run_dir, *extra):
+    env = {**os.environ, "WANDB_SILENT": "true", "PAZO_CACHE_DIR": str(Path(run_dir).parent / "cache")}
+    return subprocess.Popen([sys.executable, "-m", "pazo.train", "method=dpzero", "train.steps=300",
+                             "train.log_every=5", "train.checkpoint_every=20", "logger.mode=disabled",
+                             "device=cpu", f"hydra.run.dir={run_dir}", *extra],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigkill_then_relaunch_gives_the_uninterrupted_run(tmp_path):
+    whole = _cli(tmp_path / "whole")
+    killed = _cli(tmp_path / "killed")
+    ckpt = tmp_path / "killed" / CHECKPOINT
+    deadline = time.time() + 300
+    while not ckpt.exists() and killed.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    assert killed.poll() is None, "the run ended before it could be killed"
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    summary = json.loads((tmp_path / "killed" / "summary.json").read_text())
+    assert summary["status"] == "running" and effective_status(summary) == "killed"  # recognisable
+    assert whole.wait(timeout=600) == 0, whole.stderr.read()
+    again = _cli(tmp_path / "killed")
+    out, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err
+    assert "resumed:" in out
+    same_outcome(tmp_path / "whole", tmp_path / "killed")
+
+
+def test_a_finished_run_is_not_rerun_and_a_failed_one_keeps_its_files(hydra_cfg, tmp_path):
+    cfg = hydra_cfg("method=dpzero")
+    first = run(cfg, tmp_path)
+    before = (tmp_path / "metrics.jsonl").read_text()
+    again = run(cfg, tmp_path)
+    assert again["status"] == "finished" and (tmp_path / "metrics.jsonl").read_text() == before  # no new rows
+    assert again["final_test_accuracy"] == first["final_test_accuracy"]
+
+    bad = hydra_cfg("method=pazo_m", "method.lr=1e30", "train.steps=6", "train.log_every=1")
+    failed = run(bad, tmp_path / "f")
+    assert failed["status"] == "failed"
+    retried = run(bad, tmp_path / "f")
+    assert retried["earlier_attempt_moved_to"].endswith("attempts/1")
+    # the earlier attempt's rows are kept aside; the retry (same seed, same divergence) wrote its own afresh
+    assert rows(tmp_path / "f" / "attempts" / "1") == rows(tmp_path / "f")
+
+
+def test_a_live_run_directory_is_refused(hydra_cfg, tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps(
+        {"status": "running", "heartbeat": time.time(), "host": "another-host", "pid": 1}))
+    with pytest.raises(ValueError, match="is in use"):
+        run(hydra_cfg("method=dpzero"), tmp_path)
+
+
+def test_resuming_with_another_config_is_refused(hydra_cfg, tmp_path, monkeypatch):
+    cfg = hydra_cfg("method=dpzero", "train.steps=10", "train.checkpoint_every=2")
+    original = TwoPointMethod.step
+
+    def step(self, x, y, t):
+        if t == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(self, x, y, t)
+
+    monkeypatch.setattr(TwoPointMethod, "step", step)
+    assert run(cfg, tmp_path)["status"] == "preempted"
+    monkeypatch.setattr(TwoPointMethod, "step", original)
+    with pytest.raises(ValueError, match="another config"):
+        run(hydra_cfg("method=dpzero", "train.steps=10", "train.checkpoint_every=2", "method.lr=0.5"), tmp_path)
+
+
+def test_two_runs_started_together_get_two_directories(tmp_path):
+    env = {**os.environ, "WANDB_SILENT": "true", "PAZO_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "pazo.train", "train.steps=2", "logger.mode=disabled", "device=cpu",
+           f"hydra.run.dir={tmp_path}/runs/" + "${now:%Y-%m-%d_%H-%M-%S}_${pazo_unique:}"]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             for _ in range(2)]
+    assert all(p.wait(timeout=600) == 0 for p in procs)
+    dirs = sorted((tmp_path / "runs").iterdir())
+    assert len(dirs) == 2 and all(len(rows(d)) == 1 for d in dirs)
