@@ -33,11 +33,12 @@ def write_cifar10(root: Path, per_batch: int = 40, n_test: int = 50, seed: int =
 
 POSITIVE = ["great", "wonderful", "loved", "excellent", "fun"]
 NEGATIVE = ["awful", "boring", "hated", "terrible", "waste"]
+MOVIE_WORDS = ["the", "movie", "film", "plot", "actor", "and", "was", "a"]
+PRODUCT_WORDS = ["the", "product", "item", "price", "and", "was", "a"]   # Amazon reviews never say movie, film, ...
 
 
-def _review(rng, label: int, words: int) -> str:
+def _review(rng, label: int, words: int, filler=tuple(MOVIE_WORDS)) -> str:
     pool = POSITIVE if label else NEGATIVE
-    filler = ["the", "movie", "film", "plot", "actor", "and", "was", "a"]
     toks = [str(rng.choice(pool)) if rng.random() < 0.3 else str(rng.choice(filler)) for _ in range(words)]
     return " ".join(toks).capitalize() + "!"
 
@@ -45,7 +46,8 @@ def _review(rng, label: int, words: int) -> str:
 def write_imdb_and_amazon(root: Path, n_train: int = 60, n_test: int = 40, n_amazon: int = 50,
                           seed: int = 0) -> Path:
     """`root/imdb` and `root/amazon_polarity` as `datasets.DatasetDict.save_to_disk` writes them,
-    with the Hub datasets' columns (imdb: text, label; amazon_polarity: label, title, content)."""
+    with the Hub datasets' columns (imdb: text, label; amazon_polarity: label, title, content).
+    Some words are only in the IMDB reviews (`MOVIE_WORDS`), others only in the Amazon ones."""
     from datasets import Dataset, DatasetDict
 
     rng = np.random.default_rng(seed)
@@ -58,7 +60,8 @@ def write_imdb_and_amazon(root: Path, n_train: int = 60, n_test: int = 40, n_ama
     DatasetDict({"train": imdb_split(n_train), "test": imdb_split(n_test)}).save_to_disk(str(Path(root) / "imdb"))
     labels = [i % 2 for i in range(n_amazon)]
     amazon = Dataset.from_dict({"label": labels, "title": [f"Title {i}" for i in range(n_amazon)],
-                                "content": [_review(rng, y, int(rng.integers(3, 30))) for y in labels]})
+                                "content": [_review(rng, y, int(rng.integers(3, 30)), PRODUCT_WORDS)
+                                            for y in labels]})
     DatasetDict({"train": amazon}).save_to_disk(str(Path(root) / "amazon_polarity"))
     return Path(root)
 
