@@ -31,6 +31,36 @@ def write_cifar10(root: Path, per_batch: int = 40, n_test: int = 50, seed: int =
     return Path(root)
 
 
+def write_cinic10_like(folder: Path, cifar_root: Path, classes: list[str], train_copies: list[int],
+                       test_copies: list[int], fresh_per_class: int, jpeg_copies: list[int] | None = None,
+                       seed: int = 0) -> dict:
+    """A CINIC-10-like public folder `folder/<class>/` for the CIFAR-10 fixture at `cifar_root`:
+    exact PNG copies of some CIFAR-10 training and test images, named as CINIC-10 names them
+    (`cifar-10-<origin>-<index>.png`), `fresh_per_class` new images per class (`n0000_<i>.png`, as
+    its ImageNet part), and JPEG re-encodings (near-duplicates) of some training images. Returns
+    the fresh and the JPEG-copied images by class name, as uint8 [N, 3, 32, 32]."""
+    import torch
+    from torchvision.io import write_jpeg, write_png
+
+    from pazo.data.cifar10 import read_cifar10
+
+    x, y, xt, yt = read_cifar10(cifar_root)
+    rng = np.random.default_rng(seed)
+    for name in classes:
+        (Path(folder) / name).mkdir(parents=True, exist_ok=True)
+    for origin, images, labels, picks in (("train", x, y, train_copies), ("test", xt, yt, test_copies)):
+        for i in picks:
+            write_png(images[i], str(Path(folder) / classes[int(labels[i])] / f"cifar-10-{origin}-{i}.png"))
+    for i in jpeg_copies or []:
+        write_jpeg(x[i], str(Path(folder) / classes[int(y[i])] / f"cifar-10-train-{i}.jpg"), quality=90)
+    fresh = {}
+    for name in classes:
+        fresh[name] = torch.from_numpy(rng.integers(0, 256, size=(fresh_per_class, 3, 32, 32), dtype=np.uint8))
+        for i, img in enumerate(fresh[name]):
+            write_png(img, str(Path(folder) / name / f"n0000_{i}.png"))
+    return fresh
+
+
 POSITIVE = ["great", "wonderful", "loved", "excellent", "fun"]
 NEGATIVE = ["awful", "boring", "hated", "terrible", "waste"]
 MOVIE_WORDS = ["the", "movie", "film", "plot", "actor", "and", "was", "a"]
