@@ -4,6 +4,9 @@ Data sampling, public batches, directions and DP noise each get their own stream
 run seed with numpy's SeedSequence, so none can be predicted from another (the original DPZero code
 drew its noise from the direction stream). With `secure_noise` the noise stream is seeded from the
 operating system's entropy instead: nothing in the config or the logs then reveals it.
+
+New streams go at the end of `STREAMS`: SeedSequence children are numbered, so the existing
+streams keep their seeds (and every recorded run its numbers).
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import secrets
 import numpy as np
 import torch
 
-STREAMS = ("data", "public", "directions", "noise", "init", "split")
+STREAMS = ("data", "public", "directions", "noise", "init", "split", "validation")
 
 
 class RandomStreams:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from pazo.data import DATASETS
+from pazo.data.validation import check_validation_size
 from pazo.errors import ConfigError
 from pazo.methods import METHODS, method_config, method_info
 from pazo.methods.engines import ENGINES
@@ -53,6 +54,7 @@ def validate_config(cfg) -> None:
         raise ConfigError(f"dataset.public_fraction must be in (0, 1), got {d.public_fraction!r}")
     if "public_imbalance" in d and not (isinstance(d.public_imbalance, (int, float)) and 0 <= d.public_imbalance < 1):
         raise ConfigError(f"dataset.public_imbalance must be in [0, 1), got {d.public_imbalance!r}")
+    check_validation_size(d)
     if d.get("image_size") is not None:
         _positive(d.image_size, "dataset.image_size", integer=True)
     if d.name == "mnli" and cfg.model.name != "roberta_prompt":

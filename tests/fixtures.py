@@ -31,13 +31,44 @@ def write_cifar10(root: Path, per_batch: int = 40, n_test: int = 50, seed: int =
     return Path(root)
 
 
+def write_cinic10_like(folder: Path, cifar_root: Path, classes: list[str], train_copies: list[int],
+                       test_copies: list[int], fresh_per_class: int, jpeg_copies: list[int] | None = None,
+                       seed: int = 0) -> dict:
+    """A CINIC-10-like public folder `folder/<class>/` for the CIFAR-10 fixture at `cifar_root`:
+    exact PNG copies of some CIFAR-10 training and test images, named as CINIC-10 names them
+    (`cifar-10-<origin>-<index>.png`), `fresh_per_class` new images per class (`n0000_<i>.png`, as
+    its ImageNet part), and JPEG re-encodings (near-duplicates) of some training images. Returns
+    the fresh and the JPEG-copied images by class name, as uint8 [N, 3, 32, 32]."""
+    import torch
+    from torchvision.io import write_jpeg, write_png
+
+    from pazo.data.cifar10 import read_cifar10
+
+    x, y, xt, yt = read_cifar10(cifar_root)
+    rng = np.random.default_rng(seed)
+    for name in classes:
+        (Path(folder) / name).mkdir(parents=True, exist_ok=True)
+    for origin, images, labels, picks in (("train", x, y, train_copies), ("test", xt, yt, test_copies)):
+        for i in picks:
+            write_png(images[i], str(Path(folder) / classes[int(labels[i])] / f"cifar-10-{origin}-{i}.png"))
+    for i in jpeg_copies or []:
+        write_jpeg(x[i], str(Path(folder) / classes[int(y[i])] / f"cifar-10-train-{i}.jpg"), quality=90)
+    fresh = {}
+    for name in classes:
+        fresh[name] = torch.from_numpy(rng.integers(0, 256, size=(fresh_per_class, 3, 32, 32), dtype=np.uint8))
+        for i, img in enumerate(fresh[name]):
+            write_png(img, str(Path(folder) / name / f"n0000_{i}.png"))
+    return fresh
+
+
 POSITIVE = ["great", "wonderful", "loved", "excellent", "fun"]
 NEGATIVE = ["awful", "boring", "hated", "terrible", "waste"]
+MOVIE_WORDS = ["the", "movie", "film", "plot", "actor", "and", "was", "a"]
+PRODUCT_WORDS = ["the", "product", "item", "price", "and", "was", "a"]   # Amazon reviews never say movie, film, ...
 
 
-def _review(rng, label: int, words: int) -> str:
+def _review(rng, label: int, words: int, filler=tuple(MOVIE_WORDS)) -> str:
     pool = POSITIVE if label else NEGATIVE
-    filler = ["the", "movie", "film", "plot", "actor", "and", "was", "a"]
     toks = [str(rng.choice(pool)) if rng.random() < 0.3 else str(rng.choice(filler)) for _ in range(words)]
     return " ".join(toks).capitalize() + "!"
 
@@ -45,7 +76,8 @@ def _review(rng, label: int, words: int) -> str:
 def write_imdb_and_amazon(root: Path, n_train: int = 60, n_test: int = 40, n_amazon: int = 50,
                           seed: int = 0) -> Path:
     """`root/imdb` and `root/amazon_polarity` as `datasets.DatasetDict.save_to_disk` writes them,
-    with the Hub datasets' columns (imdb: text, label; amazon_polarity: label, title, content)."""
+    with the Hub datasets' columns (imdb: text, label; amazon_polarity: label, title, content).
+    Some words are only in the IMDB reviews (`MOVIE_WORDS`), others only in the Amazon ones."""
     from datasets import Dataset, DatasetDict
 
     rng = np.random.default_rng(seed)
@@ -58,7 +90,8 @@ def write_imdb_and_amazon(root: Path, n_train: int = 60, n_test: int = 40, n_ama
     DatasetDict({"train": imdb_split(n_train), "test": imdb_split(n_test)}).save_to_disk(str(Path(root) / "imdb"))
     labels = [i % 2 for i in range(n_amazon)]
     amazon = Dataset.from_dict({"label": labels, "title": [f"Title {i}" for i in range(n_amazon)],
-                                "content": [_review(rng, y, int(rng.integers(3, 30))) for y in labels]})
+                                "content": [_review(rng, y, int(rng.integers(3, 30)), PRODUCT_WORDS)
+                                            for y in labels]})
     DatasetDict({"train": amazon}).save_to_disk(str(Path(root) / "amazon_polarity"))
     return Path(root)
 

@@ -8,10 +8,11 @@ import torch
 from omegaconf import OmegaConf
 
 from model_checks import check_engines_and_per_example_grads
-from fixtures import write_cifar10, write_image_folder
-from pazo.data.cifar10 import load_cifar10_bundle, read_cifar10
+from fixtures import write_cifar10, write_cinic10_like, write_image_folder
+from pazo.data.cifar10 import CLASSES, load_cifar10_bundle, read_cifar10
+from pazo.data.image_folder import content_hashes
 from pazo.data.images import ImageTransform
-from pazo.errors import DataMissingError
+from pazo.errors import ConfigError, DataMissingError
 from pazo.models import FunctionalModel
 from pazo.models.nf_resnet import NFResNet18
 from pazo.train import run
@@ -146,3 +147,37 @@ def test_another_image_folder_as_public_data(cifar_root, tmp_path):
     hist = data.describe()["public_class_histogram"]
     assert hist[0] == 2 and hist[3] == 2 and sum(hist) == 4       # airplane = 0, cat = 3
     assert len(data.private) == 200 and data.info["public_source"] == "folder"
+
+
+def test_public_folder_copies_of_private_and_test_images_are_dropped(cifar_root, tmp_path):
+    """CINIC-10 holds the CIFAR-10 images as PNG files: those exact copies never become public data,
+    other images of a class replace them, and the counts are recorded; a lossy re-encoding (a
+    near-duplicate) is not recognised."""
+    folder = tmp_path / "cinic"
+    fresh = write_cinic10_like(folder, cifar_root, CLASSES, train_copies=list(range(30)),
+                               test_copies=list(range(10)), fresh_per_class=3)
+    x, _, xt, _ = read_cifar10(cifar_root)
+    seen = set(content_hashes(x)) | set(content_hashes(xt))
+
+    def load(**kw):
+        return load_cifar10_bundle(cfg(cifar_root, public_source="folder", public_folder=str(folder), **kw),
+                                   np.random.default_rng(0), torch.Generator().manual_seed(0))
+
+    every = load()
+    assert (every.info["public_copies_of_private_dropped"], every.info["public_copies_of_test_dropped"]) == (30, 10)
+    assert len(every.public) == 30 and not set(content_hashes(every.public.inputs)) & seen
+    # 3 of 7 files per class drawn: copies drawn are replaced, so each class keeps exactly its 3 new images
+    drawn = load(public_per_class=3)
+    assert drawn.info["public_copies_of_private_dropped"] + drawn.info["public_copies_of_test_dropped"] > 0
+    assert drawn.public.class_histogram(10) == [3] * 10
+    for c, name in enumerate(CLASSES):
+        got = drawn.public.inputs[drawn.public.labels == c]
+        assert sorted(content_hashes(got)) == sorted(content_hashes(fresh[name]))
+    with pytest.raises(ConfigError, match="'airplane' but .* holds only 3 that are not copies of private or test"):
+        load(public_per_class=4)
+    near = tmp_path / "near"
+    write_cinic10_like(near, cifar_root, CLASSES, train_copies=[], test_copies=[], fresh_per_class=1,
+                       jpeg_copies=[0])
+    kept = load_cifar10_bundle(cfg(cifar_root, public_source="folder", public_folder=str(near)),
+                               np.random.default_rng(0), torch.Generator().manual_seed(0))
+    assert len(kept.public) == 11 and kept.info["public_copies_of_private_dropped"] == 0

@@ -8,8 +8,8 @@ from omegaconf import OmegaConf
 from model_checks import check_engines_and_per_example_grads
 from fixtures import write_imdb_and_amazon
 from pazo.data.imdb import load_imdb_bundle
-from pazo.data.text import PAD, UNK, build_vocab, encode, tokenize
-from pazo.errors import DataMissingError
+from pazo.data.text import PAD, UNK, build_vocab, encode, source_vocab, tokenize
+from pazo.errors import ConfigError, DataMissingError
 from pazo.models import FunctionalModel
 from pazo.models.lstm import LSTMClassifier
 from pazo.train import run
@@ -22,7 +22,8 @@ def text_root(tmp_path_factory):
 
 def cfg(root, **kw):
     return OmegaConf.create({"root": str(root), "download": False, "vocab_size": 12, "max_length": 10,
-                             "public_size": 20, "public_with_title": False, "test_size": 16, **kw})
+                             "public_size": 20, "public_with_title": False, "test_size": 16,
+                             "vocab_source": "public", **kw})
 
 
 def test_vocabulary_and_padding_by_hand():
@@ -43,6 +44,29 @@ def test_loader_sizes_seeding_and_sources(text_root):
     c = load_imdb_bundle(cfg(text_root), np.random.default_rng(1))
     assert not torch.equal(a.public.inputs, c.public.inputs)
     assert int(a.private.inputs.max()) <= 12 + 1 and a.info["public"] == "amazon_polarity"
+
+
+def test_vocabulary_is_counted_on_the_public_reviews_unless_private_is_asked(text_root, monkeypatch):
+    import pazo.data.imdb as imdb
+    from datasets import load_from_disk
+
+    built = []
+    monkeypatch.setattr(imdb, "source_vocab", lambda *a: built.append(source_vocab(*a)) or built[-1])
+    amazon = load_from_disk(str(text_root / "amazon_polarity"))["train"]
+    amazon_tokens = {tok for text in amazon["content"] for tok in tokenize(text)}
+    public = load_imdb_bundle(cfg(text_root, vocab_size=1000, max_length=40), np.random.default_rng(0))
+    vocab = built[-1][0]
+    assert set(vocab) <= amazon_tokens and not set(vocab) & {"movie", "film", "plot", "actor"}
+    assert not (public.public.inputs == UNK).any() and (public.private.inputs == UNK).any()
+    assert public.describe()["vocab_source"] == "public" and "outside_guarantee" not in public.describe()
+    assert public.info["vocab_found"] == len(vocab)
+    private = load_imdb_bundle(cfg(text_root, vocab_size=1000, max_length=40, vocab_source="private"),
+                               np.random.default_rng(0))
+    assert {"movie", "film", "plot", "actor"} <= set(built[-1][0]) and not (private.private.inputs == UNK).any()
+    assert private.describe()["vocab_source"] == "private"
+    assert "does not cover" in private.describe()["outside_guarantee"]
+    with pytest.raises(ConfigError, match="dataset.vocab_source must be public or private, got 'both'"):
+        load_imdb_bundle(cfg(text_root, vocab_source="both"), np.random.default_rng(0))
 
 
 def test_missing_data_message(tmp_path):

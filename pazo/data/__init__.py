@@ -1,5 +1,6 @@
 """Data sets by name. Each builder takes its config node and the run's random streams (splits
-draw from the `split` stream, public augmentation from a substream of `public`)."""
+draw from the `split` stream, public augmentation from a substream of `public`); `build_dataset`
+then carves the validation split from the private set (`validation` stream, `pazo.data.validation`)."""
 from __future__ import annotations
 
 from pazo.data.base import DataBundle, TensorSplit
@@ -11,6 +12,7 @@ from pazo.data.imdb import load_imdb_bundle
 from pazo.data.mnli import load_mnli_bundle
 from pazo.data.tiny_imagenet import load_tiny_imagenet_bundle
 from pazo.data.torchvision_data import load_torchvision_bundle
+from pazo.data.validation import carve_validation
 from pazo.registry import Registry
 
 DATASETS: Registry = Registry("dataset")
@@ -49,11 +51,13 @@ def _mnli(cfg, streams) -> DataBundle:
     from pazo.pretrained import load_pretrained
 
     tokenizer = load_pretrained(cfg.tokenizer, "tokenizer", cfg.download)
-    return load_mnli_bundle(cfg, streams.numpy["split"], tokenizer)
+    return load_mnli_bundle(cfg, streams.numpy["split"], tokenizer, streams.numpy["validation"])
 
 
 def build_dataset(cfg, streams) -> DataBundle:
-    return DATASETS.get(cfg.name)(cfg, streams)
+    """The data set's splits; the validation split is carved here, once for every data set."""
+    data = DATASETS.get(cfg.name)(cfg, streams)
+    return carve_validation(data, cfg.val_fraction, streams.numpy["validation"])
 
 
 __all__ = ["DATASETS", "DataBundle", "TensorSplit", "build_dataset"]

@@ -1,4 +1,4 @@
-"""What every data set hands to the training loop: private, public and test splits."""
+"""What every data set hands to the training loop: private, public, validation and test splits."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -31,6 +31,17 @@ class TensorSplit:
     def class_histogram(self, num_classes: int) -> list[int]:
         return torch.bincount(self.labels, minlength=num_classes).tolist()
 
+    def subset(self, indices: np.ndarray) -> "TensorSplit":
+        """The examples at `indices`, with this split's transform (a validation split carved from
+        the private set is fed to the model exactly as the private batches are)."""
+        idx = torch.as_tensor(np.asarray(indices), dtype=torch.long)
+        return TensorSplit(self.inputs[idx], self.labels[idx], self.transform)
+
+
+VAL_OUTSIDE_GUARANTEE = ("validation accuracy is measured without noise on held-out private examples: a "
+                         "non-private selection statistic, outside the DP guarantee (which covers the "
+                         "training on the n_private examples only)")
+
 
 @dataclass
 class DataBundle:
@@ -41,13 +52,21 @@ class DataBundle:
     num_classes: int
     input_shape: tuple[int, ...]
     info: dict = field(default_factory=dict)  # recorded in the run summary (sizes, histograms, seeds)
+    # held-out private examples, never trained on; None = no validation data (an empty split)
+    val: TensorSplit | None = None
+
+    def __post_init__(self):
+        if self.val is None:
+            self.val = self.private.subset(np.empty(0, dtype=np.int64))
 
     def describe(self) -> dict:
         return {
             "dataset": self.name,
             "n_private": len(self.private),
             "n_public": len(self.public),
+            "n_val": len(self.val),
             "n_test": len(self.test),
             "public_class_histogram": self.public.class_histogram(self.num_classes),
+            **({"val_outside_guarantee": VAL_OUTSIDE_GUARANTEE} if len(self.val) else {}),
             **self.info,
         }

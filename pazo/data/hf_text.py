@@ -28,7 +28,7 @@ from pazo.data.base import DataBundle, TensorSplit
 from pazo.data.image_folder import public_split_size
 from pazo.data.public_split import split_public
 from pazo.data.saved_hub import load_saved
-from pazo.data.text import build_vocab, encode, vocab_provenance
+from pazo.data.text import encode, source_vocab
 from pazo.errors import ConfigError, DataMissingError
 
 
@@ -130,11 +130,12 @@ def load_hf_text_bundle(cfg, rng: np.random.Generator) -> DataBundle:
     def texts(split) -> tuple[list[str], list[str] | None]:
         return split[cfg.text_column], (split[cfg.text_pair_column] if cfg.text_pair_column else None)
 
-    if cfg.vocab_source not in ("public", "private"):
-        raise ConfigError(f"dataset.vocab_source must be public or private, got {cfg.vocab_source!r}")
-    first, second = texts(public if cfg.vocab_source == "public" else private)
-    vocab = build_vocab(list(first) + list(second or []), cfg.vocab_size)
-    info.update(vocab_provenance(cfg.vocab_source), vocab_found=len(vocab))
+    def all_texts(split) -> list[str]:
+        first, second = texts(split)
+        return list(first) + list(second or [])
+
+    vocab, provenance = source_vocab(cfg.vocab_source, all_texts(public), all_texts(private), cfg.vocab_size)
+    info.update(provenance)
 
     def tensors(split, labels):
         first, second = texts(split)

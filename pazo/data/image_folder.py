@@ -84,15 +84,41 @@ def folder_fingerprint(files: list[tuple[Path, str]]) -> list:
     return [(str(p), name, st.st_size, st.st_mtime_ns) for p, name, st in stats]
 
 
+def content_hashes(images: torch.Tensor) -> list[bytes]:
+    """sha256 of each image's shape and bytes: equal exactly when two images are the same tensor."""
+    shape = repr(tuple(images.shape[1:])).encode()
+    return [hashlib.sha256(shape + row.tobytes()).digest()
+            for row in images.reshape(len(images), -1).contiguous().numpy()]
+
+
+def _copies(images: torch.Tensor, exclude: dict[str, set[bytes]], dropped: dict[str, int]) -> np.ndarray:
+    """Which of `images` are copies of an image in one of the `exclude` sets (counted in `dropped`
+    under the first set's name that holds it)."""
+    found = np.zeros(len(images), dtype=bool)
+    for i, h in enumerate(content_hashes(images)):
+        where = next((name for name, hashes in exclude.items() if h in hashes), None)
+        if where is not None:
+            found[i] = True
+            dropped[where] += 1
+    return found
+
+
 def load_public_folder(folder: str | Path, class_names: list[str], size: int, *,
-                       per_class: int | None, rng: np.random.Generator,
-                       cache_dir: str | None = None, channels: int = 3) -> tuple[torch.Tensor, torch.Tensor, dict]:
+                       per_class: int | None, rng: np.random.Generator, cache_dir: str | None = None,
+                       channels: int = 3, exclude: dict[str, set[bytes]] | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Out-of-distribution public images from `folder/<class name>/...`.
 
     Sub-folders must be named after private classes (a subset is fine: public data need not cover
     every class); `per_class` (None = all) images are drawn from each, seeded. They are decoded
     with the private images' channel count (grey-scale private data gets grey-scale public data).
+
+    An image whose decoded tensor is one of `exclude`'s (`content_hashes` by name, e.g. of the
+    private and test images) is dropped, and counted in the returned info: a copy of a private
+    image used as public data is a release of it that no noise covers. With `per_class`, each
+    dropped copy is replaced by another seeded draw from its class.
     """
+    exclude = exclude or {}
     folder = Path(str(folder)).expanduser()
     if not folder.is_dir():
         raise DataMissingError(
@@ -109,19 +135,38 @@ def load_public_folder(folder: str | Path, class_names: list[str], size: int, *,
     if not files:
         raise DataMissingError(f"public image folder {folder} holds no images ({', '.join(IMG_EXTENSIONS)})")
     index = {name: i for i, name in enumerate(class_names)}
-    chosen = []
-    for name in found:
-        mine = [p for p, n in files if n == name]
-        if per_class is not None:
-            if per_class > len(mine):
-                raise ConfigError(f"asked for {per_class} public images of class {name!r} but "
-                                  f"{folder / name} holds {len(mine)}")
-            mine = [mine[i] for i in np.sort(rng.choice(len(mine), size=per_class, replace=False))]
-        chosen.extend((p, index[name]) for p in mine)
+    by_class = {name: [p for p, n in files if n == name] for name in found}
+    picked = {}
+    for name, mine in by_class.items():
+        if per_class is not None and per_class > len(mine):
+            raise ConfigError(f"asked for {per_class} public images of class {name!r} but "
+                              f"{folder / name} holds {len(mine)}")
+        picked[name] = (np.arange(len(mine)) if per_class is None
+                        else np.sort(rng.choice(len(mine), size=per_class, replace=False)))
+    chosen = [(by_class[name][i], index[name]) for name in found for i in picked[name]]
     images = cached(cache_dir, ["public_folder", size, channels, folder_fingerprint([(p, "") for p, _ in chosen])],
                     lambda: {"images": decode_images([p for p, _ in chosen], size, channels)})["images"]
     labels = torch.tensor([y for _, y in chosen])
-    return images, labels, {"public": str(folder), "public_classes_present": len(found)}
+    dropped = dict.fromkeys(exclude, 0)
+    keep = ~_copies(images, exclude, dropped)
+    images, labels = [images[keep]], [labels[keep]]
+    for name in found if per_class is not None else []:      # replace the dropped copies of each class
+        missing = per_class - int((labels[0] == index[name]).sum())
+        untried = np.setdiff1d(np.arange(len(by_class[name])), picked[name])
+        while missing:
+            if not len(untried):
+                raise ConfigError(f"asked for {per_class} public images of class {name!r} but {folder / name} "
+                                  f"holds only {per_class - missing} that are not copies of private or test images")
+            draw = np.sort(rng.choice(untried, size=min(missing, len(untried)), replace=False))
+            untried = np.setdiff1d(untried, draw)
+            extra = decode_images([by_class[name][i] for i in draw], size, channels)
+            extra = extra[~_copies(extra, exclude, dropped)]
+            images.append(extra)
+            labels.append(torch.full((len(extra),), index[name], dtype=torch.long))
+            missing -= len(extra)
+    return torch.cat(images), torch.cat(labels).long(), {
+        "public": str(folder), "public_classes_present": len(found),
+        **{f"public_copies_of_{name}_dropped": n for name, n in dropped.items()}}
 
 
 def public_split_size(cfg) -> dict:
@@ -140,7 +185,8 @@ def image_bundle(name: str, cfg, train: tuple[torch.Tensor, torch.Tensor], test:
     `dataset.public_source=split` draws the public set from the training set (`split_size`:
     `fraction=` or `per_class=`, with `dataset.public_imbalance`); `folder` takes it from
     `dataset.public_folder` (out-of-distribution public data, decoded at the stored size and
-    channel count) and keeps the whole training set private. Public batches are augmented; every
+    channel count, without exact copies of any training or test image) and keeps the whole
+    training set private. Public batches are augmented; every
     batch is resized to `image_size` (default `dataset.image_size`) and, with `dataset.normalize`,
     mapped to [-1, 1]."""
     (x_train, y_train), (x_test, y_test) = train, test
@@ -156,9 +202,11 @@ def image_bundle(name: str, cfg, train: tuple[torch.Tensor, torch.Tensor], test:
         private = TensorSplit(x_train[priv], y_train[priv], plain)
         public = TensorSplit(x_train[pub], y_train[pub], public_tf)
     elif cfg.public_source == "folder":
+        # the training images include the validation split, carved from the private set later
+        exclude = {"private": set(content_hashes(x_train)), "test": set(content_hashes(x_test))}
         x_pub, y_pub, extra = load_public_folder(cfg.public_folder, class_names, x_train.shape[-1],
                                                  per_class=cfg.public_per_class, rng=rng, cache_dir=cfg.cache_dir,
-                                                 channels=x_train.shape[1])
+                                                 channels=x_train.shape[1], exclude=exclude)
         info.update(public_per_class=cfg.public_per_class, **extra)
         private, public = TensorSplit(x_train, y_train, plain), TensorSplit(x_pub, y_pub, public_tf)
     else:

@@ -9,6 +9,11 @@ Private data: `k_shot` examples per class of MNLI train, test: `test_size` of de
 `public_per_class` per class of SNLI train - every sample drawn with the run's data seed (MeZO and
 DPZero use seeds 13, 21, 42, 87, 100; the PAZO code took the first rows).
 
+Validation: `val_k_shot` (default `k_shot`) examples per class of the rest of MNLI train, a second
+k-shot sample disjoint from the private one (the dev set of LM-BFF, MeZO and DPZero, of the
+training set's size), drawn from the `validation` stream. Carving it from the k-shot sample
+instead (`val_fraction`, with `val_k_shot=0`) would train on fewer than the paper's k examples.
+
 Template (LM-BFF `*cls**sent-_0*?*mask*,*+sentl_1**sep+*`): `<s>` premise without its last
 character, `?`, `<mask>`, `,`, then " " + hypothesis with its first letter lower-cased, `</s>`;
 each piece is tokenised on its own. The premise is capped at `premise_limit` tokens and the
@@ -65,11 +70,15 @@ class TrimPadding:
         return ids[:, :length].to(device)
 
 
-def _per_class(split, per_class: int, rng: np.random.Generator, what: str) -> np.ndarray:
+def _per_class(split, per_class: int, rng: np.random.Generator, what: str,
+               taken: np.ndarray | None = None) -> np.ndarray:
+    """Sorted row indices of `per_class` rows of each class, none of them among `taken`."""
     labels = np.asarray(split["label"])
     chosen = []
     for c in range(len(LABELS)):
         pool = np.flatnonzero(labels == c)
+        if taken is not None:
+            pool = np.setdiff1d(pool, taken)
         if per_class > len(pool):
             raise ConfigError(f"asked for {per_class} {what} examples of class {LABELS[c]} but only "
                               f"{len(pool)} exist")
@@ -77,11 +86,17 @@ def _per_class(split, per_class: int, rng: np.random.Generator, what: str) -> np
     return np.sort(np.concatenate(chosen))
 
 
-def load_mnli_bundle(cfg, rng: np.random.Generator, tokenizer) -> DataBundle:
+def load_mnli_bundle(cfg, rng: np.random.Generator, tokenizer,
+                     val_rng: np.random.Generator | None = None) -> DataBundle:
+    """`val_rng` draws the `val_k_shot` validation sample (none without it or with `val_k_shot=0`)."""
     root = Path(str(cfg.root)).expanduser()
     mnli, snli = (load_saved(root, name, *HUB[name], cfg.download) for name in ("mnli", "snli"))
     train, dev, pool = mnli["train"], mnli["validation_matched"], snli["train"]
-    private = train.select(_per_class(train, cfg.k_shot, rng, "MNLI train"))
+    private_idx = _per_class(train, cfg.k_shot, rng, "MNLI train")
+    private = train.select(private_idx)
+    val_k_shot = cfg.get("val_k_shot") or 0
+    val = (train.select(_per_class(train, val_k_shot, val_rng, "MNLI train validation", taken=private_idx))
+           if val_k_shot and val_rng is not None else None)
     if cfg.test_size > len(dev):
         raise ConfigError(f"asked for {cfg.test_size} test examples but dev_matched holds {len(dev)}")
     test = dev.select(np.sort(rng.choice(len(dev), size=cfg.test_size, replace=False)))
@@ -94,7 +109,8 @@ def load_mnli_bundle(cfg, rng: np.random.Generator, tokenizer) -> DataBundle:
 
     return DataBundle(
         name="mnli", private=split(private), public=split(public), test=split(test),
-        num_classes=len(LABELS), input_shape=(cfg.max_length,),
+        val=split(val) if val is not None else None, num_classes=len(LABELS), input_shape=(cfg.max_length,),
         info={"k_shot": cfg.k_shot, "public": "snli", "public_per_class": cfg.public_per_class,
               "test_size": cfg.test_size, "max_length": cfg.max_length,
-              "label_words": dict(zip(LABELS, cfg.label_words))})
+              "label_words": dict(zip(LABELS, cfg.label_words)),
+              **({"val_k_shot": val_k_shot} if val is not None else {})})

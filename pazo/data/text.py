@@ -13,6 +13,8 @@ from collections import Counter
 
 import torch
 
+from pazo.errors import ConfigError
+
 PAD, UNK = 0, 1
 TOKEN = re.compile(r"\w+")
 
@@ -65,3 +67,12 @@ def vocab_provenance(source: str) -> dict:
                                      "private training texts without noise: a release the DP "
                                      "guarantee does not cover"}
     return {"vocab_source": source}
+
+
+def source_vocab(source: str, public_texts, private_texts, size: int) -> tuple[dict[str, int], dict]:
+    """The vocabulary counted on the public or the private texts (`dataset.vocab_source`), and
+    what the run summary records about it."""
+    if source not in ("public", "private"):
+        raise ConfigError(f"dataset.vocab_source must be public or private, got {source!r}")
+    vocab = build_vocab(public_texts if source == "public" else private_texts, size)
+    return vocab, {**vocab_provenance(source), "vocab_found": len(vocab)}

@@ -5,7 +5,8 @@ Learning rate and clip are pinned per case, so that a later change of a method's
 read as a change of the method's arithmetic."""
 from __future__ import annotations
 
-COMMON = ("logger.mode=disabled", "device=cpu", "train.steps=24", "train.log_every=6", "seed=3")
+COMMON = ("logger.mode=disabled", "device=cpu", "train.steps=24", "train.log_every=6", "seed=3",
+          "dataset.val_fraction=0")
 
 CASES: dict[str, tuple[str, ...]] = {
     "mezo": ("method=mezo", "privacy=none", "method.lr=0.005"),
