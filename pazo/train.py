@@ -117,7 +117,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     eval_every = (max(1, round(steps_per_epoch / cfg.train.evals_per_epoch))
                   if cfg.train.evals_per_epoch else total_steps)
     window, stat_sums = defaultdict(list, loop.window), defaultdict(float, loop.stat_sums)
-    val = data.val if len(getattr(data, "val", ())) else None
+    val = data.val if data.val is not None and len(data.val) else None
     failure, stopped, last_saved = None, None, time.monotonic()
     module.train()
     bar = tqdm(range(loop.step + 1, total_steps + 1), desc=f"{cfg.method.name}", dynamic_ncols=True, disable=None,

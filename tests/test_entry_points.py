@@ -63,10 +63,10 @@ def test_pazo_sweep_console_script(tmp_path):
     out = subprocess.run([_console_script("pazo-sweep"), "demo", "--dry-run", "--show", "1", "--out", str(tmp_path)],
                          cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("sweep demo: 36 runs") and "36 to run" in out.stdout
+    assert out.stdout.startswith("sweep demo: 38 runs") and "38 to run" in out.stdout
     bad = subprocess.run([_console_script("pazo-sweep"), "nope"], cwd=tmp_path, env=_env(tmp_path),
                          capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2 and bad.stderr.startswith("pazo.sweep: error: unknown sweep 'nope'")
+    assert bad.returncode == 2 and bad.stderr.startswith("pazo: error: unknown sweep 'nope'")
     assert bad.stdout == ""
 
 
