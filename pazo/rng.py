@@ -2,8 +2,9 @@
 
 Data sampling, public batches, directions and DP noise each get their own stream spawned from the
 run seed with numpy's SeedSequence, so none can be predicted from another (the original DPZero code
-drew its noise from the direction stream). With `secure_noise` the noise stream is seeded from the
-operating system's entropy instead: nothing in the config or the logs then reveals it.
+drew its noise from the direction stream). With `secure` (privacy.secure_mode) the noise stream and
+the private-batch sampling stream are seeded from the operating system's entropy instead: nothing
+in the config or the logs then reveals which examples a step used or the noise it added.
 
 New streams go at the end of `STREAMS`: SeedSequence children are numbered, so the existing
 streams keep their seeds (and every recorded run its numbers).
@@ -19,13 +20,17 @@ STREAMS = ("data", "public", "directions", "noise", "init", "split", "validation
 
 
 class RandomStreams:
-    def __init__(self, seed: int, secure_noise: bool = False):
+    #: the streams whose draws the guarantee needs secret: Poisson batches and DP noise
+    SECRET = ("data", "noise")
+
+    def __init__(self, seed: int, secure: bool = False):
         children = np.random.SeedSequence(seed).spawn(len(STREAMS))
         self.seeds = {name: int(child.generate_state(1, dtype=np.uint64)[0] >> 1)
                       for name, child in zip(STREAMS, children)}
-        if secure_noise:
-            self.seeds["noise"] = secrets.randbits(63)
-        self.secure_noise = secure_noise
+        if secure:
+            for name in self.SECRET:
+                self.seeds[name] = secrets.randbits(63)
+        self.secure = secure
         self.numpy = {name: np.random.default_rng(s) for name, s in self.seeds.items()}
         self.torch_generators: list[torch.Generator] = []  # in creation order, for checkpoints
 

@@ -72,7 +72,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
         log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
                  f"(final test accuracy {start.summary.get('final_test_accuracy')})")
         return start.summary
-    streams = RandomStreams(cfg.seed, secure_noise=cfg.privacy.secure_noise)
+    streams = RandomStreams(cfg.seed, secure=cfg.privacy.secure_mode)
     data = build_dataset(cfg.dataset, streams)
     validate_against_data(cfg, len(data.private), len(data.public))
 

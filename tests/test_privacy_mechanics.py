@@ -74,5 +74,8 @@ def test_streams_are_independent_and_reproducible():
     noise_a = torch.randn(5, generator=a.torch_generator("noise"))
     dirs_a = torch.randn(5, generator=a.torch_generator("directions"))
     assert not torch.allclose(noise_a, dirs_a)
-    secure = RandomStreams(0, secure_noise=True)
-    assert secure.seeds["noise"] != a.seeds["noise"] and secure.seeds["directions"] == a.seeds["directions"]
+    secure = RandomStreams(0, secure=True)
+    assert secure.seeds["noise"] != a.seeds["noise"] and secure.seeds["data"] != a.seeds["data"]
+    assert secure.seeds["noise"] != RandomStreams(0, secure=True).seeds["noise"]  # not from the seed
+    for name in ("directions", "public", "init", "split"):  # the rest stays reproducible
+        assert secure.seeds[name] == a.seeds[name]

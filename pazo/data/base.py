@@ -31,7 +31,7 @@ class TensorSplit:
     def class_histogram(self, num_classes: int) -> list[int]:
         return torch.bincount(self.labels, minlength=num_classes).tolist()
 
-    def subset(self, indices: np.ndarray) -> "TensorSplit":
+    def subset(self, indices: np.ndarray) -> TensorSplit:
         """The examples at `indices`, with this split's transform (a validation split carved from
         the private set is fed to the model exactly as the private batches are)."""
         idx = torch.as_tensor(np.asarray(indices), dtype=torch.long)

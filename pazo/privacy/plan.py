@@ -72,7 +72,7 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
                        noise=release.noise,
                        adjacency=pcfg.adjacency, sampling=pcfg.sampling,
                        sampling_matches_accountant=sampler_cls.matches_accountant,
-                       noise_seed="os entropy (secure_noise)" if pcfg.secure_noise
+                       noise_seed="os entropy: noise and Poisson sampling (secure_mode)" if pcfg.secure_mode
                        else "derived from the run seed")
     if not plan.private:
         plan.notes.append("non-private run: no clipping, no noise, no accounting")
