@@ -298,5 +298,39 @@ def main(cfg: DictConfig) -> float | None:
     return summary["final_test_accuracy"]
 
 
-if __name__ == "__main__":
+def check_overrides(argv: list[str]) -> str | None:
+    """Compose the config with the command line's overrides as Hydra will: the first line of the
+    error (an unknown key, a value of the wrong type, a missing config group option), or None.
+    Multiruns and Hydra's own flags are left to Hydra."""
+    if any(a.startswith("-") for a in argv):
+        return None
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    overrides = [a for a in argv if not a.startswith("hydra.")]
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            compose(config_name="config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException, ValueError) as err:
+        lines = [line.strip() for e in (err, err.__cause__) if e is not None for line in str(e).splitlines()]
+        lines = [line for line in lines if line and not line.startswith(("full_key", "object_type", "To append"))]
+        if len(lines) > 2 and lines[1].startswith("Available options"):  # a config group's choices
+            options = [o for o in lines[2:] if o.isidentifier() and not o.endswith("_schema")]
+            return f"{lines[0]}; choices: {', '.join(options)}"
+        return "; ".join(dict.fromkeys(lines[:2])) or type(err).__name__
+    return None
+
+
+def cli() -> None:
+    """`pazo-train` / `python -m pazo.train`: a command line Hydra cannot compose is one line
+    (`pazo: error: ...`, exit 2) before anything starts; everything else is `main`."""
+    problem = check_overrides(sys.argv[1:])
+    if problem:
+        print(f"pazo: error: {problem}", file=sys.stderr)
+        sys.exit(2)
     main()
+
+
+if __name__ == "__main__":
+    cli()

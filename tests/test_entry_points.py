@@ -101,4 +101,4 @@ def test_pyproject_declares_the_pinned_requirements():
     extras = project["project"]["optional-dependencies"]
     assert extras["dev"] == _requirement_lines("requirements-dev.txt")
     assert extras["bench"] == _requirement_lines("requirements-bench.txt")
-    assert project["project"]["scripts"] == {"pazo-train": "pazo.train:main", "pazo-sweep": "pazo.sweep:main"}
+    assert project["project"]["scripts"] == {"pazo-train": "pazo.train:cli", "pazo-sweep": "pazo.sweep:main"}

@@ -118,6 +118,18 @@ def _cli(*args, cwd=ROOT, env_extra=None):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.parametrize("override,message", [
+    ("method.lrr=0.1", "pazo: error: Could not override 'method.lrr'.; Key 'lrr' not in 'PazoMConfig'"),
+    ("method.q=abc", "pazo: error: Error merging override method.q=abc; Value 'abc' of type 'str' could not be "
+                     "converted to Integer"),
+    ("method=nope", "pazo: error: In 'config': Could not find 'method/nope'"),
+])
+def test_cli_override_hydra_cannot_compose_is_one_line(override, message, tmp_path):
+    out = _cli(override, "logger.mode=disabled", f"hydra.run.dir={tmp_path}/r")
+    assert out.returncode == 2 and out.stderr.startswith(message), out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
+
+
 def test_cli_bad_input_exits_with_one_clear_message(tmp_path):
     out = _cli("privacy.epsilon=0", "logger.mode=disabled", f"hydra.run.dir={tmp_path}",
                env_extra={"PAZO_CACHE_DIR": str(tmp_path / "c")})
