@@ -109,3 +109,92 @@ def test_impossible_budgets_raise(kwargs, match):
     args = {"epsilon": 1.0, "delta": 1e-5, "q": 0.5, "steps": 1000} | kwargs
     with pytest.raises(BudgetError, match=match):
         calibrate_sigma(args["epsilon"], args["delta"], args["q"], args["steps"])
+
+
+# --- bounded accounts: grid size known in advance, exact one-step bound ---------------------------
+
+def test_amplified_pure_epsilon_does_not_overflow_for_tiny_sigma():
+    assert acc.amplified_pure_epsilon(1e-6, 0.05) == pytest.approx(1e6 + math.log(0.05), rel=1e-12)
+    x = 29.9  # both branches agree where they meet
+    assert acc.amplified_pure_epsilon(1 / x, 0.3) == pytest.approx(x + math.log(0.3 + 0.7 * math.exp(-x)),
+                                                                   rel=1e-12)
+
+
+def test_prv_grid_predicts_the_grid_prv_accountant_builds():
+    from prv_accountant import PoissonSubsampledGaussianMechanism, PRVAccountant
+    for sigma, q, steps, err in [(1.0, 0.05, 300, 0.01), (3.0, 0.01, 2000, 0.05)]:
+        points = acc.prv_grid(sigma, q, steps, 1e-5, err)[1]
+        built = PRVAccountant(prvs=[PoissonSubsampledGaussianMechanism(sampling_probability=q,
+                                                                       noise_multiplier=sigma)],
+                              eps_error=err, delta_error=1e-8, max_self_compositions=[steps])
+        assert abs(len(built.composer.self_composers[0].domain) - points) <= 4  # alignment
+
+
+def test_accountant_passes_prv_the_same_domain_it_computes_itself():
+    from prv_accountant import PoissonSubsampledGaussianMechanism, PRVAccountant
+    plain = PRVAccountant(prvs=[PoissonSubsampledGaussianMechanism(sampling_probability=0.05,
+                                                                   noise_multiplier=1.3)],
+                          eps_error=0.01, delta_error=1e-8, max_self_compositions=[400])
+    ours = GaussianAccountant(1.3, 0.05, 400, 1e-5, eps_error=0.01).epsilon(400)
+    assert (ours.lower, ours.estimate, ours.upper) == tuple(
+        max(float(v), 0.0) for v in plain.compute_epsilon(delta=1e-5, num_self_compositions=[400]))
+
+
+def test_oversized_grid_is_refused_before_it_is_built_with_a_workable_eps_error():
+    with pytest.raises(BudgetError, match=r"PRV grid .* use privacy.eps_error >= ([0-9.e-]+)") as info:
+        GaussianAccountant(3.0, 64 / 1294, 607, 1 / 1294, eps_error=1e-4)
+    suggested = float(str(info.value).split("eps_error >= ")[1].split()[0])
+    assert acc.prv_grid(3.0, 64 / 1294, 607, 1 / 1294, suggested)[1] <= acc.PRV_GRID_MAX
+
+
+def test_one_step_delta_is_exact():
+    # q = 1: the Gaussian mechanism's own delta
+    for sigma, eps in [(1.0, 0.5), (0.3, 3.0), (5.0, 0.1)]:
+        assert acc.gaussian_one_step_delta(sigma, 1.0, eps) == pytest.approx(
+            acc._gaussian_delta(eps, 1 / sigma), rel=1e-9)
+    # q < 1: one PRV step brackets it, dp-accounting's PLD agrees
+    sigma, q, eps = 0.8, 0.05, 1.0
+    delta = acc.gaussian_one_step_delta(sigma, q, eps)
+    bounds = GaussianAccountant(sigma, q, 1, delta, eps_error=0.01).epsilon(1)
+    assert bounds.lower <= eps <= bounds.upper
+    assert pld_epsilon(sigma, q, 1, delta) == pytest.approx(eps, abs=2e-3)
+    assert acc.gaussian_one_step_delta(1e-6, 0.05, 1.0) == pytest.approx(0.05)  # no overflow
+
+
+def test_prv_solve_goes_past_a_bracket_the_prv_bound_does_not_meet():
+    """PRV's upper bound (estimate + eps_error) can sit above a nearly tight RDP one at `hi`."""
+    def upper(s, err):
+        return 1.0 / s + err
+    sigma = acc._prv_solve(upper, epsilon=1.0, eps_error=0.01, hi=1.0, lo_ratio=0.75)
+    assert upper(sigma, 0.01) <= 1.0 and sigma > 1.0
+
+
+def test_small_targets_calibrate_with_wide_rdp_orders():
+    """Opacus' RDP orders (<= 63) cannot certify epsilon 0.05 at delta 1e-5; the PRV can."""
+    sigma = calibrate_sigma(0.05, 1e-5, 0.05, 50)
+    spent = GaussianAccountant(sigma, 0.05, 50, 1e-5, eps_error=acc.default_eps_error(0.05)).epsilon(50)
+    assert 0.99 * 0.05 <= spent.upper <= 0.05
+    assert pld_epsilon(sigma, 0.05, 50, 1e-5) <= 0.05
+
+
+@pytest.mark.parametrize("delta,mechanism,ok", [(1e-5, "gaussian", True), (0.0, "laplace", True),
+                                                (0.0, "gaussian", False), (1.0, "laplace", False),
+                                                (-1e-5, "laplace", False), (float("nan"), "gaussian", False),
+                                                (True, "gaussian", False), ("1e-5", "gaussian", False)])
+def test_check_delta_is_the_one_rule(delta, mechanism, ok):
+    if ok:
+        assert acc.check_delta(delta, mechanism) == delta
+    else:
+        with pytest.raises(BudgetError, match="0 only for pure DP with Laplace noise"):
+            acc.check_delta(delta, mechanism)
+    class ConfigLike(ValueError):
+        pass
+    if not ok:  # validate.py raises its own error class, under its own name
+        with pytest.raises(ConfigLike, match=r"^privacy\.delta must be in"):
+            acc.check_delta(delta, mechanism, name="privacy.delta", error=ConfigLike)
+
+
+@pytest.mark.parametrize("epsilon", [1e-4, 51.0, 1000.0, 1e9, float("inf")])
+def test_targets_outside_the_supported_range_are_refused(epsilon):
+    with pytest.raises(BudgetError, match=r"out of reach: pazo accounts target epsilons in \[0.001, 50\]"):
+        calibrate_sigma(epsilon, 1e-5, 0.02, 300)
