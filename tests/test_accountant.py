@@ -111,6 +111,80 @@ def test_impossible_budgets_raise(kwargs, match):
         calibrate_sigma(args["epsilon"], args["delta"], args["q"], args["steps"])
 
 
+# --- Laplace: the exact composition of the amplified pure-DP steps --------------------------------
+
+def kov_delta(eps0, steps, i):
+    """Kairouz, Oh & Viswanath (2015), Theorem 3.3: delta of `steps` eps0-DP steps at the corner
+    epsilon = (steps - 2i) eps0 of the optimal privacy region (an independent closed form)."""
+    return sum(math.comb(steps, j) * (math.exp((steps - j) * eps0) - math.exp((steps - 2 * i + j) * eps0))
+               for j in range(i)) / (1 + math.exp(eps0)) ** steps
+
+
+@pytest.mark.parametrize("eps0,steps", [(0.3, 7), (0.05, 40), (1.2, 15)])
+def test_pure_dp_composition_matches_the_optimal_composition_theorem(eps0, steps):
+    comp = acc.PureDPComposition(eps0, steps)
+    for i in range(steps // 2 + 1):
+        want = kov_delta(eps0, steps, i)
+        assert comp.delta((steps - 2 * i) * eps0) == pytest.approx(want, rel=1e-9, abs=1e-15)
+
+
+def test_pure_dp_composition_matches_brute_force_hockey_stick():
+    """delta(eps) = sum over all 2^T outcome sequences of (P - e^eps Q)+, randomized response."""
+    import itertools
+    eps0, steps = 0.4, 10
+    p_true = math.exp(eps0) / (1 + math.exp(eps0))
+    comp = acc.PureDPComposition(eps0, steps)
+    for eps in (0.0, 0.5, 1.3, 2.2, 3.9):
+        brute = 0.0
+        for seq in itertools.product((0, 1), repeat=steps):
+            ones = sum(seq)
+            p = p_true ** ones * (1 - p_true) ** (steps - ones)
+            q = (1 - p_true) ** ones * p_true ** (steps - ones)
+            brute += max(0.0, p - math.exp(eps) * q)
+        assert comp.delta(eps) == pytest.approx(brute, rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("sigma,q,steps,delta", [(3.0, 64 / 1294, 607, 1 / 1294), (16.3, 0.016, 4000, 1e-5),
+                                                 (2.0, 0.05, 200, 1e-5), (8.0, 0.01, 3000, 1e-6)])
+def test_exact_laplace_account_within_prv_and_pld_brackets(sigma, q, steps, delta):
+    """prv-accountant's grid bracket and dp-accounting's optimistic/pessimistic PLDs of the same
+    randomized response both contain the exact value."""
+    from prv_accountant import PRVAccountant, PureDPMechanism
+    exact = acc.LaplaceAccountant(sigma, q, steps, delta).epsilon(steps).upper
+    eps0 = acc.amplified_pure_epsilon(sigma, q)
+    prv = PRVAccountant(prvs=[PureDPMechanism(eps=eps0)], eps_error=0.01, delta_error=delta / 1000,
+                        max_self_compositions=[steps]).compute_epsilon(delta=delta, num_self_compositions=[steps])
+    assert prv[0] <= exact <= prv[2]
+    # dp-accounting's PLD of the same randomized response (its PLDAccountant 0.6 composes a
+    # RandomizedResponseDpEvent once whatever the count, so the distribution is composed directly)
+    from dp_accounting.pld import privacy_loss_distribution
+    def pld(pessimistic):
+        return privacy_loss_distribution.from_randomized_response(
+            noise_parameter=2 / (1 + math.exp(eps0)), num_buckets=2, pessimistic_estimate=pessimistic,
+            value_discretization_interval=1e-5).self_compose(steps).get_epsilon_for_delta(delta)
+    assert pld(False) <= exact <= pld(True)
+    assert exact <= acc.laplace_pure_epsilon(sigma, q, steps)
+
+
+@pytest.mark.parametrize("epsilon,delta,q,steps", [(1.0, 1 / 1294, 64 / 1294, 607), (0.5, 1e-5, 0.02, 1000),
+                                                   (4.0, 1e-5, 16 / 1000, 75000), (0.1, 1e-5, 0.01, 5000),
+                                                   (10.0, 1e-6, 0.5, 50)])
+def test_laplace_calibration_lands_within_one_percent_under_the_target(epsilon, delta, q, steps):
+    sigma = calibrate_sigma(epsilon, delta, q, steps, mechanism="laplace")
+    spent = acc.LaplaceAccountant(sigma, q, steps, delta).epsilon(steps).upper
+    assert 0.99 * epsilon <= spent <= epsilon
+    assert acc.LaplaceAccountant(sigma * 0.999, q, steps, delta).epsilon(steps).upper > epsilon
+
+
+@pytest.mark.parametrize("epsilon,q,steps", [(1.0, 64 / 1294, 607), (4.0, 0.02, 2000), (0.01, 1.0, 3),
+                                             (50.0, 0.3, 10)])
+def test_pure_laplace_closed_form_is_exact(epsilon, q, steps):
+    sigma = calibrate_sigma(epsilon, 0.0, q, steps, mechanism="laplace")
+    assert epsilon * (1 - 1e-8) <= acc.laplace_pure_epsilon(sigma, q, steps) <= epsilon
+    acct = acc.LaplaceAccountant(sigma, q, steps, 0.0).epsilon(steps)
+    assert acct.upper == acc.laplace_pure_epsilon(sigma, q, steps)
+
+
 # --- bounded accounts: grid size known in advance, exact one-step bound ---------------------------
 
 def test_amplified_pure_epsilon_does_not_overflow_for_tiny_sigma():

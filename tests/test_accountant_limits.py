@@ -65,12 +65,14 @@ CASES = {
     "epsilon=1e9 laplace": ({"epsilon": 1e9, "noise": "laplace"}, "out of reach"),
     # a huge sigma is accounted (epsilon ~ 0)
     "sigma=1e6": ({"epsilon": 1.0, "sigma": 1e6}, None),
-    # 1e7 steps: the PRV grid would not fit
+    # 1e7 steps: the PRV grid would not fit; the exact Laplace account does
     "T=1e7 calibrate": ({"epsilon": 1.0, "steps": 10_000_000}, "PRV grid"),
     "T=1e7 sigma=3": ({"epsilon": 1.0, "sigma": 3.0, "steps": 10_000_000}, "PRV grid"),
+    "T=1e7 laplace": ({"epsilon": 1.0, "steps": 10_000_000, "noise": "laplace"}, None),
     # full batch (q = 1): closed form, any sigma
     "q=1 calibrate": ({"epsilon": 1.0, "b": N}, None),
     "q=1 sigma=1e-6": ({"epsilon": 1.0, "sigma": 1e-6, "b": N}, "above the target"),
+    "laplace sigma=1e-6": ({"epsilon": 1.0, "sigma": 1e-6, "noise": "laplace"}, "above the target"),
 }
 
 

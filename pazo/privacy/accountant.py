@@ -11,6 +11,8 @@ multiplier ``sigma / sqrt(mechanisms)``.
 The Gaussian guarantee is the upper bound of prv-accountant (Gopi et al. 2021).  Calibration first
 brackets sigma with the cheap RDP bound, then solves on a coarse PRV grid and confirms on the fine
 one, so that T = 100k steps takes seconds rather than a minute (``scripts/benchmark_calibration.py``).
+The Laplace (epsilon, delta) guarantee is the exact optimal composition of the amplified pure-DP
+steps (no grid).
 
 Supported inputs (everything else is refused with a `BudgetError` before any large computation):
 
@@ -38,15 +40,16 @@ from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
-from prv_accountant import PoissonSubsampledGaussianMechanism, PRVAccountant, PureDPMechanism
+from prv_accountant import PoissonSubsampledGaussianMechanism, PRVAccountant
 from prv_accountant.accountant import compute_safe_domain_size
 from prv_accountant.other_accountants import RDP
-from scipy.special import gammaln, logsumexp
-from scipy.stats import norm
+from scipy.special import expit, gammaln, logsumexp
+from scipy.stats import binom, norm
 
 SIGMA_MAX = 1e4  # beyond this the budget is impossible in practice (noise swamps any signal)
 EPSILON_MIN, EPSILON_MAX = 1e-3, 50.0  # supported targets (module docstring)
 PRV_GRID_MAX = 4_000_000  # points of one PRV grid; peak memory measured at 180-360 bytes a point
+PURE_DP_WINDOW_MAX = 2_000_000  # binomial terms of the exact Laplace account (T up to ~2e9)
 MECHANISMS = ("gaussian", "laplace")
 # Opacus' orders stop at 63, which cannot certify epsilon below ~0.1: integer orders up to 16384
 # extend the RDP bracket (used only when the default orders cannot reach the target, so other
@@ -260,37 +263,86 @@ def laplace_sigma_for_pure_epsilon(epsilon: float, sample_rate: float, steps: in
     return sigma
 
 
+class PureDPComposition:
+    """`steps` adaptively composed step_epsilon-DP steps, exactly: the optimal composition theorem
+    (Kairouz, Oh & Viswanath 2015) says randomized response is the worst case, whose privacy loss
+    is (T - 2K) eps0 with K ~ Binomial(T, 1/(1 + e^eps0)); delta(epsilon) = E[(1 - e^(epsilon - loss))+].
+
+    This is the quantity prv-accountant approximates for PureDPMechanism on a grid (whose rounding
+    of +-eps0 to grid cells made epsilon(sigma) a staircase with steps of eps_error). Terms of K more
+    than 40 standard deviations from its mean are counted as if each contributed its full mass, so
+    the result stays an upper bound.
+    """
+
+    def __init__(self, step_epsilon: float, steps: int):
+        self.step_epsilon, self.steps = step_epsilon, steps
+        p = float(expit(-step_epsilon))  # probability of a step's loss being -eps0
+        mean, sd = steps * p, math.sqrt(steps * p * (1 - p))
+        k_lo, k_hi = max(0, math.floor(mean - 40 * sd - 40)), min(steps, math.ceil(mean + 40 * sd + 40))
+        if k_hi - k_lo + 1 > PURE_DP_WINDOW_MAX:
+            raise BudgetError(f"{steps} steps are out of reach for the exact Laplace account "
+                              f"(more than {PURE_DP_WINDOW_MAX:.0e} binomial terms)")
+        k = np.arange(k_lo, k_hi + 1)
+        self.loss = (steps - 2 * k) * step_epsilon
+        self.log_mass = binom.logpmf(k, steps, p)
+        self.mass = np.exp(self.log_mass)
+        self.outside = float(binom.cdf(k_lo - 1, steps, p) + binom.sf(k_hi, steps, p))
+
+    def delta(self, epsilon: float) -> float:
+        above = self.loss > epsilon
+        return float(self.mass[above] @ -np.expm1(epsilon - self.loss[above])) + self.outside
+
+    def epsilon(self, delta: float) -> float:
+        """Smallest epsilon (to ~1e-12 relative, rounded up) with delta(epsilon) <= delta."""
+        target = delta * (1 - 1e-9)  # margin for the float error of the sums
+        if self.delta(0.0) <= target:
+            return 0.0
+        # Between consecutive losses the set {loss > epsilon} is a prefix of the window (losses fall
+        # as K grows), where delta(epsilon) = A - e^epsilon B: solve each piece in closed form and
+        # keep the one whose solution lies on it (as prv-accountant does on its grid).
+        pos = self.loss > 0
+        loss = self.loss[pos]
+        a = np.cumsum(self.mass[pos]) + self.outside
+        log_b = np.logaddexp.accumulate(self.log_mass[pos] - loss)  # e^-loss underflows for large losses
+        with np.errstate(all="ignore"):
+            solution = np.log(a - target) - log_b
+        below = np.append(loss[1:], 0.0)  # each piece is [next loss, this loss)
+        on_piece = np.flatnonzero((solution >= below) & (solution < loss))
+        pure = self.steps * self.step_epsilon  # delta(pure) = 0: always a valid answer
+        eps = float(solution[on_piece[0]]) if len(on_piece) else pure
+        # confirm with the sum of positive terms (no cancellation); round up until it holds
+        step = 1e-12 * max(eps, 1e-12)
+        while eps < pure and self.delta(eps) > target:
+            eps, step = eps + step, step * 4
+        return min(eps, pure)
+
+
 class LaplaceAccountant:
     """Laplace noise of scale sigma * sensitivity on each step of Poisson-subsampled sums.
 
     delta = 0: pure epsilon-DP by basic composition of the amplified steps (closed form).
-    delta > 0: (epsilon, delta) by prv-accountant's composition of the pure-DP steps, which is
-    never larger than the pure bound.
+    delta > 0: (epsilon, delta) by the exact optimal composition of the amplified pure-DP steps
+    (`PureDPComposition`), never larger than the pure bound. `eps_error` is accepted for the common
+    accountant interface; no grid is involved.
     """
 
     def __init__(self, sigma: float, sample_rate: float, steps: int, delta: float,
-                 eps_error: float = 0.01):
+                 eps_error: float | None = None):
         _check_run(sigma, sample_rate, steps)
         check_delta(delta, "laplace")
         self.sigma, self.sample_rate, self.steps, self.delta = sigma, sample_rate, steps, delta
         self.eps_error = eps_error
         self.step_epsilon = amplified_pure_epsilon(sigma, sample_rate)
-        self._prv = None
-        if delta > 0:
-            self._prv = PRVAccountant(prvs=[PureDPMechanism(eps=self.step_epsilon)], eps_error=eps_error,
-                                      delta_error=delta / 1000, max_self_compositions=[steps])
 
     def pure_epsilon(self, steps_done: int) -> float:
         return steps_done * self.step_epsilon
 
     def epsilon(self, steps_done: int) -> EpsilonBounds:
         pure = self.pure_epsilon(steps_done)
-        if self._prv is None or steps_done <= 0:
+        if self.delta == 0 or steps_done <= 0:
             return EpsilonBounds(pure, pure, pure)
-        lo, est, up = self._prv.compute_epsilon(delta=self.delta, num_self_compositions=[steps_done])
-        # the pure bound holds whatever delta: never report more than it
-        return EpsilonBounds(max(min(float(lo), pure), 0.0), max(min(float(est), pure), 0.0),
-                             max(min(float(up), pure), 0.0))
+        eps = min(PureDPComposition(self.step_epsilon, steps_done).epsilon(self.delta), pure)
+        return EpsilonBounds(eps, eps, eps)
 
 
 def accountant_for(mechanism: str, sigma: float, sample_rate: float, steps: int, delta: float,
@@ -423,23 +475,30 @@ def _calibrate_gaussian(epsilon: float, delta: float, sample_rate: float, steps:
     return _prv_solve(prv_upper, epsilon, eps_error, hi, lo_ratio=0.75) * math.sqrt(mechanisms)
 
 
-def _calibrate_laplace(epsilon: float, delta: float, sample_rate: float, steps: int,
-                       eps_error: float) -> float:
-    pure = laplace_sigma_for_pure_epsilon(epsilon, sample_rate, steps)
+def _calibrate_laplace(epsilon: float, delta: float, sample_rate: float, steps: int) -> float:
     if delta == 0:
-        return pure
+        return laplace_sigma_for_pure_epsilon(epsilon, sample_rate, steps)
+    pure = _pure_laplace_sigma(epsilon, sample_rate, steps)  # may exceed SIGMA_MAX on long runs
 
-    def prv_upper(sigma: float, error: float) -> float:
-        return LaplaceAccountant(sigma, sample_rate, steps, delta, eps_error=error).epsilon(steps).upper
+    def gap(sigma: float) -> float:
+        return LaplaceAccountant(sigma, sample_rate, steps, delta).epsilon(steps).upper - epsilon
 
-    # pure epsilon-DP implies (epsilon, delta)-DP, so the pure-DP sigma is an upper end
-    return _prv_solve(prv_upper, epsilon, eps_error, pure, lo_ratio=0.1)
+    # pure epsilon-DP implies (epsilon, delta)-DP, so the pure-DP sigma is an upper end; the exact
+    # account is continuous and decreasing in sigma, so the secant lands within 1e-6 of the root
+    lo, hi = pure / 2, pure
+    while gap(lo) <= 0:
+        lo, hi = lo / 2, lo
+    sigma = _solve_log_secant(gap, lo, hi, tol=1e-6, max_iter=100)
+    if sigma > SIGMA_MAX:
+        raise BudgetError(f"epsilon={epsilon} is out of reach: the Laplace scale would exceed "
+                          f"{SIGMA_MAX:g} (sample rate {sample_rate:.4g}, {steps} steps)")
+    return sigma
 
 
 def _calibrate_uncached(epsilon: float, delta: float, sample_rate: float, steps: int,
                         eps_error: float, mechanisms: int, mechanism: str = "gaussian") -> float:
     if mechanism == "laplace":
-        return _calibrate_laplace(epsilon, delta, sample_rate, steps, eps_error)
+        return _calibrate_laplace(epsilon, delta, sample_rate, steps)
     return _calibrate_gaussian(epsilon, delta, sample_rate, steps, eps_error, mechanisms)
 
 
@@ -454,7 +513,7 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
     """Smallest noise multiplier (to ~0.2%) whose upper bound on epsilon is <= the target.
 
     Gaussian: PRV upper bound. Laplace (noise scale sigma * sensitivity): with delta = 0 the pure
-    epsilon-DP closed form; with delta > 0 the PRV account of the amplified pure-DP steps.
+    epsilon-DP closed form; with delta > 0 the exact composition of the amplified pure-DP steps.
     Results are cached on disk (one small JSON file per input, written atomically, so parallel
     sweep jobs can share the cache).
     """
@@ -469,7 +528,7 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
                           f"estimate plus eps_error - got {eps_error!r}")
     key = {"epsilon": epsilon, "delta": delta, "sample_rate": sample_rate, "steps": steps,
            "eps_error": eps_error, "mechanisms": mechanisms, "mechanism": mechanism,
-           "prv_accountant": version("prv-accountant"), "algorithm": 2}
+           "prv_accountant": version("prv-accountant"), "algorithm": 3}
     path = _cache_path(cache_dir, key) if cache_dir else None
     if path is not None and path.exists():
         try:

@@ -64,8 +64,8 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
         plan.accountant = "closed form T log(1 + q (e^(1/sigma) - 1)) (Laplace, basic composition)"
     elif plan.noise == "laplace":
         plan.guarantee = "(epsilon, delta)-DP"
-        plan.accountant = ("prv-accountant upper bound, composition of Poisson-amplified pure-DP steps "
-                           "(Laplace), add/remove")
+        plan.accountant = ("exact optimal composition (Kairouz et al. 2015) of Poisson-amplified pure-DP "
+                           "steps (Laplace), add/remove")
     else:
         plan.guarantee = "(epsilon, delta)-DP"
         plan.accountant = "prv-accountant upper bound, Poisson-subsampled Gaussian, add/remove"
