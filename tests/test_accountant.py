@@ -1,4 +1,6 @@
 """The accountant against independent values and its own consistency."""
+import json
+import logging
 import math
 
 import pytest
@@ -272,3 +274,79 @@ def test_check_delta_is_the_one_rule(delta, mechanism, ok):
 def test_targets_outside_the_supported_range_are_refused(epsilon):
     with pytest.raises(BudgetError, match=r"out of reach: pazo accounts target epsilons in \[0.001, 50\]"):
         calibrate_sigma(epsilon, 1e-5, 0.02, 300)
+
+
+# --- the sigma cache is validated before use ------------------------------------------------------
+
+CACHE_ARGS = (1.0, 1e-5, 0.02, 300)
+
+
+@pytest.fixture(scope="module")
+def fresh_sigma():
+    return calibrate_sigma(*CACHE_ARGS)
+
+
+def _only_entry(tmp_path):
+    files = list((tmp_path / "sigma").glob("*.json"))
+    assert len(files) == 1
+    return files[0]
+
+
+def _poison(text_of):
+    def make(path, entry):
+        path.write_text(text_of(entry))
+    return make
+
+
+POISONS = {
+    "overspending sigma": lambda e: json.dumps({**e, "sigma": e["sigma"] * 0.5}),
+    "null": lambda e: json.dumps({**e, "sigma": None}),
+    "negative": lambda e: json.dumps({**e, "sigma": -e["sigma"]}),
+    "zero": lambda e: json.dumps({**e, "sigma": 0}),
+    "string": lambda e: json.dumps({**e, "sigma": str(e["sigma"])}),
+    "list": lambda e: json.dumps({**e, "sigma": [e["sigma"]]}),
+    "bool": lambda e: json.dumps({**e, "sigma": True}),
+    "nan": lambda e: json.dumps({**e, "sigma": float("nan")}),
+    "inf": lambda e: json.dumps({**e, "sigma": float("inf")}),
+    "huge": lambda e: json.dumps({**e, "sigma": 1e300}),
+    "missing sigma": lambda e: json.dumps({k: v for k, v in e.items() if k != "sigma"}),
+    "truncated JSON": lambda e: json.dumps(e)[:40],
+    "top-level list": lambda e: json.dumps([e]),
+    "garbage bytes": lambda e: "\x00\xff not json",
+    # sigma 1.2x meets this target too: only the key check can refuse it
+    "other inputs (key collision)": lambda e: json.dumps({**e, "steps": 600, "sigma": e["sigma"] * 1.2}),
+    "input of another type": lambda e: json.dumps({**e, "steps": float(e["steps"])}),
+    "old algorithm": lambda e: json.dumps({**e, "algorithm": 2}),
+}
+
+
+@pytest.mark.parametrize("poison", sorted(POISONS))
+def test_poisoned_cache_entry_is_recomputed_overwritten_and_warned_once(poison, fresh_sigma, tmp_path,
+                                                                         monkeypatch, caplog):
+    calls = []
+
+    def calibrate(*args, **kwargs):  # the real result, without paying for the solve again
+        calls.append(args)
+        return fresh_sigma
+    monkeypatch.setattr(acc, "_calibrate_uncached", calibrate)
+    calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path)
+    path = _only_entry(tmp_path)
+    entry = json.loads(path.read_text())
+    path.write_text(POISONS[poison](entry))
+    with caplog.at_level(logging.WARNING, logger="pazo.privacy.accountant"):
+        assert calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path) == fresh_sigma
+        assert calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path) == fresh_sigma
+    assert len(calls) == 2  # recomputed once, then served from the repaired entry (re-confirmed)
+    assert len([r for r in caplog.records if "ignored" in r.getMessage()]) == 1
+    assert json.loads(path.read_text()) == entry
+
+
+def test_cache_entry_that_meets_the_target_is_served_without_recomputing(fresh_sigma, tmp_path, monkeypatch):
+    calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path)
+    monkeypatch.setattr(acc, "_calibrate_uncached", lambda *a, **k: pytest.fail("recomputed"))
+    assert calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path) == fresh_sigma
+
+
+def test_unwritable_cache_is_skipped(tmp_path, monkeypatch):
+    (tmp_path / "sigma").write_text("a file where the cache folder should be")
+    assert calibrate_sigma(1.0, 1e-5, 1.0, 100, cache_dir=tmp_path) == calibrate_sigma(1.0, 1e-5, 1.0, 100)

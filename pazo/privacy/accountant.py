@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import numbers
 import os
@@ -45,6 +46,8 @@ from prv_accountant.accountant import compute_safe_domain_size
 from prv_accountant.other_accountants import RDP
 from scipy.special import expit, gammaln, logsumexp
 from scipy.stats import binom, norm
+
+log = logging.getLogger(__name__)
 
 SIGMA_MAX = 1e4  # beyond this the budget is impossible in practice (noise swamps any signal)
 EPSILON_MIN, EPSILON_MAX = 1e-3, 50.0  # supported targets (module docstring)
@@ -507,6 +510,63 @@ def _cache_path(cache_dir: str | os.PathLike, key: dict) -> Path:
     return Path(os.path.expanduser(str(cache_dir))) / "sigma" / f"{digest}.json"
 
 
+def _cache_entry_problem(text: str, key: dict, sigma_max: float) -> str | None:
+    """Why a cache file's text cannot be used for `key` (None if it can, pending re-confirmation)."""
+    try:
+        entry = json.loads(text)
+    except ValueError:
+        return "not valid JSON"
+    if not isinstance(entry, dict):
+        return "not a JSON object"
+    for name, want in key.items():
+        got = entry.get(name)
+        if type(got) is not type(want) or got != want:
+            return f"stored {name}={got!r} does not match the request's {want!r}"
+    sigma = entry.get("sigma")
+    if type(sigma) not in (int, float) or not (math.isfinite(sigma) and 0 < sigma <= sigma_max):
+        return f"sigma={sigma!r} is not a finite number in (0, {sigma_max:g}]"
+    return None
+
+
+def _read_cache(path: Path, key: dict, target: float, spent) -> float | None:
+    """The cached sigma if the entry is well formed, matches `key` exactly and still meets the
+    target by `spent` (the run's own accountant); otherwise None, after one warning."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as err:
+        problem = f"unreadable ({type(err).__name__})"
+    else:
+        problem = _cache_entry_problem(text, key, SIGMA_MAX * math.sqrt(key["mechanisms"]))
+        if problem is None:
+            sigma = json.loads(text)["sigma"]
+            try:
+                used = spent(sigma)
+            except BudgetError as err:
+                problem = f"sigma={sigma!r} cannot be accounted ({err})"
+            else:
+                if used <= target:
+                    return float(sigma)
+                problem = f"sigma={sigma!r} spends epsilon={used:.6g}, above the target {target:g}"
+    log.warning("sigma cache entry %s ignored: %s; recalibrating and overwriting it", path, problem)
+    return None
+
+
+def _write_cache(path: Path, key: dict, sigma: float) -> None:
+    """Atomic write (parallel sweep jobs share the cache); a cache that cannot be written is skipped."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
+            json.dump({**key, "sigma": sigma}, tmp)
+        os.replace(tmp.name, path)
+    except OSError as err:
+        log.warning("sigma cache %s not written: %s", path, err)
+        if tmp is not None and os.path.exists(tmp.name):
+            os.unlink(tmp.name)
+
+
 def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int,
                     eps_error: float | None = None, mechanisms: int = 1,
                     cache_dir: str | os.PathLike | None = None, mechanism: str = "gaussian") -> float:
@@ -515,7 +575,9 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
     Gaussian: PRV upper bound. Laplace (noise scale sigma * sensitivity): with delta = 0 the pure
     epsilon-DP closed form; with delta > 0 the exact composition of the amplified pure-DP steps.
     Results are cached on disk (one small JSON file per input, written atomically, so parallel
-    sweep jobs can share the cache).
+    sweep jobs can share the cache); an entry is used only if it parses, its inputs equal the
+    request, and its sigma is a finite positive number that still meets the target by the run's
+    own accountant (one evaluation, the cost of the run's final epsilon).
     """
     epsilon = check_target_epsilon(epsilon)
     if mechanism not in MECHANISMS:
@@ -526,19 +588,21 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
     if not (math.isfinite(eps_error) and 0 < eps_error < epsilon):
         raise BudgetError(f"eps_error must be in (0, epsilon={epsilon:g}) - the guarantee is the PRV "
                           f"estimate plus eps_error - got {eps_error!r}")
-    key = {"epsilon": epsilon, "delta": delta, "sample_rate": sample_rate, "steps": steps,
-           "eps_error": eps_error, "mechanisms": mechanisms, "mechanism": mechanism,
+    key = {"epsilon": epsilon, "delta": delta, "sample_rate": float(sample_rate), "steps": int(steps),
+           "eps_error": eps_error, "mechanisms": int(mechanisms), "mechanism": mechanism,
            "prv_accountant": version("prv-accountant"), "algorithm": 3}
     path = _cache_path(cache_dir, key) if cache_dir else None
-    if path is not None and path.exists():
-        try:
-            return float(json.loads(path.read_text())["sigma"])
-        except (ValueError, KeyError):
-            pass  # a damaged entry is recomputed and overwritten
-    sigma = _calibrate_uncached(epsilon, delta, sample_rate, steps, eps_error, mechanisms, mechanism)
+
+    def spent(sigma: float) -> float:
+        return accountant_for(mechanism, sigma, sample_rate, int(steps), delta, eps_error,
+                              int(mechanisms)).epsilon(int(steps)).upper
+
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-            json.dump({**key, "sigma": sigma}, tmp)
-        os.replace(tmp.name, path)
+        cached = _read_cache(path, key, epsilon, spent)
+        if cached is not None:
+            return cached
+    sigma = _calibrate_uncached(epsilon, delta, sample_rate, int(steps), eps_error, int(mechanisms),
+                                mechanism)
+    if path is not None:
+        _write_cache(path, key, sigma)
     return sigma
