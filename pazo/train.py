@@ -220,11 +220,14 @@ def _outcome(plan, tracker, loop: LoopState, total_steps: int, failure: str | No
     priv["steps_done"] = steps_done
     if plan.private:
         spent = tracker.final(steps_done)
-        priv.update(epsilon_spent=spent, within_budget=spent <= plan.target_epsilon + 1e-12,
-                    guarantee_holds=(spent <= plan.target_epsilon + 1e-12)
-                    and plan.sampling_matches_accountant)
+        within = spent <= plan.target_epsilon + 1e-12
+        priv.update(epsilon_spent=spent, within_budget=within, over_budget=not within,
+                    guarantee_holds=within and plan.sampling_matches_accountant)
         if plan.noise == "laplace":
             priv["pure_epsilon_spent"] = tracker.pure_epsilon(steps_done)
+        if not within:  # the guarantee the run promised does not hold: never a finished run
+            over = f"over_budget: epsilon spent {spent:.6g} > target {plan.target_epsilon}"
+            failure = f"{failure}; {over}" if failure else over
     # the first steps include one-off set-up (allocations, vmap tracing): report the median too
     times = loop.step_times[1:] or loop.step_times
     last_eval, last_val = loop.last_eval, loop.last_val

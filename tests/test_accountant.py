@@ -1,4 +1,6 @@
 """The accountant against independent values and its own consistency."""
+import json
+import logging
 import math
 
 import pytest
@@ -109,3 +111,242 @@ def test_impossible_budgets_raise(kwargs, match):
     args = {"epsilon": 1.0, "delta": 1e-5, "q": 0.5, "steps": 1000} | kwargs
     with pytest.raises(BudgetError, match=match):
         calibrate_sigma(args["epsilon"], args["delta"], args["q"], args["steps"])
+
+
+# --- Laplace: the exact composition of the amplified pure-DP steps --------------------------------
+
+def kov_delta(eps0, steps, i):
+    """Kairouz, Oh & Viswanath (2015), Theorem 3.3: delta of `steps` eps0-DP steps at the corner
+    epsilon = (steps - 2i) eps0 of the optimal privacy region (an independent closed form)."""
+    return sum(math.comb(steps, j) * (math.exp((steps - j) * eps0) - math.exp((steps - 2 * i + j) * eps0))
+               for j in range(i)) / (1 + math.exp(eps0)) ** steps
+
+
+@pytest.mark.parametrize("eps0,steps", [(0.3, 7), (0.05, 40), (1.2, 15)])
+def test_pure_dp_composition_matches_the_optimal_composition_theorem(eps0, steps):
+    comp = acc.PureDPComposition(eps0, steps)
+    for i in range(steps // 2 + 1):
+        want = kov_delta(eps0, steps, i)
+        assert comp.delta((steps - 2 * i) * eps0) == pytest.approx(want, rel=1e-9, abs=1e-15)
+
+
+def test_pure_dp_composition_matches_brute_force_hockey_stick():
+    """delta(eps) = sum over all 2^T outcome sequences of (P - e^eps Q)+, randomized response."""
+    import itertools
+    eps0, steps = 0.4, 10
+    p_true = math.exp(eps0) / (1 + math.exp(eps0))
+    comp = acc.PureDPComposition(eps0, steps)
+    for eps in (0.0, 0.5, 1.3, 2.2, 3.9):
+        brute = 0.0
+        for seq in itertools.product((0, 1), repeat=steps):
+            ones = sum(seq)
+            p = p_true ** ones * (1 - p_true) ** (steps - ones)
+            q = (1 - p_true) ** ones * p_true ** (steps - ones)
+            brute += max(0.0, p - math.exp(eps) * q)
+        assert comp.delta(eps) == pytest.approx(brute, rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("sigma,q,steps,delta", [(3.0, 64 / 1294, 607, 1 / 1294), (16.3, 0.016, 4000, 1e-5),
+                                                 (2.0, 0.05, 200, 1e-5), (8.0, 0.01, 3000, 1e-6)])
+def test_exact_laplace_account_within_prv_and_pld_brackets(sigma, q, steps, delta):
+    """prv-accountant's grid bracket and dp-accounting's optimistic/pessimistic PLDs of the same
+    randomized response both contain the exact value."""
+    from prv_accountant import PRVAccountant, PureDPMechanism
+    exact = acc.LaplaceAccountant(sigma, q, steps, delta).epsilon(steps).upper
+    eps0 = acc.amplified_pure_epsilon(sigma, q)
+    prv = PRVAccountant(prvs=[PureDPMechanism(eps=eps0)], eps_error=0.01, delta_error=delta / 1000,
+                        max_self_compositions=[steps]).compute_epsilon(delta=delta, num_self_compositions=[steps])
+    assert prv[0] <= exact <= prv[2]
+    # dp-accounting's PLD of the same randomized response (its PLDAccountant 0.6 composes a
+    # RandomizedResponseDpEvent once whatever the count, so the distribution is composed directly)
+    from dp_accounting.pld import privacy_loss_distribution
+    def pld(pessimistic):
+        return privacy_loss_distribution.from_randomized_response(
+            noise_parameter=2 / (1 + math.exp(eps0)), num_buckets=2, pessimistic_estimate=pessimistic,
+            value_discretization_interval=1e-5).self_compose(steps).get_epsilon_for_delta(delta)
+    assert pld(False) <= exact <= pld(True)
+    assert exact <= acc.laplace_pure_epsilon(sigma, q, steps)
+
+
+@pytest.mark.parametrize("epsilon,delta,q,steps", [(1.0, 1 / 1294, 64 / 1294, 607), (0.5, 1e-5, 0.02, 1000),
+                                                   (4.0, 1e-5, 16 / 1000, 75000), (0.1, 1e-5, 0.01, 5000),
+                                                   (10.0, 1e-6, 0.5, 50)])
+def test_laplace_calibration_lands_within_one_percent_under_the_target(epsilon, delta, q, steps):
+    sigma = calibrate_sigma(epsilon, delta, q, steps, mechanism="laplace")
+    spent = acc.LaplaceAccountant(sigma, q, steps, delta).epsilon(steps).upper
+    assert 0.99 * epsilon <= spent <= epsilon
+    assert acc.LaplaceAccountant(sigma * 0.999, q, steps, delta).epsilon(steps).upper > epsilon
+
+
+@pytest.mark.parametrize("epsilon,q,steps", [(1.0, 64 / 1294, 607), (4.0, 0.02, 2000), (0.01, 1.0, 3),
+                                             (50.0, 0.3, 10)])
+def test_pure_laplace_closed_form_is_exact(epsilon, q, steps):
+    sigma = calibrate_sigma(epsilon, 0.0, q, steps, mechanism="laplace")
+    assert epsilon * (1 - 1e-8) <= acc.laplace_pure_epsilon(sigma, q, steps) <= epsilon
+    acct = acc.LaplaceAccountant(sigma, q, steps, 0.0).epsilon(steps)
+    assert acct.upper == acc.laplace_pure_epsilon(sigma, q, steps)
+
+
+# --- bounded accounts: grid size known in advance, exact one-step bound ---------------------------
+
+def test_amplified_pure_epsilon_does_not_overflow_for_tiny_sigma():
+    assert acc.amplified_pure_epsilon(1e-6, 0.05) == pytest.approx(1e6 + math.log(0.05), rel=1e-12)
+    x = 29.9  # both branches agree where they meet
+    assert acc.amplified_pure_epsilon(1 / x, 0.3) == pytest.approx(x + math.log(0.3 + 0.7 * math.exp(-x)),
+                                                                   rel=1e-12)
+
+
+def test_prv_grid_predicts_the_grid_prv_accountant_builds():
+    from prv_accountant import PoissonSubsampledGaussianMechanism, PRVAccountant
+    for sigma, q, steps, err in [(1.0, 0.05, 300, 0.01), (3.0, 0.01, 2000, 0.05)]:
+        points = acc.prv_grid(sigma, q, steps, 1e-5, err)[1]
+        built = PRVAccountant(prvs=[PoissonSubsampledGaussianMechanism(sampling_probability=q,
+                                                                       noise_multiplier=sigma)],
+                              eps_error=err, delta_error=1e-8, max_self_compositions=[steps])
+        assert abs(len(built.composer.self_composers[0].domain) - points) <= 4  # alignment
+
+
+def test_accountant_passes_prv_the_same_domain_it_computes_itself():
+    from prv_accountant import PoissonSubsampledGaussianMechanism, PRVAccountant
+    plain = PRVAccountant(prvs=[PoissonSubsampledGaussianMechanism(sampling_probability=0.05,
+                                                                   noise_multiplier=1.3)],
+                          eps_error=0.01, delta_error=1e-8, max_self_compositions=[400])
+    ours = GaussianAccountant(1.3, 0.05, 400, 1e-5, eps_error=0.01).epsilon(400)
+    assert (ours.lower, ours.estimate, ours.upper) == tuple(
+        max(float(v), 0.0) for v in plain.compute_epsilon(delta=1e-5, num_self_compositions=[400]))
+
+
+def test_oversized_grid_is_refused_before_it_is_built_with_a_workable_eps_error():
+    with pytest.raises(BudgetError, match=r"PRV grid .* use privacy.eps_error >= ([0-9.e-]+)") as info:
+        GaussianAccountant(3.0, 64 / 1294, 607, 1 / 1294, eps_error=1e-4)
+    suggested = float(str(info.value).split("eps_error >= ")[1].split()[0])
+    assert acc.prv_grid(3.0, 64 / 1294, 607, 1 / 1294, suggested)[1] <= acc.PRV_GRID_MAX
+
+
+def test_one_step_delta_is_exact():
+    # q = 1: the Gaussian mechanism's own delta
+    for sigma, eps in [(1.0, 0.5), (0.3, 3.0), (5.0, 0.1)]:
+        assert acc.gaussian_one_step_delta(sigma, 1.0, eps) == pytest.approx(
+            acc._gaussian_delta(eps, 1 / sigma), rel=1e-9)
+    # q < 1: one PRV step brackets it, dp-accounting's PLD agrees
+    sigma, q, eps = 0.8, 0.05, 1.0
+    delta = acc.gaussian_one_step_delta(sigma, q, eps)
+    bounds = GaussianAccountant(sigma, q, 1, delta, eps_error=0.01).epsilon(1)
+    assert bounds.lower <= eps <= bounds.upper
+    assert pld_epsilon(sigma, q, 1, delta) == pytest.approx(eps, abs=2e-3)
+    assert acc.gaussian_one_step_delta(1e-6, 0.05, 1.0) == pytest.approx(0.05)  # no overflow
+
+
+def test_prv_solve_goes_past_a_bracket_the_prv_bound_does_not_meet():
+    """PRV's upper bound (estimate + eps_error) can sit above a nearly tight RDP one at `hi`."""
+    def upper(s, err):
+        return 1.0 / s + err
+    sigma = acc._prv_solve(upper, epsilon=1.0, eps_error=0.01, hi=1.0, lo_ratio=0.75)
+    assert upper(sigma, 0.01) <= 1.0 and sigma > 1.0
+
+
+def test_small_targets_calibrate_with_wide_rdp_orders():
+    """Opacus' RDP orders (<= 63) cannot certify epsilon 0.05 at delta 1e-5; the PRV can."""
+    sigma = calibrate_sigma(0.05, 1e-5, 0.05, 50)
+    spent = GaussianAccountant(sigma, 0.05, 50, 1e-5, eps_error=acc.default_eps_error(0.05)).epsilon(50)
+    assert 0.99 * 0.05 <= spent.upper <= 0.05
+    assert pld_epsilon(sigma, 0.05, 50, 1e-5) <= 0.05
+
+
+@pytest.mark.parametrize("delta,mechanism,ok", [(1e-5, "gaussian", True), (0.0, "laplace", True),
+                                                (0.0, "gaussian", False), (1.0, "laplace", False),
+                                                (-1e-5, "laplace", False), (float("nan"), "gaussian", False),
+                                                (True, "gaussian", False), ("1e-5", "gaussian", False)])
+def test_check_delta_is_the_one_rule(delta, mechanism, ok):
+    if ok:
+        assert acc.check_delta(delta, mechanism) == delta
+    else:
+        with pytest.raises(BudgetError, match="0 only for pure DP with Laplace noise"):
+            acc.check_delta(delta, mechanism)
+    class ConfigLike(ValueError):
+        pass
+    if not ok:  # validate.py raises its own error class, under its own name
+        with pytest.raises(ConfigLike, match=r"^privacy\.delta must be in"):
+            acc.check_delta(delta, mechanism, name="privacy.delta", error=ConfigLike)
+
+
+@pytest.mark.parametrize("epsilon", [1e-4, 51.0, 1000.0, 1e9, float("inf")])
+def test_targets_outside_the_supported_range_are_refused(epsilon):
+    with pytest.raises(BudgetError, match=r"out of reach: pazo accounts target epsilons in \[0.001, 50\]"):
+        calibrate_sigma(epsilon, 1e-5, 0.02, 300)
+
+
+# --- the sigma cache is validated before use ------------------------------------------------------
+
+CACHE_ARGS = (1.0, 1e-5, 0.02, 300)
+
+
+@pytest.fixture(scope="module")
+def fresh_sigma():
+    return calibrate_sigma(*CACHE_ARGS)
+
+
+def _only_entry(tmp_path):
+    files = list((tmp_path / "sigma").glob("*.json"))
+    assert len(files) == 1
+    return files[0]
+
+
+def _poison(text_of):
+    def make(path, entry):
+        path.write_text(text_of(entry))
+    return make
+
+
+POISONS = {
+    "overspending sigma": lambda e: json.dumps({**e, "sigma": e["sigma"] * 0.5}),
+    "null": lambda e: json.dumps({**e, "sigma": None}),
+    "negative": lambda e: json.dumps({**e, "sigma": -e["sigma"]}),
+    "zero": lambda e: json.dumps({**e, "sigma": 0}),
+    "string": lambda e: json.dumps({**e, "sigma": str(e["sigma"])}),
+    "list": lambda e: json.dumps({**e, "sigma": [e["sigma"]]}),
+    "bool": lambda e: json.dumps({**e, "sigma": True}),
+    "nan": lambda e: json.dumps({**e, "sigma": float("nan")}),
+    "inf": lambda e: json.dumps({**e, "sigma": float("inf")}),
+    "huge": lambda e: json.dumps({**e, "sigma": 1e300}),
+    "missing sigma": lambda e: json.dumps({k: v for k, v in e.items() if k != "sigma"}),
+    "truncated JSON": lambda e: json.dumps(e)[:40],
+    "top-level list": lambda e: json.dumps([e]),
+    "garbage bytes": lambda e: "\x00\xff not json",
+    # sigma 1.2x meets this target too: only the key check can refuse it
+    "other inputs (key collision)": lambda e: json.dumps({**e, "steps": 600, "sigma": e["sigma"] * 1.2}),
+    "input of another type": lambda e: json.dumps({**e, "steps": float(e["steps"])}),
+    "old algorithm": lambda e: json.dumps({**e, "algorithm": 2}),
+}
+
+
+@pytest.mark.parametrize("poison", sorted(POISONS))
+def test_poisoned_cache_entry_is_recomputed_overwritten_and_warned_once(poison, fresh_sigma, tmp_path,
+                                                                         monkeypatch, caplog):
+    calls = []
+
+    def calibrate(*args, **kwargs):  # the real result, without paying for the solve again
+        calls.append(args)
+        return fresh_sigma
+    monkeypatch.setattr(acc, "_calibrate_uncached", calibrate)
+    calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path)
+    path = _only_entry(tmp_path)
+    entry = json.loads(path.read_text())
+    path.write_text(POISONS[poison](entry))
+    with caplog.at_level(logging.WARNING, logger="pazo.privacy.accountant"):
+        assert calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path) == fresh_sigma
+        assert calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path) == fresh_sigma
+    assert len(calls) == 2  # recomputed once, then served from the repaired entry (re-confirmed)
+    assert len([r for r in caplog.records if "ignored" in r.getMessage()]) == 1
+    assert json.loads(path.read_text()) == entry
+
+
+def test_cache_entry_that_meets_the_target_is_served_without_recomputing(fresh_sigma, tmp_path, monkeypatch):
+    calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path)
+    monkeypatch.setattr(acc, "_calibrate_uncached", lambda *a, **k: pytest.fail("recomputed"))
+    assert calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path) == fresh_sigma
+
+
+def test_unwritable_cache_is_skipped(tmp_path, monkeypatch):
+    (tmp_path / "sigma").write_text("a file where the cache folder should be")
+    assert calibrate_sigma(1.0, 1e-5, 1.0, 100, cache_dir=tmp_path) == calibrate_sigma(1.0, 1e-5, 1.0, 100)

@@ -25,19 +25,19 @@ def test_dp_zo_table_12_pure_epsilon(sigma, n, epsilon):
                                             pytest.param(4.6, 4.70, marks=pytest.mark.slow)])
 def test_dp_zo_table_13_pure_dp_prv_column(sigma, expected):
     """Table 13 (|D| = 1000, batch 16, 75000 steps, delta 1e-5), 'by pure-DP PRV' column."""
-    acc = LaplaceAccountant(sigma, 16 / 1000, 75000, 1e-5, eps_error=0.01)
+    acc = LaplaceAccountant(sigma, 16 / 1000, 75000, 1e-5)
     bounds = acc.epsilon(75000)
-    # the paper's two-decimal value lies within our [lower, upper] bracket, up to its rounding
-    assert bounds.lower - 0.005 <= expected <= bounds.upper + 0.005
-    assert bounds.upper - bounds.lower <= 0.021
+    # our account is the exact optimal composition: at most the paper's two-decimal PRV upper bound
+    # (up to its rounding) and within that bound's accuracy (2 x eps_error = 0.02) of it
+    assert expected - 0.025 <= bounds.upper <= expected + 0.005
+    assert bounds.lower == bounds.upper
     assert bounds.upper < acc.pure_epsilon(75000) / 10  # far below the pure composition
 
 
-def test_prv_account_of_laplace_is_no_larger_than_pure_composition():
+def test_delta_account_of_laplace_is_no_larger_than_pure_composition():
     for sigma, q, steps in [(2.0, 0.05, 200), (8.0, 0.01, 3000)]:
-        acc = LaplaceAccountant(sigma, q, steps, 1e-5, eps_error=0.01)
-        lo, est, up = acc._prv.compute_epsilon(delta=1e-5, num_self_compositions=[steps])
-        assert up <= laplace_pure_epsilon(sigma, q, steps)
+        up = LaplaceAccountant(sigma, q, steps, 1e-5).epsilon(steps).upper
+        assert up < laplace_pure_epsilon(sigma, q, steps)
 
 
 def test_laplace_calibration_round_trips():

@@ -1,4 +1,5 @@
-"""Privacy accounting for Poisson-subsampled Gaussian steps: epsilon spent and sigma calibration.
+"""Privacy accounting for Poisson-subsampled Gaussian and Laplace steps: epsilon spent and sigma
+calibration.
 
 One training step of every Gaussian method is ``mechanisms`` independent Gaussian releases, each
 with noise multiplier ``sigma`` on a sum of sensitivity-1 (after scaling) values of one Poisson
@@ -7,30 +8,96 @@ each) is already one Gaussian mechanism with multiplier ``sigma``, so queries ne
 module; independent mechanisms (GEP's embedding and residual) compose to one Gaussian with
 multiplier ``sigma / sqrt(mechanisms)``.
 
-The guarantee is the upper bound of prv-accountant (Gopi et al. 2021).  Calibration first brackets
-sigma with the cheap RDP bound, then solves on a coarse PRV grid and confirms on the fine one, so
-that T = 100k steps takes seconds rather than a minute (``scripts/benchmark_calibration.py``).
+The Gaussian guarantee is the upper bound of prv-accountant (Gopi et al. 2021).  Calibration first
+brackets sigma with the cheap RDP bound, then solves on a coarse PRV grid and confirms on the fine
+one, so that T = 100k steps takes seconds rather than a minute (``scripts/benchmark_calibration.py``).
+The Laplace (epsilon, delta) guarantee is the exact optimal composition of the amplified pure-DP
+steps (no grid).
+
+Supported inputs (everything else is refused with a `BudgetError` before any large computation):
+
+- target epsilon in [EPSILON_MIN, EPSILON_MAX] = [0.001, 50]. Above 50 the guarantee (likelihood
+  ratios up to e^50 ~ 5e21) bounds nothing, and the PRV domain grows with epsilon. Below 0.001 the
+  noise needed is thousands of times the clipping bound for any useful run, and the default PRV
+  accuracy (epsilon / 100) needs a grid far beyond the memory limit.
+- a PRV grid of at most PRV_GRID_MAX = 4e6 points (measured peak: 180-360 bytes a point, so at most
+  ~1.5 GB). The size is known before the grid is built (prv-accountant's own formula, RDP only):
+  2 L sqrt(T/2 log(12000/delta)) / eps_error, L from the RDP bound. It bounds T, small eps_error and
+  small sigma together; a too-small given sigma is refused by an exact one-step bound instead.
+- sigma at most SIGMA_MAX = 1e4 when calibrating (noise beyond it swamps any signal).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
+import numbers
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
-from prv_accountant import PoissonSubsampledGaussianMechanism, PRVAccountant, PureDPMechanism
+import numpy as np
+from prv_accountant import PoissonSubsampledGaussianMechanism, PRVAccountant
+from prv_accountant.accountant import compute_safe_domain_size
 from prv_accountant.other_accountants import RDP
-from scipy.stats import norm
+from scipy.special import expit, gammaln, logsumexp
+from scipy.stats import binom, norm
+
+log = logging.getLogger(__name__)
 
 SIGMA_MAX = 1e4  # beyond this the budget is impossible in practice (noise swamps any signal)
+EPSILON_MIN, EPSILON_MAX = 1e-3, 50.0  # supported targets (module docstring)
+PRV_GRID_MAX = 4_000_000  # points of one PRV grid; peak memory measured at 180-360 bytes a point
+PURE_DP_WINDOW_MAX = 2_000_000  # binomial terms of the exact Laplace account (T up to ~2e9)
+MECHANISMS = ("gaussian", "laplace")
+# Opacus' orders stop at 63, which cannot certify epsilon below ~0.1: integer orders up to 16384
+# extend the RDP bracket (used only when the default orders cannot reach the target, so other
+# calibrations are unchanged)
+_WIDE_RDP_ORDERS = list(range(2, 64)) + [round(64 * 2 ** (k / 2)) for k in range(0, 17)]
 
 
 class BudgetError(ValueError):
     """The requested (epsilon, delta) cannot be met for this sampling rate and number of steps."""
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def check_delta(delta, mechanism: str = "gaussian", name: str = "delta", error=BudgetError) -> float:
+    """The one delta rule (config validation, plan, calibration): delta in (0, 1), or delta = 0 for
+    pure epsilon-DP with Laplace noise. Raises `error` (e.g. validate's ConfigError) otherwise."""
+    if not (_is_real(delta) and (0 < delta < 1 or (delta == 0 and mechanism == "laplace"))):
+        raise error(f"{name} must be in (0, 1) (0 only for pure DP with Laplace noise), got {delta!r}")
+    return float(delta)
+
+
+def check_target_epsilon(epsilon, name: str = "epsilon") -> float:
+    """Targets outside [EPSILON_MIN, EPSILON_MAX] are refused before any account (module docstring)."""
+    if not (_is_real(epsilon) and epsilon > 0):
+        raise BudgetError(f"{name} must be > 0, got {epsilon!r}")
+    if not EPSILON_MIN <= epsilon <= EPSILON_MAX:
+        raise BudgetError(
+            f"{name}={epsilon:g} is out of reach: pazo accounts target epsilons in [{EPSILON_MIN:g}, "
+            f"{EPSILON_MAX:g}] (below, the noise swamps any signal and the account needs more memory "
+            "than allowed; above, e^epsilon is so large that the guarantee bounds nothing)")
+    return float(epsilon)
+
+
+def _check_run(sigma, sample_rate, steps, mechanisms: int = 1) -> None:
+    """Inputs every accountant needs; sigma=None skips the sigma check (calibration)."""
+    if sigma is not None and not (_is_real(sigma) and math.isfinite(sigma) and sigma > 0):
+        raise BudgetError(f"sigma must be a finite positive number, got {sigma!r}")
+    if not (_is_real(sample_rate) and 0 < sample_rate <= 1):
+        raise BudgetError(f"sample rate must be in (0, 1], got {sample_rate!r}")
+    if not (_is_real(steps) and steps == int(steps) and steps >= 1):
+        raise BudgetError(f"number of steps must be an integer >= 1, got {steps!r}")
+    if not (_is_real(mechanisms) and mechanisms == int(mechanisms) and mechanisms >= 1):
+        raise BudgetError(f"mechanisms must be an integer >= 1, got {mechanisms!r}")
 
 
 def default_eps_error(epsilon: float) -> float:
@@ -62,10 +129,65 @@ def _gaussian_epsilon(mu: float, delta: float) -> float:
     return hi
 
 
-def rdp_epsilon(sigma: float, sample_rate: float, steps: int, delta: float) -> float:
-    """RDP bound (Mironov 2017; Opacus' default orders) - an upper bound, used to bracket sigma."""
+def rdp_epsilon(sigma: float, sample_rate: float, steps: int, delta: float, orders=None) -> float:
+    """RDP bound (Mironov 2017; Opacus' default orders unless `orders`) - an upper bound, used to
+    bracket sigma."""
     prv = PoissonSubsampledGaussianMechanism(sampling_probability=sample_rate, noise_multiplier=sigma)
-    return float(RDP(prvs=[prv]).compute_epsilon(delta=delta, num_self_compositions=[steps])[2])
+    with np.errstate(all="ignore"):
+        return float(RDP(prvs=[prv], orders=orders).compute_epsilon(
+            delta=delta, num_self_compositions=[steps])[2])
+
+
+def _rdp_epsilon_integer_orders(sigma: float, sample_rate: float, steps: int, delta: float,
+                                orders=_WIDE_RDP_ORDERS) -> float:
+    """The same RDP bound for integer orders only (Mironov et al. 2019's finite sum, as in
+    prv-accountant/TF Privacy), vectorised: high orders cost one numpy call, not a Python loop."""
+    q, best = sample_rate, math.inf
+    for alpha in orders:
+        i = np.arange(alpha + 1)
+        log_terms = (gammaln(alpha + 1) - gammaln(i + 1) - gammaln(alpha - i + 1) + i * math.log(q)
+                     + (alpha - i) * math.log1p(-q) + (i * i - i) / (2 * sigma ** 2))
+        rdp = steps * float(logsumexp(log_terms)) / (alpha - 1)
+        best = min(best, rdp - math.log(delta * alpha) / (alpha - 1) + math.log1p(-1 / alpha))
+    return best
+
+
+def prv_grid(sigma_eff: float, sample_rate: float, steps: int, delta: float,
+             eps_error: float) -> tuple[float, float]:
+    """(L, points) of the grid prv-accountant would build for this account, without building it:
+    its own domain formula (RDP values only), so the size is known before any memory is spent."""
+    mechanism = PoissonSubsampledGaussianMechanism(sampling_probability=sample_rate,
+                                                   noise_multiplier=sigma_eff)
+    with np.errstate(all="ignore"):
+        half_width = float(compute_safe_domain_size([mechanism], [steps], eps_error=eps_error,
+                                                    delta_error=delta / 1000))
+    mesh = eps_error / math.sqrt(steps / 2 * math.log(12 / (delta / 1000)))
+    return half_width, 2 * half_width / mesh
+
+
+def _grid_refusal(what: str, points: float, eps_error: float, steps: int,
+                  other: str = "more noise") -> BudgetError:
+    """The one message for an account whose PRV grid would not fit in memory."""
+    size = (f"a PRV grid of {points:.3g} points" if math.isfinite(points)
+            else "an unbounded PRV grid")
+    limit = f"limit {PRV_GRID_MAX:.0e} points, about {PRV_GRID_MAX * 360 / 1e9:.1f} GB"
+    need = eps_error * points / PRV_GRID_MAX * 1.05
+    remedy = (f"use privacy.eps_error >= {float(f'{need:.2g}'):g} (now {eps_error:g}), fewer steps "
+              f"than {steps} or {other}" if math.isfinite(need) and need < 0.1
+              else f"use {other} or fewer steps than {steps}")
+    return BudgetError(f"{what} is out of reach: its account would need {size} ({limit}); {remedy}")
+
+
+def gaussian_one_step_delta(sigma_eff: float, sample_rate: float, epsilon: float) -> float:
+    """Exact delta(epsilon) of ONE Poisson-subsampled Gaussian step, for the pair prv-accountant
+    composes (P = (1-q) N(0, s^2) + q N(1, s^2) against Q = N(0, s^2)). T steps spend at least this,
+    so it refuses a far-too-small given sigma without building a grid."""
+    s, q = sigma_eff, sample_rate
+    log_c = epsilon + math.log1p((q - 1) * math.exp(-epsilon))  # log(e^epsilon - 1 + q)
+    x = s * s * (log_c - math.log(q)) + 0.5  # the privacy loss exceeds epsilon iff X > x
+    a = math.log(q) + float(norm.logsf((x - 1) / s))  # log q P(N(1, s^2) > x)
+    b = log_c + float(norm.logsf(x / s))  # log (e^epsilon - 1 + q) P(N(0, s^2) > x)
+    return math.exp(a) * -math.expm1(b - a) if b < a else 0.0
 
 
 @dataclass(frozen=True)
@@ -76,21 +198,34 @@ class EpsilonBounds:
 
 
 class GaussianAccountant:
-    """Epsilon spent after t of `steps` Poisson-subsampled Gaussian steps (PRV, or exact when q = 1)."""
+    """Epsilon spent after t of `steps` Poisson-subsampled Gaussian steps (PRV, or exact when q = 1).
+
+    Raises BudgetError, before building anything, if the PRV grid would exceed PRV_GRID_MAX points.
+    """
 
     def __init__(self, sigma: float, sample_rate: float, steps: int, delta: float,
                  eps_error: float = 0.01, mechanisms: int = 1):
-        if not 0 < sample_rate <= 1:
-            raise BudgetError(f"sample rate must be in (0, 1], got {sample_rate}")
+        _check_run(sigma, sample_rate, steps, mechanisms)
+        check_delta(delta)
+        if not (_is_real(eps_error) and eps_error > 0):
+            raise BudgetError(f"eps_error must be > 0, got {eps_error!r}")
         self.sigma, self.sample_rate, self.steps, self.delta = sigma, sample_rate, steps, delta
         self.eps_error, self.mechanisms = eps_error, mechanisms
         self.multiplier = effective_noise_multiplier(sigma, mechanisms)
         self._prv = None
         if sample_rate < 1:
+            half_width, points = prv_grid(self.multiplier, sample_rate, steps, delta, eps_error)
+            if not points <= PRV_GRID_MAX:
+                raise _grid_refusal(f"sigma={sigma:g} with sample rate {sample_rate:.4g}, {steps} steps "
+                                    f"and eps_error {eps_error:g}", points, eps_error, steps)
             mechanism = PoissonSubsampledGaussianMechanism(
                 sampling_probability=sample_rate, noise_multiplier=self.multiplier)
-            self._prv = PRVAccountant(prvs=[mechanism], eps_error=eps_error,
-                                      delta_error=delta / 1000, max_self_compositions=[steps])
+            # eps_max = the domain prv-accountant computes itself (prv_grid), passed so that it is
+            # not computed twice: the grid and the numbers are the same
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Assuming that true epsilon")
+                self._prv = PRVAccountant(prvs=[mechanism], eps_error=eps_error, delta_error=delta / 1000,
+                                          max_self_compositions=[steps], eps_max=half_width)
 
     def epsilon(self, steps_done: int) -> EpsilonBounds:
         if steps_done <= 0:
@@ -104,7 +239,10 @@ class GaussianAccountant:
 
 def amplified_pure_epsilon(sigma: float, sample_rate: float) -> float:
     """One Poisson-subsampled step of a (1/sigma)-DP mechanism: log(1 + q (e^(1/sigma) - 1))."""
-    return math.log1p(sample_rate * math.expm1(1.0 / sigma))
+    x = 1.0 / sigma
+    if x < 30:
+        return math.log1p(sample_rate * math.expm1(x))
+    return x + math.log(sample_rate + (1 - sample_rate) * math.exp(-x))  # the same, without overflow
 
 
 def laplace_pure_epsilon(sigma: float, sample_rate: float, steps: int) -> float:
@@ -112,62 +250,141 @@ def laplace_pure_epsilon(sigma: float, sample_rate: float, steps: int) -> float:
     return steps * amplified_pure_epsilon(sigma, sample_rate)
 
 
+def _pure_laplace_sigma(epsilon: float, sample_rate: float, steps: int) -> float:
+    per_step = math.expm1(epsilon / steps) / sample_rate
+    if not 0 < per_step < math.inf:
+        raise BudgetError(f"epsilon={epsilon} is out of reach for {steps} steps")
+    return (1.0 / math.log1p(per_step)) * (1 + 1e-9)  # round up: the bound must hold exactly
+
+
 def laplace_sigma_for_pure_epsilon(epsilon: float, sample_rate: float, steps: int) -> float:
     """Invert `laplace_pure_epsilon` exactly."""
-    per_step = math.expm1(epsilon / steps) / sample_rate
-    if per_step <= 0:
-        raise BudgetError(f"epsilon={epsilon} is out of reach for {steps} steps")
-    sigma = (1.0 / math.log1p(per_step)) * (1 + 1e-9)  # round up: the bound must hold exactly
+    sigma = _pure_laplace_sigma(epsilon, sample_rate, steps)
     if sigma > SIGMA_MAX:
         raise BudgetError(f"epsilon={epsilon} is out of reach: the Laplace scale would exceed "
                           f"{SIGMA_MAX:g} (sample rate {sample_rate:.4g}, {steps} steps)")
     return sigma
 
 
+class PureDPComposition:
+    """`steps` adaptively composed step_epsilon-DP steps, exactly: the optimal composition theorem
+    (Kairouz, Oh & Viswanath 2015) says randomized response is the worst case, whose privacy loss
+    is (T - 2K) eps0 with K ~ Binomial(T, 1/(1 + e^eps0)); delta(epsilon) = E[(1 - e^(epsilon - loss))+].
+
+    This is the quantity prv-accountant approximates for PureDPMechanism on a grid (whose rounding
+    of +-eps0 to grid cells made epsilon(sigma) a staircase with steps of eps_error). Terms of K more
+    than 40 standard deviations from its mean are counted as if each contributed its full mass, so
+    the result stays an upper bound.
+    """
+
+    def __init__(self, step_epsilon: float, steps: int):
+        self.step_epsilon, self.steps = step_epsilon, steps
+        p = float(expit(-step_epsilon))  # probability of a step's loss being -eps0
+        mean, sd = steps * p, math.sqrt(steps * p * (1 - p))
+        k_lo, k_hi = max(0, math.floor(mean - 40 * sd - 40)), min(steps, math.ceil(mean + 40 * sd + 40))
+        if k_hi - k_lo + 1 > PURE_DP_WINDOW_MAX:
+            raise BudgetError(f"{steps} steps are out of reach for the exact Laplace account "
+                              f"(more than {PURE_DP_WINDOW_MAX:.0e} binomial terms)")
+        k = np.arange(k_lo, k_hi + 1)
+        self.loss = (steps - 2 * k) * step_epsilon
+        self.log_mass = binom.logpmf(k, steps, p)
+        self.mass = np.exp(self.log_mass)
+        self.outside = float(binom.cdf(k_lo - 1, steps, p) + binom.sf(k_hi, steps, p))
+
+    def delta(self, epsilon: float) -> float:
+        above = self.loss > epsilon
+        return float(self.mass[above] @ -np.expm1(epsilon - self.loss[above])) + self.outside
+
+    def epsilon(self, delta: float) -> float:
+        """Smallest epsilon (to ~1e-12 relative, rounded up) with delta(epsilon) <= delta."""
+        target = delta * (1 - 1e-9)  # margin for the float error of the sums
+        if self.delta(0.0) <= target:
+            return 0.0
+        # Between consecutive losses the set {loss > epsilon} is a prefix of the window (losses fall
+        # as K grows), where delta(epsilon) = A - e^epsilon B: solve each piece in closed form and
+        # keep the one whose solution lies on it (as prv-accountant does on its grid).
+        pos = self.loss > 0
+        loss = self.loss[pos]
+        a = np.cumsum(self.mass[pos]) + self.outside
+        log_b = np.logaddexp.accumulate(self.log_mass[pos] - loss)  # e^-loss underflows for large losses
+        with np.errstate(all="ignore"):
+            solution = np.log(a - target) - log_b
+        below = np.append(loss[1:], 0.0)  # each piece is [next loss, this loss)
+        on_piece = np.flatnonzero((solution >= below) & (solution < loss))
+        pure = self.steps * self.step_epsilon  # delta(pure) = 0: always a valid answer
+        eps = float(solution[on_piece[0]]) if len(on_piece) else pure
+        # confirm with the sum of positive terms (no cancellation); round up until it holds
+        step = 1e-12 * max(eps, 1e-12)
+        while eps < pure and self.delta(eps) > target:
+            eps, step = eps + step, step * 4
+        return min(eps, pure)
+
+
 class LaplaceAccountant:
     """Laplace noise of scale sigma * sensitivity on each step of Poisson-subsampled sums.
 
     delta = 0: pure epsilon-DP by basic composition of the amplified steps (closed form).
-    delta > 0: (epsilon, delta) by prv-accountant's composition of the pure-DP steps, which is
-    never larger than the pure bound.
+    delta > 0: (epsilon, delta) by the exact optimal composition of the amplified pure-DP steps
+    (`PureDPComposition`), never larger than the pure bound. `eps_error` is accepted for the common
+    accountant interface; no grid is involved.
     """
 
     def __init__(self, sigma: float, sample_rate: float, steps: int, delta: float,
-                 eps_error: float = 0.01):
+                 eps_error: float | None = None):
+        _check_run(sigma, sample_rate, steps)
+        check_delta(delta, "laplace")
         self.sigma, self.sample_rate, self.steps, self.delta = sigma, sample_rate, steps, delta
         self.eps_error = eps_error
         self.step_epsilon = amplified_pure_epsilon(sigma, sample_rate)
-        self._prv = None
-        if delta > 0:
-            self._prv = PRVAccountant(prvs=[PureDPMechanism(eps=self.step_epsilon)], eps_error=eps_error,
-                                      delta_error=delta / 1000, max_self_compositions=[steps])
 
     def pure_epsilon(self, steps_done: int) -> float:
         return steps_done * self.step_epsilon
 
     def epsilon(self, steps_done: int) -> EpsilonBounds:
         pure = self.pure_epsilon(steps_done)
-        if self._prv is None or steps_done <= 0:
+        if self.delta == 0 or steps_done <= 0:
             return EpsilonBounds(pure, pure, pure)
-        lo, est, up = self._prv.compute_epsilon(delta=self.delta, num_self_compositions=[steps_done])
-        # the pure bound holds whatever delta: never report more than it
-        return EpsilonBounds(max(min(float(lo), pure), 0.0), max(min(float(est), pure), 0.0),
-                             max(min(float(up), pure), 0.0))
+        eps = min(PureDPComposition(self.step_epsilon, steps_done).epsilon(self.delta), pure)
+        return EpsilonBounds(eps, eps, eps)
 
 
-def _rdp_sigma(epsilon: float, sample_rate: float, steps: int, delta: float) -> float:
-    """Smallest sigma (to 0.1%) whose RDP bound meets epsilon: an upper end for the PRV sigma."""
+def accountant_for(mechanism: str, sigma: float, sample_rate: float, steps: int, delta: float,
+                   eps_error: float | None, mechanisms: int = 1):
+    """The accountant of a run's noise (plan, tracker and the cache check use this one)."""
+    if mechanism == "laplace":
+        return LaplaceAccountant(sigma, sample_rate, steps, delta, eps_error=eps_error)
+    return GaussianAccountant(sigma, sample_rate, steps, delta, eps_error=eps_error, mechanisms=mechanisms)
+
+
+def _rdp_sigma(epsilon: float, sample_rate: float, steps: int, delta: float, orders=None) -> float:
+    """Smallest sigma (to 0.1%) whose RDP bound meets epsilon: an upper end for the PRV sigma.
+
+    With Opacus' orders first (what every ordinary calibration has used); only if they cannot
+    reach the target below SIGMA_MAX (epsilon below ~0.1) again with orders up to 16384."""
+    def rdp(s: float) -> float:
+        if orders is None:
+            return rdp_epsilon(s, sample_rate, steps, delta)
+        return _rdp_epsilon_integer_orders(s, sample_rate, steps, delta, orders)
+
     lo, hi = 0.1, 1.0
-    while rdp_epsilon(hi, sample_rate, steps, delta) > epsilon:
+    if rdp(hi) <= epsilon:
+        while rdp(lo) <= epsilon:  # a large target on a short run: the answer is below 0.1
+            lo, hi = lo / 2, lo
+            if lo < 1e-4:
+                raise BudgetError(f"epsilon={epsilon} is out of reach: the RDP bound meets it with "
+                                  f"sigma below {hi:g}, too little noise to account")
+    while rdp(hi) > epsilon:
         lo, hi = hi, hi * 2
         if hi > SIGMA_MAX:
+            if orders is None:
+                return _rdp_sigma(epsilon, sample_rate, steps, delta, orders=_WIDE_RDP_ORDERS)
             raise BudgetError(
                 f"epsilon={epsilon} is out of reach: it needs a noise multiplier above {SIGMA_MAX:g} "
                 f"(sample rate {sample_rate:.4g}, {steps} steps, delta {delta:.3g}). Use a larger "
                 "epsilon, fewer steps or a smaller batch.")
     while hi / lo > 1.001:
         mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if rdp_epsilon(mid, sample_rate, steps, delta) > epsilon else (lo, mid)
+        lo, hi = (mid, hi) if rdp(mid) > epsilon else (lo, mid)
     return hi
 
 
@@ -216,13 +433,18 @@ def _prv_solve(prv_upper, epsilon: float, eps_error: float, hi: float, lo_ratio:
     while coarse_gap(lo) <= 0 and lo > 1e-3:
         lo /= 2
     sigma = hi if coarse_gap(hi) > 0 else _solve_log_secant(coarse_gap, lo, hi, tol=1e-3, max_iter=8)
-    # Fine stage: confirm the guarantee; nudge sigma up in the rare case it does not hold yet.
+    # Fine stage: confirm the guarantee; nudge sigma up in the rare case it does not hold yet
+    # (past `hi` too: the PRV upper bound, estimate + eps_error, can exceed a nearly tight RDP one).
     upper = prv_upper(sigma, eps_error)
-    while upper > epsilon and sigma < hi:
-        sigma = min(hi, sigma * (1 + (upper - epsilon) / epsilon + 0.0005))
+    while upper > epsilon:
+        if sigma >= SIGMA_MAX:
+            raise BudgetError(f"epsilon={epsilon} is out of reach: it needs a noise multiplier above "
+                              f"{SIGMA_MAX:g}")
+        nudged = sigma * (1 + (upper - epsilon) / epsilon + 0.0005)
+        sigma = min(hi, nudged) if sigma < hi else nudged
         upper = prv_upper(sigma, eps_error)
     slack = (epsilon - upper) / epsilon
-    if upper <= epsilon and slack > 0.003:  # the coarse grid was off: one fine step closer
+    if slack > 0.003:  # the coarse grid was off: one fine step closer
         candidate = sigma * (1 - 0.9 * slack)  # epsilon is locally about proportional to 1/sigma
         if prv_upper(candidate, eps_error) <= epsilon:
             sigma = candidate
@@ -247,26 +469,39 @@ def _calibrate_gaussian(epsilon: float, delta: float, sample_rate: float, steps:
 
     # the PRV sigma lies within 0.8-1x of the RDP one (REFERENCE.md)
     hi = _rdp_sigma(epsilon, sample_rate, steps, delta)
+    # the fine grid grows as sigma falls: refuse now, not after the coarse stage, if even hi's is too big
+    points = prv_grid(hi, sample_rate, steps, delta, eps_error)[1]
+    if not points <= PRV_GRID_MAX:
+        points = max(points, prv_grid(0.75 * hi, sample_rate, steps, delta, eps_error)[1])
+        raise _grid_refusal(f"epsilon={epsilon:g} with sample rate {sample_rate:.4g}, {steps} steps and "
+                            f"eps_error {eps_error:g}", points, eps_error, steps, "a larger epsilon")
     return _prv_solve(prv_upper, epsilon, eps_error, hi, lo_ratio=0.75) * math.sqrt(mechanisms)
 
 
-def _calibrate_laplace(epsilon: float, delta: float, sample_rate: float, steps: int,
-                       eps_error: float) -> float:
-    pure = laplace_sigma_for_pure_epsilon(epsilon, sample_rate, steps)
+def _calibrate_laplace(epsilon: float, delta: float, sample_rate: float, steps: int) -> float:
     if delta == 0:
-        return pure
+        return laplace_sigma_for_pure_epsilon(epsilon, sample_rate, steps)
+    pure = _pure_laplace_sigma(epsilon, sample_rate, steps)  # may exceed SIGMA_MAX on long runs
 
-    def prv_upper(sigma: float, error: float) -> float:
-        return LaplaceAccountant(sigma, sample_rate, steps, delta, eps_error=error).epsilon(steps).upper
+    def gap(sigma: float) -> float:
+        return LaplaceAccountant(sigma, sample_rate, steps, delta).epsilon(steps).upper - epsilon
 
-    # pure epsilon-DP implies (epsilon, delta)-DP, so the pure-DP sigma is an upper end
-    return _prv_solve(prv_upper, epsilon, eps_error, pure, lo_ratio=0.1)
+    # pure epsilon-DP implies (epsilon, delta)-DP, so the pure-DP sigma is an upper end; the exact
+    # account is continuous and decreasing in sigma, so the secant lands within 1e-6 of the root
+    lo, hi = pure / 2, pure
+    while gap(lo) <= 0:
+        lo, hi = lo / 2, lo
+    sigma = _solve_log_secant(gap, lo, hi, tol=1e-6, max_iter=100)
+    if sigma > SIGMA_MAX:
+        raise BudgetError(f"epsilon={epsilon} is out of reach: the Laplace scale would exceed "
+                          f"{SIGMA_MAX:g} (sample rate {sample_rate:.4g}, {steps} steps)")
+    return sigma
 
 
 def _calibrate_uncached(epsilon: float, delta: float, sample_rate: float, steps: int,
                         eps_error: float, mechanisms: int, mechanism: str = "gaussian") -> float:
     if mechanism == "laplace":
-        return _calibrate_laplace(epsilon, delta, sample_rate, steps, eps_error)
+        return _calibrate_laplace(epsilon, delta, sample_rate, steps)
     return _calibrate_gaussian(epsilon, delta, sample_rate, steps, eps_error, mechanisms)
 
 
@@ -275,38 +510,99 @@ def _cache_path(cache_dir: str | os.PathLike, key: dict) -> Path:
     return Path(os.path.expanduser(str(cache_dir))) / "sigma" / f"{digest}.json"
 
 
+def _cache_entry_problem(text: str, key: dict, sigma_max: float) -> str | None:
+    """Why a cache file's text cannot be used for `key` (None if it can, pending re-confirmation)."""
+    try:
+        entry = json.loads(text)
+    except ValueError:
+        return "not valid JSON"
+    if not isinstance(entry, dict):
+        return "not a JSON object"
+    for name, want in key.items():
+        got = entry.get(name)
+        if type(got) is not type(want) or got != want:
+            return f"stored {name}={got!r} does not match the request's {want!r}"
+    sigma = entry.get("sigma")
+    if type(sigma) not in (int, float) or not (math.isfinite(sigma) and 0 < sigma <= sigma_max):
+        return f"sigma={sigma!r} is not a finite number in (0, {sigma_max:g}]"
+    return None
+
+
+def _read_cache(path: Path, key: dict, target: float, spent) -> float | None:
+    """The cached sigma if the entry is well formed, matches `key` exactly and still meets the
+    target by `spent` (the run's own accountant); otherwise None, after one warning."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as err:
+        problem = f"unreadable ({type(err).__name__})"
+    else:
+        problem = _cache_entry_problem(text, key, SIGMA_MAX * math.sqrt(key["mechanisms"]))
+        if problem is None:
+            sigma = json.loads(text)["sigma"]
+            try:
+                used = spent(sigma)
+            except BudgetError as err:
+                problem = f"sigma={sigma!r} cannot be accounted ({err})"
+            else:
+                if used <= target:
+                    return float(sigma)
+                problem = f"sigma={sigma!r} spends epsilon={used:.6g}, above the target {target:g}"
+    log.warning("sigma cache entry %s ignored: %s; recalibrating and overwriting it", path, problem)
+    return None
+
+
+def _write_cache(path: Path, key: dict, sigma: float) -> None:
+    """Atomic write (parallel sweep jobs share the cache); a cache that cannot be written is skipped."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
+            json.dump({**key, "sigma": sigma}, tmp)
+        os.replace(tmp.name, path)
+    except OSError as err:
+        log.warning("sigma cache %s not written: %s", path, err)
+        if tmp is not None and os.path.exists(tmp.name):
+            os.unlink(tmp.name)
+
+
 def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int,
                     eps_error: float | None = None, mechanisms: int = 1,
                     cache_dir: str | os.PathLike | None = None, mechanism: str = "gaussian") -> float:
     """Smallest noise multiplier (to ~0.2%) whose upper bound on epsilon is <= the target.
 
     Gaussian: PRV upper bound. Laplace (noise scale sigma * sensitivity): with delta = 0 the pure
-    epsilon-DP closed form; with delta > 0 the PRV account of the amplified pure-DP steps.
+    epsilon-DP closed form; with delta > 0 the exact composition of the amplified pure-DP steps.
     Results are cached on disk (one small JSON file per input, written atomically, so parallel
-    sweep jobs can share the cache).
+    sweep jobs can share the cache); an entry is used only if it parses, its inputs equal the
+    request, and its sigma is a finite positive number that still meets the target by the run's
+    own accountant (one evaluation, the cost of the run's final epsilon).
     """
-    if not epsilon > 0:
-        raise BudgetError(f"epsilon must be > 0, got {epsilon}")
-    if mechanism not in ("gaussian", "laplace"):
-        raise BudgetError(f"unknown noise mechanism {mechanism!r}; choices: gaussian, laplace")
-    if not (0 < delta < 1 or (delta == 0 and mechanism == "laplace")):
-        raise BudgetError(f"delta must be in (0, 1) (0 only for pure DP with Laplace noise), got {delta}")
-    if steps < 1:
-        raise BudgetError(f"number of steps must be >= 1, got {steps}")
-    eps_error = eps_error or default_eps_error(epsilon)
-    key = {"epsilon": epsilon, "delta": delta, "sample_rate": sample_rate, "steps": steps,
-           "eps_error": eps_error, "mechanisms": mechanisms, "mechanism": mechanism,
-           "prv_accountant": version("prv-accountant"), "algorithm": 2}
+    epsilon = check_target_epsilon(epsilon)
+    if mechanism not in MECHANISMS:
+        raise BudgetError(f"unknown noise mechanism {mechanism!r}; choices: {', '.join(MECHANISMS)}")
+    delta = check_delta(delta, mechanism)
+    _check_run(None, sample_rate, steps, mechanisms)
+    eps_error = float(eps_error or default_eps_error(epsilon))
+    if not (math.isfinite(eps_error) and 0 < eps_error < epsilon):
+        raise BudgetError(f"eps_error must be in (0, epsilon={epsilon:g}) - the guarantee is the PRV "
+                          f"estimate plus eps_error - got {eps_error!r}")
+    key = {"epsilon": epsilon, "delta": delta, "sample_rate": float(sample_rate), "steps": int(steps),
+           "eps_error": eps_error, "mechanisms": int(mechanisms), "mechanism": mechanism,
+           "prv_accountant": version("prv-accountant"), "algorithm": 3}
     path = _cache_path(cache_dir, key) if cache_dir else None
-    if path is not None and path.exists():
-        try:
-            return float(json.loads(path.read_text())["sigma"])
-        except (ValueError, KeyError):
-            pass  # a damaged entry is recomputed and overwritten
-    sigma = _calibrate_uncached(epsilon, delta, sample_rate, steps, eps_error, mechanisms, mechanism)
+
+    def spent(sigma: float) -> float:
+        return accountant_for(mechanism, sigma, sample_rate, int(steps), delta, eps_error,
+                              int(mechanisms)).epsilon(int(steps)).upper
+
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-            json.dump({**key, "sigma": sigma}, tmp)
-        os.replace(tmp.name, path)
+        cached = _read_cache(path, key, epsilon, spent)
+        if cached is not None:
+            return cached
+    sigma = _calibrate_uncached(epsilon, delta, sample_rate, int(steps), eps_error, int(mechanisms),
+                                mechanism)
+    if path is not None:
+        _write_cache(path, key, sigma)
     return sigma

@@ -5,8 +5,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from pazo.privacy.accountant import (BudgetError, GaussianAccountant, LaplaceAccountant,
-                                     calibrate_sigma, default_eps_error)
+from pazo.privacy.accountant import (BudgetError, LaplaceAccountant, accountant_for, calibrate_sigma,
+                                     check_delta, check_target_epsilon, default_eps_error,
+                                     effective_noise_multiplier, gaussian_one_step_delta)
 from pazo.privacy.mechanisms import NoiseSpec, Release
 
 
@@ -55,11 +56,8 @@ class PrivacyPlan:
 
 def make_accountant(plan: PrivacyPlan):
     """The accountant that matches the run's noise (same interface: `.epsilon(t).upper`)."""
-    if plan.noise == "laplace":
-        return LaplaceAccountant(plan.sigma, plan.sample_rate, plan.steps, plan.delta,
-                                 eps_error=plan.eps_error)
-    return GaussianAccountant(plan.sigma, plan.sample_rate, plan.steps, plan.delta,
-                              eps_error=plan.eps_error, mechanisms=plan.mechanisms)
+    return accountant_for(plan.noise, plan.sigma, plan.sample_rate, plan.steps, plan.delta,
+                          plan.eps_error, plan.mechanisms)
 
 
 def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sampler_cls,
@@ -77,18 +75,17 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
     if not plan.private:
         plan.notes.append("non-private run: no clipping, no noise, no accounting")
         return plan
-    plan.target_epsilon = float(pcfg.epsilon)
-    plan.delta = float(pcfg.delta) if pcfg.delta is not None else 1.0 / n_private
-    if not (0 < plan.delta < 1 or (plan.delta == 0 and plan.noise == "laplace")):
-        raise BudgetError(f"delta must be in (0, 1) (0 only for pure DP with Laplace noise), got {plan.delta}")
+    plan.target_epsilon = check_target_epsilon(pcfg.epsilon, "privacy.epsilon")
+    plan.delta = check_delta(pcfg.delta if pcfg.delta is not None else 1.0 / n_private, plan.noise,
+                             "privacy.delta")
     plan.eps_error = float(pcfg.eps_error or default_eps_error(plan.target_epsilon))
     if plan.noise == "laplace" and plan.delta == 0:
         plan.guarantee = "pure epsilon-DP"
         plan.accountant = "closed form T log(1 + q (e^(1/sigma) - 1)) (Laplace, basic composition)"
     elif plan.noise == "laplace":
         plan.guarantee = "(epsilon, delta)-DP"
-        plan.accountant = ("prv-accountant upper bound, composition of Poisson-amplified pure-DP steps "
-                           "(Laplace), add/remove")
+        plan.accountant = ("exact optimal composition (Kairouz et al. 2015) of Poisson-amplified pure-DP "
+                           "steps (Laplace), add/remove")
     else:
         plan.guarantee = "(epsilon, delta)-DP"
         plan.accountant = "prv-accountant upper bound, Poisson-subsampled Gaussian, add/remove"
@@ -98,7 +95,17 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
         plan.sigma_source = "calibrated"
     else:
         plan.sigma, plan.sigma_source = float(pcfg.sigma), "given"
-        planned = epsilon_spent(plan, steps)
+        try:
+            planned = epsilon_spent(plan, steps)
+        except BudgetError:  # no account fits in memory: a far-too-small sigma is refused as such
+            if plan.noise == "gaussian" and plan.sample_rate < 1 and gaussian_one_step_delta(
+                    effective_noise_multiplier(plan.sigma, plan.mechanisms), q,
+                    plan.target_epsilon) > plan.delta * (1 + 1e-9):
+                raise BudgetError(
+                    f"privacy.sigma={plan.sigma} gives epsilon above the target {plan.target_epsilon} "
+                    f"after {steps} steps: a single step already spends more (exact one-step account, "
+                    f"delta {plan.delta:.3g}); leave privacy.sigma=null to calibrate it") from None
+            raise
         if planned > plan.target_epsilon:
             raise BudgetError(
                 f"privacy.sigma={plan.sigma} gives epsilon={planned:.4f} after {steps} steps, above "

@@ -1,0 +1,89 @@
+"""The accountant never takes the machine down: every hard input ends in seconds, in bounded memory,
+either accounted or refused with one BudgetError line.
+
+Each case runs in its own process (numpy's memory is only visible to ru_maxrss), under an address
+space cap so that a regression fails the test instead of the machine, and reports its time and peak
+memory growth over the imports."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+N, B, T = 1294, 64, 607  # the digits defaults: q = 64/1294, T = 607 (30 epochs), delta = 1/n
+MAX_SECONDS, MAX_GROWTH_MB = 20, 2048
+
+HARNESS = textwrap.dedent("""
+    import json, resource, sys, time
+    resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))  # a runaway grid fails, not the machine
+    from types import SimpleNamespace
+    from pazo.privacy.accountant import BudgetError
+    from pazo.privacy.plan import make_plan
+    from pazo.privacy.sampling import SAMPLERS
+
+    def plan(epsilon, sigma=None, n={n}, b={b}, steps={t}, noise="gaussian", delta=None):
+        pcfg = SimpleNamespace(epsilon=epsilon, delta=delta, sigma=sigma, eps_error=None,
+                               adjacency="add_remove", sampling="poisson", secure_noise=False,
+                               cache_dir=None)
+        release = SimpleNamespace(queries=1, mechanisms=1, noise=noise)
+        p = make_plan(pcfg, n, b, steps, release, SAMPLERS["poisson"])
+        from pazo.privacy.plan import epsilon_spent
+        return {{"sigma": p.sigma, "epsilon": epsilon_spent(p, steps)}}
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    try:
+        out = {{"result": plan(**json.loads(sys.argv[1]))}}
+    except BudgetError as err:
+        out = {{"error": str(err)}}
+    out["seconds"] = time.perf_counter() - t0
+    out["growth_mb"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    print(json.dumps(out))
+""").format(n=N, b=B, t=T)
+
+
+def run_case(**kwargs) -> dict:
+    proc = subprocess.run([sys.executable, "-c", HARNESS, json.dumps(kwargs)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+CASES = {
+    # given sigma far too small: refused by the exact one-step bound, no grid
+    "sigma=0.1": ({"epsilon": 1.0, "sigma": 0.1}, "above the target"),
+    "sigma=1e-6": ({"epsilon": 1.0, "sigma": 1e-6}, "above the target"),
+    # targets outside [0.001, 50]
+    "epsilon=1000": ({"epsilon": 1000.0}, "out of reach"),
+    "epsilon=1e9": ({"epsilon": 1e9}, "out of reach"),
+    "epsilon=1e-6": ({"epsilon": 1e-6}, "out of reach"),
+    "epsilon=1e9 laplace": ({"epsilon": 1e9, "noise": "laplace"}, "out of reach"),
+    # a huge sigma is accounted (epsilon ~ 0)
+    "sigma=1e6": ({"epsilon": 1.0, "sigma": 1e6}, None),
+    # 1e7 steps: the PRV grid would not fit; the exact Laplace account does
+    "T=1e7 calibrate": ({"epsilon": 1.0, "steps": 10_000_000}, "PRV grid"),
+    "T=1e7 sigma=3": ({"epsilon": 1.0, "sigma": 3.0, "steps": 10_000_000}, "PRV grid"),
+    "T=1e7 laplace": ({"epsilon": 1.0, "steps": 10_000_000, "noise": "laplace"}, None),
+    # full batch (q = 1): closed form, any sigma
+    "q=1 calibrate": ({"epsilon": 1.0, "b": N}, None),
+    "q=1 sigma=1e-6": ({"epsilon": 1.0, "sigma": 1e-6, "b": N}, "above the target"),
+    "laplace sigma=1e-6": ({"epsilon": 1.0, "sigma": 1e-6, "noise": "laplace"}, "above the target"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_hard_inputs_end_fast_in_bounded_memory(name):
+    kwargs, refused = CASES[name]
+    out = run_case(**kwargs)
+    assert out["seconds"] < MAX_SECONDS and out["growth_mb"] < MAX_GROWTH_MB, out
+    if refused is None:
+        assert "result" in out, out
+        assert out["result"]["epsilon"] <= kwargs["epsilon"]
+    else:
+        assert refused in out.get("error", ""), out
+        assert "\n" not in out["error"]  # one line for `pazo: error: ...`
