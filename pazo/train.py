@@ -118,6 +118,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
                   if cfg.train.evals_per_epoch else total_steps)
     window, stat_sums = defaultdict(list, loop.window), defaultdict(float, loop.stat_sums)
     val = data.val if data.val is not None and len(data.val) else None
+    test_histogram = data.test.class_histogram(data.num_classes)
     failure, stopped, last_saved = None, None, time.monotonic()
     module.train()
     bar = tqdm(range(loop.step + 1, total_steps + 1), desc=f"{cfg.method.name}", dynamic_ncols=True, disable=None,
@@ -184,7 +185,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
             interrupted = isinstance(err, KeyboardInterrupt)
             failure = f"{'interrupted' if interrupted else 'crashed'} at step {loop.step + 1}: " \
                       f"{type(err).__name__}: {err}"
-            summary.update(_outcome(plan, tracker, sync_loop(), total_steps, failure))
+            summary.update(_outcome(plan, tracker, sync_loop(), total_steps, failure, test_histogram))
             summary.update(status="interrupted" if interrupted else "failed")
             logger.write_summary(summary)
             logger.close(failed=True)
@@ -192,7 +193,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
         finally:
             bar.close()
 
-    summary.update(_outcome(plan, tracker, sync_loop(), total_steps, failure))
+    summary.update(_outcome(plan, tracker, sync_loop(), total_steps, failure, test_histogram))
     if stopped:
         summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
     logger.write_summary(summary)
@@ -213,8 +214,32 @@ def _checkpoint_due(train_cfg, step: int, last_saved: float) -> bool:
     return time.monotonic() - last_saved >= 60 * train_cfg.checkpoint_minutes
 
 
-def _outcome(plan, tracker, loop: LoopState, total_steps: int, failure: str | None) -> dict:
-    """Status, accuracies, s/iter and the privacy spent by the steps done (whatever the status)."""
+def chance_level_warning(accuracy: float | None, test_histogram: list[int], z: float = 2.0) -> str | None:
+    """A `chance_level: ...` warning when `accuracy` on the test set is not distinguishably better
+    than the best constant guess, else None.
+
+    The best constant guess is right on the majority-class rate p0 = max(histogram) / n_test of the
+    test set. The rule is a simple margin: the accuracy is at chance level when it is at most
+    p0 + z * sqrt(p0 (1 - p0) / n_test), i.e. within z = 2 standard errors of what a classifier that
+    is right with probability p0 would score on n_test examples (about a one-sided 97.7% test under
+    the normal approximation). On the digits test set (359 images, p0 = 37/359 = 0.103) the margin
+    is 0.032: a final accuracy up to 0.135 is flagged.
+    """
+    n = sum(test_histogram)
+    if accuracy is None or n == 0:
+        return None
+    p0 = max(test_histogram) / n
+    margin = z * math.sqrt(p0 * (1 - p0) / n)
+    if accuracy > p0 + margin:
+        return None
+    return (f"chance_level: final test accuracy {accuracy:.3f} is not more than {z:g} standard errors "
+            f"({margin:.3f}) above the majority-class rate {p0:.3f} (n_test {n})")
+
+
+def _outcome(plan, tracker, loop: LoopState, total_steps: int, failure: str | None,
+             test_histogram: list[int]) -> dict:
+    """Status, accuracies, s/iter and the privacy spent by the steps done (whatever the status);
+    `warnings` holds a chance-level warning (`chance_level_warning`) when the final accuracy is one."""
     steps_done = loop.step
     priv = plan.as_dict()
     priv["steps_done"] = steps_done
@@ -243,6 +268,8 @@ def _outcome(plan, tracker, loop: LoopState, total_steps: int, failure: str | No
            "privacy": priv}
     if "noisy_candidate_won" in loop.stat_sums and steps_done:
         out["noisy_candidate_win_rate"] = loop.stat_sums["noisy_candidate_won"] / steps_done
+    chance = chance_level_warning(out["final_test_accuracy"], test_histogram)
+    out["warnings"] = [chance] if chance else []
     return out
 
 
@@ -276,6 +303,8 @@ def _print_summary(s: dict) -> None:
     log.info(f"  s/iter: mean {fmt(s['mean_s_per_iter'], '.5f')}, median {fmt(s['median_s_per_iter'], '.5f')}")
     if "noisy_candidate_win_rate" in s:
         log.info(f"  noisy candidate won {s['noisy_candidate_win_rate']:.1%} of steps")
+    for warning in s.get("warnings", []):
+        log.warning(f"  warning: {warning}")
     log.info(f"  results: {s['run_dir']}")
 
 
