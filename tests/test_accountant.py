@@ -155,7 +155,8 @@ def test_exact_laplace_account_within_prv_and_pld_brackets(sigma, q, steps, delt
     exact = acc.LaplaceAccountant(sigma, q, steps, delta).epsilon(steps).upper
     eps0 = acc.amplified_pure_epsilon(sigma, q)
     prv = PRVAccountant(prvs=[PureDPMechanism(eps=eps0)], eps_error=0.01, delta_error=delta / 1000,
-                        max_self_compositions=[steps]).compute_epsilon(delta=delta, num_self_compositions=[steps])
+                        max_self_compositions=[steps])
+    prv = prv.compute_epsilon(delta=delta, num_self_compositions=[steps])
     assert prv[0] <= exact <= prv[2]
     # dp-accounting's PLD of the same randomized response (its PLDAccountant 0.6 composes a
     # RandomizedResponseDpEvent once whatever the count, so the distribution is composed directly)
@@ -350,3 +351,15 @@ def test_cache_entry_that_meets_the_target_is_served_without_recomputing(fresh_s
 def test_unwritable_cache_is_skipped(tmp_path, monkeypatch):
     (tmp_path / "sigma").write_text("a file where the cache folder should be")
     assert calibrate_sigma(1.0, 1e-5, 1.0, 100, cache_dir=tmp_path) == calibrate_sigma(1.0, 1e-5, 1.0, 100)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"steps": float("inf")}, "number of steps"), ({"steps": float("nan")}, "number of steps"),
+    ({"steps": 0}, "number of steps"), ({"steps": 2.5}, "number of steps"),
+    ({"sample_rate": 0.0}, "sample rate"), ({"sample_rate": 1.5}, "sample rate"),
+    ({"mechanisms": 0}, "mechanisms"), ({"eps_error": 2.0}, "eps_error"),
+])
+def test_malformed_run_inputs_are_refused_not_crashed(kwargs, match):
+    args = {"epsilon": 1.0, "delta": 1e-5, "sample_rate": 0.02, "steps": 300} | kwargs
+    with pytest.raises(BudgetError, match=match):
+        calibrate_sigma(**args)

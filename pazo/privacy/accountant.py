@@ -94,9 +94,10 @@ def _check_run(sigma, sample_rate, steps, mechanisms: int = 1) -> None:
         raise BudgetError(f"sigma must be a finite positive number, got {sigma!r}")
     if not (_is_real(sample_rate) and 0 < sample_rate <= 1):
         raise BudgetError(f"sample rate must be in (0, 1], got {sample_rate!r}")
-    if not (_is_real(steps) and steps == int(steps) and steps >= 1):
+    if not (_is_real(steps) and math.isfinite(steps) and steps == int(steps) and steps >= 1):
         raise BudgetError(f"number of steps must be an integer >= 1, got {steps!r}")
-    if not (_is_real(mechanisms) and mechanisms == int(mechanisms) and mechanisms >= 1):
+    if not (_is_real(mechanisms) and math.isfinite(mechanisms) and mechanisms == int(mechanisms)
+            and mechanisms >= 1):
         raise BudgetError(f"mechanisms must be an integer >= 1, got {mechanisms!r}")
 
 

@@ -1,6 +1,7 @@
 """The privacy facts of one run, fixed before training starts, and epsilon spent while it runs."""
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -98,9 +99,7 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
         try:
             planned = epsilon_spent(plan, steps)
         except BudgetError:  # no account fits in memory: a far-too-small sigma is refused as such
-            if plan.noise == "gaussian" and plan.sample_rate < 1 and gaussian_one_step_delta(
-                    effective_noise_multiplier(plan.sigma, plan.mechanisms), q,
-                    plan.target_epsilon) > plan.delta * (1 + 1e-9):
+            if _one_step_exceeds_target(plan):
                 raise BudgetError(
                     f"privacy.sigma={plan.sigma} gives epsilon above the target {plan.target_epsilon} "
                     f"after {steps} steps: a single step already spends more (exact one-step account, "
@@ -120,6 +119,16 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
     if method_note:
         plan.notes.append(method_note)
     return plan
+
+
+def _one_step_exceeds_target(plan: PrivacyPlan) -> bool:
+    """Whether a single exact Poisson-subsampled Gaussian step already spends more than the target
+    (then T steps do too): decides a given sigma whose full account would not fit in memory."""
+    if plan.noise != "gaussian" or plan.sample_rate >= 1 or not 0 < plan.sigma < math.inf:
+        return False
+    one_step = gaussian_one_step_delta(effective_noise_multiplier(plan.sigma, plan.mechanisms),
+                                       plan.sample_rate, plan.target_epsilon)
+    return one_step > plan.delta * (1 + 1e-9)
 
 
 def epsilon_spent(plan: PrivacyPlan, steps_done: int) -> float:
