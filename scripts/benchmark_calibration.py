@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pazo.privacy.accountant import GaussianAccountant, calibrate_sigma, default_eps_error
+from pazo.privacy.accountant import BudgetError, GaussianAccountant, calibrate_sigma, default_eps_error
 
 N, B = 48000, 256
 
@@ -47,7 +47,14 @@ def main():
         err = default_eps_error(epsilon)
         with tempfile.TemporaryDirectory() as cache:
             t0 = time.perf_counter()
-            sigma = calibrate_sigma(epsilon, delta, q, steps, cache_dir=cache)
+            try:
+                sigma = calibrate_sigma(epsilon, delta, q, steps, cache_dir=cache)
+            except BudgetError as refused:  # beyond the accountant's memory bound: recorded, not timed
+                row = {"epsilon": epsilon, "steps": steps, "sample_rate": q, "delta": delta, "eps_error": err,
+                       "refused": str(refused), "seconds": time.perf_counter() - t0}
+                rows.append(row)
+                print(json.dumps(row))
+                continue
             uncached = time.perf_counter() - t0
             t0 = time.perf_counter()
             calibrate_sigma(epsilon, delta, q, steps, cache_dir=cache)
