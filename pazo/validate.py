@@ -12,6 +12,7 @@ from pazo.errors import ConfigError
 from pazo.methods import METHODS, method_config, method_info
 from pazo.methods.engines import ENGINES
 from pazo.models import MODELS
+from pazo.privacy.accountant import check_delta
 from pazo.privacy.sampling import SAMPLERS
 
 
@@ -78,11 +79,8 @@ def validate_config(cfg) -> None:
         if not method_info(m.name).private:
             raise ConfigError(f"method {m.name!r} is non-private; run it with privacy=none "
                               "(or privacy.epsilon=null)")
-    if p.delta is not None:
-        laplace = method.release().noise == "laplace"
-        if not (isinstance(p.delta, (int, float)) and (0 < p.delta < 1 or (p.delta == 0 and laplace))):
-            raise ConfigError(f"privacy.delta must be in (0, 1) (0 only for pure DP with Laplace noise), "
-                              f"got {p.delta!r}")
+    if p.delta is not None:  # the one delta rule, shared with the plan and the calibration
+        check_delta(p.delta, method.release().noise, name="privacy.delta", error=ConfigError)
     if p.sigma is not None:
         _positive(p.sigma, "privacy.sigma")
         if p.epsilon is None:
