@@ -28,7 +28,7 @@ HARNESS = textwrap.dedent("""
 
     def plan(epsilon, sigma=None, n={n}, b={b}, steps={t}, noise="gaussian", delta=None):
         pcfg = SimpleNamespace(epsilon=epsilon, delta=delta, sigma=sigma, eps_error=None,
-                               adjacency="add_remove", sampling="poisson", secure_noise=False,
+                               adjacency="add_remove", sampling="poisson", secure_mode=False,
                                cache_dir=None)
         release = SimpleNamespace(queries=1, mechanisms=1, noise=noise)
         p = make_plan(pcfg, n, b, steps, release, SAMPLERS["poisson"])
