@@ -20,13 +20,16 @@ def direction_sets(model):
     basis = torch.linalg.qr(torch.randn(model.dim, 2, generator=g))[0].T.contiguous()
     return {
         "gaussian": SeededDirections(model.shapes, [1, 2, 3]),
+        # drawn a few parameters at a time (as for a model of more than 2^22 parameters), never kept
+        "gaussian_groups": SeededDirections(model.shapes, [1, 2, 3], group_numel=100),
+        "sphere_groups": SeededDirections(model.shapes, [4, 5], "sphere", radius=model.dim ** 0.25, group_numel=100),
         "sphere": SeededDirections(model.shapes, [4, 5], "sphere", radius=model.dim ** 0.25),
         "subspace": SubspaceDirections(basis, torch.randn(3, 2, generator=g), model.split_flat),
         "flat": FlatDirections(torch.randn(2, model.dim, generator=g), model.split_flat),
     }
 
 
-@pytest.mark.parametrize("kind", ["gaussian", "sphere", "subspace", "flat"])
+@pytest.mark.parametrize("kind", ["gaussian", "gaussian_groups", "sphere", "sphere_groups", "subspace", "flat"])
 def test_engines_agree_and_inplace_restores_parameters(kind):
     model = small_cnn()
     dirs = direction_sets(model)[kind]
@@ -49,6 +52,40 @@ def test_directions_are_regenerated_identically():
     first, again = dirs.tensors(0), dirs.tensors(0)
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     assert torch.cat([t.reshape(-1) for t in first]).norm().item() == pytest.approx(3.0, rel=1e-5)
+
+
+@pytest.mark.parametrize("group_numel", [None, 1, 100])
+def test_seeded_directions_are_per_parameter_randn_on_cpu(group_numel):
+    """Same seed, same numbers as drawing torch.randn(shape) per parameter in order (how every
+    earlier version drew them, and what the recorded golden runs used), whatever the grouping."""
+    model = small_cnn()
+    dirs = SeededDirections(model.shapes, [11, 12], group_numel=group_numel)
+    assert len(dirs.groups) == (1 if group_numel is None else len(dirs.groups))
+    if group_numel == 1:
+        assert len(dirs.groups) == len(model.shapes)
+    for j, seed in enumerate([11, 12]):
+        gen = torch.Generator().manual_seed(seed)
+        legacy = [torch.randn(shape, generator=gen) for shape in model.shapes]
+        assert all(torch.equal(a, b) for a, b in zip(dirs.tensors(j), legacy))
+        assert torch.equal(dirs.vector(j), torch.cat([t.reshape(-1) for t in legacy]))
+
+
+def test_parameter_groups_partition_consecutive_runs():
+    from pazo.methods.directions import parameter_groups
+    assert parameter_groups([3, 4, 5, 20, 1], 8) == [(0, 2), (2, 3), (3, 4), (4, 5)]
+    assert parameter_groups([3, 4, 5], None) == [(0, 3)]
+    groups = parameter_groups([2 ** 22] * 20)  # d / 16 per group at most, one big parameter each
+    assert groups == [(i, i + 1) for i in range(20)]
+
+
+def test_inplace_update_equals_explicit_sum():
+    from pazo.methods.engines import apply_directional_update
+    model = small_cnn()
+    before = model.flat_params().clone()
+    dirs = SeededDirections(model.shapes, [1, 2, 3], group_numel=300)
+    apply_directional_update(model, dirs, [0.5, 0.0, -2.0], lr=0.1)
+    want = before - 0.1 * (0.5 * dirs.vector(0) - 2.0 * dirs.vector(2))
+    assert torch.allclose(model.flat_params(), want, atol=1e-6)
 
 
 def test_empty_poisson_batch_gives_empty_losses():

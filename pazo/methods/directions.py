@@ -1,9 +1,11 @@
 """Perturbation directions for zeroth-order queries.
 
-A direction set yields, for direction j, one tensor per model parameter. Random directions are
-regenerated from a per-direction seed each time they are needed (MeZO's trick: the in-place engine
-never holds more than one parameter's slice of a direction), so both engines and the update see
-exactly the same vectors.
+A direction set yields, for direction j, one tensor per model parameter, in groups of consecutive
+parameters (`Directions.iter_groups`). Random directions are regenerated from a per-direction seed
+each time they are needed (MeZO's trick): a model of up to 2^22 parameters has its direction drawn
+whole into one buffer and kept while it is in use; a larger one is drawn a group at a time (about
+1/16 of the parameters), so the in-place engine never holds a whole direction. Both engines and the
+update see exactly the same vectors.
 """
 from __future__ import annotations
 
@@ -27,52 +29,134 @@ def resolve_radius(radius, dim: int) -> float:
 
 
 class Directions:
-    """A set of `count` directions; `iter_tensors(j)` yields direction j one parameter at a time."""
+    """A set of `count` directions over a model's parameters.
+
+    `iter_groups(j)` yields direction j as consecutive groups of parameters, each as
+    (lo, hi, tensors): the slices of u_j for parameters lo..hi-1, shaped like them. The in-place
+    engine adds a group with one fused `torch._foreach_add_`; the whole direction as
+    one [d] vector, `vector(j)` (the vectorised engine). Consumers must not modify the tensors they are given
+    (a direction may be cached and served again)."""
 
     count: int
 
-    def iter_tensors(self, j: int) -> Iterator[torch.Tensor]:
+    def iter_groups(self, j: int) -> Iterator[tuple[int, int, list[torch.Tensor]]]:
         raise NotImplementedError
+
+    def iter_tensors(self, j: int) -> Iterator[torch.Tensor]:
+        for _, _, tensors in self.iter_groups(j):
+            yield from tensors
 
     def tensors(self, j: int) -> list[torch.Tensor]:
         return list(self.iter_tensors(j))
 
+    def vector(self, j: int) -> torch.Tensor:
+        return torch.cat([t.reshape(-1) for t in self.iter_tensors(j)])
+
+
+#: below this many elements a whole direction is generated into one buffer and kept (one
+#: generation serves the +lam, -lam, restore and update of that direction)
+WHOLE_DIRECTION_NUMEL = 2 ** 22
+#: larger models are drawn in groups of at most max(WHOLE_DIRECTION_NUMEL, d / GROUPS) elements,
+#: so the in-place engine's extra memory is about 1/GROUPS of the parameters
+GROUPS = 16
+
+
+def parameter_groups(numels: Sequence[int], max_numel: int | None = None) -> list[tuple[int, int]]:
+    """Consecutive runs [lo, hi) of parameters with at most `max_numel` elements together (a larger
+    parameter is a group of its own); `max_numel` defaults to max(2^22, d / 16)."""
+    dim = sum(numels)
+    limit = max_numel if max_numel is not None else max(WHOLE_DIRECTION_NUMEL, math.ceil(dim / GROUPS))
+    groups, lo, size = [], 0, 0
+    for i, n in enumerate(numels):
+        if i > lo and size + n > limit:
+            groups.append((lo, i))
+            lo, size = i, 0
+        size += n
+    if numels:
+        groups.append((lo, len(numels)))
+    return groups
+
 
 class SeededDirections(Directions):
-    """Gaussian N(0, I_d) directions, or uniform on the sphere of a given radius, from seeds."""
+    """Gaussian N(0, I_d) directions, or uniform on the sphere of a given radius, from seeds.
+
+    Direction j is drawn from a generator seeded with seeds[j], group by group (`parameter_groups`)
+    into one flat buffer per group. On CPU each parameter's slice is filled by its own draw, in
+    parameter order, which gives exactly the numbers of `torch.randn(shape)` per parameter (and so
+    of every earlier version of this code); on CUDA each group is one draw (one kernel, whatever
+    the number of parameters), so the same seed gives other numbers on CUDA than on CPU. When the
+    whole direction is one group it is kept until another direction is asked for."""
 
     def __init__(self, shapes: Sequence[torch.Size], seeds: Sequence[int], distribution: str = "gaussian",
-                 radius: float | None = None, scale: float = 1.0, device="cpu", dtype=torch.float32):
+                 radius: float | None = None, scale: float = 1.0, device="cpu", dtype=torch.float32,
+                 group_numel: int | None = None):
         if distribution not in ("gaussian", "sphere"):
             raise ValueError(f"unknown direction distribution {distribution!r}; choices: gaussian, sphere")
         if distribution == "sphere" and radius is None:
             raise ValueError("a sphere distribution needs a radius")
-        self.shapes, self.seeds, self.distribution = list(shapes), list(seeds), distribution
-        self.radius, self.scale, self.device, self.dtype = radius, scale, device, dtype
+        self.shapes, self.seeds, self.distribution = [torch.Size(s) for s in shapes], list(seeds), distribution
+        self.radius, self.scale, self.device, self.dtype = radius, scale, torch.device(device), dtype
+        self.numels = [s.numel() for s in self.shapes]
+        self.groups = parameter_groups(self.numels, group_numel)
         self._norms: dict[int, float] = {}
+        self._kept: tuple[int, torch.Tensor] | None = None
 
     @property
     def count(self) -> int:
         return len(self.seeds)
 
-    def _raw(self, j: int) -> Iterator[torch.Tensor]:
+    def _raw_groups(self, j: int) -> Iterator[tuple[int, int, torch.Tensor]]:
+        """(lo, hi, flat N(0, I) draw of parameters lo..hi-1), a fresh buffer each."""
         gen = torch.Generator(device=self.device)
         gen.manual_seed(self.seeds[j])
-        for shape in self.shapes:
-            yield torch.randn(shape, generator=gen, device=self.device, dtype=self.dtype)
+        for lo, hi in self.groups:
+            numels = self.numels[lo:hi]
+            buf = torch.empty(sum(numels), device=self.device, dtype=self.dtype)
+            if self.device.type == "cpu":
+                for piece in buf.split(numels):
+                    piece.normal_(generator=gen)
+            else:
+                buf.normal_(generator=gen)
+            yield lo, hi, buf
 
-    def _factor(self, j: int) -> float:
+    def _views(self, lo: int, hi: int, buf: torch.Tensor) -> list[torch.Tensor]:
+        return [piece.view(shape) for piece, shape in zip(buf.split(self.numels[lo:hi]), self.shapes[lo:hi])]
+
+    def _factor(self, j: int, first: torch.Tensor | None = None) -> float:
         if self.distribution == "gaussian":
             return self.scale
-        if j not in self._norms:  # one extra pass to learn the norm; nothing is kept
-            self._norms[j] = math.sqrt(sum(float(z.double().pow(2).sum()) for z in self._raw(j)))
+        if j not in self._norms:  # with several groups, one extra pass to learn the norm; nothing is kept
+            bufs = [first] if first is not None else [b for _, _, b in self._raw_groups(j)]
+            self._norms[j] = math.sqrt(sum(float(b.double().pow(2).sum()) for b in bufs))
         return self.scale * self.radius / self._norms[j]
 
-    def iter_tensors(self, j: int) -> Iterator[torch.Tensor]:
+    def iter_groups(self, j: int) -> Iterator[tuple[int, int, list[torch.Tensor]]]:
+        if self._kept is not None and self._kept[0] == j:
+            lo, hi = self.groups[0]
+            yield lo, hi, self._views(lo, hi, self._kept[1])
+            return
+        whole = len(self.groups) == 1
+        raw = self._raw_groups(j)
+        if whole:
+            lo, hi, buf = next(raw)
+            factor = self._factor(j, buf)
+            if factor != 1.0:
+                buf.mul_(factor)
+            self._kept = (j, buf)
+            yield lo, hi, self._views(lo, hi, buf)
+            return
         factor = self._factor(j)
-        for z in self._raw(j):
-            yield z.mul_(factor) if factor != 1.0 else z
+        for lo, hi, buf in raw:
+            if factor != 1.0:
+                buf.mul_(factor)
+            yield lo, hi, self._views(lo, hi, buf)
 
+    def vector(self, j: int) -> torch.Tensor:
+        bufs = [self._kept[1]] if self._kept is not None and self._kept[0] == j else None
+        if bufs is None:
+            bufs = [torch.cat([t.reshape(-1) for t in tensors]) if len(tensors) > 1 else tensors[0].reshape(-1)
+                    for _, _, tensors in self.iter_groups(j)]
+        return bufs[0] if len(bufs) == 1 else torch.cat(bufs)
 
 
 class FlatDirections(Directions):
@@ -85,9 +169,12 @@ class FlatDirections(Directions):
     def count(self) -> int:
         return self.flat.shape[0]
 
-    def iter_tensors(self, j: int) -> Iterator[torch.Tensor]:
-        yield from self.split_flat(self.flat[j])
+    def iter_groups(self, j: int) -> Iterator[tuple[int, int, list[torch.Tensor]]]:
+        views = self.split_flat(self.flat[j])
+        yield 0, len(views), views
 
+    def vector(self, j: int) -> torch.Tensor:
+        return self.flat[j]
 
 
 def orthogonal_directions(dim: int, seed: int, count: int, radius: float, split_flat, device="cpu",
@@ -105,20 +192,25 @@ def orthogonal_directions(dim: int, seed: int, count: int, radius: float, split_
 
 
 class SubspaceDirections(Directions):
-    """Directions G^T u_j in the span of the rows of a basis G [k, d] (PAZO-P), u_j = coeffs[j]."""
+    """Directions G^T u_j in the span of the rows of a basis G [k, d] (PAZO-P), u_j = coeffs[j]:
+    one [k] x [k, d] product per direction, the last one kept."""
 
     def __init__(self, basis: torch.Tensor, coeffs: torch.Tensor, split_flat):
         self.basis, self.coeffs, self.split_flat = basis, coeffs, split_flat
+        self._kept: tuple[int, torch.Tensor] | None = None
 
     @property
     def count(self) -> int:
         return self.coeffs.shape[0]
 
-    def iter_tensors(self, j: int) -> Iterator[torch.Tensor]:
-        u = self.coeffs[j].to(self.basis)
-        for block in self.split_flat(self.basis):  # [k, *shape] views
-            yield torch.tensordot(u, block, dims=1)
+    def vector(self, j: int) -> torch.Tensor:
+        if self._kept is None or self._kept[0] != j:
+            self._kept = (j, self.coeffs[j].to(self.basis) @ self.basis)
+        return self._kept[1]
 
+    def iter_groups(self, j: int) -> Iterator[tuple[int, int, list[torch.Tensor]]]:
+        views = self.split_flat(self.vector(j))
+        yield 0, len(views), views
 
 
 def sample_coefficients(count: int, k: int, distribution: str, generator: torch.Generator) -> torch.Tensor:

@@ -1,12 +1,30 @@
 """Two ways to evaluate per-example losses at perturbed parameters x + s * u_j.
 
-* vectorised: all P perturbed parameter sets are stacked and evaluated in one (or a few, with
-  `chunk_size`) `torch.func.vmap` calls - fast for small and medium models, memory P x d.
-* inplace: MeZO's perturb / evaluate / restore on the live parameters with directions regenerated
-  on the fly - memory about that of inference, the reason zeroth-order methods exist for big models.
+* vectorised: all P perturbed parameter sets are built as one [P, d] block (x + s_p u_{j_p}) and
+  evaluated in one (or a few, with `chunk_size`) `torch.func.vmap` calls - fast for small and
+  medium models, memory P x d.
+* inplace: MeZO's perturb / evaluate / restore on the live parameters - memory about that of
+  inference, the reason zeroth-order methods exist for big models.
 
-Both return the same [P, B] loss matrix for the same directions (up to float rounding of the
-in-place restore), which a test checks.
+How the in-place engine works (the interface other code builds on):
+
+* perturb: for a query point (j, s) the live parameters move by s * u_j. A direction is served by
+  `Directions.iter_groups(j)` as groups of consecutive parameters; each group is added with one
+  fused multi-tensor `torch._foreach_add_` (on CUDA a handful of kernels for the whole model, not
+  one per parameter). Seeded directions are regenerated from their seed (one draw per group on
+  CUDA); a direction of up to 2^22 elements is drawn once and kept while it is in use.
+* move: consecutive points of the same direction move by the difference of their scales
+  (+lam, then -2 lam: MeZO's order); a new direction first undoes the previous one.
+* restore: after the last point the parameters move back by -s * u_j (also when a forward pass
+  raises). Restoring adds the negated scale, so parameters come back up to float rounding.
+* update: `apply_directional_update` adds -lr * c_j * u_j for each j (the kept direction is
+  reused), `apply_flat_update` adds -lr * g for a flat g; both fused in the same way.
+
+Both engines return the same [P, B] loss matrix for the same directions (up to float rounding of
+the in-place restore), which a test checks.
+
+`engine.name=auto` (the default) picks one for the model, method and device at start-up
+(`choose_engine`) and the run's summary records the choice and why.
 """
 from __future__ import annotations
 
@@ -17,7 +35,7 @@ import torch
 
 from pazo.models.functional import FunctionalModel
 
-ENGINES = ("vectorised", "inplace")
+ENGINES = ("auto", "vectorised", "inplace")
 Point = tuple[int, float]  # (direction index j, scale s): the parameters x + s * u_j
 
 
@@ -53,26 +71,30 @@ class VectorisedEngine:
                train: bool = False, seed: int | None = None) -> torch.Tensor:
         if len(x) == 0:
             return x.new_zeros((len(points), 0))
-        dirs = {j: directions.tensors(j) for j in sorted({j for j, _ in points})}
-        base = [p.detach() for p in model.params]
+        vectors = {j: directions.vector(j) for j in sorted({j for j, _ in points})}
+        base = model.flat_params()
         chunk = self.chunk_size or len(points)
         out = []
         with query_mode(model, train):
             for start in range(0, len(points), chunk):
                 part = points[start:start + chunk]
-                stacked = [torch.stack([b + s * dirs[j][i] for j, s in part]) for i, b in enumerate(base)]
+                scales = base.new_tensor([s for _, s in part])[:, None]
+                block = base + scales * torch.stack([vectors[j] for j, _ in part])  # [P, d]
+                stacked = model.split_flat(block)  # per parameter [P, *shape] views
                 out.append(_forward(model, x, y, train, seed, lambda: model.stacked_losses(
                     stacked, x, y, randomness="same" if train else "error")))
         return torch.cat(out)
 
 
+def shift(model: FunctionalModel, directions, j: int, alpha: float) -> None:
+    """x <- x + alpha * u_j on the live parameters, one fused add per group of parameters."""
+    params = model.params
+    for lo, hi, tensors in directions.iter_groups(j):
+        torch._foreach_add_(params[lo:hi], tensors, alpha=alpha)
+
+
 class InPlaceEngine:
     name = "inplace"
-
-    @staticmethod
-    def _shift(model: FunctionalModel, directions, j: int, alpha: float) -> None:
-        for p, u in zip(model.params, directions.iter_tensors(j)):
-            p.add_(u, alpha=alpha)
 
     @torch.no_grad()
     def losses(self, model: FunctionalModel, x, y, directions, points: Sequence[Point],
@@ -84,38 +106,40 @@ class InPlaceEngine:
             try:
                 for j, s in points:
                     if j == cur_j:  # MeZO: +s, evaluate, move by (s' - s), evaluate, ...
-                        self._shift(model, directions, j, s - cur_s)
+                        shift(model, directions, j, s - cur_s)
                     else:
                         if cur_j is not None:
-                            self._shift(model, directions, cur_j, -cur_s)
-                        self._shift(model, directions, j, s)
+                            shift(model, directions, cur_j, -cur_s)
+                        shift(model, directions, j, s)
                     cur_j, cur_s = j, s
                     out.append(_forward(model, x, y, train, seed, lambda: model.current_losses(x, y)))
             finally:
                 if cur_j is not None:
-                    self._shift(model, directions, cur_j, -cur_s)
+                    shift(model, directions, cur_j, -cur_s)
         return torch.stack(out)
 
 
-def build_engine(cfg):
-    if cfg.name == "vectorised":
+def build_engine(cfg, choice: str | None = None):
+    """The engine named by `cfg.name`; for `auto`, `choice` is the engine `choose_engine` picked."""
+    name = choice if cfg.name == "auto" else cfg.name
+    if name == "vectorised":
         return VectorisedEngine(chunk_size=cfg.get("chunk_size"))
-    if cfg.name == "inplace":
+    if name == "inplace":
         return InPlaceEngine()
+    if name == "auto":
+        raise ValueError("engine.name=auto needs the choice of choose_engine")
     raise ValueError(f"unknown engine {cfg.name!r}; choices: {', '.join(ENGINES)}")
 
 
 @torch.no_grad()
 def apply_directional_update(model: FunctionalModel, directions, coefs: Sequence[float], lr: float) -> None:
-    """x <- x - lr * sum_j coefs[j] * u_j, regenerating each u_j (memory of one parameter)."""
+    """x <- x - lr * sum_j coefs[j] * u_j, regenerating each u_j (or reusing the kept one)."""
     for j, c in enumerate(coefs):
         if c != 0.0:
-            for p, u in zip(model.params, directions.iter_tensors(j)):
-                p.add_(u, alpha=-lr * c)
+            shift(model, directions, j, -lr * c)
 
 
 @torch.no_grad()
 def apply_flat_update(model: FunctionalModel, flat: torch.Tensor, lr: float) -> None:
     """x <- x - lr * g for a flat [d] vector g."""
-    for p, g in zip(model.params, model.split_flat(flat)):
-        p.add_(g, alpha=-lr)
+    torch._foreach_add_(model.params, model.split_flat(flat), alpha=-lr)
