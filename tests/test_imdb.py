@@ -94,6 +94,36 @@ def test_lstm_under_vmap_both_engines_and_per_example_grads():
     check_engines_and_per_example_grads(model, x, y, chunk=3, atol=1e-6)
 
 
+@pytest.mark.parametrize("train", [False, True])
+def test_fused_and_loop_lstm_paths_give_the_same_outputs_and_gradients(train):
+    """The fused kernel (every call outside vmap) and the vmap-friendly loop are one model."""
+    model = lstm()
+    model.module.train(train)
+    x, y = torch.randint(1, 14, (5, 9)), torch.tensor([0, 1, 1, 0, 1])
+    x[0, 3:], x[2, 7:] = PAD, PAD
+    outs, grads = [], []
+    for fused in (True, False):
+        out = model.module(x, fused=fused)
+        loss = torch.nn.functional.cross_entropy(out, y)
+        grads.append(torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, model.params)]))
+        outs.append(out.detach())
+    assert torch.allclose(outs[0], outs[1], atol=1e-6)
+    assert torch.allclose(grads[0], grads[1], atol=1e-6) and grads[0].abs().max() > 1e-4
+
+
+def test_lstm_takes_the_fused_path_outside_vmap_only(monkeypatch):
+    from torch.func import vmap
+    model = lstm().module.eval()
+    calls = []
+    real = torch.lstm
+    monkeypatch.setattr(torch, "lstm", lambda *a: calls.append(1) or real(*a))
+    x = torch.randint(1, 14, (2, 6))
+    model(x)
+    assert len(calls) == 1
+    vmap(lambda t: model(t.unsqueeze(0)).squeeze(0))(x)
+    assert len(calls) == 1
+
+
 def test_tiny_run_of_the_imdb_experiment(text_root, hydra_cfg, tmp_path):
     c = hydra_cfg("experiment=imdb", "method=pazo_m")
     assert c.model.vocab_size == 10000 and c.method.lr == 2.0 and c.train.epochs == 100
