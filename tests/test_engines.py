@@ -145,3 +145,26 @@ def test_quadratic_model_under_both_engines_in_float64():
     a = VectorisedEngine().losses(model, x, torch.zeros(3), dirs, pts)
     b = InPlaceEngine().losses(model, x, torch.zeros(3), dirs, pts)
     assert torch.allclose(a, b, atol=1e-12)
+
+
+def test_public_gradients_together_equal_one_by_one():
+    model = small_cnn()
+    gen = torch.Generator().manual_seed(1)
+    batches = [(torch.rand(5, 1, 8, 8, generator=gen), torch.randint(0, 10, (5,), generator=gen)) for _ in range(3)]
+    together = model.mean_loss_grads(batches)
+    assert model.batches_grads_under_vmap and together.shape == (3, model.dim)
+    one_by_one = torch.stack([model.mean_loss_grad(x, y) for x, y in batches])
+    assert torch.allclose(together, one_by_one, atol=1e-6)
+    assert not torch.allclose(together[0], together[1])
+
+
+def test_lstm_public_gradients_under_vmap_equal_the_fused_ones():
+    from pazo.models.lstm import LSTMClassifier
+    torch.manual_seed(0)
+    model = FunctionalModel(LSTMClassifier(14, embed=8, hidden=6, dropout=0.0))
+    assert not model.batches_grads_under_vmap  # the fused kernel, one batch at a time, by default
+    gen = torch.Generator().manual_seed(2)
+    batches = [(torch.randint(1, 14, (4, 7), generator=gen), torch.randint(0, 2, (4,), generator=gen))
+               for _ in range(3)]
+    vmapped = model.mean_loss_grads(batches, batched=True)
+    assert torch.allclose(vmapped, model.mean_loss_grads(batches), atol=1e-6)

@@ -104,6 +104,11 @@ class Method(ABC):
         return PublicBatches(self.ctx.public, self.cfg.public_batch_size, self.ctx.streams.numpy["public"],
                              self.ctx.device)
 
+    def public_grads(self, public: PublicBatches, k: int) -> torch.Tensor:
+        """Flat gradients [k, d] of k public batches, drawn in order and computed together
+        (`FunctionalModel.mean_loss_grads`)."""
+        return self.model.mean_loss_grads([public.sample() for _ in range(k)])
+
     @abstractmethod
     def step(self, x: torch.Tensor, y: torch.Tensor, step: int) -> dict[str, float]:
         """One update from a private batch; returns numeric stats, at least `loss`."""

@@ -42,7 +42,7 @@ class PazoP(TwoPointMethod):
     def public_basis(self) -> torch.Tensor:
         """Line 4-5: G, the k public gradients (ortho)normalised, as rows [rank, d]; gradients
         that add nothing (zero, or dependent) are dropped."""
-        grads = torch.stack([self.model.mean_loss_grad(*self.public.sample()) for _ in range(self.cfg.k)])
+        grads = self.public_grads(self.public, self.cfg.k)
         return orthonormal_basis(grads) if self.orthonormalize else normalized_rows(grads)
 
     def step(self, x, y, step):

@@ -63,7 +63,7 @@ class PazoS(Method):
 
     def step(self, x, y, step):
         # line 3: x, y is the private Poisson batch B; line 4: k public gradients g_1..g_k
-        g = torch.stack([self.model.mean_loss_grad(*self.public.sample()) for _ in range(self.cfg.k)])
+        g = self.public_grads(self.public, self.cfg.k)
         # lines 6-9: noisy private losses f_j at x - eta g_j
         f, losses = self.noisy_losses(x, y, g)
         # line 10: the best public candidate

@@ -11,7 +11,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call, vmap
+from torch.func import functional_call, grad, vmap
 
 
 def cross_entropy_per_example(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -69,6 +69,31 @@ class FunctionalModel:
     def mean_loss_grad(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Flat gradient [d] of the mean loss over a (public) batch."""
         return self.mean_loss_and_grad(x, y)[1]
+
+    @property
+    def batches_grads_under_vmap(self) -> bool:
+        """False for a model whose fast kernel runs only outside vmap (`fused_outside_vmap`, the
+        LSTM): its k gradients are cheaper one by one than through its vmap-friendly path."""
+        return not getattr(self.module, "fused_outside_vmap", False)
+
+    def mean_loss_grads(self, batches: list[tuple[torch.Tensor, torch.Tensor]],
+                        batched: bool | None = None) -> torch.Tensor:
+        """Flat gradients [k, d] of the mean loss over each of k batches (PAZO-P/S's public
+        gradients). Batches of one size go through one forward and backward pass, vmapped over the
+        k batches (`torch.func.grad`; dropout masks are drawn per batch), unless the model prefers
+        one by one (`batches_grads_under_vmap`) or `batched=False`; the result is the same."""
+        if batched is None:
+            batched = self.batches_grads_under_vmap
+        if not batched or len(batches) == 1 or len({len(y) for _, y in batches}) != 1:
+            return torch.stack([self.mean_loss_grad(x, y) for x, y in batches])
+
+        def mean_loss(params, x, y):
+            return self._per_example_loss(params, x, y).mean()
+
+        xs, ys = torch.stack([x for x, _ in batches]), torch.stack([y for _, y in batches])
+        params = [p.detach() for p in self.params]
+        grads = vmap(grad(mean_loss), in_dims=(None, 0, 0), randomness="different")(params, xs, ys)
+        return torch.cat([g.reshape(len(batches), -1) for g in grads], dim=1)
 
     @torch.no_grad()
     def evaluate(self, split, batch_size: int = 1024) -> dict[str, float]:

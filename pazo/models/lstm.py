@@ -50,6 +50,8 @@ class LSTMLayer(nn.Module):
 
 
 class LSTMClassifier(nn.Module):
+    fused_outside_vmap = True  # see FunctionalModel.batches_grads_under_vmap
+
     def __init__(self, vocab_size: int, num_classes: int = 2, embed: int = 128, hidden: int = 64,
                  layers: int = 2, dropout: float = 0.2, pad_id: int = 0):
         super().__init__()
