@@ -17,6 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import hydra
+import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
@@ -26,7 +27,7 @@ from pazo.checkpoint import (CHECKPOINT, Heartbeat, LoopState, StopRequests, con
                              restore_checkpoint, save_checkpoint)
 from pazo.data import build_dataset
 from pazo.methods import build_method, method_config, method_info
-from pazo.methods.engines import build_engine
+from pazo.methods.engines import build_engine, choose_engine
 from pazo.models import FunctionalModel, build_model, check_no_batchnorm
 from pazo.privacy.accountant import BudgetError
 from pazo.privacy.plan import EpsilonTracker, make_plan
@@ -57,6 +58,20 @@ def resolve_device(name: str) -> torch.device:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def _engine_choice(cfg, model, method_cfg, info, data, start) -> dict:
+    """The zeroth-order engine (`engine.name`, or what `auto` picks) and why, for the summary. A
+    resumed run keeps its first attempt's choice, so that its steps stay those of one engine."""
+    earlier = (start.summary or {}).get("engine") if start.kind == "resume" else None
+    if cfg.engine.name == "auto" and earlier and earlier.get("requested") == "auto":
+        return {**earlier, "reason": f"kept from the first attempt ({earlier['reason']})"}
+    sample = None
+    if model.device.type == "cuda" and len(data.test):  # non-private examples to time the engines on
+        sample = data.test.batch(np.arange(min(cfg.train.batch_size, len(data.test))), model.device)
+    name, reason = choose_engine(cfg.engine, model, zeroth_order=info.family == "zeroth_order",
+                                 queries=method_cfg.release().queries, sample=sample)
+    return {"requested": cfg.engine.name, "name": name, "reason": reason}
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> dict:
@@ -90,8 +105,10 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     info = method_info(method_cfg.name)
     sampler_cls = SAMPLERS[cfg.privacy.sampling]
     plan = make_plan(cfg.privacy, n, b, total_steps, method_cfg.release(), sampler_cls, info.privacy_note)
+    engine = _engine_choice(cfg, model, method_cfg, info, data, start)
     method = build_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public, device=device,
-                          engine=build_engine(cfg.engine), query_train_mode=bool(cfg.engine.query_dropout))
+                          engine=build_engine(cfg.engine, engine["name"]),
+                          query_train_mode=bool(cfg.engine.query_dropout))
     sampler = sampler_cls(n, b, streams.numpy["data"])
     tracker = EpsilonTracker(plan, cfg.privacy.account_points)
 
@@ -104,7 +121,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     summary = {"status": "running", "method": cfg.method.name, "dataset": cfg.dataset.name,
                "model": cfg.model.name, "device": str(device), "dim": model.dim,
                "run_dir": str(run_dir), "privacy": plan.as_dict(), "data": data.describe(),
-               "warm_start": warm, "method_departures": method_cfg.departures(),
+               "warm_start": warm, "engine": engine, "method_departures": method_cfg.departures(),
                "attempt": previous.get("attempt", 0) + 1 if start.kind == "resume" else 1,
                "resumed_from_step": loop.step if start.kind == "resume" else None,
                "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": logger.wandb_id,

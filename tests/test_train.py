@@ -49,6 +49,30 @@ def test_every_method_runs_end_to_end(method, engine, hydra_cfg, tmp_path):
         assert 0 <= summary["noisy_candidate_win_rate"] <= 1
 
 
+def test_engine_auto_records_its_choice_and_an_explicit_engine_is_kept(hydra_cfg, tmp_path):
+    auto = run(hydra_cfg("method=dpzero"), tmp_path / "auto")["engine"]
+    assert auto["requested"] == "auto" and auto["name"] == "inplace" and "cpu" in auto["reason"]
+    assert json.loads((tmp_path / "auto/summary.json").read_text())["engine"] == auto
+    explicit = run(hydra_cfg("method=dpzero", "engine.name=vectorised"), tmp_path / "vec")["engine"]
+    assert explicit == {"requested": "vectorised", "name": "vectorised", "reason": "engine.name=vectorised"}
+    first_order = run(hydra_cfg("method=sgd", "privacy=none"), tmp_path / "sgd")["engine"]
+    assert first_order["name"] == "inplace" and "not used" in first_order["reason"]
+
+
+def test_engine_auto_rules_for_the_lstm_and_a_given_engine():
+    from omegaconf import OmegaConf
+
+    from pazo.methods.engines import choose_engine
+    from pazo.models import FunctionalModel
+    from pazo.models.lstm import LSTMClassifier
+    lstm = FunctionalModel(LSTMClassifier(14, embed=8, hidden=6))
+    auto = OmegaConf.create({"name": "auto", "chunk_size": None})
+    assert choose_engine(auto, lstm, zeroth_order=True, queries=1) == (
+        "inplace", "the model's fused kernel runs only outside vmap")
+    given = OmegaConf.create({"name": "vectorised", "chunk_size": None})
+    assert choose_engine(given, lstm, zeroth_order=True, queries=1)[0] == "vectorised"
+
+
 def test_same_seed_same_run(hydra_cfg, tmp_path):
     a = run(hydra_cfg("method=pazo_p"), tmp_path / "a")
     b = run(hydra_cfg("method=pazo_p"), tmp_path / "b")
@@ -84,7 +108,7 @@ def test_divergence_is_marked_failed_and_keeps_what_was_written(hydra_cfg, tmp_p
     ("train.batch_size=5000", "exceeds the"),
     ("method.public_batch_size=1000", "public examples"),
     ("method.name=nope", "choices: dope_sgd, dp_zo, dp_zogd, dpmd, dpsgd, dpzero, gep, mezo"),
-    ("engine.name=fast", "choices: inplace, vectorised"),
+    ("engine.name=fast", "choices: auto, inplace, vectorised"),
     ("privacy.epsilon=1e-9", "out of reach"),
     ("privacy.sigma=0.1", "above the target"),
 ])

@@ -29,6 +29,8 @@ the in-place restore), which a test checks.
 from __future__ import annotations
 
 import contextlib
+import statistics
+import time
 from collections.abc import Sequence
 
 import torch
@@ -117,6 +119,62 @@ class InPlaceEngine:
                 if cur_j is not None:
                     shift(model, directions, cur_j, -cur_s)
         return torch.stack(out)
+
+
+def choose_engine(cfg, model: FunctionalModel, *, zeroth_order: bool, queries: int,
+                  sample: tuple[torch.Tensor, torch.Tensor] | None = None, repeats: int = 3) -> tuple[str, str]:
+    """The engine for `engine.name` (`auto`: picked for the model, method and device) and why.
+
+    auto, in order: a first-order method never queries (inplace); a model whose fast kernel runs
+    only outside vmap (the LSTM) -> inplace; CPU -> inplace (vmap over parameter sets turns each
+    convolution into a grouped one; the in-place engine was faster on both CPU settings of
+    scripts/benchmark_methods.py); CUDA -> inplace when the 2 * queries stacked parameter copies
+    would take over a quarter of the free memory, otherwise the faster of the two in a short
+    measurement (`repeats` timed calls after one warm-up, on `sample`, a batch of non-private
+    data; directions from fixed seeds, parameters restored exactly, the run's random streams untouched).
+    """
+    if cfg.name != "auto":
+        return cfg.name, f"engine.name={cfg.name}"
+    if not zeroth_order:
+        return "inplace", "first-order method: the engine is not used"
+    if getattr(model.module, "fused_outside_vmap", False):
+        return "inplace", "the model's fused kernel runs only outside vmap"
+    device = model.device
+    if device.type != "cuda":
+        return "inplace", f"{device.type}: vmap over parameter sets is slower there (rule)"
+    points = [(j, s) for j in range(queries) for s in (1e-3, -1e-3)]
+    stacked_mb = len(points) * model.dim * model.params[0].element_size() / 2**20
+    free_mb = torch.cuda.mem_get_info(device)[0] / 2**20
+    if stacked_mb > free_mb / 4:
+        return "inplace", f"{len(points)} stacked parameter copies ({stacked_mb:.0f} MiB) exceed a quarter of " \
+                          f"the free memory ({free_mb:.0f} MiB)"
+    if sample is None:
+        return "inplace", "no sample batch to measure on"
+    from pazo.methods.directions import SeededDirections
+    x, y = sample
+    saved = [p.detach().clone() for p in model.params]
+    times = {}
+    try:
+        for engine in (VectorisedEngine(chunk_size=cfg.get("chunk_size")), InPlaceEngine()):
+            runs = []
+            for i in range(repeats + 1):
+                directions = SeededDirections(model.shapes, range(queries), device=device, dtype=saved[0].dtype)
+                torch.cuda.synchronize(device)
+                t0 = time.perf_counter()
+                engine.losses(model, x, y, directions, points)
+                torch.cuda.synchronize(device)
+                runs.append(time.perf_counter() - t0)
+            times[engine.name] = statistics.median(runs[1:])
+    except torch.cuda.OutOfMemoryError:
+        times.setdefault("vectorised", float("inf"))
+    finally:
+        with torch.no_grad():
+            for p, s in zip(model.params, saved):
+                p.copy_(s)
+        torch.cuda.empty_cache()
+    best = min(times, key=times.get)
+    return best, "measured " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in times.items()) + \
+        f" for {len(points)} queries of a batch of {len(y)}"
 
 
 def build_engine(cfg, choice: str | None = None):
