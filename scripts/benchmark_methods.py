@@ -1,18 +1,28 @@
 """Seconds per iteration of every method, and of Opacus' DP-SGD, on the same model and batch.
 
-    python scripts/benchmark_methods.py [--device auto] [--settings digits,cifar_shape]
+    python scripts/benchmark_methods.py [--device auto] [--settings digits,cifar_shape] [--threads N]
                                         [--iters 30] [--warmup 5] [--out scripts/results/methods_<device>.json]
 
-Synthetic inputs of each setting's shapes (no data set needed). For every method: `warmup`
-untimed steps, then `iters` steps, each timed alone with CUDA synchronisation before and after;
-we report the median and the 25th/75th percentiles, and on CUDA the peak memory of the timed steps.
-Our methods run from the real configs (configs/method/*.yaml) with sigma = 1 and a Poisson-size
-batch fixed at b. Opacus (optional: `pip install -r requirements-bench.txt`) runs DP-SGD with
-per-sample-gradient hooks and with ghost clipping, on a copy of the same model, batch and clip.
-Each zeroth-order method's floor is the bare forward passes it needs (2q, or k + 1 for PAZO-S) at
-the median time of one no-grad forward of the same batch, timed in the same run; `floor_ratio` is
-its time over that floor. `paper_setting` names the column of the paper's Table 5 a setting
-matches (scripts/make_tables.py --benchmark reads this file).
+Synthetic inputs of each setting's shapes (no data set needed). Every job (a method with an engine,
+Opacus, or the bare passes) runs in its own subprocess: `warmup` untimed steps, then `iters` steps,
+each timed alone with CUDA synchronisation before and after; we report the median and the
+25th/75th percentiles, and the peak memory of the timed steps: on CUDA the allocator's peak, on CPU
+the peak resident set of the subprocess (VmHWM, reset after set-up; it includes the interpreter,
+torch and the data, about the same in every job). Our methods run from the real configs
+(configs/method/*.yaml) with sigma = 1 and a Poisson-size batch fixed at b; zeroth-order methods
+run under both engines (`engine`). Opacus (optional: `pip install -r requirements-bench.txt`) runs
+DP-SGD with per-sample-gradient hooks and with ghost clipping, on a copy of the same model, batch
+and clip.
+
+A zeroth-order method's floor is the bare passes it needs, each timed alone in the same subprocess
+just before the method: its private forwards (2q, or k + 1 for PAZO-S) at the median time of one
+no-grad forward of the private batch, plus its public passes (one forward and backward of b'
+examples for PAZO-M, k of them for PAZO-P/S) at the median time of one. `floor_ratio` is the
+method's median over that floor; `paired_floor_ratio` the median, over `iters` pairs, of one step's
+time over the time of its bare passes run back to back just before it (robust to a machine whose
+speed drifts, as a shared one does); `mem_ratio` its peak memory over the peak of one no-grad forward
+of the private batch (the `floor` job). `paper_setting` names the column of the paper's Table 5 a
+setting matches (scripts/make_tables.py --benchmark reads this file).
 """
 from __future__ import annotations
 
@@ -21,6 +31,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -63,7 +74,12 @@ PAPER_SETTING = {"cifar10_nf224": "cifar10", "tiny_imagenet_vit": "tiny_imagenet
                  "mnli_roberta": "mnli"}
 # private forward passes per step of each zeroth-order method: its floor is that many bare forwards
 FORWARDS = {"mezo": lambda m: 2 * m.q, "dpzero": lambda m: 2 * m.q, "pazo_m": lambda m: 2 * m.q,
-            "pazo_p": lambda m: 2 * m.q, "pazo_p_prime": lambda m: 2 * m.q, "pazo_s": lambda m: m.k + 1}
+            "pazo_p": lambda m: 2 * m.q, "pazo_p_prime": lambda m: 2 * m.q,
+            "pazo_s": lambda m: m.k + int(m.noisy_candidate)}
+# public forward-and-backward passes (of b' examples each) per step
+PUBLIC_PASSES = {"pazo_m": lambda m: int(m.alpha > 0), "pazo_p": lambda m: m.k, "pazo_p_prime": lambda m: m.k,
+                 "pazo_s": lambda m: m.k}
+ENGINE_NAMES = ("vectorised", "inplace")
 
 
 def synthetic_inputs(setting, n, device="cpu"):
@@ -85,11 +101,30 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
+def reset_peak(device):
+    """Start a new peak-memory window: the CUDA allocator's peak, or the process's VmHWM on CPU."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+        except OSError:
+            pass
+
+
+def peak_mb(device):
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return None
+
+
 def time_steps(step, device, warmup, iters):
     for _ in range(warmup):
         step()
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    reset_peak(device)
     times = []
     for _ in range(iters):
         sync(device)
@@ -98,10 +133,8 @@ def time_steps(step, device, warmup, iters):
         sync(device)
         times.append(time.perf_counter() - t0)
     q25, q75 = np.percentile(times, [25, 75])
-    row = {"median_s": statistics.median(times), "p25_s": float(q25), "p75_s": float(q75), "iters": iters}
-    if device.type == "cuda":
-        row["peak_mem_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
-    return row
+    return {"median_s": statistics.median(times), "p25_s": float(q25), "p75_s": float(q75), "iters": iters,
+            "peak_mem_mb": peak_mb(device)}
 
 
 def compose_cfg(overrides):
@@ -125,32 +158,81 @@ def make_module(cfg, setting):
     return build_model(cfg.model, shape, classes)
 
 
-def forward_floor(setting, device, warmup, iters):
-    """Seconds of one bare forward pass (no gradient) of the setting's model on a private batch."""
-    shape, _, model_overrides, b = SETTINGS[setting]
-    cfg = compose_cfg(["method=dpzero", *model_overrides])
-    model = FunctionalModel(make_module(cfg, setting).to(device).eval())
-    x, y = synthetic_inputs(setting, b, device)
+def bare_model(setting, device):
+    cfg = compose_cfg(["method=dpzero", *SETTINGS[setting][2]])
+    return FunctionalModel(make_module(cfg, setting).to(device))
+
+
+def forward_floor(setting, device, warmup, iters, model=None):
+    """One bare forward pass (no gradient, eval mode) of the setting's model on a private batch."""
+    model = model or bare_model(setting, device)
+    x, y = synthetic_inputs(setting, SETTINGS[setting][3], device)
+    was = model.module.training
+    model.module.eval()
 
     def forward():
         with torch.no_grad():
             model.current_losses(x, y)
-    return time_steps(forward, device, warmup, iters)
+    try:
+        return time_steps(forward, device, warmup, iters)
+    finally:
+        model.module.train(was)
 
 
-def ours(name, setting, device, warmup, iters, extra=()):
+def public_floor(setting, device, warmup, iters, public_batch_size, model=None):
+    """One forward and backward pass (the mean loss's gradient) of b' public examples, train mode."""
+    model = model or bare_model(setting, device)
+    x, y = synthetic_inputs(setting, public_batch_size, device)
+    return time_steps(lambda: model.mean_loss_grad(x, y), device, warmup, iters)
+
+
+def ours(name, setting, device, warmup, iters, extra=(), engine=None):
     shape, classes, model_overrides, b = SETTINGS[setting]
-    cfg = compose_cfg([f"method={name}", *model_overrides, *extra])
+    cfg = compose_cfg([f"method={name}", *model_overrides, *extra,
+                       *([f"engine.name={engine}"] if engine else [])])
     module = make_module(cfg, setting).to(device)
     model = FunctionalModel(module)
     config = method_config(cfg.method)
     plan = PrivacyPlan.with_sigma(1.0 if method_info(name).private else None, b, config.release(), steps=1000)
     public = TensorSplit(*synthetic_inputs(setting, 512))
+    chosen = engine or "inplace"  # first-order methods do not use it
     method = build_method(config, model=model, plan=plan, streams=RandomStreams(0), public=public, device=device,
-                          engine=build_engine(cfg.engine))
+                          engine=build_engine(cfg.engine, chosen))
     x, y = synthetic_inputs(setting, b, device)
     counter = iter(range(1, 10**9))
-    return time_steps(lambda: method.step(x, y, next(counter)), device, warmup, iters), model.dim
+    module.train()
+    step = lambda: method.step(x, y, next(counter))  # noqa: E731
+    if name not in FORWARDS:
+        return time_steps(step, device, warmup, iters), model.dim
+    # the bare passes: each timed alone, just before the method, and again interleaved with its steps
+    n_fwd, n_pub = FORWARDS[name](config), PUBLIC_PASSES.get(name, lambda m: 0)(config)
+    fwd = forward_floor(setting, device, warmup, iters, model)["median_s"]
+    pub = (public_floor(setting, device, warmup, iters, config.public_batch_size, model)["median_s"]
+           if n_pub else 0.0)
+    px, py = synthetic_inputs(setting, config.public_batch_size, device) if n_pub else (None, None)
+
+    def bare_passes():
+        module.eval()
+        with torch.no_grad():
+            for _ in range(n_fwd):
+                model.current_losses(x, y)
+        module.train()
+        for _ in range(n_pub):
+            model.mean_loss_grad(px, py)
+    row = time_steps(step, device, warmup, iters)
+    ratios = []
+    for _ in range(iters):  # pairs (bare passes, step): the ratio holds when the machine's speed drifts
+        pair = []
+        for fn in (bare_passes, step):
+            sync(device)
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            pair.append(time.perf_counter() - t0)
+        ratios.append(pair[1] / pair[0])
+    row.update(forwards=n_fwd, forward_s=fwd, public_passes=n_pub, public_pass_s=pub, floor_s=n_fwd * fwd + n_pub * pub,
+               floor_ratio=row["median_s"] / (n_fwd * fwd + n_pub * pub), paired_floor_ratio=statistics.median(ratios))
+    return row, model.dim
 
 
 def opacus_dpsgd(mode, setting, device, warmup, iters):
@@ -178,6 +260,37 @@ def opacus_dpsgd(mode, setting, device, warmup, iters):
     return time_steps(step, device, warmup, iters)
 
 
+def run_job(job, device, warmup, iters, overrides):
+    """One job in this process: a row of results (without the setting's common fields)."""
+    if job["impl"] == "floor":
+        return {**forward_floor(job["setting"], device, warmup, iters), "what": "one no-grad forward of the batch"}
+    if job["impl"].startswith("opacus-"):
+        return opacus_dpsgd(job["impl"].removeprefix("opacus-"), job["setting"], device, warmup, iters)
+    row, dim = ours(job["method"], job["setting"], device, warmup, iters, overrides, job.get("engine"))
+    return {"dim": dim, **row}
+
+
+def run_isolated(job, args, device):
+    """`run_job` in a subprocess of its own (its own peak memory); the row, or the error."""
+    cmd = [sys.executable, __file__, "--job", json.dumps(job), "--device", str(device), "--iters", str(args.iters),
+           "--warmup", str(args.warmup), "--threads", str(args.threads),
+           *[a for o in args.override for a in ("--override", o)]]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+    return json.loads(lines[-1])
+
+
+def jobs_for(setting, methods, opacus_modes):
+    jobs = [{"setting": setting, "method": "forward", "impl": "floor"}]
+    for name in methods:
+        engines = ENGINE_NAMES if name in FORWARDS else (None,)
+        jobs += [{"setting": setting, "method": name, "impl": "pazo", **({"engine": e} if e else {})} for e in engines]
+    jobs += [{"setting": setting, "method": "dpsgd", "impl": f"opacus-{mode}"} for mode in opacus_modes]
+    return jobs
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
@@ -185,11 +298,23 @@ def main():
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--job", default=None, help=argparse.SUPPRESS)  # internal: run one job and print its row
     parser.add_argument("--override", action="append", default=[],
                         help="extra config override for our methods, e.g. method.grad_memory_mb=8192")
     args = parser.parse_args()
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.job:
+        print(json.dumps(run_job(json.loads(args.job), device, args.warmup, args.iters, args.override)))
+        return
+    unknown = sorted(set(args.settings.split(",")) - set(SETTINGS))
+    unknown += sorted(set(args.methods.split(",")) - set(METHODS))
+    if unknown:
+        sys.exit(f"benchmark_methods: unknown setting or method {', '.join(unknown)}; settings: "
+                 f"{', '.join(SETTINGS)}; methods: {', '.join(METHODS)}")
     try:
         import opacus  # noqa: F401
         opacus_modes = ["hooks", "ghost"]
@@ -198,44 +323,38 @@ def main():
         print("opacus is not installed (pip install -r requirements-bench.txt): skipping it")
     rows = []
     for setting in args.settings.split(","):
-        jobs = [(name, "pazo", lambda name=name: ours(name, setting, device, args.warmup, args.iters, args.override))
-                for name in args.methods.split(",")]
-        jobs += [("dpsgd", f"opacus-{mode}", lambda mode=mode: (opacus_dpsgd(
-            mode, setting, device, args.warmup, args.iters), None)) for mode in opacus_modes]
-        floor = forward_floor(setting, device, args.warmup, args.iters)["median_s"]
-        for name, impl, job in jobs:
-            base = {"setting": setting, "method": name, "impl": impl, "batch_size": SETTINGS[setting][3],
+        forward_peak = None
+        for job in jobs_for(setting, args.methods.split(","), opacus_modes):
+            base = {**job, "batch_size": SETTINGS[setting][3],
                     **({"paper_setting": PAPER_SETTING[setting]} if setting in PAPER_SETTING else {})}
-            try:
-                row, dim = job()
-                if impl == "pazo" and name in FORWARDS:
-                    method_cfg = compose_cfg([f"method={name}", *SETTINGS[setting][2], *args.override]).method
-                    n_fwd = FORWARDS[name](method_cfg)
-                    row.update(forwards=n_fwd, floor_s=n_fwd * floor, floor_ratio=row["median_s"] / (n_fwd * floor))
-                rows.append({**base, **({"dim": dim} if dim else {}), **row})
-            except Exception as err:  # e.g. Opacus without a grad sampler for a layer: record why
-                rows.append({**base, "error": f"{type(err).__name__}: {str(err)[:300]}"})
-            finally:
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-            print(json.dumps(rows[-1]))
+            row = {**base, **run_isolated(job, args, device)}
+            if job["impl"] == "floor":
+                forward_peak = row.get("peak_mem_mb")
+            elif forward_peak and row.get("peak_mem_mb"):
+                row["mem_ratio"] = row["peak_mem_mb"] / forward_peak
+            rows.append(row)
+            print(json.dumps(row))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}"
     out = Path(args.out or ROOT / "scripts" / "results" / f"methods_{device.type}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "device": name,
-                               "torch": torch.__version__, "platform": platform.platform(),
-                               "results": rows}, indent=2) + "\n")
+                               "threads": args.threads or torch.get_num_threads(),
+                               "load_average": os.getloadavg(), "torch": torch.__version__,
+                               "platform": platform.platform(), "results": rows}, indent=2) + "\n")
     print(f"wrote {out}")
-    print("\n| setting | method | impl | median s/iter | p25-p75 | x floor |"
-          + (" peak MB |" if device.type == "cuda" else ""))
+    print("\n| setting | method | impl | engine | median s/iter | p25-p75 | floor s | x floor | x floor (paired) "
+          "| peak MB | x fwd mem |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
-            print(f"| {r['setting']} | {r['method']} | {r['impl']} | failed: {r['error'][:80]} |")
+            print(f"| {r['setting']} | {r['method']} | {r['impl']} | {r.get('engine', '')} | "
+                  f"failed: {r['error'][:80]} |")
             continue
-        mem = f" {r['peak_mem_mb']:.0f} |" if "peak_mem_mb" in r else ""
-        ratio = f"{r['floor_ratio']:.2f}" if "floor_ratio" in r else ""
-        print(f"| {r['setting']} | {r['method']} | {r['impl']} | {r['median_s']:.5f} | "
-              f"{r['p25_s']:.5f}-{r['p75_s']:.5f} | {ratio} |{mem}")
+        fmt = lambda key, f: format(r[key], f) if r.get(key) is not None else ""  # noqa: E731
+        print(f"| {r['setting']} | {r['method']} | {r['impl']} | {r.get('engine', '')} | {r['median_s']:.5f} | "
+              f"{r['p25_s']:.5f}-{r['p75_s']:.5f} | {fmt('floor_s', '.5f')} | {fmt('floor_ratio', '.2f')} | "
+              f"{fmt('paired_floor_ratio', '.2f')} | "
+              f"{fmt('peak_mem_mb', '.0f')} | {fmt('mem_ratio', '.2f')} |")
 
 
 if __name__ == "__main__":
