@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-all lint setup bench-calibration demo clean
+.PHONY: run test test-all lint setup bench-calibration bench-cpu bench-gpu demo clean
 
 ## The pinned requirements, then pazo itself in editable mode (entry points pazo-train, pazo-sweep).
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
@@ -33,6 +33,17 @@ lint: $(STAMP)
 ## Time sigma calibration (writes scripts/results/calibration_<host>.json).
 bench-calibration: $(STAMP)
 	$(PY) scripts/benchmark_calibration.py
+
+## Seconds per step, floors and peak memory of every method on the two CPU settings (1 thread).
+bench-cpu: $(STAMP)
+	$(PY) scripts/benchmark_methods.py --settings digits --iters 10 --warmup 2 --threads 1 \
+	  --out scripts/results/methods_cpu_digits.json
+	$(PY) scripts/benchmark_methods.py --settings cifar_shape --methods dpsgd,mezo,dpzero,pazo_m,pazo_p,pazo_s \
+	  --iters 3 --warmup 1 --threads 1 --out scripts/results/methods_cpu_cifar_shape.json
+
+## The same on a CUDA GPU for all four paper settings (scripts/results/methods_cuda_<setting>.json).
+bench-gpu: $(STAMP)
+	PYTHON=$(PY) bash scripts/run_gpu_benchmarks.sh
 
 ## Offline demonstration: DPZero, PAZO-M/P/S, DP-SGD and DOPE-SGD on digits at three epsilons
 ## (36 runs, 2 at a time), then the table and figures in outputs/demo/.

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# All four paper settings on one CUDA GPU: every method, both zeroth-order engines, their floors
+# and peak memory, our DP-SGD beside Opacus (hooks and ghost clipping). Writes
+# scripts/results/methods_cuda_<setting>.json, one file per setting, each with its command.
+#
+#   bash scripts/run_gpu_benchmarks.sh            # or: make bench-gpu
+#   PYTHON=/path/to/python ITERS=20 bash scripts/run_gpu_benchmarks.sh
+#
+# Needs requirements.txt, requirements-bench.txt (Opacus) and pazo (pip install -e . --no-deps);
+# no data set and no download (synthetic inputs of each setting's shapes, random weights).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-.venv/bin/python}
+ITERS=${ITERS:-20}
+WARMUP=${WARMUP:-5}
+"$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "run_gpu_benchmarks: no CUDA device")'
+for setting in cifar10_nf224 tiny_imagenet_vit imdb_lstm mnli_roberta; do
+  "$PYTHON" scripts/benchmark_methods.py --device cuda --settings "$setting" --iters "$ITERS" --warmup "$WARMUP" \
+    --out "scripts/results/methods_cuda_${setting}.json"
+done
