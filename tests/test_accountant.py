@@ -224,14 +224,16 @@ def test_accountant_widens_prvs_own_domain_to_a_fast_fft_length_and_agrees_with_
 
 
 def test_epsilon_at_any_sequence_of_steps_equals_prv_accountants_composition():
-    """The accountant extends F^t from the last step asked (rows of a run, in order, or after a
-    resume out of order); every value must equal prv-accountant's own composition on the same grid."""
+    """The accountant raises F^t by repeated squaring: every value must equal prv-accountant's own
+    composition on the same grid, and be the same bits whatever was asked before (a resumed run
+    logs what an uninterrupted one does)."""
     accountant = GaussianAccountant(1.1, 0.02, 3000, 1e-5, eps_error=0.01)
     for t in (10, 20, 1000, 2990, 3000, 7, 1500):
         ours = accountant.epsilon(t)
         lib = accountant._prv.compute_epsilon(delta=1e-5, num_self_compositions=[t])
         assert [ours.lower, ours.estimate, ours.upper] == pytest.approx(
             [max(float(v), 0.0) for v in lib], rel=1e-9, abs=1e-12)
+    assert GaussianAccountant(1.1, 0.02, 3000, 1e-5, eps_error=0.01).epsilon(1500) == accountant.epsilon(1500)
     with pytest.raises(BudgetError, match="3001 steps"):
         accountant.epsilon(3001)
 

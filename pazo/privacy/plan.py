@@ -154,7 +154,7 @@ class EpsilonTracker:
         self._scheduled = set(self._schedule)
         self._values: dict[int, float] = {}
         self._error: BaseException | None = None
-        self._account = threading.Lock()  # the accountant keeps its last composition: one user at a time
+        self._account = threading.Lock()  # the loop's unscheduled rows and the thread share the accountant
         self._ready = threading.Condition()
         self._stopped = False
         if self._schedule:
