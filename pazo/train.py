@@ -110,7 +110,6 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
                           engine=build_engine(cfg.engine, engine["name"]),
                           query_train_mode=bool(cfg.engine.query_dropout))
     sampler = sampler_cls(n, b, streams.numpy["data"])
-    tracker = EpsilonTracker(plan, cfg.privacy.account_points)
 
     loop = LoopState()
     if start.kind == "resume":
@@ -133,6 +132,9 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
 
     eval_every = (max(1, round(steps_per_epoch / cfg.train.evals_per_epoch))
                   if cfg.train.evals_per_epoch else total_steps)
+    row_steps = [t for t in range(loop.step + 1, total_steps + 1)
+                 if t % cfg.train.log_every == 0 or t % eval_every == 0 or t == total_steps]
+    tracker = EpsilonTracker(plan, row_steps, after=loop.step)
     window, stat_sums = defaultdict(list, loop.window), defaultdict(float, loop.stat_sums)
     val = data.val if data.val is not None and len(data.val) else None
     test_histogram = data.test.class_histogram(data.num_classes)
@@ -167,9 +169,9 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
                 # divergence is read from the parameters, never from raw private statistics
                 if (step % cfg.train.log_every == 0 or step == total_steps) and not model.all_finite():
                     failure = f"diverged at step {step}: non-finite parameters"
-                epsilon = tracker.update(step)
-                row = None
+                row = epsilon = None
                 if step % cfg.train.log_every == 0 or step % eval_every == 0 or step == total_steps or failure:
+                    epsilon = tracker.at(step)
                     row = {"step": step, "epoch": step / steps_per_epoch,
                            "s_per_iter": statistics.fmean(loop.step_times[loop.last_row:]), "sigma": plan.sigma,
                            "epsilon": epsilon}
@@ -209,6 +211,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
             raise
         finally:
             bar.close()
+            tracker.close()
 
     summary.update(_outcome(plan, tracker, sync_loop(), total_steps, failure, test_histogram))
     if stopped:

@@ -4,8 +4,10 @@
 
 Setting: n = 48000 private examples, b = 256 (q = 256/48000), delta = 1/n, the PRV accuracy pazo
 uses (eps_error = min(0.01, epsilon/100)). Each row: seconds uncached, seconds from the disk cache,
-the sigma found and the epsilon it spends (PRV upper bound). The baseline bisects sigma in [0.3, 100]
-to the same relative precision with one full-accuracy PRV evaluation per probe.
+the sigma found and the epsilon it spends (PRV upper bound), and what one logged row of a training
+run costs (`seconds_per_logged_row`: the epsilon after each of 20 consecutive rows 10 steps apart,
+as the run's tracker computes them). The baseline bisects sigma in [0.3, 100] to the same relative
+precision with one full-accuracy PRV evaluation per probe.
 """
 from __future__ import annotations
 
@@ -59,10 +61,17 @@ def main():
             t0 = time.perf_counter()
             calibrate_sigma(epsilon, delta, q, steps, cache_dir=cache)
             cached = time.perf_counter() - t0
-        spent = GaussianAccountant(sigma, q, steps, delta, eps_error=err).epsilon(steps).upper
+        accountant = GaussianAccountant(sigma, q, steps, delta, eps_error=err)
+        spent = accountant.epsilon(steps).upper
+        accountant.epsilon(steps // 2)
+        t0 = time.perf_counter()
+        for row_step in range(steps // 2 + 10, steps // 2 + 210, 10):
+            accountant.epsilon(row_step)
+        per_row = (time.perf_counter() - t0) / 20
         row = {"epsilon": epsilon, "steps": steps, "sample_rate": q, "delta": delta, "eps_error": err,
                "sigma": sigma, "epsilon_spent_upper": spent, "seconds": uncached,
-               "seconds_cached": cached}
+               "seconds_cached": cached, "prv_grid_points": len(accountant._fourier.domain),
+               "seconds_per_logged_row": per_row}
         if not args.no_baseline:
             t0 = time.perf_counter()
             row["baseline_sigma"] = plain_bisection(epsilon, delta, q, steps, err)
@@ -71,7 +80,8 @@ def main():
         print(json.dumps(row))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    machine = {"platform": platform.platform(), "cpus": os.cpu_count()}
+    machine = {"platform": platform.platform(), "cpus": os.cpu_count(),
+               "load_average_at_end": os.getloadavg()}
     out.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "machine": machine,
                                "results": rows}, indent=2) + "\n")
     print(f"wrote {out}")

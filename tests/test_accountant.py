@@ -207,14 +207,35 @@ def test_prv_grid_predicts_the_grid_prv_accountant_builds():
         assert abs(len(built.composer.self_composers[0].domain) - points) <= 4  # alignment
 
 
-def test_accountant_passes_prv_the_same_domain_it_computes_itself():
+def test_accountant_widens_prvs_own_domain_to_a_fast_fft_length_and_agrees_with_it():
     from prv_accountant import PoissonSubsampledGaussianMechanism, PRVAccountant
+    from sympy import primefactors
     plain = PRVAccountant(prvs=[PoissonSubsampledGaussianMechanism(sampling_probability=0.05,
                                                                    noise_multiplier=1.3)],
                           eps_error=0.01, delta_error=1e-8, max_self_compositions=[400])
-    ours = GaussianAccountant(1.3, 0.05, 400, 1e-5, eps_error=0.01).epsilon(400)
-    assert (ours.lower, ours.estimate, ours.upper) == tuple(
-        max(float(v), 0.0) for v in plain.compute_epsilon(delta=1e-5, num_self_compositions=[400]))
+    accountant = GaussianAccountant(1.3, 0.05, 400, 1e-5, eps_error=0.01)
+    plain_points, ours_points = len(plain.composer.self_composers[0].domain), len(accountant._fourier.domain)
+    assert plain_points <= ours_points <= 1.01 * plain_points + 100
+    assert set(primefactors(ours_points)) <= {2, 3, 5} and ours_points % 2 == 0
+    ours = accountant.epsilon(400)
+    reference = [max(float(v), 0.0) for v in plain.compute_epsilon(delta=1e-5, num_self_compositions=[400])]
+    # a slightly wider domain of the same mesh: the same numbers up to float rounding
+    assert [ours.lower, ours.estimate, ours.upper] == pytest.approx(reference, rel=1e-9)
+
+
+def test_epsilon_at_any_sequence_of_steps_equals_prv_accountants_composition():
+    """The accountant raises F^t by repeated squaring: every value must equal prv-accountant's own
+    composition on the same grid, and be the same bits whatever was asked before (a resumed run
+    logs what an uninterrupted one does)."""
+    accountant = GaussianAccountant(1.1, 0.02, 3000, 1e-5, eps_error=0.01)
+    for t in (10, 20, 1000, 2990, 3000, 7, 1500):
+        ours = accountant.epsilon(t)
+        lib = accountant._prv.compute_epsilon(delta=1e-5, num_self_compositions=[t])
+        assert [ours.lower, ours.estimate, ours.upper] == pytest.approx(
+            [max(float(v), 0.0) for v in lib], rel=1e-9, abs=1e-12)
+    assert GaussianAccountant(1.1, 0.02, 3000, 1e-5, eps_error=0.01).epsilon(1500) == accountant.epsilon(1500)
+    with pytest.raises(BudgetError, match="3001 steps"):
+        accountant.epsilon(3001)
 
 
 def test_oversized_grid_is_refused_before_it_is_built_with_a_workable_eps_error():

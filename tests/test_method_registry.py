@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pazo.errors import ConfigError
 from pazo.methods import METHODS, method_config, method_info, method_names
@@ -114,3 +115,26 @@ def test_public_only_trains_on_the_public_split_alone(make_method):
         assert torch.allclose(results[-1], w0 - 0.1 * true_grad(model, public_x).new_tensor(
             (model.module.a * (w0 - 2.0)).tolist()))
     assert torch.equal(results[0], results[1])
+
+
+GRIDS = Path(__file__).resolve().parents[1] / "configs" / "sweeps" / "grids"
+
+
+@pytest.mark.parametrize("grid_name,overrides", [("cifar10", ()),  # the offline default: Table 9's CIFAR-10 column
+                                                 ("cifar10", ("experiment=cifar10",)),
+                                                 ("tiny_imagenet", ("experiment=tiny_imagenet",)),
+                                                 ("imdb", ("experiment=imdb",)),
+                                                 ("mnli", ("experiment=mnli",))])
+def test_every_default_lies_inside_the_papers_grid(grid_name, overrides, hydra_cfg):
+    """Defaults that travel: each method's default values (the method's yaml and dataclass, or the
+    setting's tuning file) are values of the paper's grid for that method (Tables 9-10)."""
+    grid = yaml.safe_load((GRIDS / f"{grid_name}.yaml").read_text())["methods"]
+    outside = []
+    for method, axes in grid.items():
+        cfg = hydra_cfg(f"method={method}", *overrides)
+        for key, values in axes.items():
+            section, name = key.split(".")
+            value = cfg[section][name]
+            if not any(value == v for v in values):
+                outside.append(f"{method} {key}={value} not in {values}")
+    assert not outside, "; ".join(outside)

@@ -73,6 +73,25 @@ def test_engine_auto_rules_for_the_lstm_and_a_given_engine():
     assert choose_engine(given, lstm, zeroth_order=True, queries=1)[0] == "vectorised"
 
 
+def test_every_logged_row_carries_the_exact_epsilon_spent_at_its_step(hydra_cfg, tmp_path):
+    """Not the value of the last of a few accounting points: each row's epsilon is the run's own
+    accountant at that row's step, rising with the steps, and the last row's is the guarantee."""
+    from dataclasses import fields
+
+    from pazo.privacy.plan import PrivacyPlan, epsilon_spent, make_accountant
+    cfg = hydra_cfg("method=dpzero", "train.steps=30", "train.log_every=2", "train.evals_per_epoch=0")
+    summary = run(cfg, tmp_path)
+    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(2, 31, 2))
+    plan = PrivacyPlan(**{f.name: summary["privacy"][f.name] for f in fields(PrivacyPlan)})
+    fresh = make_accountant(plan)
+    expected = [fresh.epsilon(r["step"]).upper for r in reversed(rows)][::-1]  # backwards: no shared state
+    assert [r["epsilon"] for r in rows] == pytest.approx(expected, rel=1e-9)
+    assert all(0 < a < b for a, b in zip(expected, expected[1:]))
+    assert rows[-1]["epsilon"] == pytest.approx(summary["privacy"]["epsilon_spent"], rel=1e-12)
+    assert summary["privacy"]["epsilon_spent"] == pytest.approx(epsilon_spent(plan, 30), rel=1e-12)
+
+
 def test_same_seed_same_run(hydra_cfg, tmp_path):
     a = run(hydra_cfg("method=pazo_p"), tmp_path / "a")
     b = run(hydra_cfg("method=pazo_p"), tmp_path / "b")

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 
 from pazo.privacy.accountant import (BudgetError, LaplaceAccountant, accountant_for, calibrate_sigma,
                                      check_delta, check_target_epsilon, default_eps_error,
@@ -137,26 +138,66 @@ def epsilon_spent(plan: PrivacyPlan, steps_done: int) -> float:
 
 
 class EpsilonTracker:
-    """Epsilon spent during the run, at `points` checkpoints spread over the planned steps, with the
-    same accountant (and accuracy) as the final guarantee, built once."""
+    """Epsilon spent at every logged row, exactly: the same accountant and accuracy as the final
+    guarantee, built once.
 
-    def __init__(self, plan: PrivacyPlan, points: int):
-        self.plan, self.value, self.checkpoints, self._acc = plan, 0.0, set(), None
-        if not plan.private:
-            return
-        if points > 0:
-            grid = np.linspace(0, plan.steps, points + 1)[1:].round().astype(int)
-            self.checkpoints = {int(t) for t in grid}
-        self._acc = make_accountant(plan)
+    The steps of the rows are known before training starts, so a background thread computes them in
+    order, ahead of the loop (one inverse FFT each; numpy releases the GIL), and a row only waits if
+    the thread is behind. A row the schedule did not foresee (a failure) is computed on the spot.
+    """
 
-    def update(self, step: int) -> float | None:
-        if step in self.checkpoints:
-            self.value = self._acc.epsilon(step).upper
-        return self.value if self.plan.private else None
+    def __init__(self, plan: PrivacyPlan, row_steps: Iterable[int] = (), after: int = 0):
+        self.plan = plan
+        self._acc = make_accountant(plan) if plan.private else None
+        self._schedule = (sorted({int(t) for t in row_steps if after < t <= plan.steps})
+                          if plan.private else [])
+        self._scheduled = set(self._schedule)
+        self._values: dict[int, float] = {}
+        self._error: BaseException | None = None
+        self._account = threading.Lock()  # the loop's unscheduled rows and the thread share the accountant
+        self._ready = threading.Condition()
+        self._stopped = False
+        if self._schedule:
+            threading.Thread(target=self._compute_schedule, name="pazo-epsilon", daemon=True).start()
+
+    def _epsilon(self, step: int) -> float:
+        with self._account:
+            return self._acc.epsilon(step).upper
+
+    def _compute_schedule(self) -> None:
+        try:
+            for step in self._schedule:
+                if self._stopped:
+                    return
+                value = self._epsilon(step)
+                with self._ready:
+                    self._values[step] = value
+                    self._ready.notify_all()
+        except BaseException as exc:  # handed to the loop, which raises it at its next row
+            with self._ready:
+                self._error = exc
+                self._ready.notify_all()
+
+    def at(self, step: int) -> float | None:
+        """Epsilon spent after `step` steps (upper bound; None for a non-private run)."""
+        if not self.plan.private:
+            return None
+        if step not in self._scheduled:
+            return self._epsilon(step) if step > 0 else 0.0
+        with self._ready:
+            while step not in self._values and self._error is None:
+                self._ready.wait()
+            if step not in self._values:
+                raise self._error
+            return self._values.pop(step)
+
+    def close(self) -> None:
+        """Stop the background thread after its current evaluation (the run ended early)."""
+        self._stopped = True
 
     def final(self, steps_done: int) -> float:
         """The guarantee after `steps_done` steps (upper bound)."""
-        return self._acc.epsilon(steps_done).upper
+        return self._epsilon(steps_done) if steps_done > 0 else 0.0
 
     def pure_epsilon(self, steps_done: int) -> float | None:
         """Laplace runs: the pure epsilon-DP bound, which holds beside any (epsilon, delta) one."""
