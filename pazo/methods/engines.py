@@ -33,6 +33,7 @@ import statistics
 import time
 from collections.abc import Sequence
 
+import psutil
 import torch
 
 from pazo.models.functional import FunctionalModel
@@ -126,12 +127,13 @@ def choose_engine(cfg, model: FunctionalModel, *, zeroth_order: bool, queries: i
     """The engine for `engine.name` (`auto`: picked for the model, method and device) and why.
 
     auto, in order: a first-order method never queries (inplace); a model whose fast kernel runs
-    only outside vmap (the LSTM) -> inplace; CPU -> inplace (vmap over parameter sets turns each
-    convolution into a grouped one; the in-place engine was faster on both CPU settings of
-    scripts/benchmark_methods.py); CUDA -> inplace when the 2 * queries stacked parameter copies
-    would take over a quarter of the free memory, otherwise the faster of the two in a short
-    measurement (`repeats` timed calls after one warm-up, on `sample`, a batch of non-private
-    data; directions from fixed seeds, parameters restored exactly, the run's random streams untouched).
+    only outside vmap (the LSTM) -> inplace; the 2 * queries stacked parameter copies of the
+    vectorised engine would take over a quarter of the free memory (GPU) or of the available RAM
+    (CPU) -> inplace; CPU -> vectorised (the engine of every CPU result recorded so far; no start-up
+    measurement there, CPU timings on a shared machine are too noisy to decide on); CUDA -> the
+    faster of the two in a short measurement (`repeats` timed calls after one warm-up, on `sample`,
+    a batch of non-private data; directions from fixed seeds, parameters restored exactly, the run's
+    random streams untouched).
     """
     if cfg.name != "auto":
         return cfg.name, f"engine.name={cfg.name}"
@@ -140,14 +142,15 @@ def choose_engine(cfg, model: FunctionalModel, *, zeroth_order: bool, queries: i
     if getattr(model.module, "fused_outside_vmap", False):
         return "inplace", "the model's fused kernel runs only outside vmap"
     device = model.device
-    if device.type != "cuda":
-        return "inplace", f"{device.type}: vmap over parameter sets is slower there (rule)"
     points = [(j, s) for j in range(queries) for s in (1e-3, -1e-3)]
     stacked_mb = len(points) * model.dim * model.params[0].element_size() / 2**20
-    free_mb = torch.cuda.mem_get_info(device)[0] / 2**20
+    free_mb = (torch.cuda.mem_get_info(device)[0] if device.type == "cuda"
+               else psutil.virtual_memory().available) / 2**20
     if stacked_mb > free_mb / 4:
         return "inplace", f"{len(points)} stacked parameter copies ({stacked_mb:.0f} MiB) exceed a quarter of " \
                           f"the free memory ({free_mb:.0f} MiB)"
+    if device.type != "cuda":
+        return "vectorised", f"{device.type}: the stacked copies fit (rule; no start-up measurement off the GPU)"
     if sample is None:
         return "inplace", "no sample batch to measure on"
     from pazo.methods.directions import SeededDirections
