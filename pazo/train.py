@@ -63,6 +63,7 @@ def _sync(device: torch.device) -> None:
 def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     """Train one configuration into `run_dir`, or continue it from its checkpoint; returns the
     summary written to `run_dir/summary.json`."""
+    refuse_debug_breaks(cfg)
     validate_config(cfg)
     method_cfg = method_config(cfg.method)
     device = resolve_device(cfg.device)

@@ -86,6 +86,32 @@ def _check_run(cfg, a: AuditConfig) -> None:
                           "subspace, not one privatiser call); use audit.threat=black_box")
 
 
+def attach_white_box(method, m: int, scale: float, design: np.random.Generator):
+    """Put the white-box canaries between `method` and its privatiser; returns the hook."""
+    privatizer = getattr(method, "privatizer", None)
+    if isinstance(privatizer, ScalarPrivatizer):
+        method.privatizer = ScalarCanaries(privatizer, m, scale, design)
+    elif isinstance(privatizer, VectorPrivatizer):
+        method.privatizer = VectorCanaries(privatizer, m, scale, design, method.model.dim)
+    else:
+        raise ConfigError(f"audit.threat=white_box: method {method.cfg.name} has no privatiser to hook")
+    return method.privatizer
+
+
+def train_with_canaries(method, private, n: int, canary_ids: np.ndarray, sampler, steps: int, device,
+                        hook=None) -> None:
+    """The training loop with canaries: indices >= n of a Poisson batch are the included canaries
+    (`canary_ids` in order); in the white box (`hook`) they are handed to the hook, not to the model."""
+    for step in range(1, steps + 1):
+        idx = sampler.sample()
+        if hook is not None:
+            hook.step = step
+            hook.present = canary_ids[idx[idx >= n] - n]
+            idx = idx[idx < n]
+        x, y = private.batch(idx, device)
+        method.step(x, y, step)
+
+
 def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
     """Train once with canaries into `run_dir` and audit; returns the summary (also summary.json)."""
     a = AuditConfig.from_cfg(cfg.audit)
@@ -123,26 +149,15 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
         if a.threat == "black_box":
             canary_examples = example_canaries(data.private, m, data.num_classes, design_rng)
             private = with_examples(data.private, canary_examples, included)
-        elif isinstance(getattr(method, "privatizer", None), ScalarPrivatizer):
-            hook = method.privatizer = ScalarCanaries(method.privatizer, m, a.canary_scale, design_rng)
-        elif isinstance(getattr(method, "privatizer", None), VectorPrivatizer):
-            hook = method.privatizer = VectorCanaries(method.privatizer, m, a.canary_scale, design_rng, model.dim)
         else:
-            raise ConfigError(f"audit.threat=white_box: method {method_cfg.name} has no privatiser to hook")
+            hook = attach_white_box(method, m, a.canary_scale, design_rng)
         canary_ids = np.flatnonzero(included)
         sampler = FixedRatePoissonSampler(n + len(canary_ids), plan.sample_rate, streams.numpy["data"])
         log.info(f"audit: {method_cfg.name} on {cfg.dataset.name}, {a.threat}, {m} canaries "
                  f"({len(canary_ids)} included), {total_steps} steps, sigma {plan.sigma:.4g}, q {plan.sample_rate:.4g}"
                  + (f", DEBUG BREAK {a.debug_break}" if a.debug_break else ""))
         module.train()
-        for step in range(1, total_steps + 1):
-            idx = sampler.sample()
-            if hook is not None:
-                hook.step = step
-                hook.present = canary_ids[idx[idx >= n] - n]
-                idx = idx[idx < n]
-            x, y = private.batch(idx, device)
-            method.step(x, y, step)
+        train_with_canaries(method, private, n, canary_ids, sampler, total_steps, device, hook)
         printed = epsilon_spent(plan, total_steps)
         delta = plan.delta if a.delta is None else min(a.delta, plan.delta)
         # the same run's guarantee at the audit's delta: the epsilon the bound is compared with
