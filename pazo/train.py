@@ -30,6 +30,7 @@ from pazo.methods import build_method, method_config, method_info
 from pazo.methods.engines import build_engine, choose_engine
 from pazo.models import FunctionalModel, build_model, check_no_batchnorm
 from pazo.privacy.accountant import BudgetError
+from pazo.privacy.mechanisms import active_debug_break
 from pazo.privacy.plan import EpsilonTracker, make_plan
 from pazo.privacy.sampling import SAMPLERS
 from pazo.registry import UnknownNameError
@@ -77,6 +78,7 @@ def _engine_choice(cfg, model, method_cfg, info, data, start) -> dict:
 def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     """Train one configuration into `run_dir`, or continue it from its checkpoint; returns the
     summary written to `run_dir/summary.json`."""
+    refuse_debug_breaks(cfg)
     validate_config(cfg)
     method_cfg = method_config(cfg.method)
     device = resolve_device(cfg.device)
@@ -227,6 +229,17 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     return summary
 
 
+DEBUG_ONLY = ("pazo: audit.debug_break is a debug-only switch that breaks the privacy guarantee on purpose; "
+              "only the privacy audit (python -m pazo.audit) accepts it")
+
+
+def refuse_debug_breaks(cfg) -> None:
+    """A training run never runs with a debug break of the mechanisms (`pazo.audit` only)."""
+    audit = cfg.get("audit")
+    if active_debug_break() is not None or (audit is not None and audit.get("debug_break") is not None):
+        raise ConfigError(DEBUG_ONLY.removeprefix("pazo: "))
+
+
 def _checkpoint_due(train_cfg, step: int, last_saved: float) -> bool:
     """Every `checkpoint_every` steps if set, else every `checkpoint_minutes` of wall time."""
     if train_cfg.checkpoint_every:
@@ -350,10 +363,10 @@ def main(cfg: DictConfig) -> float | None:
     return summary["final_test_accuracy"]
 
 
-def check_overrides(argv: list[str]) -> str | None:
-    """Compose the config with the command line's overrides as Hydra will: the first line of the
-    error (an unknown key, a value of the wrong type, a missing config group option), or None.
-    Multiruns and Hydra's own flags are left to Hydra."""
+def check_overrides(argv: list[str], config_name: str = "config") -> str | None:
+    """Compose the config (`config_name`) with the command line's overrides as Hydra will: the first
+    line of the error (an unknown key, a value of the wrong type, a missing config group option), or
+    None. Multiruns and Hydra's own flags are left to Hydra."""
     if any(a.startswith("-") for a in argv):
         return None
     from hydra import compose, initialize_config_dir
@@ -363,7 +376,7 @@ def check_overrides(argv: list[str]) -> str | None:
     overrides = [a for a in argv if not a.startswith("hydra.")]
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            compose(config_name="config", overrides=overrides)
+            compose(config_name=config_name, overrides=overrides)
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         lines = [line.strip() for e in (err, err.__cause__) if e is not None for line in str(e).splitlines()]
         lines = [line for line in lines if line and not line.startswith(("full_key", "object_type", "To append"))]
@@ -377,7 +390,12 @@ def check_overrides(argv: list[str]) -> str | None:
 def cli() -> None:
     """`pazo-train` / `python -m pazo.train`: a command line Hydra cannot compose is one line
     (`pazo: error: ...`, exit 2) before anything starts; everything else is `main`."""
-    problem = check_overrides(sys.argv[1:])
+    keys = [a.split("=", 1)[0].lstrip("+~") for a in sys.argv[1:]]
+    if any(k == "audit" or k.startswith("audit.") for k in keys):
+        problem = DEBUG_ONLY.removeprefix("pazo: ") if "audit.debug_break" in keys else \
+            "audit.* settings belong to the privacy audit (python -m pazo.audit), not to a training run"
+    else:
+        problem = check_overrides(sys.argv[1:])
     if problem:
         print(f"pazo: error: {problem}", file=sys.stderr)
         sys.exit(2)

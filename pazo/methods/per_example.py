@@ -13,6 +13,7 @@ import torch
 from torch.func import grad_and_value, vmap
 
 from pazo.models.functional import FunctionalModel
+from pazo.privacy.mechanisms import clip_factors
 
 
 def auto_memory_mb(device: torch.device) -> float:
@@ -66,8 +67,7 @@ def per_example_grads(model: FunctionalModel, x, y, chunk: int) -> torch.Tensor:
 
 def clip_rows(rows: torch.Tensor, bound: float) -> torch.Tensor:
     """Scale each row to norm at most `bound` (flat clipping)."""
-    norms = rows.norm(dim=1, keepdim=True)
-    return rows * (bound / (norms + 1e-12)).clamp(max=1.0)
+    return rows * clip_factors(rows.norm(dim=1, keepdim=True), bound)
 
 
 def clipped_sum(model: FunctionalModel, x, y, chunk: int, bound: float,
@@ -86,7 +86,7 @@ def clipped_sum(model: FunctionalModel, x, y, chunk: int, bound: float,
         if shifts is not None:
             grads = [g - s for g, s in zip(grads, shifts)]
         sq = sum(g.reshape(g.shape[0], -1).pow(2).sum(dim=1) for g in grads)
-        factor = (bound / (sq.sqrt() + 1e-12)).clamp(max=1.0)
+        factor = clip_factors(sq.sqrt(), bound)
         for total, g in zip(sums, grads):
             total += torch.tensordot(factor, g, dims=1)
         loss_sum += losses.sum()

@@ -14,11 +14,22 @@ add/remove adjacency, 2C under replace-one).
   together one Gaussian mechanism with multiplier sigma.
 * Laplace: Laplace(0, queries S sigma) per query; by basic composition the step is (1/sigma)-DP
   on the batch (for Laplace noise the scale grows with the number of queries, not its root).
+
+Vectors. Each per-example vector is scaled to norm at most C (`clip_factors`, used by the
+first-order methods' per-example machinery) before the sum is noised.
+
+Debug breaks (`debug_break`), for privacy auditing only (`python -m pazo.audit`, which checks that
+its white-box audit catches them; `python -m pazo.train` refuses them): `noise_div10` divides every
+noise scale here by 10 without changing sigma or the printed epsilon; `no_clip` turns clipping into
+the identity; `noise_from_direction_seed` draws the noise from the run's *direction* stream, whose
+seed is public (the directions of a zeroth-order run are regenerated from it), instead of the
+secret noise stream. Each is one line at the spot it breaks.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -41,9 +52,44 @@ class Release:
     noise: str = "gaussian"
 
 
+DEBUG_BREAKS = ("noise_div10", "no_clip", "noise_from_direction_seed")
+_debug_break: str | None = None
+
+
+@contextmanager
+def debug_break(name: str | None) -> Iterator[None]:
+    """Break this file's guarantees on purpose while the block runs (None: no break). For the
+    privacy audit's tests of itself only: the guarantee a run prints is false inside."""
+    global _debug_break
+    if name is not None and name not in DEBUG_BREAKS:
+        raise ValueError(f"unknown debug break {name!r}; choices: {', '.join(DEBUG_BREAKS)}")
+    previous, _debug_break = _debug_break, name
+    try:
+        yield
+    finally:
+        _debug_break = previous
+
+
+def active_debug_break() -> str | None:
+    return _debug_break
+
+
+def _noise_factor() -> float:
+    return 0.1 if _debug_break == "noise_div10" else 1.0  # debug break: noise / 10, epsilon unchanged
+
+
+def clip_factors(norms: torch.Tensor, bound: float) -> torch.Tensor:
+    """Per-example factors that scale vectors of norms `norms` to norm at most `bound`."""
+    if _debug_break == "no_clip":  # debug break: no clipping
+        return torch.ones_like(norms)
+    return (bound / (norms + 1e-12)).clamp(max=1.0)
+
+
 def noise_generator(streams: RandomStreams, device: str | torch.device = "cpu", substream: int = 0) -> torch.Generator:
     """A generator on the run's noise stream (distinct `substream`s are independent)."""
-    return streams.torch_generator("noise", device, substream)
+    # debug break: the noise from the public direction stream's seed
+    stream = "directions" if _debug_break == "noise_from_direction_seed" else "noise"
+    return streams.torch_generator(stream, device, substream)
 
 
 @dataclass(frozen=True)
@@ -83,7 +129,7 @@ class ScalarPrivatizer:
         if not self.spec.private:
             return 0.0
         releases = self.queries if self.spec.mechanism == "laplace" else math.sqrt(self.queries)
-        return releases * self.spec.sensitivity * self.spec.sigma
+        return releases * self.spec.sensitivity * self.spec.sigma * _noise_factor()
 
     def _noise(self, shape) -> torch.Tensor:
         if self.spec.mechanism == "laplace":  # inverse CDF, so that our seeded generator drives it
@@ -92,6 +138,8 @@ class ScalarPrivatizer:
         return self.noise_scale * torch.randn(shape, generator=self.generator, dtype=torch.float64)
 
     def clip(self, values: torch.Tensor) -> torch.Tensor:
+        if _debug_break == "no_clip":  # debug break: no clipping
+            return values
         return values.clamp(-self.spec.clip, self.spec.clip)
 
     def __call__(self, values: torch.Tensor) -> torch.Tensor:
@@ -111,7 +159,7 @@ class VectorPrivatizer:
         self.spec, self.generator = spec, generator
 
     def noise(self, size: int, clip: float, like: torch.Tensor) -> torch.Tensor:
-        std = self.spec.sensitivity_for(clip) * self.spec.sigma
+        std = self.spec.sensitivity_for(clip) * self.spec.sigma * _noise_factor()
         return torch.randn(size, generator=self.generator, device=like.device, dtype=like.dtype) * std
 
     def __call__(self, clipped_sum: torch.Tensor, clip: float) -> torch.Tensor:

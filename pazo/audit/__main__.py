@@ -1,0 +1,3 @@
+from pazo.audit.run import cli
+
+cli()

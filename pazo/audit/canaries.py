@@ -1,0 +1,212 @@
+"""Canaries and their scores for the one-run audit (`pazo.audit`).
+
+m canaries; canary i joins the private training data with probability 1/2 (`included[i]`, drawn
+from the audit's own seed, never shown to the scoring code), and is then Poisson-sampled like every
+other private example, at the run's rate q.
+
+Black box (`ExampleCanaries`): a canary is a training example, the entries (pixels, tokens) of a
+private example in a seeded random order with a random label: an out-of-distribution input with the
+data's value range and type. Score: minus the trained model's loss on it.
+
+White box (`ScalarCanaries`, `VectorCanaries`): the auditor sees every step's release and chooses
+each canary's contribution to it; the contribution passes through the method's own clipping and
+privatiser (`pazo.privacy.mechanisms`), exactly as a private example's does.
+  * zeroth-order methods release, per query, a noisy sum of per-example scalars clipped to [-C, C].
+    In every query a sampled canary i enters, its raw scalar is canary_scale * C * s_i (s_i = +-1, a
+    public pseudo-random sign per canary, query and call), which a correct clip turns into +-C. Score:
+    sum over all released scalars of s_i * release.
+  * first-order methods release a noisy sum of per-example gradients clipped to norm C. Canary i is
+    a Dirac canary: raw gradient canary_scale * C * s_i * e_(c_i) on its own coordinate c_i
+    (distinct per canary; s_i = +-1 a public pseudo-random sign per canary and step), clipped by the
+    same code as the real gradients to +-C e_(c_i). Score: sum over steps of s_i times the release's
+    coordinate c_i. (The signs keep the real examples' steady gradient on c_i from adding up.)
+  The auditor knows the seeds of the run's public streams (directions, public batches, splits,
+  initialisation), never those of the secret ones (Poisson sampling, noise). If replaying the noise
+  draws from the direction stream's seed explains most of the releases (the debug break
+  `noise_from_direction_seed`; `REPLAY_CHI2`), the auditor subtracts the replayed noise (scaled by
+  least squares) before scoring. This rule
+  looks only at the releases and public seeds, so the guesses stay functions of the output.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from pazo.data.base import TensorSplit
+from pazo.errors import ConfigError
+from pazo.privacy.mechanisms import ScalarPrivatizer, VectorPrivatizer, clip_factors
+from pazo.rng import RandomStreams
+
+#: the replayed noise counts as the run's noise when the share of the releases' sum of squares it
+#: explains, times the number of released values, exceeds this (a chi-square(1) statistic: an
+#: unrelated replay exceeds 25 with probability about 6e-7)
+REPLAY_CHI2 = 25.0
+
+
+def public_seeds(streams: RandomStreams) -> dict[str, int]:
+    """What the auditor may know of the run's randomness: the seeds of the streams that are not secret."""
+    return {name: seed for name, seed in streams.seeds.items() if name not in RandomStreams.SECRET}
+
+
+class FixedRatePoissonSampler:
+    """Poisson sampling at a given rate q over however many examples the audited data set has: q,
+    sigma and T (and so the printed epsilon) are those of the run without canaries, whatever the
+    number of canaries included (which would leak through q otherwise)."""
+
+    def __init__(self, num_examples: int, sample_rate: float, rng: np.random.Generator):
+        self.n, self.sample_rate, self.rng = num_examples, sample_rate, rng
+
+    def sample(self) -> np.ndarray:
+        return np.flatnonzero(self.rng.random(self.n) < self.sample_rate)
+
+
+def example_canaries(private: TensorSplit, m: int, num_classes: int, rng: np.random.Generator) -> TensorSplit:
+    """m out-of-distribution examples: each the entries of a random private example in a random
+    order (same dtype and value range, so any data set's transform applies), with a random label."""
+    source = rng.integers(0, len(private), size=m)
+    flat = private.inputs[torch.as_tensor(source)].reshape(m, -1)
+    order = torch.as_tensor(np.stack([rng.permutation(flat.shape[1]) for _ in range(m)]))
+    inputs = torch.gather(flat, 1, order).reshape(m, *private.inputs.shape[1:])
+    labels = torch.as_tensor(rng.integers(0, num_classes, size=m))
+    return TensorSplit(inputs, labels, private.transform)
+
+
+def with_examples(private: TensorSplit, canaries: TensorSplit, included: np.ndarray) -> TensorSplit:
+    """The private split followed by the included canaries (indices >= len(private))."""
+    idx = torch.as_tensor(np.flatnonzero(included))
+    return TensorSplit(torch.cat([private.inputs, canaries.inputs[idx]]),
+                       torch.cat([private.labels, canaries.labels[idx]]), private.transform)
+
+
+@torch.no_grad()
+def black_box_scores(model, canaries: TensorSplit, device, batch_size: int = 1024) -> np.ndarray:
+    """Minus the final model's loss on each canary (eval mode): higher = more likely trained on."""
+    was_training = model.module.training
+    model.module.eval()
+    out = []
+    for start in range(0, len(canaries), batch_size):
+        x, y = canaries.batch(np.arange(start, min(start + batch_size, len(canaries))), device)
+        out.append(model.current_losses(x, y).double().cpu())
+    model.module.train(was_training)
+    return -torch.cat(out).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).numpy()
+
+
+class _WhiteBox:
+    """Shared by the two white-box hooks: which included canaries the current step sampled, and
+    the records the auditor reads."""
+
+    def __init__(self, inner, m: int, scale: float, design: np.random.Generator):
+        self.inner, self.m, self.scale, self.design = inner, m, scale, design
+        self.present = np.empty(0, dtype=np.int64)   # canary ids in this step's Poisson batch
+        self.step = 0                                # the current step (set by the audit loop)
+        self.releases: list[torch.Tensor] = []       # per call, what the auditor sees (noisy sums)
+        self.steps: list[int] = []                   # per call, its step
+
+    def __getattr__(self, name):  # everything else is the privatiser's own
+        return getattr(self.inner, name)
+
+    def replay_noise(self, seeds: dict[str, int], device) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    def _score(self, releases: torch.Tensor) -> torch.Tensor:
+        """[m] scores from all released values (flat, in call order)."""
+        raise NotImplementedError
+
+    def scores(self, seeds: dict[str, int], device) -> tuple[np.ndarray, dict]:
+        """Each canary's score from the releases (and the public seeds), and how it was computed."""
+        releases = torch.cat([r.reshape(-1) for r in self.releases]).double()
+        releases = releases.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+        info = {"released_values": int(releases.numel()), "noise_replayed": False}
+        replay = torch.cat([z.reshape(-1) for z in self.replay_noise(seeds, device)]).double().cpu()
+        denom = float(replay @ replay)
+        if denom > 0:
+            coef = float(replay @ releases) / denom
+            explained = coef * coef * denom / max(float(releases @ releases), 1e-300)
+            info["replayed_noise_explains"] = explained
+            if explained * releases.numel() > REPLAY_CHI2:
+                releases = releases - coef * replay
+                info.update(noise_replayed=True, replayed_noise_scale=coef)
+        return self._score(releases).numpy(), info
+
+
+class ScalarCanaries(_WhiteBox):
+    """Wraps a zeroth-order method's `ScalarPrivatizer`: appends the sampled canaries' scalars to
+    each call's per-example values, lets the privatiser clip, sum and noise them, and records the
+    noisy sums."""
+
+    def __init__(self, inner: ScalarPrivatizer, m: int, scale: float, design: np.random.Generator):
+        super().__init__(inner, m, scale, design)
+        self.signs: list[torch.Tensor] = []  # per call, [queries, m] in {-1, +1}
+
+    def __call__(self, values: torch.Tensor) -> torch.Tensor:
+        queries = values.shape[0]
+        signs = torch.as_tensor(self.design.integers(0, 2, size=(queries, self.m), dtype=np.int8) * 2 - 1)
+        self.signs.append(signs)
+        present = torch.as_tensor(self.present, dtype=torch.long)
+        raw = self.scale * self.inner.spec.clip * signs[:, present].to(values)  # [queries, sampled canaries]
+        out = self.inner(torch.cat([values, raw], dim=1))
+        self.releases.append(out.detach().double().cpu() * self.inner.spec.expected_batch_size)
+        self.steps.append(self.step)
+        return out
+
+    def replay_noise(self, seeds, device):
+        gen = torch.Generator(device="cpu")  # the scalar privatiser draws on the CPU
+        gen.manual_seed(seeds["directions"])
+        draws = []
+        for r in self.releases:
+            if self.inner.spec.mechanism == "laplace":
+                u = torch.rand(r.shape, generator=gen, dtype=torch.float64) - 0.5
+                draws.append(-torch.sign(u) * torch.log1p(-2 * u.abs()))
+            else:
+                draws.append(torch.randn(r.shape, generator=gen, dtype=torch.float64))
+        return draws
+
+    def _score(self, releases):
+        """sum of s_i * release over the released values, each step's values first centred on their
+        mean when a step releases several (PAZO-S's candidate losses share most of their value: the
+        batch's mean loss, which would drown the canaries)."""
+        step_of = torch.cat([torch.full((r.numel(),), t) for r, t in zip(self.releases, self.steps)])
+        _, group = torch.unique(step_of, return_inverse=True)
+        sums = torch.zeros(int(group.max()) + 1, dtype=releases.dtype).index_add_(0, group, releases)
+        counts = torch.bincount(group).to(releases.dtype)
+        centred = torch.where(counts[group] > 1, releases - (sums / counts)[group], releases)
+        return centred @ torch.cat(self.signs).double()
+
+
+class VectorCanaries(_WhiteBox):
+    """Wraps a first-order method's `VectorPrivatizer`: adds the sampled Dirac canaries, clipped by
+    `clip_factors` as the real per-example gradients are, to the clipped sum before the noise, and
+    records the noisy sum on the canaries' coordinates."""
+
+    def __init__(self, inner: VectorPrivatizer, m: int, scale: float, design: np.random.Generator, dim: int):
+        super().__init__(inner, m, scale, design)
+        if m > dim:
+            raise ConfigError(f"audit.canaries={m} exceeds the model's {dim} parameters (one coordinate per "
+                              "white-box canary)")
+        self.dim, self.dtype = dim, torch.float32
+        self.coords = torch.as_tensor(design.permutation(dim)[:m])
+        self.signs: list[torch.Tensor] = []  # per call, [m] in {-1, +1}
+
+    def __call__(self, clipped_sum: torch.Tensor, clip: float) -> torch.Tensor:
+        self.dtype = clipped_sum.dtype
+        signs = torch.as_tensor(self.design.integers(0, 2, size=self.m, dtype=np.int8) * 2 - 1)
+        self.signs.append(signs)
+        present = torch.as_tensor(self.present, dtype=torch.long)
+        raw = (self.scale * clip * signs[present]).to(dtype=clipped_sum.dtype, device=clipped_sum.device)
+        coords = self.coords[present].to(clipped_sum.device)
+        total = clipped_sum.clone()
+        total.index_add_(0, coords, raw * clip_factors(raw.abs(), clip))
+        out = self.inner(total, clip)
+        self.releases.append(out.detach()[self.coords.to(out.device)].double().cpu()
+                             * self.inner.spec.expected_batch_size)
+        return out
+
+    def replay_noise(self, seeds, device):
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seeds["directions"])
+        return [torch.randn(self.dim, generator=gen, device=device, dtype=self.dtype)[self.coords.to(device)]
+                for _ in self.releases]
+
+    def _score(self, releases):
+        signs = torch.stack(self.signs).double()  # [calls, m]
+        return (releases.reshape(len(self.releases), self.m) * signs).sum(dim=0)

@@ -1,0 +1,226 @@
+"""`python -m pazo.audit [overrides]`: one training run with canaries, then the audited lower bound
+on its epsilon (`pazo.audit.bound`), next to the epsilon it prints.
+
+The run is the training run of the same overrides (same data, model, method, sigma, q, T, seed),
+with m canaries added to the private data (`pazo.audit.canaries`); it writes summary.json (with an
+`audit` block), audit.json and config.yaml to its directory (outputs/audits/...).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import hydra
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from pazo import CONFIG_DIR
+from pazo.audit.bound import audit_guesses
+from pazo.audit.canaries import (FixedRatePoissonSampler, ScalarCanaries, VectorCanaries, black_box_scores,
+                                 example_canaries, public_seeds, with_examples)
+from pazo.data import build_dataset
+from pazo.errors import ConfigError
+from pazo.methods import build_method, method_config, method_info
+from pazo.methods.engines import build_engine
+from pazo.models import FunctionalModel, build_model, check_no_batchnorm
+from pazo.privacy.mechanisms import DEBUG_BREAKS, ScalarPrivatizer, VectorPrivatizer, debug_break
+from pazo.privacy.plan import epsilon_spent, make_plan
+from pazo.privacy.sampling import PoissonSampler
+from pazo.rng import RandomStreams
+from pazo.run_files import write_json_atomic
+from pazo.train import USER_ERRORS, check_overrides, resolve_device
+from pazo.validate import validate_against_data, validate_config
+from pazo.warm_start import warm_start
+
+log = logging.getLogger("pazo.audit")
+THREATS = ("black_box", "white_box")
+#: entropy of the audit's own generators (canary inclusion, canary design), apart from the run's streams
+AUDIT_ENTROPY = 0xA0D17
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    canaries: int
+    threat: str
+    confidence: float
+    canary_scale: float
+    delta: float | None
+    debug_break: str | None
+
+    @classmethod
+    def from_cfg(cls, node) -> AuditConfig:
+        keys = ("canaries", "threat", "confidence", "canary_scale", "delta", "debug_break")
+        a = cls(**{k: node.get(k) for k in keys})
+        if not (isinstance(a.canaries, int) and a.canaries >= 2):
+            raise ConfigError(f"audit.canaries must be an integer >= 2, got {a.canaries!r}")
+        if a.threat not in THREATS:
+            raise ConfigError(f"unknown audit.threat {a.threat!r}; choices: {', '.join(THREATS)}")
+        if not (isinstance(a.confidence, float) and 0.5 <= a.confidence < 1):
+            raise ConfigError(f"audit.confidence must be in [0.5, 1), got {a.confidence!r}")
+        if not (isinstance(a.canary_scale, (int, float)) and math.isfinite(a.canary_scale) and a.canary_scale >= 1):
+            raise ConfigError(f"audit.canary_scale must be a number >= 1 (a canary's raw value in units of the "
+                              f"clip C), got {a.canary_scale!r}")
+        if a.delta is not None and not (isinstance(a.delta, float) and 0 < a.delta < 1):
+            raise ConfigError(f"audit.delta must be in (0, 1) or null (the run's delta), got {a.delta!r}")
+        if a.debug_break is not None and a.debug_break not in DEBUG_BREAKS:
+            raise ConfigError(f"unknown audit.debug_break {a.debug_break!r}; choices: {', '.join(DEBUG_BREAKS)}")
+        return a
+
+
+def _check_run(cfg, a: AuditConfig) -> None:
+    if cfg.privacy.epsilon is None:
+        raise ConfigError("an audit needs a private run: set privacy.epsilon (privacy=none has nothing to audit)")
+    if cfg.privacy.sampling != "poisson":
+        raise ConfigError(f"privacy.sampling={cfg.privacy.sampling}: the audit checks the Poisson-sampled "
+                          "guarantee; use privacy.sampling=poisson")
+    if cfg.privacy.secure_mode:
+        raise ConfigError("privacy.secure_mode=true: the audit needs the run reproducible from its seed")
+    if a.threat == "white_box" and cfg.method.name == "gep":
+        raise ConfigError("audit.threat=white_box does not cover gep (its release is two noisy sums in a public "
+                          "subspace, not one privatiser call); use audit.threat=black_box")
+
+
+def attach_white_box(method, m: int, scale: float, design: np.random.Generator):
+    """Put the white-box canaries between `method` and its privatiser; returns the hook."""
+    privatizer = getattr(method, "privatizer", None)
+    if isinstance(privatizer, ScalarPrivatizer):
+        method.privatizer = ScalarCanaries(privatizer, m, scale, design)
+    elif isinstance(privatizer, VectorPrivatizer):
+        method.privatizer = VectorCanaries(privatizer, m, scale, design, method.model.dim)
+    else:
+        raise ConfigError(f"audit.threat=white_box: method {method.cfg.name} has no privatiser to hook")
+    return method.privatizer
+
+
+def train_with_canaries(method, private, n: int, canary_ids: np.ndarray, sampler, steps: int, device,
+                        hook=None) -> None:
+    """The training loop with canaries: indices >= n of a Poisson batch are the included canaries
+    (`canary_ids` in order); in the white box (`hook`) they are handed to the hook, not to the model."""
+    for step in range(1, steps + 1):
+        idx = sampler.sample()
+        if hook is not None:
+            hook.step = step
+            hook.present = canary_ids[idx[idx >= n] - n]
+            idx = idx[idx < n]
+        x, y = private.batch(idx, device)
+        method.step(x, y, step)
+
+
+def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
+    """Train once with canaries into `run_dir` and audit; returns the summary (also summary.json)."""
+    a = AuditConfig.from_cfg(cfg.audit)
+    validate_config(cfg)
+    _check_run(cfg, a)
+    method_cfg = method_config(cfg.method)
+    info = method_info(method_cfg.name)
+    device = resolve_device(cfg.device)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    started = time.perf_counter()
+    inclusion_rng = np.random.default_rng([AUDIT_ENTROPY, cfg.seed, 0])
+    design_rng = np.random.default_rng([AUDIT_ENTROPY, cfg.seed, 1])
+    m = a.canaries
+    included = inclusion_rng.random(m) < 0.5  # never passed to the scoring code
+
+    with debug_break(a.debug_break):
+        streams = RandomStreams(cfg.seed, secure=False)
+        data = build_dataset(cfg.dataset, streams)
+        validate_against_data(cfg, len(data.private), len(data.public))
+        torch.manual_seed(streams.seeds["init"])
+        module = build_model(cfg.model, data.input_shape, data.num_classes).to(device)
+        check_no_batchnorm(module, cfg.model.name)
+        model = FunctionalModel(module)
+        warm_start(model, data.public, cfg, streams, device)
+        n, b = len(data.private), cfg.train.batch_size
+        total_steps = cfg.train.steps or max(1, round(cfg.train.epochs * n / b))
+        # the plan of the run without canaries: q = b / n, sigma, T and the printed epsilon
+        plan = make_plan(cfg.privacy, n, b, total_steps, method_cfg.release(), PoissonSampler, info.privacy_note)
+        method = build_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public,
+                              device=device, engine=build_engine(cfg.engine),
+                              query_train_mode=bool(cfg.engine.query_dropout))
+        hook, private, canary_examples = None, data.private, None
+        if a.threat == "black_box":
+            canary_examples = example_canaries(data.private, m, data.num_classes, design_rng)
+            private = with_examples(data.private, canary_examples, included)
+        else:
+            hook = attach_white_box(method, m, a.canary_scale, design_rng)
+        canary_ids = np.flatnonzero(included)
+        sampler = FixedRatePoissonSampler(n + len(canary_ids), plan.sample_rate, streams.numpy["data"])
+        log.info(f"audit: {method_cfg.name} on {cfg.dataset.name}, {a.threat}, {m} canaries "
+                 f"({len(canary_ids)} included), {total_steps} steps, sigma {plan.sigma:.4g}, q {plan.sample_rate:.4g}"
+                 + (f", DEBUG BREAK {a.debug_break}" if a.debug_break else ""))
+        module.train()
+        train_with_canaries(method, private, n, canary_ids, sampler, total_steps, device, hook)
+        printed = epsilon_spent(plan, total_steps)
+        delta = plan.delta if a.delta is None else min(a.delta, plan.delta)
+        # the same run's guarantee at the audit's delta: the epsilon the bound is compared with
+        comparable = printed if delta == plan.delta else epsilon_spent(replace(plan, delta=delta), total_steps)
+
+    seeds = public_seeds(streams)
+    if a.threat == "black_box":
+        scores, score_info = black_box_scores(model, canary_examples, device), {}
+    else:
+        scores, score_info = hook.scores(seeds, device)
+    result = audit_guesses(scores.tolist(), included.tolist(), beta=1 - a.confidence, delta=delta)
+    final = model.evaluate(data.test, cfg.train.eval_batch_size) if model.all_finite() else None
+    audit = {**asdict(a), **result, "printed_epsilon": printed, "printed_delta": plan.delta,
+             "audit_delta": delta, "epsilon_at_audit_delta": comparable, "target_epsilon": plan.target_epsilon,
+             "sigma": plan.sigma, "sample_rate": plan.sample_rate, "steps": total_steps,
+             "canaries_included": int(included.sum()),
+             "exceeds_printed": result["epsilon_lower_bound"] > comparable, "scores": score_info,
+             "threads": torch.get_num_threads(), "seconds": time.perf_counter() - started}
+    summary = {"status": "finished", "kind": "audit", "method": method_cfg.name, "dataset": cfg.dataset.name,
+               "model": cfg.model.name, "seed": cfg.seed, "device": str(device), "run_dir": str(run_dir),
+               "privacy": plan.as_dict(), "final_test_accuracy": final["accuracy"] if final else None,
+               "audit": audit}
+    write_json_atomic(run_dir / "audit.json", audit)
+    write_json_atomic(run_dir / "summary.json", summary)
+    log.info(f"audit: epsilon lower bound {result['epsilon_lower_bound']:.4f} at {a.confidence:.0%} confidence "
+             f"({result['correct']} of {result['guesses']} guesses correct: {result['guesses_in']} in, "
+             f"{result['guesses_out']} out; ceiling {result['ceiling']:.3f} with {m} canaries, delta {delta:.3g}); "
+             f"the run's epsilon at that delta {comparable:.4f} (printed: {printed:.4f} at delta {plan.delta:.3g})"
+             + (" -> the run is NOT as private as printed" if audit["exceeds_printed"] else ""))
+    log.info(f"  results: {run_dir}")
+    return summary
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="audit")
+def main(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hc = HydraConfig.get()
+    try:
+        summary = run_audit(cfg, hc.runtime.output_dir)
+    except USER_ERRORS as err:
+        log.error(f"pazo: error: {err}")
+        if hc.mode == RunMode.MULTIRUN:
+            return None
+        sys.exit(2)
+    return summary["audit"]["epsilon_lower_bound"]
+
+
+def cli() -> None:
+    problem = check_overrides(sys.argv[1:], config_name="audit")
+    if problem:
+        print(f"pazo: error: {problem}", file=sys.stderr)
+        sys.exit(2)
+    main()
+
+
+def read_audits(roots) -> list[dict]:
+    """The summaries of the audits below `roots` (directories)."""
+    out = []
+    for root in map(Path, roots):
+        for path in sorted(root.rglob("summary.json")):
+            summary = json.loads(path.read_text())
+            if summary.get("kind") == "audit":
+                out.append(summary)
+    return out
