@@ -154,12 +154,13 @@ def test_white_box_catches_each_break(make_method, method, cfg, brk):
     assert info["noise_replayed"] == (brk == "noise_from_direction_seed")
 
 
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("method,cfg", CASES, ids=[c[0] for c in CASES])
-def test_white_box_no_false_alarm_over_seeds(make_method, method, cfg):
-    for seed in range(3):
-        bound, eps, info = white_box_audit(make_method, method, cfg, None, seed=seed)
-        assert bound <= eps, f"{method} seed {seed}: correct run flagged ({bound:.3f} > {eps:.3f})"
-        assert not info["noise_replayed"]
+def test_white_box_no_false_alarm_over_seeds(make_method, method, cfg, seed):
+    """Seed 0 in the fast suite; seeds 1 and 2 with the slow tests (make test-all)."""
+    bound, eps, info = white_box_audit(make_method, method, cfg, None, seed=seed)
+    assert bound <= eps, f"{method} seed {seed}: correct run flagged ({bound:.3f} > {eps:.3f})"
+    assert not info["noise_replayed"]
 
 
 # --- the command, end to end on digits ----------------------------------------------------------
