@@ -136,19 +136,25 @@ class CausalLMTask(nn.Module):
     """A causal LM seen as a classifier over label words, or as a generator of answers."""
 
     def __init__(self, lm: nn.Module, tokenizer, task: str, label_words: list[str] | None = None,
-                 stop: str = "\n", max_new_tokens: int = 50):
+                 stop: str = "\n", max_new_tokens: int = 50, *, pad_id: int | None = None,
+                 label_word_ids: list[int] | None = None):
+        """`pad_id` and `label_word_ids` given, no tokenizer is needed to train (memory benchmarks
+        of random-weight models); generation still decodes with it."""
         super().__init__()
         if task not in ("classification", "generation"):
             raise ConfigError(f"unknown model.task {task!r}; choices: classification, generation")
         self.lm, self.task, self.tokenizer = lm, task, tokenizer
-        self.pad_id = pad_token_id(tokenizer)
+        self.pad_id = pad_token_id(tokenizer) if pad_id is None else int(pad_id)
         self.max_new_tokens = int(max_new_tokens)
-        stop_ids = tokenizer.encode(stop, add_special_tokens=False) if stop else []
-        self.stop_id = stop_ids[-1] if stop_ids else tokenizer.eos_token_id
+        stop_ids = tokenizer.encode(stop, add_special_tokens=False) if stop and tokenizer is not None else []
+        self.stop_id = stop_ids[-1] if stop_ids else getattr(tokenizer, "eos_token_id", None)
         if task == "classification":
-            if not label_words:
+            if label_word_ids is not None:
+                ids = list(label_word_ids)
+            elif not label_words:
                 raise ConfigError("a classification task needs label words (dataset.label_words)")
-            ids = token_ids_of_words(tokenizer, list(label_words))
+            else:
+                ids = token_ids_of_words(tokenizer, list(label_words))
             self.register_buffer("label_word_ids", torch.tensor(ids, dtype=torch.long), persistent=False)
 
     def hidden(self, ids: torch.Tensor) -> torch.Tensor:
