@@ -223,3 +223,17 @@ def test_mismatched_model_and_data_are_refused_before_compute(root, hydra_cfg, t
         run(hydra_cfg("model=hf_causal_lm", "dataset=digits"), tmp_path / "b")
     with pytest.raises(ConfigError, match="model.dtype"):
         run(hydra_cfg("model=hf_causal_lm", "dataset=sst2", "model.dtype=float8"), tmp_path / "c")
+
+
+def test_dpsgd_with_lora_clips_per_example_adapter_gradients(root, hydra_cfg, tmp_path):
+    s = run(run_cfg(hydra_cfg, root, "dataset=sst2", "method=dpsgd", "model.lora.enabled=true"), tmp_path / "dpsgd")
+    assert s["status"] == "finished" and s["privacy"]["within_budget"] and s["dim"] < 2000
+
+
+def test_full_parameter_dpsgd_is_refused_when_one_example_overflows_the_budget(root, hydra_cfg, tmp_path):
+    # the tiny OPT has ~19k parameters: 0.2 MB per example (3 copies); a 0.1 MB budget cannot hold one
+    with pytest.raises(ConfigError, match=r"full-parameter DP-SGD does not fit; train LoRA adapters"):
+        run(run_cfg(hydra_cfg, root, "dataset=sst2", "method=dpsgd", "method.grad_memory_mb=0.1"), tmp_path / "no")
+    s = run(run_cfg(hydra_cfg, root, "dataset=sst2", "method=dpsgd", "method.grad_memory_mb=0.1",
+                    "model.lora.enabled=true"), tmp_path / "lora")               # the adapters fit
+    assert s["status"] == "finished"
