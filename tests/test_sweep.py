@@ -124,7 +124,8 @@ def test_bad_grid_values_and_unknown_specs_are_one_line(tmp_path, capsys):
     assert "unknown key 'method.lrr' in override 'method.lrr=1' (method has " in capsys.readouterr().err
     assert sweep.main(["table99", "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("pazo: error: unknown sweep 'table99'") and "choices: demo, table1_cifar10," in err
+    assert err.startswith("pazo: error: unknown sweep 'table99'")
+    assert "choices: demo, dpzero_opt_sst2, dpzo_squad, table1_cifar10," in err
 
 
 def test_relaunch_skips_finished_runs(tmp_path, monkeypatch):
