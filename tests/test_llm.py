@@ -237,3 +237,19 @@ def test_full_parameter_dpsgd_is_refused_when_one_example_overflows_the_budget(r
     s = run(run_cfg(hydra_cfg, root, "dataset=sst2", "method=dpsgd", "method.grad_memory_mb=0.1",
                     "model.lora.enabled=true"), tmp_path / "lora")               # the adapters fit
     assert s["status"] == "finished"
+
+
+def test_device_map_places_the_model_and_the_zeroth_order_step_runs_unchanged(root, make_method):
+    """Only CPU here: an explicit accelerate device map over the CPU (model.device_map=auto spreads
+    a model over the GPUs of a node the same way); `place` leaves a dispatched model where it is."""
+    from pazo.models import place
+
+    torch.manual_seed(0)
+    module = build_hf_lm_task(model_cfg(root / "opt", device_map={"": "cpu"}), "causal")
+    assert module.lm.hf_device_map == {"": "cpu"} and place(module, torch.device("meta")) is module
+    model = FunctionalModel(module, loss_fn=module.loss_fn)
+    before = model.flat_params()
+    x = torch.tensor([encode_causal(module.tokenizer, "a great movie, so. It was", 32)] * 4)
+    make_method("dpzero", model, {"lr": 1e-2, "clip": 1.0}, sigma=1.0, b=4, engine="inplace").step(
+        x, torch.tensor([1, 1, 0, 0]), 1)
+    assert not torch.equal(before, model.flat_params())
