@@ -28,7 +28,8 @@ from pazo.checkpoint import (CHECKPOINT, Heartbeat, LoopState, StopRequests, con
 from pazo.data import build_dataset
 from pazo.methods import build_method, method_config, method_info
 from pazo.methods.engines import build_engine, choose_engine
-from pazo.models import FunctionalModel, build_model, check_no_batchnorm
+from pazo.models import FunctionalModel, build_model, check_no_batchnorm, place
+from pazo.models.functional import cross_entropy_per_example
 from pazo.privacy.accountant import BudgetError
 from pazo.privacy.mechanisms import active_debug_break
 from pazo.privacy.plan import EpsilonTracker, make_plan
@@ -94,11 +95,11 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     validate_against_data(cfg, len(data.private), len(data.public))
 
     torch.manual_seed(streams.seeds["init"])
-    module = build_model(cfg.model, data.input_shape, data.num_classes).to(device)
+    module = place(build_model(cfg.model, data.input_shape, data.num_classes), device)
     private = cfg.privacy.epsilon is not None
     if private:
         check_no_batchnorm(module, cfg.model.name)
-    model = FunctionalModel(module)
+    model = FunctionalModel(module, loss_fn=getattr(module, "loss_fn", cross_entropy_per_example))
     warm = warm_start(model, data.public, cfg, streams, device)
 
     n, b = len(data.private), cfg.train.batch_size
@@ -185,6 +186,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
                     loop.last_eval = model.evaluate(data.test, cfg.train.eval_batch_size)
                     loop.best_acc = max(loop.best_acc, loop.last_eval["accuracy"])
                     row.update(test_accuracy=loop.last_eval["accuracy"], test_loss=loop.last_eval["loss"])
+                    row.update({f"test_{k}": v for k, v in loop.last_eval.items() if k not in ("accuracy", "loss")})
                     if val is not None:
                         loop.last_val = model.evaluate(val, cfg.train.eval_batch_size)
                         loop.best_val_acc = max(loop.best_val_acc, loop.last_val["accuracy"])
@@ -293,6 +295,7 @@ def _outcome(plan, tracker, loop: LoopState, total_steps: int, failure: str | No
            "steps_done": steps_done, "steps_planned": total_steps,
            "final_test_accuracy": last_eval["accuracy"] if last_eval and not failure else None,
            "final_test_loss": last_eval["loss"] if last_eval and not failure else None,
+           "final_test_metrics": dict(last_eval) if last_eval and not failure else None,
            "best_test_accuracy": loop.best_acc if loop.best_acc >= 0 else None,
            "final_val_accuracy": last_val["accuracy"] if last_val and not failure else None,
            "best_val_accuracy": loop.best_val_acc if loop.best_val_acc >= 0 else None,

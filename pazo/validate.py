@@ -5,6 +5,7 @@ several config groups."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from pazo.data import DATASETS
 from pazo.data.validation import check_validation_size
@@ -60,15 +61,34 @@ def validate_config(cfg) -> None:
         _positive(d.image_size, "dataset.image_size", integer=True)
     if d.name == "mnli" and cfg.model.name != "roberta_prompt":
         raise ConfigError(f"dataset=mnli is a prompt task for model=roberta_prompt, not model={cfg.model.name}")
+    prompted = ("sst2", "squad", "glue_prompt")
+    if d.name in prompted and cfg.model.name not in ("hf_causal_lm", "hf_masked_lm"):
+        raise ConfigError(f"dataset={d.name} is a prompted task for model=hf_causal_lm or hf_masked_lm, "
+                          f"not model={cfg.model.name}")
+    if cfg.model.name in ("hf_causal_lm", "hf_masked_lm") and d.name not in prompted:
+        raise ConfigError(f"model={cfg.model.name} runs prompted tasks (dataset=sst2, squad, glue_prompt), "
+                          f"not dataset={d.name}")
+    if d.name == "squad" and cfg.model.name != "hf_causal_lm":
+        raise ConfigError("dataset=squad is answered by generation: use model=hf_causal_lm")
+    if cfg.model.name in ("hf_causal_lm", "hf_masked_lm"):
+        _choice(cfg.model.dtype, ("float32", "float16", "bfloat16"), "model.dtype")
+        if cfg.model.lora.enabled:
+            _positive(cfg.model.lora.rank, "model.lora.rank", integer=True)
+            _positive(cfg.model.lora.alpha, "model.lora.alpha")
+        if cfg.model.device_map not in (None, "auto") and not isinstance(cfg.model.device_map, Mapping):
+            raise ConfigError(f"model.device_map must be null, auto or a mapping of modules to devices, "
+                              f"got {cfg.model.device_map!r}")
     if d.name in ("imdb", "hf_text") and cfg.model.name != "lstm":
         raise ConfigError(f"dataset={d.name} is token ids for model=lstm, not model={cfg.model.name}")
     if "vocab_source" in d:
         _choice(d.vocab_source, ("public", "private"), "dataset.vocab_source")
     if "public_source" in d:
-        _choice(d.public_source, ("split", "folder"), "dataset.public_source")
+        _choice(d.public_source, ("split", "folder", "none") if d.name in prompted else ("split", "folder"),
+                "dataset.public_source")
         if d.public_source == "folder" and not d.public_folder:
             raise ConfigError("dataset.public_source=folder needs dataset.public_folder=<folder of class sub-folders>")
-    for key in ("public_per_class", "k_shot", "test_size", "public_size", "max_length", "premise_limit", "vocab_size"):
+    for key in ("n_train", "n_val", "public_size", "public_per_class", "k_shot", "test_size", "max_length",
+                "premise_limit", "vocab_size"):
         if d.get(key) is not None:
             _positive(d[key], f"dataset.{key}", integer=True)
 

@@ -95,7 +95,7 @@ def test_dry_run_prints_and_trains_nothing(tmp_path, capsys):
 @pytest.mark.parametrize("args, says", [
     (["method.lrr=0.1"], "unknown key 'method.lrr' in override 'method.lrr=0.1' (method has clip,"),
     (["foo=1"], "unknown key 'foo' in override 'foo=1' (the top level has dataset,"),
-    (["model=resnet"], "Could not find 'model/resnet'; choices: lstm, nf_resnet18,"),
+    (["model=resnet"], "Could not find 'model/resnet'; choices: hf_causal_lm, hf_masked_lm, lstm, nf_resnet18,"),
     (["train.batch_size=0"], "train.batch_size must be a positive integer, got 0 (4 of 4 runs, e.g. digits/dpzero"),
     (["method.lr=[1"], "bad override in 'method.lr=[1'"),
     (["--methods", "pazo_m,adam"],
@@ -124,7 +124,8 @@ def test_bad_grid_values_and_unknown_specs_are_one_line(tmp_path, capsys):
     assert "unknown key 'method.lrr' in override 'method.lrr=1' (method has " in capsys.readouterr().err
     assert sweep.main(["table99", "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("pazo: error: unknown sweep 'table99'") and "choices: demo, table1_cifar10," in err
+    assert err.startswith("pazo: error: unknown sweep 'table99'")
+    assert "choices: demo, dpzero_opt_sst2, dpzo_squad, table1_cifar10," in err
 
 
 def test_relaunch_skips_finished_runs(tmp_path, monkeypatch):

@@ -54,6 +54,18 @@ def _mnli(cfg, streams) -> DataBundle:
     return load_mnli_bundle(cfg, streams.numpy["split"], tokenizer, streams.numpy["validation"])
 
 
+def _prompt_task(cfg, streams) -> DataBundle:
+    from pazo.data.prompt_tasks import load_prompt_bundle
+    from pazo.pretrained import load_pretrained
+
+    tokenizer = load_pretrained(cfg.tokenizer, "tokenizer", cfg.download)
+    return load_prompt_bundle(cfg, streams, tokenizer)
+
+
+for _name in ("sst2", "squad", "glue_prompt"):   # prompted tasks for language models (pazo.data.prompt_tasks)
+    DATASETS.register(_name)(_prompt_task)
+
+
 def build_dataset(cfg, streams) -> DataBundle:
     """The data set's splits; the validation split is carved here, once for every data set."""
     data = DATASETS.get(cfg.name)(cfg, streams)

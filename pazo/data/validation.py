@@ -27,7 +27,7 @@ def check_validation_size(cfg) -> None:
                                   or not 0 <= fraction < 1):
         raise ConfigError(f"dataset.val_fraction must be in [0, 1) (0 = no validation split), got {fraction!r}")
     k = cfg.get("val_k_shot")
-    if "val_k_shot" in cfg and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
         raise ConfigError(f"dataset.val_k_shot must be an integer >= 0 (0 = no validation sample), got {k!r}")
     if fraction and k:
         raise ConfigError(f"dataset.val_fraction={fraction} and dataset.val_k_shot={k} both ask for a validation "

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 import psutil
 import torch
 
+from pazo.methods.half_precision import exact_inplace_losses, has_low_precision
 from pazo.models.functional import FunctionalModel
 
 ENGINES = ("auto", "vectorised", "inplace")
@@ -104,6 +105,8 @@ class InPlaceEngine:
                train: bool = False, seed: int | None = None) -> torch.Tensor:
         if len(x) == 0:
             return x.new_zeros((len(points), 0))
+        if has_low_precision(model.params):   # float16 / bfloat16: bit-exact restore (half_precision.py)
+            return exact_inplace_losses(model, x, y, directions, points, train=train, seed=seed)
         out, cur_j, cur_s = [], None, 0.0
         with query_mode(model, train):
             try:

@@ -14,7 +14,7 @@ import torch
 from pazo.methods.base import Method, MethodConfig, at_least_one, positive, require
 from pazo.methods.engines import apply_flat_update
 from pazo.methods.per_example import (auto_memory_mb, chunk_size_for, clip_rows, clipped_sum, flatten_rows,
-                                      iter_per_example_grads, per_example_grads)
+                                      iter_per_example_grads, per_example_grads, refuse_if_one_example_overflows)
 from pazo.methods.registry import register_method
 from pazo.privacy.mechanisms import Release, VectorPrivatizer, noise_generator
 
@@ -46,6 +46,8 @@ class FirstOrderMethod(Method):
     def __init__(self, cfg: FirstOrderConfig, ctx):
         super().__init__(cfg, ctx)
         budget = cfg.grad_memory_mb or auto_memory_mb(ctx.device)
+        if ctx.noise.private and cfg.per_example_chunk is None:
+            refuse_if_one_example_overflows(self.model, budget)
         self.chunk = int(cfg.per_example_chunk or chunk_size_for(self.model, budget, ctx.noise.expected_batch_size))
         self.privatizer = VectorPrivatizer(ctx.noise, noise_generator(ctx.streams, ctx.device))
 

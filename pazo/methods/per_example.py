@@ -38,6 +38,21 @@ def chunk_size_for(model: FunctionalModel, memory_mb: float, batch_size: int | N
     return cap
 
 
+def refuse_if_one_example_overflows(model: FunctionalModel, memory_mb: float, overhead: float = 3.0) -> None:
+    """One clear message, before any compute, when the per-example gradients of even one example
+    (d parameters, `overhead` copies for vmap's intermediates) exceed the memory budget - the case
+    of full-parameter DP-SGD on a large language model (DP-ZO's Table 2)."""
+    need = model.dim * model.params[0].element_size() * overhead / 2**20
+    if need > memory_mb:
+        from pazo.errors import ConfigError
+
+        raise ConfigError(
+            f"per-example gradients of {model.dim:,} parameters need about {need / 1024:.1f} GiB for a single "
+            f"example, over the budget of {memory_mb / 1024:.1f} GiB (method.grad_memory_mb): full-parameter "
+            "DP-SGD does not fit; train LoRA adapters (model.lora.enabled=true: per-example gradients of the "
+            "adapters only), raise method.grad_memory_mb, or use a zeroth-order method")
+
+
 def _per_example_fn(model: FunctionalModel):
     def loss_one(params, x, y):
         return model.losses_at(params, x.unsqueeze(0), y.unsqueeze(0)).squeeze(0)

@@ -52,6 +52,20 @@ def _roberta_prompt(cfg, input_shape, num_classes) -> nn.Module:
     return build_prompt_mlm(cfg.path, list(cfg.label_words), download=cfg.download, dropout=cfg.dropout)
 
 
+@MODELS.register("hf_causal_lm")
+def _hf_causal_lm(cfg, input_shape, num_classes) -> nn.Module:
+    from pazo.models.hf_lm import build_hf_lm_task
+
+    return build_hf_lm_task(cfg, "causal")
+
+
+@MODELS.register("hf_masked_lm")
+def _hf_masked_lm(cfg, input_shape, num_classes) -> nn.Module:
+    from pazo.models.hf_lm import build_hf_lm_task
+
+    return build_hf_lm_task(cfg, "masked")
+
+
 def check_no_batchnorm(module: nn.Module, model_name: str) -> None:
     """BatchNorm mixes examples of a batch, so per-example clipping no longer bounds one example's
     influence, and its running statistics leak private data: refuse it under a private method."""
@@ -61,8 +75,16 @@ def check_no_batchnorm(module: nn.Module, model_name: str) -> None:
                          "differential privacy; use GroupNorm/LayerNorm or a normaliser-free model")
 
 
+def place(module: nn.Module, device) -> nn.Module:
+    """The module on the run's device, unless accelerate has already spread it over devices
+    (`model.device_map`)."""
+    if any(getattr(m, "hf_device_map", None) for m in module.modules()):
+        return module
+    return module.to(device)
+
+
 def build_model(cfg, input_shape, num_classes) -> nn.Module:
     return MODELS.get(cfg.name)(cfg, input_shape, num_classes)
 
 
-__all__ = ["MODELS", "FunctionalModel", "build_model", "check_no_batchnorm"]
+__all__ = ["MODELS", "FunctionalModel", "build_model", "check_no_batchnorm", "place"]

@@ -97,9 +97,15 @@ class FunctionalModel:
 
     @torch.no_grad()
     def evaluate(self, split, batch_size: int = 1024) -> dict[str, float]:
-        """Accuracy and mean loss over a whole split (sum over examples / number of examples)."""
+        """Accuracy and mean loss over a whole split (sum over examples / number of examples); for
+        a split of question-answer examples, the module's own generation metrics."""
         was_training = self.module.training
         self.module.eval()
+        if hasattr(split, "answers") and hasattr(self.module, "evaluate_generation"):
+            try:
+                return self.module.evaluate_generation(split, batch_size)
+            finally:
+                self.module.train(was_training)
         correct, loss_sum, n = 0, 0.0, len(split)
         for start in range(0, n, batch_size):
             idx = torch.arange(start, min(start + batch_size, n))

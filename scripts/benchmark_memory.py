@@ -1,0 +1,128 @@
+"""Peak memory of one no-grad forward and of one step of each zeroth-order method (in-place engine),
+for a causal LM of a given shape with random weights built from its config (no download).
+
+    python scripts/benchmark_memory.py [--shape opt-125m] [--dtype float32] [--device cpu]
+                                       [--batch 8] [--length 64] [--methods mezo,dpzero,dp_zo]
+                                       [--out scripts/results/memory_<device>_<shape>_<dtype>.json]
+
+Every measurement runs in its own subprocess (`--one <what>`), which builds the model, makes a
+batch of random token ids and does the one thing measured. On CPU the figure is the subprocess'
+peak resident set (ru_maxrss, which includes the Python interpreter, torch and the model); on CUDA
+it is `torch.cuda.max_memory_allocated` after a reset that follows the model's construction.
+`ratio` = a method's peak over the forward's peak; the goal is at most 1.1.
+
+Shapes (`SHAPES`): OPT configs at the sizes of the facebook/opt-* checkpoints (vocabulary 50272,
+2048 positions). On a GPU:
+    python scripts/benchmark_memory.py --device cuda --dtype float16 --shape opt-1.3b
+    python scripts/benchmark_memory.py --device cuda --dtype float16 --shape opt-6.7b
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SHAPES = {  # hidden, layers, heads, ffn
+    "opt-125m": (768, 12, 12, 3072), "opt-350m": (1024, 24, 16, 4096), "opt-1.3b": (2048, 24, 32, 8192),
+    "opt-2.7b": (2560, 32, 32, 10240), "opt-6.7b": (4096, 32, 32, 16384), "opt-13b": (5120, 40, 40, 20480),
+    "opt-30b": (7168, 48, 56, 28672),
+}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def build(shape: str, dtype: str, device: str):
+    import torch
+    from transformers import OPTConfig, OPTForCausalLM
+
+    from pazo.models.functional import FunctionalModel
+    from pazo.models.hf_lm import DTYPES, CausalLMTask
+
+    hidden, layers, heads, ffn = SHAPES[shape]
+    config = OPTConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, ffn_dim=ffn,
+                       word_embed_proj_dim=hidden, vocab_size=50272, max_position_embeddings=2048)
+    torch.manual_seed(0)
+    with torch.device(device):
+        lm = OPTForCausalLM._from_config(config, attn_implementation="sdpa", dtype=DTYPES[dtype]).eval()
+    module = CausalLMTask(lm, None, "classification", pad_id=1, label_word_ids=[6587, 372])  # " terrible", " great"
+    return FunctionalModel(module, loss_fn=module.loss_fn)
+
+
+def one(what: str, args) -> dict:
+    import torch
+
+    from pazo.methods import build_method, method_config
+    from pazo.methods.engines import InPlaceEngine
+    from pazo.privacy.plan import PrivacyPlan
+    from pazo.rng import RandomStreams
+
+    device = torch.device(args.device)
+    model = build(args.shape, args.dtype, args.device)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(3, 50000, (args.batch, args.length), generator=g).to(device)
+    y = torch.randint(0, 2, (args.batch,), generator=g).to(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    if what == "forward":
+        with torch.no_grad():
+            model.current_losses(x, y)
+    else:
+        config = method_config({"name": what, "lr": 1e-6, "clip": 1.0, "q": 1, "smoothing": 1e-3})
+        private = what != "mezo"
+        plan = PrivacyPlan.with_sigma(1.0 if private else None, args.batch, config.release(), steps=1)
+        method = build_method(config, model=model, plan=plan, streams=RandomStreams(0), public=None,
+                              device=device, engine=InPlaceEngine())
+        method.step(x, y, 1)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated()
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"what": what, "peak_bytes": peak, "seconds": time.perf_counter() - t0, "dim": model.dim}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", default="opt-125m", choices=sorted(SHAPES))
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--length", type=int, default=64)
+    p.add_argument("--methods", default="mezo,dpzero,dp_zo")
+    p.add_argument("--out", default=None)
+    p.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one, args)))
+        return
+    rows = []
+    for what in ["forward", *args.methods.split(",")]:
+        cmd = [sys.executable, __file__, "--one", what, *sys.argv[1:]]
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        if out.returncode:
+            sys.exit(f"benchmark_memory: {what} failed:\n{out.stderr[-2000:]}")
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(f"{what:8s} peak {rows[-1]['peak_bytes'] / 2**20:9.1f} MiB  ({rows[-1]['seconds']:.2f} s)", flush=True)
+    base = rows[0]["peak_bytes"]
+    for row in rows:
+        row["ratio"] = row["peak_bytes"] / base
+    result = {"command": "python " + " ".join([Path(__file__).relative_to(ROOT).as_posix(), *sys.argv[1:]]),
+              "shape": args.shape, "dtype": args.dtype, "device": args.device, "batch": args.batch,
+              "length": args.length, "measure": "ru_maxrss of a subprocess" if args.device == "cpu"
+              else "torch.cuda.max_memory_allocated after the model is built",
+              "machine": platform.platform(), "rows": rows}
+    for row in rows[1:]:
+        print(f"{row['what']}: {row['ratio']:.3f}x the forward's peak")
+    out = Path(args.out or ROOT / f"scripts/results/memory_{args.device.split(':')[0]}_{args.shape}_{args.dtype}.json")
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"written {out}")
+
+
+if __name__ == "__main__":
+    main()

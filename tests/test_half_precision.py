@@ -1,0 +1,95 @@
+"""Half precision that holds: a perturb-evaluate-restore cycle of the in-place engine leaves float16 /
+bfloat16 parameters bit-identical (a thousand cycles), where the naive add-and-subtract drifts; and a
+tiny model trains in float16 as it does in float32 (losses computed in float32)."""
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from llm_fixtures import write_sst2, write_tiny_causal_lm
+from pazo.data.prompt_tasks import load_prompt_bundle
+from pazo.methods.directions import SeededDirections
+from pazo.methods.engines import InPlaceEngine
+from pazo.methods.half_precision import ExactShift
+from pazo.models.functional import FunctionalModel
+from pazo.models.hf_lm import build_hf_lm_task
+from pazo.pretrained import load_pretrained
+from pazo.rng import RandomStreams
+
+
+def tensors():
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randn(64, 32, generator=g) * 0.02).half(), torch.randn(300, generator=g).half(),
+            (torch.randn(40, 8, generator=g) * 0.02).to(torch.bfloat16), torch.randn(7, generator=g) * 0.02]
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1e-2, 0.5])
+def test_a_thousand_cycles_leave_half_precision_tensors_bit_identical(scale):
+    params, naive = tensors(), tensors()
+    original = [p.clone() for p in params]
+    shifter = ExactShift(params)
+    for i in range(1000):
+        dirs = SeededDirections([p.shape for p in params], [i], dtype=torch.float16)
+        shifter.shift(dirs, 0, scale if i % 2 else -scale)
+        assert not torch.equal(params[0], original[0])                  # the perturbation is there
+        shifter.restore()
+        for p, u in zip(naive, dirs.iter_tensors(0)):                    # MeZO's +s u, then -s u
+            p.add_(u.to(p.dtype), alpha=scale if i % 2 else -scale)
+        for p, u in zip(naive, dirs.iter_tensors(0)):
+            p.add_(u.to(p.dtype), alpha=-scale if i % 2 else scale)
+    assert all(torch.equal(p, o) for p, o in zip(params[:3], original[:3]))
+    assert torch.allclose(params[3], original[3], atol=1e-6)            # float32: the engine's own add/sub
+    assert not all(torch.equal(p, o) for p, o in zip(naive[:3], original[:3]))  # the naive cycle drifts
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("half")
+    write_tiny_causal_lm(root / "opt")
+    write_sst2(root)
+    return root
+
+
+def build(root, dtype):
+    cfg = OmegaConf.create({"path": str(root / "opt"), "download": False, "random_init": False, "dtype": dtype,
+                            "attention": "eager", "device_map": None, "dropout": None, "lora": None,
+                            "task": "sst2", "label_words": None, "stop": "\n", "max_new_tokens": 4})
+    torch.manual_seed(0)
+    module = build_hf_lm_task(cfg, "causal")
+    return FunctionalModel(module, loss_fn=module.loss_fn)
+
+
+def batch(root, n=8):
+    tok = load_pretrained(str(root / "opt"), "tokenizer")
+    cfg = OmegaConf.create({"task": "sst2", "root": str(root), "download": False, "model_kind": "hf_causal_lm",
+                            "data_seed": 13, "k_shot": None, "n_train": n, "n_val": 0, "test_size": None,
+                            "max_length": 64, "label_words": None, "public_source": "none"})
+    data = load_prompt_bundle(cfg, RandomStreams(0), tok)
+    return data.private.batch(np.arange(n))
+
+
+@pytest.mark.parametrize("calls", [50, pytest.param(500, marks=pytest.mark.slow)])
+def test_the_inplace_engine_restores_a_float16_model_bit_exactly(tiny, calls):
+    model = build(tiny, "float16")
+    x, y = batch(tiny, 2)
+    original = [p.detach().clone() for p in model.params]
+    engine = InPlaceEngine()
+    for i in range(calls):                                            # 2 perturb-evaluate-restore cycles each
+        dirs = SeededDirections(model.shapes, [i], dtype=torch.float16)
+        losses = engine.losses(model, x, y, dirs, [(0, 1e-3), (0, -1e-3)])
+        assert losses.dtype == torch.float32 and torch.isfinite(losses).all()
+    assert all(torch.equal(p, o) for p, o in zip(model.params, original))
+
+
+@pytest.mark.slow   # float16 matmuls are slow on CPU: about 2 minutes on 2 loaded cores
+def test_a_tiny_model_trains_in_float16_as_in_float32(tiny, make_method):
+    x, y = batch(tiny, 8)
+    curves = {}
+    for dtype in ("float32", "float16"):
+        model = build(tiny, dtype)
+        method = make_method("mezo", model, {"lr": 5e-3, "clip": 1.0, "q": 4, "smoothing": 1e-2}, engine="inplace")
+        curves[dtype] = [method.step(x, y, t)["loss"] for t in range(1, 41)]
+    full, half = np.array(curves["float32"]), np.array(curves["float16"])
+    assert full[-5:].mean() < full[:5].mean() - 0.02                   # it trains ...
+    assert half[-5:].mean() < half[:5].mean() - 0.02                   # ... in float16 too
+    assert np.abs(full - half).max() < 0.02                            # along the same curve
