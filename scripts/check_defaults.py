@@ -6,7 +6,7 @@ train here. One run per method (privacy=none for the non-private ones), two at a
 
 Writes, per method: the defaults used, final and best validation and test accuracy, the chance-level
 warning if any, status and epsilon spent. Runs go to outputs/check_defaults/<method>/ (a finished
-run is not re-run).
+run is not re-run: its summary is read again).
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
+import yaml
 
 from pazo.methods import method_info, method_names
 
@@ -40,8 +41,7 @@ def train(method: str, seed: int, out: Path, threads: int) -> dict:
         return {"method": method, "status": "no summary", "exit_code": done.returncode,
                 "stderr_tail": done.stderr[-2000:]}
     summary = json.loads(summary_path.read_text())
-    config = (run_dir / "config.yaml").read_text()
-    method_block = config[config.index("method:"):].split("\n\n")[0]
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
     return {"method": method, "command": "python -m pazo.train " + " ".join(overrides[:-1]),
             "exit_code": done.returncode, "status": summary["status"],
             "final_val_accuracy": summary.get("final_val_accuracy"),
@@ -50,7 +50,7 @@ def train(method: str, seed: int, out: Path, threads: int) -> dict:
             "best_test_accuracy": summary.get("best_test_accuracy"),
             "warnings": summary.get("warnings", []),
             "epsilon_spent": summary["privacy"].get("epsilon_spent"),
-            "method_config": method_block}
+            "method_config": config["method"], "engine": summary.get("engine", config["engine"])}
 
 
 def main():
@@ -70,7 +70,8 @@ def main():
               f"test {row.get('final_test_accuracy')} {'; '.join(row.get('warnings') or [])}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": "python " + " ".join(sys.argv),
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    out.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "commit": commit,
                                "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                                            "threads_per_run": threads, "torch": torch.__version__},
                                "results": rows}, indent=2) + "\n")
