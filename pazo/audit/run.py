@@ -27,7 +27,7 @@ from pazo.audit.canaries import (FixedRatePoissonSampler, ScalarCanaries, Vector
 from pazo.data import build_dataset
 from pazo.errors import ConfigError
 from pazo.methods import build_method, method_config, method_info
-from pazo.methods.engines import build_engine
+from pazo.methods.engines import build_engine, choose_engine
 from pazo.models import FunctionalModel, build_model, check_no_batchnorm
 from pazo.privacy.mechanisms import DEBUG_BREAKS, ScalarPrivatizer, VectorPrivatizer, debug_break
 from pazo.privacy.plan import epsilon_spent, make_plan
@@ -142,8 +142,10 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
         total_steps = cfg.train.steps or max(1, round(cfg.train.epochs * n / b))
         # the plan of the run without canaries: q = b / n, sigma, T and the printed epsilon
         plan = make_plan(cfg.privacy, n, b, total_steps, method_cfg.release(), PoissonSampler, info.privacy_note)
+        engine, _ = choose_engine(cfg.engine, model, zeroth_order=info.family == "zeroth_order",
+                                  queries=method_cfg.release().queries)  # no start-up timing in an audit
         method = build_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public,
-                              device=device, engine=build_engine(cfg.engine),
+                              device=device, engine=build_engine(cfg.engine, engine),
                               query_train_mode=bool(cfg.engine.query_dropout))
         hook, private, canary_examples = None, data.private, None
         if a.threat == "black_box":

@@ -79,12 +79,12 @@ class FunctionalModel:
     def mean_loss_grads(self, batches: list[tuple[torch.Tensor, torch.Tensor]],
                         batched: bool | None = None) -> torch.Tensor:
         """Flat gradients [k, d] of the mean loss over each of k batches (PAZO-P/S's public
-        gradients). Batches of one size go through one forward and backward pass, vmapped over the
+        gradients). Batches of one shape go through one forward and backward pass, vmapped over the
         k batches (`torch.func.grad`; dropout masks are drawn per batch), unless the model prefers
         one by one (`batches_grads_under_vmap`) or `batched=False`; the result is the same."""
         if batched is None:
             batched = self.batches_grads_under_vmap
-        if not batched or len(batches) == 1 or len({len(y) for _, y in batches}) != 1:
+        if not batched or len(batches) == 1 or len({(x.shape, y.shape) for x, y in batches}) != 1:
             return torch.stack([self.mean_loss_grad(x, y) for x, y in batches])
 
         def mean_loss(params, x, y):
