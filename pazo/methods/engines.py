@@ -36,7 +36,7 @@ from collections.abc import Sequence
 import psutil
 import torch
 
-from pazo.methods.half_precision import exact_inplace_losses, has_low_precision
+from pazo.methods.half_precision import ExactShift, has_low_precision
 from pazo.models.functional import FunctionalModel
 
 ENGINES = ("auto", "vectorised", "inplace")
@@ -106,7 +106,7 @@ class InPlaceEngine:
         if len(x) == 0:
             return x.new_zeros((len(points), 0))
         if has_low_precision(model.params):   # float16 / bfloat16: bit-exact restore (half_precision.py)
-            return exact_inplace_losses(model, x, y, directions, points, train=train, seed=seed)
+            return self._exact_losses(model, x, y, directions, points, train, seed)
         out, cur_j, cur_s = [], None, 0.0
         with query_mode(model, train):
             try:
@@ -122,6 +122,20 @@ class InPlaceEngine:
             finally:
                 if cur_j is not None:
                     shift(model, directions, cur_j, -cur_s)
+        return torch.stack(out)
+
+    @staticmethod
+    def _exact_losses(model, x, y, directions, points, train, seed) -> torch.Tensor:
+        """The same loss matrix with `ExactShift`: each point is reached from the unperturbed
+        parameters and left back to them bit-exactly."""
+        shifter, out = ExactShift(model.params), []
+        with query_mode(model, train):
+            try:
+                for j, s in points:
+                    shifter.shift(directions, j, s)
+                    out.append(_forward(model, x, y, train, seed, lambda: model.current_losses(x, y)))
+            finally:
+                shifter.restore()
         return torch.stack(out)
 
 

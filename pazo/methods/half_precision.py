@@ -16,7 +16,6 @@ Float32 (and float64) parameters keep the in-place engine's own add-and-subtract
 """
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 
 import torch
@@ -77,40 +76,3 @@ class ExactShift:
             if kept is not None:
                 p.view(-1)[kept[0].long()] = kept[1]
         self.current, self.kept = None, []
-
-
-@contextlib.contextmanager
-def _mode(module, train: bool):
-    was = module.training
-    module.train(train)
-    try:
-        yield
-    finally:
-        module.train(was)
-
-
-def _forward(x, train: bool, seed: int | None, fn):
-    """Train-mode queries replay one RNG state, so +/- evaluations share dropout masks."""
-    if not train or seed is None:
-        return fn()
-    devices = [x.device] if x.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        return fn()
-
-
-@torch.no_grad()
-def exact_inplace_losses(model, x, y, directions, points, train: bool = False, seed: int | None = None):
-    """The in-place engine's [P, B] loss matrix with `ExactShift`: each point is reached from the
-    unperturbed parameters and left back to them bit-exactly."""
-    if len(x) == 0:
-        return x.new_zeros((len(points), 0))
-    shifter, out = ExactShift(model.params), []
-    with _mode(model.module, train):
-        try:
-            for j, s in points:
-                shifter.shift(directions, j, s)
-                out.append(_forward(x, train, seed, lambda: model.current_losses(x, y)))
-        finally:
-            shifter.restore()
-    return torch.stack(out)
