@@ -34,12 +34,14 @@ lint: $(STAMP)
 bench-calibration: $(STAMP)
 	$(PY) scripts/benchmark_calibration.py
 
-## Seconds per step, floors and peak memory of every method on the two CPU settings (1 thread).
+## Seconds per step, floors and peak memory of every method on the two CPU settings (1 thread),
+## and the two engines' steps compared in one process (the evidence for engine.name=auto on CPU).
 bench-cpu: $(STAMP)
 	$(PY) scripts/benchmark_methods.py --settings digits --iters 10 --warmup 2 --threads 1 \
 	  --out scripts/results/methods_cpu_digits.json
 	$(PY) scripts/benchmark_methods.py --settings cifar_shape --methods dpsgd,mezo,dpzero,pazo_m,pazo_p,pazo_s \
 	  --iters 3 --warmup 1 --threads 1 --out scripts/results/methods_cpu_cifar_shape.json
+	$(PY) scripts/benchmark_engines.py --settings digits,cifar_shape --threads 1 --out scripts/results/engines_cpu.json
 
 ## The same on a CUDA GPU for all four paper settings (scripts/results/methods_cuda_<setting>.json).
 bench-gpu: $(STAMP)

@@ -110,6 +110,38 @@ def test_dropout_queries_off_by_default_and_same_masks_when_on():
         assert not torch.allclose(train[0], eval_losses[0])  # but dropout was active
 
 
+def test_train_mode_matters_only_for_mode_dependent_layers():
+    from torch import nn
+
+    from pazo.models.functional import train_mode_matters
+
+    class Custom(nn.Module):  # an unknown class may read self.training
+        def forward(self, x):
+            return x
+    assert not train_mode_matters(SmallCNN(1, 10, 8, width=4, dropout=0.0))
+    assert train_mode_matters(SmallCNN(1, 10, 8, width=4, dropout=0.1))
+    assert train_mode_matters(nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)))
+    assert train_mode_matters(nn.Sequential(nn.Linear(3, 3), Custom()))
+    assert not train_mode_matters(nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Dropout(0.0)))
+
+
+def test_queries_leave_a_mode_free_model_alone_and_switch_a_mode_dependent_one(monkeypatch):
+    """The switch to eval mode is skipped only where it cannot change the losses."""
+    x, y = torch.rand(4, 1, 8, 8), torch.randint(0, 10, (4,))
+    for dropout, switches in ((0.0, 0), (0.5, 2)):
+        model = small_cnn(dropout=dropout)
+        model.module.train()
+        calls = []
+        original = type(model.module).train
+        def counting_train(self, mode=True, original=original):
+            calls.append(mode)
+            return original(self, mode)
+        monkeypatch.setattr(type(model.module), "train", counting_train)
+        InPlaceEngine().losses(model, x, y, SeededDirections(model.shapes, [1]), [(0, 0.1)])
+        monkeypatch.undo()
+        assert len(calls) == switches and model.module.training
+
+
 METHOD_CFGS = {
     "dpzero": {"q": 2, "smoothing": 1e-2, "direction": "gaussian", "radius": "sqrt_d"},
     "pazo_m": {"q": 2, "smoothing": 1e-2, "direction": "sphere", "radius": "fourth_root_d",

@@ -51,7 +51,7 @@ def test_every_method_runs_end_to_end(method, engine, hydra_cfg, tmp_path):
 
 def test_engine_auto_records_its_choice_and_an_explicit_engine_is_kept(hydra_cfg, tmp_path):
     auto = run(hydra_cfg("method=dpzero"), tmp_path / "auto")["engine"]
-    assert auto["requested"] == "auto" and auto["name"] == "vectorised" and "cpu" in auto["reason"]
+    assert auto["requested"] == "auto" and auto["name"] == "inplace" and "cpu" in auto["reason"]
     assert json.loads((tmp_path / "auto/summary.json").read_text())["engine"] == auto
     explicit = run(hydra_cfg("method=dpzero", "engine.name=vectorised"), tmp_path / "vec")["engine"]
     assert explicit == {"requested": "vectorised", "name": "vectorised", "reason": "engine.name=vectorised"}

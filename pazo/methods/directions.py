@@ -99,7 +99,7 @@ class SeededDirections(Directions):
         self.numels = [s.numel() for s in self.shapes]
         self.groups = parameter_groups(self.numels, group_numel)
         self._norms: dict[int, float] = {}
-        self._kept: tuple[int, torch.Tensor] | None = None
+        self._kept: tuple[int, torch.Tensor, list[torch.Tensor]] | None = None  # (j, buffer, its views)
 
     @property
     def count(self) -> int:
@@ -133,7 +133,7 @@ class SeededDirections(Directions):
     def iter_groups(self, j: int) -> Iterator[tuple[int, int, list[torch.Tensor]]]:
         if self._kept is not None and self._kept[0] == j:
             lo, hi = self.groups[0]
-            yield lo, hi, self._views(lo, hi, self._kept[1])
+            yield lo, hi, self._kept[2]
             return
         whole = len(self.groups) == 1
         raw = self._raw_groups(j)
@@ -142,8 +142,8 @@ class SeededDirections(Directions):
             factor = self._factor(j, buf)
             if factor != 1.0:
                 buf.mul_(factor)
-            self._kept = (j, buf)
-            yield lo, hi, self._views(lo, hi, buf)
+            self._kept = (j, buf, self._views(lo, hi, buf))
+            yield lo, hi, self._kept[2]
             return
         factor = self._factor(j)
         for lo, hi, buf in raw:

@@ -33,7 +33,6 @@ import statistics
 import time
 from collections.abc import Sequence
 
-import psutil
 import torch
 
 from pazo.methods.half_precision import ExactShift, has_low_precision
@@ -46,7 +45,12 @@ Point = tuple[int, float]  # (direction index j, scale s): the parameters x + s 
 @contextlib.contextmanager
 def query_mode(model: FunctionalModel, train: bool):
     """Queries run in eval mode (dropout off) by default. In train mode every forward of the step
-    replays the same RNG state (see `_forward`), so the +/- evaluations see the same dropout masks."""
+    replays the same RNG state (see `_forward`), so the +/- evaluations see the same dropout masks.
+    A model whose outputs do not depend on the mode (`FunctionalModel.train_mode_matters`) is left
+    as it is."""
+    if not model.train_mode_matters:
+        yield
+        return
     was = model.module.training
     model.module.train(train)
     try:
@@ -144,13 +148,14 @@ def choose_engine(cfg, model: FunctionalModel, *, zeroth_order: bool, queries: i
     """The engine for `engine.name` (`auto`: picked for the model, method and device) and why.
 
     auto, in order: a first-order method never queries (inplace); a model whose fast kernel runs
-    only outside vmap (the LSTM) -> inplace; the 2 * queries stacked parameter copies of the
-    vectorised engine would take over a quarter of the free memory (GPU) or of the available RAM
-    (CPU) -> inplace; CPU -> vectorised (the engine of every CPU result recorded so far; no start-up
-    measurement there, CPU timings on a shared machine are too noisy to decide on); CUDA -> the
-    faster of the two in a short measurement (`repeats` timed calls after one warm-up, on `sample`,
-    a batch of non-private data; directions from fixed seeds, parameters restored exactly, the run's
-    random streams untouched).
+    only outside vmap (the LSTM) -> inplace; off the GPU -> inplace (a rule, from paired CPU
+    timings of the two engines in one process: the in-place step was faster on both CPU settings,
+    see scripts/results/engines_cpu.json; no start-up measurement there, CPU timings on a shared
+    machine are too noisy to decide on); the 2 * queries stacked parameter copies of the vectorised
+    engine would take over a quarter of the free GPU memory -> inplace; CUDA -> the faster of the
+    two in a short measurement (`repeats` timed calls after one warm-up, on `sample`, a batch of
+    non-private data; directions from fixed seeds, parameters restored exactly, the run's random
+    streams untouched).
     """
     if cfg.name != "auto":
         return cfg.name, f"engine.name={cfg.name}"
@@ -159,15 +164,15 @@ def choose_engine(cfg, model: FunctionalModel, *, zeroth_order: bool, queries: i
     if getattr(model.module, "fused_outside_vmap", False):
         return "inplace", "the model's fused kernel runs only outside vmap"
     device = model.device
+    if device.type != "cuda":
+        return "inplace", f"{device.type}: the in-place engine (rule: faster in paired CPU timings; no start-up " \
+                          "measurement off the GPU)"
     points = [(j, s) for j in range(queries) for s in (1e-3, -1e-3)]
     stacked_mb = len(points) * model.dim * model.params[0].element_size() / 2**20
-    free_mb = (torch.cuda.mem_get_info(device)[0] if device.type == "cuda"
-               else psutil.virtual_memory().available) / 2**20
+    free_mb = torch.cuda.mem_get_info(device)[0] / 2**20
     if stacked_mb > free_mb / 4:
         return "inplace", f"{len(points)} stacked parameter copies ({stacked_mb:.0f} MiB) exceed a quarter of " \
-                          f"the free memory ({free_mb:.0f} MiB)"
-    if device.type != "cuda":
-        return "vectorised", f"{device.type}: the stacked copies fit (rule; no start-up measurement off the GPU)"
+                          f"the free GPU memory ({free_mb:.0f} MiB)"
     if sample is None:
         return "inplace", "no sample batch to measure on"
     from pazo.methods.directions import SeededDirections

@@ -18,6 +18,28 @@ def cross_entropy_per_example(outputs: torch.Tensor, targets: torch.Tensor) -> t
     return F.cross_entropy(outputs, targets, reduction="none")
 
 
+#: torch.nn layers whose forward does not read `self.training` (exact types: a subclass may)
+MODE_FREE_LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear, nn.Embedding, nn.LayerNorm, nn.GroupNorm,
+                    nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Softmax, nn.Identity, nn.Flatten,
+                    nn.AvgPool1d, nn.AvgPool2d, nn.MaxPool1d, nn.MaxPool2d, nn.AdaptiveAvgPool1d,
+                    nn.AdaptiveAvgPool2d, nn.Sequential, nn.ModuleList, nn.ModuleDict)
+
+
+def train_mode_matters(module: nn.Module) -> bool:
+    """Whether switching `module` between train and eval mode can change its outputs. False only
+    when every submodule is a layer of `MODE_FREE_LAYERS`, a dropout of p = 0, or a class that
+    declares `mode_free_forward = True` (its own forward ignores `self.training`); anything else
+    (dropout, batch norm, an unknown class) counts as mode-dependent. The zeroth-order engines skip
+    the switch to eval mode when it cannot matter (two recursive walks of the module per step)."""
+    for m in module.modules():
+        if type(m) in MODE_FREE_LAYERS or getattr(type(m), "mode_free_forward", False):
+            continue
+        if type(m) in (nn.Dropout, nn.Dropout1d, nn.Dropout2d) and m.p == 0:
+            continue
+        return True
+    return False
+
+
 class FunctionalModel:
     """`loss_fn(outputs, targets) -> [B]` per-example losses; cross-entropy by default."""
 
@@ -29,6 +51,7 @@ class FunctionalModel:
         self.shapes = [p.shape for p in self.params]
         self.numels = [p.numel() for p in self.params]
         self.dim = sum(self.numels)
+        self.train_mode_matters = train_mode_matters(module)
 
     # --- flat views -------------------------------------------------------------------------
     def split_flat(self, flat: torch.Tensor) -> list[torch.Tensor]:

@@ -8,6 +8,8 @@ from torch import nn
 class SmallCNN(nn.Module):
     """conv-ReLU-conv-ReLU-avgpool-linear; no normalisation layers, so it is vmap- and DP-safe."""
 
+    mode_free_forward = True  # only its dropout (a child) depends on train/eval mode
+
     def __init__(self, in_channels: int, num_classes: int, image_size: int, width: int = 16,
                  dropout: float = 0.0):
         super().__init__()
