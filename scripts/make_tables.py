@@ -2,7 +2,7 @@
 
     python scripts/make_tables.py outputs/sweeps/table1_cifar10 [outputs/sweeps/table3_imdb ...]
         [--selection val|test] [--metric final_accuracy|best_accuracy] [--include-shuffle]
-        [--benchmark scripts/results/table5_cuda.json] [--out outputs/tables]
+        [--benchmark scripts/results/methods_cuda_*.json ...] [--out outputs/tables]
 
 Accuracy tables (one per setting found, Tables 1-4 layout): for each method and epsilon one
 configuration of its grid (pazo.results.select_configs, as the figures): by default the one with
@@ -14,8 +14,9 @@ sampling as accounted); the others are listed with the reason under "Excluded ru
 excluded.csv, and `--include-shuffle` shows shuffle-sampled runs as rows of their own, labelled
 guarantee void. Public only (SGD on the public data alone) is the reference of the non-private
 column. † marks a cell whose configuration ended at chance accuracy. A sweep named table8* gives
-Table 8 (accuracy at each q). `--benchmark` (a file written by scripts/benchmark_methods.py) gives
-Table 5 (median s/iter per method and setting, and each zeroth-order method's ratio to its floor).
+Table 8 (accuracy at each q). `--benchmark` (files written by scripts/benchmark_methods.py) gives
+Table 5 (median s/iter per method and setting, and each zeroth-order method's ratio to its floor)
+and each zeroth-order method's speedup over DP-SGD beside the paper's Table 5 ratio.
 Written as Markdown, LaTeX and CSV.
 """
 from __future__ import annotations
@@ -148,9 +149,55 @@ def q_table(best: pd.DataFrame, paper: pd.DataFrame):
     return long, pd.DataFrame(wide)
 
 
-def speed_table(path: Path, paper: pd.DataFrame):
-    data = json.loads(path.read_text())
-    rows = [r for r in data["results"] if r.get("impl", "pazo") == "pazo" and "median_s" in r]
+def benchmark_rows(paths: list[Path]) -> tuple[list[dict], str]:
+    """Our methods' rows (not Opacus') of one or more scripts/benchmark_methods.py files, and a
+    note naming each file's device and command."""
+    rows, notes = [], []
+    for path in paths:
+        data = json.loads(path.read_text())
+        rows += [r for r in data["results"] if r.get("impl", "pazo") == "pazo" and "median_s" in r]
+        notes.append(f"{path.name}: {data.get('device')}, {data.get('threads')} thread(s), load average "
+                     f"{', '.join(f'{x:.1f}' for x in data.get('load_average') or [])}; `{data.get('command')}`")
+    return rows, "; ".join(notes) + ". Paper: L40S."
+
+
+def fastest(rows: list[dict], method: str, setting: str) -> dict | None:
+    """A method's row on a setting; of the engines benchmarked, the faster."""
+    hit = [r for r in rows if r["method"] == method and r["setting"] == setting]
+    return min(hit, key=lambda h: h["median_s"]) if hit else None
+
+
+def speedup_table(paths: list[Path], paper: pd.DataFrame):
+    """Each zeroth-order method's speedup over DP-SGD (DP-SGD's median s/iter over the method's),
+    ours per benchmarked setting beside the paper's from its Table 5 (ratios, not times: the paper
+    used an L40S; a setting without a paper column gets none)."""
+    rows, note = benchmark_rows(paths)
+    ref = paper[paper.table == "5"]
+    settings = list(dict.fromkeys(r["setting"] for r in rows))
+    zeroth = [m for m in METHOD_ORDER if any(r["method"] == m and r.get("forwards") for r in rows)]
+    long, wide = [], []
+    for s in settings:
+        base = fastest(rows, "dpsgd", s)
+        paper_setting = next((r.get("paper_setting") for r in rows if r["setting"] == s and r.get("paper_setting")),
+                             None)
+        row = {"setting": s + (f" ({paper_setting})" if paper_setting else "")}
+        for m in zeroth:
+            r = fastest(rows, m, s)
+            paper_pair = [ref[(ref.method == k) & (ref.setting == paper_setting)].value for k in ("dpsgd", m)]
+            paper_ratio = (float(paper_pair[0].iloc[0]) / float(paper_pair[1].iloc[0])
+                           if paper_setting and all(len(v) for v in paper_pair) else None)
+            ours = base["median_s"] / r["median_s"] if base and r else None
+            row[LABELS[m]] = ((f"{ours:.2f}x" if ours is not None else "not run")
+                              + (f" ({paper_ratio:.1f}x)" if paper_ratio is not None else ""))
+            long.append({"setting": s, "paper_setting": paper_setting, "method": m,
+                         "engine": r.get("engine") if r else None, "speedup_over_dpsgd": ours,
+                         "paper_speedup_over_dpsgd": paper_ratio})
+        wide.append(row)
+    return long, pd.DataFrame(wide), note
+
+
+def speed_table(paths: list[Path], paper: pd.DataFrame):
+    rows, note = benchmark_rows(paths)
     ref = paper[paper.table == "5"]
     settings = list(dict.fromkeys(r["setting"] for r in rows))
     long, wide = [], []
@@ -177,7 +224,6 @@ def speed_table(path: Path, paper: pd.DataFrame):
                          "floor_s": r.get("floor_s"), "floor_ratio": r.get("floor_ratio"),
                          "paper_s": paper_value})
         wide.append(row)
-    note = f"Device: {data.get('device')}; command: `{data.get('command')}`. Paper: L40S."
     return long, pd.DataFrame(wide), note
 
 
@@ -233,7 +279,8 @@ def main(argv=None) -> int:
     parser.add_argument("--metric", default="final_accuracy", choices=["final_accuracy", "best_accuracy"])
     parser.add_argument("--include-shuffle", action="store_true",
                         help="shuffle-sampled runs as rows of their own, labelled guarantee void")
-    parser.add_argument("--benchmark", default=None, help="a scripts/benchmark_methods.py result file (Table 5)")
+    parser.add_argument("--benchmark", nargs="+", default=None,
+                        help="scripts/benchmark_methods.py result files (Table 5 and the speedup over DP-SGD)")
     parser.add_argument("--out", default=str(ROOT / "outputs" / "tables"))
     args = parser.parse_args(argv)
     out, paper = Path(args.out), paper_values()
@@ -271,10 +318,15 @@ def main(argv=None) -> int:
     if args.sweeps:
         pd.concat(all_excluded).to_csv(out / "excluded.csv", index=False)
     if args.benchmark:
-        long, frame, note = speed_table(Path(args.benchmark), paper)
+        paths = [Path(p) for p in args.benchmark]
+        long, frame, note = speed_table(paths, paper)
         write(out, "table5_speed", "Table 5: median s/iter (paper's L40S s/iter in brackets)", frame, long,
-              [note, "[Nx floor]: the method's time over the bare private forward passes it needs, "
-                     "timed in the same run."])
+              [note, "[Nx floor]: the method's time over the bare passes it needs (private forwards and "
+                     "public forward-and-backward passes), each timed alone in the same run."])
+        long, frame, note = speedup_table(paths, paper)
+        write(out, "table5_speedup", "Speedup over DP-SGD per step (DP-SGD's s/iter over the method's; the "
+              "paper's Table 5 ratio in brackets)", frame, long,
+              [note, "Of the two engines benchmarked, the faster; ratios of one run only (one file per setting)."])
     return 0
 
 

@@ -229,13 +229,32 @@ def test_table8_and_table5_layouts(tmp_path):
     bench = tmp_path / "bench.json"
     bench.write_text(json.dumps({"device": "test", "command": "x", "results": [
         {"setting": "imdb_lstm", "paper_setting": "imdb", "method": "pazo_m", "impl": "pazo",
-         "median_s": 0.02, "p25_s": 0.019, "p75_s": 0.021, "floor_s": 0.01, "floor_ratio": 2.0}]}))
+         "median_s": 0.02, "p25_s": 0.019, "p75_s": 0.021, "floor_s": 0.01, "floor_ratio": 2.0, "forwards": 2},
+        {"setting": "imdb_lstm", "paper_setting": "imdb", "method": "dpsgd", "impl": "pazo", "median_s": 0.06},
+        {"setting": "imdb_lstm", "paper_setting": "imdb", "method": "dpsgd", "impl": "opacus-hooks",
+         "median_s": 0.01}]}))
+    cpu = tmp_path / "cpu.json"  # a second file, a setting without a paper column, two engines
+    cpu.write_text(json.dumps({"device": "cpu x2", "command": "y", "threads": 1, "load_average": [1.0, 1.0, 1.0],
+                               "results": [
+        {"setting": "digits", "method": "dpsgd", "impl": "pazo", "median_s": 0.016},
+        {"setting": "digits", "method": "pazo_m", "impl": "pazo", "engine": "vectorised", "median_s": 0.010,
+         "forwards": 2},
+        {"setting": "digits", "method": "pazo_m", "impl": "pazo", "engine": "inplace", "median_s": 0.008,
+         "forwards": 2}]}))
     out = tmp_path / "tables"
-    assert script("make_tables").main([str(root), "--benchmark", str(bench), "--out", str(out)]) == 0
+    assert script("make_tables").main([str(root), "--benchmark", str(bench), str(cpu), "--out", str(out)]) == 0
     q = (out / "table8_q.md").read_text()
     assert "73.0 (72.9, +0.1)" in q and "74.0 (73.6, +0.4)" in q
     speed = (out / "table5_speed.md").read_text()
-    assert "0.0200 [2.0x floor] (0.019)" in speed
+    assert "0.0200 [2.0x floor] (0.019)" in speed and "0.0080 inplace" in speed
+    speedup = pd.read_csv(out / "table5_speedup.csv").set_index("setting")
+    # ours: our DP-SGD (not Opacus') over the method; the paper's: 0.173 / 0.019 from its Table 5
+    assert speedup.loc["imdb_lstm", "speedup_over_dpsgd"] == pytest.approx(3.0)
+    assert speedup.loc["imdb_lstm", "paper_speedup_over_dpsgd"] == pytest.approx(0.173 / 0.019)
+    assert speedup.loc["digits", "speedup_over_dpsgd"] == pytest.approx(2.0)  # the faster engine
+    assert pd.isna(speedup.loc["digits", "paper_speedup_over_dpsgd"])
+    md = (out / "table5_speedup.md").read_text()
+    assert "3.00x (9.1x)" in md and "2.00x" in md and "cpu.json: cpu x2, 1 thread(s)" in md
 
 
 def test_figures_render(sweep, tmp_path, monkeypatch):
