@@ -18,3 +18,8 @@ for setting in cifar10_nf224 tiny_imagenet_vit imdb_lstm mnli_roberta; do
   "$PYTHON" scripts/benchmark_methods.py --device cuda --settings "$setting" --iters "$ITERS" --warmup "$WARMUP" \
     --out "scripts/results/methods_cuda_${setting}.json"
 done
+# the two engines alternated in one process (what engine.name=auto measures at start-up)
+"$PYTHON" scripts/benchmark_engines.py --device cuda --threads 0 --iters "$ITERS" \
+  --settings cifar10_nf224,tiny_imagenet_vit,mnli_roberta --out scripts/results/engines_cuda.json
+# Table 5 and the speedup over DP-SGD beside the paper's ratios (outputs/tables/table5_*.md)
+"$PYTHON" scripts/make_tables.py --benchmark scripts/results/methods_cuda_{cifar10_nf224,tiny_imagenet_vit,imdb_lstm,mnli_roberta}.json
