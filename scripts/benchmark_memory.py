@@ -84,7 +84,8 @@ def one(what: str, args) -> dict:
         peak = torch.cuda.max_memory_allocated()
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"what": what, "peak_bytes": peak, "seconds": time.perf_counter() - t0, "dim": model.dim}
+    return {"what": what, "peak_bytes": peak, "seconds": time.perf_counter() - t0, "dim": model.dim,
+            "torch_threads": torch.get_num_threads()}
 
 
 def main() -> None:
