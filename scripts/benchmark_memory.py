@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -113,7 +114,8 @@ def main() -> None:
     base = rows[0]["peak_bytes"]
     for row in rows:
         row["ratio"] = row["peak_bytes"] / base
-    result = {"command": "python " + " ".join([Path(__file__).relative_to(ROOT).as_posix(), *sys.argv[1:]]),
+    threads = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} " if os.environ.get("OMP_NUM_THREADS") else ""
+    result = {"command": threads + "python " + " ".join([Path(__file__).relative_to(ROOT).as_posix(), *sys.argv[1:]]),
               "shape": args.shape, "dtype": args.dtype, "device": args.device, "batch": args.batch,
               "length": args.length, "measure": "ru_maxrss of a subprocess" if args.device == "cpu"
               else "torch.cuda.max_memory_allocated after the model is built",

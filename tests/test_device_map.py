@@ -13,7 +13,7 @@ from llm_fixtures import write_sst2, write_tiny_causal_lm
 from pazo.data.prompt_tasks import encode_causal
 from pazo.errors import ConfigError
 from pazo.methods.directions import SeededDirections
-from pazo.methods.engines import InPlaceEngine, apply_flat_update, choose_engine, shift
+from pazo.methods.engines import apply_flat_update, choose_engine, shift
 from pazo.methods.half_precision import _direction_on_params
 from pazo.methods.placement import to_param_devices
 from pazo.models.functional import FunctionalModel

@@ -7,12 +7,24 @@ value is rounded once from float32 (x + s u computed in float32), and the restor
 round(x' - s u) the same way; wherever that is not the original value, the original values are
 kept, sparsely (index and value), at perturbation time. Restoring writes round(x' - s u) and then
 puts the kept values back: the parameters are bit-identical to what they were, whatever the
-scale. The price is memory for the entries where rounding did not cancel (6 bytes each: an int32
-index and the float16 value), held while the parameters are perturbed: measured on random float16
-matrices of scale 0.02 at MeZO's s = 1e-3, 4.4% of the entries (about 13% of the parameters'
-memory); at s = 1e-2, 22%. Plus one parameter's direction at a time, as in MeZO.
+scale.
 
-Float32 (and float64) parameters keep the in-place engine's own add-and-subtract.
+What is held while the parameters are perturbed, beyond the parameters themselves:
+
+* the kept entries, where rounding did not cancel: 6 bytes each (an int32 index and the float16
+  value). Measured on random float16 matrices of scale 0.02 at MeZO's s = 1e-3, 4.4% of the
+  entries (about 13% of the parameters' memory); at s = 1e-2, 22%. They are held from the shift
+  to the restore.
+* one group of the direction at a time (`SeededDirections`: the whole direction up to 2^22
+  entries, else groups of about 1/16 of the parameters, a larger parameter alone), as in MeZO.
+* transiently, while one parameter is moved: a piece of at most `CHUNK_NUMEL` (2^20) entries of
+  its flattened view - its copy, float32 temporaries of round(x + s u) and the check - a few MB
+  (about 20 MB at most), whatever the parameter's size (whole-parameter temporaries would be
+  several float32 copies of the largest parameter: 0.4 GB each for OPT-1.3B's embedding).
+
+On a model spread over devices (`model.device_map`) each direction tensor is first put on its
+parameter's device (`pazo/methods/placement.py`). Float32 (and float64) parameters keep the
+in-place engine's own add-and-subtract.
 """
 from __future__ import annotations
 
