@@ -28,7 +28,7 @@ from pazo.checkpoint import (CHECKPOINT, Heartbeat, LoopState, StopRequests, con
 from pazo.data import build_dataset
 from pazo.methods import build_method, method_config, method_info
 from pazo.methods.engines import build_engine, choose_engine
-from pazo.models import FunctionalModel, build_model, check_no_batchnorm, place
+from pazo.models import FunctionalModel, build_model, check_no_batchnorm, dispatched, place
 from pazo.models.functional import cross_entropy_per_example
 from pazo.privacy.accountant import BudgetError
 from pazo.privacy.mechanisms import active_debug_break
@@ -70,7 +70,7 @@ def _engine_choice(cfg, model, method_cfg, info, data, start) -> dict:
         return {**earlier, "reason": f"kept from the first attempt ({earlier['reason']})"}
     sample = None
     if model.device.type == "cuda" and len(data.test):  # non-private examples to time the engines on
-        sample = data.test.batch(np.arange(min(cfg.train.batch_size, len(data.test))), model.device)
+        sample = data.test.batch(np.arange(min(cfg.train.batch_size, len(data.test))), model.input_device)
     name, reason = choose_engine(cfg.engine, model, zeroth_order=info.family == "zeroth_order",
                                  queries=method_cfg.release().queries, sample=sample)
     return {"requested": cfg.engine.name, "name": name, "reason": reason}
@@ -100,6 +100,12 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     if private:
         check_no_batchnorm(module, cfg.model.name)
     model = FunctionalModel(module, loss_fn=getattr(module, "loss_fn", cross_entropy_per_example))
+    if dispatched(module):  # model.device_map: batches go to the first module's device, as accelerate expects
+        if any(d.type == "meta" for d in model.devices):
+            raise ConfigError("model.device_map offloads parameters to the CPU or disk (accelerate keeps them on "
+                              "the meta device between uses): the zeroth-order step perturbs the parameters in "
+                              "place and cannot reach offloaded ones; give a device map within the GPUs' memory")
+        device = model.input_device
     warm = warm_start(model, data.public, cfg, streams, device)
 
     n, b = len(data.private), cfg.train.batch_size
@@ -122,6 +128,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
                        wandb_id=previous.get("wandb_run_id") if start.kind == "resume" else None)
     summary = {"status": "running", "method": cfg.method.name, "dataset": cfg.dataset.name,
                "model": cfg.model.name, "device": str(device), "dim": model.dim,
+               "parameter_devices": [str(d) for d in model.devices],
                "run_dir": str(run_dir), "privacy": plan.as_dict(), "data": data.describe(),
                "warm_start": warm, "engine": engine, "method_departures": method_cfg.departures(),
                "attempt": previous.get("attempt", 0) + 1 if start.kind == "resume" else 1,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -84,7 +85,8 @@ def one(what: str, args) -> dict:
         peak = torch.cuda.max_memory_allocated()
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"what": what, "peak_bytes": peak, "seconds": time.perf_counter() - t0, "dim": model.dim}
+    return {"what": what, "peak_bytes": peak, "seconds": time.perf_counter() - t0, "dim": model.dim,
+            "torch_threads": torch.get_num_threads()}
 
 
 def main() -> None:
@@ -112,7 +114,8 @@ def main() -> None:
     base = rows[0]["peak_bytes"]
     for row in rows:
         row["ratio"] = row["peak_bytes"] / base
-    result = {"command": "python " + " ".join([Path(__file__).relative_to(ROOT).as_posix(), *sys.argv[1:]]),
+    threads = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} " if os.environ.get("OMP_NUM_THREADS") else ""
+    result = {"command": threads + "python " + " ".join([Path(__file__).relative_to(ROOT).as_posix(), *sys.argv[1:]]),
               "shape": args.shape, "dtype": args.dtype, "device": args.device, "batch": args.batch,
               "length": args.length, "measure": "ru_maxrss of a subprocess" if args.device == "cpu"
               else "torch.cuda.max_memory_allocated after the model is built",

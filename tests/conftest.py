@@ -51,13 +51,13 @@ def make_method():
     """A method built as the training loop builds it (`build_method`), from a dict of its config
     fields, with a fixed noise multiplier (`sigma=None`: non-private) and expected batch size b."""
     def build(name, model, cfg, sigma=None, b=8, public=None, engine="vectorised", seed=0,
-              adjacency="add_remove", total_steps=1):
+              adjacency="add_remove", total_steps=1, device=None):
         if public is None:
             public = TensorSplit(torch.zeros(4, model.dim, dtype=torch.float64), torch.zeros(4))
         config = method_config({"name": name, **cfg})
         plan = PrivacyPlan.with_sigma(sigma, b, config.release(), steps=total_steps, adjacency=adjacency)
         return build_method(config, model=model, plan=plan, streams=RandomStreams(seed), public=public,
-                            device=torch.device("cpu"),
+                            device=torch.device("cpu") if device is None else device,
                             engine=VectorisedEngine() if engine == "vectorised" else InPlaceEngine())
     return build
 

@@ -93,3 +93,27 @@ def test_a_tiny_model_trains_in_float16_as_in_float32(tiny, make_method):
     assert full[-5:].mean() < full[:5].mean() - 0.02                   # it trains ...
     assert half[-5:].mean() < half[:5].mean() - 0.02                   # ... in float16 too
     assert np.abs(full - half).max() < 0.02                            # along the same curve
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1e-2])
+def test_chunked_exact_shift_is_the_one_chunk_shift(scale):
+    """Pieces of 7 entries (every tensor is split, the last piece short) keep the same entries and
+    give the same perturbed and restored parameters as one piece per tensor."""
+    whole, pieces = tensors(), tensors()
+    original = [p.clone() for p in whole]
+    one, chunked = ExactShift(whole, chunk_numel=2**30), ExactShift(pieces, chunk_numel=7)
+    for i in range(20):
+        dirs = SeededDirections([p.shape for p in whole], [i], dtype=torch.float16)
+        s = scale if i % 2 else -scale
+        one.shift(dirs, 0, s)
+        chunked.shift(dirs, 0, s)
+        assert all(torch.equal(a, b) for a, b in zip(whole, pieces))                # the same x + s u
+        for a, b in zip(one.kept, chunked.kept):                                     # the same kept entries
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+        one.restore()
+        chunked.restore()
+        assert all(torch.equal(a, b) for a, b in zip(whole, pieces))
+    assert one.kept_entries == chunked.kept_entries > 0
+    assert all(torch.equal(p, o) for p, o in zip(pieces[:3], original[:3]))

@@ -2,6 +2,9 @@
 hand-computed values, label-word scores against the full LM head, LoRA (only adapters trained),
 engine equality, samplers and data seeds, missing data, and tiny runs through the training entry.
 Models are tiny OPT / LLaMA-style / RoBERTa ones built from configs, with tokenizers trained here."""
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -253,3 +256,66 @@ def test_device_map_places_the_model_and_the_zeroth_order_step_runs_unchanged(ro
     make_method("dpzero", model, {"lr": 1e-2, "clip": 1.0}, sigma=1.0, b=4, engine="inplace").step(
         x, torch.tensor([1, 1, 0, 0]), 1)
     assert not torch.equal(before, model.flat_params())
+
+
+def check_private_run(s, method):
+    """A finished private run: finite training loss, epsilon spent within the target, a test score
+    in range and the summary's fields."""
+    p = s["privacy"]
+    assert s["status"] == "finished" and s["method"] == method
+    assert all(w.startswith("chance_level") for w in s["warnings"])     # a random tiny model is at chance
+    assert p["within_budget"] and 0 < p["epsilon_spent"] <= p["target_epsilon"]
+    assert np.isfinite(s["final_test_loss"]) and 0 <= s["final_test_accuracy"] <= 1
+    rows = [json.loads(line) for line in (Path(s["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["train_loss"] for r in rows if "train_loss" in r]
+    assert losses and all(np.isfinite(losses)) and rows[-1]["epsilon"] <= p["target_epsilon"]
+    assert s["engine"]["name"] == "inplace" and s["parameter_devices"] == ["cpu"]
+
+
+PUBLIC = ("dataset.public_source=split", "dataset.public_size=8", "method.public_batch_size=4")
+
+
+@pytest.mark.parametrize("method, extra", [
+    ("dp_zo", ("method.q=2",)),
+    ("pazo_p", (*PUBLIC, "method.k=2")),
+    ("pazo_s", (*PUBLIC, "method.k=2")),
+])
+def test_tiny_runs_of_dp_zo_pazo_p_and_pazo_s_on_the_sst2_setting(root, hydra_cfg, tmp_path, method, extra):
+    s = run(run_cfg(hydra_cfg, root, "dataset=sst2", f"method={method}", "engine.name=inplace", *extra),
+            tmp_path / method)
+    check_private_run(s, method)
+    assert s["data"]["task"] == "sst2" and s["data"]["n_public"] == (8 if method != "dp_zo" else 0)
+
+
+def test_tiny_run_of_dp_zo_on_the_squad_setting(root, hydra_cfg, tmp_path):
+    s = run(run_cfg(hydra_cfg, root, "dataset=squad", "method=dp_zo", "engine.name=inplace", "dataset.test_size=4",
+                    "dataset.max_new_tokens=4", "model.lora.enabled=true"), tmp_path / "squad")
+    check_private_run(s, "dp_zo")
+    metrics = s["final_test_metrics"]
+    assert set(metrics) == {"accuracy", "f1", "exact_match", "loss"} and metrics["accuracy"] == metrics["f1"]
+    assert 0 <= metrics["exact_match"] <= metrics["f1"] <= 1 and np.isfinite(metrics["loss"])
+
+
+@pytest.mark.parametrize("method, cfg", [
+    ("dp_zo", {"lr": 1e-2, "clip": 0.02, "q": 2}),
+    ("pazo_m", {"lr": 1e-2, "clip": 1.0, "public_batch_size": 4}),
+    ("pazo_p", {"lr": 1e-2, "clip": 1.0, "k": 2, "public_batch_size": 4}),
+    ("pazo_s", {"lr": 1e-2, "clip": 1.0, "k": 2, "public_batch_size": 4}),
+])
+def test_the_llm_methods_move_the_adapters_and_nothing_else(root, make_method, method, cfg):
+    """One step of each method on the tiny OPT with LoRA: some adapter moves (by a finite amount),
+    the frozen base model does not."""
+    torch.manual_seed(0)
+    module = build_hf_lm_task(model_cfg(root / "opt", lora={"enabled": True, "rank": 4, "alpha": 8, "dropout": 0.0,
+                                                           "target_modules": None}), "causal")
+    model = FunctionalModel(module, loss_fn=module.loss_fn)
+    tok = load_pretrained(str(root / "opt"), "tokenizer")
+    data = load_prompt_bundle(data_cfg(root, public_source="split", public_size=8), RandomStreams(0), tok)
+    x, y = data.private.batch(np.arange(4))
+    frozen = {n: p.detach().clone() for n, p in module.named_parameters() if not p.requires_grad}
+    adapters = [p.detach().clone() for p in model.params]
+    stats = make_method(method, model, cfg, sigma=1.0, b=4, public=data.public, engine="inplace").step(x, y, 1)
+    assert np.isfinite(stats["loss"])
+    assert all(torch.equal(p, frozen[n]) for n, p in module.named_parameters() if not p.requires_grad)
+    moved = [not torch.equal(a, p) for a, p in zip(adapters, model.params)]
+    assert any(moved) and model.all_finite()

@@ -25,6 +25,10 @@ the in-place restore), which a test checks.
 
 `engine.name=auto` (the default) picks one for the model, method and device at start-up
 (`choose_engine`) and the run's summary records the choice and why.
+
+A model spread over several devices (`model.device_map`) runs on the in-place engine only: each
+direction tensor or update piece is moved to its parameter's device before it is added
+(`pazo/methods/placement.py`); `engine.name=vectorised` is refused there with one message.
 """
 from __future__ import annotations
 
@@ -35,7 +39,9 @@ from collections.abc import Sequence
 
 import torch
 
+from pazo.errors import ConfigError
 from pazo.methods.half_precision import ExactShift, has_low_precision
+from pazo.methods.placement import to_param_devices
 from pazo.models.functional import FunctionalModel
 
 ENGINES = ("auto", "vectorised", "inplace")
@@ -79,6 +85,9 @@ class VectorisedEngine:
                train: bool = False, seed: int | None = None) -> torch.Tensor:
         if len(x) == 0:
             return x.new_zeros((len(points), 0))
+        if len(model.devices) > 1:
+            raise ConfigError("the vectorised engine needs the parameters on one device; they are on "
+                              f"{len(model.devices)} (model.device_map): use engine.name=inplace")
         vectors = {j: directions.vector(j) for j in sorted({j for j, _ in points})}
         base = model.flat_params()
         chunk = self.chunk_size or len(points)
@@ -95,10 +104,12 @@ class VectorisedEngine:
 
 
 def shift(model: FunctionalModel, directions, j: int, alpha: float) -> None:
-    """x <- x + alpha * u_j on the live parameters, one fused add per group of parameters."""
+    """x <- x + alpha * u_j on the live parameters, one fused add per group of parameters (each
+    tensor first put on its parameter's device: a no-op on one device)."""
     params = model.params
     for lo, hi, tensors in directions.iter_groups(j):
-        torch._foreach_add_(params[lo:hi], tensors, alpha=alpha)
+        group = params[lo:hi]
+        torch._foreach_add_(group, to_param_devices(tensors, group), alpha=alpha)
 
 
 class InPlaceEngine:
@@ -147,6 +158,9 @@ def choose_engine(cfg, model: FunctionalModel, *, zeroth_order: bool, queries: i
                   sample: tuple[torch.Tensor, torch.Tensor] | None = None, repeats: int = 3) -> tuple[str, str]:
     """The engine for `engine.name` (`auto`: picked for the model, method and device) and why.
 
+    A zeroth-order method on a model whose parameters are on several devices (`model.device_map`):
+    `vectorised` is refused (ConfigError), `auto` picks inplace.
+
     auto, in order: a first-order method never queries (inplace); a model whose fast kernel runs
     only outside vmap (the LSTM) -> inplace; off the GPU -> inplace (a rule, from paired CPU
     timings of the two engines in one process: the in-place step was faster on both CPU settings,
@@ -157,10 +171,18 @@ def choose_engine(cfg, model: FunctionalModel, *, zeroth_order: bool, queries: i
     non-private data; directions from fixed seeds, parameters restored exactly, the run's random
     streams untouched).
     """
+    devices = model.devices
+    if len(devices) > 1 and zeroth_order and cfg.name == "vectorised":
+        raise ConfigError(f"engine.name=vectorised stacks all parameters into one block, but the model's "
+                          f"parameters are on {len(devices)} devices ({', '.join(map(str, devices))}, "
+                          "model.device_map): use engine.name=inplace or auto")
     if cfg.name != "auto":
         return cfg.name, f"engine.name={cfg.name}"
     if not zeroth_order:
         return "inplace", "first-order method: the engine is not used"
+    if len(devices) > 1:
+        return "inplace", f"parameters on {len(devices)} devices ({', '.join(map(str, devices))}); the " \
+                          "vectorised engine needs them on one"
     if getattr(model.module, "fused_outside_vmap", False):
         return "inplace", "the model's fused kernel runs only outside vmap"
     device = model.device
@@ -224,5 +246,6 @@ def apply_directional_update(model: FunctionalModel, directions, coefs: Sequence
 
 @torch.no_grad()
 def apply_flat_update(model: FunctionalModel, flat: torch.Tensor, lr: float) -> None:
-    """x <- x - lr * g for a flat [d] vector g."""
-    torch._foreach_add_(model.params, model.split_flat(flat), alpha=-lr)
+    """x <- x - lr * g for a flat [d] vector g (made on one device; each piece is put on its
+    parameter's device)."""
+    torch._foreach_add_(model.params, to_param_devices(model.split_flat(flat), model.params), alpha=-lr)

@@ -58,7 +58,7 @@ class PazoS(Method):
     def perturbed(self, g: torch.Tensor) -> torch.Tensor:
         """Line 11: g + z', z' ~ N(0, epsilon^2 I_d) from the direction stream."""
         seed = self.ctx.streams.draw_seeds("directions", 1)
-        z = SeededDirections(self.model.shapes, seed, device=self.ctx.device, dtype=g.dtype).tensors(0)
+        z = SeededDirections(self.model.shapes, seed, device=g.device, dtype=g.dtype).tensors(0)
         return g + self.cfg.perturbation * torch.cat([t.reshape(-1) for t in z])
 
     def step(self, x, y, step):

@@ -75,10 +75,15 @@ def check_no_batchnorm(module: nn.Module, model_name: str) -> None:
                          "differential privacy; use GroupNorm/LayerNorm or a normaliser-free model")
 
 
+def dispatched(module: nn.Module) -> bool:
+    """Whether accelerate has placed the module (or a submodule) over devices (`model.device_map`)."""
+    return any(getattr(m, "hf_device_map", None) for m in module.modules())
+
+
 def place(module: nn.Module, device) -> nn.Module:
     """The module on the run's device, unless accelerate has already spread it over devices
     (`model.device_map`)."""
-    if any(getattr(m, "hf_device_map", None) for m in module.modules()):
+    if dispatched(module):
         return module
     return module.to(device)
 
@@ -87,4 +92,4 @@ def build_model(cfg, input_shape, num_classes) -> nn.Module:
     return MODELS.get(cfg.name)(cfg, input_shape, num_classes)
 
 
-__all__ = ["MODELS", "FunctionalModel", "build_model", "check_no_batchnorm", "place"]
+__all__ = ["MODELS", "FunctionalModel", "build_model", "check_no_batchnorm", "dispatched", "place"]

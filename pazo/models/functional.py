@@ -52,6 +52,7 @@ class FunctionalModel:
         self.numels = [p.numel() for p in self.params]
         self.dim = sum(self.numels)
         self.train_mode_matters = train_mode_matters(module)
+        self.devices = list(dict.fromkeys(p.device for p in self.params))  # distinct, in order
 
     # --- flat views -------------------------------------------------------------------------
     def split_flat(self, flat: torch.Tensor) -> list[torch.Tensor]:
@@ -60,12 +61,28 @@ class FunctionalModel:
         return [chunk.view(*lead, *shape)
                 for chunk, shape in zip(flat.split(self.numels, dim=-1), self.shapes)]
 
+    def flatten(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """One flat [d] vector of per-parameter tensors, on `device` (pieces on other devices of a
+        model spread by `model.device_map` are moved there first)."""
+        if len(self.devices) > 1:
+            tensors = [t.to(self.device) for t in tensors]
+        return torch.cat([t.reshape(-1) for t in tensors])
+
     def flat_params(self) -> torch.Tensor:
-        return torch.cat([p.detach().reshape(-1) for p in self.params])
+        return self.flatten([p.detach() for p in self.params])
 
     @property
     def device(self) -> torch.device:
+        """Where flat vectors over the parameters (updates, gradients, directions) are made: the
+        first parameter's device."""
         return self.params[0].device
+
+    @property
+    def input_device(self) -> torch.device:
+        """Where a batch goes: the module's own `input_device` (an LM's input embeddings, the
+        first module of one spread over devices by `model.device_map`, as accelerate's hooks
+        expect), else the first parameter's device."""
+        return getattr(self.module, "input_device", None) or self.params[0].device
 
     # --- losses -------------------------------------------------------------------------------
     def _per_example_loss(self, params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor):
@@ -87,7 +104,7 @@ class FunctionalModel:
         """Mean loss (detached) and its flat gradient [d] over a batch, by ordinary backprop."""
         loss = self.current_losses(x, y).mean()
         grads = torch.autograd.grad(loss, self.params)
-        return loss.detach(), torch.cat([g.reshape(-1) for g in grads])
+        return loss.detach(), self.flatten(list(grads))
 
     def mean_loss_grad(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Flat gradient [d] of the mean loss over a (public) batch."""
@@ -107,7 +124,8 @@ class FunctionalModel:
         one by one (`batches_grads_under_vmap`) or `batched=False`; the result is the same."""
         if batched is None:
             batched = self.batches_grads_under_vmap
-        if not batched or len(batches) == 1 or len({(x.shape, y.shape) for x, y in batches}) != 1:
+        if (not batched or len(batches) == 1 or len({(x.shape, y.shape) for x, y in batches}) != 1
+                or len(self.devices) > 1):  # accelerate's device hooks are not run under vmap
             return torch.stack([self.mean_loss_grad(x, y) for x, y in batches])
 
         def mean_loss(params, x, y):
@@ -132,8 +150,9 @@ class FunctionalModel:
         correct, loss_sum, n = 0, 0.0, len(split)
         for start in range(0, n, batch_size):
             idx = torch.arange(start, min(start + batch_size, n))
-            x, y = split.batch(idx, self.device)
+            x, y = split.batch(idx, self.input_device)
             logits = self.module(x)
+            y = y.to(logits.device)
             loss_sum += F.cross_entropy(logits, y, reduction="sum").item()
             correct += (logits.argmax(dim=1) == y).sum().item()
         self.module.train(was_training)

@@ -157,6 +157,12 @@ class CausalLMTask(nn.Module):
                 ids = token_ids_of_words(tokenizer, list(label_words))
             self.register_buffer("label_word_ids", torch.tensor(ids, dtype=torch.long), persistent=False)
 
+    @property
+    def input_device(self) -> torch.device:
+        """The device of the input embeddings: where token ids go (the first module of a model
+        spread over devices by `model.device_map`)."""
+        return self.lm.get_input_embeddings().weight.device
+
     def hidden(self, ids: torch.Tensor) -> torch.Tensor:
         return self.lm.base_model(input_ids=ids).last_hidden_state
 
@@ -167,21 +173,24 @@ class CausalLMTask(nn.Module):
 
     def label_word_logits(self, ids: torch.Tensor) -> torch.Tensor:
         """[B, C] scores of the label words as the next token after each (right-padded) prompt."""
-        h = self.hidden(ids)
-        last = (ids != self.pad_id).sum(dim=1) - 1                                       # [B]
-        at_last = (torch.arange(ids.shape[1], device=ids.device) == last[:, None]).to(h.dtype)
+        h = self.hidden(ids)                  # on the last layer's device (model.device_map)
+        last = (ids != self.pad_id).sum(dim=1).to(h.device) - 1                          # [B]
+        at_last = (torch.arange(ids.shape[1], device=h.device) == last[:, None]).to(h.dtype)
         h = (h * at_last.unsqueeze(-1)).sum(dim=1)                                       # [B, H]
         head = self.lm.get_output_embeddings()
-        bias = head.bias[self.label_word_ids] if getattr(head, "bias", None) is not None else None
-        return F.linear(h.to(head.weight.dtype), head.weight[self.label_word_ids], bias).float()
+        words = self.label_word_ids.to(head.weight.device)
+        bias = head.bias[words] if getattr(head, "bias", None) is not None else None
+        h = h.to(device=head.weight.device, dtype=head.weight.dtype)
+        return F.linear(h, head.weight[words], bias).float().to(ids.device)
 
     def answer_nll(self, x: torch.Tensor) -> torch.Tensor:
         """[B] mean negative log-likelihood (float32) of the answer tokens (mask x[:, 1])."""
         ids, mask = x[:, 0], x[:, 1].float()
         logits = self.lm.get_output_embeddings()(self.hidden(ids)).float()            # [B, L, V]
+        ids, mask = ids.to(logits.device), mask.to(logits.device)       # the head's device (model.device_map)
         nll = F.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")  # [B, L-1]
         target = mask[:, 1:]
-        return (nll * target).sum(dim=1) / target.sum(dim=1).clamp(min=1.0)
+        return ((nll * target).sum(dim=1) / target.sum(dim=1).clamp(min=1.0)).to(x.device)
 
     @staticmethod
     def loss_fn(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -194,7 +203,7 @@ class CausalLMTask(nn.Module):
     def generate_texts(self, prompts: list[list[int]]) -> list[str]:
         """Greedy continuations of token-id prompts, cut at the stop token (MeZO: newline),
         decoded and stripped."""
-        device = self.lm.get_input_embeddings().weight.device
+        device = self.input_device
         longest = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), longest), self.pad_id, dtype=torch.long, device=device)
         attention = torch.zeros_like(ids)
@@ -215,7 +224,7 @@ class CausalLMTask(nn.Module):
         """F1 and exact match of greedy answers (SQuAD normalisation) and the mean answer NLL."""
         from pazo.data.squad_metric import f1_score, exact_match
 
-        device = self.lm.get_input_embeddings().weight.device
+        device = self.input_device
         preds, nll = [], 0.0
         for start in range(0, len(split), batch_size):
             idx = torch.arange(start, min(start + batch_size, len(split)))
@@ -253,6 +262,11 @@ class MaskedLMTask(nn.Module):
         head = getattr(mlm, "lm_head", None)
         self.roberta_head = head is not None and all(hasattr(head, a) for a in ("dense", "layer_norm", "decoder"))
 
+    @property
+    def input_device(self) -> torch.device:
+        """The device of the input embeddings (see `CausalLMTask.input_device`)."""
+        return self.mlm.get_input_embeddings().weight.device
+
     def additive_mask(self, ids: torch.Tensor) -> torch.Tensor:
         """The [B, 1, 1, L] additive padding mask, built here (vmap cannot run transformers' own
         construction, which inspects the mask's values)."""
@@ -263,14 +277,16 @@ class MaskedLMTask(nn.Module):
         at_mask = (ids == self.mask_id)
         if not self.roberta_head:
             logits = self.mlm(input_ids=ids, attention_mask=self.additive_mask(ids)).logits
-            picked = (logits * at_mask.to(logits.dtype).unsqueeze(-1)).sum(dim=1)
-            return picked[:, self.label_word_ids].float()
+            picked = (logits * at_mask.to(device=logits.device, dtype=logits.dtype).unsqueeze(-1)).sum(dim=1)
+            return picked[:, self.label_word_ids.to(logits.device)].float().to(ids.device)
         hidden = self.mlm.base_model(input_ids=ids, attention_mask=self.additive_mask(ids)).last_hidden_state
-        h = (hidden * at_mask.to(hidden.dtype).unsqueeze(-1)).sum(dim=1)
+        h = (hidden * at_mask.to(device=hidden.device, dtype=hidden.dtype).unsqueeze(-1)).sum(dim=1)
         head = self.mlm.lm_head
+        h = h.to(head.dense.weight.device)                   # the head's device (model.device_map)
         h = head.layer_norm(F.gelu(head.dense(h)))
-        bias = head.decoder.bias[self.label_word_ids] if head.decoder.bias is not None else None
-        return F.linear(h, head.decoder.weight[self.label_word_ids], bias).float()
+        words = self.label_word_ids.to(head.decoder.weight.device)
+        bias = head.decoder.bias[words] if head.decoder.bias is not None else None
+        return F.linear(h.to(head.decoder.weight.device), head.decoder.weight[words], bias).float().to(ids.device)
 
 
 def build_hf_lm_task(cfg, kind: str) -> nn.Module:

@@ -185,5 +185,6 @@ class IsotropicNoise:
         if not self.spec.private or self.beta >= 1:
             return
         std = self.std(lr, dim)
-        for p in params:
-            p.add_(torch.randn(p.shape, generator=self.generator, device=p.device, dtype=p.dtype), alpha=std)
+        for p in params:  # drawn on the generator's device, then put on the parameter's (model.device_map)
+            noise = torch.randn(p.shape, generator=self.generator, device=self.generator.device, dtype=p.dtype)
+            p.add_(noise.to(p.device), alpha=std)
