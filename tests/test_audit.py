@@ -143,7 +143,8 @@ def run_epsilon() -> float:
     return accountant_for("gaussian", SIGMA, B / N, STEPS, DELTA, 0.01).epsilon(STEPS).upper
 
 
-CASES = [("dpsgd", {}), ("dpzero", {"q": 32})]
+CASES = [("dpsgd", {}), ("dpzero", {"q": 32}),
+         ("pazo_s", {"k": 31, "public_batch_size": 4})]  # its k + 1 released candidate losses
 
 
 @pytest.mark.parametrize("brk", ["noise_div10", "no_clip", "noise_from_direction_seed"])
