@@ -49,6 +49,7 @@ from pazo.rng import RandomStreams
 
 from pazo.methods import build_method, method_config, method_info
 from pazo.privacy.plan import PrivacyPlan
+from pazo.results import BENCHMARK_PAPER_SETTING
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,9 +70,8 @@ SETTINGS = {  # input shape, classes, config overrides, expected batch size
 }
 TEXT_VOCAB = {"imdb_lstm": 10002, "mnli_roberta": 50265}
 MASK_ID = 50264  # roberta-base's <mask>
-# which column of the paper's Table 5 a setting corresponds to (the authors resize CIFAR-10 to 224)
-PAPER_SETTING = {"cifar10_nf224": "cifar10", "tiny_imagenet_vit": "tiny_imagenet", "imdb_lstm": "imdb",
-                 "mnli_roberta": "mnli"}
+# which column of the paper's Table 5 a setting corresponds to (pazo.results)
+PAPER_SETTING = BENCHMARK_PAPER_SETTING
 # private forward passes per step of each zeroth-order method: its floor is that many bare forwards
 FORWARDS = {"mezo": lambda m: 2 * m.q, "dpzero": lambda m: 2 * m.q, "pazo_m": lambda m: 2 * m.q,
             "pazo_p": lambda m: 2 * m.q, "pazo_p_prime": lambda m: 2 * m.q,

@@ -30,8 +30,8 @@ from pathlib import Path
 import pandas as pd
 
 from pazo.errors import ConfigError
-from pazo.results import (LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs, paper_values,
-                          select_configs)
+from pazo.results import (BENCHMARK_PAPER_SETTING, LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs,
+                          paper_values, select_configs)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -155,9 +155,14 @@ def benchmark_rows(paths: list[Path]) -> tuple[list[dict], str]:
     rows, notes = [], []
     for path in paths:
         data = json.loads(path.read_text())
-        rows += [r for r in data["results"] if r.get("impl", "pazo") == "pazo" and "median_s" in r]
-        notes.append(f"{path.name}: {data.get('device')}, {data.get('threads')} thread(s), load average "
-                     f"{', '.join(f'{x:.1f}' for x in data.get('load_average') or [])}; `{data.get('command')}`")
+        rows += [{**r, "paper_setting": r.get("paper_setting") or BENCHMARK_PAPER_SETTING.get(r["setting"])}
+                 for r in data["results"] if r.get("impl", "pazo") == "pazo" and "median_s" in r]
+        where = [str(data.get("device"))]
+        if data.get("threads"):
+            where.append(f"{data['threads']} thread(s)")
+        if data.get("load_average"):
+            where.append("load average " + ", ".join(f"{x:.1f}" for x in data["load_average"]))
+        notes.append(f"{path.name}: {', '.join(where)}; `{data.get('command')}`")
     return rows, "; ".join(notes) + ". Paper: L40S."
 
 
