@@ -37,7 +37,7 @@ from pazo.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "configs" / "sweeps"
-log = logging.getLogger(__name__)
+log = logging.getLogger("pazo.sweep")  # not __name__: that is "__main__" under `python -m pazo.sweep`
 LAUNCHERS = ("sequential", "joblib", "submitit")
 SPEC_KEYS = {"name", "table", "settings", "methods", "nonprivate", "epsilons", "seeds", "extra"}
 

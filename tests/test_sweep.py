@@ -92,6 +92,16 @@ def test_dry_run_prints_and_trains_nothing(tmp_path, capsys):
     assert not any(tmp_path.iterdir())
 
 
+def test_dry_run_prints_under_python_m(tmp_path):
+    """`python -m pazo.sweep` runs the module as __main__: its lines must still reach the terminal."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "pazo.sweep", "demo", "--dry-run", "--show", "1", "--out",
+                           str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "sweep demo: 38 runs" in done.stdout and done.stdout.count("method=") == 1
+
+
 @pytest.mark.parametrize("args, says", [
     (["method.lrr=0.1"], "unknown key 'method.lrr' in override 'method.lrr=0.1' (method has clip,"),
     (["foo=1"], "unknown key 'foo' in override 'foo=1' (the top level has dataset,"),
