@@ -211,12 +211,14 @@ def ours(name, setting, device, warmup, iters, extra=(), engine=None):
            if n_pub else 0.0)
     px, py = synthetic_inputs(setting, config.public_batch_size, device) if n_pub else (None, None)
 
-    def bare_passes():
-        module.eval()
+    def bare_passes():  # the mode switch only where the engines make it too (train_mode_matters)
+        if model.train_mode_matters:
+            module.eval()
         with torch.no_grad():
             for _ in range(n_fwd):
                 model.current_losses(x, y)
-        module.train()
+        if model.train_mode_matters:
+            module.train()
         for _ in range(n_pub):
             model.mean_loss_grad(px, py)
     row = time_steps(step, device, warmup, iters)
