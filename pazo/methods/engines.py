@@ -106,10 +106,10 @@ class VectorisedEngine:
 def shift(model: FunctionalModel, directions, j: int, alpha: float) -> None:
     """x <- x + alpha * u_j on the live parameters, one fused add per group of parameters (each
     tensor first put on its parameter's device: a no-op on one device)."""
-    params = model.params
+    params, spread = model.params, len(model.devices) > 1
     for lo, hi, tensors in directions.iter_groups(j):
         group = params[lo:hi]
-        torch._foreach_add_(group, to_param_devices(tensors, group), alpha=alpha)
+        torch._foreach_add_(group, to_param_devices(tensors, group) if spread else tensors, alpha=alpha)
 
 
 class InPlaceEngine:
