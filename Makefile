@@ -39,8 +39,8 @@ bench-calibration: $(STAMP)
 bench-cpu: $(STAMP)
 	$(PY) scripts/benchmark_methods.py --settings digits --iters 10 --warmup 2 --threads 1 \
 	  --out scripts/results/methods_cpu_digits.json
-	$(PY) scripts/benchmark_methods.py --settings cifar_shape --methods dpsgd,mezo,dpzero,pazo_m,pazo_p,pazo_s \
-	  --iters 3 --warmup 1 --threads 1 --out scripts/results/methods_cpu_cifar_shape.json
+	$(PY) scripts/benchmark_methods.py --settings cifar_shape --iters 5 --warmup 1 --threads 1 \
+	  --out scripts/results/methods_cpu_cifar_shape.json
 	$(PY) scripts/benchmark_engines.py --settings digits,cifar_shape --threads 1 --out scripts/results/engines_cpu.json
 
 ## The same on a CUDA GPU for all four paper settings (scripts/results/methods_cuda_<setting>.json).

@@ -95,7 +95,7 @@ def main():
     out = Path(args.out or bm.ROOT / "scripts" / "results" / f"engines_{device.type}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}"
-    out.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "device": name,
+    out.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "commit": bm.git_commit(), "device": name,
                                "threads": torch.get_num_threads(), "load_average": os.getloadavg(),
                                "torch": torch.__version__, "platform": platform.platform(),
                                "results": rows}, indent=2) + "\n")

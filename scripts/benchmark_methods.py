@@ -16,13 +16,13 @@ and clip.
 
 A zeroth-order method's floor is the bare passes it needs, each timed alone in the same subprocess
 just before the method: its private forwards (2q, or k + 1 for PAZO-S) at the median time of one
-no-grad forward of the private batch, plus its public passes (one forward and backward of b'
-examples for PAZO-M, k of them for PAZO-P/S) at the median time of one. `floor_ratio` is the
-method's median over that floor; `paired_floor_ratio` the median, over `iters` pairs, of one step's
-time over the time of its bare passes run back to back just before it (robust to a machine whose
-speed drifts, as a shared one does); `mem_ratio` its peak memory over the peak of one no-grad forward
-of the private batch (the `floor` job). `paper_setting` names the column of the paper's Table 5 a
-setting matches (scripts/make_tables.py --benchmark reads this file).
+no-grad forward of the private batch, plus its public passes (the gradient of one batch of b' examples
+for PAZO-M, of k batches taken together, as the methods take them, for PAZO-P/S: `public_s`).
+`floor_ratio` is the method's median over that floor; `paired_floor_ratio` the median, over `iters`
+pairs, of one step's time over the time of its bare passes run back to back just before it (robust
+to a machine whose speed drifts, as a shared one does); `mem_ratio` its peak memory over the peak of
+one no-grad forward of the private batch (the `floor` job). `paper_setting` names the column of the
+paper's Table 5 a setting matches (scripts/make_tables.py --benchmark reads this file).
 """
 from __future__ import annotations
 
@@ -93,7 +93,20 @@ def synthetic_inputs(setting, n, device="cpu"):
         x = torch.rand(n, *shape, device=device)
     return x, torch.randint(0, classes, (n,), device=device)
 DEFAULT_SETTINGS = "digits,cifar_shape"
-METHODS = ["sgd", "dpsgd", "dpmd", "dope_sgd", "gep", "mezo", "dpzero", "pazo_m", "pazo_p", "pazo_s"]
+METHODS = ["sgd", "dpsgd", "dpmd", "dope_sgd", "gep", "mezo", "dpzero", "pazo_m", "pazo_p", "pazo_p_prime",
+           "pazo_s"]
+
+
+def git_commit() -> str | None:
+    """The checkout's commit (with "+dirty" when files differ from it), recorded with the results."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def sync(device):
@@ -179,11 +192,20 @@ def forward_floor(setting, device, warmup, iters, model=None):
         model.module.train(was)
 
 
-def public_floor(setting, device, warmup, iters, public_batch_size, model=None):
-    """One forward and backward pass (the mean loss's gradient) of b' public examples, train mode."""
+def public_passes(setting, device, public_batch_size, batches, model):
+    """The public passes of one step, as the methods take them: the mean loss's gradient of one
+    batch of b' public examples (PAZO-M), or of `batches` batches together (PAZO-P/S:
+    `FunctionalModel.mean_loss_grads`, one vmapped pass where the model allows it)."""
+    data = [synthetic_inputs(setting, public_batch_size, device) for _ in range(batches)]
+    if batches == 1:
+        return lambda: model.mean_loss_grad(*data[0])
+    return lambda: model.mean_loss_grads(data)
+
+
+def public_floor(setting, device, warmup, iters, public_batch_size, batches=1, model=None):
+    """The public passes of one step (`public_passes`), timed alone, train mode."""
     model = model or bare_model(setting, device)
-    x, y = synthetic_inputs(setting, public_batch_size, device)
-    return time_steps(lambda: model.mean_loss_grad(x, y), device, warmup, iters)
+    return time_steps(public_passes(setting, device, public_batch_size, batches, model), device, warmup, iters)
 
 
 def ours(name, setting, device, warmup, iters, extra=(), engine=None):
@@ -207,9 +229,9 @@ def ours(name, setting, device, warmup, iters, extra=(), engine=None):
     # the bare passes: each timed alone, just before the method, and again interleaved with its steps
     n_fwd, n_pub = FORWARDS[name](config), PUBLIC_PASSES.get(name, lambda m: 0)(config)
     fwd = forward_floor(setting, device, warmup, iters, model)["median_s"]
-    pub = (public_floor(setting, device, warmup, iters, config.public_batch_size, model)["median_s"]
+    pub = (public_floor(setting, device, warmup, iters, config.public_batch_size, n_pub, model)["median_s"]
            if n_pub else 0.0)
-    px, py = synthetic_inputs(setting, config.public_batch_size, device) if n_pub else (None, None)
+    public_pass = public_passes(setting, device, config.public_batch_size, n_pub, model) if n_pub else None
 
     def bare_passes():  # the mode switch only where the engines make it too (train_mode_matters)
         if model.train_mode_matters:
@@ -219,8 +241,8 @@ def ours(name, setting, device, warmup, iters, extra=(), engine=None):
                 model.current_losses(x, y)
         if model.train_mode_matters:
             module.train()
-        for _ in range(n_pub):
-            model.mean_loss_grad(px, py)
+        if public_pass is not None:
+            public_pass()
     row = time_steps(step, device, warmup, iters)
     ratios = []
     for _ in range(iters):  # pairs (bare passes, step): the ratio holds when the machine's speed drifts
@@ -232,8 +254,8 @@ def ours(name, setting, device, warmup, iters, extra=(), engine=None):
             sync(device)
             pair.append(time.perf_counter() - t0)
         ratios.append(pair[1] / pair[0])
-    row.update(forwards=n_fwd, forward_s=fwd, public_passes=n_pub, public_pass_s=pub, floor_s=n_fwd * fwd + n_pub * pub,
-               floor_ratio=row["median_s"] / (n_fwd * fwd + n_pub * pub), paired_floor_ratio=statistics.median(ratios))
+    row.update(forwards=n_fwd, forward_s=fwd, public_passes=n_pub, public_s=pub, floor_s=n_fwd * fwd + pub,
+               floor_ratio=row["median_s"] / (n_fwd * fwd + pub), paired_floor_ratio=statistics.median(ratios))
     return row, model.dim
 
 
@@ -339,7 +361,7 @@ def main():
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}"
     out = Path(args.out or ROOT / "scripts" / "results" / f"methods_{device.type}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "device": name,
+    out.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "commit": git_commit(), "device": name,
                                "threads": args.threads or torch.get_num_threads(),
                                "load_average": os.getloadavg(), "torch": torch.__version__,
                                "platform": platform.platform(), "results": rows}, indent=2) + "\n")

@@ -16,8 +16,10 @@ import torch
 def to_param_devices(tensors: Sequence[torch.Tensor], params: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
     """`tensors` with each one on the device of the parameter at the same position: the same list
     (no copy) when all are already there, else a list where only the misplaced ones are copies
-    (`non_blocking`, so that a GPU-to-GPU copy overlaps the next one)."""
+    (`non_blocking` into a GPU, so that a copy overlaps the next one; a copy into host memory is
+    synchronous, or the add could read it before it has arrived)."""
     if all(t.device == p.device for t, p in zip(tensors, params)):
         return tensors
-    return [t if t.device == p.device else t.to(p.device, non_blocking=True) for t, p in zip(tensors, params)]
+    return [t if t.device == p.device else t.to(p.device, non_blocking=p.device.type == "cuda")
+            for t, p in zip(tensors, params)]
 
