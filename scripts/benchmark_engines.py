@@ -25,33 +25,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchmark_methods as bm  # noqa: E402
 
-from pazo.data.base import TensorSplit  # noqa: E402
-from pazo.methods import build_method, method_config, method_info  # noqa: E402
-from pazo.methods.engines import build_engine  # noqa: E402
-from pazo.models import FunctionalModel  # noqa: E402
-from pazo.privacy.plan import PrivacyPlan  # noqa: E402
-from pazo.rng import RandomStreams  # noqa: E402
-
 ZEROTH_ORDER = ["mezo", "dpzero", "pazo_m", "pazo_p", "pazo_s"]
 
 
-def build(name: str, setting: str, engine: str, device: torch.device):
-    """A method on the setting's model with the given engine, ready to step, and its batch."""
-    _, _, model_overrides, b = bm.SETTINGS[setting]
-    cfg = bm.compose_cfg([f"method={name}", *model_overrides, f"engine.name={engine}"])
-    module = bm.make_module(cfg, setting).to(device)
-    config = method_config(cfg.method)
-    plan = PrivacyPlan.with_sigma(1.0 if method_info(name).private else None, b, config.release(), steps=1000)
-    torch.manual_seed(1)
-    public = TensorSplit(*bm.synthetic_inputs(setting, 512))
-    method = build_method(config, model=FunctionalModel(module), plan=plan, streams=RandomStreams(0),
-                          public=public, device=device, engine=build_engine(cfg.engine, engine))
-    module.train()
-    return method
-
-
 def compare(name: str, setting: str, device: torch.device, warmup: int, iters: int) -> dict:
-    methods = {e: build(name, setting, e, device) for e in bm.ENGINE_NAMES}
+    methods = {e: bm.build_benchmark_method(name, setting, device, e)[0] for e in bm.ENGINE_NAMES}
     torch.manual_seed(2)
     x, y = bm.synthetic_inputs(setting, bm.SETTINGS[setting][3], device)
     times = {e: [] for e in methods}

@@ -208,21 +208,29 @@ def public_floor(setting, device, warmup, iters, public_batch_size, batches=1, m
     return time_steps(public_passes(setting, device, public_batch_size, batches, model), device, warmup, iters)
 
 
-def ours(name, setting, device, warmup, iters, extra=(), engine=None):
-    shape, classes, model_overrides, b = SETTINGS[setting]
+def build_benchmark_method(name, setting, device, engine=None, extra=()):
+    """Method `name` from its real config on the setting's model (random weights, seed 0), with
+    sigma = 1 (if private), 512 synthetic public examples and the given engine (in-place for
+    first-order methods, which do not use it), in train mode: (method, its config, the model)."""
+    _, _, model_overrides, b = SETTINGS[setting]
     cfg = compose_cfg([f"method={name}", *model_overrides, *extra,
                        *([f"engine.name={engine}"] if engine else [])])
-    module = make_module(cfg, setting).to(device)
-    model = FunctionalModel(module)
+    model = FunctionalModel(make_module(cfg, setting).to(device))
     config = method_config(cfg.method)
     plan = PrivacyPlan.with_sigma(1.0 if method_info(name).private else None, b, config.release(), steps=1000)
     public = TensorSplit(*synthetic_inputs(setting, 512))
-    chosen = engine or "inplace"  # first-order methods do not use it
     method = build_method(config, model=model, plan=plan, streams=RandomStreams(0), public=public, device=device,
-                          engine=build_engine(cfg.engine, chosen))
+                          engine=build_engine(cfg.engine, engine or "inplace"))
+    model.module.train()
+    return method, config, model
+
+
+def ours(name, setting, device, warmup, iters, extra=(), engine=None):
+    b = SETTINGS[setting][3]
+    method, config, model = build_benchmark_method(name, setting, device, engine, extra)
+    module = model.module
     x, y = synthetic_inputs(setting, b, device)
     counter = iter(range(1, 10**9))
-    module.train()
     step = lambda: method.step(x, y, next(counter))  # noqa: E731
     if name not in FORWARDS:
         return time_steps(step, device, warmup, iters), model.dim
