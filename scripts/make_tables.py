@@ -288,6 +288,11 @@ def main(argv=None) -> int:
                         help="scripts/benchmark_methods.py result files (Table 5 and the speedup over DP-SGD)")
     parser.add_argument("--out", default=str(ROOT / "outputs" / "tables"))
     args = parser.parse_args(argv)
+    missing = [f for f in args.benchmark or [] if not Path(f).is_file()]
+    if missing:  # before any table is written
+        print(f"pazo: error: no benchmark result file {', '.join(missing)} (scripts/benchmark_methods.py writes "
+              "them, e.g. scripts/results/methods_cpu_digits.json)", file=sys.stderr)
+        return 2
     out, paper = Path(args.out), paper_values()
     all_excluded = []
     try:

@@ -257,6 +257,13 @@ def test_table8_and_table5_layouts(tmp_path):
     assert "3.00x (9.1x)" in md and "2.00x" in md and "cpu.json: cpu x2, 1 thread(s)" in md
 
 
+def test_a_missing_benchmark_file_is_one_line(tmp_path, capsys):
+    assert script("make_tables").main(["--benchmark", str(tmp_path / "nope.json"), "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pazo: error: no benchmark result file") and err.count("\n") == 1
+    assert not (tmp_path / "t").exists()
+
+
 def test_figures_render(sweep, tmp_path, monkeypatch):
     import matplotlib.axes
 
