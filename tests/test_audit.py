@@ -171,6 +171,24 @@ def test_white_box_no_false_alarm_over_seeds(make_method, method, cfg, seed):
 # --- the command, end to end on digits ----------------------------------------------------------
 
 
+def test_an_interrupted_audit_is_one_line_and_exit_130(tmp_path, monkeypatch):
+    """Ctrl-C during the training run of an audit: one line that says nothing was written, no traceback."""
+    import signal
+    monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))
+    cmd = [sys.executable, "-m", "pazo.audit", "method=dpsgd", "audit.canaries=50", "train.steps=100000",
+           "logger.mode=disabled", f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    for line in proc.stdout:  # the run has started training
+        if line.startswith("audit: dpsgd on digits"):
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.startswith("pazo: interrupted;") and "wrote no result" in err and err.count("\n") == 1
+    assert not (tmp_path / "run" / "audit.json").exists()
+
+
 def test_audit_command_writes_its_result(tmp_path, monkeypatch):
     monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))
     cmd = [sys.executable, "-m", "pazo.audit", "method=dpsgd", "privacy.epsilon=1", "audit.canaries=50",

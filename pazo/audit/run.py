@@ -206,6 +206,10 @@ def main(cfg: DictConfig) -> float | None:
         if hc.mode == RunMode.MULTIRUN:
             return None
         sys.exit(2)
+    except KeyboardInterrupt:  # an audit is one short run, written at its end: nothing to resume
+        log.error(f"pazo: interrupted; the audit in {hc.runtime.output_dir} did not finish and wrote no result "
+                  "(run it again)")
+        sys.exit(130)
     return summary["audit"]["epsilon_lower_bound"]
 
 
