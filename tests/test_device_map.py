@@ -14,7 +14,7 @@ from pazo.data.prompt_tasks import encode_causal
 from pazo.errors import ConfigError
 from pazo.methods.directions import SeededDirections
 from pazo.methods.engines import apply_flat_update, choose_engine, shift
-from pazo.methods.half_precision import _direction_on_params
+from pazo.methods.half_precision import parameter_pieces
 from pazo.methods.placement import to_param_devices
 from pazo.models.functional import FunctionalModel
 from pazo.models.hf_lm import build_hf_lm_task
@@ -74,7 +74,9 @@ def test_shift_and_flat_update_put_each_piece_on_its_parameters_device(spy_fused
 def test_the_exact_shift_serves_each_tensor_on_its_parameters_device():
     model = FunctionalModel(split_module())
     dirs = SeededDirections(model.shapes, [3], device="cpu")
-    assert [t.device for t in _direction_on_params(dirs, 0, model.params)] == [p.device for p in model.params]
+    served = [(i, u.device, piece.device) for i, _, piece, u in parameter_pieces(dirs, 0, model.params)]
+    assert [i for i, _, _ in served] == list(range(len(model.params)))
+    assert all(u == p == model.params[i].device for i, u, p in served)
 
 
 def test_vectorised_is_refused_and_auto_picks_inplace_on_several_devices():

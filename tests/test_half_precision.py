@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from llm_fixtures import write_sst2, write_tiny_causal_lm
 from pazo.data.prompt_tasks import load_prompt_bundle
-from pazo.methods.directions import SeededDirections
+from pazo.methods.directions import SeededDirections, piece_bounds
 from pazo.methods.engines import InPlaceEngine
 from pazo.methods.half_precision import ExactShift
 from pazo.models.functional import FunctionalModel
@@ -95,25 +95,65 @@ def test_a_tiny_model_trains_in_float16_as_in_float32(tiny, make_method):
     assert np.abs(full - half).max() < 0.02                            # along the same curve
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("numel", [7, 16, 100, 2**12 + 3, 2**12 + 15, 2**12 + 16, 2**12 + 17, 3 * 2**12])
+def test_pieces_drawn_one_after_another_are_one_draw_on_cpu(dtype, numel):
+    """`piece_bounds` (pieces of 2^10 here): the CPU generator gives the same numbers, and is left
+    in the same state, as for one draw of the whole (torch treats a tail of under 16 apart)."""
+    gen = torch.Generator().manual_seed(3)
+    whole, after = torch.empty(numel, dtype=dtype).normal_(generator=gen), torch.randn(5, generator=gen)
+    gen.manual_seed(3)
+    pieces = torch.empty(numel, dtype=dtype)
+    bounds = piece_bounds(numel, 2**10)
+    for lo, hi in bounds:
+        pieces[lo:hi].normal_(generator=gen)
+    assert torch.equal(pieces, whole) and torch.equal(torch.randn(5, generator=gen), after)
+    assert bounds[0][0] == 0 and bounds[-1][1] == numel and all(b - a >= min(16, numel) for a, b in bounds)
+
+
+BIG = [torch.Size([1030, 1030]), torch.Size([300]), torch.Size([7]), torch.Size([2**20 + 5])]  # over 2^21 entries
+
+
+@pytest.mark.parametrize("distribution, radius", [("gaussian", None), ("sphere", 3.0)])
+def test_a_direction_of_several_groups_drawn_in_pieces_is_the_same_direction(distribution, radius):
+    """Pieces of a few MB each (never a group) give exactly the vector the groups give."""
+    grouped = SeededDirections(BIG, [5], distribution, radius, group_numel=2**20)
+    assert len(grouped.groups) == 3
+    expected = grouped.vector(0)
+    pieced = SeededDirections(BIG, [5], distribution, radius, group_numel=2**20)
+    pieces = list(pieced.iter_pieces(0))
+    assert max(u.numel() for _, _, u in pieces) <= 2**20 + 15 and len(pieces) > len(BIG)
+    assert [(i, lo) for i, lo, _ in pieces] == [(0, 0), (0, 2**20), (1, 0), (2, 0), (3, 0)]
+    assert torch.equal(torch.cat([u for _, _, u in pieces]), expected)
+
+
 @pytest.mark.parametrize("scale", [1e-3, 1e-2])
-def test_chunked_exact_shift_is_the_one_chunk_shift(scale):
-    """Pieces of 7 entries (every tensor is split, the last piece short) keep the same entries and
-    give the same perturbed and restored parameters as one piece per tensor."""
-    whole, pieces = tensors(), tensors()
-    original = [p.clone() for p in whole]
-    one, chunked = ExactShift(whole, chunk_numel=2**30), ExactShift(pieces, chunk_numel=7)
-    for i in range(20):
-        dirs = SeededDirections([p.shape for p in whole], [i], dtype=torch.float16)
-        s = scale if i % 2 else -scale
-        one.shift(dirs, 0, s)
-        chunked.shift(dirs, 0, s)
-        assert all(torch.equal(a, b) for a, b in zip(whole, pieces))                # the same x + s u
-        for a, b in zip(one.kept, chunked.kept):                                     # the same kept entries
-            assert (a is None) == (b is None)
-            if a is not None:
-                assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-        one.restore()
-        chunked.restore()
-        assert all(torch.equal(a, b) for a, b in zip(whole, pieces))
-    assert one.kept_entries == chunked.kept_entries > 0
-    assert all(torch.equal(p, o) for p, o in zip(pieces[:3], original[:3]))
+def test_the_exact_shift_in_pieces_moves_to_round_x_plus_su_and_back(scale):
+    """A model of over 2^21 entries in float16, shifted a piece at a time: the parameters become
+    exactly round(x + s u) (computed whole, in float32) and come back bit-identical."""
+    g = torch.Generator().manual_seed(0)
+    params = [(torch.randn(shape, generator=g) * 0.02).half() for shape in BIG]
+    original = [p.clone() for p in params]
+    shifter = ExactShift(params)
+    for i in range(3):
+        dirs = SeededDirections(BIG, [i], dtype=torch.float16, group_numel=2**20)
+        u = SeededDirections(BIG, [i], dtype=torch.float16, group_numel=2**20).tensors(0)
+        shifter.shift(dirs, 0, scale)
+        assert all(torch.equal(p, (o.float() + scale * v.float()).half()) for p, o, v in zip(params, original, u))
+        shifter.restore()
+        assert all(torch.equal(p, o) for p, o in zip(params, original))
+    assert shifter.kept_entries > 0
+
+
+def test_the_exact_shift_restores_a_non_contiguous_parameter():
+    g = torch.Generator().manual_seed(1)
+    params = [(torch.randn(40, 30, generator=g) * 0.02).half().t(), (torch.randn(50, generator=g) * 0.02).half()]
+    assert not params[0].is_contiguous()
+    original = [p.clone() for p in params]
+    shifter = ExactShift(params)
+    dirs = SeededDirections([p.shape for p in params], [4], dtype=torch.float16)
+    shifter.shift(dirs, 0, 1e-2)
+    u = dirs.tensors(0)
+    assert torch.equal(params[0], (original[0].float() + 1e-2 * u[0].float()).half())
+    shifter.restore()
+    assert shifter.kept_entries > 0 and all(torch.equal(p, o) for p, o in zip(params, original))

@@ -1,11 +1,13 @@
 """Perturbation directions for zeroth-order queries.
 
 A direction set yields, for direction j, one tensor per model parameter, in groups of consecutive
-parameters (`Directions.iter_groups`). Random directions are regenerated from a per-direction seed
-each time they are needed (MeZO's trick): a model of up to 2^22 parameters has its direction drawn
-whole into one buffer and kept while it is in use; a larger one is drawn a group at a time (about
-1/16 of the parameters), so the in-place engine never holds a whole direction. Both engines and the
-update see exactly the same vectors.
+parameters (`Directions.iter_groups`), or in pieces of at most about 2^20 entries
+(`Directions.iter_pieces`). Random directions are regenerated from a per-direction seed each time
+they are needed (MeZO's trick): a model of up to 2^22 parameters has its direction drawn whole into
+one buffer and kept while it is in use; a larger one is drawn a group at a time (about 1/16 of the
+parameters), or a piece at a time (the half-precision in-place path, which so holds a few MB of
+direction whatever the model), never whole. Both engines and the update see exactly the same
+vectors, whichever way they ask for them.
 """
 from __future__ import annotations
 
@@ -49,6 +51,18 @@ class Directions:
     def tensors(self, j: int) -> list[torch.Tensor]:
         return list(self.iter_tensors(j))
 
+    def iter_pieces(self, j: int, max_numel: int | None = None,
+                    reuse: bool = False) -> Iterator[tuple[int, int, torch.Tensor]]:
+        """Direction j as (i, lo, piece): entries lo.. of parameter i's flattened view, parameter by
+        parameter, in pieces of `piece_bounds(numel, max_numel)`. Here cut from `iter_groups`;
+        `SeededDirections` draws the pieces themselves, so that no group is held (`reuse`: the
+        caller uses each piece before asking for the next, so one buffer may serve them all)."""
+        for first, _, tensors in self.iter_groups(j):
+            for k, t in enumerate(tensors):
+                flat = t.reshape(-1)
+                for lo, hi in piece_bounds(flat.numel(), max_numel):
+                    yield first + k, lo, flat[lo:hi]
+
     def vector(self, j: int) -> torch.Tensor:
         return torch.cat([t.reshape(-1) for t in self.iter_tensors(j)])
 
@@ -56,6 +70,8 @@ class Directions:
 #: below this many elements a whole direction is generated into one buffer and kept (one
 #: generation serves the +lam, -lam, restore and update of that direction)
 WHOLE_DIRECTION_NUMEL = 2 ** 22
+#: the pieces of `Directions.iter_pieces`: at most this many entries (and up to 15 more)
+PIECE_NUMEL = 2 ** 20
 #: larger models are drawn in groups of at most max(WHOLE_DIRECTION_NUMEL, d / GROUPS) elements,
 #: so the in-place engine's extra memory is about 1/GROUPS of the parameters
 GROUPS = 16
@@ -77,6 +93,21 @@ def parameter_groups(numels: Sequence[int], max_numel: int | None = None) -> lis
     return groups
 
 
+def piece_bounds(numel: int, max_numel: int | None = None) -> list[tuple[int, int]]:
+    """[lo, hi) pieces of `numel` consecutive entries, of at most `max_numel` (default PIECE_NUMEL,
+    at least 16) each, except that a last piece of under 16 entries joins the one before: torch's
+    CPU `normal_` fills 16 entries at a time and draws a tail of under 16 differently, and with
+    this rule drawing the pieces one after another from one generator gives exactly the numbers of
+    one draw of the whole (a test checks it)."""
+    step = max(16, max_numel or PIECE_NUMEL)
+    if numel <= step:
+        return [(0, numel)]
+    cuts = [*range(0, numel, step), numel]
+    if cuts[-1] - cuts[-2] < 16:
+        del cuts[-2]
+    return list(zip(cuts, cuts[1:]))
+
+
 class SeededDirections(Directions):
     """Gaussian N(0, I_d) directions, or uniform on the sphere of a given radius, from seeds.
 
@@ -85,7 +116,11 @@ class SeededDirections(Directions):
     parameter order, which gives exactly the numbers of `torch.randn(shape)` per parameter (and so
     of every earlier version of this code); on CUDA each group is one draw (one kernel, whatever
     the number of parameters), so the same seed gives other numbers on CUDA than on CPU. When the
-    whole direction is one group it is kept until another direction is asked for."""
+    whole direction is one group it is kept until another direction is asked for.
+
+    Every draw is made in `piece_bounds` pieces (of a parameter on CPU, of a group on CUDA), which
+    on CPU gives the numbers of one draw; so `iter_pieces` draws the same numbers a piece at a
+    time, holding one piece (about 2^20 entries) instead of a group."""
 
     def __init__(self, shapes: Sequence[torch.Size], seeds: Sequence[int], distribution: str = "gaussian",
                  radius: float | None = None, scale: float = 1.0, device="cpu", dtype=torch.float32,
@@ -112,12 +147,41 @@ class SeededDirections(Directions):
         for lo, hi in self.groups:
             numels = self.numels[lo:hi]
             buf = torch.empty(sum(numels), device=self.device, dtype=self.dtype)
-            if self.device.type == "cpu":
-                for piece in buf.split(numels):
-                    piece.normal_(generator=gen)
-            else:
-                buf.normal_(generator=gen)
+            for a, b in self._draws(lo, hi):
+                buf[a:b].normal_(generator=gen)
             yield lo, hi, buf
+
+    def _draws(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The [a, b) ranges of a group's flat buffer (parameters lo..hi-1) drawn one after
+        another: each parameter's `piece_bounds` on CPU, the group's on CUDA."""
+        if self.device.type != "cpu":
+            return piece_bounds(sum(self.numels[lo:hi]))
+        draws, offset = [], 0
+        for n in self.numels[lo:hi]:
+            draws += [(offset + a, offset + b) for a, b in piece_bounds(n)]
+            offset += n
+        return draws
+
+    def _raw_pieces(self, j: int, reuse: bool = False) -> Iterator[tuple[int, int, torch.Tensor]]:
+        """(i, lo, unscaled N(0, I) piece of parameter i from entry lo): the draws of
+        `_raw_groups`, one at a time, cut at parameter boundaries; with `reuse`, each drawn into
+        the same buffer (valid until the next piece is asked for)."""
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(self.seeds[j])
+        buffer = None
+        for lo, hi in self.groups:
+            starts = [0]
+            for n in self.numels[lo:hi]:
+                starts.append(starts[-1] + n)
+            for a, b in self._draws(lo, hi):
+                if not reuse or buffer is None or buffer.numel() < b - a:
+                    buffer = torch.empty(max(b - a, PIECE_NUMEL + 15) if reuse else b - a, device=self.device,
+                                         dtype=self.dtype)
+                draw = buffer[:b - a].normal_(generator=gen)
+                for k in range(lo, hi):            # the parameters this draw covers
+                    start, stop = starts[k - lo], starts[k - lo + 1]
+                    if stop > a and start < b:
+                        yield k, max(a, start) - start, draw[max(a, start) - a:min(b, stop) - a]
 
     def _views(self, lo: int, hi: int, buf: torch.Tensor) -> list[torch.Tensor]:
         return [piece.view(shape) for piece, shape in zip(buf.split(self.numels[lo:hi]), self.shapes[lo:hi])]
@@ -125,9 +189,9 @@ class SeededDirections(Directions):
     def _factor(self, j: int, first: torch.Tensor | None = None) -> float:
         if self.distribution == "gaussian":
             return self.scale
-        if j not in self._norms:  # with several groups, one extra pass to learn the norm; nothing is kept
-            bufs = [first] if first is not None else [b for _, _, b in self._raw_groups(j)]
-            self._norms[j] = math.sqrt(sum(float(b.double().pow(2).sum()) for b in bufs))
+        if j not in self._norms:  # with several groups, one extra pass, a piece at a time, to learn the norm
+            pieces = [first] if first is not None else (piece for _, _, piece in self._raw_pieces(j))
+            self._norms[j] = math.sqrt(sum(float(p.double().pow(2).sum()) for p in pieces))
         return self.scale * self.radius / self._norms[j]
 
     def iter_groups(self, j: int) -> Iterator[tuple[int, int, list[torch.Tensor]]]:
@@ -150,6 +214,19 @@ class SeededDirections(Directions):
             if factor != 1.0:
                 buf.mul_(factor)
             yield lo, hi, self._views(lo, hi, buf)
+
+    def iter_pieces(self, j: int, max_numel: int | None = None,
+                    reuse: bool = False) -> Iterator[tuple[int, int, torch.Tensor]]:
+        """As `Directions.iter_pieces`; a direction of several groups is drawn a piece at a time
+        (the pieces of `_draws`: `max_numel` is not used for it), so no group is ever held. With
+        `reuse`, every piece is drawn into one buffer: a piece is valid only until the next is
+        asked for (fresh buffers piece after piece fragment the CPU heap; see half_precision.py)."""
+        if len(self.groups) == 1 or (self._kept is not None and self._kept[0] == j):
+            yield from super().iter_pieces(j, max_numel)
+            return
+        factor = self._factor(j)
+        for i, lo, piece in self._raw_pieces(j, reuse):
+            yield i, lo, piece.mul_(factor) if factor != 1.0 else piece
 
     def vector(self, j: int) -> torch.Tensor:
         bufs = [self._kept[1]] if self._kept is not None and self._kept[0] == j else None

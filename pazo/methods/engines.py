@@ -11,8 +11,10 @@ How the in-place engine works (the interface other code builds on):
 * perturb: for a query point (j, s) the live parameters move by s * u_j. A direction is served by
   `Directions.iter_groups(j)` as groups of consecutive parameters; each group is added with one
   fused multi-tensor `torch._foreach_add_` (on CUDA a handful of kernels for the whole model, not
-  one per parameter). Seeded directions are regenerated from their seed (one draw per group on
-  CUDA); a direction of up to 2^22 elements is drawn once and kept while it is in use.
+  one per parameter). Seeded directions are regenerated from their seed (pieces of 2^20 entries
+  drawn one after another, per group on CUDA); a direction of up to 2^22 elements is drawn once
+  and kept while it is in use. Half-precision parameters take the direction a piece at a time
+  (`half_precision.py`).
 * move: consecutive points of the same direction move by the difference of their scales
   (+lam, then -2 lam: MeZO's order); a new direction first undoes the previous one.
 * restore: after the last point the parameters move back by -s * u_j (also when a forward pass
@@ -40,7 +42,7 @@ from collections.abc import Sequence
 import torch
 
 from pazo.errors import ConfigError
-from pazo.methods.half_precision import ExactShift, has_low_precision
+from pazo.methods.half_precision import ExactShift, Workspace, has_low_precision, parameter_pieces
 from pazo.methods.placement import to_param_devices
 from pazo.models.functional import FunctionalModel
 
@@ -105,8 +107,14 @@ class VectorisedEngine:
 
 def shift(model: FunctionalModel, directions, j: int, alpha: float) -> None:
     """x <- x + alpha * u_j on the live parameters, one fused add per group of parameters (each
-    tensor first put on its parameter's device: a no-op on one device)."""
+    tensor first put on its parameter's device: a no-op on one device). A half-precision model is
+    moved a piece of the direction at a time (`parameter_pieces`), as its queries are, so that
+    its update never holds a group of the direction either."""
     params, spread = model.params, len(model.devices) > 1
+    if has_low_precision(params):
+        for _, _, piece, u in parameter_pieces(directions, j, params):
+            piece.add_(u, alpha=alpha)
+        return
     for lo, hi, tensors in directions.iter_groups(j):
         group = params[lo:hi]
         torch._foreach_add_(group, to_param_devices(tensors, group) if spread else tensors, alpha=alpha)
@@ -114,6 +122,9 @@ def shift(model: FunctionalModel, directions, j: int, alpha: float) -> None:
 
 class InPlaceEngine:
     name = "inplace"
+
+    def __init__(self):
+        self.workspace = Workspace()   # the half-precision shift's piece buffers, kept between steps
 
     @torch.no_grad()
     def losses(self, model: FunctionalModel, x, y, directions, points: Sequence[Point],
@@ -139,11 +150,10 @@ class InPlaceEngine:
                     shift(model, directions, cur_j, -cur_s)
         return torch.stack(out)
 
-    @staticmethod
-    def _exact_losses(model, x, y, directions, points, train, seed) -> torch.Tensor:
+    def _exact_losses(self, model, x, y, directions, points, train, seed) -> torch.Tensor:
         """The same loss matrix with `ExactShift`: each point is reached from the unperturbed
         parameters and left back to them bit-exactly."""
-        shifter, out = ExactShift(model.params), []
+        shifter, out = ExactShift(model.params, self.workspace), []
         with query_mode(model, train):
             try:
                 for j, s in points:
