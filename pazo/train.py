@@ -115,7 +115,9 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     sampler_cls = SAMPLERS[cfg.privacy.sampling]
     plan = make_plan(cfg.privacy, n, b, total_steps, method_cfg.release(), sampler_cls, info.privacy_note)
     engine = _engine_choice(cfg, model, method_cfg, info, data, start)
-    method = build_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public, device=device,
+    # batches go to `device` (the input's); directions, noise and updates are made where the trainable
+    # parameters start (model.device: with LoRA on a model spread over GPUs, possibly another GPU)
+    method = build_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public, device=model.device,
                           engine=build_engine(cfg.engine, engine["name"]),
                           query_train_mode=bool(cfg.engine.query_dropout))
     sampler = sampler_cls(n, b, streams.numpy["data"])

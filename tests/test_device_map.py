@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from llm_fixtures import write_sst2, write_tiny_causal_lm
+from pazo.data.base import TensorSplit
 from pazo.data.prompt_tasks import encode_causal
 from pazo.errors import ConfigError
 from pazo.methods.directions import SeededDirections
@@ -96,9 +97,9 @@ def root(tmp_path_factory):
     return root
 
 
-def build(root, device_map, dtype="float32"):
+def build(root, device_map, dtype="float32", lora=None):
     cfg = OmegaConf.create({"path": str(root / "opt"), "download": False, "random_init": False, "dtype": dtype,
-                            "attention": "eager", "device_map": device_map, "dropout": None, "lora": None,
+                            "attention": "eager", "device_map": device_map, "dropout": None, "lora": lora,
                             "task": "sst2", "label_words": None, "stop": "\n", "max_new_tokens": 4})
     torch.manual_seed(0)
     module = build_hf_lm_task(cfg, "causal")
@@ -116,19 +117,68 @@ def test_a_dispatched_model_takes_the_same_step_as_without_device_map(root, make
     plain, mapped = build(root, None, dtype), build(root, CPU_MAP, dtype)
     assert mapped.module.lm.hf_device_map == CPU_MAP and mapped.input_device == torch.device("cpu")
     assert all(torch.equal(a, b) for a, b in zip(plain.params, mapped.params))
-    tok = plain.module.tokenizer
-    rows = [encode_causal(tok, t, 32) for t in ["a great movie, so. It was", "bad acting, so. It was",
-                                                 "the best story, so. It was", "a terrible film. It was"]]
-    x = torch.full((4, max(map(len, rows))), plain.module.pad_id)
-    for i, r in enumerate(rows):
-        x[i, :len(r)] = torch.tensor(r)
-    y = torch.tensor([1, 0, 1, 0])
+    x, y = sst2_batch(plain.module.tokenizer, plain.module.pad_id)
     stats = []
     for model in (plain, mapped):
         method = make_method("dpzero", model, {"lr": 1e-2, "clip": 1.0, "q": 2}, sigma=1.0, b=4, engine="inplace")
         stats.append(method.step(x, y, 1))
     assert stats[0] == stats[1] and np.isfinite(stats[0]["loss"])
     assert all(torch.equal(a, b) for a, b in zip(plain.params, mapped.params))
+
+
+LORA = {"enabled": True, "rank": 4, "alpha": 8, "dropout": 0.0, "target_modules": None}
+
+
+def sst2_batch(tok, pad_id):
+    rows = [encode_causal(tok, t, 32) for t in ["a great movie, so. It was", "bad acting, so. It was",
+                                                 "the best story, so. It was", "a terrible film. It was"]]
+    x = torch.full((4, max(map(len, rows))), pad_id)
+    for i, r in enumerate(rows):
+        x[i, :len(r)] = torch.tensor(r)
+    return x, torch.tensor([1, 0, 1, 0])
+
+
+@pytest.mark.parametrize("name, cfg", [
+    ("dpsgd", {"lr": 0.1, "clip": 1.0}),                                   # per-example adapter gradients
+    ("pazo_m", {"lr": 1e-2, "clip": 1.0, "q": 2, "public_batch_size": 2}),  # a public gradient + the ZO step
+])
+def test_first_order_parts_on_a_dispatched_lora_model_take_the_undispatched_step(root, make_method, name, cfg):
+    """Gradients through accelerate's hooks (DP-SGD's per-example adapter gradients under vmap, PAZO-M's
+    public gradient) give the step of the same LoRA model without a device map."""
+    plain, mapped = build(root, None, lora=LORA), build(root, CPU_MAP, lora=LORA)
+    assert all("lora_" in n for n in mapped.names) and mapped.module.lm.hf_device_map == CPU_MAP
+    x, y = sst2_batch(plain.module.tokenizer, plain.module.pad_id)
+    before = [p.detach().clone() for p in plain.params]
+    stats = []
+    for model in (plain, mapped):
+        method = make_method(name, model, cfg, sigma=1.0, b=4, engine="inplace", public=TensorSplit(x, y))
+        stats.append(method.step(x, y, 1))
+    assert stats[0] == stats[1] and np.isfinite(stats[0]["loss"])
+    assert all(torch.equal(a, b) for a, b in zip(plain.params, mapped.params))
+    assert any(not torch.equal(a, b) for a, b in zip(plain.params, before))        # the step moved the adapters
+
+
+class _ElsewhereInput(nn.Module):
+    """Parameters on the CPU, input taken on the meta device: a stand-in for a model whose input
+    embeddings sit on another GPU than its first trainable parameter (LoRA on a split model)."""
+    input_device = META
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 2)
+
+
+def test_batches_go_to_the_input_device_and_the_methods_vectors_to_the_parameters(make_method):
+    model = FunctionalModel(_ElsewhereInput())
+    assert model.input_device == META and model.device == torch.device("cpu")
+    method = make_method("pazo_m", model, {"lr": 0.1, "clip": 1.0, "q": 2, "public_batch_size": 2}, sigma=1.0,
+                         b=4, engine="inplace", public=TensorSplit(torch.zeros(4, 4), torch.zeros(4)),
+                         device=model.device)
+    x, y = method.public_batches().sample()
+    assert x.device == META and y.device == META                           # where the model takes its input
+    u = method.random_directions()
+    assert u.device == torch.device("cpu") and all(t.device == torch.device("cpu") for t in u.tensors(0))
+    assert method.privatizer.generator.device == torch.device("cpu")       # noise made beside the parameters
 
 
 def test_a_run_with_a_device_map_records_its_devices(root, hydra_cfg, tmp_path):

@@ -87,7 +87,7 @@ class MethodContext:
     streams: RandomStreams
     public: TensorSplit
     engine: object
-    device: torch.device
+    device: torch.device   # where directions, noise and flat vectors are made: `model.device`
     query_train_mode: bool = False
     total_steps: int = 1
 
@@ -100,9 +100,11 @@ class Method(ABC):
         self.lr = cfg.lr
 
     def public_batches(self) -> PublicBatches:
-        """Sampler of public batches of size cfg.public_batch_size from the run's public stream."""
+        """Sampler of public batches of size cfg.public_batch_size from the run's public stream, put
+        where the model takes its input (`model.input_device`: on a model spread over devices, the
+        input embeddings', which need not be where the method's vectors are made)."""
         return PublicBatches(self.ctx.public, self.cfg.public_batch_size, self.ctx.streams.numpy["public"],
-                             self.ctx.device)
+                             self.model.input_device)
 
     def public_grads(self, public: PublicBatches, k: int) -> torch.Tensor:
         """Flat gradients [k, d] of k public batches, drawn in order and computed together
