@@ -62,4 +62,6 @@ class RandomStreams:
 
     def draw_seeds(self, name: str, count: int) -> list[int]:
         """Fresh 63-bit seeds from a stream (e.g. one per zeroth-order direction)."""
+        if count == 1:  # the same number as size=1, without the array (called every step)
+            return [int(self.numpy[name].integers(0, 2**63 - 1))]
         return [int(s) for s in self.numpy[name].integers(0, 2**63 - 1, size=count)]

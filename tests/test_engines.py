@@ -1,11 +1,14 @@
 """The vectorised and in-place engines give the same losses and the same updates."""
+import math
+
 import pytest
 import torch
+from torch import nn
 
 from conftest import quadratic_model
 from pazo.data.base import TensorSplit
 from pazo.methods.directions import FlatDirections, SeededDirections, SubspaceDirections
-from pazo.methods.engines import InPlaceEngine, VectorisedEngine
+from pazo.methods.engines import InPlaceEngine, VectorisedEngine, shift
 from pazo.models import FunctionalModel
 from pazo.models.small_cnn import SmallCNN
 
@@ -68,6 +71,42 @@ def test_seeded_directions_are_per_parameter_randn_on_cpu(group_numel):
         legacy = [torch.randn(shape, generator=gen) for shape in model.shapes]
         assert all(torch.equal(a, b) for a, b in zip(dirs.tensors(j), legacy))
         assert torch.equal(dirs.vector(j), torch.cat([t.reshape(-1) for t in legacy]))
+
+
+@pytest.mark.parametrize("shapes", [[(16, 1, 3, 3), (16,), (32, 16, 3, 3), (32,), (10, 512), (10,)],
+                                    [(3,), (48,), (17,), (16,), (5, 5), (64,), (7,), (2 ** 20 - 16,), (32,)]])
+def test_joined_cpu_draws_give_per_parameter_randn(shapes):
+    """`cpu_draws` joins whole parameters into fewer draws only where that draws the same numbers."""
+    from pazo.methods.directions import cpu_draws
+    numels = [math.prod(s) for s in shapes]
+    draws = cpu_draws(numels)
+    assert draws[0][0] == 0 and draws[-1][1] == sum(numels) and len(draws) < len(shapes)
+    dirs = SeededDirections(shapes, [9])
+    gen = torch.Generator().manual_seed(9)
+    assert all(torch.equal(a, torch.randn(s, generator=gen)) for a, s in zip(dirs.tensors(0), shapes))
+
+
+def test_packed_parameters_are_views_of_one_buffer_until_moved():
+    """A small model's parameters are views of one flat buffer (one add moves them all); once they
+    are moved elsewhere (here `module.double()`) the buffer is dropped and steps go per parameter."""
+    model = small_cnn()
+    packed = model.packed()
+    assert packed is not None and packed.shape == (model.dim,)
+    assert torch.equal(packed, torch.cat([p.detach().reshape(-1) for p in model.params]))
+    dirs = SeededDirections(model.shapes, [3])
+    before = packed.clone()
+    with torch.no_grad():
+        shift(model, dirs, 0, 0.5)
+    assert torch.equal(packed, before + 0.5 * dirs.vector(0))
+    assert torch.equal(model.params[0].detach().reshape(-1), packed[:model.numels[0]])
+    model.module.double()                                       # new storage for every parameter
+    assert model.packed() is None
+    moved = [p.detach().clone() for p in model.params]
+    with torch.no_grad():
+        shift(model, SeededDirections(model.shapes, [3], dtype=torch.float64), 0, 1.0)
+    assert all(not torch.equal(p, m) for p, m in zip(model.params, moved))   # still moved, one by one
+    big = FunctionalModel(nn.Linear(2 ** 11, 2 ** 11 + 1))                     # over 2^22 entries: left alone
+    assert big.packed() is None
 
 
 def test_parameter_groups_partition_consecutive_runs():

@@ -90,7 +90,7 @@ def test_orthogonal_directions_are_orthonormal_and_unbiased():
     model = quadratic_model(d=6)
     dirs = orthogonal_directions(6, seed=3, count=4, radius=1.0, split_flat=model.split_flat,
                                 dtype=torch.float64)
-    assert torch.allclose(dirs.flat @ dirs.flat.T, torch.eye(4, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(dirs.rows @ dirs.rows.T, torch.eye(4, dtype=torch.float64), atol=1e-12)
     with pytest.raises(ValueError):
         orthogonal_directions(6, seed=3, count=7, radius=1.0, split_flat=model.split_flat)
     x = torch.randn(8, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))

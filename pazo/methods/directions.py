@@ -11,6 +11,7 @@ vectors, whichever way they ask for them.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator, Sequence
 
@@ -66,6 +67,11 @@ class Directions:
     def vector(self, j: int) -> torch.Tensor:
         return torch.cat([t.reshape(-1) for t in self.iter_tensors(j)])
 
+    def flat(self, j: int) -> torch.Tensor | None:
+        """Direction j as one flat [d] vector when it is held whole anyway (no copy made), else
+        None: the in-place engine then adds it to packed parameters in one operation."""
+        return None
+
 
 #: below this many elements a whole direction is generated into one buffer and kept (one
 #: generation serves the +lam, -lam, restore and update of that direction)
@@ -108,6 +114,39 @@ def piece_bounds(numel: int, max_numel: int | None = None) -> list[tuple[int, in
     return list(zip(cuts, cuts[1:]))
 
 
+def cpu_draws(numels: Sequence[int]) -> list[tuple[int, int]]:
+    """The [a, b) ranges of a run of parameters' flat buffer that give, drawn one after another
+    from a CPU generator, exactly the numbers of one draw per parameter (`torch.randn(shape)`): each
+    parameter's `piece_bounds`, with consecutive whole parameters joined into one draw while the
+    draw so far is a multiple of 16 entries and the next parameter has at least 16 (torch fills 16
+    at a time, so such a join draws the same numbers) and the draw stays within PIECE_NUMEL. Fewer
+    draws, the same direction: a test checks it against per-parameter `torch.randn`."""
+    draws: list[tuple[int, int]] = []
+    offset = 0
+    for n in numels:
+        pieces = piece_bounds(n)
+        if (len(pieces) == 1 and draws and n >= 16 and (draws[-1][1] - draws[-1][0]) % 16 == 0
+                and draws[-1][1] == offset and draws[-1][1] - draws[-1][0] + n <= PIECE_NUMEL):
+            draws[-1] = (draws[-1][0], offset + n)
+        else:
+            draws += [(offset + a, offset + b) for a, b in pieces]
+        offset += n
+    return draws
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(shapes: tuple, group_numel: int | None):
+    """(shapes, numels, groups, CPU draws per group) of a model, computed once per model: a
+    direction set is built every step."""
+    shapes = [torch.Size(s) for s in shapes]
+    numels = [s.numel() for s in shapes]
+    groups = parameter_groups(numels, group_numel)
+    draws = {}
+    for lo, hi in groups:
+        draws[(lo, hi)] = cpu_draws(numels[lo:hi])
+    return shapes, numels, groups, draws
+
+
 class SeededDirections(Directions):
     """Gaussian N(0, I_d) directions, or uniform on the sphere of a given radius, from seeds.
 
@@ -129,10 +168,9 @@ class SeededDirections(Directions):
             raise ValueError(f"unknown direction distribution {distribution!r}; choices: gaussian, sphere")
         if distribution == "sphere" and radius is None:
             raise ValueError("a sphere distribution needs a radius")
-        self.shapes, self.seeds, self.distribution = [torch.Size(s) for s in shapes], list(seeds), distribution
+        self.seeds, self.distribution = list(seeds), distribution
         self.radius, self.scale, self.device, self.dtype = radius, scale, torch.device(device), dtype
-        self.numels = [s.numel() for s in self.shapes]
-        self.groups = parameter_groups(self.numels, group_numel)
+        self.shapes, self.numels, self.groups, self._cpu_draws = _layout(tuple(shapes), group_numel)
         self._norms: dict[int, float] = {}
         self._kept: tuple[int, torch.Tensor, list[torch.Tensor]] | None = None  # (j, buffer, its views)
 
@@ -153,14 +191,11 @@ class SeededDirections(Directions):
 
     def _draws(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """The [a, b) ranges of a group's flat buffer (parameters lo..hi-1) drawn one after
-        another: each parameter's `piece_bounds` on CPU, the group's on CUDA."""
+        another: on CPU `cpu_draws` (the numbers of one draw per parameter), the group's
+        `piece_bounds` on CUDA."""
         if self.device.type != "cpu":
             return piece_bounds(sum(self.numels[lo:hi]))
-        draws, offset = [], 0
-        for n in self.numels[lo:hi]:
-            draws += [(offset + a, offset + b) for a, b in piece_bounds(n)]
-            offset += n
-        return draws
+        return self._cpu_draws[(lo, hi)]
 
     def _raw_pieces(self, j: int, reuse: bool = False) -> Iterator[tuple[int, int, torch.Tensor]]:
         """(i, lo, unscaled N(0, I) piece of parameter i from entry lo): the draws of
@@ -228,6 +263,9 @@ class SeededDirections(Directions):
         for i, lo, piece in self._raw_pieces(j, reuse):
             yield i, lo, piece.mul_(factor) if factor != 1.0 else piece
 
+    def flat(self, j: int) -> torch.Tensor | None:
+        return self.vector(j) if len(self.groups) == 1 else None
+
     def vector(self, j: int) -> torch.Tensor:
         bufs = [self._kept[1]] if self._kept is not None and self._kept[0] == j else None
         if bufs is None:
@@ -240,18 +278,21 @@ class FlatDirections(Directions):
     """Explicit directions held as rows of a flat [count, d] tensor (PAZO-S candidates)."""
 
     def __init__(self, flat: torch.Tensor, split_flat):
-        self.flat, self.split_flat = flat, split_flat
+        self.rows, self.split_flat = flat, split_flat
 
     @property
     def count(self) -> int:
-        return self.flat.shape[0]
+        return self.rows.shape[0]
 
     def iter_groups(self, j: int) -> Iterator[tuple[int, int, list[torch.Tensor]]]:
-        views = self.split_flat(self.flat[j])
+        views = self.split_flat(self.rows[j])
         yield 0, len(views), views
 
     def vector(self, j: int) -> torch.Tensor:
-        return self.flat[j]
+        return self.rows[j]
+
+    def flat(self, j: int) -> torch.Tensor:
+        return self.rows[j]
 
 
 def orthogonal_directions(dim: int, seed: int, count: int, radius: float, split_flat, device="cpu",
@@ -288,6 +329,9 @@ class SubspaceDirections(Directions):
     def iter_groups(self, j: int) -> Iterator[tuple[int, int, list[torch.Tensor]]]:
         views = self.split_flat(self.vector(j))
         yield 0, len(views), views
+
+    def flat(self, j: int) -> torch.Tensor:
+        return self.vector(j)
 
 
 def sample_coefficients(count: int, k: int, distribution: str, generator: torch.Generator) -> torch.Tensor:

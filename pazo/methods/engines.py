@@ -21,6 +21,8 @@ How the in-place engine works (the interface other code builds on):
   raises). Restoring adds the negated scale, so parameters come back up to float rounding.
 * update: `apply_directional_update` adds -lr * c_j * u_j for each j (the kept direction is
   reused), `apply_flat_update` adds -lr * g for a flat g; both fused in the same way.
+* a small model's parameters are views of one flat buffer (`FunctionalModel.packed`): a direction
+  held whole as one vector (`Directions.flat`) is then added with a single operation.
 
 Both engines return the same [P, B] loss matrix for the same directions (up to float rounding of
 the in-place restore), which a test checks.
@@ -110,6 +112,10 @@ def shift(model: FunctionalModel, directions, j: int, alpha: float) -> None:
     tensor first put on its parameter's device: a no-op on one device). A half-precision model is
     moved a piece of the direction at a time (`parameter_pieces`), as its queries are, so that
     its update never holds a group of the direction either."""
+    packed = model.packed()
+    if packed is not None and (u := directions.flat(j)) is not None:   # one add for the whole model
+        packed.add_(u, alpha=alpha)
+        return
     params, spread = model.params, len(model.devices) > 1
     if has_low_precision(params):
         for _, _, piece, u in parameter_pieces(directions, j, params):
@@ -258,4 +264,8 @@ def apply_directional_update(model: FunctionalModel, directions, coefs: Sequence
 def apply_flat_update(model: FunctionalModel, flat: torch.Tensor, lr: float) -> None:
     """x <- x - lr * g for a flat [d] vector g (made on one device; each piece is put on its
     parameter's device)."""
+    packed = model.packed()
+    if packed is not None:
+        packed.add_(flat, alpha=-lr)
+        return
     torch._foreach_add_(model.params, to_param_devices(model.split_flat(flat), model.params), alpha=-lr)

@@ -40,6 +40,10 @@ def train_mode_matters(module: nn.Module) -> bool:
     return False
 
 
+#: at most this many trainable entries are packed into one flat buffer (`FunctionalModel.packed`)
+PACK_NUMEL = 2 ** 22
+
+
 class FunctionalModel:
     """`loss_fn(outputs, targets) -> [B]` per-example losses; cross-entropy by default."""
 
@@ -53,6 +57,35 @@ class FunctionalModel:
         self.dim = sum(self.numels)
         self.train_mode_matters = train_mode_matters(module)
         self.devices = list(dict.fromkeys(p.device for p in self.params))  # distinct, in order
+        self._packed: torch.Tensor | None = None
+        self._packed_ptrs: list[int] = []
+        self._pack()
+
+    # --- one flat buffer ----------------------------------------------------------------------
+    def _pack(self) -> None:
+        """Put the trainable parameters into one flat buffer, each a view of it (the same Parameter
+        objects and values), when they are few (at most PACK_NUMEL entries), contiguous, on one
+        device and of one float32/float64 dtype: the in-place engine then moves them all with one
+        operation instead of one per parameter (on a small model on CPU each costs tens of
+        microseconds between forwards). Larger models are left as they are (packing copies them)."""
+        params = self.params
+        if (not params or self.dim > PACK_NUMEL or len(self.devices) != 1
+                or params[0].dtype not in (torch.float32, torch.float64)
+                or any(p.dtype != params[0].dtype or not p.is_contiguous() for p in params)):
+            return
+        with torch.no_grad():
+            buffer = torch.cat([p.detach().reshape(-1) for p in params])
+            for p, view in zip(params, buffer.split(self.numels)):
+                p.data = view.view(p.shape)
+        self._packed, self._packed_ptrs = buffer, [p.data_ptr() for p in params]
+
+    def packed(self) -> torch.Tensor | None:
+        """The flat [d] buffer the parameters are views of (in `params` order), or None: never
+        packed, or moved since (`module.to(...)`, cuDNN's re-flattening of LSTM weights, another
+        FunctionalModel packing the same module), which is checked on every call."""
+        if self._packed is not None and any(p.data_ptr() != ptr for p, ptr in zip(self.params, self._packed_ptrs)):
+            self._packed = None                      # for good: the parameters live elsewhere now
+        return self._packed
 
     # --- flat views -------------------------------------------------------------------------
     def split_flat(self, flat: torch.Tensor) -> list[torch.Tensor]:
