@@ -1,0 +1,129 @@
+"""How close a zeroth-order step can get to its floor on this machine: our DPZero step (in-place
+engine; with its parameters packed into one flat buffer, as it runs, and moved one by one, as
+before) beside a minimal hand-written one, each paired with its floor (two bare no-grad forwards).
+
+    python scripts/profile_zo_step.py [--setting digits] [--pairs 300] [--threads 1]
+                                      [--out scripts/results/zo_step_profile_cpu.json]
+
+The minimal step is the least a two-point step does on the live parameters: draw a seed and a
+Gaussian direction (one buffer, the parameters' shapes), perturb +lam, forward, -2 lam, forward,
++lam back, clip and sum the finite differences, add one Gaussian noise draw, update: a dozen tensor
+operations and no bookkeeping. Its ratio to the floor is what the step's own work costs at the
+least; the time of each of its operations (median over the pairs, taken between forwards, where
+small operations run slower than in a tight loop) says where that goes. Not a training step of any
+method (no accounting, no statistics): a yardstick for `benchmark_methods.py`'s paired ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark_methods import SETTINGS, build_benchmark_method, git_commit, synthetic_inputs  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+OPS = ["seed", "manual_seed", "draw", "perturb", "forward+", "move", "forward-", "restore", "clip_sum", "noise",
+       "update"]
+
+
+def minimal_step(model, x, y, lam=1e-2, lr=1e-3, clip=1.0):
+    """A bare DPZero step on the live parameters; returns the closure and its per-op timings."""
+    params = model.params
+    direction = torch.empty(model.dim, dtype=params[0].dtype)
+    views = [v.view(p.shape) for v, p in zip(direction.split(model.numels), params)]
+    rng, gen, noise_gen = np.random.default_rng(0), torch.Generator(), torch.Generator().manual_seed(1)
+    clock = time.perf_counter
+
+    @torch.no_grad()
+    def step(times: list[float]):
+        t = [clock()]
+        seed = int(rng.integers(0, 2**63 - 1))
+        t.append(clock())
+        gen.manual_seed(seed)
+        t.append(clock())
+        for v in views:
+            v.normal_(generator=gen)
+        t.append(clock())
+        torch._foreach_add_(params, views, alpha=lam)
+        t.append(clock())
+        plus = model.current_losses(x, y)
+        t.append(clock())
+        torch._foreach_add_(params, views, alpha=-2 * lam)
+        t.append(clock())
+        minus = model.current_losses(x, y)
+        t.append(clock())
+        torch._foreach_add_(params, views, alpha=lam)
+        t.append(clock())
+        total = ((plus - minus) / (2 * lam)).clamp_(-clip, clip).sum().item()
+        t.append(clock())
+        s = (total + float(torch.randn((), generator=noise_gen, dtype=torch.float64)) * clip) / len(y)
+        t.append(clock())
+        torch._foreach_add_(params, views, alpha=-lr * s)
+        t.append(clock())
+        times[:] = [b - a for a, b in zip(t, t[1:])]
+    return step
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--setting", default="digits", choices=["digits", "cifar_shape"])
+    parser.add_argument("--pairs", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    device = torch.device("cpu")
+    x, y = synthetic_inputs(args.setting, SETTINGS[args.setting][3], device)
+    jobs = {}  # name -> (step, its model): ours with packed parameters, ours without, the minimal step
+    for name in ("ours", "ours_unpacked"):
+        method, _, model = build_benchmark_method("dpzero", args.setting, device, "inplace")
+        if name == "ours_unpacked":
+            model._packed = None          # the parameters stay views of the buffer, but are moved one by one
+        counter = iter(range(1, 10**9))
+        jobs[name] = ((lambda m, c: lambda: m.step(x, y, next(c)))(method, counter), model)
+    _, _, bare = build_benchmark_method("dpzero", args.setting, device, "inplace")
+    op_times, per_op = [], []
+    minimal = minimal_step(bare, x, y)
+    jobs["minimal"] = (lambda: minimal(op_times), bare)
+    for fn, _ in jobs.values():
+        for _ in range(args.warmup):
+            fn()
+    rows = {}
+    for name, (fn, model) in jobs.items():
+        pairs = []
+        for _ in range(args.pairs):
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                model.current_losses(x, y)
+                model.current_losses(x, y)
+            t1 = time.perf_counter()
+            fn()
+            pairs.append((time.perf_counter() - t1, t1 - t0))
+            if name == "minimal":
+                per_op.append(list(op_times))
+        rows[name] = {"paired_floor_ratio": statistics.median(s / f for s, f in pairs),
+                      "median_step_ms": statistics.median(s for s, _ in pairs) * 1e3,
+                      "median_floor_ms": statistics.median(f for _, f in pairs) * 1e3}
+    ops_us = {op: statistics.median(r[k] for r in per_op) * 1e6 for k, op in enumerate(OPS)}
+    result = {"command": "python " + " ".join(sys.argv), "commit": git_commit(), "setting": args.setting,
+              "dim": bare.dim, "batch_size": len(y), "threads": args.threads, "pairs": args.pairs,
+              "steps": rows, "minimal_step_op_us": ops_us}
+    for name, r in rows.items():
+        print(f"{name:8s} x floor (paired) {r['paired_floor_ratio']:.3f}  step {r['median_step_ms']:.2f} ms  "
+              f"floor {r['median_floor_ms']:.2f} ms")
+    print("minimal step, us per op:", ", ".join(f"{k} {v:.0f}" for k, v in ops_us.items()))
+    out = Path(args.out or ROOT / "scripts" / "results" / f"zo_step_profile_cpu_{args.setting}.json")
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
