@@ -42,6 +42,7 @@ bench-cpu: $(STAMP)
 	$(PY) scripts/benchmark_methods.py --settings cifar_shape --iters 5 --warmup 1 --threads 1 \
 	  --out scripts/results/methods_cpu_cifar_shape.json
 	$(PY) scripts/benchmark_engines.py --settings digits,cifar_shape --threads 1 --out scripts/results/engines_cpu.json
+	$(PY) scripts/profile_zo_step.py --setting digits --threads 1
 
 ## The same on a CUDA GPU for all four paper settings (scripts/results/methods_cuda_<setting>.json).
 bench-gpu: $(STAMP)

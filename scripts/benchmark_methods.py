@@ -98,11 +98,13 @@ METHODS = ["sgd", "dpsgd", "dpmd", "dope_sgd", "gep", "mezo", "dpzero", "pazo_m"
 
 
 def git_commit() -> str | None:
-    """The checkout's commit (with "+dirty" when files differ from it), recorded with the results."""
+    """The checkout's commit (with "+dirty" when tracked files other than scripts/results/ differ
+    from it: a results file rewritten by the same run does not count), recorded with the results."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)scripts/results"], cwd=ROOT,
                                capture_output=True, text=True).stdout.strip()
         return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
