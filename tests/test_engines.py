@@ -8,7 +8,7 @@ from torch import nn
 from conftest import quadratic_model
 from pazo.data.base import TensorSplit
 from pazo.methods.directions import FlatDirections, SeededDirections, SubspaceDirections
-from pazo.methods.engines import InPlaceEngine, VectorisedEngine, shift
+from pazo.methods.engines import InPlaceEngine, VectorisedEngine, apply_flat_update, shift
 from pazo.models import FunctionalModel
 from pazo.models.small_cnn import SmallCNN
 
@@ -99,12 +99,18 @@ def test_packed_parameters_are_views_of_one_buffer_until_moved():
         shift(model, dirs, 0, 0.5)
     assert torch.equal(packed, before + 0.5 * dirs.vector(0))
     assert torch.equal(model.params[0].detach().reshape(-1), packed[:model.numels[0]])
+    x = torch.rand(4, 1, 8, 8)
+    loss = model.current_losses(x, torch.zeros(4, dtype=torch.long)).sum()
+    apply_flat_update(model, torch.ones(model.dim), lr=0.1)     # one add on the buffer ...
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()                                         # ... that autograd still sees
     model.module.double()                                       # new storage for every parameter
     assert model.packed() is None
     moved = [p.detach().clone() for p in model.params]
     with torch.no_grad():
         shift(model, SeededDirections(model.shapes, [3], dtype=torch.float64), 0, 1.0)
     assert all(not torch.equal(p, m) for p, m in zip(model.params, moved))   # still moved, one by one
+    assert SeededDirections([[2, 3], [4]], [1]).numels == [6, 4]              # shapes as lists too
     big = FunctionalModel(nn.Linear(2 ** 11, 2 ** 11 + 1))                     # over 2^22 entries: left alone
     assert big.packed() is None
 

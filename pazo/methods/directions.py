@@ -153,9 +153,12 @@ class SeededDirections(Directions):
     Direction j is drawn from a generator seeded with seeds[j], group by group (`parameter_groups`)
     into one flat buffer per group. On CPU each parameter's slice is filled by its own draw, in
     parameter order, which gives exactly the numbers of `torch.randn(shape)` per parameter (and so
-    of every earlier version of this code); on CUDA each group is one draw (one kernel, whatever
-    the number of parameters), so the same seed gives other numbers on CUDA than on CPU. When the
-    whole direction is one group it is kept until another direction is asked for.
+    of every earlier version of this code; `cpu_draws` joins parameters where that draws the same
+    numbers); on CUDA each group is drawn in pieces of 2^20 entries (a few kernels, whatever the
+    number of parameters; before 2bdcfe0 one draw per group, so a GPU run of a model of over 2^20
+    entries resumed across that change continues with other directions), so the same seed gives
+    other numbers on CUDA than on CPU. When the whole direction is one group it is kept until
+    another direction is asked for.
 
     Every draw is made in `piece_bounds` pieces (of a parameter on CPU, of a group on CUDA), which
     on CPU gives the numbers of one draw; so `iter_pieces` draws the same numbers a piece at a
@@ -170,7 +173,7 @@ class SeededDirections(Directions):
             raise ValueError("a sphere distribution needs a radius")
         self.seeds, self.distribution = list(seeds), distribution
         self.radius, self.scale, self.device, self.dtype = radius, scale, torch.device(device), dtype
-        self.shapes, self.numels, self.groups, self._cpu_draws = _layout(tuple(shapes), group_numel)
+        self.shapes, self.numels, self.groups, self._cpu_draws = _layout(tuple(map(tuple, shapes)), group_numel)
         self._norms: dict[int, float] = {}
         self._kept: tuple[int, torch.Tensor, list[torch.Tensor]] | None = None  # (j, buffer, its views)
 
@@ -226,7 +229,7 @@ class SeededDirections(Directions):
             return self.scale
         if j not in self._norms:  # with several groups, one extra pass, a piece at a time, to learn the norm
             pieces = [first] if first is not None else (piece for _, _, piece in self._raw_pieces(j))
-            self._norms[j] = math.sqrt(sum(float(p.double().pow(2).sum()) for p in pieces))
+            self._norms[j] = math.sqrt(float(sum(p.double().pow(2).sum() for p in pieces)))  # one sync
         return self.scale * self.radius / self._norms[j]
 
     def iter_groups(self, j: int) -> Iterator[tuple[int, int, list[torch.Tensor]]]:

@@ -42,6 +42,7 @@ import time
 from collections.abc import Sequence
 
 import torch
+from torch.autograd.graph import increment_version
 
 from pazo.errors import ConfigError
 from pazo.methods.half_precision import ExactShift, Workspace, has_low_precision, parameter_pieces
@@ -115,6 +116,7 @@ def shift(model: FunctionalModel, directions, j: int, alpha: float) -> None:
     packed = model.packed()
     if packed is not None and (u := directions.flat(j)) is not None:   # one add for the whole model
         packed.add_(u, alpha=alpha)
+        increment_version(model.params)   # as the per-parameter add would (autograd's in-place checks)
         return
     params, spread = model.params, len(model.devices) > 1
     if has_low_precision(params):
@@ -267,5 +269,6 @@ def apply_flat_update(model: FunctionalModel, flat: torch.Tensor, lr: float) -> 
     packed = model.packed()
     if packed is not None:
         packed.add_(flat, alpha=-lr)
+        increment_version(model.params)
         return
     torch._foreach_add_(model.params, to_param_devices(model.split_flat(flat), model.params), alpha=-lr)

@@ -100,9 +100,11 @@ def clipped_sum(model: FunctionalModel, x, y, chunk: int, bound: float,
     for grads, losses in iter_per_example_grads(model, x, y, chunk):
         if shifts is not None:
             grads = [g - s for g, s in zip(grads, shifts)]
-        sq = sum(g.reshape(g.shape[0], -1).pow(2).sum(dim=1) for g in grads)
+        # (.to: no-ops on one device; on a model spread over devices each piece meets the others on
+        # model.device, and the clip factors go to each parameter's device)
+        sq = sum(g.reshape(g.shape[0], -1).pow(2).sum(dim=1).to(loss_sum.device) for g in grads)
         factor = clip_factors(sq.sqrt(), bound)
         for total, g in zip(sums, grads):
-            total += torch.tensordot(factor, g, dims=1)
-        loss_sum += losses.sum()
-    return torch.cat([t.reshape(-1) for t in sums]), loss_sum
+            total += torch.tensordot(factor.to(g.device), g, dims=1)
+        loss_sum += losses.sum().to(loss_sum.device)
+    return model.flatten(sums), loss_sum
