@@ -9,7 +9,9 @@ Every measurement runs in its own subprocess (`--one <what>`), which builds the 
 batch of random token ids and does the one thing measured. On CPU the figure is the subprocess'
 peak resident set (ru_maxrss, which includes the Python interpreter, torch and the model); on CUDA
 it is `torch.cuda.max_memory_allocated` after a reset that follows the model's construction.
-`ratio` = a method's peak over the forward's peak; the goal is at most 1.1.
+`ratio` = a method's peak over the forward's peak; the goal is at most 1.1. For float16/bfloat16 a
+method's row also says how many entries the exact restore kept at most at once (`kept_fraction` of
+the parameters, `kept_peak_mib`), the part of the step's memory that grows with the model.
 
 Shapes (`SHAPES`): OPT configs at the sizes of the facebook/opt-* checkpoints (vocabulary 50272,
 2048 positions). On a GPU:
@@ -77,16 +79,19 @@ def one(what: str, args) -> dict:
         config = method_config({"name": what, "lr": 1e-6, "clip": 1.0, "q": 1, "smoothing": 1e-3})
         private = what != "mezo"
         plan = PrivacyPlan.with_sigma(1.0 if private else None, args.batch, config.release(), steps=1)
+        engine = InPlaceEngine()
         method = build_method(config, model=model, plan=plan, streams=RandomStreams(0), public=None,
-                              device=device, engine=InPlaceEngine())
+                              device=device, engine=engine)
         method.step(x, y, 1)
+        kept = {"kept_peak_entries": engine.kept_peak, "kept_fraction": engine.kept_peak / model.dim,
+                "kept_peak_mib": engine.kept_peak_bytes / 2**20}
     if device.type == "cuda":
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated()
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"what": what, "peak_bytes": peak, "seconds": time.perf_counter() - t0, "dim": model.dim,
-            "torch_threads": torch.get_num_threads()}
+            "torch_threads": torch.get_num_threads(), **(kept if what != "forward" else {})}
 
 
 def main() -> None:
@@ -110,7 +115,10 @@ def main() -> None:
         if out.returncode:
             sys.exit(f"benchmark_memory: {what} failed:\n{out.stderr[-2000:]}")
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-        print(f"{what:8s} peak {rows[-1]['peak_bytes'] / 2**20:9.1f} MiB  ({rows[-1]['seconds']:.2f} s)", flush=True)
+        kept = (f"; exact restore kept {rows[-1]['kept_fraction']:.2%} of the entries at most "
+                f"({rows[-1]['kept_peak_mib']:.1f} MiB)" if rows[-1].get("kept_peak_entries") else "")
+        print(f"{what:8s} peak {rows[-1]['peak_bytes'] / 2**20:9.1f} MiB  ({rows[-1]['seconds']:.2f} s){kept}",
+              flush=True)
     base = rows[0]["peak_bytes"]
     for row in rows:
         row["ratio"] = row["peak_bytes"] / base

@@ -79,6 +79,7 @@ def test_the_inplace_engine_restores_a_float16_model_bit_exactly(tiny, calls):
         losses = engine.losses(model, x, y, dirs, [(0, 1e-3), (0, -1e-3)])
         assert losses.dtype == torch.float32 and torch.isfinite(losses).all()
     assert all(torch.equal(p, o) for p, o in zip(model.params, original))
+    assert 0 < engine.kept_peak < model.dim                              # reported for memory benchmarks
 
 
 @pytest.mark.slow   # float16 matmuls are slow on CPU: about 2 minutes on 2 loaded cores
@@ -142,7 +143,8 @@ def test_the_exact_shift_in_pieces_moves_to_round_x_plus_su_and_back(scale):
         assert all(torch.equal(p, (o.float() + scale * v.float()).half()) for p, o, v in zip(params, original, u))
         shifter.restore()
         assert all(torch.equal(p, o) for p, o in zip(params, original))
-    assert shifter.kept_entries > 0
+    assert 0 < shifter.kept_peak < shifter.kept_entries                 # the most held at once, of 3 shifts
+    assert shifter.kept_peak_bytes == 6 * shifter.kept_peak              # an int32 index and a float16 value
 
 
 def test_the_exact_shift_restores_a_non_contiguous_parameter():

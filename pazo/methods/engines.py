@@ -133,6 +133,7 @@ class InPlaceEngine:
 
     def __init__(self):
         self.workspace = Workspace()   # the half-precision shift's piece buffers, kept between steps
+        self.kept_peak = self.kept_peak_bytes = 0   # the exact restore's most kept entries at once (memory reports)
 
     @torch.no_grad()
     def losses(self, model: FunctionalModel, x, y, directions, points: Sequence[Point],
@@ -169,6 +170,8 @@ class InPlaceEngine:
                     out.append(_forward(model, x, y, train, seed, lambda: model.current_losses(x, y)))
             finally:
                 shifter.restore()
+                if shifter.kept_peak > self.kept_peak:
+                    self.kept_peak, self.kept_peak_bytes = shifter.kept_peak, shifter.kept_peak_bytes
         return torch.stack(out)
 
 

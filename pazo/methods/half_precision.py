@@ -99,7 +99,9 @@ class ExactShift:
         self.workspace = workspace or Workspace()
         self.current: tuple[object, int, float] | None = None      # (directions, j, s)
         self.kept: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # parameter -> (indices, values)
-        self.kept_entries = 0
+        self.kept_entries = 0        # over all shifts
+        self.kept_peak = 0           # the most held at once (one point's), and its bytes
+        self.kept_peak_bytes = 0
 
     @torch.no_grad()
     def shift(self, directions, j: int, s: float) -> None:
@@ -119,6 +121,10 @@ class ExactShift:
                 index_dtype = torch.int32 if self.params[i].numel() < 2**31 else torch.int64  # 6 bytes a float16 entry
                 self.kept.setdefault(i, []).append(((lost + lo).to(index_dtype), original[lost]))
                 self.kept_entries += len(lost)
+        held = [t for parts in self.kept.values() for pair in parts for t in pair]
+        if sum(t.numel() for t in held) // 2 > self.kept_peak:
+            self.kept_peak = sum(t.numel() for t in held) // 2
+            self.kept_peak_bytes = sum(t.numel() * t.element_size() for t in held)
         self.current = (directions, j, s)
 
     @torch.no_grad()
