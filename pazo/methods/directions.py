@@ -175,7 +175,7 @@ class SeededDirections(Directions):
         self.radius, self.scale, self.device, self.dtype = radius, scale, torch.device(device), dtype
         self.shapes, self.numels, self.groups, self._cpu_draws = _layout(tuple(map(tuple, shapes)), group_numel)
         self._norms: dict[int, float] = {}
-        self._kept: tuple[int, torch.Tensor, list[torch.Tensor]] | None = None  # (j, buffer, its views)
+        self._kept: tuple[int, torch.Tensor, list[torch.Tensor] | None] | None = None  # (j, buffer, its views)
 
     @property
     def count(self) -> int:
@@ -233,25 +233,28 @@ class SeededDirections(Directions):
         return self.scale * self.radius / self._norms[j]
 
     def iter_groups(self, j: int) -> Iterator[tuple[int, int, list[torch.Tensor]]]:
-        if self._kept is not None and self._kept[0] == j:
-            lo, hi = self.groups[0]
-            yield lo, hi, self._kept[2]
-            return
-        whole = len(self.groups) == 1
-        raw = self._raw_groups(j)
-        if whole:
-            lo, hi, buf = next(raw)
-            factor = self._factor(j, buf)
-            if factor != 1.0:
-                buf.mul_(factor)
-            self._kept = (j, buf, self._views(lo, hi, buf))
-            yield lo, hi, self._kept[2]
+        if len(self.groups) == 1:
+            buf = self._whole(j)
+            if self._kept[2] is None:                  # the per-parameter views, made once per direction
+                self._kept = (j, buf, self._views(*self.groups[0], buf))
+            yield *self.groups[0], self._kept[2]
             return
         factor = self._factor(j)
-        for lo, hi, buf in raw:
+        for lo, hi, buf in self._raw_groups(j):
             if factor != 1.0:
                 buf.mul_(factor)
             yield lo, hi, self._views(lo, hi, buf)
+
+    def _whole(self, j: int) -> torch.Tensor:
+        """Direction j of a one-group model as one flat buffer, drawn (and scaled) once and kept
+        until another direction is asked for; its per-parameter views only when asked for."""
+        if self._kept is None or self._kept[0] != j:
+            _, _, buf = next(self._raw_groups(j))
+            factor = self._factor(j, buf)
+            if factor != 1.0:
+                buf.mul_(factor)
+            self._kept = (j, buf, None)
+        return self._kept[1]
 
     def iter_pieces(self, j: int, max_numel: int | None = None,
                     reuse: bool = False) -> Iterator[tuple[int, int, torch.Tensor]]:
@@ -267,14 +270,12 @@ class SeededDirections(Directions):
             yield i, lo, piece.mul_(factor) if factor != 1.0 else piece
 
     def flat(self, j: int) -> torch.Tensor | None:
-        return self.vector(j) if len(self.groups) == 1 else None
+        return self._whole(j) if len(self.groups) == 1 else None
 
     def vector(self, j: int) -> torch.Tensor:
-        bufs = [self._kept[1]] if self._kept is not None and self._kept[0] == j else None
-        if bufs is None:
-            bufs = [torch.cat([t.reshape(-1) for t in tensors]) if len(tensors) > 1 else tensors[0].reshape(-1)
-                    for _, _, tensors in self.iter_groups(j)]
-        return bufs[0] if len(bufs) == 1 else torch.cat(bufs)
+        if len(self.groups) == 1:
+            return self._whole(j)
+        return torch.cat([t.reshape(-1) for _, _, tensors in self.iter_groups(j) for t in tensors])
 
 
 class FlatDirections(Directions):

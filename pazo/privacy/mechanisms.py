@@ -147,6 +147,11 @@ class ScalarPrivatizer:
         if not self.spec.private:  # non-private: plain mean over the realised batch
             return values.mean(dim=1) if values.shape[1] else values.new_zeros(values.shape[0])
         sums = self.clip(values).sum(dim=1)
+        if self.spec.mechanism == "gaussian":  # the same float64 operations on the q numbers as Python floats:
+            scale, b = self.noise_scale, self.spec.expected_batch_size   # fewer small tensor operations
+            noise = torch.randn(sums.shape, generator=self.generator, dtype=torch.float64).tolist()
+            noisy = [(s + scale * z) / b for s, z in zip(sums.tolist(), noise)]
+            return torch.tensor(noisy, dtype=values.dtype, device=values.device)
         noisy = sums.double().cpu() + self._noise(sums.shape)
         return (noisy / self.spec.expected_batch_size).to(device=values.device, dtype=values.dtype)
 
