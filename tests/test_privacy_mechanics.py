@@ -79,3 +79,18 @@ def test_streams_are_independent_and_reproducible():
     assert secure.seeds["noise"] != RandomStreams(0, secure=True).seeds["noise"]  # not from the seed
     for name in ("directions", "public", "init", "split"):  # the rest stays reproducible
         assert secure.seeds[name] == a.seeds[name]
+
+
+@pytest.mark.parametrize("queries", [1, 3, 64])
+def test_gaussian_scalars_are_the_tensor_formula_bit_for_bit(queries):
+    """The Gaussian privatiser's arithmetic on the q sums, done as Python floats, gives exactly
+    (clip-sum in float32, + sigma-scaled float64 noise, / b, to float32) as tensor operations."""
+    spec = NoiseSpec(sigma=1.7, clip=0.3, expected_batch_size=37)
+    values = torch.randn(queries, 50, generator=torch.Generator().manual_seed(2))
+    priv = ScalarPrivatizer(spec, queries=queries, generator=torch.Generator().manual_seed(5))
+    got = priv(values)
+    gen = torch.Generator().manual_seed(5)
+    sums = values.clamp(-spec.clip, spec.clip).sum(dim=1)
+    expected = ((sums.double() + priv.noise_scale * torch.randn(queries, generator=gen, dtype=torch.float64))
+                / spec.expected_batch_size).float()
+    assert got.dtype == torch.float32 and torch.equal(got, expected)
