@@ -71,6 +71,12 @@ def minimal_step(model, x, y, lam=1e-2, lr=1e-3, clip=1.0):
     return step
 
 
+def stepper(method, x, y):
+    """One training step of `method` on the batch per call, with the step counter going on."""
+    counter = iter(range(1, 10**9))
+    return lambda: method.step(x, y, next(counter))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--setting", default="digits", choices=["digits", "cifar_shape"])
@@ -87,8 +93,7 @@ def main():
         method, _, model = build_benchmark_method("dpzero", args.setting, device, "inplace")
         if name == "ours_unpacked":
             model._packed = None          # the parameters stay views of the buffer, but are moved one by one
-        counter = iter(range(1, 10**9))
-        jobs[name] = ((lambda m, c: lambda: m.step(x, y, next(c)))(method, counter), model)
+        jobs[name] = (stepper(method, x, y), model)
     _, _, bare = build_benchmark_method("dpzero", args.setting, device, "inplace")
     op_times, per_op = [], []
     minimal = minimal_step(bare, x, y)

@@ -262,7 +262,7 @@ class SeededDirections(Directions):
         (the pieces of `_draws`: `max_numel` is not used for it), so no group is ever held. With
         `reuse`, every piece is drawn into one buffer: a piece is valid only until the next is
         asked for (fresh buffers piece after piece fragment the CPU heap; see half_precision.py)."""
-        if len(self.groups) == 1 or (self._kept is not None and self._kept[0] == j):
+        if len(self.groups) == 1:                      # held whole (kept) anyway: cut from it
             yield from super().iter_pieces(j, max_numel)
             return
         factor = self._factor(j)

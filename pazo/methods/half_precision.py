@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import torch
 
 from pazo.methods.directions import PIECE_NUMEL
+from pazo.methods.placement import to_param_device
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -77,7 +78,7 @@ def parameter_pieces(directions, j: int, params: Sequence[torch.Tensor]):
     gathered: dict[int, list[torch.Tensor]] = {}
     for i, lo, u in directions.iter_pieces(j, reuse=True):
         p = params[i]
-        u = u.to(p.device, non_blocking=p.device.type == "cuda") if u.device != p.device else u
+        u = to_param_device(u, p)
         if p.is_contiguous():
             yield i, lo, p.view(-1)[lo:lo + u.numel()], u
             continue
@@ -121,10 +122,11 @@ class ExactShift:
                 index_dtype = torch.int32 if self.params[i].numel() < 2**31 else torch.int64  # 6 bytes a float16 entry
                 self.kept.setdefault(i, []).append(((lost + lo).to(index_dtype), original[lost]))
                 self.kept_entries += len(lost)
-        held = [t for parts in self.kept.values() for pair in parts for t in pair]
-        if sum(t.numel() for t in held) // 2 > self.kept_peak:
-            self.kept_peak = sum(t.numel() for t in held) // 2
-            self.kept_peak_bytes = sum(t.numel() * t.element_size() for t in held)
+        pairs = [pair for parts in self.kept.values() for pair in parts]
+        held = sum(len(index) for index, _ in pairs)
+        if held > self.kept_peak:
+            self.kept_peak = held
+            self.kept_peak_bytes = sum(index.nbytes + values.nbytes for index, values in pairs)
         self.current = (directions, j, s)
 
     @torch.no_grad()

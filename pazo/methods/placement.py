@@ -20,6 +20,13 @@ def to_param_devices(tensors: Sequence[torch.Tensor], params: Sequence[torch.Ten
     synchronous, or the add could read it before it has arrived)."""
     if all(t.device == p.device for t, p in zip(tensors, params)):
         return tensors
-    return [t if t.device == p.device else t.to(p.device, non_blocking=p.device.type == "cuda")
-            for t, p in zip(tensors, params)]
+    return [to_param_device(t, p) for t, p in zip(tensors, params)]
+
+
+def to_param_device(tensor: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+    """`tensor` on `param`'s device: itself if there already, else a copy, `non_blocking` only into
+    a GPU (see `to_param_devices`)."""
+    if tensor.device == param.device:
+        return tensor
+    return tensor.to(param.device, non_blocking=param.device.type == "cuda")
 
