@@ -42,7 +42,6 @@ import time
 from collections.abc import Sequence
 
 import torch
-from torch.autograd.graph import increment_version
 
 from pazo.errors import ConfigError
 from pazo.methods.half_precision import ExactShift, Workspace, has_low_precision, parameter_pieces
@@ -113,10 +112,8 @@ def shift(model: FunctionalModel, directions, j: int, alpha: float) -> None:
     tensor first put on its parameter's device: a no-op on one device). A half-precision model is
     moved a piece of the direction at a time (`parameter_pieces`), as its queries are, so that
     its update never holds a group of the direction either."""
-    packed = model.packed()
-    if packed is not None and (u := directions.flat(j)) is not None:   # one add for the whole model
-        packed.add_(u, alpha=alpha)
-        increment_version(model.params)   # as the per-parameter add would (autograd's in-place checks)
+    flat = directions.flat(j)                  # held whole anyway, or None
+    if flat is not None and model.add_to_packed(flat, alpha):             # one add for the whole model
         return
     params, spread = model.params, len(model.devices) > 1
     if has_low_precision(params):
@@ -269,9 +266,6 @@ def apply_directional_update(model: FunctionalModel, directions, coefs: Sequence
 def apply_flat_update(model: FunctionalModel, flat: torch.Tensor, lr: float) -> None:
     """x <- x - lr * g for a flat [d] vector g (made on one device; each piece is put on its
     parameter's device)."""
-    packed = model.packed()
-    if packed is not None:
-        packed.add_(flat, alpha=-lr)
-        increment_version(model.params)
+    if model.add_to_packed(flat, -lr):
         return
     torch._foreach_add_(model.params, to_param_devices(model.split_flat(flat), model.params), alpha=-lr)

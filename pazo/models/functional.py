@@ -11,6 +11,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.graph import increment_version
 from torch.func import functional_call, grad, vmap
 
 
@@ -86,6 +87,17 @@ class FunctionalModel:
         if self._packed is not None and any(p.data_ptr() != ptr for p, ptr in zip(self.params, self._packed_ptrs)):
             self._packed = None                      # for good: the parameters live elsewhere now
         return self._packed
+
+    def add_to_packed(self, flat: torch.Tensor, alpha: float) -> bool:
+        """x <- x + alpha * flat with one operation on the packed buffer, if the parameters are
+        packed (else False, and nothing done). Their autograd versions are bumped, as the
+        per-parameter in-place add would, so a graph that saved them still sees the change."""
+        packed = self.packed()
+        if packed is None:
+            return False
+        packed.add_(flat, alpha=alpha)
+        increment_version(self.params)
+        return True
 
     # --- flat views -------------------------------------------------------------------------
     def split_flat(self, flat: torch.Tensor) -> list[torch.Tensor]:
