@@ -71,6 +71,16 @@ def minimal_step(model, x, y, lam=1e-2, lr=1e-3, clip=1.0):
     return step
 
 
+def at_least(low: int):
+    """An argparse type: an integer >= low (else argparse's one-line error)."""
+    def integer(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+    return integer
+
+
 def stepper(method, x, y):
     """One training step of `method` on the batch per call, with the step counter going on."""
     counter = iter(range(1, 10**9))
@@ -80,9 +90,9 @@ def stepper(method, x, y):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--setting", default="digits", choices=["digits", "cifar_shape"])
-    parser.add_argument("--pairs", type=int, default=300)
-    parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--pairs", type=at_least(1), default=300)
+    parser.add_argument("--warmup", type=at_least(0), default=20)
+    parser.add_argument("--threads", type=at_least(1), default=1)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
