@@ -62,6 +62,14 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _note_half_precision_queries(summary: dict, method) -> None:
+    """How the in-place engine ran half-precision queries (on the fly, or the exact shift and
+    why), once it has run any."""
+    how = getattr(method.ctx.engine, "half_precision_queries", None)
+    if how:
+        summary["engine"] = {**summary["engine"], "half_precision_queries": how}
+
+
 def _engine_choice(cfg, model, method_cfg, info, data, start) -> dict:
     """The zeroth-order engine (`engine.name`, or what `auto` picks) and why, for the summary. A
     resumed run keeps its first attempt's choice, so that its steps stay those of one engine."""
@@ -219,6 +227,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
                       f"{type(err).__name__}: {err}"
             summary.update(_outcome(plan, tracker, sync_loop(), total_steps, failure, test_histogram))
             summary.update(status="interrupted" if interrupted else "failed")
+            _note_half_precision_queries(summary, method)
             logger.write_summary(summary)
             logger.close(failed=True)
             raise
@@ -227,6 +236,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
             tracker.close()
 
     summary.update(_outcome(plan, tracker, sync_loop(), total_steps, failure, test_histogram))
+    _note_half_precision_queries(summary, method)
     if stopped:
         summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
     logger.write_summary(summary)

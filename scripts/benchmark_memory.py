@@ -83,7 +83,10 @@ def one(what: str, args) -> dict:
         method = build_method(config, model=model, plan=plan, streams=RandomStreams(0), public=None,
                               device=device, engine=engine)
         method.step(x, y, 1)
-        kept = {"kept_peak_entries": engine.kept_peak, "kept_fraction": engine.kept_peak / model.dim,
+        on_the_fly = engine.on_the_fly[1] if engine.on_the_fly else None
+        kept = {"half_precision_queries": engine.half_precision_queries,
+                "temporary_peak_mib": on_the_fly.temporary_peak_bytes / 2**20 if on_the_fly else None,
+                "kept_peak_entries": engine.kept_peak, "kept_fraction": engine.kept_peak / model.dim,
                 "kept_peak_mib": engine.kept_peak_bytes / 2**20}
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -92,6 +95,19 @@ def one(what: str, args) -> dict:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"what": what, "peak_bytes": peak, "seconds": time.perf_counter() - t0, "dim": model.dim,
             "torch_threads": torch.get_num_threads(), **(kept if what != "forward" else {})}
+
+
+def earlier_results(out: Path) -> list[dict]:
+    """The history a result file already holds, with the result it holds now first (its command,
+    commit and rows), so that a new run does not lose what an earlier one measured."""
+    if not out.exists():
+        return []
+    old = json.loads(out.read_text())
+    rows = [{k: r[k] for k in ("what", "peak_bytes", "ratio", "kept_fraction", "temporary_peak_mib") if k in r}
+            for r in old.get("rows", [])]
+    previous = {"note": f"the run before, commit {old.get('commit', 'unknown')}", "command": old.get("command"),
+                "rows": rows}
+    return [previous, *old.get("history", [])]
 
 
 def main() -> None:
@@ -117,6 +133,8 @@ def main() -> None:
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         kept = (f"; exact restore kept {rows[-1]['kept_fraction']:.2%} of the entries at most "
                 f"({rows[-1]['kept_peak_mib']:.1f} MiB)" if rows[-1].get("kept_peak_entries") else "")
+        if rows[-1].get("temporary_peak_mib"):
+            kept += f"; on the fly, one module's perturbed weights at most {rows[-1]['temporary_peak_mib']:.1f} MiB"
         print(f"{what:8s} peak {rows[-1]['peak_bytes'] / 2**20:9.1f} MiB  ({rows[-1]['seconds']:.2f} s){kept}",
               flush=True)
     base = rows[0]["peak_bytes"]
@@ -131,6 +149,10 @@ def main() -> None:
     for row in rows[1:]:
         print(f"{row['what']}: {row['ratio']:.3f}x the forward's peak")
     out = Path(args.out or ROOT / f"scripts/results/memory_{args.device.split(':')[0]}_{args.shape}_{args.dtype}.json")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from benchmark_methods import git_commit       # here: the measured subprocesses import no more than they need
+    result["commit"] = git_commit()
+    result["history"] = earlier_results(out)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written {out}")
 

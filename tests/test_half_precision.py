@@ -8,9 +8,9 @@ from omegaconf import OmegaConf
 
 from llm_fixtures import write_sst2, write_tiny_causal_lm
 from pazo.data.prompt_tasks import load_prompt_bundle
-from pazo.methods.directions import SeededDirections, piece_bounds
+from pazo.methods.directions import FlatDirections, SeededDirections, piece_bounds
 from pazo.methods.engines import InPlaceEngine
-from pazo.methods.half_precision import ExactShift
+from pazo.methods.half_precision import ExactShift, PerturbedForward
 from pazo.models.functional import FunctionalModel
 from pazo.models.hf_lm import build_hf_lm_task
 from pazo.pretrained import load_pretrained
@@ -79,7 +79,99 @@ def test_the_inplace_engine_restores_a_float16_model_bit_exactly(tiny, calls):
         losses = engine.losses(model, x, y, dirs, [(0, 1e-3), (0, -1e-3)])
         assert losses.dtype == torch.float32 and torch.isfinite(losses).all()
     assert all(torch.equal(p, o) for p, o in zip(model.params, original))
-    assert 0 < engine.kept_peak < model.dim                              # reported for memory benchmarks
+    assert engine.half_precision_queries.startswith("on the fly") and engine.kept_peak == 0  # nothing kept
+    largest = max(p.nbytes for p in model.params)
+    assert largest <= engine.on_the_fly[1].temporary_peak_bytes <= 2 * largest    # one module's weights at a time
+
+
+def exact_shift_losses(model, x, y, directions, points):
+    shifter, out = ExactShift(model.params), []
+    with torch.no_grad():
+        for j, s in points:
+            shifter.shift(directions, j, s)
+            out.append(model.current_losses(x, y))
+        shifter.restore()
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("group_numel", [None, 64])
+def test_on_the_fly_queries_give_the_exact_shifts_losses_and_never_write_the_parameters(tiny, dtype, group_numel):
+    """Each module's perturbed weights built as it runs (direction pieces served per parameter, in
+    the forward's order: one group kept whole, or many groups redrawn from recorded states) give
+    bit for bit the losses of the parameters moved to round(x + s u)."""
+    model = build(tiny, dtype)
+    x, y = batch(tiny, 4)
+    original = [p.detach().clone() for p in model.params]
+    engine, points = InPlaceEngine(), [(0, 1e-3), (0, -1e-3), (1, 1e-2), (1, -1e-2)]
+    for seed in range(3):
+        make = lambda: SeededDirections(model.shapes, [seed, seed + 7], dtype=model.params[0].dtype,  # noqa: E731
+                                        group_numel=group_numel)
+        got = engine.losses(model, x, y, make(), points)
+        assert torch.equal(got, exact_shift_losses(model, x, y, make(), points))
+        assert all(p.data_ptr() == o.data_ptr() for p, o in zip(model.params, engine.on_the_fly[1].params))
+    assert all(torch.equal(p, o) for p, o in zip(model.params, original))
+    assert engine.half_precision_queries.startswith("on the fly")
+    assert (len(make().groups) > 1) == (group_numel is not None)
+
+
+class ReadsChildWeight(torch.nn.Module):
+    """A parent that reads a child's weight directly (not through the child's forward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = torch.nn.Embedding(20, 8), torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.embed(x).mean(dim=1)
+        return torch.nn.functional.linear(h, self.head.weight, self.head.bias)
+
+
+def test_a_parameter_read_outside_its_module_falls_back_to_the_exact_shift():
+    torch.manual_seed(0)
+    model = FunctionalModel(ReadsChildWeight().half())
+    x, y = torch.randint(0, 20, (6, 5)), torch.randint(0, 3, (6,))
+    make = lambda: SeededDirections(model.shapes, [3], dtype=torch.float16)  # noqa: E731
+    engine = InPlaceEngine()
+    got = engine.losses(model, x, y, make(), [(0, 1e-2), (0, -1e-2)])
+    assert torch.equal(got, exact_shift_losses(model, x, y, make(), [(0, 1e-2), (0, -1e-2)]))
+    assert engine.half_precision_queries.startswith("exact shift") and "head.weight by linear" in \
+        engine.half_precision_queries
+    assert engine.on_the_fly == (model, None) and not model.module.head._forward_pre_hooks   # hooks removed
+
+
+def test_a_forward_that_raises_leaves_the_modules_their_parameters():
+    model = FunctionalModel(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2)).half())
+    forward = PerturbedForward(model.module, model.params)
+    dirs = SeededDirections(model.shapes, [0], dtype=torch.float16)
+    with pytest.raises(RuntimeError):
+        with forward.at(dirs, 0, 1e-2):
+            model.module(torch.zeros(2, 5, dtype=torch.float16))            # wrong width: raises in the first layer
+    assert all(m._parameters[n] is p for (m, own) in forward.owners for n, i in own for p in [model.params[i]])
+    lstm = torch.nn.LSTM(3, 4).half()         # its fused kernel reads cached weight lists, not _parameters
+    assert PerturbedForward(lstm, list(lstm.parameters())).unsupported == "recurrent layers (LSTM)"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("group_numel", [2**20, None])
+def test_a_parameters_direction_alone_is_its_slice_of_the_whole(dtype, group_numel):
+    """`parameter_pieces`, asked in any order, serves the numbers of the whole direction vector."""
+    shapes = BIG + [torch.Size([40, 3])]
+    starts = np.cumsum([0] + [s.numel() for s in shapes])
+    for distribution, radius in (("gaussian", None), ("sphere", 3.0)):
+        served = SeededDirections(shapes, [5, 6], distribution, radius, dtype=dtype, group_numel=group_numel)
+        whole = SeededDirections(shapes, [5, 6], distribution, radius, dtype=dtype, group_numel=group_numel)
+        for j in (0, 1, 0):
+            vector = whole.vector(j)
+            for i in (3, 0, 4, 1, 2, 0):
+                got = torch.empty(shapes[i].numel(), dtype=dtype)
+                for lo, piece in served.parameter_pieces(j, i):
+                    assert piece.numel() <= 2**20 + 15
+                    got[lo:lo + piece.numel()] = piece
+                assert torch.equal(got, vector[starts[i]:starts[i + 1]]), (distribution, j, i)
+    flat = torch.randn(2, int(starts[-1]), dtype=dtype)
+    held = FlatDirections(flat, lambda v: list(v.split([s.numel() for s in shapes])))
+    assert torch.equal(torch.cat([t for _, t in held.parameter_pieces(1, 3)]), flat[1, starts[3]:starts[4]])
 
 
 @pytest.mark.slow   # float16 matmuls are slow on CPU: about 2 minutes on 2 loaded cores

@@ -155,6 +155,51 @@ def test_masked_lm_generalises_the_roberta_prompt_model(root):
     assert torch.allclose(model(x), full[at[:, 0], at[:, 1]][:, model.label_word_ids], atol=1e-5)
 
 
+def half_precision_batch(model, root, family):
+    """A small batch for each kind of task: label words (causal), answer NLL (squad), masked LM."""
+    tok = model.tokenizer
+    if family == "roberta":
+        data = load_prompt_bundle(data_cfg(root, task="mnli", model_kind="hf_masked_lm", n_train=None, k_shot=2,
+                                           n_val=0, test_size=3), RandomStreams(0), tok)
+        return data.test.batch(np.arange(3))
+    rows = [encode_causal(tok, t, 64) for t in ["a great movie, so. It was", "boring and dull. It was"]]
+    ids = torch.full((2, max(map(len, rows))), model.pad_id)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)] = torch.tensor(r)
+    if model.task == "generation":                                  # [B, 2, L]: ids and the answer mask
+        return torch.stack([ids, (torch.arange(ids.shape[1]) >= 4).long().expand_as(ids)], dim=1), torch.zeros(2)
+    return ids, torch.tensor([1, 0])
+
+
+@pytest.mark.parametrize("family, task", [("opt", "sst2"), ("llama", "sst2"), ("opt", "squad"), ("roberta", "mnli")])
+def test_half_precision_queries_run_on_the_fly_for_each_model_kind(root, family, task):
+    """Every trainable weight of these models is read by its own module's forward (the label-word
+    head included), so the engine's check finds no direct read and the on-the-fly losses are the
+    exact shift's, bit for bit."""
+    from pazo.methods.directions import SeededDirections
+    from pazo.methods.engines import InPlaceEngine
+    from pazo.methods.half_precision import ExactShift
+    from pazo.models.functional import FunctionalModel
+
+    torch.manual_seed(0)
+    module = build_hf_lm_task(model_cfg(root / family, task=task, dtype="float16"),
+                              "masked" if family == "roberta" else "causal").eval()   # as the engine queries
+    model = FunctionalModel(module, **({"loss_fn": module.loss_fn} if hasattr(module, "loss_fn") else {}))
+    x, y = half_precision_batch(module, root, family)
+    points = [(0, 1e-2), (0, -1e-2)]
+    make = lambda: SeededDirections(model.shapes, [11], dtype=torch.float16)  # noqa: E731
+    engine = InPlaceEngine()
+    got = engine.losses(model, x, y, make(), points)
+    shifter, expected = ExactShift(model.params), []
+    with torch.no_grad():
+        for j, s in points:
+            shifter.shift(make(), j, s)
+            expected.append(model.current_losses(x, y))
+        shifter.restore()
+    assert engine.half_precision_queries.startswith("on the fly"), engine.half_precision_queries
+    assert torch.equal(got, torch.stack(expected)) and not torch.equal(got[0], got[1])
+
+
 def test_lora_trains_only_the_adapters(root, make_method):
     torch.manual_seed(0)
     module = build_hf_lm_task(model_cfg(root / "opt", lora={"enabled": True, "rank": 4, "alpha": 8, "dropout": 0.0,
@@ -196,7 +241,7 @@ def test_tiny_runs_of_the_sst2_setting(root, hydra_cfg, tmp_path):
     assert s["final_test_accuracy"] is not None and s["data"]["n_val"] == 6
     s = run(run_cfg(hydra_cfg, root, "dataset=sst2", "method=mezo", "privacy=none", "model.dtype=float16",
                     "engine.name=inplace", model="llama", sigma=None), tmp_path / "mezo")
-    assert s["status"] == "finished"
+    assert s["status"] == "finished" and s["engine"]["half_precision_queries"].startswith("on the fly")
     s = run(run_cfg(hydra_cfg, root, "dataset=sst2", "method=pazo_m", "dataset.public_source=split",
                     "dataset.public_size=8", "method.public_batch_size=4", "model.lora.enabled=true"),
             tmp_path / "pazo_m")

@@ -64,6 +64,16 @@ class Directions:
                 for lo, hi in piece_bounds(flat.numel(), max_numel):
                     yield first + k, lo, flat[lo:hi]
 
+    def parameter_pieces(self, j: int, i: int) -> Iterator[tuple[int, torch.Tensor]]:
+        """Direction j on parameter i alone, as (lo, piece): entries lo.. of its flattened view, in
+        pieces of at most about 2^20 entries, whichever parameter was asked for before (the
+        on-the-fly queries of half-precision models build each module's perturbed weights as the
+        module runs, in the forward's order). Here cut from `iter_pieces` (a pass over the whole
+        direction); the direction sets below serve a parameter directly."""
+        for k, lo, piece in self.iter_pieces(j):
+            if k == i:
+                yield lo, piece
+
     def vector(self, j: int) -> torch.Tensor:
         return torch.cat([t.reshape(-1) for t in self.iter_tensors(j)])
 
@@ -71,6 +81,23 @@ class Directions:
         """Direction j as one flat [d] vector when it is held whole anyway (no copy made), else
         None: the in-place engine then adds it to packed parameters in one operation."""
         return None
+
+
+def _pieces_of(flat: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
+    """(lo, flat[lo:hi]) for the `piece_bounds` of a flat tensor."""
+    for lo, hi in piece_bounds(flat.numel()):
+        yield lo, flat[lo:hi]
+
+
+class _HeldVectorPieces:
+    """`parameter_pieces` for direction sets that hold direction j as a flat vector: views of it,
+    split per parameter once per direction."""
+
+    def parameter_pieces(self, j: int, i: int) -> Iterator[tuple[int, torch.Tensor]]:
+        cache = getattr(self, "_split", None)
+        if cache is None or cache[0] != j:
+            cache = self._split = (j, [t.reshape(-1) for t in self.split_flat(self.flat(j))])
+        yield from _pieces_of(cache[1][i])
 
 
 #: below this many elements a whole direction is generated into one buffer and kept (one
@@ -147,6 +174,29 @@ def _layout(shapes: tuple, group_numel: int | None):
     return shapes, numels, groups, draws
 
 
+@functools.lru_cache(maxsize=64)
+def _draws_per_parameter(numels: tuple, groups: tuple, draws: tuple) -> tuple:
+    """For each parameter, the draws that cover it, as (draw index, the draw's entries [a, b) within
+    it, where they go in the parameter's flattened view). `draws` is per group, in order: the
+    [a, b) ranges of the group's flat buffer drawn one after another from one generator."""
+    per_parameter: list[list[tuple[int, int, int, int]]] = [[] for _ in numels]
+    index = 0
+    for (lo, hi), group_draws in zip(groups, draws):
+        start = 0
+        starts = []
+        for n in numels[lo:hi]:
+            starts.append(start)
+            start += n
+        for a, b in group_draws:
+            for k in range(lo, hi):
+                first, stop = starts[k - lo], starts[k - lo] + numels[k]
+                if stop > a and first < b:
+                    lo_in_draw, hi_in_draw = max(a, first) - a, min(b, stop) - a
+                    per_parameter[k].append((index, lo_in_draw, hi_in_draw, max(a, first) - first))
+            index += 1
+    return tuple(tuple(p) for p in per_parameter)
+
+
 class SeededDirections(Directions):
     """Gaussian N(0, I_d) directions, or uniform on the sphere of a given radius, from seeds.
 
@@ -176,6 +226,9 @@ class SeededDirections(Directions):
         self.shapes, self.numels, self.groups, self._cpu_draws = _layout(tuple(map(tuple, shapes)), group_numel)
         self._norms: dict[int, float] = {}
         self._kept: tuple[int, torch.Tensor, list[torch.Tensor] | None] | None = None  # (j, buffer, its views)
+        self._states: tuple[int, list[torch.Tensor]] | None = None    # (j, generator state before each draw)
+        self._last_draw: tuple[int, int, torch.Tensor] | None = None  # (j, draw index, its scaled numbers)
+        self._plan: tuple[list, tuple] | None = None                  # (every draw, the draws per parameter)
 
     @property
     def count(self) -> int:
@@ -228,8 +281,10 @@ class SeededDirections(Directions):
         if self.distribution == "gaussian":
             return self.scale
         if j not in self._norms:  # with several groups, one extra pass, a piece at a time, to learn the norm
-            pieces = [first] if first is not None else (piece for _, _, piece in self._raw_pieces(j))
-            self._norms[j] = math.sqrt(float(sum(p.double().pow(2).sum() for p in pieces)))  # one sync
+            if first is not None:
+                self._norms[j] = math.sqrt(float(first.double().pow(2).sum()))
+            else:                 # the pass records the generator's states too (`parameter_pieces`)
+                self._norms[j] = math.sqrt(self._record_states(j, norm=True))
         return self.scale * self.radius / self._norms[j]
 
     def iter_groups(self, j: int) -> Iterator[tuple[int, int, list[torch.Tensor]]]:
@@ -277,8 +332,69 @@ class SeededDirections(Directions):
             return self._whole(j)
         return torch.cat([t.reshape(-1) for _, _, tensors in self.iter_groups(j) for t in tensors])
 
+    def parameter_pieces(self, j: int, i: int) -> Iterator[tuple[int, torch.Tensor]]:
+        """As `Directions.parameter_pieces`. A one-group direction is cut from the kept buffer.
+        Otherwise the generator's state before each draw of direction j is recorded in one pass
+        (`_draw_states`, with the sphere's norm), and a draw is redrawn from its state when a
+        parameter it covers is asked for (the last one is kept: consecutive parameters share it):
+        the same numbers as every other way of asking, a draw (about 2^20 entries) held at a time."""
+        if len(self.groups) == 1:
+            start = sum(self.numels[:i])
+            yield from _pieces_of(self._whole(j)[start:start + self.numels[i]])
+            return
+        factor = self._factor(j)                       # before the states: a sphere's norm pass records them
+        states = self._draw_states(j)
+        if self._plan is None:
+            self._plan = (self._all_draws(), self._coverage())
+        all_draws, coverage = self._plan
+        for index, lo, hi, at in coverage[i]:
+            if self._last_draw is None or self._last_draw[:2] != (j, index):
+                a, b = all_draws[index]
+                gen = torch.Generator(device=self.device)
+                gen.set_state(states[index])
+                buf = self._last_draw[2] if self._last_draw is not None else None
+                if buf is None or buf.numel() < b - a:
+                    buf = torch.empty(max(b - a, PIECE_NUMEL + 15), device=self.device, dtype=self.dtype)
+                draw = buf[:b - a].normal_(generator=gen)
+                if factor != 1.0:
+                    draw.mul_(factor)
+                self._last_draw = (j, index, buf)
+            yield at, self._last_draw[2][lo:hi]
 
-class FlatDirections(Directions):
+    def _all_draws(self) -> list[tuple[int, int]]:
+        """Every draw of a direction, group after group (ranges within each group's buffer)."""
+        return [draw for lo, hi in self.groups for draw in self._draws(lo, hi)]
+
+    def _coverage(self) -> tuple:
+        """`_draws_per_parameter` of this layout and device (cached with the layout)."""
+        return _draws_per_parameter(tuple(self.numels), tuple(self.groups),
+                                    tuple(tuple(self._draws(lo, hi)) for lo, hi in self.groups))
+
+    def _draw_states(self, j: int) -> list[torch.Tensor]:
+        """The generator's state before each draw of direction j (one pass drawing it all, a
+        draw at a time into one buffer), kept until another direction is asked for."""
+        if self._states is None or self._states[0] != j:
+            self._record_states(j)
+        return self._states[1]
+
+    def _record_states(self, j: int, norm: bool = False) -> float:
+        """One pass over direction j's draws that records the generator's state before each (and,
+        with `norm`, returns the squared norm of the unscaled direction)."""
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(self.seeds[j])
+        states, squares, buffer = [], [], None
+        for a, b in self._all_draws():
+            states.append(gen.get_state())
+            if buffer is None or buffer.numel() < b - a:
+                buffer = torch.empty(max(b - a, PIECE_NUMEL + 15), device=self.device, dtype=self.dtype)
+            draw = buffer[:b - a].normal_(generator=gen)
+            if norm:
+                squares.append(draw.double().pow(2).sum())
+        self._states = (j, states)
+        return float(torch.stack(squares).sum()) if norm else 0.0    # one sync
+
+
+class FlatDirections(_HeldVectorPieces, Directions):
     """Explicit directions held as rows of a flat [count, d] tensor (PAZO-S candidates)."""
 
     def __init__(self, flat: torch.Tensor, split_flat):
@@ -313,7 +429,7 @@ def orthogonal_directions(dim: int, seed: int, count: int, radius: float, split_
     return FlatDirections((orthonormal_basis(block) * radius).to(dtype), split_flat)
 
 
-class SubspaceDirections(Directions):
+class SubspaceDirections(_HeldVectorPieces, Directions):
     """Directions G^T u_j in the span of the rows of a basis G [k, d] (PAZO-P), u_j = coeffs[j]:
     one [k] x [k, d] product per direction, the last one kept."""
 

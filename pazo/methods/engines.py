@@ -44,7 +44,7 @@ from collections.abc import Sequence
 import torch
 
 from pazo.errors import ConfigError
-from pazo.methods.half_precision import ExactShift, Workspace, has_low_precision, parameter_pieces
+from pazo.methods.half_precision import ExactShift, PerturbedForward, Workspace, has_low_precision, parameter_pieces
 from pazo.methods.placement import to_param_devices
 from pazo.models.functional import FunctionalModel
 
@@ -131,6 +131,8 @@ class InPlaceEngine:
     def __init__(self):
         self.workspace = Workspace()   # the half-precision shift's piece buffers, kept between steps
         self.kept_peak = self.kept_peak_bytes = 0   # the exact restore's most kept entries at once (memory reports)
+        self.on_the_fly: tuple[FunctionalModel, PerturbedForward | None] | None = None  # per model, once
+        self.half_precision_queries: str | None = None   # how half-precision queries run, and why (summary)
 
     @torch.no_grad()
     def losses(self, model: FunctionalModel, x, y, directions, points: Sequence[Point],
@@ -156,9 +158,44 @@ class InPlaceEngine:
                     shift(model, directions, cur_j, -cur_s)
         return torch.stack(out)
 
+    def _perturbed_forward(self, model: FunctionalModel) -> PerturbedForward | None:
+        """The model's `PerturbedForward` (hooks installed once), or None where it cannot serve."""
+        if self.on_the_fly is None or self.on_the_fly[0] is not model:
+            forward = PerturbedForward(model.module, model.params, self.workspace)
+            if forward.unsupported:
+                self.half_precision_queries = f"exact shift: {forward.unsupported} cannot be perturbed on the fly"
+                forward = None
+            else:
+                self.half_precision_queries = "on the fly (perturbed weights built as each module runs)"
+            self.on_the_fly = (model, forward)
+        return self.on_the_fly[1]
+
+    def _give_up_on_the_fly(self, model: FunctionalModel, forward: PerturbedForward) -> None:
+        names = {id(p): n for n, p in model.module.named_parameters()}
+        reads = list(dict.fromkeys(forward.direct_reads))
+        shown = ", ".join(f"{names.get(id(model.params[i]), f'#{i}')} by {fn}" for i, fn in reads[:3])
+        self.half_precision_queries = (f"exact shift: parameters read outside their module's forward ({shown}), "
+                                       "which on-the-fly perturbation would leave unperturbed")
+        forward.remove()
+        self.on_the_fly = (model, None)
+
     def _exact_losses(self, model, x, y, directions, points, train, seed) -> torch.Tensor:
-        """The same loss matrix with `ExactShift`: each point is reached from the unperturbed
-        parameters and left back to them bit-exactly."""
+        """The same loss matrix, the parameters left bit-identical: on the fly (`PerturbedForward`)
+        where every parameter's owner runs in the forward (checked on the first query), else with
+        `ExactShift` (each point reached from the unperturbed parameters and left back to them)."""
+        forward = self._perturbed_forward(model)
+        if forward is not None:
+            out = []
+            with query_mode(model, train):
+                for j, s in points:
+                    check = not getattr(forward, "checked", False)
+                    with forward.at(directions, j, s, watch=check):
+                        out.append(_forward(model, x, y, train, seed, lambda: model.current_losses(x, y)))
+                    if check and forward.direct_reads:   # a parameter read outside its module: perturb in place
+                        self._give_up_on_the_fly(model, forward)
+                        return self._exact_losses(model, x, y, directions, points, train, seed)
+                    forward.checked = True
+            return torch.stack(out)
         shifter, out = ExactShift(model.params, self.workspace), []
         with query_mode(model, train):
             try:

@@ -132,6 +132,15 @@ def token_ids_of_words(tokenizer, words: list[str]) -> list[int]:
     return ids
 
 
+def label_word_columns(head: nn.Module, h: torch.Tensor, word_ids: torch.Tensor, device) -> torch.Tensor:
+    """[B, C] float32 label-word columns of the output layer's [B, V] logits for hidden states h
+    [B, H] (one position per example). The layer is called as a module, so that its weights are
+    read by its own forward (as the half-precision engine's on-the-fly queries and accelerate's
+    device hooks expect); the [B, V] product is a small part of a forward over whole prompts."""
+    logits = head(h)
+    return logits[:, word_ids.to(logits.device)].float().to(device)
+
+
 class CausalLMTask(nn.Module):
     """A causal LM seen as a classifier over label words, or as a generator of answers."""
 
@@ -177,11 +186,7 @@ class CausalLMTask(nn.Module):
         last = (ids != self.pad_id).sum(dim=1).to(h.device) - 1                          # [B]
         at_last = (torch.arange(ids.shape[1], device=h.device) == last[:, None]).to(h.dtype)
         h = (h * at_last.unsqueeze(-1)).sum(dim=1)                                       # [B, H]
-        head = self.lm.get_output_embeddings()
-        words = self.label_word_ids.to(head.weight.device)
-        bias = head.bias[words] if getattr(head, "bias", None) is not None else None
-        h = h.to(device=head.weight.device, dtype=head.weight.dtype)
-        return F.linear(h, head.weight[words], bias).float().to(ids.device)
+        return label_word_columns(self.lm.get_output_embeddings(), h, self.label_word_ids, ids.device)
 
     def answer_nll(self, x: torch.Tensor) -> torch.Tensor:
         """[B] mean negative log-likelihood (float32) of the answer tokens (mask x[:, 1])."""
@@ -284,9 +289,7 @@ class MaskedLMTask(nn.Module):
         head = self.mlm.lm_head
         h = h.to(head.dense.weight.device)                   # the head's device (model.device_map)
         h = head.layer_norm(F.gelu(head.dense(h)))
-        words = self.label_word_ids.to(head.decoder.weight.device)
-        bias = head.decoder.bias[words] if head.decoder.bias is not None else None
-        return F.linear(h.to(head.decoder.weight.device), head.decoder.weight[words], bias).float().to(ids.device)
+        return label_word_columns(head.decoder, h, self.label_word_ids, ids.device)
 
 
 def build_hf_lm_task(cfg, kind: str) -> nn.Module:
