@@ -10,8 +10,11 @@ batch of random token ids and does the one thing measured. On CPU the figure is 
 peak resident set (ru_maxrss, which includes the Python interpreter, torch and the model); on CUDA
 it is `torch.cuda.max_memory_allocated` after a reset that follows the model's construction.
 `ratio` = a method's peak over the forward's peak; the goal is at most 1.1. For float16/bfloat16 a
-method's row also says how many entries the exact restore kept at most at once (`kept_fraction` of
-the parameters, `kept_peak_mib`), the part of the step's memory that grows with the model.
+method's row also says how the queries ran (`half_precision_queries`): on the fly, with the most
+one module's perturbed weights took (`temporary_peak_mib`), or with the exact shift, with how many
+entries it kept at most at once (`kept_fraction` of the parameters, `kept_peak_mib`), the part of
+that step's memory that grows with the model. A rerun keeps the result file's earlier results
+under `history`.
 
 Shapes (`SHAPES`): OPT configs at the sizes of the facebook/opt-* checkpoints (vocabulary 50272,
 2048 positions). On a GPU:

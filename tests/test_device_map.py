@@ -80,6 +80,18 @@ def test_the_exact_shift_serves_each_tensor_on_its_parameters_device():
     assert all(u == p == model.params[i].device for i, u, p in served)
 
 
+def test_on_the_fly_queries_build_each_parameters_perturbed_copy_on_its_device():
+    from pazo.methods.half_precision import PerturbedForward
+
+    model = FunctionalModel(split_module())
+    dirs = SeededDirections(model.shapes, [3], device="cpu")          # drawn on the first parameter's device
+    forward = PerturbedForward(model.module, model.params)
+    forward.point = (dirs, 0, 0.5)
+    built = [forward.perturbed(i) for i in range(len(model.params))]
+    assert [t.device for t in built] == [p.device for p in model.params]
+    assert torch.equal(built[0], model.params[0] + 0.5 * dirs.tensors(0)[0])
+
+
 def test_vectorised_is_refused_and_auto_picks_inplace_on_several_devices():
     model = FunctionalModel(split_module())
     with pytest.raises(ConfigError, match=r"engine.name=vectorised .* on 2 devices \(cpu, meta.*inplace or auto"):
@@ -193,7 +205,8 @@ def test_a_run_with_a_device_map_records_its_devices(root, hydra_cfg, tmp_path):
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_two_gpus_take_the_step_of_one(root, make_method):
     """The tiny OPT split over cuda:0 and cuda:1 takes DPZero's step (in-place engine, directions
-    drawn on cuda:0) as the same model on cuda:0 alone, in float32 and with float16's exact restore."""
+    drawn on cuda:0) as the same model on cuda:0 alone, in float32 and in float16 (its queries on
+    the fly, each perturbed weight built on its own GPU)."""
     split = {"model.decoder.embed_tokens": 0, "model.decoder.embed_positions": 0, "model.decoder.layers.0": 0,
              "model.decoder.layers.1": 1, "model.decoder.final_layer_norm": 1, "lm_head": 0}
     for dtype in ("float32", "float16"):

@@ -13,8 +13,9 @@ How the in-place engine works (the interface other code builds on):
   fused multi-tensor `torch._foreach_add_` (on CUDA a handful of kernels for the whole model, not
   one per parameter). Seeded directions are regenerated from their seed (pieces of 2^20 entries
   drawn one after another, per group on CUDA); a direction of up to 2^22 elements is drawn once
-  and kept while it is in use. Half-precision parameters take the direction a piece at a time
-  (`half_precision.py`).
+  and kept while it is in use. A half-precision model is not moved for its queries: each module
+  runs on round(x + s u) of its own weights, built as it is called (`half_precision.py`, with the
+  exact shift as its fallback); its update takes the direction a piece at a time.
 * move: consecutive points of the same direction move by the difference of their scales
   (+lam, then -2 lam: MeZO's order); a new direction first undoes the previous one.
 * restore: after the last point the parameters move back by -s * u_j (also when a forward pass
@@ -176,7 +177,6 @@ class InPlaceEngine:
         shown = ", ".join(f"{names.get(id(model.params[i]), f'#{i}')} by {fn}" for i, fn in reads[:3])
         self.half_precision_queries = (f"exact shift: parameters read outside their module's forward ({shown}), "
                                        "which on-the-fly perturbation would leave unperturbed")
-        forward.remove()
         self.on_the_fly = (model, None)
 
     def _exact_losses(self, model, x, y, directions, points, train, seed) -> torch.Tensor:
@@ -188,7 +188,7 @@ class InPlaceEngine:
             out = []
             with query_mode(model, train):
                 for j, s in points:
-                    check = not getattr(forward, "checked", False)
+                    check = not forward.checked
                     with forward.at(directions, j, s, watch=check):
                         out.append(_forward(model, x, y, train, seed, lambda: model.current_losses(x, y)))
                     if check and forward.direct_reads:   # a parameter read outside its module: perturb in place

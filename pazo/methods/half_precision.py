@@ -1,30 +1,30 @@
-"""Bit-exact perturb / restore of float16 and bfloat16 parameters for the in-place engine.
+"""Queries of float16 and bfloat16 models that leave the parameters bit-identical.
 
 MeZO's cycle x -> x + s u -> (evaluate) -> x - s u rounds twice in half precision, and what the
 rounding lost is not given back: the parameters drift a little with every query, and over a long
-run (MeZO issue 42: LLaMA-2 in fp16) the drift can dominate the training. Here the perturbed
-value is rounded once from float32 (x + s u computed in float32), and the restore computes
-round(x' - s u) the same way; wherever that is not the original value, the original values are
-kept, sparsely (index and value), at perturbation time. Restoring writes round(x' - s u) and then
-puts the kept values back: the parameters are bit-identical to what they were, whatever the
-scale.
+run (MeZO issue 42: LLaMA-2 in fp16) the drift can dominate the training. Two ways here, each
+evaluating the model at round(x + s u), computed in float32 and rounded once (`_move_into`):
 
-What is held while the parameters are perturbed, beyond the parameters themselves:
-
-* the kept entries, where rounding did not cancel: 6 bytes each (an int32 index and the float16
-  value). Measured on random float16 matrices of scale 0.02 at MeZO's s = 1e-3, 4.4% of the
-  entries (about 13% of the parameters' memory); at s = 1e-2, 22%. They are held from the shift
-  to the restore.
-* transiently, one piece of the direction (`Directions.iter_pieces`: at most about 2^20 entries;
-  a direction of up to 2^22 entries is drawn whole and kept while in use) and, for the piece of
-  the parameter it moves, its copy, float32 temporaries of round(x + s u) and the check: a few MB
-  (about 20 MB at most), whatever the model's size. (Whole-parameter temporaries would be several
-  float32 copies of the largest parameter, 0.4 GB each for OPT-1.3B's embedding; a group of the
-  direction, about 1/16 of the parameters.)
+* on the fly (`PerturbedForward`, what the in-place engine uses): the parameters are never
+  written. While a query runs, each module that owns trainable parameters is given round(x + s u)
+  of them when it is called (forward hooks) and its own parameters back when it returns. Held
+  beyond the forward's memory: one module's perturbed weights (the largest is the embedding; OPT
+  ties it to the output layer: 74 MiB of OPT-125m in float16, 0.2 GiB of OPT-1.3B, 3.1% of
+  OPT-6.7B's parameters) and a draw of the direction (`Directions.parameter_pieces`, about 2^20
+  entries). Needs every weight to be read by its own module's forward; the engine checks that on
+  its first query (`at(..., watch=True)`).
+* exact shift (`ExactShift`, the fallback: recurrent layers, or a weight read outside its
+  module): the parameters move to round(x + s u) and back to round(x' - s u); wherever that is not
+  the original value, the original values are kept, sparsely (an int32 index and the float16
+  value, 6 bytes each), from the shift to the restore. Measured on random float16 matrices of
+  scale 0.02 at MeZO's s = 1e-3, 4.4% of the entries (about 13% of the parameters' memory); at
+  s = 1e-2, 22%. Transiently one piece of the direction (`Directions.iter_pieces`) and, for the
+  piece of the parameter it moves, its copy, float32 temporaries and the check: about 20 MB at
+  most, whatever the model's size.
 
 On a model spread over devices (`model.device_map`) each direction piece is first put on its
 parameter's device. Float32 (and float64) parameters keep the in-place engine's own add-and-
-subtract.
+subtract (a half-precision model's float32 parameters are perturbed on the fly with the others).
 """
 from __future__ import annotations
 
@@ -185,7 +185,8 @@ class PerturbedForward:
     and a draw of the direction (about 2^20 entries, `Directions.parameter_pieces`). The losses are
     those of `ExactShift`, which moves the parameters to the same round(x + s u_j).
 
-    Hooks see only calls through `module(...)`: a parameter whose values are read without its
+    The hooks are torch's global module hooks, registered only while a point is set (nothing is
+    left on the model). They see only calls through `module(...)`: a parameter whose values are read without its
     owner's forward (a parent reading a child's weight) would silently stay unperturbed. `at(...,
     watch=True)` runs a forward with every parameter replaced, outside its owner's forward, by a
     stand-in that records such reads (`direct_reads`, no memory: the same storage); the engine
@@ -200,30 +201,29 @@ class PerturbedForward:
         self.owners = [(m, own) for m, own in owners if own]
         recurrent = sorted({type(m).__name__ for m, _ in self.owners if isinstance(m, nn.RNNBase)})
         self.unsupported = f"recurrent layers ({', '.join(recurrent)})" if recurrent else None
+        self.owned = {id(m): own for m, own in self.owners}
         self.point: tuple[object, int, float] | None = None
         self.outside: list[torch.Tensor] = self.params      # what owners hold outside their forward
+        self.checked = False                               # the engine's first query watched for direct reads
         self.direct_reads: list[tuple[int, str]] = []      # (parameter, torch function) of the last watch
         self.temporary_peak_bytes = 0   # the most one module's perturbed parameters took (memory reports)
-        self._handles = [] if self.unsupported else \
-            [h for m, own in self.owners for h in (m.register_forward_pre_hook(self._pre_hook(own)),
-                                                  m.register_forward_hook(self._post_hook(own)))]
 
-    def _pre_hook(self, own):
-        def hook(module, args):
-            if self.point is not None:
-                held = 0
-                for name, i in own:
-                    module._parameters[name] = tensor = self.perturbed(i)
-                    held += tensor.nbytes
-                self.temporary_peak_bytes = max(self.temporary_peak_bytes, held)
-        return hook
+    def _swap_in(self, module, args) -> None:
+        """Global forward pre-hook while a point is set: an owner's weights become its perturbed ones."""
+        own = self.owned.get(id(module))
+        if own is not None:
+            held = 0
+            for name, i in own:
+                module._parameters[name] = tensor = self.perturbed(i)
+                held += tensor.nbytes
+            self.temporary_peak_bytes = max(self.temporary_peak_bytes, held)
 
-    def _post_hook(self, own):
-        def hook(module, args, output):
-            if self.point is not None:
-                for name, i in own:
-                    module._parameters[name] = self.outside[i]
-        return hook
+    def _swap_out(self, module, args, output) -> None:
+        """Global forward hook: the owner's own weights back (the perturbed ones are dropped)."""
+        own = self.owned.get(id(module))
+        if own is not None:
+            for name, i in own:
+                module._parameters[name] = self.outside[i]
 
     def perturbed(self, i: int) -> torch.Tensor:
         """round(x_i + s u_j) of parameter i at the current point, a new tensor (contiguous)."""
@@ -247,6 +247,8 @@ class PerturbedForward:
         """Forwards inside see the parameters at x + s u_j (with `watch`, reads of a parameter
         outside its owner's forward are recorded in `direct_reads`)."""
         self.point = (directions, j, s)
+        hooks = [nn.modules.module.register_module_forward_pre_hook(self._swap_in),   # only while inside
+                 nn.modules.module.register_module_forward_hook(self._swap_out)]
         if watch:
             watched = []
             for i, p in enumerate(self.params):
@@ -258,12 +260,9 @@ class PerturbedForward:
         try:
             yield
         finally:
+            for hook in hooks:
+                hook.remove()
             self.point = None
             if watch:
                 self.direct_reads, _Watched.reads = _Watched.reads, None
             self._hold(self.params)          # also whatever a raising forward left behind
-
-    def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles = []
