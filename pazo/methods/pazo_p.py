@@ -10,7 +10,7 @@ import torch
 from pazo.methods.base import at_least_one, one_of
 from pazo.methods.directions import SubspaceDirections, normalized_rows, orthonormal_basis, sample_coefficients
 from pazo.methods.registry import register_method
-from pazo.methods.two_point import TwoPointMethod, ZerothOrderConfig
+from pazo.methods.two_point import TwoPointMethod, ZerothOrderConfig, mean_coefficients
 
 
 @dataclass
@@ -56,9 +56,10 @@ class PazoP(TwoPointMethod):
                                self.model.split_flat)
         # lines 8-11: s_j = (1/b)(sum_i clip_C((f(x + lam G u_j) - f(x - lam G u_j)) / 2 lam) + N(0, q C^2 sigma^2))
         s, losses = self.noisy_directional_derivatives(x, y, u)
+        scalars = s.tolist()
         # line 13: x <- x - eta g~/q, g~ = sum_j s_j G u_j
-        self.descend(u, (s / u.count).tolist())
-        return {**self.stats(s, losses), "subspace_rank": float(rank)}
+        self.descend(u, mean_coefficients(scalars, u.count))
+        return {**self.stats(scalars, losses), "subspace_rank": float(rank)}
 
 
 @register_method("pazo_p_prime", config=PazoPConfig, label="PAZO-P'", family="zeroth_order", uses_public=True,
