@@ -86,12 +86,17 @@ def test_the_inplace_engine_leaves_a_float16_model_bit_identical(tiny, calls):
 
 
 def exact_shift_losses(model, x, y, directions, points):
-    shifter, out = ExactShift(model.params), []
+    """`ExactShift`'s losses, each point reached from the original parameters (its restore of a
+    float32 parameter is an add and a subtract, which need not give it back exactly)."""
+    original, out = [p.detach().clone() for p in model.params], []
     with torch.no_grad():
         for j, s in points:
+            shifter = ExactShift(model.params)
             shifter.shift(directions, j, s)
             out.append(model.current_losses(x, y))
-        shifter.restore()
+            shifter.restore()
+            for p, o in zip(model.params, original):
+                p.copy_(o)
     return torch.stack(out)
 
 
@@ -117,29 +122,59 @@ def test_on_the_fly_queries_give_the_exact_shifts_losses_and_never_write_the_par
 
 
 class ReadsChildWeight(torch.nn.Module):
-    """A parent that reads a child's weight directly (not through the child's forward)."""
+    """A parent that reads a child's weight directly (not through the child's forward), in one of
+    several ways."""
 
-    def __init__(self):
+    def __init__(self, read):
         super().__init__()
-        self.embed, self.head = torch.nn.Embedding(20, 8), torch.nn.Linear(8, 3)
+        self.embed, self.head, self.read = torch.nn.Embedding(20, 8), torch.nn.Linear(8, 3), read
 
     def forward(self, x):
-        h = self.embed(x).mean(dim=1)
-        return torch.nn.functional.linear(h, self.head.weight, self.head.bias)
+        h, w, b = self.embed(x).mean(dim=1), self.head.weight, self.head.bias
+        if self.read == "linear":
+            return torch.nn.functional.linear(h, w, b)
+        if self.read == "transpose":
+            return h @ w.T + b
+        return torch.nn.functional.linear(h, w.data, b)
 
 
-def test_a_parameter_read_outside_its_module_falls_back_to_the_exact_shift():
+@pytest.mark.parametrize("read, shown", [("linear", "head.weight by linear"), ("transpose", "head.weight by T"),
+                                         ("data", "head.weight by data")])
+def test_a_parameter_read_outside_its_module_falls_back_to_the_exact_shift(read, shown):
     torch.manual_seed(0)
-    model = FunctionalModel(ReadsChildWeight().half())
+    model = FunctionalModel(ReadsChildWeight(read).half())
     x, y = torch.randint(0, 20, (6, 5)), torch.randint(0, 3, (6,))
     make = lambda: SeededDirections(model.shapes, [3], dtype=torch.float16)  # noqa: E731
     engine = InPlaceEngine()
     got = engine.losses(model, x, y, make(), [(0, 1e-2), (0, -1e-2)])
     assert torch.equal(got, exact_shift_losses(model, x, y, make(), [(0, 1e-2), (0, -1e-2)]))
-    assert engine.half_precision_queries.startswith("exact shift") and "head.weight by linear" in \
-        engine.half_precision_queries
+    assert engine.half_precision_queries.startswith("exact shift") and shown in engine.half_precision_queries
     assert engine.on_the_fly == (model, None)
     assert not torch.nn.modules.module._global_forward_pre_hooks and not torch.nn.modules.module._global_forward_hooks
+
+
+class HalfEmbeddingFloatHead(torch.nn.Module):
+    """Float16 embeddings under a float32 head: both kinds of trainable parameter in one model."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = torch.nn.Embedding(20, 8).half(), torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.embed(x).float().mean(dim=1))
+
+
+def test_on_the_fly_queries_of_a_mixed_precision_model_give_the_exact_shifts_losses():
+    """Its float32 parameters are moved as the exact shift moves them (one add), the float16 ones
+    rounded once from float32."""
+    torch.manual_seed(0)
+    model = FunctionalModel(HalfEmbeddingFloatHead())
+    x, y = torch.randint(0, 20, (6, 5)), torch.randint(0, 3, (6,))
+    engine, points = InPlaceEngine(), [(0, 1e-2), (0, -1e-2), (1, 3e-3), (1, -3e-3)]
+    for seed in range(20):
+        make = lambda: SeededDirections(model.shapes, [seed, seed + 1], dtype=torch.float16)  # noqa: E731
+        assert torch.equal(engine.losses(model, x, y, make(), points), exact_shift_losses(model, x, y, make(), points))
+    assert engine.half_precision_queries.startswith("on the fly")
 
 
 def test_a_forward_that_raises_leaves_the_modules_their_parameters():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import deque
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -253,10 +254,12 @@ class SeededDirections(Directions):
             return piece_bounds(sum(self.numels[lo:hi]))
         return self._cpu_draws[(lo, hi)]
 
-    def _raw_pieces(self, j: int, reuse: bool = False) -> Iterator[tuple[int, int, torch.Tensor]]:
+    def _raw_pieces(self, j: int, reuse: bool = False,
+                    states: list | None = None) -> Iterator[tuple[int, int, torch.Tensor]]:
         """(i, lo, unscaled N(0, I) piece of parameter i from entry lo): the draws of
         `_raw_groups`, one at a time, cut at parameter boundaries; with `reuse`, each drawn into
-        the same buffer (valid until the next piece is asked for)."""
+        the same buffer (valid until the next piece is asked for); `states` gets the generator's
+        state before each draw."""
         gen = torch.Generator(device=self.device)
         gen.manual_seed(self.seeds[j])
         buffer = None
@@ -265,6 +268,8 @@ class SeededDirections(Directions):
             for n in self.numels[lo:hi]:
                 starts.append(starts[-1] + n)
             for a, b in self._draws(lo, hi):
+                if states is not None:
+                    states.append(gen.get_state())
                 if not reuse or buffer is None or buffer.numel() < b - a:
                     buffer = torch.empty(max(b - a, PIECE_NUMEL + 15) if reuse else b - a, device=self.device,
                                          dtype=self.dtype)
@@ -378,20 +383,14 @@ class SeededDirections(Directions):
         return self._states[1]
 
     def _record_states(self, j: int, norm: bool = False) -> float:
-        """One pass over direction j's draws that records the generator's state before each (and,
-        with `norm`, returns the squared norm of the unscaled direction)."""
-        gen = torch.Generator(device=self.device)
-        gen.manual_seed(self.seeds[j])
-        states, squares, buffer = [], [], None
-        for a, b in self._all_draws():
-            states.append(gen.get_state())
-            if buffer is None or buffer.numel() < b - a:
-                buffer = torch.empty(max(b - a, PIECE_NUMEL + 15), device=self.device, dtype=self.dtype)
-            draw = buffer[:b - a].normal_(generator=gen)
-            if norm:
-                squares.append(draw.double().pow(2).sum())
+        """One pass over direction j's draws (`_raw_pieces`) that records the generator's state
+        before each; with `norm`, returns the squared norm of the unscaled direction, summed piece
+        by piece in order (one sync)."""
+        states: list[torch.Tensor] = []
+        pieces = (piece for _, _, piece in self._raw_pieces(j, reuse=True, states=states))
+        total = float(sum(piece.double().pow(2).sum() for piece in pieces)) if norm else deque(pieces, maxlen=0)
         self._states = (j, states)
-        return float(torch.stack(squares).sum()) if norm else 0.0    # one sync
+        return total or 0.0
 
 
 class FlatDirections(_HeldVectorPieces, Directions):

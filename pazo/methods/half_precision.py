@@ -152,10 +152,19 @@ class ExactShift:
         self.current, self.kept = None, {}
 
 
-#: what reading a tensor's metadata calls (no values read): allowed on a watched parameter
-_METADATA = {"__get__", "size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset",
-             "is_contiguous", "is_floating_point", "is_complex", "element_size", "data_ptr", "get_device",
-             "__len__"}
+#: methods and properties that read a tensor's metadata only: allowed on a watched parameter (any
+#: other use, `.T`, `.data` and `data_ptr` included, counts as reading its values)
+_METADATA_METHODS = {"size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset", "is_contiguous",
+                     "is_floating_point", "is_complex", "element_size", "get_device", "__len__"}
+_METADATA_PROPERTIES = {"dtype", "device", "shape", "requires_grad", "is_cuda", "is_cpu", "is_meta", "ndim", "layout",
+                        "is_leaf", "grad_fn", "grad", "names", "is_sparse", "is_quantized", "itemsize", "nbytes"}
+
+
+def _reads_values(func) -> bool:
+    name = getattr(func, "__name__", "")
+    if name == "__get__":                              # a property: its descriptor's name says which
+        return getattr(getattr(func, "__self__", None), "__name__", None) not in _METADATA_PROPERTIES
+    return name not in _METADATA_METHODS
 
 
 class _Watched(torch.Tensor):
@@ -166,10 +175,11 @@ class _Watched(torch.Tensor):
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        name = getattr(func, "__name__", str(func))
-        if cls.reads is not None and name not in _METADATA:
+        if cls.reads is not None and _reads_values(func):
             leaves, _ = torch.utils._pytree.tree_flatten((args, kwargs or {}))
-            cls.reads += [(t._pazo_index, name) for t in leaves if isinstance(t, _Watched)]
+            name = getattr(getattr(func, "__self__", None), "__name__", None) if func.__name__ == "__get__" else None
+            cls.reads += [(t._pazo_index, name or getattr(func, "__name__", str(func)))
+                          for t in leaves if isinstance(t, _Watched)]
         with torch._C.DisableTorchFunctionSubclass():
             return func(*args, **(kwargs or {}))
 
@@ -189,9 +199,11 @@ class PerturbedForward:
     left on the model). They see only calls through `module(...)`: a parameter whose values are read without its
     owner's forward (a parent reading a child's weight) would silently stay unperturbed. `at(...,
     watch=True)` runs a forward with every parameter replaced, outside its owner's forward, by a
-    stand-in that records such reads (`direct_reads`, no memory: the same storage); the engine
-    does so on its first query and falls back to `ExactShift` if any was made. Recurrent layers
-    (`nn.RNNBase`, whose fused kernels read cached weight lists) are not supported (`unsupported`)."""
+    stand-in that records such reads (`direct_reads`, no memory: the same storage): any torch
+    function or tensor property but metadata (a copy of the weight kept elsewhere, or a kernel
+    given its raw pointer, is not seen); the engine does so on its first query and falls back to
+    `ExactShift` if any was made. Recurrent layers (`nn.RNNBase`, whose fused kernels read cached
+    weight lists) and non-contiguous parameters are not supported (`unsupported`)."""
 
     def __init__(self, module: nn.Module, params: Sequence[torch.Tensor], workspace: Workspace | None = None):
         index = {id(p): i for i, p in enumerate(params)}
@@ -200,7 +212,9 @@ class PerturbedForward:
                   for m in module.modules()]
         self.owners = [(m, own) for m, own in owners if own]
         recurrent = sorted({type(m).__name__ for m, _ in self.owners if isinstance(m, nn.RNNBase)})
-        self.unsupported = f"recurrent layers ({', '.join(recurrent)})" if recurrent else None
+        strided = sum(not p.is_contiguous() for p in self.params)
+        self.unsupported = (f"recurrent layers ({', '.join(recurrent)})" if recurrent else
+                            f"{strided} non-contiguous parameter(s)" if strided else None)
         self.owned = {id(m): own for m, own in self.owners}
         self.point: tuple[object, int, float] | None = None
         self.outside: list[torch.Tensor] = self.params      # what owners hold outside their forward
@@ -225,15 +239,20 @@ class PerturbedForward:
             for name, i in own:
                 module._parameters[name] = self.outside[i]
 
+    @torch.no_grad()
     def perturbed(self, i: int) -> torch.Tensor:
-        """round(x_i + s u_j) of parameter i at the current point, a new tensor (contiguous)."""
+        """Parameter i at the current point, a new tensor: round(x_i + s u_j) for a half-precision
+        one (as `ExactShift` moves it), x_i + s u_j as the in-place add computes it otherwise."""
         directions, j, s = self.point
         p = self.params[i]
-        out = torch.empty(p.shape, dtype=p.dtype, device=p.device)
-        source, target = p.reshape(-1), out.view(-1)      # a non-contiguous parameter is read as a copy
+        out = torch.empty_like(p)
+        source, target = p.view(-1), out.view(-1)          # contiguous (else `unsupported`)
         for lo, u in directions.parameter_pieces(j, i):
-            n = u.numel()
-            _move_into(target[lo:lo + n], source[lo:lo + n], to_param_device(u, p), s, self.workspace)
+            n, u = u.numel(), to_param_device(u, p)
+            if p.dtype in LOW_PRECISION:
+                _move_into(target[lo:lo + n], source[lo:lo + n], u, s, self.workspace)
+            else:
+                torch.add(source[lo:lo + n], u, alpha=s, out=target[lo:lo + n])
         return out
 
     def _hold(self, tensors: Sequence[torch.Tensor]) -> None:
@@ -246,23 +265,24 @@ class PerturbedForward:
     def at(self, directions, j: int, s: float, watch: bool = False):
         """Forwards inside see the parameters at x + s u_j (with `watch`, reads of a parameter
         outside its owner's forward are recorded in `direct_reads`)."""
-        self.point = (directions, j, s)
-        hooks = [nn.modules.module.register_module_forward_pre_hook(self._swap_in),   # only while inside
-                 nn.modules.module.register_module_forward_hook(self._swap_out)]
-        if watch:
-            watched = []
-            for i, p in enumerate(self.params):
-                stand_in = p.detach().as_subclass(_Watched)
-                stand_in._pazo_index = i
-                watched.append(stand_in)
-            self._hold(watched)
-            _Watched.reads = []
+        hooks = []
         try:
+            self.point = (directions, j, s)
+            hooks += [nn.modules.module.register_module_forward_pre_hook(self._swap_in),   # only while inside
+                      nn.modules.module.register_module_forward_hook(self._swap_out)]
+            if watch:
+                watched = []
+                for i, p in enumerate(self.params):
+                    stand_in = p.detach().as_subclass(_Watched)
+                    stand_in._pazo_index = i
+                    watched.append(stand_in)
+                self._hold(watched)
+                _Watched.reads = []
             yield
         finally:
             for hook in hooks:
                 hook.remove()
             self.point = None
             if watch:
-                self.direct_reads, _Watched.reads = _Watched.reads, None
+                self.direct_reads, _Watched.reads = _Watched.reads or [], None
             self._hold(self.params)          # also whatever a raising forward left behind

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from pazo.methods.base import Method, MethodConfig, at_least_one, one_of, positive, require
@@ -106,14 +105,11 @@ class TwoPointMethod(Method):
         """Zeroth-order SGD: x <- x - lr * (1/q) sum_j s_j u_j."""
         u = self.random_directions()
         s, losses = self.noisy_directional_derivatives(x, y, u)
-        scalars = s.tolist()
-        self.descend(u, mean_coefficients(scalars, u.count))
-        return self.stats(scalars, losses)
+        self.descend(u, mean_coefficients(s, u.count))
+        return self.stats(s.tolist(), losses)
 
 
-def mean_coefficients(scalars: list[float], count: int) -> list[float]:
-    """s_j / count for float32 scalars, as float32 division rounds it (the double quotient of two
-    float32 numbers rounded to float32 is the float32 quotient)."""
-    if count == 1:
-        return list(scalars)
-    return [float(np.float32(c / count)) for c in scalars]
+def mean_coefficients(s: torch.Tensor, count: int) -> list[float]:
+    """The coefficients s_j / count as Python floats (the tensor division, as the device does it;
+    none for one direction)."""
+    return (s if count == 1 else s / count).tolist()
