@@ -37,7 +37,7 @@ bench-calibration: $(STAMP)
 ## Seconds per step, floors and peak memory of every method on the two CPU settings (1 thread),
 ## and the two engines' steps compared in one process (the evidence for engine.name=auto on CPU).
 bench-cpu: $(STAMP)
-	$(PY) scripts/benchmark_methods.py --settings digits --iters 10 --warmup 2 --threads 1 \
+	$(PY) scripts/benchmark_methods.py --settings digits --iters 200 --warmup 20 --threads 1 \
 	  --out scripts/results/methods_cpu_digits.json
 	$(PY) scripts/benchmark_methods.py --settings cifar_shape --iters 5 --warmup 1 --threads 1 \
 	  --out scripts/results/methods_cpu_cifar_shape.json

@@ -21,7 +21,9 @@ for PAZO-M, of k batches taken together, as the methods take them, for PAZO-P/S:
 `floor_ratio` is the method's median over that floor; `paired_floor_ratio` the median, over `iters`
 pairs, of one step's time over the time of its bare passes run back to back just before it (robust
 to a machine whose speed drifts, as a shared one does); `mem_ratio` its peak memory over the peak of
-one no-grad forward of the private batch (the `floor` job). `paper_setting` names the column of the
+one no-grad forward of the private batch (the `floor` job); `paired_speedup_over_dpsgd` the median,
+over `iters` pairs, of a DP-SGD step's time over the method's step run just after it (DP-SGD built
+in the same subprocess once the method's peak memory is read). `paper_setting` names the column of the
 paper's Table 5 a setting matches (scripts/make_tables.py --benchmark reads this file).
 """
 from __future__ import annotations
@@ -266,7 +268,32 @@ def ours(name, setting, device, warmup, iters, extra=(), engine=None):
         ratios.append(pair[1] / pair[0])
     row.update(forwards=n_fwd, forward_s=fwd, public_passes=n_pub, public_s=pub, floor_s=n_fwd * fwd + pub,
                floor_ratio=row["median_s"] / (n_fwd * fwd + pub), paired_floor_ratio=statistics.median(ratios))
+    row["paired_speedup_over_dpsgd"] = paired_speedup_over_dpsgd(step, setting, device, warmup, iters)
     return row, model.dim
+
+
+def paired_speedup_over_dpsgd(step, setting, device, warmup, iters) -> float:
+    """The median, over `iters` pairs, of a DP-SGD step's time over the method's step run just after
+    it, in this process (DP-SGD from its own config on its own copy of the model and batch, built
+    after the method's memory was measured): a speedup that holds when the machine's speed drifts
+    between subprocesses, which a ratio of two jobs' medians does not."""
+    dpsgd, _, _ = build_benchmark_method("dpsgd", setting, device)
+    x, y = synthetic_inputs(setting, SETTINGS[setting][3], device)
+    counter = iter(range(1, 10**9))
+    baseline = lambda: dpsgd.step(x, y, next(counter))  # noqa: E731
+    for _ in range(warmup):
+        baseline()
+    ratios = []
+    for _ in range(iters):
+        pair = []
+        for fn in (baseline, step):
+            sync(device)
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            pair.append(time.perf_counter() - t0)
+        ratios.append(pair[0] / pair[1])
+    return statistics.median(ratios)
 
 
 def opacus_dpsgd(mode, setting, device, warmup, iters):
