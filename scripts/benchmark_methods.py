@@ -256,16 +256,8 @@ def ours(name, setting, device, warmup, iters, extra=(), engine=None):
         if public_pass is not None:
             public_pass()
     row = time_steps(step, device, warmup, iters)
-    ratios = []
-    for _ in range(iters):  # pairs (bare passes, step): the ratio holds when the machine's speed drifts
-        pair = []
-        for fn in (bare_passes, step):
-            sync(device)
-            t0 = time.perf_counter()
-            fn()
-            sync(device)
-            pair.append(time.perf_counter() - t0)
-        ratios.append(pair[1] / pair[0])
+    # pairs (bare passes, step): the ratio holds when the machine's speed drifts
+    ratios = [after / before for before, after in paired_times(bare_passes, step, device, iters)]
     row.update(forwards=n_fwd, forward_s=fwd, public_passes=n_pub, public_s=pub, floor_s=n_fwd * fwd + pub,
                floor_ratio=row["median_s"] / (n_fwd * fwd + pub), paired_floor_ratio=statistics.median(ratios))
     row["paired_speedup_over_dpsgd"] = paired_speedup_over_dpsgd(step, setting, device, warmup, iters)
@@ -283,17 +275,22 @@ def paired_speedup_over_dpsgd(step, setting, device, warmup, iters) -> float:
     baseline = lambda: dpsgd.step(x, y, next(counter))  # noqa: E731
     for _ in range(warmup):
         baseline()
-    ratios = []
+    return statistics.median(before / after for before, after in paired_times(baseline, step, device, iters))
+
+
+def paired_times(first, second, device, iters) -> list[tuple[float, float]]:
+    """`iters` pairs of (seconds of `first`, seconds of `second` run just after it), each synchronised."""
+    pairs = []
     for _ in range(iters):
         pair = []
-        for fn in (baseline, step):
+        for fn in (first, second):
             sync(device)
             t0 = time.perf_counter()
             fn()
             sync(device)
             pair.append(time.perf_counter() - t0)
-        ratios.append(pair[0] / pair[1])
-    return statistics.median(ratios)
+        pairs.append(tuple(pair))
+    return pairs
 
 
 def opacus_dpsgd(mode, setting, device, warmup, iters):
