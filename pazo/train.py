@@ -5,10 +5,12 @@ evaluate) -> final epsilon check -> summary.json (+ W&B).
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 import secrets
+import signal
 import socket
 import statistics
 import sys
@@ -363,12 +365,29 @@ def _print_summary(s: dict) -> None:
     log.info(f"  results: {s['run_dir']}")
 
 
+def _interrupted_where(run_dir: Path) -> str:
+    """What a Ctrl-C that ended the run left: the loop records it in summary.json (status
+    interrupted, the steps done); one during set-up (data, model, calibration) comes before any
+    training, and a relaunch simply starts the run."""
+    try:
+        status = json.loads((run_dir / "summary.json").read_text()).get("status")
+    except (OSError, ValueError):
+        status = None
+    if status == "interrupted":
+        return f"interrupted; {run_dir}/summary.json records the steps done, and the same command resumes"
+    if status is None:
+        return "interrupted during set-up, before the first step: nothing was trained; the same command starts the run"
+    return (f"interrupted during set-up, before this attempt's first step: nothing was trained in it; "
+            f"{run_dir}/summary.json is the earlier attempt's (status {status}), and the same command goes on from it")
+
+
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
 def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     hc = HydraConfig.get()
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # from here a Ctrl-C is the run's to record
     try:
         summary = run(cfg, hc.runtime.output_dir)
     except USER_ERRORS as err:
@@ -376,8 +395,8 @@ def main(cfg: DictConfig) -> float | None:
         if hc.mode == RunMode.MULTIRUN:
             return None  # one bad job does not stop the rest of the sweep
         sys.exit(2)
-    except KeyboardInterrupt:  # a second Ctrl-C: the summary says interrupted, and at which step
-        log.error(f"pazo: interrupted; {hc.runtime.output_dir}/summary.json records the steps done")
+    except KeyboardInterrupt:  # a second Ctrl-C in the loop (the summary says at which step), or one in set-up
+        log.error(f"pazo: {_interrupted_where(Path(hc.runtime.output_dir))}")
         sys.exit(EXIT_CODES["interrupted"])
     code = EXIT_CODES.get(summary["status"], 1)
     if code and hc.mode != RunMode.MULTIRUN:
@@ -409,9 +428,17 @@ def check_overrides(argv: list[str], config_name: str = "config") -> str | None:
     return None
 
 
+def _interrupted_before_start(signum, frame):
+    print("pazo: interrupted while the command line was read, before the run started: nothing was written",
+          file=sys.stderr)
+    raise SystemExit(EXIT_CODES["interrupted"])
+
+
 def cli() -> None:
     """`pazo-train` / `python -m pazo.train`: a command line Hydra cannot compose is one line
-    (`pazo: error: ...`, exit 2) before anything starts; everything else is `main`."""
+    (`pazo: error: ...`, exit 2) before anything starts, and so is a Ctrl-C before `main`;
+    everything else is `main`."""
+    signal.signal(signal.SIGINT, _interrupted_before_start)
     keys = [a.split("=", 1)[0].lstrip("+~") for a in sys.argv[1:]]
     if any(k == "audit" or k.startswith("audit.") for k in keys):
         problem = DEBUG_ONLY.removeprefix("pazo: ") if "audit.debug_break" in keys else \

@@ -142,3 +142,17 @@ def test_two_runs_started_together_get_two_directories(tmp_path):
     assert all(p.wait(timeout=600) == 0 for p in procs)
     dirs = sorted((tmp_path / "runs").iterdir())
     assert len(dirs) == 2 and all(len(rows(d)) == 1 for d in dirs)
+
+
+def test_a_ctrl_c_says_what_it_left(tmp_path):
+    """The message names what is on disk: the loop's record of the steps done, or nothing trained
+    (a Ctrl-C while data, model or calibration are set up, before any summary), or the earlier
+    attempt's record (a resume interrupted in its set-up)."""
+    from pazo.train import _interrupted_where
+
+    assert "set-up, before the first step: nothing was trained" in _interrupted_where(tmp_path)
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "preempted"}))
+    assert "earlier attempt's (status preempted)" in _interrupted_where(tmp_path)
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "interrupted", "steps_done": 3}))
+    assert _interrupted_where(tmp_path).startswith("interrupted; ") and "records the steps done" in \
+        _interrupted_where(tmp_path)
