@@ -15,8 +15,9 @@ excluded.csv, and `--include-shuffle` shows shuffle-sampled runs as rows of thei
 guarantee void. Public only (SGD on the public data alone) is the reference of the non-private
 column. † marks a cell whose configuration ended at chance accuracy. A sweep named table8* gives
 Table 8 (accuracy at each q). `--benchmark` (files written by scripts/benchmark_methods.py) gives
-Table 5 (median s/iter per method and setting, and each zeroth-order method's ratio to its floor)
-and each zeroth-order method's speedup over DP-SGD beside the paper's Table 5 ratio.
+Table 5 (median s/iter per method and setting, and each zeroth-order method's ratio to its floor),
+each zeroth-order method's speedup over DP-SGD beside the paper's Table 5 ratio, and its step
+against its floor per engine (table5_floor).
 Written as Markdown, LaTeX and CSV.
 """
 from __future__ import annotations
@@ -236,6 +237,48 @@ def speed_table(paths: list[Path], paper: pd.DataFrame):
     return long, pd.DataFrame(wide), note
 
 
+def floor_table(paths: list[Path]):
+    """Each zeroth-order method against its floor, per setting and engine: median ms per step, the
+    floor (the bare passes it needs, each timed alone in the job), the paired ratio (the step over
+    its bare passes run just before it: the figure the goal of 1.15x names), and the in-place
+    engine's peak memory over that of one no-grad forward of the same batch."""
+    rows, note = benchmark_rows(paths)
+    note = note.removesuffix(" Paper: L40S.")
+    forwards = {r["setting"]: r for p in paths for r in json.loads(p.read_text())["results"]
+                if r["method"] == "forward" and "median_s" in r}   # the files' bare no-grad forward rows
+    long, wide = [], []
+    for s in dict.fromkeys(r["setting"] for r in rows):
+        forward = forwards.get(s)
+        for m in METHOD_ORDER:
+            by_engine = {r.get("engine") or "vectorised": r for r in rows
+                         if r["setting"] == s and r["method"] == m and r.get("forwards")}
+            if not by_engine:
+                continue
+            row = {"setting": s, "method": LABELS[m]}
+            for engine in ("inplace", "vectorised"):
+                r = by_engine.get(engine)
+                row[f"{engine} ms"] = f"{r['median_s'] * 1e3:.1f}" if r else "not run"
+                row[f"{engine} x floor (paired)"] = (f"{r['paired_floor_ratio']:.2f}"
+                                                     if r and r.get("paired_floor_ratio") else "")
+                if r:
+                    long.append({"setting": s, "method": m, "engine": engine, "median_s": r["median_s"],
+                                 "floor_s": r.get("floor_s"), "floor_ratio": r.get("floor_ratio"),
+                                 "paired_floor_ratio": r.get("paired_floor_ratio"),
+                                 "peak_mem_mb": r.get("peak_mem_mb"), "mem_ratio": r.get("mem_ratio")})
+            r = by_engine.get("inplace") or next(iter(by_engine.values()))
+            row["floor ms"] = f"{r['floor_s'] * 1e3:.1f}" if r.get("floor_s") else ""
+            mem = by_engine.get("inplace", {})
+            row["in-place peak MB (x fwd)"] = (f"{mem['peak_mem_mb']:.0f} ({mem['mem_ratio']:.2f})"
+                                               if mem.get("peak_mem_mb") and mem.get("mem_ratio") else "")
+            wide.append(row)
+        if forward:
+            note += (f" {s}: one no-grad forward {forward['median_s'] * 1e3:.1f} ms"
+                     + (f", peak {forward['peak_mem_mb']:.0f} MB" if forward.get("peak_mem_mb") else "") + ".")
+    columns = ["setting", "method", "inplace ms", "floor ms", "inplace x floor (paired)", "vectorised ms",
+               "vectorised x floor (paired)", "in-place peak MB (x fwd)"]
+    return long, pd.DataFrame(wide, columns=columns), note
+
+
 def notes_for(best: pd.DataFrame, selection: str, metric: str) -> list[str]:
     """What a reader needs to read the cells: the selection protocol and the marks used."""
     what = "final" if metric == "final_accuracy" else "best during training"
@@ -337,6 +380,12 @@ def main(argv=None) -> int:
         write(out, "table5_speed", "Table 5: median s/iter (paper's L40S s/iter in brackets)", frame, long,
               [note, "[Nx floor]: the method's time over the bare passes it needs (private forwards and "
                      "public forward-and-backward passes), each timed alone in the same run."])
+        long, frame, note = floor_table(paths)
+        write(out, "table5_floor", "Each zeroth-order step against its floor (ms per step; x floor: paired, the "
+              "goal is at most 1.15x; peak memory over one no-grad forward's, the goal at most 1.1x)", frame, long,
+              [note, "Floor: the bare passes a step needs (2q, or k + 1, no-grad forwards of the private batch and "
+                     "the public forward-and-backward passes), each timed alone in the same job; paired: the step "
+                     "over its bare passes run just before it, pair by pair (the machine's drift cancels)."])
         long, frame, note = speedup_table(paths, paper)
         write(out, "table5_speedup", "Speedup over DP-SGD per step (DP-SGD's step time over the method's; the "
               "paper's Table 5 ratio in brackets)", frame, long,

@@ -236,11 +236,13 @@ def test_table8_and_table5_layouts(tmp_path):
     cpu = tmp_path / "cpu.json"  # a second file, a setting without a paper column, two engines
     cpu.write_text(json.dumps({"device": "cpu x2", "command": "y", "threads": 1, "load_average": [1.0, 1.0, 1.0],
                                "results": [
+        {"setting": "digits", "method": "forward", "impl": "floor", "median_s": 0.003, "peak_mem_mb": 870.0},
         {"setting": "digits", "method": "dpsgd", "impl": "pazo", "median_s": 0.016},
         {"setting": "digits", "method": "pazo_m", "impl": "pazo", "engine": "vectorised", "median_s": 0.010,
-         "forwards": 2},
+         "forwards": 2, "floor_s": 0.0071, "paired_floor_ratio": 1.43},
         {"setting": "digits", "method": "pazo_m", "impl": "pazo", "engine": "inplace", "median_s": 0.008,
-         "forwards": 2, "paired_speedup_over_dpsgd": 1.8}]}))
+         "forwards": 2, "paired_speedup_over_dpsgd": 1.8, "floor_s": 0.0069, "paired_floor_ratio": 1.12,
+         "peak_mem_mb": 887.4, "mem_ratio": 1.02}]}))
     out = tmp_path / "tables"
     assert script("make_tables").main([str(root), "--benchmark", str(bench), str(cpu), "--out", str(out)]) == 0
     q = (out / "table8_q.md").read_text()
@@ -256,6 +258,13 @@ def test_table8_and_table5_layouts(tmp_path):
     assert pd.isna(speedup.loc["digits", "paper_speedup_over_dpsgd"])
     md = (out / "table5_speedup.md").read_text()
     assert "3.00x (9.1x)" in md and "1.80x" in md and "cpu.json: cpu x2, 1 thread(s)" in md
+    # against the floor: each engine's paired ratio, the in-place floor and memory, the forward's row named
+    floor = pd.read_csv(out / "table5_floor.csv").set_index(["setting", "engine"])
+    assert floor.loc[("digits", "inplace"), "paired_floor_ratio"] == pytest.approx(1.12)
+    assert floor.loc[("imdb_lstm", "vectorised"), "floor_ratio"] == pytest.approx(2.0)
+    md = (out / "table5_floor.md").read_text()
+    assert "| digits    | PAZO-M   | 8.0          | 6.9        | 1.12 " in md and "| 10.0            | 1.43 " in md
+    assert "887 (1.02)" in md and "digits: one no-grad forward 3.0 ms, peak 870 MB" in md
 
 
 def test_a_missing_benchmark_file_is_one_line(tmp_path, capsys):
