@@ -11,10 +11,18 @@ import math
 
 import torch
 import torch.nn.functional as F
-from timm.layers import ScaledStdConv2d
 from torch import nn
 
 RELU_GAIN = math.sqrt(2 / (1 - 1 / math.pi))  # keeps the variance of ReLU activations at 1
+
+
+def ScaledStdConv2d(*args, **kwargs) -> nn.Module:  # noqa: N802 (stands for the class)
+    """timm's ScaledStdConv2d, imported when a model is built rather than with this module: timm
+    brings torchvision and torch._dynamo along (about 3.6 s of every launch on the 2-core CPU
+    machine, `python -X importtime`), which only NF-ResNet runs need."""
+    from timm.layers import ScaledStdConv2d as conv
+
+    return conv(*args, **kwargs)
 
 
 class NFBasicBlock(nn.Module):
