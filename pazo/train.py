@@ -14,6 +14,7 @@ import signal
 import socket
 import statistics
 import sys
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -387,7 +388,8 @@ def main(cfg: DictConfig) -> float | None:
     from hydra.types import RunMode
 
     hc = HydraConfig.get()
-    signal.signal(signal.SIGINT, signal.default_int_handler)   # from here a Ctrl-C is the run's to record
+    if threading.current_thread() is threading.main_thread():   # (signals can be set only there)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here a Ctrl-C is the run's to record
     try:
         summary = run(cfg, hc.runtime.output_dir)
     except USER_ERRORS as err:
