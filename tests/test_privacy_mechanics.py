@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from pazo.privacy.mechanisms import NoiseSpec, ScalarPrivatizer
+from pazo.methods.two_point import mean_coefficients
+from pazo.privacy.mechanisms import NoiseSpec, ScalarPrivatizer, rounded_to
 from pazo.privacy.sampling import PoissonSampler, ShuffleSampler
-from pazo.rng import RandomStreams
+from pazo.rng import RandomStreams, bounded_draws
 
 
 def test_one_example_moves_the_clipped_sum_by_at_most_c():
@@ -81,6 +82,21 @@ def test_streams_are_independent_and_reproducible():
         assert secure.seeds[name] == a.seeds[name]
 
 
+@pytest.mark.parametrize("bound", [2**63 - 1, 2**63 + 1, 2**33 + 1])
+def test_seed_draws_are_numpys_integers(bound):
+    """`bounded_draws` (the direction seeds) gives numpy's `integers(0, bound)` numbers and leaves the
+    generator where numpy would: one at a time and in arrays; 2^63 + 1 rejects about half its words,
+    so the redraw branch runs too."""
+    ours, numpys = np.random.default_rng(3), np.random.default_rng(3)
+    for count in [1, 4, 1, 0, 1, 7] * 50:
+        expected = [int(v) for v in numpys.integers(0, bound, size=count, dtype=np.uint64)] if count != 1 \
+            else [int(numpys.integers(0, bound, dtype=np.uint64))]
+        assert bounded_draws(ours.bit_generator, bound, count) == expected
+    assert ours.bit_generator.state == numpys.bit_generator.state
+    with pytest.raises(ValueError, match="bound"):
+        bounded_draws(ours.bit_generator, 2**32, 1)
+
+
 @pytest.mark.parametrize("queries", [1, 3, 64])
 def test_gaussian_scalars_are_the_tensor_formula_bit_for_bit(queries):
     """The Gaussian privatiser's arithmetic on the q sums, done as Python floats, gives exactly
@@ -94,3 +110,33 @@ def test_gaussian_scalars_are_the_tensor_formula_bit_for_bit(queries):
     expected = ((sums.double() + priv.noise_scale * torch.randn(queries, generator=gen, dtype=torch.float64))
                 / spec.expected_batch_size).float()
     assert got.dtype == torch.float32 and torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("mechanism,sigma", [("gaussian", 1.7), ("laplace", 1.7), ("gaussian", None)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_privatised_means_as_floats_are_the_tensors_numbers(mechanism, sigma, dtype):
+    """`means` (what the zeroth-order step reads) is `priv(values).tolist()` draw for draw, in every
+    dtype, with the generator left at the same place."""
+    spec = NoiseSpec(sigma=sigma, clip=0.3, expected_batch_size=37, mechanism=mechanism)
+    values = torch.randn(4, 50, generator=torch.Generator().manual_seed(2)).to(dtype)
+    as_tensor = ScalarPrivatizer(spec, queries=4, generator=torch.Generator().manual_seed(5))
+    as_floats = ScalarPrivatizer(spec, queries=4, generator=torch.Generator().manual_seed(5))
+    for _ in range(3):
+        assert as_floats.means(values) == as_tensor(values).tolist()
+    assert torch.equal(as_floats.generator.get_state(), as_tensor.generator.get_state())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_rounding_and_mean_coefficients_match_tensor_arithmetic(dtype):
+    """Python floats rounded to a dtype, and s_j / q from them, are the tensors' numbers: ties,
+    subnormals, overflow to infinity and NaN included."""
+    mantissas = torch.randn(2000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    numbers = mantissas * 10.0 ** torch.randint(-50, 45, (2000,), generator=torch.Generator().manual_seed(1))
+    numbers = numbers.tolist() + [1 + 2**-24, 1 + 3 * 2**-24, 2**-150, 3.5e38, -1e300, float("inf"), float("nan")]
+    rounded = rounded_to(numbers, dtype)
+    expected = torch.tensor(numbers, dtype=dtype).tolist()
+    assert [a == b or (a != a and b != b) for a, b in zip(rounded, expected)] == [True] * len(numbers)
+    finite = [v for v in expected if math.isfinite(v)]
+    for count in (1, 3, 7):
+        got = mean_coefficients(finite, count, dtype)
+        assert got == (torch.tensor(finite, dtype=dtype) / (count if count > 1 else 1)).tolist()

@@ -149,6 +149,11 @@ class ScalarCanaries(_WhiteBox):
         self.steps.append(self.step)
         return out
 
+    def means(self, values: torch.Tensor) -> list[float]:
+        """The privatiser's release as Python floats (the zeroth-order steps' call), through the
+        canaries as `__call__`: forwarded to the inner privatiser, it would release without them."""
+        return self(values).tolist()
+
     def replay_noise(self, seeds, device):
         gen = torch.Generator(device="cpu")  # the scalar privatiser draws on the CPU
         gen.manual_seed(seeds["directions"])

@@ -10,6 +10,7 @@ directions come from and in what they do with the s_j.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -18,7 +19,7 @@ import torch
 from pazo.methods.base import Method, MethodConfig, at_least_one, one_of, positive, require
 from pazo.methods.directions import Directions, SeededDirections, orthogonal_directions, resolve_radius
 from pazo.methods.engines import apply_directional_update
-from pazo.privacy.mechanisms import NoiseSpec, Release, ScalarPrivatizer, noise_generator
+from pazo.privacy.mechanisms import NoiseSpec, Release, ScalarPrivatizer, noise_generator, rounded_to
 
 DIRECTIONS = ("gaussian", "sphere", "orthogonal")
 RADII = ("sqrt_d", "fourth_root_d")
@@ -79,15 +80,16 @@ class TwoPointMethod(Method):
         radius = resolve_radius(cfg.radius, model.dim) if cfg.direction == "sphere" else None
         return SeededDirections(model.shapes, seeds, cfg.direction, radius, device=self.ctx.device, dtype=dtype)
 
-    def noisy_directional_derivatives(self, x, y, u: Directions) -> tuple[torch.Tensor, torch.Tensor]:
-        """The privatised s_j for each direction u_j ([count]), and the raw losses [2 count, B]
-        (f(x + lam u_j) in even rows, f(x - lam u_j) in odd rows)."""
+    def noisy_directional_derivatives(self, x, y, u: Directions) -> tuple[list[float], torch.Tensor]:
+        """The privatised s_j for each direction u_j (count Python floats, rounded to the losses'
+        dtype), and the raw losses [2 count, B] (f(x + lam u_j) in even rows, f(x - lam u_j) in
+        odd rows)."""
         lam = self.cfg.smoothing
         points = [(j, s) for j in range(u.count) for s in (lam, -lam)]
         seed = self.ctx.streams.draw_seeds("directions", 1)[0] if self.ctx.query_train_mode else None
         losses = self.ctx.engine.losses(self.model, x, y, u, points, train=self.ctx.query_train_mode, seed=seed)
         finite_differences = (losses[0::2] - losses[1::2]) / (2 * lam)  # [count, B]
-        return self.privatizer(finite_differences), losses
+        return self.privatizer.means(finite_differences), losses
 
     def descend(self, u: Directions, coefs: list[float]) -> None:
         """x <- x - lr * sum_j coefs[j] u_j (each u_j regenerated, never stored whole)."""
@@ -97,19 +99,20 @@ class TwoPointMethod(Method):
     def stats(scalars: list[float], losses: torch.Tensor) -> dict[str, float]:
         """The step's mean query loss and mean |s_j| (in Python: a few small tensor operations
         cost more than the numbers, next to the forwards of a small model)."""
-        values = losses.reshape(-1).tolist()
-        return {"loss": math.fsum(values) / len(values) if values else float("nan"),
+        count = losses.numel()     # fsum is exactly rounded, so the rows may go in one after another
+        return {"loss": math.fsum(itertools.chain.from_iterable(losses.tolist())) / count if count else float("nan"),
                 "projected_grad": math.fsum(map(abs, scalars)) / len(scalars)}
 
     def step(self, x, y, step):
         """Zeroth-order SGD: x <- x - lr * (1/q) sum_j s_j u_j."""
         u = self.random_directions()
         s, losses = self.noisy_directional_derivatives(x, y, u)
-        self.descend(u, mean_coefficients(s, u.count))
-        return self.stats(s.tolist(), losses)
+        self.descend(u, mean_coefficients(s, u.count, losses.dtype))
+        return self.stats(s, losses)
 
 
-def mean_coefficients(s: torch.Tensor, count: int) -> list[float]:
-    """The coefficients s_j / count as Python floats (the tensor division, as the device does it;
-    none for one direction)."""
-    return (s if count == 1 else s / count).tolist()
+def mean_coefficients(s: list[float], count: int, dtype: torch.dtype) -> list[float]:
+    """The coefficients s_j / count, rounded to `dtype`: the numbers of the division of a `dtype`
+    tensor (the float64 quotient rounded once is the correctly rounded one for float32, float16 and
+    bfloat16, whose precision is under half of float64's); none for one direction."""
+    return s if count == 1 else rounded_to([v / count for v in s], dtype)

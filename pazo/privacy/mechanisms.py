@@ -27,6 +27,7 @@ secret noise stream. Each is one line at the spot it breaks.
 """
 from __future__ import annotations
 
+import array
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -146,14 +147,37 @@ class ScalarPrivatizer:
         """values: [Q, B] per-example scalars -> [Q] privatised means."""
         if not self.spec.private:  # non-private: plain mean over the realised batch
             return values.mean(dim=1) if values.shape[1] else values.new_zeros(values.shape[0])
-        sums = self.clip(values).sum(dim=1)
-        if self.spec.mechanism == "gaussian":  # the same float64 operations on the q numbers as Python floats:
-            scale, b = self.noise_scale, self.spec.expected_batch_size   # fewer small tensor operations
-            noise = torch.randn(sums.shape, generator=self.generator, dtype=torch.float64).tolist()
-            noisy = [(s + scale * z) / b for s, z in zip(sums.tolist(), noise)]
-            return torch.tensor(noisy, dtype=values.dtype, device=values.device)
-        noisy = sums.double().cpu() + self._noise(sums.shape)
+        if self.spec.mechanism == "gaussian":
+            return torch.tensor(self._gaussian_means(values), dtype=values.dtype, device=values.device)
+        noisy = self.clip(values).sum(dim=1).double().cpu() + self._noise(values.shape[:1])
         return (noisy / self.spec.expected_batch_size).to(device=values.device, dtype=values.dtype)
+
+    def means(self, values: torch.Tensor) -> list[float]:
+        """The numbers of `self(values)` as Python floats (the same draws; a Gaussian release is
+        rounded to the values' dtype in Python instead of through a tensor: a zeroth-order step
+        reads them as floats, and each small tensor operation costs tens of us between forwards)."""
+        if self.spec.private and self.spec.mechanism == "gaussian":
+            return rounded_to(self._gaussian_means(values), values.dtype)
+        return self(values).tolist()
+
+    def _gaussian_means(self, values: torch.Tensor) -> list[float]:
+        """(sum_i clip_C(v_i) + N(0, noise_scale^2)) / b per row, in float64: the float64 tensor
+        formula's operations on the q numbers, done on Python floats (a test checks bit for bit)."""
+        sums = self.clip(values).sum(dim=1).tolist()
+        scale, b = self.noise_scale, self.spec.expected_batch_size
+        noise = torch.randn(len(sums), generator=self.generator, dtype=torch.float64).tolist()
+        return [(s + scale * z) / b for s, z in zip(sums, noise)]
+
+
+def rounded_to(numbers: list[float], dtype: torch.dtype) -> list[float]:
+    """Python floats rounded to `dtype` as `torch.tensor(numbers, dtype=dtype).tolist()` rounds
+    them (to nearest, ties to even; beyond the range to infinity), without the tensor for float32
+    and float64."""
+    if dtype == torch.float64:
+        return list(numbers)
+    if dtype == torch.float32:
+        return array.array("f", numbers).tolist()
+    return torch.tensor(numbers, dtype=dtype).tolist()
 
 
 class VectorPrivatizer:
