@@ -104,6 +104,10 @@ def test_packed_parameters_are_views_of_one_buffer_until_moved():
     apply_flat_update(model, torch.ones(model.dim), lr=0.1)     # one add on the buffer ...
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()                                         # ... that autograd still sees
+    loss = model.current_losses(x, torch.zeros(4, dtype=torch.long)).sum()
+    InPlaceEngine().losses(model, x, torch.zeros(4, dtype=torch.long), dirs, [(0, 0.1), (0, -0.1)])
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()                     # queries move the buffer too (bumped once, at the restore)
     model.module.double()                                       # new storage for every parameter
     assert model.packed() is None
     moved = [p.detach().clone() for p in model.params]

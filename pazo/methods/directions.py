@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 
@@ -162,6 +163,15 @@ def cpu_draws(numels: Sequence[int]) -> list[tuple[int, int]]:
     return draws
 
 
+def _layout_of(shapes: Sequence, group_numel: int | None):
+    """`_layout` of shapes given as torch.Size (a model's, as they are: rebuilding them as tuples
+    costs more than the rest of a direction set's set-up) or as lists."""
+    try:
+        return _layout(tuple(shapes), group_numel)
+    except TypeError:   # a list among them is not hashable
+        return _layout(tuple(map(tuple, shapes)), group_numel)
+
+
 @functools.lru_cache(maxsize=64)
 def _layout(shapes: tuple, group_numel: int | None):
     """(shapes, numels, groups, CPU draws per group) of a model, computed once per model: a
@@ -198,6 +208,23 @@ def _draws_per_parameter(numels: tuple, groups: tuple, draws: tuple) -> tuple:
     return tuple(tuple(p) for p in per_parameter)
 
 
+_generators = threading.local()
+
+
+def _seeded_generator(device: torch.device, seed: int) -> torch.Generator:
+    """This thread's generator for `device`, seeded with `seed`: for draws made at once, start to
+    end (a lazy iterator over draws holds its own), without a new generator per direction (tens of
+    us between forwards)."""
+    cache = getattr(_generators, "by_device", None)
+    if cache is None:
+        cache = _generators.by_device = {}
+    gen = cache.get(device)
+    if gen is None:
+        gen = cache[device] = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen
+
+
 class SeededDirections(Directions):
     """Gaussian N(0, I_d) directions, or uniform on the sphere of a given radius, from seeds.
 
@@ -223,8 +250,9 @@ class SeededDirections(Directions):
         if distribution == "sphere" and radius is None:
             raise ValueError("a sphere distribution needs a radius")
         self.seeds, self.distribution = list(seeds), distribution
-        self.radius, self.scale, self.device, self.dtype = radius, scale, torch.device(device), dtype
-        self.shapes, self.numels, self.groups, self._cpu_draws = _layout(tuple(map(tuple, shapes)), group_numel)
+        self.radius, self.scale, self.dtype = radius, scale, dtype
+        self.device = device if isinstance(device, torch.device) else torch.device(device)
+        self.shapes, self.numels, self.groups, self._cpu_draws = _layout_of(shapes, group_numel)
         self._norms: dict[int, float] = {}
         self._kept: tuple[int, torch.Tensor, list[torch.Tensor] | None] | None = None  # (j, buffer, its views)
         self._states: tuple[int, list[torch.Tensor]] | None = None    # (j, generator state before each draw)
@@ -240,11 +268,14 @@ class SeededDirections(Directions):
         gen = torch.Generator(device=self.device)
         gen.manual_seed(self.seeds[j])
         for lo, hi in self.groups:
-            numels = self.numels[lo:hi]
-            buf = torch.empty(sum(numels), device=self.device, dtype=self.dtype)
-            for a, b in self._draws(lo, hi):
-                buf[a:b].normal_(generator=gen)
-            yield lo, hi, buf
+            yield lo, hi, self._draw_group(gen, lo, hi)
+
+    def _draw_group(self, gen: torch.Generator, lo: int, hi: int) -> torch.Tensor:
+        """Parameters lo..hi-1 of a direction as one fresh flat buffer, drawn from `gen`."""
+        buf = torch.empty(sum(self.numels[lo:hi]), device=self.device, dtype=self.dtype)
+        for a, b in self._draws(lo, hi):
+            buf[a:b].normal_(generator=gen)
+        return buf
 
     def _draws(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """The [a, b) ranges of a group's flat buffer (parameters lo..hi-1) drawn one after
@@ -309,7 +340,7 @@ class SeededDirections(Directions):
         """Direction j of a one-group model as one flat buffer, drawn (and scaled) once and kept
         until another direction is asked for; its per-parameter views only when asked for."""
         if self._kept is None or self._kept[0] != j:
-            _, _, buf = next(self._raw_groups(j))
+            buf = self._draw_group(_seeded_generator(self.device, self.seeds[j]), *self.groups[0])
             factor = self._factor(j, buf)
             if factor != 1.0:
                 buf.mul_(factor)

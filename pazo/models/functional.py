@@ -84,19 +84,22 @@ class FunctionalModel:
         """The flat [d] buffer the parameters are views of (in `params` order), or None: never
         packed, or moved since (`module.to(...)`, cuDNN's re-flattening of LSTM weights, another
         FunctionalModel packing the same module), which is checked on every call."""
-        if self._packed is not None and any(p.data_ptr() != ptr for p, ptr in zip(self.params, self._packed_ptrs)):
+        if self._packed is not None and list(map(torch.Tensor.data_ptr, self.params)) != self._packed_ptrs:
             self._packed = None                      # for good: the parameters live elsewhere now
         return self._packed
 
-    def add_to_packed(self, flat: torch.Tensor, alpha: float) -> bool:
+    def add_to_packed(self, flat: torch.Tensor, alpha: float, bump_versions: bool = True) -> bool:
         """x <- x + alpha * flat with one operation on the packed buffer, if the parameters are
         packed (else False, and nothing done). Their autograd versions are bumped, as the
-        per-parameter in-place add would, so a graph that saved them still sees the change."""
+        per-parameter in-place add would, so a graph that saved them still sees the change
+        (`bump_versions=False`: the caller moves them again, with the bump, before anything can
+        look: the in-place engine's moves between no-grad queries)."""
         packed = self.packed()
         if packed is None:
             return False
         packed.add_(flat, alpha=alpha)
-        increment_version(self.params)
+        if bump_versions:
+            increment_version(self.params)
         return True
 
     # --- flat views -------------------------------------------------------------------------
