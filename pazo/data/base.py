@@ -23,10 +23,15 @@ class TensorSplit:
         return len(self.labels)
 
     def batch(self, indices: np.ndarray | torch.Tensor, device: torch.device | str = "cpu"):
-        idx = torch.as_tensor(np.asarray(indices), dtype=torch.long)
-        x = self.inputs[idx]
+        """The examples at `indices`, on `device` (gathered with `index_select`, which costs about half
+        of tensor indexing in a small model's step, where every batch pays it)."""
+        if isinstance(indices, np.ndarray) and indices.dtype == np.int64 and indices.ndim == 1:
+            idx = torch.from_numpy(indices)
+        else:
+            idx = torch.as_tensor(np.asarray(indices), dtype=torch.long)
+        x = self.inputs.index_select(0, idx.to(self.inputs.device))
         x = self.transform(x, device) if self.transform is not None else x.to(device)
-        return x, self.labels[idx].to(device)
+        return x, self.labels.index_select(0, idx.to(self.labels.device)).to(device)
 
     def class_histogram(self, num_classes: int) -> list[int]:
         return torch.bincount(self.labels, minlength=num_classes).tolist()
