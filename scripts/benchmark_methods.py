@@ -8,7 +8,8 @@ Opacus, or the bare passes) runs in its own subprocess: `warmup` untimed steps, 
 each timed alone with CUDA synchronisation before and after; we report the median and the
 25th/75th percentiles, and the peak memory of the timed steps: on CUDA the allocator's peak, on CPU
 the peak resident set of the subprocess (VmHWM, reset after set-up; it includes the interpreter,
-torch and the data, about the same in every job). Our methods run from the real configs
+torch (with torch._dynamo, which some methods import on first use) and the data, about the same
+in every job). Our methods run from the real configs
 (configs/method/*.yaml) with sigma = 1 and a Poisson-size batch fixed at b; zeroth-order methods
 run under both engines (`engine`). Opacus (optional: `pip install -r requirements-bench.txt`) runs
 DP-SGD with per-sample-gradient hooks and with ghost clipping, on a copy of the same model, batch
@@ -29,6 +30,7 @@ paper's Table 5 a setting matches (scripts/make_tables.py --benchmark reads this
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -366,6 +368,10 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.job:
+        # torch.func.grad (per-example and batched public gradients) imports torch._dynamo on first use,
+        # about 180 MB of resident code on CPU; loaded in every job up front, so the peak resident sets
+        # compare the steps' memory, not which jobs happened to import it (the forward's does not)
+        importlib.import_module("torch._dynamo")
         print(json.dumps(run_job(json.loads(args.job), device, args.warmup, args.iters, args.override)))
         return
     unknown = sorted(set(args.settings.split(",")) - set(SETTINGS))
