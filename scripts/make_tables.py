@@ -258,7 +258,7 @@ def floor_table(paths: list[Path]):
             for engine in ("inplace", "vectorised"):
                 r = by_engine.get(engine)
                 row[f"{engine} ms"] = f"{r['median_s'] * 1e3:.1f}" if r else "not run"
-                row[f"{engine} x floor (paired)"] = (f"{r['paired_floor_ratio']:.2f}"
+                row[f"{engine} x floor (paired)"] = (f"{r['paired_floor_ratio']:.3f}"
                                                      if r and r.get("paired_floor_ratio") else "")
                 if r:
                     long.append({"setting": s, "method": m, "engine": engine, "median_s": r["median_s"],
