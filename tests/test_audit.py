@@ -168,6 +168,19 @@ def test_white_box_no_false_alarm_over_seeds(make_method, method, cfg, seed):
     assert not info["noise_replayed"]
 
 
+@pytest.mark.parametrize("method,cfg", [CASES[0], CASES[1]], ids=["dpsgd", "dpzero"])
+def test_white_box_hooks_read_data_through_but_no_method(make_method, method, cfg):
+    """A privatiser method the hook does not wrap is refused, not forwarded (forwarded, `means`
+    once released without the canaries); its data still read through."""
+    model = quadratic_model(d=10, seed=0)
+    meth = make_method(method, model, {"lr": 1e-3, "clip": 1.0, **cfg}, sigma=SIGMA, b=B, seed=0)
+    inner = meth.privatizer
+    hook = attach_white_box(meth, 4, 10.0, np.random.default_rng(0))
+    assert meth.privatizer is hook and hook.spec is inner.spec
+    with pytest.raises(AttributeError, match="a release must pass the canaries"):
+        getattr(hook, "noise" if method == "dpsgd" else "clip")
+
+
 # --- the command, end to end on digits ----------------------------------------------------------
 
 

@@ -88,9 +88,10 @@ def test_seed_draws_are_numpys_integers(bound):
     generator where numpy would: one at a time and in arrays; 2^63 + 1 rejects about half its words,
     so the redraw branch runs too."""
     ours, numpys = np.random.default_rng(3), np.random.default_rng(3)
+    dtype = np.int64 if bound < 2**63 else np.uint64   # int64, numpy's default, as the seeds were drawn
     for count in [1, 4, 1, 0, 1, 7] * 50:
-        expected = [int(v) for v in numpys.integers(0, bound, size=count, dtype=np.uint64)] if count != 1 \
-            else [int(numpys.integers(0, bound, dtype=np.uint64))]
+        expected = [int(v) for v in numpys.integers(0, bound, size=count, dtype=dtype)] if count != 1 \
+            else [int(numpys.integers(0, bound, dtype=dtype))]
         assert bounded_draws(ours.bit_generator, bound, count) == expected
     assert ours.bit_generator.state == numpys.bit_generator.state
     with pytest.raises(ValueError, match="bound"):
@@ -128,8 +129,9 @@ def test_privatised_means_as_floats_are_the_tensors_numbers(mechanism, sigma, dt
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
 def test_rounding_and_mean_coefficients_match_tensor_arithmetic(dtype):
-    """Python floats rounded to a dtype, and s_j / q from them, are the tensors' numbers: ties,
-    subnormals, overflow to infinity and NaN included."""
+    """Python floats rounded to a dtype, and s_j / q from them, are the numbers of CPU tensors: ties,
+    subnormals, overflow to infinity and NaN included (on CUDA, which divides by multiplying with
+    the reciprocal, `mean_coefficients` lets the device divide)."""
     mantissas = torch.randn(2000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     numbers = mantissas * 10.0 ** torch.randint(-50, 45, (2000,), generator=torch.Generator().manual_seed(1))
     numbers = numbers.tolist() + [1 + 2**-24, 1 + 3 * 2**-24, 2**-150, 3.5e38, -1e300, float("inf"), float("nan")]
@@ -138,5 +140,5 @@ def test_rounding_and_mean_coefficients_match_tensor_arithmetic(dtype):
     assert [a == b or (a != a and b != b) for a, b in zip(rounded, expected)] == [True] * len(numbers)
     finite = [v for v in expected if math.isfinite(v)]
     for count in (1, 3, 7):
-        got = mean_coefficients(finite, count, dtype)
+        got = mean_coefficients(finite, count, torch.zeros(2, 3, dtype=dtype))
         assert got == (torch.tensor(finite, dtype=dtype) / (count if count > 1 else 1)).tolist()

@@ -102,8 +102,16 @@ class _WhiteBox:
         self.releases: list[torch.Tensor] = []       # per call, what the auditor sees (noisy sums)
         self.steps: list[int] = []                   # per call, its step
 
-    def __getattr__(self, name):  # everything else is the privatiser's own
-        return getattr(self.inner, name)
+    def __getattr__(self, name):
+        """The privatiser's data (spec, noise scale) read through; its methods are not: each one
+        that releases must be wrapped here, and forwarding it would release without the canaries."""
+        if name == "inner":  # not set yet (copying): no recursion
+            raise AttributeError(name)
+        value = getattr(self.inner, name)
+        if callable(value):
+            raise AttributeError(f"{type(self).__name__} does not forward the privatiser's method {name!r}: "
+                                 "a release must pass the canaries (wrap it here)")
+        return value
 
     def replay_noise(self, seeds: dict[str, int], device) -> list[torch.Tensor]:
         raise NotImplementedError

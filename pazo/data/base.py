@@ -23,8 +23,9 @@ class TensorSplit:
         return len(self.labels)
 
     def batch(self, indices: np.ndarray | torch.Tensor, device: torch.device | str = "cpu"):
-        """The examples at `indices`, on `device` (gathered with `index_select`, which costs about half
-        of tensor indexing in a small model's step, where every batch pays it)."""
+        """The examples at `indices` (a 1-D sequence of non-negative positions), on `device` (gathered
+        with `index_select`, which costs about half of tensor indexing in a small model's step, where
+        every batch pays it)."""
         if isinstance(indices, np.ndarray) and indices.dtype == np.int64 and indices.ndim == 1:
             idx = torch.from_numpy(indices)
         else:

@@ -57,7 +57,7 @@ class PazoP(TwoPointMethod):
         # lines 8-11: s_j = (1/b)(sum_i clip_C((f(x + lam G u_j) - f(x - lam G u_j)) / 2 lam) + N(0, q C^2 sigma^2))
         s, losses = self.noisy_directional_derivatives(x, y, u)
         # line 13: x <- x - eta g~/q, g~ = sum_j s_j G u_j
-        self.descend(u, mean_coefficients(s, u.count, losses.dtype))
+        self.descend(u, mean_coefficients(s, u.count, losses))
         return {**self.stats(s, losses), "subspace_rank": float(rank)}
 
 

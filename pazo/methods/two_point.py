@@ -107,12 +107,18 @@ class TwoPointMethod(Method):
         """Zeroth-order SGD: x <- x - lr * (1/q) sum_j s_j u_j."""
         u = self.random_directions()
         s, losses = self.noisy_directional_derivatives(x, y, u)
-        self.descend(u, mean_coefficients(s, u.count, losses.dtype))
+        self.descend(u, mean_coefficients(s, u.count, losses))
         return self.stats(s, losses)
 
 
-def mean_coefficients(s: list[float], count: int, dtype: torch.dtype) -> list[float]:
-    """The coefficients s_j / count, rounded to `dtype`: the numbers of the division of a `dtype`
-    tensor (the float64 quotient rounded once is the correctly rounded one for float32, float16 and
-    bfloat16, whose precision is under half of float64's); none for one direction."""
-    return s if count == 1 else rounded_to([v / count for v in s], dtype)
+def mean_coefficients(s: list[float], count: int, losses: torch.Tensor) -> list[float]:
+    """The coefficients s_j / count as the division of a tensor of the losses' dtype on their device
+    gives them (none for one direction). On CPU that division is correctly rounded, so it is done
+    here on Python floats (the float64 quotient rounded once is the correctly rounded one for
+    float32, float16 and bfloat16, whose precision is under half of float64's); CUDA multiplies by
+    the rounded reciprocal instead, so there the device divides."""
+    if count == 1:
+        return s
+    if losses.device.type == "cpu":
+        return rounded_to([v / count for v in s], losses.dtype)
+    return (torch.tensor(s, dtype=losses.dtype, device=losses.device) / count).tolist()
