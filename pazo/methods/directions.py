@@ -218,6 +218,8 @@ def _seeded_generator(device: torch.device, seed: int) -> torch.Generator:
     cache = getattr(_generators, "by_device", None)
     if cache is None:
         cache = _generators.by_device = {}
+    if device.type == "cuda" and device.index is None:   # "cuda" is the current device, which may change
+        device = torch.device("cuda", torch.cuda.current_device())
     gen = cache.get(device)
     if gen is None:
         gen = cache[device] = torch.Generator(device=device)
