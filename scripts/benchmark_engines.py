@@ -52,9 +52,9 @@ def main():
     parser.add_argument("--device", default="auto")
     parser.add_argument("--settings", default="digits,cifar_shape")
     parser.add_argument("--methods", default=",".join(ZEROTH_ORDER))
-    parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--iters", type=bm.at_least(1), default=20)
+    parser.add_argument("--warmup", type=bm.at_least(0), default=2)
+    parser.add_argument("--threads", type=bm.at_least(0), default=1, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     unknown = sorted(set(args.settings.split(",")) - set(bm.SETTINGS)) + \

@@ -351,14 +351,24 @@ def jobs_for(setting, methods, opacus_modes):
     return jobs
 
 
+def at_least(low: int):
+    """An argparse type: an integer >= low (else argparse's one-line error)."""
+    def integer(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+    return integer
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--settings", default=DEFAULT_SETTINGS, help=f"from {', '.join(SETTINGS)}")
     parser.add_argument("--methods", default=",".join(METHODS))
-    parser.add_argument("--iters", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--iters", type=at_least(1), default=30)
+    parser.add_argument("--warmup", type=at_least(0), default=5)
+    parser.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)  # internal: run one job and print its row
     parser.add_argument("--override", action="append", default=[],

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_methods import SETTINGS, build_benchmark_method, git_commit, synthetic_inputs  # noqa: E402
+from benchmark_methods import SETTINGS, at_least, build_benchmark_method, git_commit, synthetic_inputs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = ["seed", "manual_seed", "draw", "perturb", "forward+", "move", "forward-", "restore", "clip_sum", "noise",
@@ -69,16 +69,6 @@ def minimal_step(model, x, y, lam=1e-2, lr=1e-3, clip=1.0):
         t.append(clock())
         times[:] = [b - a for a, b in zip(t, t[1:])]
     return step
-
-
-def at_least(low: int):
-    """An argparse type: an integer >= low (else argparse's one-line error)."""
-    def integer(text: str) -> int:
-        value = int(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
-        return value
-    return integer
 
 
 def stepper(method, x, y):

@@ -2,9 +2,10 @@
 accuracy over the grid) with '—' when every configuration failed and the paper's values beside
 ours, selection on validation accuracy over seeds, runs without a privacy guarantee left out of the
 epsilon columns and listed, chance-level marks, the public-only reference, the Table 8 and Table 5
-layouts, and figures that render."""
+layouts, figures that render, and the benchmark scripts' counts checked before any job."""
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -272,6 +273,21 @@ def test_a_missing_benchmark_file_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("pazo: error: no benchmark result file") and err.count("\n") == 1
     assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("name,argument", [("benchmark_methods", "--iters=0"), ("benchmark_engines", "--warmup=-1"),
+                                           ("profile_zo_step", "--pairs=0")])
+def test_benchmark_counts_are_checked_before_any_job(name, argument, tmp_path):
+    """A count below its least value is argparse's one line and exit 2, before any job runs or any
+    result file is written."""
+    out = tmp_path / "result.json"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / f"{name}.py"), argument, "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines()[-1].endswith(f"error: argument {argument.split('=')[0]}: must be an integer >= "
+                                                 f"{1 if name != 'benchmark_engines' else 0}, got "
+                                                 f"{argument.split('=')[1]}")
+    assert not out.exists()
 
 
 def test_figures_render(sweep, tmp_path, monkeypatch):
