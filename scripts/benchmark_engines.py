@@ -71,13 +71,10 @@ def main():
             rows.append(compare(name, setting, device, args.warmup, args.iters))
             print(json.dumps(rows[-1]), flush=True)
     out = Path(args.out or bm.ROOT / "scripts" / "results" / f"engines_{device.type}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}"
-    out.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "commit": bm.git_commit(), "device": name,
-                               "threads": torch.get_num_threads(), "load_average": os.getloadavg(),
-                               "torch": torch.__version__, "platform": platform.platform(),
-                               "results": rows}, indent=2) + "\n")
-    print(f"wrote {out}")
+    bm.write_result(out, {"command": "python " + " ".join(sys.argv), "commit": bm.git_commit(), "device": name,
+                          "threads": torch.get_num_threads(), "load_average": os.getloadavg(),
+                          "torch": torch.__version__, "platform": platform.platform(), "results": rows})
     print("\n| setting | method | vectorised s/step | in-place s/step | vectorised / in-place (paired) |")
     print("|---|---|---|---|---|")
     for r in rows:
@@ -86,4 +83,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    bm.run_main("benchmark_engines", main)

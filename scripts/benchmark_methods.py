@@ -351,6 +351,29 @@ def jobs_for(setting, methods, opacus_modes):
     return jobs
 
 
+def write_result(out: Path, result: dict) -> None:
+    """The benchmark's result file, written whole or not at all (a temporary file renamed over it),
+    so that an interrupted write leaves an earlier result as it was."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    print(f"wrote {out}")
+
+
+def run_main(name: str, main) -> None:
+    """`main()`, with Ctrl-C one line and exit 130: a benchmark writes its file only at the end, so
+    an interrupted one has written nothing."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted; nothing written (an earlier result file is as it was)", file=sys.stderr)
+        sys.exit(130)
+
+
 def at_least(low: int):
     """An argparse type: an integer >= low (else argparse's one-line error)."""
     def integer(text: str) -> int:
@@ -411,12 +434,9 @@ def main():
             print(json.dumps(row))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}"
     out = Path(args.out or ROOT / "scripts" / "results" / f"methods_{device.type}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "commit": git_commit(), "device": name,
-                               "threads": args.threads or torch.get_num_threads(),
-                               "load_average": os.getloadavg(), "torch": torch.__version__,
-                               "platform": platform.platform(), "results": rows}, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_result(out, {"command": "python " + " ".join(sys.argv), "commit": git_commit(), "device": name,
+                       "threads": args.threads or torch.get_num_threads(), "load_average": os.getloadavg(),
+                       "torch": torch.__version__, "platform": platform.platform(), "results": rows})
     print("\n| setting | method | impl | engine | median s/iter | p25-p75 | floor s | x floor | x floor (paired) "
           "| peak MB | x fwd mem |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -433,4 +453,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_main("benchmark_methods", main)

@@ -16,7 +16,6 @@ method (no accounting, no statistics): a yardstick for `benchmark_methods.py`'s 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -26,7 +25,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_methods import SETTINGS, at_least, build_benchmark_method, git_commit, synthetic_inputs  # noqa: E402
+from benchmark_methods import (  # noqa: E402
+    SETTINGS, at_least, build_benchmark_method, git_commit, run_main, synthetic_inputs, write_result)
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = ["seed", "manual_seed", "draw", "perturb", "forward+", "move", "forward-", "restore", "clip_sum", "noise",
@@ -126,9 +126,8 @@ def main():
               f"floor {r['median_floor_ms']:.2f} ms")
     print("minimal step, us per op:", ", ".join(f"{k} {v:.0f}" for k, v in ops_us.items()))
     out = Path(args.out or ROOT / "scripts" / "results" / f"zo_step_profile_cpu_{args.setting}.json")
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_result(out, result)
 
 
 if __name__ == "__main__":
-    main()
+    run_main("profile_zo_step", main)

@@ -2,7 +2,8 @@
 accuracy over the grid) with '—' when every configuration failed and the paper's values beside
 ours, selection on validation accuracy over seeds, runs without a privacy guarantee left out of the
 epsilon columns and listed, chance-level marks, the public-only reference, the Table 8 and Table 5
-layouts, figures that render, and the benchmark scripts' counts checked before any job."""
+layouts, figures that render, and the benchmark scripts' counts checked before any job, their
+Ctrl-C and their result files."""
 import importlib.util
 import json
 import subprocess
@@ -288,6 +289,36 @@ def test_benchmark_counts_are_checked_before_any_job(name, argument, tmp_path):
                                                  f"{1 if name != 'benchmark_engines' else 0}, got "
                                                  f"{argument.split('=')[1]}")
     assert not out.exists()
+
+
+def test_an_interrupted_benchmark_is_one_line_and_keeps_the_earlier_result(tmp_path, capsys, monkeypatch):
+    """Ctrl-C in a benchmark: one line, exit 130; a result file interrupted while being written
+    leaves the earlier one as it was (written to a temporary file, then renamed) and no leftover."""
+    bench = script("benchmark_methods")
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as done:
+        bench.run_main("benchmark_methods", interrupted)
+    assert done.value.code == 130
+    assert capsys.readouterr().err == ("benchmark_methods: interrupted; nothing written (an earlier result file "
+                                       "is as it was)\n")
+    out = tmp_path / "result.json"
+    out.write_text('{"earlier": 1}')
+    write_text = Path.write_text
+
+    def half_then_interrupted(path, text):
+        write_text(path, text[: len(text) // 2])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", half_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        bench.write_result(out, {"results": list(range(100))})
+    monkeypatch.undo()
+    assert out.read_text() == '{"earlier": 1}' and [p.name for p in tmp_path.iterdir()] == ["result.json"]
+    bench.write_result(out, {"results": [1]})
+    assert json.loads(out.read_text()) == {"results": [1]} and [p.name for p in tmp_path.iterdir()] == ["result.json"]
 
 
 def test_figures_render(sweep, tmp_path, monkeypatch):
