@@ -402,7 +402,7 @@ def main():
         torch.set_num_threads(args.threads)
     if args.job:
         # torch.func.grad (per-example and batched public gradients) imports torch._dynamo on first use,
-        # 150 MB of peak resident set on CPU (508 -> 658 MB after `import torch`); loaded in every job
+        # 150-160 MB of peak resident set on CPU (508 -> 658 MB after `import torch`); loaded in every job
         # up front, so the peak resident sets compare the steps' memory, not which jobs happened to
         # import it (the forward's does not)
         importlib.import_module("torch._dynamo")
