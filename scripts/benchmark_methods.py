@@ -34,6 +34,7 @@ import importlib
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -364,14 +365,27 @@ def write_result(out: Path, result: dict) -> None:
     print(f"wrote {out}")
 
 
+class Terminated(Exception):
+    """SIGTERM (a `kill`, `timeout`, or a scheduler's time limit), raised in the main thread: the
+    job subprocess `subprocess.run` is waiting on is then killed on the way out, not left running."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated
+
+
 def run_main(name: str, main) -> None:
-    """`main()`, with Ctrl-C one line and exit 130: a benchmark writes its file only at the end, so
-    an interrupted one has written nothing."""
+    """`main()`, with Ctrl-C one line and exit 130, SIGTERM one line and exit 143: a benchmark
+    writes its file only at the end, so an interrupted one has written nothing."""
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         main()
-    except KeyboardInterrupt:
-        print(f"{name}: interrupted; nothing written (an earlier result file is as it was)", file=sys.stderr)
-        sys.exit(130)
+    except (KeyboardInterrupt, Terminated) as stop:
+        how, code = ("interrupted", 130) if isinstance(stop, KeyboardInterrupt) else ("terminated", 143)
+        print(f"{name}: {how}; nothing written (an earlier result file is as it was)", file=sys.stderr)
+        sys.exit(code)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def at_least(low: int):

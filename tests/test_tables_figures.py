@@ -6,8 +6,11 @@ layouts, figures that render, and the benchmark scripts' counts checked before a
 Ctrl-C and their result files."""
 import importlib.util
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -319,6 +322,32 @@ def test_an_interrupted_benchmark_is_one_line_and_keeps_the_earlier_result(tmp_p
     assert out.read_text() == '{"earlier": 1}' and [p.name for p in tmp_path.iterdir()] == ["result.json"]
     bench.write_result(out, {"results": [1]})
     assert json.loads(out.read_text()) == {"results": [1]} and [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+def test_a_terminated_benchmark_is_one_line_and_kills_its_running_job(tmp_path):
+    """SIGTERM to a benchmark while a job subprocess runs: one line, exit 143, and the job is
+    killed with it (before, the parent died and the job ran on to its end)."""
+    pid_file = tmp_path / "job.pid"
+    job = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    parent = (f"import subprocess, sys; sys.path.insert(0, {str(ROOT / 'scripts')!r}); import benchmark_methods as b; "
+              f"b.run_main('benchmark_methods', lambda: subprocess.run([sys.executable, '-c', {job!r}]))")
+    proc = subprocess.Popen([sys.executable, "-c", parent], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    job_pid = int(pid_file.read_text())
+    try:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143
+        assert proc.stderr.read() == ("benchmark_methods: terminated; nothing written (an earlier result file is "
+                                      "as it was)\n")
+        with pytest.raises(ProcessLookupError):
+            os.kill(job_pid, 0)
+    finally:   # a job left running by a failure here is not left behind by the test
+        try:
+            os.kill(job_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def test_figures_render(sweep, tmp_path, monkeypatch):
