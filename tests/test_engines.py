@@ -49,6 +49,20 @@ def test_engines_agree_and_inplace_restores_parameters(kind):
     assert (vec[0] - vec[1]).abs().max() > 1e-6
 
 
+@pytest.mark.parametrize("engine", [VectorisedEngine(), InPlaceEngine()], ids=["vectorised", "inplace"])
+def test_loss_rows_are_the_rows_of_losses(engine):
+    """`loss_rows` (what the two-point step reads) is `losses` row by row, bit for bit, at the same
+    parameters; and the rows really differ between the + and - points."""
+    x, y = torch.rand(6, 1, 8, 8), torch.randint(0, 10, (6,))
+    points = [(0, 1e-2), (0, -1e-2), (1, 1e-2), (1, -1e-2)]
+    matrix = engine.losses(small_cnn(), x, y, SeededDirections(small_cnn().shapes, [1, 2]), points)
+    rows = engine.loss_rows(small_cnn(), x, y, SeededDirections(small_cnn().shapes, [1, 2]), points)
+    assert isinstance(rows, list) and len(rows) == len(points)
+    assert all(row.shape == (6,) for row in rows)
+    assert torch.equal(torch.stack(rows), matrix)
+    assert not torch.equal(rows[0], rows[1])
+
+
 def test_directions_are_regenerated_identically():
     model = small_cnn()
     dirs = SeededDirections(model.shapes, [7], "sphere", radius=3.0)
@@ -144,6 +158,9 @@ def test_empty_poisson_batch_gives_empty_losses():
         out = engine.losses(model, torch.zeros(0, 1, 8, 8), torch.zeros(0, dtype=torch.long), dirs,
                             [(0, 0.1), (0, -0.1)])
         assert out.shape == (2, 0)
+        rows = engine.loss_rows(model, torch.zeros(0, 1, 8, 8), torch.zeros(0, dtype=torch.long), dirs,
+                                [(0, 0.1), (0, -0.1)])
+        assert [row.shape for row in rows] == [(0,), (0,)]
 
 
 def test_dropout_queries_off_by_default_and_same_masks_when_on():

@@ -26,7 +26,9 @@ How the in-place engine works (the interface other code builds on):
   held whole as one vector (`Directions.flat`) is then added with a single operation.
 
 Both engines return the same [P, B] loss matrix for the same directions (up to float rounding of
-the in-place restore), which a test checks.
+the in-place restore), which a test checks: `losses` as one tensor, `loss_rows` as its P rows (the
+in-place engine's forwards give rows; a two-point step reads them in pairs and need not pay for
+stacking them, one more tensor operation between the forwards of a small model).
 
 `engine.name=auto` (the default) picks one for the model, method and device at start-up
 (`choose_engine`) and the run's summary records the choice and why.
@@ -109,6 +111,10 @@ class VectorisedEngine:
                     stacked, x, y, randomness="same" if train else "error")))
         return torch.cat(out)
 
+    def loss_rows(self, *args, **kwargs) -> list[torch.Tensor]:
+        """The rows of `losses` ([B] each, one per point)."""
+        return list(self.losses(*args, **kwargs).unbind())
+
 
 def shift(model: FunctionalModel, directions, j: int, alpha: float, bump_versions: bool = True) -> None:
     """x <- x + alpha * u_j on the live parameters, one fused add per group of parameters (each
@@ -138,11 +144,18 @@ class InPlaceEngine:
         self.on_the_fly: tuple[FunctionalModel, PerturbedForward | None] | None = None  # per model, once
         self.half_precision_queries: str | None = None   # how half-precision queries run, and why (summary)
 
-    @torch.no_grad()
     def losses(self, model: FunctionalModel, x, y, directions, points: Sequence[Point],
                train: bool = False, seed: int | None = None) -> torch.Tensor:
+        """The [P, B] loss matrix: `loss_rows` stacked."""
+        rows = self.loss_rows(model, x, y, directions, points, train, seed)
+        return torch.stack(rows) if rows else x.new_zeros((0, len(x)))
+
+    @torch.no_grad()
+    def loss_rows(self, model: FunctionalModel, x, y, directions, points: Sequence[Point],
+                  train: bool = False, seed: int | None = None) -> list[torch.Tensor]:
+        """The per-example losses [B] at each point, in order (the rows of `losses`)."""
         if len(x) == 0:
-            return x.new_zeros((len(points), 0))
+            return [x.new_zeros(0) for _ in points]
         if has_low_precision(model.params):   # float16 / bfloat16: bit-exact restore (half_precision.py)
             return self._exact_losses(model, x, y, directions, points, train, seed)
         out, cur_j, cur_s = [], None, 0.0
@@ -160,7 +173,7 @@ class InPlaceEngine:
             finally:
                 if cur_j is not None:
                     shift(model, directions, cur_j, -cur_s)
-        return torch.stack(out)
+        return out
 
     def _perturbed_forward(self, model: FunctionalModel) -> PerturbedForward | None:
         """The model's `PerturbedForward` (hooks installed once), or None where it cannot serve."""
@@ -182,8 +195,8 @@ class InPlaceEngine:
                                        "which on-the-fly perturbation would leave unperturbed")
         self.on_the_fly = (model, None)
 
-    def _exact_losses(self, model, x, y, directions, points, train, seed) -> torch.Tensor:
-        """The same loss matrix, the parameters left bit-identical: on the fly (`PerturbedForward`)
+    def _exact_losses(self, model, x, y, directions, points, train, seed) -> list[torch.Tensor]:
+        """The same loss rows, the parameters left bit-identical: on the fly (`PerturbedForward`)
         where every parameter's owner runs in the forward (checked on the first query), else with
         `ExactShift` (each point reached from the unperturbed parameters and left back to them)."""
         forward = self._perturbed_forward(model)
@@ -198,7 +211,7 @@ class InPlaceEngine:
                         self._give_up_on_the_fly(model, forward)
                         return self._exact_losses(model, x, y, directions, points, train, seed)
                     forward.checked = True
-            return torch.stack(out)
+            return out
         shifter, out = ExactShift(model.params, self.workspace), []
         with query_mode(model, train):
             try:
@@ -209,7 +222,7 @@ class InPlaceEngine:
                 shifter.restore()
                 if shifter.kept_peak > self.kept_peak:
                     self.kept_peak, self.kept_peak_bytes = shifter.kept_peak, shifter.kept_peak_bytes
-        return torch.stack(out)
+        return out
 
 
 def choose_engine(cfg, model: FunctionalModel, *, zeroth_order: bool, queries: int,

@@ -44,10 +44,10 @@ class PazoM(TwoPointMethod):
         # lines 5-7: q directions u_j on the sphere of radius d^(1/4)
         u = self.random_directions()
         # lines 8-11: s_j = (1/b)(sum_i clip_C((f+ - f-) / 2 lam) + N(0, q C^2 sigma^2)); g~ = sum_j s_j u_j
-        s, losses = self.noisy_directional_derivatives(x, y, u)
+        s, rows = self.noisy_directional_derivatives(x, y, u)
         # line 13: x <- x - eta ((1 - alpha) g~/q + alpha g_pub)
-        self.descend(u, [(1 - alpha) * c for c in mean_coefficients(s, q, losses)])
-        stats = self.stats(s, losses)
+        self.descend(u, [(1 - alpha) * c for c in mean_coefficients(s, q, rows[0])])
+        stats = self.stats(s, rows)
         if g_pub is not None:
             apply_flat_update(self.model, alpha * g_pub, self.lr)
             stats["public_grad_norm"] = float(g_pub.norm())

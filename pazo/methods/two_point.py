@@ -80,45 +80,47 @@ class TwoPointMethod(Method):
         radius = resolve_radius(cfg.radius, model.dim) if cfg.direction == "sphere" else None
         return SeededDirections(model.shapes, seeds, cfg.direction, radius, device=self.ctx.device, dtype=dtype)
 
-    def noisy_directional_derivatives(self, x, y, u: Directions) -> tuple[list[float], torch.Tensor]:
+    def noisy_directional_derivatives(self, x, y, u: Directions) -> tuple[list[float], list[torch.Tensor]]:
         """The privatised s_j for each direction u_j (count Python floats, rounded to the losses'
-        dtype), and the raw losses [2 count, B] (f(x + lam u_j) in even rows, f(x - lam u_j) in
-        odd rows)."""
+        dtype), and the raw per-example losses as 2 count rows [B] (f(x + lam u_j) at 2j, f(x - lam u_j)
+        at 2j + 1)."""
         lam = self.cfg.smoothing
         points = [(j, s) for j in range(u.count) for s in (lam, -lam)]
         seed = self.ctx.streams.draw_seeds("directions", 1)[0] if self.ctx.query_train_mode else None
-        losses = self.ctx.engine.losses(self.model, x, y, u, points, train=self.ctx.query_train_mode, seed=seed)
-        finite_differences = (losses[0::2] - losses[1::2]) / (2 * lam)  # [count, B]
-        return self.privatizer.means(finite_differences), losses
+        rows = self.ctx.engine.loss_rows(self.model, x, y, u, points, train=self.ctx.query_train_mode, seed=seed)
+        plus, minus = rows[0::2], rows[1::2]   # one direction: no stacking (tens of us between forwards)
+        difference = torch.sub(plus[0], minus[0])[None] if u.count == 1 else torch.stack(plus) - torch.stack(minus)
+        finite_differences = difference.div_(2 * lam)  # [count, B]
+        return self.privatizer.means(finite_differences), rows
 
     def descend(self, u: Directions, coefs: list[float]) -> None:
         """x <- x - lr * sum_j coefs[j] u_j (each u_j regenerated, never stored whole)."""
         apply_directional_update(self.model, u, coefs, self.lr)
 
     @staticmethod
-    def stats(scalars: list[float], losses: torch.Tensor) -> dict[str, float]:
-        """The step's mean query loss and mean |s_j| (in Python: a few small tensor operations
-        cost more than the numbers, next to the forwards of a small model)."""
-        count = losses.numel()     # fsum is exactly rounded, so the rows may go in one after another
-        return {"loss": math.fsum(itertools.chain.from_iterable(losses.tolist())) / count if count else float("nan"),
-                "projected_grad": math.fsum(map(abs, scalars)) / len(scalars)}
+    def stats(scalars: list[float], rows: list[torch.Tensor]) -> dict[str, float]:
+        """The step's mean query loss over the loss rows and mean |s_j| (in Python: a few small
+        tensor operations cost more than the numbers, next to the forwards of a small model)."""
+        count = sum(row.numel() for row in rows)   # fsum is exactly rounded: the rows may go in one by one
+        loss = math.fsum(itertools.chain.from_iterable(row.tolist() for row in rows)) / count if count else float("nan")
+        return {"loss": loss, "projected_grad": math.fsum(map(abs, scalars)) / len(scalars)}
 
     def step(self, x, y, step):
         """Zeroth-order SGD: x <- x - lr * (1/q) sum_j s_j u_j."""
         u = self.random_directions()
-        s, losses = self.noisy_directional_derivatives(x, y, u)
-        self.descend(u, mean_coefficients(s, u.count, losses))
-        return self.stats(s, losses)
+        s, rows = self.noisy_directional_derivatives(x, y, u)
+        self.descend(u, mean_coefficients(s, u.count, rows[0]))
+        return self.stats(s, rows)
 
 
-def mean_coefficients(s: list[float], count: int, losses: torch.Tensor) -> list[float]:
-    """The coefficients s_j / count as the division of a tensor of the losses' dtype on their device
-    gives them (none for one direction). On CPU that division is correctly rounded, so it is done
-    here on Python floats (the float64 quotient rounded once is the correctly rounded one for
+def mean_coefficients(s: list[float], count: int, like: torch.Tensor) -> list[float]:
+    """The coefficients s_j / count as the division of a tensor of the dtype of `like` (the losses)
+    on its device gives them (none for one direction). On CPU that division is correctly rounded, so
+    it is done here on Python floats (the float64 quotient rounded once is the correctly rounded one for
     float32, float16 and bfloat16, whose precision is under half of float64's); CUDA multiplies by
     the rounded reciprocal instead, so there the device divides."""
     if count == 1:
         return s
-    if losses.device.type == "cpu":
-        return rounded_to([v / count for v in s], losses.dtype)
-    return (torch.tensor(s, dtype=losses.dtype, device=losses.device) / count).tolist()
+    if like.device.type == "cpu":
+        return rounded_to([v / count for v in s], like.dtype)
+    return (torch.tensor(s, dtype=like.dtype, device=like.device) / count).tolist()
