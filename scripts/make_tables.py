@@ -396,8 +396,9 @@ def main(argv=None) -> int:
         long, frame, note = speedup_table(paths, paper)
         write(out, "table5_speedup", "Speedup over DP-SGD per step (DP-SGD's step time over the method's; the "
               "paper's Table 5 ratio in brackets)", frame, long,
-              [note, "Of the two engines benchmarked, the faster; the median of paired steps (DP-SGD's, then the "
-                     "method's, in one process) where the file records it, else the ratio of the two jobs' "
+              [note, "Of the two engines benchmarked, the faster (by the paired ratio where both have one); the "
+                     "median of paired steps (DP-SGD's, then the method's, in one process) where the file records "
+                     "it, else the ratio of the two jobs' "
                      "medians; one run only (one file per setting)."])
     return 0
 
