@@ -42,25 +42,13 @@ def test_engines_agree_and_inplace_restores_parameters(kind):
     vec = VectorisedEngine().losses(model, x, y, dirs, points)
     chunked = VectorisedEngine(chunk_size=3).losses(model, x, y, dirs, points)
     inplace = InPlaceEngine().losses(model, x, y, dirs, points)
-    assert vec.shape == (len(points), 6)
+    rows = InPlaceEngine().loss_rows(model, x, y, dirs, points)   # what the two-point step reads
+    assert vec.shape == (len(points), 6) and [row.shape for row in rows] == [(6,)] * len(points)
     assert torch.allclose(vec, inplace, atol=1e-5) and torch.allclose(vec, chunked, atol=1e-6)
+    assert torch.allclose(vec, torch.stack(rows), atol=1e-5)
     assert torch.allclose(model.flat_params(), before, atol=1e-6)
     # and the perturbations really move the loss (a no-op engine would pass the checks above)
     assert (vec[0] - vec[1]).abs().max() > 1e-6
-
-
-@pytest.mark.parametrize("engine", [VectorisedEngine(), InPlaceEngine()], ids=["vectorised", "inplace"])
-def test_loss_rows_are_the_rows_of_losses(engine):
-    """`loss_rows` (what the two-point step reads) is `losses` row by row, bit for bit, at the same
-    parameters; and the rows really differ between the + and - points."""
-    x, y = torch.rand(6, 1, 8, 8), torch.randint(0, 10, (6,))
-    points = [(0, 1e-2), (0, -1e-2), (1, 1e-2), (1, -1e-2)]
-    matrix = engine.losses(small_cnn(), x, y, SeededDirections(small_cnn().shapes, [1, 2]), points)
-    rows = engine.loss_rows(small_cnn(), x, y, SeededDirections(small_cnn().shapes, [1, 2]), points)
-    assert isinstance(rows, list) and len(rows) == len(points)
-    assert all(row.shape == (6,) for row in rows)
-    assert torch.equal(torch.stack(rows), matrix)
-    assert not torch.equal(rows[0], rows[1])
 
 
 def test_directions_are_regenerated_identically():
@@ -161,6 +149,28 @@ def test_empty_poisson_batch_gives_empty_losses():
         rows = engine.loss_rows(model, torch.zeros(0, 1, 8, 8), torch.zeros(0, dtype=torch.long), dirs,
                                 [(0, 0.1), (0, -0.1)])
         assert [row.shape for row in rows] == [(0,), (0,)]
+
+
+@pytest.mark.parametrize("engine", ["vectorised", "inplace"])
+@pytest.mark.parametrize("q", [1, 2])
+def test_an_empty_batch_of_token_ids_takes_the_noise_only_step(engine, q, make_method):
+    """An empty Poisson batch of integer token ids: the losses are empty rows of the parameters'
+    dtype (not the batch's), so the step releases noise only and moves the parameters by it (a
+    step on integer losses raised, and with q > 1 rounded the noise-only coefficients to integers,
+    0 here, so the parameters did not move)."""
+    from pazo.models.lstm import LSTMClassifier
+    torch.manual_seed(0)
+    model = FunctionalModel(LSTMClassifier(14, embed=8, hidden=6, dropout=0.0))
+    method = make_method("dpzero", model, {"lr": 0.1, "clip": 1.0, "q": q}, sigma=1.0, b=8, engine=engine)
+    before = model.flat_params().clone()
+    stats = method.step(torch.zeros(0, 7, dtype=torch.long), torch.zeros(0, dtype=torch.long), 1)
+    assert math.isnan(stats["loss"]) and stats["projected_grad"] > 0
+    assert not torch.equal(model.flat_params(), before)
+    for rows in (InPlaceEngine().loss_rows(model, torch.zeros(0, 7, dtype=torch.long), None,
+                                           SeededDirections(model.shapes, [1]), [(0, 0.1), (0, -0.1)]),
+                 VectorisedEngine().losses(model, torch.zeros(0, 7, dtype=torch.long), None,
+                                           SeededDirections(model.shapes, [1]), [(0, 0.1), (0, -0.1)])):
+        assert [(row.shape, row.dtype) for row in rows] == [((0,), torch.float32)] * 2
 
 
 def test_dropout_queries_off_by_default_and_same_masks_when_on():

@@ -77,7 +77,7 @@ def flatten_rows(grads: list[torch.Tensor]) -> torch.Tensor:
 def per_example_grads(model: FunctionalModel, x, y, chunk: int) -> torch.Tensor:
     """All flat per-example gradients [B, d] (tests, GEP's public anchors)."""
     parts = [flatten_rows(g) for g, _ in iter_per_example_grads(model, x, y, chunk)]
-    return torch.cat(parts) if parts else x.new_zeros((0, model.dim))
+    return torch.cat(parts) if parts else torch.zeros((0, model.dim), dtype=model.params[0].dtype, device=model.device)
 
 
 def clip_rows(rows: torch.Tensor, bound: float) -> torch.Tensor:
