@@ -365,9 +365,10 @@ def write_result(out: Path, result: dict) -> None:
     print(f"wrote {out}")
 
 
-class Terminated(Exception):
+class Terminated(BaseException):
     """SIGTERM (a `kill`, `timeout`, or a scheduler's time limit), raised in the main thread: the
-    job subprocess `subprocess.run` is waiting on is then killed on the way out, not left running."""
+    job subprocess `subprocess.run` is waiting on is then killed on the way out, not left running.
+    (A BaseException, as KeyboardInterrupt is: no `except Exception` on the way swallows it.)"""
 
 
 def _raise_terminated(signum, frame):
