@@ -225,7 +225,7 @@ def speed_table(paths: list[Path], paper: pd.DataFrame):
             if not hit:
                 row[s] = ""
                 continue
-            r = min(hit, key=lambda h: h["median_s"])  # of the engines benchmarked, the faster
+            r = fastest(rows, m, s)  # of the engines benchmarked, the faster (as the speedup table picks it)
             paper_setting = r.get("paper_setting")
             pv = ref[(ref.method == m) & (ref.setting == paper_setting)] if paper_setting else ref.iloc[0:0]
             paper_value = float(pv.value.iloc[0]) if len(pv) and not math.isnan(pv.value.iloc[0]) else None
