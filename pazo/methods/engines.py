@@ -83,13 +83,6 @@ def _forward(model, x, y, train: bool, seed: int | None, fn):
         return fn()
 
 
-def empty_losses(model: FunctionalModel, x: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
-    """The losses of an empty batch: zeros of `shape` on the batch's device in the parameters' dtype
-    (not the batch's: token ids are integers, and a step's arithmetic on integer losses would raise
-    or truncate its noise-only update)."""
-    return torch.zeros(shape, dtype=model.params[0].dtype, device=x.device)
-
-
 class VectorisedEngine:
     name = "vectorised"
 
@@ -100,7 +93,7 @@ class VectorisedEngine:
     def losses(self, model: FunctionalModel, x, y, directions, points: Sequence[Point],
                train: bool = False, seed: int | None = None) -> torch.Tensor:
         if len(x) == 0:
-            return empty_losses(model, x, (len(points), 0))
+            return model.zeros((len(points), 0), x.device)
         if len(model.devices) > 1:
             raise ConfigError("the vectorised engine needs the parameters on one device; they are on "
                               f"{len(model.devices)} (model.device_map): use engine.name=inplace")
@@ -155,14 +148,14 @@ class InPlaceEngine:
                train: bool = False, seed: int | None = None) -> torch.Tensor:
         """The [P, B] loss matrix: `loss_rows` stacked."""
         rows = self.loss_rows(model, x, y, directions, points, train, seed)
-        return torch.stack(rows) if rows else empty_losses(model, x, (0, len(x)))
+        return torch.stack(rows) if rows else model.zeros((0, len(x)), x.device)
 
     @torch.no_grad()
     def loss_rows(self, model: FunctionalModel, x, y, directions, points: Sequence[Point],
                   train: bool = False, seed: int | None = None) -> list[torch.Tensor]:
         """The per-example losses [B] at each point, in order (the rows of `losses`)."""
         if len(x) == 0:
-            return [empty_losses(model, x, (0,)) for _ in points]
+            return [model.zeros((0,), x.device) for _ in points]
         if has_low_precision(model.params):   # float16 / bfloat16: bit-exact restore (half_precision.py)
             return self._exact_losses(model, x, y, directions, points, train, seed)
         out, cur_j, cur_s = [], None, 0.0

@@ -57,7 +57,7 @@ class FirstOrderMethod(Method):
         batch."""
         spec = self.ctx.noise
         if len(x) == 0 and not spec.private:
-            return torch.zeros(self.model.dim, device=self.model.device, dtype=self.model.params[0].dtype), float("nan")
+            return self.model.zeros(self.model.dim), float("nan")
         if not spec.private:
             loss, g = self.model.mean_loss_and_grad(x, y)
             return (g - shift if shift is not None else g), float(loss)

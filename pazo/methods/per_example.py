@@ -77,7 +77,7 @@ def flatten_rows(grads: list[torch.Tensor]) -> torch.Tensor:
 def per_example_grads(model: FunctionalModel, x, y, chunk: int) -> torch.Tensor:
     """All flat per-example gradients [B, d] (tests, GEP's public anchors)."""
     parts = [flatten_rows(g) for g, _ in iter_per_example_grads(model, x, y, chunk)]
-    return torch.cat(parts) if parts else torch.zeros((0, model.dim), dtype=model.params[0].dtype, device=model.device)
+    return torch.cat(parts) if parts else model.zeros((0, model.dim))
 
 
 def clip_rows(rows: torch.Tensor, bound: float) -> torch.Tensor:
@@ -95,7 +95,7 @@ def clipped_sum(model: FunctionalModel, x, y, chunk: int, bound: float,
     so no [c, d] copy is made.
     """
     sums = [torch.zeros_like(p) for p in model.params]
-    loss_sum = torch.zeros((), device=model.device, dtype=model.params[0].dtype)
+    loss_sum = model.zeros(())
     shifts = model.split_flat(shift) if shift is not None else None
     for grads, losses in iter_per_example_grads(model, x, y, chunk):
         if shifts is not None:

@@ -119,6 +119,11 @@ class FunctionalModel:
     def flat_params(self) -> torch.Tensor:
         return self.flatten([p.detach() for p in self.params])
 
+    def zeros(self, shape, device: torch.device | None = None) -> torch.Tensor:
+        """Zeros of the parameters' dtype on `device` (default `self.device`): sums, and the
+        gradients or losses of an empty batch, whose own dtype may be an integer one (token ids)."""
+        return torch.zeros(shape, dtype=self.params[0].dtype, device=self.device if device is None else device)
+
     @property
     def device(self) -> torch.device:
         """Where flat vectors over the parameters (updates, gradients, directions) are made: the
