@@ -14,7 +14,8 @@ def load_digits_bundle(rng: np.random.Generator, test_fraction: float = 0.2,
     from sklearn.datasets import load_digits
 
     digits = load_digits()
-    images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0  # [N,1,8,8] in [0,1]
+    # [N,1,8,8] in [0,1], in torch's default dtype like the model's parameters (float32 unless set)
+    images = torch.tensor(digits.images, dtype=torch.get_default_dtype()).unsqueeze(1) / 16.0
     labels = np.asarray(digits.target)
     pool_idx, test_idx = stratified_holdout(labels, test_fraction, rng)
     pub_rel, priv_rel = split_public(labels[pool_idx], rng, fraction=public_fraction,

@@ -6,21 +6,42 @@ import json
 import os
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+
+import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from cases import CASES, COMMON, IGNORED  # noqa: E402
 
 
+@contextmanager
+def default_dtype(dtype: torch.dtype):
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
 def run_case(name: str, overrides, workdir: Path) -> dict:
+    """One case's run in float64 (the model's parameters and the digits images follow torch's
+    default dtype). In float32 the CPU's kernels decide the last bits, and 24 steps amplify them:
+    on one AVX2 machine, other kernels (ATEN_CPU_CAPABILITY=default, MKL_CBWR=COMPATIBLE, oneDNN
+    off, 1 thread instead of 2) moved these runs' numbers by up to 0.33 (relative) in float32; in
+    float64 ATen's capability alone, or oneDNN off with 1 thread, moved none by more than 5e-13, and
+    all four together kept every one within the test's 1e-9. So only float64 numbers can be recorded
+    on one machine and compared on another."""
     from hydra import compose, initialize_config_dir
 
     from pazo.train import run
 
     with initialize_config_dir(config_dir=str(HERE.parents[1] / "configs"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[*COMMON, *overrides])
-    summary = run(cfg, workdir / name)
+    with default_dtype(torch.float64):
+        summary = run(cfg, workdir / name)
     rows = [json.loads(line) for line in (workdir / name / "metrics.jsonl").read_text().splitlines()]
     rows = [{k: v for k, v in r.items() if k not in IGNORED} for r in rows]
     return {"rows": rows, "epsilon_spent": summary["privacy"].get("epsilon_spent"),
