@@ -175,9 +175,16 @@ def fastest(rows: list[dict], method: str, setting: str) -> dict | None:
     hit = [r for r in rows if r["method"] == method and r["setting"] == setting]
     if not hit:
         return None
-    if all(h.get("paired_speedup_over_dpsgd") for h in hit):
-        return max(hit, key=lambda h: h["paired_speedup_over_dpsgd"])
+    if all(_paired(h) is not None for h in hit):
+        return max(hit, key=_paired)
     return min(hit, key=lambda h: h["median_s"])
+
+
+def _paired(row: dict) -> float | None:
+    """A row's paired speedup over DP-SGD, None where it has none (missing, zero or not finite:
+    a NaN would make `max` depend on the order of the rows)."""
+    value = row.get("paired_speedup_over_dpsgd")
+    return value if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 else None
 
 
 def speedup_table(paths: list[Path], paper: pd.DataFrame):
@@ -201,7 +208,7 @@ def speedup_table(paths: list[Path], paper: pd.DataFrame):
             paper_pair = [ref[(ref.method == k) & (ref.setting == paper_setting)].value for k in ("dpsgd", m)]
             paper_ratio = (float(paper_pair[0].iloc[0]) / float(paper_pair[1].iloc[0])
                            if paper_setting and all(len(v) for v in paper_pair) else None)
-            ours = r.get("paired_speedup_over_dpsgd") if r else None   # paired in one process, where measured
+            ours = _paired(r) if r else None   # paired in one process, where measured
             if ours is None:
                 ours = base["median_s"] / r["median_s"] if base and r else None
             row[LABELS[m]] = ((f"{ours:.2f}x" if ours is not None else "not run")

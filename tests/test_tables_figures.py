@@ -282,6 +282,20 @@ def test_table8_and_table5_layouts(tmp_path):
     assert "887 (1.02)" in md and "digits: one no-grad forward 3.0 ms, peak 870 MB" in md
 
 
+def test_fastest_ignores_a_paired_speedup_that_is_not_a_number():
+    fastest = script("make_tables").fastest
+    rows = [{"setting": "digits", "method": "dpzero", "engine": "vectorised", "median_s": 0.006,
+             "paired_speedup_over_dpsgd": float("nan")},
+            {"setting": "digits", "method": "dpzero", "engine": "inplace", "median_s": 0.005,
+             "paired_speedup_over_dpsgd": 2.0}]
+    # a NaN is no paired value: the engines are ranked by their medians (max() kept the NaN row)
+    assert fastest(rows, "dpzero", "digits")["engine"] == "inplace"
+    rows[0]["paired_speedup_over_dpsgd"] = 1.5
+    assert fastest(rows, "dpzero", "digits")["engine"] == "inplace"
+    rows[0]["paired_speedup_over_dpsgd"] = 2.5   # both paired: the paired ratio decides, not the medians
+    assert fastest(rows, "dpzero", "digits")["engine"] == "vectorised"
+
+
 def test_a_missing_benchmark_file_is_one_line(tmp_path, capsys):
     assert script("make_tables").main(["--benchmark", str(tmp_path / "nope.json"), "--out", str(tmp_path / "t")]) == 2
     err = capsys.readouterr().err
