@@ -276,3 +276,14 @@ def test_lstm_public_gradients_under_vmap_equal_the_fused_ones():
                for _ in range(3)]
     vmapped = model.mean_loss_grads(batches, batched=True)
     assert torch.allclose(vmapped, model.mean_loss_grads(batches), atol=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_step_statistics_on_cuda_are_those_of_the_same_rows_on_the_cpu():
+    from pazo.methods.two_point import TwoPointMethod
+    gen = torch.Generator().manual_seed(0)
+    rows = [torch.rand(37, generator=gen) * 10 ** k for k in range(-3, 3)]   # exactly summed either way
+    scalars = [0.5, -1.25, 3.0]
+    on_cpu = TwoPointMethod.stats(scalars, rows)
+    assert TwoPointMethod.stats(scalars, [row.cuda() for row in rows]) == on_cpu
+    assert on_cpu["projected_grad"] == pytest.approx(4.75 / 3)

@@ -100,7 +100,10 @@ class TwoPointMethod(Method):
     @staticmethod
     def stats(scalars: list[float], rows: list[torch.Tensor]) -> dict[str, float]:
         """The step's mean query loss over the loss rows and mean |s_j| (in Python: a few small
-        tensor operations cost more than the numbers, next to the forwards of a small model)."""
+        tensor operations cost more than the numbers, next to the forwards of a small model). On an
+        accelerator the rows are joined first: one copy to the host instead of one per row."""
+        if len(rows) > 1 and rows[0].device.type != "cpu":
+            rows = [torch.cat(rows)]
         count = sum(row.numel() for row in rows)   # fsum is exactly rounded: the rows may go in one by one
         loss = math.fsum(itertools.chain.from_iterable(row.tolist() for row in rows)) / count if count else float("nan")
         return {"loss": loss, "projected_grad": math.fsum(map(abs, scalars)) / len(scalars)}
