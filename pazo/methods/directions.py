@@ -211,6 +211,13 @@ def _draws_per_parameter(numels: tuple, groups: tuple, draws: tuple) -> tuple:
 _generators = threading.local()
 
 
+def _new_generator(device: torch.device | str, seed: int) -> torch.Generator:
+    """A generator of its own on `device`, seeded with `seed` (for draws that outlive a call)."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen
+
+
 def _seeded_generator(device: torch.device, seed: int) -> torch.Generator:
     """This thread's generator for `device`, seeded with `seed`: for draws made at once, start to
     end (a lazy iterator over draws holds its own), without a new generator per direction (tens of
@@ -267,8 +274,7 @@ class SeededDirections(Directions):
 
     def _raw_groups(self, j: int) -> Iterator[tuple[int, int, torch.Tensor]]:
         """(lo, hi, flat N(0, I) draw of parameters lo..hi-1), a fresh buffer each."""
-        gen = torch.Generator(device=self.device)
-        gen.manual_seed(self.seeds[j])
+        gen = _new_generator(self.device, self.seeds[j])
         for lo, hi in self.groups:
             yield lo, hi, self._draw_group(gen, lo, hi)
 
@@ -293,8 +299,7 @@ class SeededDirections(Directions):
         `_raw_groups`, one at a time, cut at parameter boundaries; with `reuse`, each drawn into
         the same buffer (valid until the next piece is asked for); `states` gets the generator's
         state before each draw."""
-        gen = torch.Generator(device=self.device)
-        gen.manual_seed(self.seeds[j])
+        gen = _new_generator(self.device, self.seeds[j])
         buffer = None
         for lo, hi in self.groups:
             starts = [0]
@@ -455,8 +460,7 @@ def orthogonal_directions(dim: int, seed: int, count: int, radius: float, split_
     unlike i.i.d. directions it cannot be regenerated one parameter at a time."""
     if count > dim:
         raise ValueError(f"cannot draw {count} orthogonal directions in dimension {dim}")
-    gen = torch.Generator(device=device)
-    gen.manual_seed(seed)
+    gen = _new_generator(device, seed)
     block = torch.randn(count, dim, generator=gen, device=device, dtype=torch.float64)
     return FlatDirections((orthonormal_basis(block) * radius).to(dtype), split_flat)
 
