@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -71,10 +69,7 @@ def main():
             rows.append(compare(name, setting, device, args.warmup, args.iters))
             print(json.dumps(rows[-1]), flush=True)
     out = Path(args.out or bm.ROOT / "scripts" / "results" / f"engines_{device.type}.json")
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}"
-    bm.write_result(out, {"command": "python " + " ".join(sys.argv), "commit": bm.git_commit(), "device": name,
-                          "threads": torch.get_num_threads(), "load_average": os.getloadavg(),
-                          "torch": torch.__version__, "platform": platform.platform(), "results": rows})
+    bm.write_result(out, bm.result_record(device, rows))
     print("\n| setting | method | vectorised s/step | in-place s/step | vectorised / in-place (paired) |")
     print("|---|---|---|---|---|")
     for r in rows:

@@ -352,6 +352,15 @@ def jobs_for(setting, methods, opacus_modes):
     return jobs
 
 
+def result_record(device: torch.device, rows: list) -> dict:
+    """A benchmark's result file: its rows beside the command, commit, device, torch threads, load
+    average, torch version and platform they were measured with."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}"
+    return {"command": "python " + " ".join(sys.argv), "commit": git_commit(), "device": name,
+            "threads": torch.get_num_threads(), "load_average": os.getloadavg(), "torch": torch.__version__,
+            "platform": platform.platform(), "results": rows}
+
+
 def write_result(out: Path, result: dict) -> None:
     """The benchmark's result file, written whole or not at all (a temporary file renamed over it),
     so that an interrupted write leaves an earlier result as it was."""
@@ -447,11 +456,8 @@ def main():
                 row["mem_ratio"] = row["peak_mem_mb"] / forward_peak
             rows.append(row)
             print(json.dumps(row))
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}"
     out = Path(args.out or ROOT / "scripts" / "results" / f"methods_{device.type}.json")
-    write_result(out, {"command": "python " + " ".join(sys.argv), "commit": git_commit(), "device": name,
-                       "threads": args.threads or torch.get_num_threads(), "load_average": os.getloadavg(),
-                       "torch": torch.__version__, "platform": platform.platform(), "results": rows})
+    write_result(out, result_record(device, rows))   # threads: args.threads where given (set above)
     print("\n| setting | method | impl | engine | median s/iter | p25-p75 | floor s | x floor | x floor (paired) "
           "| peak MB | x fwd mem |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

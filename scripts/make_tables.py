@@ -172,7 +172,11 @@ def fastest(rows: list[dict], method: str, setting: str) -> dict | None:
     over DP-SGD where every engine's row has one (each engine timed against DP-SGD in its own job,
     so the machine's drift between the jobs cancels; their medians alone can rank them the wrong
     way round), else by the median step time."""
-    hit = [r for r in rows if r["method"] == method and r["setting"] == setting]
+    return faster_engine([r for r in rows if r["method"] == method and r["setting"] == setting])
+
+
+def faster_engine(hit: list[dict]) -> dict | None:
+    """Of one method's rows on one setting (one per engine), the faster, as `fastest` says."""
     if not hit:
         return None
     if all(_paired(h) is not None for h in hit):
@@ -232,7 +236,7 @@ def speed_table(paths: list[Path], paper: pd.DataFrame):
             if not hit:
                 row[s] = ""
                 continue
-            r = fastest(rows, m, s)  # of the engines benchmarked, the faster (as the speedup table picks it)
+            r = faster_engine(hit)  # of the engines benchmarked, the faster (as the speedup table picks it)
             paper_setting = r.get("paper_setting")
             pv = ref[(ref.method == m) & (ref.setting == paper_setting)] if paper_setting else ref.iloc[0:0]
             paper_value = float(pv.value.iloc[0]) if len(pv) and not math.isnan(pv.value.iloc[0]) else None
