@@ -178,7 +178,7 @@ def test_white_box_hooks_read_data_through_but_no_method(make_method, method, cf
     hook = attach_white_box(meth, 4, 10.0, np.random.default_rng(0))
     assert meth.privatizer is hook and hook.spec is inner.spec
     with pytest.raises(AttributeError, match="a release must pass the canaries"):
-        getattr(hook, "noise" if method == "dpsgd" else "clip")
+        getattr(hook, "noise" if method == "dpsgd" else "clipped")
 
 
 # --- the command, end to end on digits ----------------------------------------------------------

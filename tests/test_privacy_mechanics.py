@@ -99,18 +99,43 @@ def test_seed_draws_are_numpys_integers(bound):
 
 
 @pytest.mark.parametrize("queries", [1, 3, 64])
-def test_gaussian_scalars_are_the_tensor_formula_bit_for_bit(queries):
-    """The Gaussian privatiser's arithmetic on the q sums, done as Python floats, gives exactly
-    (clip-sum in float32, + sigma-scaled float64 noise, / b, to float32) as tensor operations."""
+def test_gaussian_release_is_the_exact_clipped_sum_plus_scaled_float64_noise_over_b(queries):
+    """Each released scalar is (the exactly rounded sum of the values clipped to [-C, C] + sigma-scaled
+    float64 noise) / b in float64, rounded once to the values' dtype."""
     spec = NoiseSpec(sigma=1.7, clip=0.3, expected_batch_size=37)
     values = torch.randn(queries, 50, generator=torch.Generator().manual_seed(2))
     priv = ScalarPrivatizer(spec, queries=queries, generator=torch.Generator().manual_seed(5))
     got = priv(values)
-    gen = torch.Generator().manual_seed(5)
-    sums = values.clamp(-spec.clip, spec.clip).sum(dim=1)
-    expected = ((sums.double() + priv.noise_scale * torch.randn(queries, generator=gen, dtype=torch.float64))
-                / spec.expected_batch_size).float()
+    noise = torch.randn(queries, generator=torch.Generator().manual_seed(5), dtype=torch.float64).tolist()
+    sums = [math.fsum(min(max(v, -0.3), 0.3) for v in row) for row in values.tolist()]
+    expected = torch.tensor([(s + priv.noise_scale * z) / 37 for s, z in zip(sums, noise)], dtype=torch.float32)
     assert got.dtype == torch.float32 and torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("sigma", [1.7, None])
+def test_release_does_not_depend_on_the_order_of_the_examples(sigma):
+    """The sum is exact, so any order of the same examples releases the same numbers for the same
+    noise draws (a float32 or plain float64 sum would not: these values cancel badly)."""
+    spec = NoiseSpec(sigma=sigma, clip=1e9, expected_batch_size=4)
+    rows = [[1e16, 1.0, -1e16, 3.0, 0.5, 1e-8]]
+    releases = set()
+    for order in ([0, 1, 2, 3, 4, 5], [1, 3, 0, 4, 2, 5], [5, 4, 3, 2, 1, 0]):
+        priv = ScalarPrivatizer(spec, queries=1, generator=torch.Generator().manual_seed(5))
+        releases.add(priv.release([[rows[0][i] for i in order]])[0])
+    assert len(releases) == 1
+    assert sum(rows[0]) != sum(rows[0][i] for i in [1, 3, 0, 4, 2, 5])   # the case an exact sum is needed for
+
+
+def test_release_of_non_finite_scalars_is_nan_or_infinite_not_an_exception():
+    """inf - inf, as two diverged losses give, makes the release NaN (as a tensor sum would), not a
+    traceback out of math.fsum; clipping still bounds an infinite value in a private release."""
+    inf = float("inf")
+    public = ScalarPrivatizer(NoiseSpec(sigma=None, clip=1.0, expected_batch_size=2), 1, None)
+    assert math.isnan(public.release([[inf, -inf]])[0]) and public.release([[inf, 1.0]])[0] == inf
+    private = ScalarPrivatizer(NoiseSpec(sigma=1.0, clip=1.0, expected_batch_size=2), 1,
+                               torch.Generator().manual_seed(0))
+    assert math.isfinite(private.release([[inf, -inf]])[0])
+    assert math.isnan(private.release([[float("nan"), 1.0]])[0])
 
 
 @pytest.mark.parametrize("mechanism,sigma", [("gaussian", 1.7), ("laplace", 1.7), ("gaussian", None)])
@@ -140,5 +165,5 @@ def test_rounding_and_mean_coefficients_match_tensor_arithmetic(dtype):
     assert [a == b or (a != a and b != b) for a, b in zip(rounded, expected)] == [True] * len(numbers)
     finite = [v for v in expected if math.isfinite(v)]
     for count in (1, 3, 7):
-        got = mean_coefficients(finite, count, torch.zeros(2, 3, dtype=dtype))
+        got = mean_coefficients(finite, count, dtype, torch.device("cpu"))
         assert got == (torch.tensor(finite, dtype=dtype) / (count if count > 1 else 1)).tolist()

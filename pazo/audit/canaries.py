@@ -34,7 +34,7 @@ import torch
 
 from pazo.data.base import TensorSplit
 from pazo.errors import ConfigError
-from pazo.privacy.mechanisms import ScalarPrivatizer, VectorPrivatizer, clip_factors
+from pazo.privacy.mechanisms import ScalarPrivatizer, ScalarRelease, VectorPrivatizer, clip_factors
 from pazo.rng import RandomStreams
 
 #: the replayed noise counts as the run's noise when the share of the releases' sum of squares it
@@ -137,30 +137,25 @@ class _WhiteBox:
         return self._score(releases).numpy(), info
 
 
-class ScalarCanaries(_WhiteBox):
+class ScalarCanaries(_WhiteBox, ScalarRelease):
     """Wraps a zeroth-order method's `ScalarPrivatizer`: appends the sampled canaries' scalars to
-    each call's per-example values, lets the privatiser clip, sum and noise them, and records the
-    noisy sums."""
+    each release's rows of per-example values, lets the privatiser clip, sum and noise them, and
+    records the noisy sums (`means` and the call go through `release`, with the canaries)."""
 
     def __init__(self, inner: ScalarPrivatizer, m: int, scale: float, design: np.random.Generator):
         super().__init__(inner, m, scale, design)
         self.signs: list[torch.Tensor] = []  # per call, [queries, m] in {-1, +1}
 
-    def __call__(self, values: torch.Tensor) -> torch.Tensor:
-        queries = values.shape[0]
+    def release(self, rows):
+        queries = len(rows)
         signs = torch.as_tensor(self.design.integers(0, 2, size=(queries, self.m), dtype=np.int8) * 2 - 1)
         self.signs.append(signs)
         present = torch.as_tensor(self.present, dtype=torch.long)
-        raw = self.scale * self.inner.spec.clip * signs[:, present].to(values)  # [queries, sampled canaries]
-        out = self.inner(torch.cat([values, raw], dim=1))
-        self.releases.append(out.detach().double().cpu() * self.inner.spec.expected_batch_size)
+        raw = (self.scale * self.inner.spec.clip * signs[:, present].double()).tolist()  # [queries, sampled]
+        out = self.inner.release([[*row, *extra] for row, extra in zip(rows, raw)])
+        self.releases.append(torch.tensor(out, dtype=torch.float64) * self.inner.spec.expected_batch_size)
         self.steps.append(self.step)
         return out
-
-    def means(self, values: torch.Tensor) -> list[float]:
-        """The privatiser's release as Python floats (the zeroth-order steps' call), through the
-        canaries as `__call__`: forwarded to the inner privatiser, it would release without them."""
-        return self(values).tolist()
 
     def replay_noise(self, seeds, device):
         gen = torch.Generator(device="cpu")  # the scalar privatiser draws on the CPU

@@ -8,7 +8,7 @@ from pazo.errors import ConfigError
 from pazo.methods.base import at_least_one
 from pazo.methods.engines import apply_flat_update
 from pazo.methods.registry import register_method
-from pazo.methods.two_point import RandomDirectionConfig, TwoPointMethod, mean_coefficients
+from pazo.methods.two_point import RandomDirectionConfig, TwoPointMethod
 
 
 @dataclass
@@ -37,17 +37,17 @@ class PazoM(TwoPointMethod):
         self.public = self.public_batches()
 
     def step(self, x, y, step):
-        alpha, q = self.cfg.alpha, self.cfg.q
+        alpha = self.cfg.alpha
         # line 3: x, y is the private Poisson batch B
         # line 4: a public batch B' and its gradient g_pub, taken at x_t (before any of the update)
         g_pub = self.model.mean_loss_grad(*self.public.sample()) if alpha > 0 else None
         # lines 5-7: q directions u_j on the sphere of radius d^(1/4)
         u = self.random_directions()
         # lines 8-11: s_j = (1/b)(sum_i clip_C((f+ - f-) / 2 lam) + N(0, q C^2 sigma^2)); g~ = sum_j s_j u_j
-        s, rows = self.noisy_directional_derivatives(x, y, u)
+        estimate = self.noisy_directional_derivatives(x, y, u)
         # line 13: x <- x - eta ((1 - alpha) g~/q + alpha g_pub)
-        self.descend(u, [(1 - alpha) * c for c in mean_coefficients(s, q, rows[0])])
-        stats = self.stats(s, rows)
+        self.descend(u, [(1 - alpha) * c for c in estimate.mean_coefficients()])
+        stats = self.stats(estimate)
         if g_pub is not None:
             apply_flat_update(self.model, alpha * g_pub, self.lr)
             stats["public_grad_norm"] = float(g_pub.norm())

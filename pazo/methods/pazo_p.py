@@ -10,7 +10,7 @@ import torch
 from pazo.methods.base import at_least_one, one_of
 from pazo.methods.directions import SubspaceDirections, normalized_rows, orthonormal_basis, sample_coefficients
 from pazo.methods.registry import register_method
-from pazo.methods.two_point import TwoPointMethod, ZerothOrderConfig, mean_coefficients
+from pazo.methods.two_point import TwoPointMethod, ZerothOrderConfig
 
 
 @dataclass
@@ -55,10 +55,10 @@ class PazoP(TwoPointMethod):
         u = SubspaceDirections(G, sample_coefficients(self.cfg.q, rank, self.cfg.coef_distribution, self.coef_gen),
                                self.model.split_flat)
         # lines 8-11: s_j = (1/b)(sum_i clip_C((f(x + lam G u_j) - f(x - lam G u_j)) / 2 lam) + N(0, q C^2 sigma^2))
-        s, rows = self.noisy_directional_derivatives(x, y, u)
+        estimate = self.noisy_directional_derivatives(x, y, u)
         # line 13: x <- x - eta g~/q, g~ = sum_j s_j G u_j
-        self.descend(u, mean_coefficients(s, u.count, rows[0]))
-        return {**self.stats(s, rows), "subspace_rank": float(rank)}
+        self.descend(u, estimate.mean_coefficients())
+        return {**self.stats(estimate), "subspace_rank": float(rank)}
 
 
 @register_method("pazo_p_prime", config=PazoPConfig, label="PAZO-P'", family="zeroth_order", uses_public=True,

@@ -13,13 +13,14 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
 from pazo.methods.base import Method, MethodConfig, at_least_one, one_of, positive, require
 from pazo.methods.directions import Directions, SeededDirections, orthogonal_directions, resolve_radius
 from pazo.methods.engines import apply_directional_update
-from pazo.privacy.mechanisms import NoiseSpec, Release, ScalarPrivatizer, noise_generator, rounded_to
+from pazo.privacy.mechanisms import NoiseSpec, Release, ScalarPrivatizer, exact_sum, noise_generator, rounded_to
 
 DIRECTIONS = ("gaussian", "sphere", "orthogonal")
 RADII = ("sqrt_d", "fourth_root_d")
@@ -80,50 +81,69 @@ class TwoPointMethod(Method):
         radius = resolve_radius(cfg.radius, model.dim) if cfg.direction == "sphere" else None
         return SeededDirections(model.shapes, seeds, cfg.direction, radius, device=self.ctx.device, dtype=dtype)
 
-    def noisy_directional_derivatives(self, x, y, u: Directions) -> tuple[list[float], list[torch.Tensor]]:
-        """The privatised s_j for each direction u_j (count Python floats, rounded to the losses'
-        dtype), and the raw per-example losses as 2 count rows [B] (f(x + lam u_j) at 2j, f(x - lam u_j)
-        at 2j + 1)."""
+    def noisy_directional_derivatives(self, x, y, u: Directions) -> Estimate:
+        """The privatised s_j for each direction u_j and the per-example losses they came from."""
         lam = self.cfg.smoothing
         points = [(j, s) for j in range(u.count) for s in (lam, -lam)]
         seed = self.ctx.streams.draw_seeds("directions", 1)[0] if self.ctx.query_train_mode else None
         rows = self.ctx.engine.loss_rows(self.model, x, y, u, points, train=self.ctx.query_train_mode, seed=seed)
-        plus, minus = rows[0::2], rows[1::2]   # one direction: no stacking (tens of us between forwards)
-        difference = torch.sub(plus[0], minus[0])[None] if u.count == 1 else torch.stack(plus) - torch.stack(minus)
-        finite_differences = difference.div_(2 * lam)  # [count, B]
-        return self.privatizer.means(finite_differences), rows
+        losses = host_lists(rows)
+        plus, minus = losses[0::2], losses[1::2]
+        finite_differences = [[(p - m) / (2 * lam) for p, m in zip(fp, fm)] for fp, fm in zip(plus, minus)]
+        s = rounded_to(self.privatizer.release(finite_differences), rows[0].dtype)
+        return Estimate(s, losses, rows[0].dtype, rows[0].device)
 
     def descend(self, u: Directions, coefs: list[float]) -> None:
         """x <- x - lr * sum_j coefs[j] u_j (each u_j regenerated, never stored whole)."""
         apply_directional_update(self.model, u, coefs, self.lr)
 
     @staticmethod
-    def stats(scalars: list[float], rows: list[torch.Tensor]) -> dict[str, float]:
-        """The step's mean query loss over the loss rows and mean |s_j| (in Python: a few small
-        tensor operations cost more than the numbers, next to the forwards of a small model). On an
-        accelerator the rows are joined first: one copy to the host instead of one per row."""
-        if len(rows) > 1 and rows[0].device.type != "cpu":
-            rows = [torch.cat(rows)]
-        count = sum(row.numel() for row in rows)   # fsum is exactly rounded: the rows may go in one by one
-        loss = math.fsum(itertools.chain.from_iterable(row.tolist() for row in rows)) / count if count else float("nan")
-        return {"loss": loss, "projected_grad": math.fsum(map(abs, scalars)) / len(scalars)}
+    def stats(estimate: Estimate) -> dict[str, float]:
+        """The step's mean query loss over all its per-example losses and mean |s_j|."""
+        count = sum(map(len, estimate.losses))
+        loss = exact_sum(itertools.chain.from_iterable(estimate.losses)) / count if count else float("nan")
+        return {"loss": loss, "projected_grad": math.fsum(map(abs, estimate.s)) / len(estimate.s)}
 
     def step(self, x, y, step):
         """Zeroth-order SGD: x <- x - lr * (1/q) sum_j s_j u_j."""
         u = self.random_directions()
-        s, rows = self.noisy_directional_derivatives(x, y, u)
-        self.descend(u, mean_coefficients(s, u.count, rows[0]))
-        return self.stats(s, rows)
+        estimate = self.noisy_directional_derivatives(x, y, u)
+        self.descend(u, estimate.mean_coefficients())
+        return self.stats(estimate)
 
 
-def mean_coefficients(s: list[float], count: int, like: torch.Tensor) -> list[float]:
-    """The coefficients s_j / count as the division of a tensor of the dtype of `like` (the losses)
-    on its device gives them (none for one direction). On CPU that division is correctly rounded, so
-    it is done here on Python floats (the float64 quotient rounded once is the correctly rounded one for
+class Estimate(NamedTuple):
+    """One step's privatised directional derivatives s_j (Python floats, rounded to the losses'
+    dtype) and the per-example losses they came from: f(x + lam u_j) at 2j, f(x - lam u_j) at
+    2j + 1, as lists of Python floats."""
+
+    s: list[float]
+    losses: list[list[float]]
+    dtype: torch.dtype
+    device: torch.device
+
+    def mean_coefficients(self) -> list[float]:
+        """s_j / q (`mean_coefficients`)."""
+        return mean_coefficients(self.s, len(self.s), self.dtype, self.device)
+
+
+def host_lists(rows: list[torch.Tensor]) -> list[list[float]]:
+    """Loss rows as lists of Python floats; on an accelerator joined first (one copy to the host
+    instead of one per row)."""
+    if len(rows) > 1 and rows[0].device.type != "cpu":
+        flat, width = torch.cat(rows).tolist(), rows[0].numel()
+        return [flat[i * width:(i + 1) * width] for i in range(len(rows))]
+    return [row.tolist() for row in rows]
+
+
+def mean_coefficients(s: list[float], count: int, dtype: torch.dtype, device: torch.device) -> list[float]:
+    """The coefficients s_j / count as the division of a tensor of `dtype` (the losses') on `device`
+    gives them (none for one direction). On CPU that division is correctly rounded, so it is done
+    here on Python floats (the float64 quotient rounded once is the correctly rounded one for
     float32, float16 and bfloat16, whose precision is under half of float64's); CUDA multiplies by
     the rounded reciprocal instead, so there the device divides."""
     if count == 1:
         return s
-    if like.device.type == "cpu":
-        return rounded_to([v / count for v in s], like.dtype)
-    return (torch.tensor(s, dtype=like.dtype, device=like.device) / count).tolist()
+    if device.type == "cpu":
+        return rounded_to([v / count for v in s], dtype)
+    return (torch.tensor(s, dtype=dtype, device=device) / count).tolist()

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import array
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -116,8 +116,30 @@ class NoiseSpec:
         return self.sensitivity_for(self.clip)
 
 
-class ScalarPrivatizer:
-    """Clip, sum, add Gaussian noise and normalise rows of per-example scalars."""
+class ScalarRelease:
+    """A release of rows of per-example scalars (`release`, on Python floats), also taken from a
+    [Q, B] tensor: `means` (Python floats rounded to its dtype) or the call (a [Q] tensor)."""
+
+    def release(self, rows: Sequence[Sequence[float]]) -> list[float]:
+        raise NotImplementedError
+
+    def means(self, values: torch.Tensor) -> list[float]:
+        """`release` of the rows of a [Q, B] tensor, rounded to its dtype, as Python floats."""
+        return rounded_to(self.release(values.tolist()), values.dtype)
+
+    def __call__(self, values: torch.Tensor) -> torch.Tensor:
+        """values: [Q, B] per-example scalars -> [Q] privatised means (`means`, as a tensor)."""
+        return torch.tensor(self.means(values), dtype=values.dtype, device=values.device)
+
+
+class ScalarPrivatizer(ScalarRelease):
+    """Clip, sum, add noise and normalise rows of per-example scalars.
+
+    The arithmetic is done on Python floats (float64), each row's clipped values summed exactly
+    (`exact_sum`): the release does not depend on the order of the examples, nor on how a machine
+    vectorises a sum, and a zeroth-order step of a small model pays no tensor operation for it
+    (each costs tens of microseconds between its forward passes). The noise is drawn as a float64
+    tensor from the noise stream."""
 
     def __init__(self, spec: NoiseSpec, queries: int, generator: torch.Generator | None):
         if queries < 1:
@@ -132,41 +154,40 @@ class ScalarPrivatizer:
         releases = self.queries if self.spec.mechanism == "laplace" else math.sqrt(self.queries)
         return releases * self.spec.sensitivity * self.spec.sigma * _noise_factor()
 
-    def _noise(self, shape) -> torch.Tensor:
+    def _noise(self, count: int) -> list[float]:
+        """`count` draws of the noise on a sum (std or scale `noise_scale`)."""
         if self.spec.mechanism == "laplace":  # inverse CDF, so that our seeded generator drives it
-            u = torch.rand(shape, generator=self.generator, dtype=torch.float64) - 0.5
-            return -self.noise_scale * torch.sign(u) * torch.log1p(-2 * u.abs())
-        return self.noise_scale * torch.randn(shape, generator=self.generator, dtype=torch.float64)
+            u = torch.rand(count, generator=self.generator, dtype=torch.float64) - 0.5
+            return (-self.noise_scale * torch.sign(u) * torch.log1p(-2 * u.abs())).tolist()
+        scale = self.noise_scale
+        return [scale * z for z in torch.randn(count, generator=self.generator, dtype=torch.float64).tolist()]
 
-    def clip(self, values: torch.Tensor) -> torch.Tensor:
+    def clipped(self, row: Sequence[float]) -> list[float]:
+        """Each value clipped to [-C, C] (NaN stays NaN, as in `torch.clamp`)."""
         if _debug_break == "no_clip":  # debug break: no clipping
-            return values
-        return values.clamp(-self.spec.clip, self.spec.clip)
+            return list(row)
+        c = self.spec.clip
+        return [c if v > c else -c if v < -c else v for v in row]
 
-    def __call__(self, values: torch.Tensor) -> torch.Tensor:
-        """values: [Q, B] per-example scalars -> [Q] privatised means."""
-        if not self.spec.private:  # non-private: plain mean over the realised batch
-            return values.mean(dim=1) if values.shape[1] else values.new_zeros(values.shape[0])
-        if self.spec.mechanism == "gaussian":
-            return torch.tensor(self._gaussian_means(values), dtype=values.dtype, device=values.device)
-        noisy = self.clip(values).sum(dim=1).double().cpu() + self._noise(values.shape[:1])
-        return (noisy / self.spec.expected_batch_size).to(device=values.device, dtype=values.dtype)
+    def release(self, rows: Sequence[Sequence[float]]) -> list[float]:
+        """rows: per query, the per-example scalars -> per query (sum_i clip_C(v_i) + noise) / b,
+        float64 (b the expected batch size); non-private: the plain mean over the realised batch."""
+        if not self.spec.private:
+            return [exact_sum(row) / len(row) if len(row) else 0.0 for row in rows]
+        sums = [exact_sum(self.clipped(row)) for row in rows]
+        b = self.spec.expected_batch_size
+        return [(s + z) / b for s, z in zip(sums, self._noise(len(sums)))]
 
-    def means(self, values: torch.Tensor) -> list[float]:
-        """The numbers of `self(values)` as Python floats (the same draws; a Gaussian release is
-        rounded to the values' dtype in Python instead of through a tensor: a zeroth-order step
-        reads them as floats, and each small tensor operation costs tens of us between forwards)."""
-        if self.spec.private and self.spec.mechanism == "gaussian":
-            return rounded_to(self._gaussian_means(values), values.dtype)
-        return self(values).tolist()
 
-    def _gaussian_means(self, values: torch.Tensor) -> list[float]:
-        """(sum_i clip_C(v_i) + N(0, noise_scale^2)) / b per row, in float64: the float64 tensor
-        formula's operations on the q numbers, done on Python floats (a test checks bit for bit)."""
-        sums = self.clip(values).sum(dim=1).tolist()
-        scale, b = self.noise_scale, self.spec.expected_batch_size
-        noise = torch.randn(len(sums), generator=self.generator, dtype=torch.float64).tolist()
-        return [(s + scale * z) / b for s, z in zip(sums, noise)]
+def exact_sum(values: Iterable[float]) -> float:
+    """The sum of float64 numbers correctly rounded (`math.fsum`), so independent of their order;
+    where fsum gives up (inf + -inf, an intermediate overflow) the plain sum (NaN, or +-inf), as a
+    tensor's sum would give."""
+    values = list(values)
+    try:
+        return math.fsum(values)
+    except (ValueError, OverflowError):
+        return sum(values)
 
 
 def rounded_to(numbers: list[float], dtype: torch.dtype) -> list[float]:
