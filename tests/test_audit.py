@@ -170,8 +170,8 @@ def test_white_box_no_false_alarm_over_seeds(make_method, method, cfg, seed):
 
 @pytest.mark.parametrize("method,cfg", [CASES[0], CASES[1]], ids=["dpsgd", "dpzero"])
 def test_white_box_hooks_read_data_through_but_no_method(make_method, method, cfg):
-    """A privatiser method the hook does not wrap is refused, not forwarded (forwarded, `means`
-    once released without the canaries); its data still read through."""
+    """A privatiser method the hook does not wrap is refused, not forwarded (a forwarded one would
+    release without the canaries); its data still read through."""
     model = quadratic_model(d=10, seed=0)
     meth = make_method(method, model, {"lr": 1e-3, "clip": 1.0, **cfg}, sigma=SIGMA, b=B, seed=0)
     inner = meth.privatizer
@@ -179,6 +179,24 @@ def test_white_box_hooks_read_data_through_but_no_method(make_method, method, cf
     assert meth.privatizer is hook and hook.spec is inner.spec
     with pytest.raises(AttributeError, match="a release must pass the canaries"):
         getattr(hook, "noise" if method == "dpsgd" else "clipped")
+
+
+def test_every_scalar_release_of_the_white_box_hook_carries_the_sampled_canaries():
+    """`release` (the two-point step's), `means` and the tensor call (PAZO-S's) each add every sampled
+    canary's clipped +-C to each query's sum, with the signs the hook records (no noise here, so the
+    release is exactly that sum over b); none of them reaches the privatiser without them."""
+    from pazo.audit.canaries import ScalarCanaries
+    from pazo.privacy.mechanisms import NoiseSpec, ScalarPrivatizer
+    inner = ScalarPrivatizer(NoiseSpec(sigma=0.0, clip=0.5, expected_batch_size=4), 2, torch.Generator())
+    hook = ScalarCanaries(inner, 6, 10.0, np.random.default_rng(1))
+    hook.present = np.array([0, 2, 5])
+    zeros = torch.zeros(2, 3)
+    for call in (lambda: hook.release(zeros.tolist()), lambda: hook.means(zeros), lambda: hook(zeros).tolist()):
+        got = call()
+        signs = hook.signs[-1][:, [0, 2, 5]].double()
+        assert got == (signs.sum(dim=1) * 0.5 / 4).tolist() and any(v != 0 for v in got)
+        assert torch.equal(hook.releases[-1], signs.sum(dim=1) * 0.5)
+    assert len(hook.releases) == 3
 
 
 # --- the command, end to end on digits ----------------------------------------------------------

@@ -116,7 +116,7 @@ def test_gaussian_release_is_the_exact_clipped_sum_plus_scaled_float64_noise_ove
 def test_release_does_not_depend_on_the_order_of_the_examples(sigma):
     """The sum is exact, so any order of the same examples releases the same numbers for the same
     noise draws (a float32 or plain float64 sum would not: these values cancel badly)."""
-    spec = NoiseSpec(sigma=sigma, clip=1e9, expected_batch_size=4)
+    spec = NoiseSpec(sigma=sigma and 1e-30, clip=1e17, expected_batch_size=4)   # nothing clipped, noise ~1e-13
     rows = [[1e16, 1.0, -1e16, 3.0, 0.5, 1e-8]]
     releases = set()
     for order in ([0, 1, 2, 3, 4, 5], [1, 3, 0, 4, 2, 5], [5, 4, 3, 2, 1, 0]):
@@ -138,18 +138,47 @@ def test_release_of_non_finite_scalars_is_nan_or_infinite_not_an_exception():
     assert math.isnan(private.release([[float("nan"), 1.0]])[0])
 
 
+def test_step_statistics_are_the_exact_mean_loss_and_mean_absolute_scalar():
+    """A two-point step's `loss` is the exactly summed mean of all its per-example losses (an
+    infinite loss gives inf, not an exception) and `projected_grad` the mean |s_j|."""
+    from pazo.methods.two_point import Estimate, TwoPointMethod
+    losses = [[1e16, 1.0, 1.0], [-1e16, 0.5, 0.25]]   # summed in order in float64: 0.75, not 2.75
+    stats = TwoPointMethod.stats(Estimate([0.5, -1.25, 3.0], losses, torch.float32, torch.device("cpu")))
+    assert stats == {"loss": 2.75 / 6, "projected_grad": 4.75 / 3}
+    diverged = TwoPointMethod.stats(Estimate([1.0], [[math.inf, 1.0], [2.0, 3.0]], torch.float32,
+                                             torch.device("cpu")))
+    assert diverged["loss"] == math.inf
+
+
 @pytest.mark.parametrize("mechanism,sigma", [("gaussian", 1.7), ("laplace", 1.7), ("gaussian", None)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
-def test_privatised_means_as_floats_are_the_tensors_numbers(mechanism, sigma, dtype):
-    """`means` (what the zeroth-order step reads) is `priv(values).tolist()` draw for draw, in every
-    dtype, with the generator left at the same place."""
+def test_privatised_means_are_the_mechanism_rounded_to_the_values_dtype(mechanism, sigma, dtype):
+    """`means` and the tensor call (PAZO-S's) release (exact sum of the clipped values + the
+    mechanism's noise, by inverse CDF for Laplace) / b, or the plain mean without privacy, rounded to
+    the values' dtype, one noise draw per query from the generator, call after call."""
     spec = NoiseSpec(sigma=sigma, clip=0.3, expected_batch_size=37, mechanism=mechanism)
     values = torch.randn(4, 50, generator=torch.Generator().manual_seed(2)).to(dtype)
-    as_tensor = ScalarPrivatizer(spec, queries=4, generator=torch.Generator().manual_seed(5))
-    as_floats = ScalarPrivatizer(spec, queries=4, generator=torch.Generator().manual_seed(5))
-    for _ in range(3):
-        assert as_floats.means(values) == as_tensor(values).tolist()
-    assert torch.equal(as_floats.generator.get_state(), as_tensor.generator.get_state())
+    priv = ScalarPrivatizer(spec, queries=4, generator=torch.Generator().manual_seed(5))
+    replica = torch.Generator().manual_seed(5)
+    rows = values.tolist()
+    for call in range(3):
+        if sigma is None:
+            expected = [math.fsum(row) / len(row) for row in rows]
+        else:
+            if mechanism == "laplace":
+                u = [v - 0.5 for v in torch.rand(4, generator=replica, dtype=torch.float64).tolist()]
+                noise = [-priv.noise_scale * math.copysign(1.0, v) * math.log1p(-2 * abs(v)) for v in u]
+            else:
+                noise = [priv.noise_scale * z for z in torch.randn(4, generator=replica, dtype=torch.float64).tolist()]
+            sums = [math.fsum(min(max(v, -0.3), 0.3) for v in row) for row in rows]
+            expected = [(s + z) / 37 for s, z in zip(sums, noise)]
+        rounded = torch.tensor(expected, dtype=dtype)
+        got = priv.means(values) if call % 2 == 0 else priv(values).tolist()
+        if dtype == torch.float64:   # libm's log1p and torch's may differ in float64's last bit
+            assert torch.allclose(torch.tensor(got, dtype=torch.float64), rounded, rtol=1e-12, atol=0)
+        else:
+            assert got == rounded.tolist()
+    assert torch.equal(priv.generator.get_state(), replica.get_state())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])

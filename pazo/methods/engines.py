@@ -27,8 +27,8 @@ How the in-place engine works (the interface other code builds on):
 
 Both engines return the same [P, B] loss matrix for the same directions (up to float rounding of
 the in-place restore), which a test checks: `losses` as one tensor, `loss_rows` as its P rows (the
-in-place engine's forwards give rows; a two-point step reads them in pairs and need not pay for
-stacking them, one more tensor operation between the forwards of a small model).
+in-place engine's forwards give rows; a two-point step reads them as Python lists, row by row on
+CPU, joined first on an accelerator, and never pays for stacking them on CPU).
 
 `engine.name=auto` (the default) picks one for the model, method and device at start-up
 (`choose_engine`) and the run's summary records the choice and why.

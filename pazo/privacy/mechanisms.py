@@ -137,9 +137,9 @@ class ScalarPrivatizer(ScalarRelease):
 
     The arithmetic is done on Python floats (float64), each row's clipped values summed exactly
     (`exact_sum`): the release does not depend on the order of the examples, nor on how a machine
-    vectorises a sum, and a zeroth-order step of a small model pays no tensor operation for it
-    (each costs tens of microseconds between its forward passes). The noise is drawn as a float64
-    tensor from the noise stream."""
+    vectorises a sum, and a zeroth-order step of a small model pays a tensor operation only for the
+    noise draw (each costs tens of microseconds between its forward passes), a float64 tensor from
+    the noise stream."""
 
     def __init__(self, spec: NoiseSpec, queries: int, generator: torch.Generator | None):
         if queries < 1:
@@ -181,8 +181,8 @@ class ScalarPrivatizer(ScalarRelease):
 
 def exact_sum(values: Iterable[float]) -> float:
     """The sum of float64 numbers correctly rounded (`math.fsum`), so independent of their order;
-    where fsum gives up (inf + -inf, an intermediate overflow) the plain sum (NaN, or +-inf), as a
-    tensor's sum would give."""
+    where fsum gives up (inf + -inf: NaN; an intermediate overflow: then +-inf or NaN, even where the
+    exact sum is finite) the plain sum. Clipped values (at most C each) never overflow."""
     values = list(values)
     try:
         return math.fsum(values)
