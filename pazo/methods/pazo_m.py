@@ -49,6 +49,6 @@ class PazoM(TwoPointMethod):
         self.descend(u, [(1 - alpha) * c for c in estimate.mean_coefficients()])
         stats = self.stats(estimate)
         if g_pub is not None:
-            apply_flat_update(self.model, alpha * g_pub, self.lr)
+            apply_flat_update(self.model, g_pub, self.lr * alpha)   # alpha in the step size: no scaled copy
             stats["public_grad_norm"] = float(g_pub.norm())
         return stats
