@@ -78,6 +78,38 @@ def test_pazo_p_estimate_is_the_projection_onto_the_public_span():
     assert torch.norm(mean - g) > 0.1 * torch.norm(g)  # it is not the full gradient
 
 
+def test_orthonormal_basis_is_the_q_of_a_qr_with_positive_diagonal():
+    """Gram-Schmidt on the Gram matrix, twice, gives QR's Q: also for nearly dependent gradients
+    (condition number about 1e5), where one pass on the Gram matrix would lose orthogonality."""
+    gen = torch.Generator().manual_seed(7)
+    for spread in (1.0, 1e-5):
+        G = torch.randn(5, 300, dtype=torch.float64, generator=gen)
+        G[1:] = G[0] + spread * G[1:]          # every row close to the first
+        q, r = torch.linalg.qr(G.T)
+        expected = (q * torch.sign(torch.diagonal(r))).T
+        basis = orthonormal_basis(G)
+        assert basis.shape == (5, 300)
+        assert (basis @ basis.T - torch.eye(5, dtype=torch.float64)).abs().max() < 1e-13
+        assert (basis - expected).abs().max() < 1e-9
+        assert torch.allclose(basis[:1], G[:1] / G[0].norm(), rtol=0, atol=1e-15)   # Q's first row: g_1 / |g_1|
+
+
+def test_orthonormal_basis_drops_zero_dependent_and_non_finite_gradients_and_keeps_the_rest():
+    gen = torch.Generator().manual_seed(8)
+    G = torch.randn(6, 50, dtype=torch.float64, generator=gen)
+    G[1] = 0.0                                   # zero
+    noise = torch.randn(50, dtype=torch.float64, generator=gen)
+    G[3] = 2 * G[0] - G[2] + 1e-7 * noise        # dependent up to a relative 1e-7 (under the 1e-5 tolerance)
+    G[4, 7] = float("inf")                       # a diverged gradient
+    basis = orthonormal_basis(G)
+    kept = G[[0, 2, 5]]
+    q, r = torch.linalg.qr(kept.T)
+    assert torch.allclose(basis, (q * torch.sign(torch.diagonal(r))).T, rtol=0, atol=1e-12)
+    G[3] = 2 * G[0] - G[2] + 1e-3 * noise        # independent enough: kept
+    assert orthonormal_basis(G).shape == (4, 50)
+    assert orthonormal_basis(torch.zeros(3, 50)).shape == (0, 50)
+
+
 def test_pazo_s_picks_the_truly_best_public_step_without_noise(make_method):
     model = quadratic_model(d=4)
     x = torch.ones(8, 4, dtype=torch.float64)  # private optimum: w = 1

@@ -501,23 +501,53 @@ def sample_coefficients(count: int, k: int, distribution: str, generator: torch.
 
 
 def orthonormal_basis(grads: torch.Tensor, rel_tol: float = 1e-5) -> torch.Tensor:
-    """Orthonormal rows spanning the rows of grads [k, d], for k << d: Gram-Schmidt with
-    re-orthogonalisation in float64, i.e. the Q of a QR with positive diagonal, but without
-    cuSOLVER's slow QR of a tall d x k matrix. Rows whose remainder is negligible next to their
-    own norm (linearly dependent or zero gradients) are dropped, so the result is [rank, d]."""
+    """Orthonormal rows spanning the rows of grads [k, d], for k << d: the Q of a QR with positive
+    diagonal (Gram-Schmidt), in float64. Gram-Schmidt runs on the k x k Gram matrix, each basis row
+    kept as its coefficients over the gradients (`gram_schmidt_coefficients`), and the basis is made
+    in one [rank, k] x [k, d] product; then once more on that basis, which restores the
+    orthogonality the Gram matrix's rounding costs (as CholeskyQR2 does: float64 rounding while the
+    kept gradients' condition number stays under about 1e7). So four passes over the d-vectors and
+    two k x k host copies, not two passes and a host sync per pair of rows (cuSOLVER's QR of a tall
+    d x k matrix is slow too). Rows whose remainder is negligible next to their own norm (linearly
+    dependent or zero gradients) are dropped, so the result is [rank, d]."""
     rows = grads.double()
-    basis: list[torch.Tensor] = []
-    for g in rows:
-        v = g.clone()
-        for _ in range(2):  # twice is enough (Giraud et al. 2005)
-            for b in basis:
-                v -= (b @ v) * b
-        norm, scale = v.norm(), g.norm()
-        if scale > 0 and norm > rel_tol * scale:
-            basis.append(v / norm)
-    if not basis:
+    gram = (rows @ rows.T).tolist()
+    finite = [i for i, row in enumerate(gram) if math.isfinite(row[i])]
+    if len(finite) < len(gram):   # a gradient with inf or nan entries (a diverging run) is dropped, the rest kept
+        rows, gram = rows[finite], [[gram[i][j] for j in finite] for i in finite]
+    coefficients = gram_schmidt_coefficients(gram, rel_tol)
+    if not coefficients:
         return grads.new_zeros((0, grads.shape[1]))
-    return torch.stack(basis).to(grads.dtype).contiguous()
+    basis = rows.new_tensor(coefficients) @ rows
+    # once more on the basis itself: the orthogonality the Gram matrix's rounding cost comes back
+    basis = rows.new_tensor(gram_schmidt_coefficients((basis @ basis.T).tolist(), rel_tol)) @ basis
+    return basis.to(grads.dtype).contiguous()
+
+
+def gram_schmidt_coefficients(gram: list[list[float]], rel_tol: float) -> list[list[float]]:
+    """Gram-Schmidt with re-orthogonalisation (twice is enough: Giraud et al. 2005) of k vectors
+    known only by their Gram matrix G [k, k]: the orthonormal basis as coefficient rows C [rank, k]
+    (basis = C @ vectors), on Python floats (k is a handful: a few hundred operations, where small
+    array operations would cost more than the arithmetic). Vector i is dropped when what remains of
+    it after projecting out the basis so far has a norm of at most rel_tol times its own (the
+    remainder's squared norm comes from G: accurate to about 1e-16 / rel_tol^2 of itself, 1e-6 at
+    the default)."""
+    k = len(gram)
+    basis, images = [], []     # the rows C_r and G C_r: <q_r, v> = C_r G c = (G C_r) . c for v = c V
+    for i in range(k):
+        c = [0.0] * k
+        c[i] = 1.0
+        for _ in range(2):
+            for row, image in zip(basis, images):
+                dot = sum([a * b for a, b in zip(image, c)])
+                c = [a - dot * b for a, b in zip(c, row)]
+        image = [sum([a * b for a, b in zip(g_row, c)]) for g_row in gram]
+        norm_sq = sum([a * b for a, b in zip(c, image)])
+        if gram[i][i] > 0 and norm_sq > rel_tol ** 2 * gram[i][i]:
+            norm = math.sqrt(norm_sq)
+            basis.append([a / norm for a in c])
+            images.append([a / norm for a in image])
+    return basis
 
 
 def normalized_rows(grads: torch.Tensor) -> torch.Tensor:
