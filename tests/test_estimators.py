@@ -5,6 +5,7 @@ import torch
 
 from conftest import quadratic_model, true_grad
 from pazo.data.base import TensorSplit
+from pazo.methods import directions
 from pazo.methods.directions import (SeededDirections, SubspaceDirections, orthonormal_basis,
                                      sample_coefficients)
 from pazo.methods.engines import VectorisedEngine
@@ -93,6 +94,25 @@ def test_orthonormal_basis_is_the_q_of_a_qr_with_positive_diagonal():
         assert (basis @ basis.T - torch.eye(5, dtype=torch.float64)).abs().max() < 1e-13
         assert (basis - expected).abs().max() < 1e-9
         assert torch.allclose(basis[:1], G[:1] / G[0].norm(), rtol=0, atol=1e-15)   # Q's first row: g_1 / |g_1|
+
+
+def test_gram_schmidt_on_python_floats_and_on_numpy_agree(monkeypatch):
+    """A handful of vectors run on Python floats, more on numpy: the same coefficients, the same
+    dropped vector, and for k above the switch the Q of a QR all the same."""
+    gen = torch.Generator().manual_seed(9)
+    G = torch.randn(12, 80, dtype=torch.float64, generator=gen)
+    G[5] = G[0] - 3 * G[2]                            # dependent: dropped on both paths
+    gram = (G @ G.T).tolist()
+    assert len(gram) > directions.PYTHON_GRAM_SCHMIDT  # numpy
+    on_numpy = directions.gram_schmidt_coefficients(gram, 1e-5)
+    monkeypatch.setattr(directions, "PYTHON_GRAM_SCHMIDT", 100)
+    on_floats = directions.gram_schmidt_coefficients(gram, 1e-5)
+    assert len(on_floats) == len(on_numpy) == 11
+    assert torch.allclose(torch.tensor(on_floats), torch.tensor(on_numpy), rtol=0, atol=1e-12)
+    monkeypatch.undo()
+    kept = G[[i for i in range(12) if i != 5]]
+    q, r = torch.linalg.qr(kept.T)
+    assert torch.allclose(orthonormal_basis(G), (q * torch.sign(torch.diagonal(r))).T, rtol=0, atol=1e-12)
 
 
 def test_orthonormal_basis_drops_zero_dependent_and_non_finite_gradients_and_keeps_the_rest():

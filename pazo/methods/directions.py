@@ -17,6 +17,7 @@ import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import torch
 
 
@@ -507,13 +508,14 @@ def orthonormal_basis(grads: torch.Tensor, rel_tol: float = 1e-5) -> torch.Tenso
     in one [rank, k] x [k, d] product; then once more on that basis, which restores the
     orthogonality the Gram matrix's rounding costs (as CholeskyQR2 does: float64 rounding while the
     kept gradients' condition number stays under about 1e7). So four passes over the d-vectors and
-    two k x k host copies, not two passes and a host sync per pair of rows (cuSOLVER's QR of a tall
-    d x k matrix is slow too). Rows whose remainder is negligible next to their own norm (linearly
-    dependent or zero gradients) are dropped, so the result is [rank, d]."""
+    two k x k host copies, not two dot products and two updates of a d-vector per pair of rows and a
+    host sync per row (cuSOLVER's QR of a tall d x k matrix is slow too). Rows whose remainder is
+    negligible next to their own norm (linearly dependent or zero gradients) are dropped, and so are
+    rows with inf or nan entries (or a float64 norm over about 1e154), so the result is [rank, d]."""
     rows = grads.double()
     gram = (rows @ rows.T).tolist()
     finite = [i for i, row in enumerate(gram) if math.isfinite(row[i])]
-    if len(finite) < len(gram):   # a gradient with inf or nan entries (a diverging run) is dropped, the rest kept
+    if len(finite) < len(gram):   # a diverging run's gradient: dropped, the rest kept
         rows, gram = rows[finite], [[gram[i][j] for j in finite] for i in finite]
     coefficients = gram_schmidt_coefficients(gram, rel_tol)
     if not coefficients:
@@ -524,15 +526,21 @@ def orthonormal_basis(grads: torch.Tensor, rel_tol: float = 1e-5) -> torch.Tenso
     return basis.to(grads.dtype).contiguous()
 
 
+#: up to this many vectors, Gram-Schmidt on their Gram matrix runs on Python floats, beyond it on numpy
+PYTHON_GRAM_SCHMIDT = 8
+
+
 def gram_schmidt_coefficients(gram: list[list[float]], rel_tol: float) -> list[list[float]]:
     """Gram-Schmidt with re-orthogonalisation (twice is enough: Giraud et al. 2005) of k vectors
     known only by their Gram matrix G [k, k]: the orthonormal basis as coefficient rows C [rank, k]
-    (basis = C @ vectors), on Python floats (k is a handful: a few hundred operations, where small
-    array operations would cost more than the arithmetic). Vector i is dropped when what remains of
-    it after projecting out the basis so far has a norm of at most rel_tol times its own (the
-    remainder's squared norm comes from G: accurate to about 1e-16 / rel_tol^2 of itself, 1e-6 at
-    the default)."""
+    (basis = C @ vectors). Vector i is dropped when what remains of it after projecting out the basis
+    so far has a norm of at most rel_tol times its own (the remainder's squared norm comes from G:
+    accurate to about 1e-16 / rel_tol^2 of itself, 1e-6 at the default). A handful of vectors (the
+    usual k) on Python floats, where each small array operation would cost more than its
+    arithmetic; more on numpy, O(k^2) per vector in a few calls instead of O(k^2) Python operations."""
     k = len(gram)
+    if k > PYTHON_GRAM_SCHMIDT:
+        return _gram_schmidt_numpy(np.asarray(gram, dtype=np.float64), rel_tol).tolist()
     basis, images = [], []     # the rows C_r and G C_r: <q_r, v> = C_r G c = (G C_r) . c for v = c V
     for i in range(k):
         c = [0.0] * k
@@ -548,6 +556,25 @@ def gram_schmidt_coefficients(gram: list[list[float]], rel_tol: float) -> list[l
             basis.append([a / norm for a in c])
             images.append([a / norm for a in image])
     return basis
+
+
+def _gram_schmidt_numpy(gram: np.ndarray, rel_tol: float) -> np.ndarray:
+    """`gram_schmidt_coefficients` on numpy: each vector's projections on the whole basis so far at
+    once (classical Gram-Schmidt, twice per vector)."""
+    k = len(gram)
+    basis, images, rank = np.zeros((k, k)), np.zeros((k, k)), 0
+    for i in range(k):
+        c = np.zeros(k)
+        c[i] = 1.0
+        for _ in range(2):
+            c -= basis[:rank].T @ (images[:rank] @ c)
+        image = gram @ c
+        norm_sq = float(c @ image)
+        if gram[i, i] > 0 and norm_sq > rel_tol ** 2 * gram[i, i]:
+            norm = math.sqrt(norm_sq)
+            basis[rank], images[rank] = c / norm, image / norm
+            rank += 1
+    return basis[:rank]
 
 
 def normalized_rows(grads: torch.Tensor) -> torch.Tensor:
