@@ -326,7 +326,7 @@ class SeededDirections(Directions):
             return self.scale
         if j not in self._norms:  # with several groups, one extra pass, a piece at a time, to learn the norm
             if first is not None:
-                self._norms[j] = math.sqrt(float(first.double().pow(2).sum()))
+                self._norms[j] = float(torch.linalg.vector_norm(first, dtype=torch.float64))   # one pass, no copy
             else:                 # the pass records the generator's states too (`parameter_pieces`)
                 self._norms[j] = math.sqrt(self._record_states(j, norm=True))
         return self.scale * self.radius / self._norms[j]
