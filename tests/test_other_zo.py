@@ -86,6 +86,17 @@ def test_dp_zo_gaussian_is_dpzero_with_clip_over_2_lambda(make_method):
     assert not torch.allclose(dpzo, other, atol=1e-4)
 
 
+@pytest.mark.parametrize("name", ["dp_zogd", "dpzero"])
+def test_more_orthogonal_directions_than_parameters_is_refused_when_the_method_is_built(make_method, name):
+    """q orthogonal directions need q <= d: one ConfigError at set-up, not a ValueError at the first step."""
+    from pazo.errors import ConfigError
+    model = quadratic_model(d=6)
+    cfg = {"lr": 0.1, "clip": 1.0, "q": 7, "direction": "orthogonal", "radius": 1.0}
+    with pytest.raises(ConfigError, match=r"method.q=7 orthogonal directions .* 6 parameters"):
+        make_method(name, model, cfg)
+    assert make_method(name, model, {**cfg, "q": 6}).cfg.q == 6
+
+
 def test_orthogonal_directions_are_orthonormal_and_unbiased():
     model = quadratic_model(d=6)
     dirs = orthogonal_directions(6, seed=3, count=4, radius=1.0, split_flat=model.split_flat,

@@ -64,6 +64,9 @@ class TwoPointMethod(Method):
 
     def __init__(self, cfg: ZerothOrderConfig, ctx):
         super().__init__(cfg, ctx)
+        dim = self.model.dim   # orthogonal directions: q of them must fit in the model's dimension
+        require(getattr(cfg, "direction", None) != "orthogonal" or cfg.q <= dim,
+                f"method.q={cfg.q} orthogonal directions do not fit in the model's {dim} parameters: use q <= {dim}")
         self.privatizer = ScalarPrivatizer(self.noise_spec(ctx.noise), cfg.q, noise_generator(ctx.streams))
 
     def noise_spec(self, spec: NoiseSpec) -> NoiseSpec:
