@@ -7,6 +7,7 @@ from torch import nn
 
 from conftest import quadratic_model
 from pazo.data.base import TensorSplit
+from pazo.errors import ConfigError
 from pazo.methods.directions import FlatDirections, SeededDirections, SubspaceDirections
 from pazo.methods.engines import InPlaceEngine, VectorisedEngine, apply_flat_update, shift
 from pazo.models import FunctionalModel
@@ -264,6 +265,57 @@ def test_public_gradients_together_equal_one_by_one():
     one_by_one = torch.stack([model.mean_loss_grad(x, y) for x, y in batches])
     assert torch.allclose(together, one_by_one, atol=1e-6)
     assert not torch.allclose(together[0], together[1])
+
+
+
+def public_images(n=40, seed=3):
+    gen = torch.Generator().manual_seed(seed)
+    return TensorSplit(torch.rand(n, 1, 8, 8, generator=gen), torch.randint(0, 10, (n,), generator=gen))
+
+
+@pytest.mark.parametrize("name", ["pazo_p", "pazo_s"])
+def test_public_gradients_one_after_another_when_asked(name, make_method, monkeypatch):
+    """`method.public_grads_together=false`: the k public gradients of a step come one batch at a
+    time (never one vmapped pass), from the same public batches, equal to the pass taken together."""
+    cfg = {"lr": 0.1, "clip": 1.0, "k": 3, "public_batch_size": 5}
+    together = make_method(name, small_cnn(), cfg, public=public_images())
+    apart = make_method(name, small_cnn(), {**cfg, "public_grads_together": False}, public=public_images())
+    asked = []
+    mean_loss_grads = FunctionalModel.mean_loss_grads
+
+    def spy(model, batches, batched=None):
+        asked.append(model.grads_together(batches, batched))
+        return mean_loss_grads(model, batches, batched)
+    monkeypatch.setattr(FunctionalModel, "mean_loss_grads", spy)
+    a, b = together.public_grads(together.public, 3), apart.public_grads(apart.public, 3)
+    assert asked == [True, False]
+    assert a.shape == b.shape == (3, together.model.dim)
+    assert torch.allclose(a, b, atol=1e-6) and not torch.allclose(a[0], a[1])
+
+
+def test_public_gradients_together_out_of_memory_is_one_line_naming_the_switch(make_method, monkeypatch):
+    """Out of memory in the vmapped pass over the k public batches (on a GPU: k batches'
+    activations at once) ends in one user error that names method.public_grads_together; taken
+    one after another the same step goes through."""
+    cfg = {"lr": 0.1, "clip": 1.0, "k": 4, "public_batch_size": 5}
+    mean_loss_grads = FunctionalModel.mean_loss_grads
+
+    def short_of_memory(model, batches, batched=None):
+        if model.grads_together(batches, batched):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return mean_loss_grads(model, batches, batched)
+    monkeypatch.setattr(FunctionalModel, "mean_loss_grads", short_of_memory)
+    method = make_method("pazo_p", small_cnn(), cfg, public=public_images())
+    with pytest.raises(ConfigError) as err:
+        method.public_grads(method.public, 4)
+    assert str(err.value) == ("the 4 public gradients taken together (one vmapped pass over 4 batches of 5) ran out "
+                              "of memory on cpu: set method.public_grads_together=false to take them one after "
+                              "another (one batch's activations at a time)")
+    apart = make_method("pazo_p", small_cnn(), {**cfg, "public_grads_together": False}, public=public_images())
+    assert apart.public_grads(apart.public, 4).shape == (4, apart.model.dim)
+    from pazo.methods.pazo_s import PazoSConfig
+    with pytest.raises(ConfigError, match="public_grads_together must be true or false, got 'no'"):
+        PazoSConfig(name="pazo_s", lr=0.1, clip=1.0, public_grads_together="no")
 
 
 def test_lstm_public_gradients_under_vmap_equal_the_fused_ones():

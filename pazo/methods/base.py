@@ -108,8 +108,21 @@ class Method(ABC):
 
     def public_grads(self, public: PublicBatches, k: int) -> torch.Tensor:
         """Flat gradients [k, d] of k public batches, drawn in order and computed together
-        (`FunctionalModel.mean_loss_grads`)."""
-        return self.model.mean_loss_grads([public.sample() for _ in range(k)])
+        (`FunctionalModel.mean_loss_grads`: one vmapped pass, which holds the activations of all k
+        batches), or one after another with `method.public_grads_together=false` (one batch's
+        activations; the same gradients up to float rounding, and dropout masks drawn otherwise).
+        Out of memory taking them together: a one-line error that names the switch."""
+        batches = [public.sample() for _ in range(k)]
+        batched = None if getattr(self.cfg, "public_grads_together", True) else False
+        try:
+            return self.model.mean_loss_grads(batches, batched=batched)
+        except torch.OutOfMemoryError as err:
+            if not self.model.grads_together(batches, batched):
+                raise
+            raise ConfigError(f"the {k} public gradients taken together (one vmapped pass over {k} batches of "
+                              f"{public.batch_size}) ran out of memory on {self.model.device}: set "
+                              "method.public_grads_together=false to take them one after another "
+                              "(one batch's activations at a time)") from err
 
     @abstractmethod
     def step(self, x: torch.Tensor, y: torch.Tensor, step: int) -> dict[str, float]:

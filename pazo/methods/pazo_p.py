@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pazo.methods.base import at_least_one, one_of
+from pazo.methods.base import at_least_one, one_of, require
 from pazo.methods.directions import SubspaceDirections, normalized_rows, orthonormal_basis, sample_coefficients
 from pazo.methods.registry import register_method
 from pazo.methods.two_point import TwoPointMethod, ZerothOrderConfig
@@ -17,6 +17,8 @@ from pazo.methods.two_point import TwoPointMethod, ZerothOrderConfig
 class PazoPConfig(ZerothOrderConfig):
     k: int = 3                             # public batches (gradients) per step
     public_batch_size: int = 16            # b' per public gradient
+    public_grads_together: bool = True     # the k public gradients in one vmapped pass (k batches'
+                                           # activations at once); false: one after another
     coef_distribution: str = "sphere"      # line 7: u uniform on the sphere of radius sqrt(k) | gaussian
 
     DEFINING = ("coef_distribution",)
@@ -25,6 +27,8 @@ class PazoPConfig(ZerothOrderConfig):
         super().__post_init__()
         at_least_one(self.k, "method.k")
         at_least_one(self.public_batch_size, "method.public_batch_size")
+        require(isinstance(self.public_grads_together, bool),
+                f"method.public_grads_together must be true or false, got {self.public_grads_together!r}")
         one_of(self.coef_distribution, ("gaussian", "sphere"), "method.coef_distribution")
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from pazo.errors import ConfigError
-from pazo.methods.base import Method, MethodConfig, at_least_one
+from pazo.methods.base import Method, MethodConfig, at_least_one, require
 from pazo.methods.directions import FlatDirections, SeededDirections
 from pazo.methods.engines import apply_flat_update
 from pazo.methods.registry import register_method
@@ -21,6 +21,8 @@ from pazo.privacy.mechanisms import Release, ScalarPrivatizer, noise_generator
 class PazoSConfig(MethodConfig):
     k: int = 3                     # public candidates per step
     public_batch_size: int = 16    # b' per public gradient
+    public_grads_together: bool = True   # the k public gradients in one vmapped pass (k batches'
+                                         # activations at once); false: one after another
     perturbation: float = 1e-3     # epsilon of line 11: z' ~ N(0, epsilon^2 I_d)
     noisy_candidate: bool = True   # lines 11-14; false: only the k public candidates
 
@@ -28,6 +30,8 @@ class PazoSConfig(MethodConfig):
         super().__post_init__()
         at_least_one(self.k, "method.k")
         at_least_one(self.public_batch_size, "method.public_batch_size")
+        require(isinstance(self.public_grads_together, bool),
+                f"method.public_grads_together must be true or false, got {self.public_grads_together!r}")
         if not (isinstance(self.perturbation, (int, float)) and self.perturbation >= 0):
             raise ConfigError(f"method.perturbation must be >= 0, got {self.perturbation!r}")
 

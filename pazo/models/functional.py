@@ -169,16 +169,22 @@ class FunctionalModel:
         LSTM): its k gradients are cheaper one by one than through its vmap-friendly path."""
         return not getattr(self.module, "fused_outside_vmap", False)
 
+    def grads_together(self, batches: list[tuple[torch.Tensor, torch.Tensor]], batched: bool | None = None) -> bool:
+        """Whether `mean_loss_grads` takes these batches in one vmapped pass (activations of all of
+        them at once): asked (`batched`, default the model's preference), more than one batch, all
+        of one shape, and the parameters on one device (accelerate's device hooks do not run under vmap)."""
+        if batched is None:
+            batched = self.batches_grads_under_vmap
+        return (batched and len(batches) > 1 and len({(x.shape, y.shape) for x, y in batches}) == 1
+                and len(self.devices) == 1)
+
     def mean_loss_grads(self, batches: list[tuple[torch.Tensor, torch.Tensor]],
                         batched: bool | None = None) -> torch.Tensor:
         """Flat gradients [k, d] of the mean loss over each of k batches (PAZO-P/S's public
         gradients). Batches of one shape go through one forward and backward pass, vmapped over the
         k batches (`torch.func.grad`; dropout masks are drawn per batch), unless the model prefers
         one by one (`batches_grads_under_vmap`) or `batched=False`; the result is the same."""
-        if batched is None:
-            batched = self.batches_grads_under_vmap
-        if (not batched or len(batches) == 1 or len({(x.shape, y.shape) for x, y in batches}) != 1
-                or len(self.devices) > 1):  # accelerate's device hooks are not run under vmap
+        if not self.grads_together(batches, batched):
             return torch.stack([self.mean_loss_grad(x, y) for x, y in batches])
 
         def mean_loss(params, x, y):
