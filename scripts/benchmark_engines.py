@@ -2,12 +2,14 @@
 
     python scripts/benchmark_engines.py [--settings digits,cifar_shape] [--methods mezo,dpzero,pazo_m,pazo_p,pazo_s]
                                         [--iters 20] [--threads 1] [--out scripts/results/engines_<device>.json]
+                                        [--batch-size B]
 
 For each setting and method, one method object per engine (same config, model weights, data and
 seed) is built in the same process, and their steps alternate: vectorised, in-place, vectorised, ...
 The result is the median over `iters` pairs of (vectorised step time / in-place step time), which
 holds on a machine whose speed drifts, as a shared one does; per-engine medians are reported beside
-it. Synthetic inputs of each setting's shapes (see benchmark_methods.py).
+it. Synthetic inputs of each setting's shapes (see benchmark_methods.py; `--batch-size` as there, for
+smoke runs).
 """
 from __future__ import annotations
 
@@ -54,6 +56,8 @@ def main():
     parser.add_argument("--warmup", type=bm.at_least(0), default=2)
     parser.add_argument("--threads", type=bm.at_least(0), default=1, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--batch-size", type=bm.at_least(1), default=None,
+                        help="every setting's batch size (smoke runs; default: each setting's own)")
     args = parser.parse_args()
     unknown = sorted(set(args.settings.split(",")) - set(bm.SETTINGS)) + \
         sorted(set(args.methods.split(",")) - set(ZEROTH_ORDER))
@@ -63,6 +67,8 @@ def main():
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.batch_size:
+        bm.set_batch_size(args.batch_size)
     rows = []
     for setting in args.settings.split(","):
         for name in args.methods.split(","):

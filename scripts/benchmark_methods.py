@@ -2,6 +2,10 @@
 
     python scripts/benchmark_methods.py [--device auto] [--settings digits,cifar_shape] [--threads N]
                                         [--iters 30] [--warmup 5] [--out scripts/results/methods_<device>.json]
+                                        [--batch-size B]
+
+`--batch-size` replaces every setting's b: a smoke run of the GPU settings' code on CPU (a few
+examples per batch; the timings are then not the settings' and say nothing about the goal).
 
 Synthetic inputs of each setting's shapes (no data set needed). Every job (a method with an engine,
 Opacus, or the bare passes) runs in its own subprocess: `warmup` untimed steps, then `iters` steps,
@@ -85,6 +89,12 @@ FORWARDS = {"mezo": lambda m: 2 * m.q, "dpzero": lambda m: 2 * m.q, "pazo_m": la
 PUBLIC_PASSES = {"pazo_m": lambda m: int(m.alpha > 0), "pazo_p": lambda m: m.k, "pazo_p_prime": lambda m: m.k,
                  "pazo_s": lambda m: m.k}
 ENGINE_NAMES = ("vectorised", "inplace")
+
+
+def set_batch_size(b: int) -> None:
+    """Every setting's expected batch size (the last field of SETTINGS) set to b, in this process."""
+    for name, (shape, classes, overrides, _) in SETTINGS.items():
+        SETTINGS[name] = (shape, classes, overrides, b)
 
 
 def synthetic_inputs(setting, n, device="cpu"):
@@ -335,12 +345,25 @@ def run_isolated(job, args, device):
     """`run_job` in a subprocess of its own (its own peak memory); the row, or the error."""
     cmd = [sys.executable, __file__, "--job", json.dumps(job), "--device", str(device), "--iters", str(args.iters),
            "--warmup", str(args.warmup), "--threads", str(args.threads),
+           *(["--batch-size", str(args.batch_size)] if args.batch_size else []),
            *[a for o in args.override for a in ("--override", o)]]
     done = subprocess.run(cmd, capture_output=True, text=True)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if done.returncode != 0 or not lines:
-        return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+        return {"error": job_failure(done.returncode, done.stderr)}
     return json.loads(lines[-1])
+
+
+def job_failure(returncode: int, stderr: str) -> str:
+    """Why a job subprocess gave no row: the last line it wrote to stderr, or how it ended (a job
+    killed by a signal writes nothing: on Linux a SIGKILL out of the blue is most often the kernel's
+    out-of-memory killer)."""
+    last = (stderr.strip().splitlines() or [""])[-1][:300]
+    if returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else f"signal {-returncode}"
+        how = f"killed by {name}" + (" (out of memory?)" if -returncode == signal.SIGKILL else "")
+        return f"{how}: {last}" if last else how
+    return last or f"exit {returncode} and no output"
 
 
 def jobs_for(setting, methods, opacus_modes):
@@ -417,6 +440,8 @@ def main():
     parser.add_argument("--warmup", type=at_least(0), default=5)
     parser.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--batch-size", type=at_least(1), default=None,
+                        help="every setting's batch size (smoke runs; default: each setting's own)")
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)  # internal: run one job and print its row
     parser.add_argument("--override", action="append", default=[],
                         help="extra config override for our methods, e.g. method.grad_memory_mb=8192")
@@ -424,6 +449,8 @@ def main():
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.batch_size:
+        set_batch_size(args.batch_size)
     if args.job:
         # torch.func.grad (per-example and batched public gradients) imports torch._dynamo on first use,
         # 150-160 MB of peak resident set on CPU (508 -> 658 MB after `import torch`); loaded in every job

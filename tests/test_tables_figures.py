@@ -395,3 +395,48 @@ def test_figures_render(sweep, tmp_path, monkeypatch):
         for ext in ("png", "pdf"):
             assert (out / f"{name}.{ext}").stat().st_size > 1000
     assert lines == [(pytest.approx(45.0), "Public only")]      # Figure 2: the public-only reference
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", ["cifar10_nf224", "tiny_imagenet_vit", "imdb_lstm", "mnli_roberta"])
+def test_the_gpu_benchmark_settings_run_on_cpu_at_a_tiny_batch(setting, tmp_path):
+    """`make bench-gpu`'s four paper settings, run through the same script on CPU with two examples
+    per private batch (`--batch-size 2`): a first-order method, a zeroth-order one and one with k
+    public batches (PAZO-S: PAZO-P's k = 6 public batches of MNLI taken together need over 24 GB
+    here), each engine, build and step on the setting's real model; every row has its floor
+    (private forwards and public passes) and peak memory, and no job fails."""
+    out = tmp_path / "methods.json"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark_methods.py"), "--device", "cpu",
+                           "--settings", setting, "--methods", "dpsgd,dpzero,pazo_s", "--iters", "1",
+                           "--warmup", "0", "--batch-size", "2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["method"], r.get("engine")) for r in rows] == [
+        ("forward", None), ("dpsgd", None), ("dpzero", "vectorised"), ("dpzero", "inplace"),
+        ("pazo_s", "vectorised"), ("pazo_s", "inplace")]
+    assert all("error" not in r for r in rows), [r["error"] for r in rows if "error" in r]
+    assert {r["batch_size"] for r in rows} == {2}
+    for r in rows:
+        assert r["median_s"] > 0 and r["peak_mem_mb"] > 0
+        if r["method"] != "forward":
+            assert r["dim"] > 10**5 and r["mem_ratio"] > 0
+        if r["method"] in ("dpzero", "pazo_s"):
+            assert r["forward_s"] > 0 and r["paired_floor_ratio"] > 0 and r["paired_speedup_over_dpsgd"] > 0
+            assert r["floor_s"] == pytest.approx(r["forwards"] * r["forward_s"] + r["public_s"])
+        if r["method"] == "dpzero":
+            assert r["forwards"] == 2 and r["public_passes"] == 0
+        if r["method"] == "pazo_s":
+            assert r["forwards"] >= 3 and r["public_passes"] >= 2 and r["public_s"] > 0
+
+
+@pytest.mark.parametrize("returncode,stderr,expected", [
+    (-9, "", "killed by SIGKILL (out of memory?)"),
+    (-11, "half a line\n", "killed by SIGSEGV: half a line"),
+    (1, "Traceback ...\nRuntimeError: CUDA out of memory\n", "RuntimeError: CUDA out of memory"),
+    (0, "", "exit 0 and no output"),
+])
+def test_a_failed_benchmark_job_says_how_it_ended(returncode, stderr, expected):
+    """A job that wrote no row is reported by its last stderr line or, killed by a signal (the
+    out-of-memory killer's SIGKILL writes nothing), by the signal: before, "no output"."""
+    assert script("benchmark_methods").job_failure(returncode, stderr) == expected
