@@ -38,9 +38,12 @@ CHECKPOINT = "checkpoint.pt"
 FILES = ("summary.json", "metrics.jsonl", "config.yaml", CHECKPOINT, "model.pt", "wandb")
 HEARTBEAT_SECONDS = 30.0
 STALE_AFTER_SECONDS = 4 * HEARTBEAT_SECONDS
-#: config keys that may differ between the attempts of one run (where and how it runs, not what)
+#: config keys that may differ between the attempts of one run (where and how it runs, not what;
+#: `method.public_grads_together` too: a run resumed on a smaller GPU may need the public gradients
+#: one after another, and checkpoints written before the key existed still resume)
 NOT_COMPARED = ("logger", "device", "privacy.cache_dir", "dataset.root", "dataset.cache_dir", "train.checkpoint_every",
-                "train.checkpoint_minutes", "train.keep_checkpoint", "train.save_model", "train.eval_batch_size")
+                "train.checkpoint_minutes", "train.keep_checkpoint", "train.save_model", "train.eval_batch_size",
+                "method.public_grads_together")
 
 
 def config_fingerprint(cfg) -> str:

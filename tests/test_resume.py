@@ -133,6 +133,21 @@ def test_resuming_with_another_config_is_refused(hydra_cfg, tmp_path, monkeypatc
         run(hydra_cfg("method=dpzero", "train.steps=10", "train.checkpoint_every=2", "method.lr=0.5"), tmp_path)
 
 
+
+def test_how_the_public_gradients_are_taken_is_not_part_of_a_runs_identity(hydra_cfg):
+    """A run may resume with `method.public_grads_together` flipped (on a smaller GPU), and a
+    checkpoint from before the key existed still matches its run's config; lr still tells runs apart."""
+    from omegaconf import OmegaConf
+
+    from pazo.checkpoint import config_fingerprint
+    together = hydra_cfg("method=pazo_p")
+    apart = hydra_cfg("method=pazo_p", "method.public_grads_together=false")
+    older = OmegaConf.create(OmegaConf.to_container(together))
+    del older.method["public_grads_together"]
+    assert config_fingerprint(together) == config_fingerprint(apart) == config_fingerprint(older)
+    assert config_fingerprint(together) != config_fingerprint(hydra_cfg("method=pazo_p", "method.lr=0.5"))
+
+
 def test_two_runs_started_together_get_two_directories(tmp_path):
     env = {**os.environ, "WANDB_SILENT": "true", "PAZO_CACHE_DIR": str(tmp_path / "cache")}
     cmd = [sys.executable, "-m", "pazo.train", "train.steps=2", "logger.mode=disabled", "device=cpu",
