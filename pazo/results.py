@@ -39,7 +39,7 @@ VAL_METRIC = {"final_accuracy": "final_val_accuracy", "best_accuracy": "best_val
 # in these (and the seed) are seeds of one configuration
 NOT_HYPERPARAMETERS = {"seed", "logger", "sweep_name", "device", "dataset.root", "dataset.cache_dir",
                        "privacy.cache_dir", "warm_start.cache", "train.eval_batch_size", "engine.chunk_size",
-                       "method.per_example_chunk", "method.grad_memory_mb"}
+                       "method.per_example_chunk", "method.grad_memory_mb", "method.public_grads_together"}
 PRIVACY_FACTS = ("guarantee_holds", "epsilon_spent", "target_epsilon", "sampling_matches_accountant")
 
 

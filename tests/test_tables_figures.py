@@ -397,6 +397,20 @@ def test_figures_render(sweep, tmp_path, monkeypatch):
     assert lines == [(pytest.approx(45.0), "Public only")]      # Figure 2: the public-only reference
 
 
+
+def test_memory_switches_do_not_split_a_configuration(tmp_path):
+    """Seeds of one PAZO-P configuration, one run taking its public gradients one after another
+    (`method.public_grads_together=false`, a memory switch) and one from before the key existed,
+    are one configuration of the table; a learning rate is another."""
+    fake_run(tmp_path / "s", "digits", "pazo_p", 1.0, "finished", 0.8, seed=0, lr=0.1, public_grads_together=True)
+    fake_run(tmp_path / "s", "digits", "pazo_p", 1.0, "finished", 0.7, seed=1, lr=0.1, public_grads_together=False)
+    fake_run(tmp_path / "s", "digits", "pazo_p", 1.0, "finished", 0.6, seed=2, lr=0.1)
+    fake_run(tmp_path / "s", "digits", "pazo_p", 1.0, "finished", 0.5, seed=0, lr=0.2)
+    runs = load_runs([tmp_path / "s"])
+    assert runs["config"].nunique() == 2
+    assert sorted(runs.groupby("config")["seed"].count()) == [1, 3]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("setting", ["cifar10_nf224", "tiny_imagenet_vit", "imdb_lstm", "mnli_roberta"])
 def test_the_gpu_benchmark_settings_run_on_cpu_at_a_tiny_batch(setting, tmp_path):
