@@ -209,20 +209,22 @@ def forward_floor(setting, device, warmup, iters, model=None):
         model.module.train(was)
 
 
-def public_passes(setting, device, public_batch_size, batches, model):
+def public_passes(setting, device, public_batch_size, batches, model, together=True):
     """The public passes of one step, as the methods take them: the mean loss's gradient of one
     batch of b' public examples (PAZO-M), or of `batches` batches together (PAZO-P/S:
-    `FunctionalModel.mean_loss_grads`, one vmapped pass where the model allows it)."""
+    `FunctionalModel.mean_loss_grads`, one vmapped pass where the model allows it; one after
+    another with `together=False`, as `method.public_grads_together=false` takes them)."""
     data = [synthetic_inputs(setting, public_batch_size, device) for _ in range(batches)]
     if batches == 1:
         return lambda: model.mean_loss_grad(*data[0])
-    return lambda: model.mean_loss_grads(data)
+    return lambda: model.mean_loss_grads(data, batched=None if together else False)
 
 
-def public_floor(setting, device, warmup, iters, public_batch_size, batches=1, model=None):
+def public_floor(setting, device, warmup, iters, public_batch_size, batches=1, model=None, together=True):
     """The public passes of one step (`public_passes`), timed alone, train mode."""
     model = model or bare_model(setting, device)
-    return time_steps(public_passes(setting, device, public_batch_size, batches, model), device, warmup, iters)
+    return time_steps(public_passes(setting, device, public_batch_size, batches, model, together), device, warmup,
+                      iters)
 
 
 def build_benchmark_method(name, setting, device, engine=None, extra=()):
@@ -254,9 +256,10 @@ def ours(name, setting, device, warmup, iters, extra=(), engine=None):
     # the bare passes: each timed alone, just before the method, and again interleaved with its steps
     n_fwd, n_pub = FORWARDS[name](config), PUBLIC_PASSES.get(name, lambda m: 0)(config)
     fwd = forward_floor(setting, device, warmup, iters, model)["median_s"]
-    pub = (public_floor(setting, device, warmup, iters, config.public_batch_size, n_pub, model)["median_s"]
+    together = getattr(config, "public_grads_together", True)
+    pub = (public_floor(setting, device, warmup, iters, config.public_batch_size, n_pub, model, together)["median_s"]
            if n_pub else 0.0)
-    public_pass = public_passes(setting, device, config.public_batch_size, n_pub, model) if n_pub else None
+    public_pass = public_passes(setting, device, config.public_batch_size, n_pub, model, together) if n_pub else None
 
     def bare_passes():  # the mode switch only where the engines make it too (train_mode_matters)
         if model.train_mode_matters:
@@ -332,13 +335,16 @@ def opacus_dpsgd(mode, setting, device, warmup, iters):
 
 
 def run_job(job, device, warmup, iters, overrides):
-    """One job in this process: a row of results (without the setting's common fields)."""
+    """One job in this process: a row of results (without the setting's common fields), with the
+    private batch size the job itself used."""
     if job["impl"] == "floor":
-        return {**forward_floor(job["setting"], device, warmup, iters), "what": "one no-grad forward of the batch"}
-    if job["impl"].startswith("opacus-"):
-        return opacus_dpsgd(job["impl"].removeprefix("opacus-"), job["setting"], device, warmup, iters)
-    row, dim = ours(job["method"], job["setting"], device, warmup, iters, overrides, job.get("engine"))
-    return {"dim": dim, **row}
+        row = {**forward_floor(job["setting"], device, warmup, iters), "what": "one no-grad forward of the batch"}
+    elif job["impl"].startswith("opacus-"):
+        row = opacus_dpsgd(job["impl"].removeprefix("opacus-"), job["setting"], device, warmup, iters)
+    else:
+        row, dim = ours(job["method"], job["setting"], device, warmup, iters, overrides, job.get("engine"))
+        row = {"dim": dim, **row}
+    return {**row, "batch_size": SETTINGS[job["setting"]][3]}
 
 
 def run_isolated(job, args, device):

@@ -313,6 +313,12 @@ def test_public_gradients_together_out_of_memory_is_one_line_naming_the_switch(m
                               "another (one batch's activations at a time)")
     apart = make_method("pazo_p", small_cnn(), {**cfg, "public_grads_together": False}, public=public_images())
     assert apart.public_grads(apart.public, 4).shape == (4, apart.model.dim)
+
+    def always_short(model, batches, batched=None):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+    monkeypatch.setattr(FunctionalModel, "mean_loss_grads", always_short)
+    with pytest.raises(torch.OutOfMemoryError):   # one after another already: nothing to switch, the error as it is
+        apart.public_grads(apart.public, 4)
     from pazo.methods.pazo_s import PazoSConfig
     with pytest.raises(ConfigError, match="public_grads_together must be true or false, got 'no'"):
         PazoSConfig(name="pazo_s", lr=0.1, clip=1.0, public_grads_together="no")
