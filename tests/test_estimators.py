@@ -115,6 +115,33 @@ def test_gram_schmidt_on_python_floats_and_on_numpy_agree(monkeypatch):
     assert torch.allclose(orthonormal_basis(G), (q * torch.sign(torch.diagonal(r))).T, rtol=0, atol=1e-12)
 
 
+
+def test_a_wide_basis_is_combined_in_place_block_by_block(monkeypatch):
+    """Past `COMBINE_COLUMNS` columns the basis is written over its own float64 copy a block of
+    columns at a time (no second [k, d] matrix): the same Q as one product to float64 rounding,
+    also when a dependent row is dropped, and the caller's gradients untouched (a float64 input too,
+    which `.double()` would not have copied)."""
+    gen = torch.Generator().manual_seed(11)
+    G = torch.randn(5, 1000, dtype=torch.float64, generator=gen)
+    G[3] = G[0] - 2 * G[4]
+    before = G.clone()
+    whole = orthonormal_basis(G)
+    monkeypatch.setattr(directions, "COMBINE_COLUMNS", 64)
+    made = []
+    combine = directions.combine_rows
+    monkeypatch.setattr(directions, "combine_rows", lambda c, rows: made.append(rows.data_ptr()) or combine(c, rows))
+    blocks = orthonormal_basis(G)
+    assert torch.equal(G, before)                          # the caller's tensor is not the one overwritten
+    assert blocks.shape == whole.shape == (4, 1000)
+    assert torch.allclose(blocks, whole, rtol=0, atol=1e-14)
+    assert made[0] == made[1] != G.data_ptr()              # both products in one buffer, not in G
+    rows = torch.randn(6, 200, dtype=torch.float64, generator=gen)
+    c = torch.randn(4, 6, dtype=torch.float64, generator=gen)
+    expected = c @ rows
+    out = combine(c.tolist(), rows)
+    assert out.data_ptr() == rows.data_ptr() and torch.allclose(out, expected, rtol=0, atol=1e-13)
+
+
 def test_orthonormal_basis_drops_zero_dependent_and_non_finite_gradients_and_keeps_the_rest():
     gen = torch.Generator().manual_seed(8)
     G = torch.randn(6, 50, dtype=torch.float64, generator=gen)

@@ -512,7 +512,7 @@ def orthonormal_basis(grads: torch.Tensor, rel_tol: float = 1e-5) -> torch.Tenso
     host sync per row (cuSOLVER's QR of a tall d x k matrix is slow too). Rows whose remainder is
     negligible next to their own norm (linearly dependent or zero gradients) are dropped, and so are
     rows with inf or nan entries (or a float64 norm over about 1e154), so the result is [rank, d]."""
-    rows = grads.double()
+    rows = grads.to(torch.float64, copy=True)    # our own copy: the products below overwrite it
     gram = (rows @ rows.T).tolist()
     finite = [i for i, row in enumerate(gram) if math.isfinite(row[i])]
     if len(finite) < len(gram):   # a diverging run's gradient: dropped, the rest kept
@@ -520,10 +520,32 @@ def orthonormal_basis(grads: torch.Tensor, rel_tol: float = 1e-5) -> torch.Tenso
     coefficients = gram_schmidt_coefficients(gram, rel_tol)
     if not coefficients:
         return grads.new_zeros((0, grads.shape[1]))
-    basis = rows.new_tensor(coefficients) @ rows
+    basis = combine_rows(coefficients, rows)
     # once more on the basis itself: the orthogonality the Gram matrix's rounding cost comes back
-    basis = rows.new_tensor(gram_schmidt_coefficients((basis @ basis.T).tolist(), rel_tol)) @ basis
+    basis = combine_rows(gram_schmidt_coefficients((basis @ basis.T).tolist(), rel_tol), basis)
     return basis.to(grads.dtype).contiguous()
+
+
+#: `combine_rows` takes a [k, d] block this many columns at a time (a [k, 2^16] float64 temporary)
+COMBINE_COLUMNS = 2 ** 16
+
+
+def combine_rows(coefficients: list[list[float]], rows: torch.Tensor) -> torch.Tensor:
+    """C @ rows for coefficient rows C [r, k] (r <= k), written over rows[:r] a block of columns at
+    a time (a block of the product needs that block of rows only) and returned as that view: no
+    second [r, d] matrix, which for a large model's k float64 gradients is gigabytes (RoBERTa-base,
+    k = 6: the basis's peak resident set from 23 to 15 GB on CPU). The blocks agree with one
+    product of the whole to float64 rounding, not always bit for bit (the BLAS may order a whole
+    matrix's terms otherwise); a matrix of at most `COMBINE_COLUMNS` columns is one product, as
+    before, so a small model's numbers are unchanged."""
+    c = rows.new_tensor(coefficients)
+    if rows.shape[1] <= COMBINE_COLUMNS:
+        return c @ rows
+    r = c.shape[0]
+    for lo in range(0, rows.shape[1], COMBINE_COLUMNS):
+        block = rows[:, lo:lo + COMBINE_COLUMNS]
+        block[:r] = c @ block
+    return rows[:r]
 
 
 #: up to this many vectors, Gram-Schmidt on their Gram matrix runs on Python floats, beyond it on numpy
