@@ -6,6 +6,12 @@
 #
 #   bash scripts/run_gpu_benchmarks.sh            # or: make bench-gpu
 #   PYTHON=/path/to/python ITERS=20 bash scripts/run_gpu_benchmarks.sh
+#   SETTINGS="imdb_lstm mnli_roberta" PARTS=methods bash scripts/run_gpu_benchmarks.sh   # a share of it
+#
+# A job (one method and engine in its own subprocess) took about 22 s on an H100 at ITERS=20, most of
+# it start-up (interpreter, imports, CUDA, the models), so the methods part is about 7 minutes per
+# setting and the whole about 40: more than one 30-minute lease. SETTINGS (default all four) and
+# PARTS (default "methods engines tables memory") split it; each part writes its own files.
 #
 # Needs requirements.txt, requirements-bench.txt (Opacus) and pazo (pip install -e . --no-deps);
 # no data set and no download (synthetic inputs of each setting's shapes, random weights).
@@ -14,20 +20,41 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-5}
-"$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "run_gpu_benchmarks: no CUDA device")'
-for setting in cifar10_nf224 tiny_imagenet_vit imdb_lstm mnli_roberta; do
-  "$PYTHON" scripts/benchmark_methods.py --device cuda --settings "$setting" --iters "$ITERS" --warmup "$WARMUP" \
-    --out "scripts/results/methods_cuda_${setting}.json"
+SETTINGS=${SETTINGS:-cifar10_nf224 tiny_imagenet_vit imdb_lstm mnli_roberta}
+PARTS=${PARTS:-methods engines tables memory}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+for p in $PARTS; do
+  case $p in methods|engines|tables|memory) ;; *) echo "run_gpu_benchmarks: unknown part '$p' (methods, engines, tables, memory)" >&2; exit 2;; esac
 done
-# the two engines alternated in one process (what engine.name=auto measures at start-up)
-"$PYTHON" scripts/benchmark_engines.py --device cuda --threads 0 --iters "$ITERS" \
-  --settings cifar10_nf224,tiny_imagenet_vit,mnli_roberta --out scripts/results/engines_cuda.json
-# Table 5 and the speedup over DP-SGD beside the paper's ratios (outputs/tables/table5_*.md)
-"$PYTHON" scripts/make_tables.py --benchmark scripts/results/methods_cuda_{cifar10_nf224,tiny_imagenet_vit,imdb_lstm,mnli_roberta}.json
+"$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "run_gpu_benchmarks: no CUDA device")'
+if part methods; then
+  for setting in $SETTINGS; do
+    "$PYTHON" scripts/benchmark_methods.py --device cuda --settings "$setting" --iters "$ITERS" --warmup "$WARMUP" \
+      --out "scripts/results/methods_cuda_${setting}.json"
+  done
+fi
+# the two engines alternated in one process (what engine.name=auto measures at start-up; the LSTM
+# always gets the in-place engine, so imdb_lstm is left out)
+engine_settings=$(for s in $SETTINGS; do if [[ $s != imdb_lstm ]]; then printf '%s,' "$s"; fi; done)
+if part engines && [[ -n $engine_settings ]]; then
+  "$PYTHON" scripts/benchmark_engines.py --device cuda --threads 0 --iters "$ITERS" \
+    --settings "${engine_settings%,}" --out scripts/results/engines_cuda.json
+fi
+# Table 5 and the speedup over DP-SGD beside the paper's ratios (outputs/tables/table5_*.md), from
+# the settings' files there are
+files=()
+for s in cifar10_nf224 tiny_imagenet_vit imdb_lstm mnli_roberta; do
+  if [[ -f scripts/results/methods_cuda_$s.json ]]; then files+=("scripts/results/methods_cuda_$s.json"); fi
+done
+if part tables && (( ${#files[@]} )); then
+  "$PYTHON" scripts/make_tables.py --benchmark "${files[@]}"
+fi
 # Large language models: peak memory of a float16 forward and of one MeZO/DPZero/DP-ZO step (in-place
 # engine, queries on the fly) for OPT shapes with random weights from their configs; the larger
 # shapes find the largest that fits this GPU (a shape that does not fit is reported, not fatal).
-for shape in opt-1.3b opt-6.7b opt-13b opt-30b; do
-  "$PYTHON" scripts/benchmark_memory.py --device cuda --dtype float16 --shape "$shape" \
-    || echo "run_gpu_benchmarks: benchmark_memory --shape $shape did not complete on this GPU (above)"
-done
+if part memory; then
+  for shape in opt-1.3b opt-6.7b opt-13b opt-30b; do
+    "$PYTHON" scripts/benchmark_memory.py --device cuda --dtype float16 --shape "$shape" \
+      || echo "run_gpu_benchmarks: benchmark_memory --shape $shape did not complete on this GPU (above)"
+  done
+fi

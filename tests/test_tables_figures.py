@@ -454,3 +454,34 @@ def test_a_failed_benchmark_job_says_how_it_ended(returncode, stderr, expected):
     """A job that wrote no row is reported by its last stderr line or, killed by a signal (the
     out-of-memory killer's SIGKILL writes nothing), by the signal: before, "no output"."""
     assert script("benchmark_methods").job_failure(returncode, stderr) == expected
+
+
+def test_the_gpu_benchmark_script_runs_the_share_it_is_given(tmp_path):
+    """`SETTINGS` and `PARTS` select a share of `make bench-gpu` (the whole does not fit one lease):
+    only the named settings' benchmarks, the engines without the LSTM, Table 5 from the files there
+    are; an unknown part is one line before anything runs. A stand-in interpreter logs each call."""
+    log = tmp_path / "calls"
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\necho \"$*\" >> {log}\n")
+    fake.chmod(0o755)
+
+    def run(**env):
+        log.unlink(missing_ok=True)
+        done = subprocess.run(["bash", str(ROOT / "scripts" / "run_gpu_benchmarks.sh")], capture_output=True,
+                              text=True, env={**os.environ, "PYTHON": str(fake), **env})
+        return done, (log.read_text().splitlines() if log.exists() else [])
+
+    done, calls = run(SETTINGS="imdb_lstm mnli_roberta", PARTS="methods engines")
+    assert done.returncode == 0, done.stderr
+    scripts = [c.split()[0] for c in calls[1:]]   # after the CUDA check
+    assert scripts == ["scripts/benchmark_methods.py"] * 2 + ["scripts/benchmark_engines.py"]
+    assert "--settings imdb_lstm " in calls[1] and "methods_cuda_mnli_roberta.json" in calls[2]
+    assert "--settings mnli_roberta " in calls[3]   # the LSTM always runs in place: no engine comparison
+
+    done, calls = run(SETTINGS="imdb_lstm", PARTS="engines memory")
+    assert done.returncode == 0, done.stderr
+    assert [c.split()[0] for c in calls[1:]] == ["scripts/benchmark_memory.py"] * 4
+
+    done, calls = run(PARTS="methods tabels")
+    assert done.returncode == 2 and calls == []
+    assert done.stderr.strip() == "run_gpu_benchmarks: unknown part 'tabels' (methods, engines, tables, memory)"
