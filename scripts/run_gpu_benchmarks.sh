@@ -8,10 +8,12 @@
 #   PYTHON=/path/to/python ITERS=20 bash scripts/run_gpu_benchmarks.sh
 #   SETTINGS="imdb_lstm mnli_roberta" PARTS=methods bash scripts/run_gpu_benchmarks.sh   # a share of it
 #
-# A job (one method and engine in its own subprocess) took about 22 s on an H100 at ITERS=20, most of
-# it start-up (interpreter, imports, CUDA, the models), so the methods part is about 7 minutes per
-# setting and the whole about 40: more than one 30-minute lease. SETTINGS (default all four) and
-# PARTS (default "methods engines tables memory") split it; each part writes its own files.
+# A job (one method and engine in its own subprocess) took about 22 s on an H100 for CIFAR-10,
+# Tiny-ImageNet and IMDB and about 40 s for MNLI (20 timed steps on the first two, 10 on the others),
+# much of it start-up (interpreter, imports, CUDA, the models): the methods part is 7-14 minutes per
+# setting, the whole over 40, more than one 30-minute lease. SETTINGS (default all four) and PARTS
+# (default "methods engines tables memory") split it; each part writes its own files, and a setting
+# named runs all its jobs again and replaces its file.
 #
 # Needs requirements.txt, requirements-bench.txt (Opacus) and pazo (pip install -e . --no-deps);
 # no data set and no download (synthetic inputs of each setting's shapes, random weights).
