@@ -36,6 +36,10 @@ def one_of(value, choices, what: str) -> None:
     require(value in choices, f"unknown {what} {value!r}; choices: {', '.join(sorted(choices))}")
 
 
+def boolean(value, what: str) -> None:
+    require(isinstance(value, bool), f"{what} must be true or false, got {value!r}")
+
+
 @dataclass
 class MethodConfig:
     """Fields every method has. Each method subclasses this; the subclass is registered as the

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pazo.methods.base import at_least_one, one_of, require
+from pazo.methods.base import at_least_one, boolean, one_of
 from pazo.methods.directions import SubspaceDirections, normalized_rows, orthonormal_basis, sample_coefficients
 from pazo.methods.registry import register_method
 from pazo.methods.two_point import TwoPointMethod, ZerothOrderConfig
@@ -27,8 +27,7 @@ class PazoPConfig(ZerothOrderConfig):
         super().__post_init__()
         at_least_one(self.k, "method.k")
         at_least_one(self.public_batch_size, "method.public_batch_size")
-        require(isinstance(self.public_grads_together, bool),
-                f"method.public_grads_together must be true or false, got {self.public_grads_together!r}")
+        boolean(self.public_grads_together, "method.public_grads_together")
         one_of(self.coef_distribution, ("gaussian", "sphere"), "method.coef_distribution")
 
 

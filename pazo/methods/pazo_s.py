@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from pazo.errors import ConfigError
-from pazo.methods.base import Method, MethodConfig, at_least_one, require
+from pazo.methods.base import Method, MethodConfig, at_least_one, boolean
 from pazo.methods.directions import FlatDirections, SeededDirections
 from pazo.methods.engines import apply_flat_update
 from pazo.methods.registry import register_method
@@ -30,8 +30,7 @@ class PazoSConfig(MethodConfig):
         super().__post_init__()
         at_least_one(self.k, "method.k")
         at_least_one(self.public_batch_size, "method.public_batch_size")
-        require(isinstance(self.public_grads_together, bool),
-                f"method.public_grads_together must be true or false, got {self.public_grads_together!r}")
+        boolean(self.public_grads_together, "method.public_grads_together")
         if not (isinstance(self.perturbation, (int, float)) and self.perturbation >= 0):
             raise ConfigError(f"method.perturbation must be >= 0, got {self.perturbation!r}")
 
