@@ -22,7 +22,8 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-5}
-SETTINGS=${SETTINGS:-cifar10_nf224 tiny_imagenet_vit imdb_lstm mnli_roberta}
+ALL_SETTINGS="cifar10_nf224 tiny_imagenet_vit imdb_lstm mnli_roberta"
+SETTINGS=${SETTINGS:-$ALL_SETTINGS}
 PARTS=${PARTS:-methods engines tables memory}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 for p in $PARTS; do
@@ -45,7 +46,7 @@ fi
 # Table 5 and the speedup over DP-SGD beside the paper's ratios (outputs/tables/table5_*.md), from
 # the settings' files there are
 files=()
-for s in cifar10_nf224 tiny_imagenet_vit imdb_lstm mnli_roberta; do
+for s in $ALL_SETTINGS; do
   if [[ -f scripts/results/methods_cuda_$s.json ]]; then files+=("scripts/results/methods_cuda_$s.json"); fi
 done
 if part tables && (( ${#files[@]} )); then

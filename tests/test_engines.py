@@ -267,7 +267,6 @@ def test_public_gradients_together_equal_one_by_one():
     assert not torch.allclose(together[0], together[1])
 
 
-
 def public_images(n=40, seed=3):
     gen = torch.Generator().manual_seed(seed)
     return TensorSplit(torch.rand(n, 1, 8, 8, generator=gen), torch.randint(0, 10, (n,), generator=gen))

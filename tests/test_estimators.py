@@ -115,7 +115,6 @@ def test_gram_schmidt_on_python_floats_and_on_numpy_agree(monkeypatch):
     assert torch.allclose(orthonormal_basis(G), (q * torch.sign(torch.diagonal(r))).T, rtol=0, atol=1e-12)
 
 
-
 def test_a_wide_basis_is_combined_in_place_block_by_block(monkeypatch):
     """Past `COMBINE_COLUMNS` columns the basis is written over its own float64 copy a block of
     columns at a time (no second [k, d] matrix): the same Q as one product to float64 rounding,

@@ -133,7 +133,6 @@ def test_resuming_with_another_config_is_refused(hydra_cfg, tmp_path, monkeypatc
         run(hydra_cfg("method=dpzero", "train.steps=10", "train.checkpoint_every=2", "method.lr=0.5"), tmp_path)
 
 
-
 def test_how_the_public_gradients_are_taken_is_not_part_of_a_runs_identity(hydra_cfg):
     """A run may resume with `method.public_grads_together` flipped (on a smaller GPU), and a
     checkpoint from before the key existed still matches its run's config; lr still tells runs apart."""

@@ -397,7 +397,6 @@ def test_figures_render(sweep, tmp_path, monkeypatch):
     assert lines == [(pytest.approx(45.0), "Public only")]      # Figure 2: the public-only reference
 
 
-
 def test_memory_switches_do_not_split_a_configuration(tmp_path):
     """Seeds of one PAZO-P configuration, one run taking its public gradients one after another
     (`method.public_grads_together=false`, a memory switch) and one from before the key existed,
