@@ -247,7 +247,6 @@ def build_benchmark_method(name, setting, device, engine=None, extra=()):
 def ours(name, setting, device, warmup, iters, extra=(), engine=None):
     b = SETTINGS[setting][3]
     method, config, model = build_benchmark_method(name, setting, device, engine, extra)
-    module = model.module
     x, y = synthetic_inputs(setting, b, device)
     counter = iter(range(1, 10**9))
     step = lambda: method.step(x, y, next(counter))  # noqa: E731
@@ -261,14 +260,14 @@ def ours(name, setting, device, warmup, iters, extra=(), engine=None):
            if n_pub else 0.0)
     public_pass = public_passes(setting, device, config.public_batch_size, n_pub, model, together) if n_pub else None
 
-    def bare_passes():  # the mode switch only where the engines make it too (train_mode_matters)
+    def bare_passes():  # the mode switch only where the engines make it too (train_mode_matters), as they do
         if model.train_mode_matters:
-            module.eval()
+            model.set_training(False)
         with torch.no_grad():
             for _ in range(n_fwd):
                 model.current_losses(x, y)
         if model.train_mode_matters:
-            module.train()
+            model.set_training(True)
         if public_pass is not None:
             public_pass()
     row = time_steps(step, device, warmup, iters)

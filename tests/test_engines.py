@@ -202,21 +202,51 @@ def test_train_mode_matters_only_for_mode_dependent_layers():
     assert not train_mode_matters(nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Dropout(0.0)))
 
 
-def test_queries_leave_a_mode_free_model_alone_and_switch_a_mode_dependent_one(monkeypatch):
-    """The switch to eval mode is skipped only where it cannot change the losses."""
+def test_queries_leave_a_mode_free_model_alone_and_switch_a_mode_dependent_one():
+    """The switch to eval mode is skipped only where it cannot change the losses; where it is made,
+    every submodule runs the query in eval mode and is back in train mode after."""
     x, y = torch.rand(4, 1, 8, 8), torch.randint(0, 10, (4,))
-    for dropout, switches in ((0.0, 0), (0.5, 2)):
+    for dropout, query_mode in ((0.0, True), (0.5, False)):
         model = small_cnn(dropout=dropout)
         model.module.train()
-        calls = []
-        original = type(model.module).train
-        def counting_train(self, mode=True, original=original):
-            calls.append(mode)
-            return original(self, mode)
-        monkeypatch.setattr(type(model.module), "train", counting_train)
+        seen = []
+        model.module.register_forward_pre_hook(lambda m, args: seen.append({s.training for s in m.modules()}))
         InPlaceEngine().losses(model, x, y, SeededDirections(model.shapes, [1]), [(0, 0.1)])
-        monkeypatch.undo()
-        assert len(calls) == switches and model.module.training
+        assert seen == [{query_mode}]
+        assert all(m.training for m in model.module.modules())
+
+
+def test_set_training_sets_every_flag_and_defers_to_a_train_of_its_own(monkeypatch):
+    """`FunctionalModel.set_training` writes the flags module.train() would; a class whose train()
+    does more is called (here one that also counts), as is transformers' with hub kernels on."""
+    from transformers import RobertaConfig, RobertaForSequenceClassification
+
+    model = small_cnn(dropout=0.5)
+    for mode in (False, True, False):
+        model.set_training(mode)
+        assert {m.training for m in model.module.modules()} == {mode}
+
+    class Counting(nn.Sequential):
+        calls = []
+
+        def train(self, mode=True):
+            Counting.calls.append(mode)
+            return super().train(mode)
+
+    own = FunctionalModel(nn.Sequential(nn.Linear(3, 3), Counting(nn.Dropout(0.5), nn.Linear(3, 2))))
+    own.set_training(False)
+    assert Counting.calls == [False] and not any(m.training for m in own.module.modules())
+    config = RobertaConfig(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=32, max_position_embeddings=20, num_labels=2)
+    hf = FunctionalModel(RobertaForSequenceClassification(config))
+    assert hf._flag_only_modes is not None           # transformers' train() with kernels off: flags
+    hf.set_training(False)
+    assert not any(m.training for m in hf.module.modules())
+    calls = []
+    hf.module.train = lambda mode=True: calls.append(mode)   # what set_training must now call
+    monkeypatch.setattr(type(hf.module), "use_kernels", True)   # a property of transformers' models
+    hf.set_training(True)
+    assert calls == [True]
 
 
 METHOD_CFGS = {

@@ -61,17 +61,17 @@ class query_mode:
     as it is. (A plain class: a generator-based context manager costs 20 us a step between forwards.)"""
 
     def __init__(self, model: FunctionalModel, train: bool):
-        self.module = model.module if model.train_mode_matters else None
+        self.model = model if model.train_mode_matters else None
         self.train = train
 
     def __enter__(self):
-        if self.module is not None:
-            self.was = self.module.training
-            self.module.train(self.train)
+        if self.model is not None:
+            self.was = self.model.module.training
+            self.model.set_training(self.train)
 
     def __exit__(self, *exc):
-        if self.module is not None:
-            self.module.train(self.was)
+        if self.model is not None:
+            self.model.set_training(self.was)
 
 
 def _forward(model, x, y, train: bool, seed: int | None, fn):
