@@ -118,8 +118,26 @@ def test_packed_parameters_are_views_of_one_buffer_until_moved():
         shift(model, SeededDirections(model.shapes, [3], dtype=torch.float64), 0, 1.0)
     assert all(not torch.equal(p, m) for p, m in zip(model.params, moved))   # still moved, one by one
     assert SeededDirections([[2, 3], [4]], [1]).numels == [6, 4]              # shapes as lists too
-    big = FunctionalModel(nn.Linear(2 ** 11, 2 ** 11 + 1))                     # over 2^22 entries: left alone
-    assert big.packed() is None
+    assert FunctionalModel(small_cnn().module.half()).packed() is None          # float16: left alone
+
+
+def test_a_large_model_is_packed_and_moved_a_group_of_its_direction_at_a_time(monkeypatch):
+    """A model of over 2^22 entries is packed too (its direction drawn a group at a time, each
+    group one add on the packed buffer): the same parameters as the per-parameter adds."""
+    torch.manual_seed(0)
+    big = FunctionalModel(nn.Sequential(nn.Linear(2 ** 11, 2 ** 10), nn.Linear(2 ** 10, 2 ** 11 + 3)))
+    assert big.dim > 2 ** 22 and big.packed() is not None
+    values = [p.detach().clone() for p in big.params]
+    for distribution, radius in (("gaussian", None), ("sphere", 7.0)):
+        dirs = SeededDirections(big.shapes, [5], distribution, radius=radius, group_numel=2 ** 20)
+        assert len(dirs.groups) > 1 and dirs.flat(0) is None
+        with torch.no_grad(), monkeypatch.context() as m:
+            m.setattr(torch, "_foreach_add_", None)      # not the per-parameter path
+            shift(big, dirs, 0, 0.25)
+        expected = [v + 0.25 * u for v, u in zip(values, dirs.tensors(0))]
+        assert all(torch.equal(p, e) for p, e in zip(big.params, expected))
+        assert torch.equal(big.packed(), torch.cat([e.reshape(-1) for e in expected]))
+        values = expected
 
 
 def test_parameter_groups_partition_consecutive_runs():

@@ -12,6 +12,7 @@ vectors, whichever way they ask for them.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import threading
 from collections import deque
@@ -83,6 +84,12 @@ class Directions:
     def flat(self, j: int) -> torch.Tensor | None:
         """Direction j as one flat [d] vector when it is held whole anyway (no copy made), else
         None: the in-place engine then adds it to packed parameters in one operation."""
+        return None
+
+    def flat_groups(self, j: int) -> Iterator[tuple[int, int, torch.Tensor]] | None:
+        """Direction j as (lo, hi, flat entries of parameters lo..hi-1), group by group, where the
+        set draws it so (no copy made), else None: the in-place engine adds each group to its
+        slice of the packed parameters in one operation."""
         return None
 
 
@@ -294,29 +301,34 @@ class SeededDirections(Directions):
             return piece_bounds(sum(self.numels[lo:hi]))
         return self._cpu_draws[(lo, hi)]
 
-    def _raw_pieces(self, j: int, reuse: bool = False,
-                    states: list | None = None) -> Iterator[tuple[int, int, torch.Tensor]]:
-        """(i, lo, unscaled N(0, I) piece of parameter i from entry lo): the draws of
-        `_raw_groups`, one at a time, cut at parameter boundaries; with `reuse`, each drawn into
-        the same buffer (valid until the next piece is asked for); `states` gets the generator's
-        state before each draw."""
+    def _raw_draws(self, j: int, reuse: bool = False,
+                   states: list | None = None) -> Iterator[tuple[int, int, int, int, torch.Tensor]]:
+        """(lo, hi, a, b, draw): each unscaled N(0, I) draw of `_raw_groups`, entries a..b-1 of the
+        flat buffer of parameters lo..hi-1, one at a time; with `reuse`, each drawn into the same
+        buffer (valid until the next draw is asked for); `states` gets the generator's state
+        before each draw."""
         gen = _new_generator(self.device, self.seeds[j])
         buffer = None
         for lo, hi in self.groups:
-            starts = [0]
-            for n in self.numels[lo:hi]:
-                starts.append(starts[-1] + n)
             for a, b in self._draws(lo, hi):
                 if states is not None:
                     states.append(gen.get_state())
                 if not reuse or buffer is None or buffer.numel() < b - a:
                     buffer = torch.empty(max(b - a, PIECE_NUMEL + 15) if reuse else b - a, device=self.device,
                                          dtype=self.dtype)
-                draw = buffer[:b - a].normal_(generator=gen)
-                for k in range(lo, hi):            # the parameters this draw covers
-                    start, stop = starts[k - lo], starts[k - lo + 1]
-                    if stop > a and start < b:
-                        yield k, max(a, start) - start, draw[max(a, start) - a:min(b, stop) - a]
+                yield lo, hi, a, b, buffer[:b - a].normal_(generator=gen)
+
+    def _raw_pieces(self, j: int, reuse: bool = False) -> Iterator[tuple[int, int, torch.Tensor]]:
+        """(i, lo, unscaled N(0, I) piece of parameter i from entry lo): the draws of `_raw_draws`
+        cut at parameter boundaries."""
+        group, starts = None, []
+        for lo, hi, a, b, draw in self._raw_draws(j, reuse):
+            if group != (lo, hi):              # its parameters' starts in the group's buffer
+                group, starts = (lo, hi), [0, *itertools.accumulate(self.numels[lo:hi])]
+            for k in range(lo, hi):            # the parameters this draw covers
+                start, stop = starts[k - lo], starts[k - lo + 1]
+                if stop > a and start < b:
+                    yield k, max(a, start) - start, draw[max(a, start) - a:min(b, stop) - a]
 
     def _views(self, lo: int, hi: int, buf: torch.Tensor) -> list[torch.Tensor]:
         return [piece.view(shape) for piece, shape in zip(buf.split(self.numels[lo:hi]), self.shapes[lo:hi])]
@@ -338,11 +350,22 @@ class SeededDirections(Directions):
                 self._kept = (j, buf, self._views(*self.groups[0], buf))
             yield *self.groups[0], self._kept[2]
             return
+        for lo, hi, buf in self._scaled_groups(j):
+            yield lo, hi, self._views(lo, hi, buf)
+
+    def _scaled_groups(self, j: int) -> Iterator[tuple[int, int, torch.Tensor]]:
+        """(lo, hi, flat buffer of parameters lo..hi-1) of direction j, drawn (and scaled) a group
+        at a time, a fresh buffer each."""
         factor = self._factor(j)
         for lo, hi, buf in self._raw_groups(j):
             if factor != 1.0:
                 buf.mul_(factor)
-            yield lo, hi, self._views(lo, hi, buf)
+            yield lo, hi, buf
+
+    def flat_groups(self, j: int) -> Iterator[tuple[int, int, torch.Tensor]]:
+        if len(self.groups) == 1:
+            return iter([(*self.groups[0], self._whole(j))])
+        return self._scaled_groups(j)
 
     def _whole(self, j: int) -> torch.Tensor:
         """Direction j of a one-group model as one flat buffer, drawn (and scaled) once and kept
@@ -374,7 +397,7 @@ class SeededDirections(Directions):
     def vector(self, j: int) -> torch.Tensor:
         if len(self.groups) == 1:
             return self._whole(j)
-        return torch.cat([t.reshape(-1) for _, _, tensors in self.iter_groups(j) for t in tensors])
+        return torch.cat([buf for _, _, buf in self._scaled_groups(j)])
 
     def parameter_pieces(self, j: int, i: int) -> Iterator[tuple[int, torch.Tensor]]:
         """As `Directions.parameter_pieces`. A one-group direction is cut from the kept buffer.
@@ -422,12 +445,13 @@ class SeededDirections(Directions):
         return self._states[1]
 
     def _record_states(self, j: int, norm: bool = False) -> float:
-        """One pass over direction j's draws (`_raw_pieces`) that records the generator's state
-        before each; with `norm`, returns the squared norm of the unscaled direction, summed piece
-        by piece in order (one sync)."""
+        """One pass over direction j's draws (`_raw_draws`) that records the generator's state
+        before each; with `norm`, returns the squared norm of the unscaled direction, summed draw
+        by draw in order (one sync)."""
         states: list[torch.Tensor] = []
-        pieces = (piece for _, _, piece in self._raw_pieces(j, reuse=True, states=states))
-        total = float(sum(piece.double().pow(2).sum() for piece in pieces)) if norm else deque(pieces, maxlen=0)
+        draws = (draw for *_, draw in self._raw_draws(j, reuse=True, states=states))
+        total = float(sum(torch.linalg.vector_norm(draw, dtype=torch.float64) ** 2 for draw in draws)) if norm \
+            else deque(draws, maxlen=0)
         self._states = (j, states)
         return total or 0.0
 
@@ -526,8 +550,11 @@ def orthonormal_basis(grads: torch.Tensor, rel_tol: float = 1e-5) -> torch.Tenso
     return basis.to(grads.dtype).contiguous()
 
 
-#: `combine_rows` takes a [k, d] block this many columns at a time (a [k, 2^16] float64 temporary)
+#: `combine_rows` takes a [k, d] block at least this many columns at a time ...
 COMBINE_COLUMNS = 2 ** 16
+#: ... and in at most about this many blocks (a [k, d / 16] float64 temporary), so that a large
+#: model's basis is a few products, not thousands (each a few microseconds of host time on a GPU)
+COMBINE_BLOCKS = 16
 
 
 def combine_rows(coefficients: list[list[float]], rows: torch.Tensor) -> torch.Tensor:
@@ -541,9 +568,9 @@ def combine_rows(coefficients: list[list[float]], rows: torch.Tensor) -> torch.T
     c = rows.new_tensor(coefficients)
     if rows.shape[1] <= COMBINE_COLUMNS:
         return c @ rows
-    r = c.shape[0]
-    for lo in range(0, rows.shape[1], COMBINE_COLUMNS):
-        block = rows[:, lo:lo + COMBINE_COLUMNS]
+    r, columns = c.shape[0], max(COMBINE_COLUMNS, math.ceil(rows.shape[1] / COMBINE_BLOCKS))
+    for lo in range(0, rows.shape[1], columns):
+        block = rows[:, lo:lo + columns]
         block[:r] = c @ block
     return rows[:r]
 

@@ -8,22 +8,25 @@
 
 How the in-place engine works (the interface other code builds on):
 
-* perturb: for a query point (j, s) the live parameters move by s * u_j. A direction is served by
-  `Directions.iter_groups(j)` as groups of consecutive parameters; each group is added with one
-  fused multi-tensor `torch._foreach_add_` (on CUDA a handful of kernels for the whole model, not
-  one per parameter). Seeded directions are regenerated from their seed (pieces of 2^20 entries
-  drawn one after another, per group on CUDA); a direction of up to 2^22 elements is drawn once
-  and kept while it is in use. A half-precision model is not moved for its queries: each module
-  runs on round(x + s u) of its own weights, built as it is called (`half_precision.py`, with the
-  exact shift as its fallback); its update takes the direction a piece at a time.
+* perturb: for a query point (j, s) the live parameters move by s * u_j. A direction is served as
+  groups of consecutive parameters; each group is added to the packed parameters' slice with one
+  operation (see below), or, to parameters that are not packed, with one fused multi-tensor
+  `torch._foreach_add_` over `Directions.iter_groups(j)` (on CUDA a handful of kernels for the
+  whole model, not one per parameter, but a view and host time per parameter). Seeded directions
+  are regenerated from their seed (pieces of 2^20 entries drawn one after another, per group on
+  CUDA); a direction of up to 2^22 elements is drawn once and kept while it is in use. A
+  half-precision model is not moved for its queries: each module runs on round(x + s u) of its own
+  weights, built as it is called (`half_precision.py`, with the exact shift as its fallback); its
+  update takes the direction a piece at a time.
 * move: consecutive points of the same direction move by the difference of their scales
   (+lam, then -2 lam: MeZO's order); a new direction first undoes the previous one.
 * restore: after the last point the parameters move back by -s * u_j (also when a forward pass
   raises). Restoring adds the negated scale, so parameters come back up to float rounding.
 * update: `apply_directional_update` adds -lr * c_j * u_j for each j (the kept direction is
   reused), `apply_flat_update` adds -lr * g for a flat g; both fused in the same way.
-* a small model's parameters are views of one flat buffer (`FunctionalModel.packed`): a direction
-  held whole as one vector (`Directions.flat`) is then added with a single operation.
+* a model's parameters are views of one flat buffer (`FunctionalModel.packed`, float32/float64 on
+  one device): a direction held whole as one vector (`Directions.flat`) is then added with a single
+  operation, one drawn a group at a time (`Directions.flat_groups`) with one per group.
 
 Both engines return the same [P, B] loss matrix for the same directions (up to float rounding of
 the in-place restore), which a test checks: `losses` as one tensor, `loss_rows` as its P rows (the
@@ -124,6 +127,9 @@ def shift(model: FunctionalModel, directions, j: int, alpha: float, bump_version
     `FunctionalModel.add_to_packed`."""
     flat = directions.flat(j)                  # held whole anyway, or None
     if flat is not None and model.add_to_packed(flat, alpha, bump_versions):   # one add for the whole model
+        return
+    groups = directions.flat_groups(j)         # drawn a group at a time: one add per group
+    if groups is not None and model.add_groups_to_packed(groups, alpha, bump_versions):
         return
     params, spread = model.params, len(model.devices) > 1
     if has_low_precision(params):

@@ -61,8 +61,8 @@ class PazoS(Method):
     def perturbed(self, g: torch.Tensor) -> torch.Tensor:
         """Line 11: g + z', z' ~ N(0, epsilon^2 I_d) from the direction stream."""
         seed = self.ctx.streams.draw_seeds("directions", 1)
-        z = SeededDirections(self.model.shapes, seed, device=g.device, dtype=g.dtype).tensors(0)
-        return g + self.cfg.perturbation * torch.cat([t.reshape(-1) for t in z])
+        z = SeededDirections(self.model.shapes, seed, device=g.device, dtype=g.dtype).vector(0)
+        return g + self.cfg.perturbation * z
 
     def step(self, x, y, step):
         # line 3: x, y is the private Poisson batch B; line 4: k public gradients g_1..g_k
