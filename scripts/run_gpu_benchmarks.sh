@@ -2,17 +2,21 @@
 # All four paper settings on one CUDA GPU: every method, both zeroth-order engines, their floors
 # and peak memory, our DP-SGD beside Opacus (hooks and ghost clipping). Writes
 # scripts/results/methods_cuda_<setting>.json, one file per setting, each with its command; then
-# the float16 OPT memory benchmarks (scripts/results/memory_cuda_opt-*_float16.json).
+# the float16 OPT memory benchmarks (scripts/results/memory_cuda_opt-*_float16.json). Part
+# `profile` (run first, about a minute a setting) pairs our DPZero step and a minimal hand-written
+# one with their floor and records our step's operators under torch.profiler
+# (scripts/results/zo_step_profile_cuda_<setting>.json): where a step's time over its floor goes.
 #
 #   bash scripts/run_gpu_benchmarks.sh            # or: make bench-gpu
 #   PYTHON=/path/to/python ITERS=20 bash scripts/run_gpu_benchmarks.sh
 #   SETTINGS="imdb_lstm mnli_roberta" PARTS=methods bash scripts/run_gpu_benchmarks.sh   # a share of it
+#   SETTINGS=tiny_imagenet_vit PARTS=profile bash scripts/run_gpu_benchmarks.sh
 #
 # A job (one method and engine in its own subprocess) took about 22 s on an H100 for CIFAR-10,
 # Tiny-ImageNet and IMDB and about 40 s for MNLI (20 timed steps on the first two, 10 on the others),
 # much of it start-up (interpreter, imports, CUDA, the models): the methods part is 7-14 minutes per
 # setting, the whole over 40, more than one 30-minute lease. SETTINGS (default all four) and PARTS
-# (default "methods engines tables memory") split it; each part writes its own files, and a setting
+# (default "profile methods engines tables memory") split it; each part writes its own files, and a setting
 # named runs all its jobs again and replaces its file.
 #
 # Needs requirements.txt, requirements-bench.txt (Opacus) and pazo (pip install -e . --no-deps);
@@ -24,12 +28,20 @@ ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-5}
 ALL_SETTINGS="cifar10_nf224 tiny_imagenet_vit imdb_lstm mnli_roberta"
 SETTINGS=${SETTINGS:-$ALL_SETTINGS}
-PARTS=${PARTS:-methods engines tables memory}
+PARTS=${PARTS:-profile methods engines tables memory}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 for p in $PARTS; do
-  case $p in methods|engines|tables|memory) ;; *) echo "run_gpu_benchmarks: unknown part '$p' (methods, engines, tables, memory)" >&2; exit 2;; esac
+  case $p in profile|methods|engines|tables|memory) ;;
+    *) echo "run_gpu_benchmarks: unknown part '$p' (profile, methods, engines, tables, memory)" >&2; exit 2;;
+  esac
 done
 "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "run_gpu_benchmarks: no CUDA device")'
+if part profile; then
+  for setting in $SETTINGS; do
+    "$PYTHON" scripts/profile_zo_step.py --device cuda --setting "$setting" --pairs 50 --warmup 10 --trace-steps 10 \
+      --out "scripts/results/zo_step_profile_cuda_${setting}.json"
+  done
+fi
 if part methods; then
   for setting in $SETTINGS; do
     "$PYTHON" scripts/benchmark_methods.py --device cuda --settings "$setting" --iters "$ITERS" --warmup "$WARMUP" \

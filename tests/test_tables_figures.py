@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 from pazo.results import load_runs, paper_values, select_configs
@@ -303,6 +304,28 @@ def test_a_missing_benchmark_file_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "t").exists()
 
 
+def test_the_step_profile_pairs_three_steps_with_their_floor_and_traces_ours(tmp_path):
+    """`profile_zo_step.py` on digits: our step (packed, unpacked) and the minimal one, each with a
+    paired floor ratio, the minimal step's operations, and our step's operators under the profiler;
+    `--device cuda` without CUDA is one line."""
+    out = tmp_path / "profile.json"
+    command = [sys.executable, str(ROOT / "scripts" / "profile_zo_step.py"), "--pairs", "3", "--warmup", "1",
+               "--trace-steps", "2", "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert set(result["steps"]) == {"ours", "ours_unpacked", "minimal"} and result["pairs"] == 3
+    assert all(r["paired_floor_ratio"] > 0.5 and r["median_floor_ms"] > 0 for r in result["steps"].values())
+    assert set(result["minimal_step_op_us"]) >= {"draw", "perturb", "forward+", "update"}
+    ops = {row["op"]: row for row in result["ours_profiled_ops"]}
+    assert ops["aten::normal_"]["calls_per_step"] >= 1 and "aten::convolution" in ops
+    if not torch.cuda.is_available():
+        done = subprocess.run(command[:2] + ["--device", "cuda", "--out", str(tmp_path / "no.json")],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1 and done.stderr.strip() == \
+            "profile_zo_step: --device cuda, but torch sees no CUDA device"
+
+
 @pytest.mark.parametrize("name,argument", [("benchmark_methods", "--iters=0"), ("benchmark_engines", "--warmup=-1"),
                                            ("profile_zo_step", "--pairs=0")])
 def test_benchmark_counts_are_checked_before_any_job(name, argument, tmp_path):
@@ -481,6 +504,13 @@ def test_the_gpu_benchmark_script_runs_the_share_it_is_given(tmp_path):
     assert done.returncode == 0, done.stderr
     assert [c.split()[0] for c in calls[1:]] == ["scripts/benchmark_memory.py"] * 4
 
+    done, calls = run(SETTINGS="tiny_imagenet_vit", PARTS="profile")
+    assert done.returncode == 0, done.stderr
+    assert len(calls) == 2
+    assert calls[1].startswith("scripts/profile_zo_step.py --device cuda --setting tiny_imagenet_vit ")
+    assert calls[1].endswith("--out scripts/results/zo_step_profile_cuda_tiny_imagenet_vit.json")
+
     done, calls = run(PARTS="methods tabels")
     assert done.returncode == 2 and calls == []
-    assert done.stderr.strip() == "run_gpu_benchmarks: unknown part 'tabels' (methods, engines, tables, memory)"
+    assert done.stderr.strip() == \
+        "run_gpu_benchmarks: unknown part 'tabels' (profile, methods, engines, tables, memory)"
