@@ -35,7 +35,8 @@ bench-calibration: $(STAMP)
 	$(PY) scripts/benchmark_calibration.py
 
 ## Seconds per step, floors and peak memory of every method on the two CPU settings (1 thread),
-## and the two engines' steps compared in one process (the evidence for engine.name=auto on CPU).
+## the two engines' steps compared in one process (the evidence for engine.name=auto on CPU), and
+## the tensor operations each zeroth-order step issues besides its floor's (also for the GPU settings).
 bench-cpu: $(STAMP)
 	$(PY) scripts/benchmark_methods.py --settings digits --iters 200 --warmup 20 --threads 1 \
 	  --out scripts/results/methods_cpu_digits.json
@@ -43,6 +44,7 @@ bench-cpu: $(STAMP)
 	  --out scripts/results/methods_cpu_cifar_shape.json
 	$(PY) scripts/benchmark_engines.py --settings digits,cifar_shape --threads 1 --out scripts/results/engines_cpu.json
 	$(PY) scripts/profile_zo_step.py --setting digits --threads 1
+	$(PY) scripts/count_step_ops.py
 
 ## The same on a CUDA GPU for all four paper settings (scripts/results/methods_cuda_<setting>.json).
 bench-gpu: $(STAMP)

@@ -1,0 +1,113 @@
+"""Tensor operations a zeroth-order step issues besides its floor's, counted, per setting and method.
+
+    python scripts/count_step_ops.py [--settings digits,cifar_shape,cifar10_nf224,tiny_imagenet_vit,imdb_lstm]
+                                     [--methods mezo,dpzero,pazo_m,pazo_p,pazo_s] [--engine inplace]
+                                     [--out scripts/results/step_ops_cpu.json]
+
+Every aten operation dispatched during one step (after two untimed ones) is counted under a
+`TorchDispatchMode`, and so are those of the step's bare passes (its private no-grad forwards and
+public gradients, as `benchmark_methods.py` times them for the floor); the difference is the step's
+own work: perturbing, restoring, updating, drawing directions, the basis, the release. On a GPU each
+such operation costs a few microseconds of host time, which the device waits for when kernels are
+short, so this count, which needs no GPU and does not depend on the machine's noise, is where a
+step's time over its floor on a GPU starts (profile_zo_step.py --device cuda measures the time
+itself). On CPU, with private and public batches of 2 examples: the counts do not depend on the
+batch sizes. Views count as operations (each is a dispatch, with its host time).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark_methods import (  # noqa: E402
+    FORWARDS, PUBLIC_PASSES, SETTINGS, build_benchmark_method, public_passes, result_record, run_main,
+    set_batch_size, synthetic_inputs, write_result)
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH = 2
+
+
+class CountOps(TorchDispatchMode):
+    """Counts the aten operations dispatched while it is active, by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count(fn) -> collections.Counter:
+    with CountOps() as mode:
+        fn()
+    return mode.counts
+
+
+def step_ops(setting: str, name: str, engine: str) -> dict:
+    """One row: the step's operations, its floor's, and the difference by operation."""
+    method, config, model = build_benchmark_method(name, setting, "cpu", engine,
+                                                   extra=(f"method.public_batch_size={BATCH}",)
+                                                   if name in PUBLIC_PASSES else ())
+    x, y = synthetic_inputs(setting, BATCH)
+    for step in (1, 2):
+        method.step(x, y, step)
+    step = count(lambda: method.step(x, y, 3))
+    forwards = FORWARDS[name](config)
+    public = PUBLIC_PASSES.get(name, lambda m: 0)(config)
+    passes = public_passes(setting, "cpu", config.public_batch_size, public, model,
+                           getattr(config, "public_grads_together", True)) if public else None
+
+    def bare():
+        if model.train_mode_matters:
+            model.set_training(False)
+        with torch.no_grad():
+            for _ in range(forwards):
+                model.current_losses(x, y)
+        if model.train_mode_matters:
+            model.set_training(True)
+        if passes is not None:
+            passes()
+    bare()
+    floor = count(bare)
+    extra = step.copy()
+    extra.subtract(floor)
+    return {"setting": setting, "method": name, "engine": engine, "dim": model.dim, "parameters": len(model.params),
+            "step_ops": sum(step.values()), "floor_ops": sum(floor.values()), "extra_ops": sum(extra.values()),
+            "extra_by_op": dict(sorted(((k, v) for k, v in extra.items() if v), key=lambda kv: -kv[1]))}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--settings", default="digits,cifar_shape,cifar10_nf224,tiny_imagenet_vit,imdb_lstm")
+    parser.add_argument("--methods", default="mezo,dpzero,pazo_m,pazo_p,pazo_s")
+    parser.add_argument("--engine", default="inplace", choices=["inplace", "vectorised"])
+    parser.add_argument("--out", default=str(ROOT / "scripts" / "results" / "step_ops_cpu.json"))
+    args = parser.parse_args()
+    settings, methods = args.settings.split(","), args.methods.split(",")
+    for value, known, what in ((settings, SETTINGS, "setting"), (methods, FORWARDS, "method")):
+        unknown = [v for v in value if v not in known]
+        if unknown:
+            parser.error(f"unknown {what} {unknown[0]!r}; choices: {', '.join(known)}")
+    torch.set_num_threads(1)
+    set_batch_size(BATCH)
+    rows = []
+    for setting in settings:
+        for name in methods:
+            row = step_ops(setting, name, args.engine)
+            top = ", ".join(f"{k} {v}" for k, v in list(row["extra_by_op"].items())[:4])
+            print(f"{setting:18s} {name:8s} step {row['step_ops']:6d}  floor {row['floor_ops']:6d}  "
+                  f"extra {row['extra_ops']:5d}  ({top})", flush=True)
+            rows.append(row)
+    write_result(Path(args.out), result_record(torch.device("cpu"), rows))
+
+
+if __name__ == "__main__":
+    run_main("count_step_ops", main)
