@@ -326,6 +326,29 @@ def test_the_step_profile_pairs_three_steps_with_their_floor_and_traces_ours(tmp
             "profile_zo_step: --device cuda, but torch sees no CUDA device"
 
 
+def test_step_ops_count_what_a_step_does_besides_its_floor(tmp_path):
+    """count_step_ops.py: DPZero's in-place step on digits issues its floor's two forwards plus a
+    few operations (perturb, move, restore and update: four adds on the packed buffer, the draw);
+    PAZO-M's floor holds its public gradient too. An unknown method is argparse's one line."""
+    counter = script("count_step_ops")
+    saved = dict(counter.SETTINGS)             # benchmark_methods' module, shared with other tests
+    counter.set_batch_size(counter.BATCH)
+    try:
+        row = counter.step_ops("digits", "dpzero", "inplace")
+        pazo_m = counter.step_ops("digits", "pazo_m", "inplace")
+    finally:
+        counter.SETTINGS.update(saved)
+    assert row["step_ops"] == row["floor_ops"] + row["extra_ops"] and 0 < row["extra_ops"] < 30
+    assert row["extra_by_op"]["add_"] == 4 and row["extra_by_op"]["normal_"] >= 1
+    assert "convolution" not in row["extra_by_op"]                   # the forwards are the floor's
+    assert pazo_m["floor_ops"] > row["floor_ops"] and "convolution_backward" not in pazo_m["extra_by_op"]
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "count_step_ops.py"), "--methods", "mezo,sgd",
+                           "--out", str(tmp_path / "o.json")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.splitlines()[-1].endswith(
+        "error: unknown method 'sgd'; choices: mezo, dpzero, pazo_m, pazo_p, pazo_p_prime, pazo_s")
+    assert not (tmp_path / "o.json").exists()
+
+
 @pytest.mark.parametrize("name,argument", [("benchmark_methods", "--iters=0"), ("benchmark_engines", "--warmup=-1"),
                                            ("profile_zo_step", "--pairs=0")])
 def test_benchmark_counts_are_checked_before_any_job(name, argument, tmp_path):
