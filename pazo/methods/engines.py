@@ -101,7 +101,9 @@ class VectorisedEngine:
             raise ConfigError("the vectorised engine needs the parameters on one device; they are on "
                               f"{len(model.devices)} (model.device_map): use engine.name=inplace")
         vectors = {j: directions.vector(j) for j in sorted({j for j, _ in points})}
-        base = model.flat_params()
+        base = model.packed()                  # read only: the blocks below are new tensors
+        if base is None:
+            base = model.flat_params()
         chunk = self.chunk_size or len(points)
         out = []
         with query_mode(model, train):
