@@ -13,12 +13,17 @@ short, so this count, which needs no GPU and does not depend on the machine's no
 step's time over its floor on a GPU starts (profile_zo_step.py --device cuda measures the time
 itself). On CPU, with private and public batches of 2 examples: the counts do not depend on the
 batch sizes. Views count as operations (each is a dispatch, with its host time).
+
+Switching train/eval mode is host time too but no operation: each row also has `mode_switch_us`,
+the best of five `timeit` runs of a switch to eval mode and back, by `module.train()` and by
+`FunctionalModel.set_training` (which the engines use), where the model's mode matters.
 """
 from __future__ import annotations
 
 import argparse
 import collections
 import sys
+import timeit
 from pathlib import Path
 
 import torch
@@ -79,9 +84,15 @@ def step_ops(setting: str, name: str, engine: str) -> dict:
     floor = count(bare)
     extra = step.copy()
     extra.subtract(floor)
+    module = model.module
+    switches = {"module.train": lambda: (module.train(False), module.train(True)),
+                "set_training": lambda: (model.set_training(False), model.set_training(True))}
+    mode_switch_us = {k: min(timeit.repeat(fn, number=200, repeat=5)) / 200 * 1e6 for k, fn in switches.items()} \
+        if model.train_mode_matters else None
     return {"setting": setting, "method": name, "engine": engine, "dim": model.dim, "parameters": len(model.params),
             "step_ops": sum(step.values()), "floor_ops": sum(floor.values()), "extra_ops": sum(extra.values()),
-            "extra_by_op": dict(sorted(((k, v) for k, v in extra.items() if v), key=lambda kv: -kv[1]))}
+            "extra_by_op": dict(sorted(((k, v) for k, v in extra.items() if v), key=lambda kv: -kv[1])),
+            "mode_switch_us": mode_switch_us}
 
 
 def main():
@@ -103,8 +114,10 @@ def main():
         for name in methods:
             row = step_ops(setting, name, args.engine)
             top = ", ".join(f"{k} {v}" for k, v in list(row["extra_by_op"].items())[:4])
+            switch = row["mode_switch_us"]
+            switch = f"  mode switch {switch['module.train']:.0f} / {switch['set_training']:.0f} us" if switch else ""
             print(f"{setting:18s} {name:8s} step {row['step_ops']:6d}  floor {row['floor_ops']:6d}  "
-                  f"extra {row['extra_ops']:5d}  ({top})", flush=True)
+                  f"extra {row['extra_ops']:5d}  ({top}){switch}", flush=True)
             rows.append(row)
     write_result(Path(args.out), result_record(torch.device("cpu"), rows))
 
