@@ -44,7 +44,7 @@ bench-cpu: $(STAMP)
 	  --out scripts/results/methods_cpu_cifar_shape.json
 	$(PY) scripts/benchmark_engines.py --settings digits,cifar_shape --threads 1 --out scripts/results/engines_cpu.json
 	$(PY) scripts/profile_zo_step.py --setting digits --threads 1
-	$(PY) scripts/count_step_ops.py
+	$(PY) scripts/count_step_ops.py --settings digits,cifar_shape,cifar10_nf224,tiny_imagenet_vit,imdb_lstm,mnli_roberta
 
 ## The same on a CUDA GPU for all four paper settings (scripts/results/methods_cuda_<setting>.json).
 bench-gpu: $(STAMP)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
+import os
 import statistics
 import sys
 import time
@@ -149,7 +149,7 @@ def main():
                       "median_floor_ms": statistics.median(f for _, f in pairs) * 1e3}
     ops_us = {op: statistics.median(r[k] for r in per_op) * 1e6 for k, op in enumerate(OPS)}
     result = {"command": "python " + " ".join(sys.argv), "commit": git_commit(), "setting": args.setting,
-              "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+              "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}",
               "torch": torch.__version__, "dim": bare.dim, "batch_size": len(y), "threads": args.threads,
               "pairs": args.pairs, "steps": rows, "minimal_step_op_us": ops_us}
     if args.trace_steps:

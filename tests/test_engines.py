@@ -90,7 +90,7 @@ def test_joined_cpu_draws_give_per_parameter_randn(shapes):
 
 
 def test_packed_parameters_are_views_of_one_buffer_until_moved():
-    """A small model's parameters are views of one flat buffer (one add moves them all); once they
+    """A model's parameters are views of one flat buffer (one add moves them all); once they
     are moved elsewhere (here `module.double()`) the buffer is dropped and steps go per parameter."""
     model = small_cnn()
     packed = model.packed()
@@ -135,6 +135,9 @@ def test_a_large_model_is_packed_and_moved_a_group_of_its_direction_at_a_time(mo
             m.setattr(torch, "_foreach_add_", None)      # not the per-parameter path
             shift(big, dirs, 0, 0.25)
         expected = [v + 0.25 * u for v, u in zip(values, dirs.tensors(0))]
+        if radius is not None:                           # its norm summed over the groups' draws
+            norm = torch.cat([u.reshape(-1) for u in dirs.tensors(0)]).double().norm()
+            assert abs(float(norm) - radius) < 1e-4
         assert all(torch.equal(p, e) for p, e in zip(big.params, expected))
         assert torch.equal(big.packed(), torch.cat([e.reshape(-1) for e in expected]))
         values = expected
@@ -240,9 +243,11 @@ def test_set_training_sets_every_flag_and_defers_to_a_train_of_its_own(monkeypat
     from transformers import RobertaConfig, RobertaForSequenceClassification
 
     model = small_cnn(dropout=0.5)
-    for mode in (False, True, False):
-        model.set_training(mode)
-        assert {m.training for m in model.module.modules()} == {mode}
+    with monkeypatch.context() as patch:
+        patch.setattr(nn.Module, "train", None)      # the flags alone, no train() walk
+        for mode in (False, True, False):
+            model.set_training(mode)
+            assert {m.training for m in model.module.modules()} == {mode}
 
     class Counting(nn.Sequential):
         calls = []

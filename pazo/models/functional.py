@@ -84,8 +84,8 @@ class FunctionalModel:
     def set_training(self, mode: bool) -> None:
         """`module.train(mode)` without its recursive walk: the `training` flag of every submodule
         the module had when this model was made, written directly (the engines switch twice a step,
-        between forwards: 1.6 ms for ViT-tiny's 276 submodules by train(), 37 us so, on this
-        project's CPU). A module with a class whose train() does more than set flags (besides
+        between forwards: 1.6 ms for ViT-tiny's 276 submodules by train(), 32 us so, on this
+        project's CPU: scripts/count_step_ops.py). A module with a class whose train() does more than set flags (besides
         transformers' with hub kernels off) gets module.train() itself."""
         known = self._flag_only_modes
         if known is None or any(getattr(m, "use_kernels", False) for m in known[1]):
@@ -101,15 +101,22 @@ class FunctionalModel:
         float32/float64 dtype: the in-place engine then moves them with one operation per group of
         a direction (`Directions.flat_groups`) instead of one per parameter, each of which costs a
         few microseconds of host time between forwards (on a GPU, while it waits: ViT-tiny has 152
-        parameters, RoBERTa-base 202). Copied a parameter at a time, so that packing needs the
-        memory of the largest parameter beside the model, not a second model."""
+        parameters, RoBERTa-base 202). Copied a parameter at a time, each old storage freed as
+        its copy is made: on CPU, where pages are committed as they are written, packing needs
+        about the largest parameter beside the model; a CUDA allocation is committed whole, so
+        there the buffer needs the trainable parameters' size free (else the model is left
+        unpacked, and steps move it per parameter), and the freed blocks stay in the caching
+        allocator for later tensors."""
         params = self.params
         if (not params or len(self.devices) != 1 or self.devices[0].type == "meta"
                 or params[0].dtype not in (torch.float32, torch.float64)
                 or any(p.dtype != params[0].dtype or not p.is_contiguous() for p in params)):
             return
+        device = self.devices[0]
+        if device.type == "cuda" and torch.cuda.mem_get_info(device)[0] < self.dim * params[0].element_size():
+            return
         with torch.no_grad():
-            buffer = torch.empty(self.dim, dtype=params[0].dtype, device=self.devices[0])
+            buffer = torch.empty(self.dim, dtype=params[0].dtype, device=device)
             for p, view in zip(params, buffer.split(self.numels)):
                 view.copy_(p.detach().reshape(-1))
                 p.data = view.view(p.shape)          # the old storage goes now, not after the loop
