@@ -258,9 +258,25 @@ def ours(name, setting, device, warmup, iters, extra=(), engine=None):
     together = getattr(config, "public_grads_together", True)
     pub = (public_floor(setting, device, warmup, iters, config.public_batch_size, n_pub, model, together)["median_s"]
            if n_pub else 0.0)
-    public_pass = public_passes(setting, device, config.public_batch_size, n_pub, model, together) if n_pub else None
+    bare = bare_passes(setting, device, name, config, model, x, y)
+    row = time_steps(step, device, warmup, iters)
+    # pairs (bare passes, step): the ratio holds when the machine's speed drifts
+    ratios = [after / before for before, after in paired_times(bare, step, device, iters)]
+    row.update(forwards=n_fwd, forward_s=fwd, public_passes=n_pub, public_s=pub, floor_s=n_fwd * fwd + pub,
+               floor_ratio=row["median_s"] / (n_fwd * fwd + pub), paired_floor_ratio=statistics.median(ratios))
+    row["paired_speedup_over_dpsgd"] = paired_speedup_over_dpsgd(step, setting, device, warmup, iters)
+    return row, model.dim
 
-    def bare_passes():  # the mode switch only where the engines make it too (train_mode_matters), as they do
+
+def bare_passes(setting, device, name, config, model, x, y):
+    """The bare passes of one step of zeroth-order method `name` (its floor), back to back: its
+    private no-grad forwards of (x, y), switching to eval mode and back only where the engines do
+    too (`train_mode_matters`) and as they do, then its public passes (`public_passes`)."""
+    n_fwd, n_pub = FORWARDS[name](config), PUBLIC_PASSES.get(name, lambda m: 0)(config)
+    public_pass = public_passes(setting, device, config.public_batch_size, n_pub, model,
+                                getattr(config, "public_grads_together", True)) if n_pub else None
+
+    def passes():
         if model.train_mode_matters:
             model.set_training(False)
         with torch.no_grad():
@@ -270,13 +286,7 @@ def ours(name, setting, device, warmup, iters, extra=(), engine=None):
             model.set_training(True)
         if public_pass is not None:
             public_pass()
-    row = time_steps(step, device, warmup, iters)
-    # pairs (bare passes, step): the ratio holds when the machine's speed drifts
-    ratios = [after / before for before, after in paired_times(bare_passes, step, device, iters)]
-    row.update(forwards=n_fwd, forward_s=fwd, public_passes=n_pub, public_s=pub, floor_s=n_fwd * fwd + pub,
-               floor_ratio=row["median_s"] / (n_fwd * fwd + pub), paired_floor_ratio=statistics.median(ratios))
-    row["paired_speedup_over_dpsgd"] = paired_speedup_over_dpsgd(step, setting, device, warmup, iters)
-    return row, model.dim
+    return passes
 
 
 def paired_speedup_over_dpsgd(step, setting, device, warmup, iters) -> float:

@@ -31,7 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmark_methods import (  # noqa: E402
-    FORWARDS, PUBLIC_PASSES, SETTINGS, build_benchmark_method, public_passes, result_record, run_main,
+    FORWARDS, PUBLIC_PASSES, SETTINGS, bare_passes, build_benchmark_method, result_record, run_main,
     set_batch_size, synthetic_inputs, write_result)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,21 +65,7 @@ def step_ops(setting: str, name: str, engine: str) -> dict:
     for step in (1, 2):
         method.step(x, y, step)
     step = count(lambda: method.step(x, y, 3))
-    forwards = FORWARDS[name](config)
-    public = PUBLIC_PASSES.get(name, lambda m: 0)(config)
-    passes = public_passes(setting, "cpu", config.public_batch_size, public, model,
-                           getattr(config, "public_grads_together", True)) if public else None
-
-    def bare():
-        if model.train_mode_matters:
-            model.set_training(False)
-        with torch.no_grad():
-            for _ in range(forwards):
-                model.current_losses(x, y)
-        if model.train_mode_matters:
-            model.set_training(True)
-        if passes is not None:
-            passes()
+    bare = bare_passes(setting, "cpu", name, config, model, x, y)
     bare()
     floor = count(bare)
     extra = step.copy()
