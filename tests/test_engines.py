@@ -314,7 +314,7 @@ def test_public_gradients_together_equal_one_by_one():
     gen = torch.Generator().manual_seed(1)
     batches = [(torch.rand(5, 1, 8, 8, generator=gen), torch.randint(0, 10, (5,), generator=gen)) for _ in range(3)]
     together = model.mean_loss_grads(batches)
-    assert model.batches_grads_under_vmap and together.shape == (3, model.dim)
+    assert model.grads_together_by_default and not model.own_group_grads and together.shape == (3, model.dim)
     one_by_one = torch.stack([model.mean_loss_grad(x, y) for x, y in batches])
     assert torch.allclose(together, one_by_one, atol=1e-6)
     assert not torch.allclose(together[0], together[1])
@@ -376,16 +376,26 @@ def test_public_gradients_together_out_of_memory_is_one_line_naming_the_switch(m
         PazoSConfig(name="pazo_s", lr=0.1, clip=1.0, public_grads_together="no")
 
 
-def test_lstm_public_gradients_under_vmap_equal_the_fused_ones():
-    from pazo.models.lstm import LSTMClassifier
+def test_lstm_public_gradients_together_come_from_one_fused_pass_equal_to_one_by_one(monkeypatch):
+    """The LSTM's k public gradients, one by one by default; taken together (asked), one forward and
+    backward of the fused kernel over the k batches (`grads_of_group_sums`), never the vmap-friendly
+    loop; the same gradients."""
+    from pazo.models.lstm import LSTMClassifier, LSTMLayer
     torch.manual_seed(0)
-    model = FunctionalModel(LSTMClassifier(14, embed=8, hidden=6, dropout=0.0))
-    assert not model.batches_grads_under_vmap  # the fused kernel, one batch at a time, by default
+    model = FunctionalModel(LSTMClassifier(14, embed=8, hidden=6, dropout=0.0).double())
     gen = torch.Generator().manual_seed(2)
-    batches = [(torch.randint(1, 14, (4, 7), generator=gen), torch.randint(0, 2, (4,), generator=gen))
+    batches = [(torch.randint(0, 14, (4, 7), generator=gen), torch.randint(0, 2, (4,), generator=gen))
                for _ in range(3)]
-    vmapped = model.mean_loss_grads(batches, batched=True)
-    assert torch.allclose(vmapped, model.mean_loss_grads(batches), atol=1e-6)
+    one_by_one = model.mean_loss_grads(batches)
+    assert not model.grads_together(batches) and model.grads_together(batches, batched=True)
+    lstm_calls = []
+    real = torch.lstm
+    monkeypatch.setattr(torch, "lstm", lambda *a: lstm_calls.append(1) or real(*a))
+    monkeypatch.setattr(LSTMLayer, "forward", lambda *a: pytest.fail("the loop was taken"))
+    together = model.mean_loss_grads(batches, batched=True)
+    assert model.own_group_grads
+    assert len(lstm_calls) == 2  # one per layer, for all three batches
+    assert torch.allclose(together, one_by_one, atol=1e-12) and not torch.allclose(together[0], together[1])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -11,7 +11,8 @@ from pazo.data.imdb import load_imdb_bundle
 from pazo.data.text import PAD, UNK, build_vocab, encode, source_vocab, tokenize
 from pazo.errors import ConfigError, DataMissingError
 from pazo.models import FunctionalModel
-from pazo.models.lstm import LSTMClassifier
+from pazo.methods.per_example import clipped_sum, per_example_grads
+from pazo.models.lstm import LSTMClassifier, LSTMLayer
 from pazo.train import run
 
 
@@ -109,6 +110,54 @@ def test_fused_and_loop_lstm_paths_give_the_same_outputs_and_gradients(train):
         outs.append(out.detach())
     assert torch.allclose(outs[0], outs[1], atol=1e-6)
     assert torch.allclose(grads[0], grads[1], atol=1e-6) and grads[0].abs().max() > 1e-4
+
+
+def loop_per_example_grads(model, x, y):
+    """Per-example gradients by `vmap` of `grad` over the vmap-friendly loop (the general path)."""
+    from torch.func import grad, vmap
+
+    def loss_one(params, xi, yi):
+        return model.losses_at(params, xi.unsqueeze(0), yi.unsqueeze(0)).squeeze(0)
+    grads = vmap(grad(loss_one), in_dims=(None, 0, 0))([p.detach() for p in model.params], x, y)
+    return torch.cat([g.reshape(len(x), -1) for g in grads], dim=1)
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_lstm_per_example_gradients_from_the_fused_kernel_equal_vmap_over_the_loop(layers, monkeypatch):
+    """DP-SGD's per-example gradients of the LSTM come from one fused forward and backward
+    (`grads_of_group_sums`), equal to `vmap` of `grad` over the loop, in every parameter (the
+    embedding's padding row gets none); group sums are sums of those rows."""
+    torch.manual_seed(0)
+    model = FunctionalModel(LSTMClassifier(14, embed=8, hidden=6, layers=layers, dropout=0.0).double())
+    x, y = torch.randint(1, 14, (6, 9)), torch.tensor([0, 1, 1, 0, 1, 0])
+    x[0, 3:], x[2, 7:], x[4, :2] = PAD, PAD, PAD
+    reference = loop_per_example_grads(model, x, y)
+    monkeypatch.setattr(LSTMLayer, "forward", lambda *a: pytest.fail("the loop was taken"))
+    rows = per_example_grads(model, x, y, chunk=4)
+    assert model.own_group_grads and rows.shape == (6, model.dim)
+    assert torch.allclose(rows, reference, atol=1e-12)
+    for name, piece in zip(model.names, model.split_flat(rows)):
+        assert piece.abs().amax() > 1e-3, name  # every parameter's gradient is checked, none is all zero
+    embedding = model.split_flat(rows)[model.names.index("embedding.weight")]
+    assert embedding[:, PAD].abs().max() == 0
+    sums, losses = model.group_sum_grads(x, y, groups=2)
+    assert torch.allclose(torch.cat([g.reshape(2, -1) for g in sums], dim=1), rows.view(2, 3, -1).sum(1), atol=1e-12)
+    assert torch.allclose(losses, model.current_losses(x, y).detach(), atol=1e-12)
+    with pytest.raises(ValueError, match="a batch of 6 does not split into 4 equal groups"):
+        model.group_sum_grads(x, y, groups=4)
+
+
+def test_lstm_per_example_gradients_in_train_mode_draw_dropout_per_example():
+    """With dropout in train mode each example's gradient is one backward of that example's own
+    masks: the clipped sum is finite and differs between two draws, and in eval mode it does not."""
+    torch.manual_seed(0)
+    model = FunctionalModel(LSTMClassifier(14, embed=8, hidden=6, dropout=0.5))
+    x, y = torch.randint(1, 14, (4, 7)), torch.tensor([0, 1, 1, 0])
+    model.module.train()
+    a, b = clipped_sum(model, x, y, 4, 1.0)[0], clipped_sum(model, x, y, 4, 1.0)[0]
+    assert torch.isfinite(a).all() and not torch.allclose(a, b)
+    model.module.eval()
+    assert torch.allclose(clipped_sum(model, x, y, 4, 1.0)[0], clipped_sum(model, x, y, 2, 1.0)[0], atol=1e-6)
 
 
 def test_lstm_takes_the_fused_path_outside_vmap_only(monkeypatch):

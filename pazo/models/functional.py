@@ -221,33 +221,56 @@ class FunctionalModel:
         return self.mean_loss_and_grad(x, y)[1]
 
     @property
-    def batches_grads_under_vmap(self) -> bool:
+    def own_group_grads(self) -> bool:
+        """Whether the module computes the gradients of its losses summed over groups of a batch
+        itself (`grads_of_group_sums`: the LSTM, whose fused kernel has no vmap rule and whose loop
+        under vmap costs 10x), for per-example gradients and the k public gradients taken together;
+        its parameters on one device."""
+        return hasattr(self.module, "grads_of_group_sums") and len(self.devices) == 1
+
+    def group_sum_grads(self, x: torch.Tensor, y: torch.Tensor, groups: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Per-parameter gradients [groups, *shape] of the summed loss of each of `groups` equal
+        consecutive slices of the batch, and the per-example losses [B], by the module's own
+        `grads_of_group_sums` (see `own_group_grads`)."""
+        grads, losses = self.module.grads_of_group_sums(x, y, self.loss_fn, groups)
+        return [grads[n] for n in self.names], losses
+
+    @property
+    def grads_together_by_default(self) -> bool:
         """False for a model whose fast kernel runs only outside vmap (`fused_outside_vmap`, the
-        LSTM): its k gradients are cheaper one by one than through its vmap-friendly path."""
+        LSTM): its k public gradients are cheaper one by one. Taken together they come from its
+        own group sums (`own_group_grads`), whose kernel runs with a 4H x 4H identity input weight:
+        k = 3 batches of 16 took 472 ms so and 165 ms one by one on this project's CPU (1 thread,
+        IMDB's LSTM); not measured on a GPU."""
         return not getattr(self.module, "fused_outside_vmap", False)
 
     def grads_together(self, batches: list[tuple[torch.Tensor, torch.Tensor]], batched: bool | None = None) -> bool:
-        """Whether `mean_loss_grads` takes these batches in one vmapped pass (activations of all of
-        them at once): asked (`batched`, default the model's preference), more than one batch, all
-        of one shape, and the parameters on one device (accelerate's device hooks do not run under vmap)."""
+        """Whether `mean_loss_grads` takes these batches in one pass (activations of all of them at
+        once): asked (`batched`, default the model's preference), more than one batch, all of one
+        shape, and the parameters on one device (accelerate's device hooks do not run under vmap)."""
         if batched is None:
-            batched = self.batches_grads_under_vmap
+            batched = self.grads_together_by_default
         return (batched and len(batches) > 1 and len({(x.shape, y.shape) for x, y in batches}) == 1
                 and len(self.devices) == 1)
 
     def mean_loss_grads(self, batches: list[tuple[torch.Tensor, torch.Tensor]],
                         batched: bool | None = None) -> torch.Tensor:
         """Flat gradients [k, d] of the mean loss over each of k batches (PAZO-P/S's public
-        gradients). Batches of one shape go through one forward and backward pass, vmapped over the
-        k batches (`torch.func.grad`; dropout masks are drawn per batch), unless the model prefers
-        one by one (`batches_grads_under_vmap`) or `batched=False`; the result is the same."""
+        gradients). Batches of one shape go through one forward and backward pass: the module's
+        own over the k batches as groups of one batch (`own_group_grads`), else vmapped over them
+        (`torch.func.grad`); dropout masks are drawn per batch. One batch after another with
+        `batched=False` or where the model prefers it (`grads_together_by_default`); the result is
+        the same."""
         if not self.grads_together(batches, batched):
             return torch.stack([self.mean_loss_grad(x, y) for x, y in batches])
+        xs, ys = torch.stack([x for x, _ in batches]), torch.stack([y for _, y in batches])
+        if self.own_group_grads:
+            sums, _ = self.group_sum_grads(xs.flatten(0, 1), ys.flatten(0, 1), len(batches))
+            return torch.cat([g.reshape(len(batches), -1) for g in sums], dim=1) / xs.shape[1]
 
         def mean_loss(params, x, y):
             return self._per_example_loss(params, x, y).mean()
 
-        xs, ys = torch.stack([x for x, _ in batches]), torch.stack([y for _, y in batches])
         params = [p.detach() for p in self.params]
         grads = vmap(grad(mean_loss), in_dims=(None, 0, 0), randomness="different")(params, xs, ys)
         return torch.cat([g.reshape(len(batches), -1) for g in grads], dim=1)

@@ -4,10 +4,11 @@
   under `torch.func.vmap`: zeroth-order queries of the in-place engine, public gradients, SGD,
   evaluation;
 * loop: the recurrence written from plain tensor operations, which `vmap` can batch (the fused
-  kernel has no batching rule): per-example gradients and stacked parameter sets of the
-  vectorised zeroth-order engine.
+  kernel has no batching rule): stacked parameter sets of the vectorised zeroth-order engine.
 
 The path is chosen per call (`under_vmap`); a test checks both give the same outputs and gradients.
+Per-example gradients (DP-SGD and the other first-order private methods) come from one fused
+forward and backward, not from `vmap` over the loop: `grads_of_group_sums`.
 
 As in the PAZO authors' IMDB model (embedding 128, hidden 64, dropout 0.2, mean pooling, linear
 head), except that the mean pools over real tokens only (the authors' code pooled over padding).
@@ -50,7 +51,7 @@ class LSTMLayer(nn.Module):
 
 
 class LSTMClassifier(nn.Module):
-    fused_outside_vmap = True  # see FunctionalModel.batches_grads_under_vmap
+    fused_outside_vmap = True  # the vectorised engine would take the loop (engines.choose_engine)
 
     def __init__(self, vocab_size: int, num_classes: int = 2, embed: int = 128, hidden: int = 64,
                  layers: int = 2, dropout: float = 0.2, pad_id: int = 0):
@@ -63,7 +64,6 @@ class LSTMClassifier(nn.Module):
 
     def forward(self, tokens: torch.Tensor, fused: bool | None = None) -> torch.Tensor:
         """`fused`: None picks the fused kernel unless under vmap; True/False forces a path."""
-        mask = (tokens != self.pad_id).unsqueeze(-1).to(self.head.weight.dtype)
         x = self.dropout(F.embedding(tokens, self.embedding.weight, padding_idx=self.pad_id))
         if fused is None:
             fused = not under_vmap()
@@ -72,8 +72,12 @@ class LSTMClassifier(nn.Module):
         else:
             for layer in self.layers:
                 x = layer(x)
-        pooled = (x * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)  # mean over real tokens
-        return self.head(self.dropout(pooled))
+        return self.head(self.dropout(self._pool(x, tokens)))
+
+    def _pool(self, x: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """The mean of the hidden states over real tokens."""
+        mask = (tokens != self.pad_id).unsqueeze(-1).to(x.dtype)
+        return (x * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
 
     def _fused(self, x: torch.Tensor) -> torch.Tensor:
         """All layers in one `torch.lstm` call (cuDNN on CUDA). Our single bias per layer is its
@@ -85,3 +89,55 @@ class LSTMClassifier(nn.Module):
         # no dropout between layers (as in the loop); batch_first
         out, _, _ = torch.lstm(x, (h0, h0), weights, True, len(self.layers), 0.0, self.training, False, True)
         return out
+
+    def grads_of_group_sums(self, tokens: torch.Tensor, targets: torch.Tensor, loss_fn,
+                            groups: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The gradient of every parameter [groups, *shape] of the summed loss of each of `groups`
+        equal consecutive slices of the batch (per-example gradients: groups = batch size), and
+        the per-example losses [B]; from one forward and one backward of the fused kernel.
+
+        An LSTM layer's weights enter only through its gates: gates_t = W_ih x_t + W_hh h_(t-1) + b.
+        So a slice's gradients are sums over its examples and time steps of outer products of the
+        gates' gradients with x_t and h_(t-1). Autograd gives the gates' gradients when the input
+        projection P = W_ih x + b is computed outside the kernel, which then runs with W_ih = I
+        (its input gradient is then the gates' gradient, one example's in each row). The embedding's
+        gradient is its input rows' gradients added at their token ids (none at padding), the
+        head's an outer product. The same values as `vmap` of `grad` over the loop (a test checks);
+        the loop's 2 x T steps under `vmap` cost 10x an SGD step on this model.
+        """
+        batch, length = tokens.shape
+        if batch % groups:
+            raise ValueError(f"a batch of {batch} does not split into {groups} equal groups")
+        hidden = self.layers[0].hidden
+        embedded = F.embedding(tokens, self.embedding.weight.detach(), padding_idx=self.pad_id).requires_grad_()
+        x = self.dropout(embedded)
+        h0 = x.new_zeros(1, batch, hidden)
+        eye = torch.eye(4 * hidden, dtype=x.dtype, device=x.device)
+        inputs, projections, states = [], [], []
+        for layer in self.layers:
+            inputs.append(x)
+            projections.append(x @ layer.w_ih.detach().T + layer.bias.detach())
+            # (single layer, no biases, batch_first; `self.training` only matters for dropout)
+            x, _, _ = torch.lstm(projections[-1], (h0, h0), [eye, layer.w_hh.detach()], False, 1, 0.0,
+                                 self.training, False, True)
+            states.append(x)
+        pooled = self.dropout(self._pool(x, tokens))
+        logits = pooled @ self.head.weight.detach().T + self.head.bias.detach()
+        losses = loss_fn(logits, targets)
+        d_embedded, d_logits, *d_gates = torch.autograd.grad(losses.sum(), [embedded, logits, *projections])
+
+        def by_group(t: torch.Tensor) -> torch.Tensor:  # [B, T, ...] -> [groups, B / groups x T, ...]
+            return t.reshape(groups, -1, t.shape[-1])
+
+        grads = {"head.weight": torch.einsum("gnc,gnh->gch", by_group(d_logits), by_group(pooled.detach())),
+                 "head.bias": by_group(d_logits).sum(1)}
+        for i, (x_in, d_gate, h) in enumerate(zip(inputs, d_gates, states)):
+            grads[f"layers.{i}.w_ih"] = torch.einsum("gsa,gsi->gai", by_group(d_gate), by_group(x_in.detach()))
+            grads[f"layers.{i}.w_hh"] = torch.einsum("gsa,gsh->gah", by_group(d_gate[:, 1:]),
+                                                     by_group(h.detach()[:, :-1]))
+            grads[f"layers.{i}.bias"] = by_group(d_gate).sum(1)
+        real = (tokens != self.pad_id).unsqueeze(-1).to(d_embedded.dtype)
+        rows = tokens.reshape(groups, -1, 1).expand(-1, -1, d_embedded.shape[-1])
+        grads["embedding.weight"] = d_embedded.new_zeros(groups, *self.embedding.weight.shape).scatter_add_(
+            1, rows, by_group(d_embedded * real))
+        return grads, losses.detach()
