@@ -35,7 +35,8 @@ bench-calibration: $(STAMP)
 	$(PY) scripts/benchmark_calibration.py
 
 ## Seconds per step, floors and peak memory of every method on the two CPU settings (1 thread),
-## the two engines' steps compared in one process (the evidence for engine.name=auto on CPU), and
+## the two engines' steps compared in one process (the evidence for engine.name=auto on CPU), PAZO-P's
+## public gradients together against one by one (the evidence for the models' default way), and
 ## the tensor operations each zeroth-order step issues besides its floor's (also for the GPU settings).
 bench-cpu: $(STAMP)
 	$(PY) scripts/benchmark_methods.py --settings digits --iters 200 --warmup 20 --threads 1 \
@@ -43,6 +44,8 @@ bench-cpu: $(STAMP)
 	$(PY) scripts/benchmark_methods.py --settings cifar_shape --iters 5 --warmup 1 --threads 1 \
 	  --out scripts/results/methods_cpu_cifar_shape.json
 	$(PY) scripts/benchmark_engines.py --settings digits,cifar_shape --threads 1 --out scripts/results/engines_cpu.json
+	$(PY) scripts/benchmark_engines.py --public-grads --settings digits,cifar_shape,imdb_lstm --threads 1 \
+	  --out scripts/results/public_grads_cpu.json
 	$(PY) scripts/profile_zo_step.py --setting digits --threads 1
 	$(PY) scripts/count_step_ops.py --settings digits,cifar_shape,cifar10_nf224,tiny_imagenet_vit,imdb_lstm,mnli_roberta
 

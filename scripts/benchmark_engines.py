@@ -2,7 +2,7 @@
 
     python scripts/benchmark_engines.py [--settings digits,cifar_shape] [--methods mezo,dpzero,pazo_m,pazo_p,pazo_s]
                                         [--iters 20] [--threads 1] [--out scripts/results/engines_<device>.json]
-                                        [--batch-size B]
+                                        [--batch-size B] [--public-grads]
 
 For each setting and method, one method object per engine (same config, model weights, data and
 seed) is built in the same process, and their steps alternate: vectorised, in-place, vectorised, ...
@@ -10,6 +10,11 @@ The result is the median over `iters` pairs of (vectorised step time / in-place 
 holds on a machine whose speed drifts, as a shared one does; per-engine medians are reported beside
 it. Synthetic inputs of each setting's shapes (see benchmark_methods.py; `--batch-size` as there, for
 smoke runs).
+
+With `--public-grads`, PAZO-P's k public gradients of each setting instead (its config's k batches of
+b' synthetic public examples, a bare model in train mode): taken together in one pass against one by
+one (`FunctionalModel.mean_loss_grads(batched=True / False)`), alternated the same way; the evidence
+for `FunctionalModel.grads_together_by_default`.
 """
 from __future__ import annotations
 
@@ -28,23 +33,45 @@ import benchmark_methods as bm  # noqa: E402
 ZEROTH_ORDER = ["mezo", "dpzero", "pazo_m", "pazo_p", "pazo_s"]
 
 
+def alternate(ways: dict, device: torch.device, warmup: int, iters: int) -> dict[str, list[float]]:
+    """Each way's step times, the ways run in turn (a, b, a, b, ...) so that drift hits both."""
+    times = {w: [] for w in ways}
+    for i in range(warmup + iters):
+        for way, step in ways.items():
+            bm.sync(device)
+            t0 = time.perf_counter()
+            step(i + 1)
+            bm.sync(device)
+            if i >= warmup:
+                times[way].append(time.perf_counter() - t0)
+    return times
+
+
+def paired(times: dict[str, list[float]], first: str, second: str) -> float:
+    return statistics.median(a / b for a, b in zip(times[first], times[second]))
+
+
 def compare(name: str, setting: str, device: torch.device, warmup: int, iters: int) -> dict:
     methods = {e: bm.build_benchmark_method(name, setting, device, e)[0] for e in bm.ENGINE_NAMES}
     torch.manual_seed(2)
     x, y = bm.synthetic_inputs(setting, bm.SETTINGS[setting][3], device)
-    times = {e: [] for e in methods}
-    for i in range(warmup + iters):
-        for engine, method in methods.items():
-            bm.sync(device)
-            t0 = time.perf_counter()
-            method.step(x, y, i + 1)
-            bm.sync(device)
-            if i >= warmup:
-                times[engine].append(time.perf_counter() - t0)
-    ratios = [v / p for v, p in zip(times["vectorised"], times["inplace"])]
+    times = alternate({e: (lambda t, m=m: m.step(x, y, t)) for e, m in methods.items()}, device, warmup, iters)
     return {"setting": setting, "method": name, "iters": iters,
             **{f"{e}_median_s": statistics.median(t) for e, t in times.items()},
-            "paired_vectorised_over_inplace": statistics.median(ratios)}
+            "paired_vectorised_over_inplace": paired(times, "vectorised", "inplace")}
+
+
+def compare_public_grads(setting: str, device: torch.device, warmup: int, iters: int) -> dict:
+    _, config, model = bm.build_benchmark_method("pazo_p", setting, device)
+    torch.manual_seed(2)
+    data = [bm.synthetic_inputs(setting, config.public_batch_size, device) for _ in range(config.k)]
+    times = alternate({"together": lambda t: model.mean_loss_grads(data, batched=True),
+                       "one_by_one": lambda t: model.mean_loss_grads(data, batched=False)}, device, warmup, iters)
+    return {"setting": setting, "method": "pazo_p public gradients", "batches": config.k,
+            "public_batch_size": config.public_batch_size, "iters": iters,
+            "model_default": "together" if model.grads_together_by_default else "one_by_one",
+            **{f"{w}_median_s": statistics.median(t) for w, t in times.items()},
+            "paired_together_over_one_by_one": paired(times, "together", "one_by_one")}
 
 
 def main():
@@ -58,6 +85,8 @@ def main():
     parser.add_argument("--out", default=None)
     parser.add_argument("--batch-size", type=bm.at_least(1), default=None,
                         help="every setting's batch size (smoke runs; default: each setting's own)")
+    parser.add_argument("--public-grads", action="store_true",
+                        help="PAZO-P's k public gradients together against one by one, instead of the engines")
     args = parser.parse_args()
     unknown = sorted(set(args.settings.split(",")) - set(bm.SETTINGS)) + \
         sorted(set(args.methods.split(",")) - set(ZEROTH_ORDER))
@@ -71,17 +100,26 @@ def main():
         bm.set_batch_size(args.batch_size)
     rows = []
     for setting in args.settings.split(","):
-        for name in args.methods.split(","):
-            rows.append(compare(name, setting, device, args.warmup, args.iters))
+        for name in ["public gradients"] if args.public_grads else args.methods.split(","):
+            rows.append(compare_public_grads(setting, device, args.warmup, args.iters) if args.public_grads
+                        else compare(name, setting, device, args.warmup, args.iters))
             print(json.dumps(rows[-1]), flush=True)
-    out = Path(args.out or bm.ROOT / "scripts" / "results" / f"engines_{device.type}.json")
+    kind = "public_grads" if args.public_grads else "engines"
+    out = Path(args.out or bm.ROOT / "scripts" / "results" / f"{kind}_{device.type}.json")
     bm.write_result(out, bm.result_record(device, rows))
+    if args.public_grads:
+        print("\n| setting | k x b' | together s | one by one s | together / one by one (paired) | model's default |")
+        print("|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['setting']} | {r['batches']} x {r['public_batch_size']} | {r['together_median_s']:.4f} | "
+                  f"{r['one_by_one_median_s']:.4f} | {r['paired_together_over_one_by_one']:.2f} | "
+                  f"{r['model_default']} |")
+        return
     print("\n| setting | method | vectorised s/step | in-place s/step | vectorised / in-place (paired) |")
     print("|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['setting']} | {r['method']} | {r['vectorised_median_s']:.4f} | {r['inplace_median_s']:.4f} | "
               f"{r['paired_vectorised_over_inplace']:.2f} |")
-
 
 if __name__ == "__main__":
     bm.run_main("benchmark_engines", main)

@@ -6,6 +6,8 @@
 # `profile` (run first, about a minute a setting) pairs our DPZero step and a minimal hand-written
 # one with their floor and records our step's operators under torch.profiler
 # (scripts/results/zo_step_profile_cuda_<setting>.json): where a step's time over its floor goes.
+# Part `public` times PAZO-P's k public gradients taken together against one by one
+# (scripts/results/public_grads_cuda.json): the evidence for the models' default way.
 #
 #   bash scripts/run_gpu_benchmarks.sh            # or: make bench-gpu
 #   PYTHON=/path/to/python ITERS=20 bash scripts/run_gpu_benchmarks.sh
@@ -16,7 +18,7 @@
 # Tiny-ImageNet and IMDB and about 40 s for MNLI (20 timed steps on the first two, 10 on the others),
 # much of it start-up (interpreter, imports, CUDA, the models): the methods part is 7-14 minutes per
 # setting, the whole over 40, more than one 30-minute lease. SETTINGS (default all four) and PARTS
-# (default "profile methods engines tables memory") split it; each part writes its own files, and a setting
+# (default "profile methods engines public tables memory") split it; each part writes its own files, and a setting
 # named runs all its jobs again and replaces its file.
 #
 # Needs requirements.txt, requirements-bench.txt (Opacus) and pazo (pip install -e . --no-deps);
@@ -28,11 +30,11 @@ ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-5}
 ALL_SETTINGS="cifar10_nf224 tiny_imagenet_vit imdb_lstm mnli_roberta"
 SETTINGS=${SETTINGS:-$ALL_SETTINGS}
-PARTS=${PARTS:-profile methods engines tables memory}
+PARTS=${PARTS:-profile methods engines public tables memory}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 for p in $PARTS; do
-  case $p in profile|methods|engines|tables|memory) ;;
-    *) echo "run_gpu_benchmarks: unknown part '$p' (profile, methods, engines, tables, memory)" >&2; exit 2;;
+  case $p in profile|methods|engines|public|tables|memory) ;;
+    *) echo "run_gpu_benchmarks: unknown part '$p' (profile, methods, engines, public, tables, memory)" >&2; exit 2;;
   esac
 done
 "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "run_gpu_benchmarks: no CUDA device")'
@@ -54,6 +56,12 @@ engine_settings=$(for s in $SETTINGS; do if [[ $s != imdb_lstm ]]; then printf '
 if part engines && [[ -n $engine_settings ]]; then
   "$PYTHON" scripts/benchmark_engines.py --device cuda --threads 0 --iters "$ITERS" \
     --settings "${engine_settings%,}" --out scripts/results/engines_cuda.json
+fi
+# PAZO-P's k public gradients in one pass against one by one, alternated in one process
+if part public; then
+  settings_list=$(printf '%s,' $SETTINGS)
+  "$PYTHON" scripts/benchmark_engines.py --public-grads --device cuda --threads 0 --iters "$ITERS" \
+    --settings "${settings_list%,}" --out scripts/results/public_grads_cuda.json
 fi
 # Table 5 and the speedup over DP-SGD beside the paper's ratios (outputs/tables/table5_*.md), from
 # the settings' files there are

@@ -349,6 +349,26 @@ def test_step_ops_count_what_a_step_does_besides_its_floor(tmp_path):
     assert not (tmp_path / "o.json").exists()
 
 
+def test_public_gradients_benchmark_alternates_the_two_ways_on_the_methods_batches(monkeypatch):
+    """benchmark_engines.py --public-grads: PAZO-P's k batches of b' examples (digits: 3 of 16),
+    taken together and one by one in turn, each way timed once a round, and the model's own default
+    recorded beside the paired ratio."""
+    from pazo.models.functional import FunctionalModel
+    engines = script("benchmark_engines")
+    calls, original = [], FunctionalModel.mean_loss_grads
+
+    def spy(self, batches, batched=None):
+        calls.append((batched, len(batches), tuple(batches[0][0].shape)))
+        return original(self, batches, batched)
+
+    monkeypatch.setattr(FunctionalModel, "mean_loss_grads", spy)
+    row = engines.compare_public_grads("digits", torch.device("cpu"), warmup=1, iters=2)
+    assert calls == [(True, 3, (16, 1, 8, 8)), (False, 3, (16, 1, 8, 8))] * 3
+    assert (row["batches"], row["public_batch_size"], row["iters"], row["model_default"]) == (3, 16, 2, "together")
+    assert row["together_median_s"] > 0 and row["one_by_one_median_s"] > 0
+    assert row["paired_together_over_one_by_one"] > 0
+
+
 @pytest.mark.parametrize("name,argument", [("benchmark_methods", "--iters=0"), ("benchmark_engines", "--warmup=-1"),
                                            ("profile_zo_step", "--pairs=0")])
 def test_benchmark_counts_are_checked_before_any_job(name, argument, tmp_path):
@@ -523,6 +543,11 @@ def test_the_gpu_benchmark_script_runs_the_share_it_is_given(tmp_path):
     assert "--settings imdb_lstm " in calls[1] and "methods_cuda_mnli_roberta.json" in calls[2]
     assert "--settings mnli_roberta " in calls[3]   # the LSTM always runs in place: no engine comparison
 
+    done, calls = run(SETTINGS="imdb_lstm mnli_roberta", PARTS="public")
+    assert done.returncode == 0, done.stderr
+    assert len(calls) == 2 and calls[1].startswith("scripts/benchmark_engines.py --public-grads ")
+    assert "--settings imdb_lstm,mnli_roberta " in calls[1] and "public_grads_cuda.json" in calls[1]
+
     done, calls = run(SETTINGS="imdb_lstm", PARTS="engines memory")
     assert done.returncode == 0, done.stderr
     assert [c.split()[0] for c in calls[1:]] == ["scripts/benchmark_memory.py"] * 4
@@ -536,4 +561,4 @@ def test_the_gpu_benchmark_script_runs_the_share_it_is_given(tmp_path):
     done, calls = run(PARTS="methods tabels")
     assert done.returncode == 2 and calls == []
     assert done.stderr.strip() == \
-        "run_gpu_benchmarks: unknown part 'tabels' (profile, methods, engines, tables, memory)"
+        "run_gpu_benchmarks: unknown part 'tabels' (profile, methods, engines, public, tables, memory)"

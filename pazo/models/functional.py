@@ -239,9 +239,9 @@ class FunctionalModel:
     def grads_together_by_default(self) -> bool:
         """False for a model whose fast kernel runs only outside vmap (`fused_outside_vmap`, the
         LSTM): its k public gradients are cheaper one by one. Taken together they come from its
-        own group sums (`own_group_grads`), whose kernel runs with a 4H x 4H identity input weight:
-        k = 3 batches of 16 took 472 ms so and 165 ms one by one on this project's CPU (1 thread,
-        IMDB's LSTM); not measured on a GPU."""
+        own group sums (`own_group_grads`), whose kernel runs with a 4H x 4H identity input weight,
+        2.9x slower than one by one for PAZO-P's 6 batches of 64 on this project's CPU
+        (`scripts/benchmark_engines.py --public-grads`, scripts/results/public_grads_cpu.json)."""
         return not getattr(self.module, "fused_outside_vmap", False)
 
     def grads_together(self, batches: list[tuple[torch.Tensor, torch.Tensor]], batched: bool | None = None) -> bool:
