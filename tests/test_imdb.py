@@ -122,42 +122,80 @@ def loop_per_example_grads(model, x, y):
     return torch.cat([g.reshape(len(x), -1) for g in grads], dim=1)
 
 
-@pytest.mark.parametrize("layers", [1, 2])
-def test_lstm_per_example_gradients_from_the_fused_kernel_equal_vmap_over_the_loop(layers, monkeypatch):
+@pytest.mark.parametrize("layers,dtype", [(1, torch.float64), (2, torch.float64), (2, torch.float32)])
+def test_lstm_per_example_gradients_from_the_fused_kernel_equal_vmap_over_the_loop(layers, dtype, monkeypatch):
     """DP-SGD's per-example gradients of the LSTM come from one fused forward and backward
     (`grads_of_group_sums`), equal to `vmap` of `grad` over the loop, in every parameter (the
-    embedding's padding row gets none); group sums are sums of those rows."""
+    embedding's padding row gets none); group sums are sums of those rows. In float32 too, the
+    dtype runs use, whose CPU kernel is another (oneDNN); under no_grad as well."""
     torch.manual_seed(0)
-    model = FunctionalModel(LSTMClassifier(14, embed=8, hidden=6, layers=layers, dropout=0.0).double())
+    model = FunctionalModel(LSTMClassifier(14, embed=8, hidden=6, layers=layers, dropout=0.0).to(dtype))
     x, y = torch.randint(1, 14, (6, 9)), torch.tensor([0, 1, 1, 0, 1, 0])
     x[0, 3:], x[2, 7:], x[4, :2] = PAD, PAD, PAD
     reference = loop_per_example_grads(model, x, y)
+    atol = 1e-12 if dtype == torch.float64 else 1e-6
     monkeypatch.setattr(LSTMLayer, "forward", lambda *a: pytest.fail("the loop was taken"))
     rows = per_example_grads(model, x, y, chunk=4)
-    assert model.own_group_grads and rows.shape == (6, model.dim)
-    assert torch.allclose(rows, reference, atol=1e-12)
+    assert model.own_group_grads and rows.shape == (6, model.dim) and rows.dtype == dtype
+    assert torch.allclose(rows, reference, atol=atol)
+    with torch.no_grad():
+        assert torch.allclose(per_example_grads(model, x, y, chunk=4), reference, atol=atol)
     for name, piece in zip(model.names, model.split_flat(rows)):
         assert piece.abs().amax() > 1e-3, name  # every parameter's gradient is checked, none is all zero
     embedding = model.split_flat(rows)[model.names.index("embedding.weight")]
     assert embedding[:, PAD].abs().max() == 0
     sums, losses = model.group_sum_grads(x, y, groups=2)
-    assert torch.allclose(torch.cat([g.reshape(2, -1) for g in sums], dim=1), rows.view(2, 3, -1).sum(1), atol=1e-12)
-    assert torch.allclose(losses, model.current_losses(x, y).detach(), atol=1e-12)
+    assert torch.allclose(torch.cat([g.reshape(2, -1) for g in sums], dim=1), rows.view(2, 3, -1).sum(1), atol=atol)
+    assert torch.allclose(losses, model.current_losses(x, y).detach(), atol=atol)
     with pytest.raises(ValueError, match="a batch of 6 does not split into 4 equal groups"):
         model.group_sum_grads(x, y, groups=4)
 
 
 def test_lstm_per_example_gradients_in_train_mode_draw_dropout_per_example():
     """With dropout in train mode each example's gradient is one backward of that example's own
-    masks: the clipped sum is finite and differs between two draws, and in eval mode it does not."""
+    masks: two copies of one example get different gradients (in eval mode the same), the
+    clipped sum differs between two draws, and another example's tokens leave a row as it was
+    under the same seed (nothing crosses between examples)."""
     torch.manual_seed(0)
     model = FunctionalModel(LSTMClassifier(14, embed=8, hidden=6, dropout=0.5))
-    x, y = torch.randint(1, 14, (4, 7)), torch.tensor([0, 1, 1, 0])
+    x, y = torch.randint(1, 14, (4, 7)), torch.tensor([0, 0, 1, 0])
+    x[1] = x[0]
     model.module.train()
+    rows = per_example_grads(model, x, y, chunk=4)
+    assert not torch.allclose(rows[0], rows[1])
     a, b = clipped_sum(model, x, y, 4, 1.0)[0], clipped_sum(model, x, y, 4, 1.0)[0]
     assert torch.isfinite(a).all() and not torch.allclose(a, b)
+    other = x.clone()
+    other[3] = torch.randint(1, 14, (7,))
+    torch.manual_seed(5)
+    before = per_example_grads(model, x, y, chunk=4)
+    torch.manual_seed(5)
+    after = per_example_grads(model, other, y, chunk=4)
+    assert torch.equal(before[:3], after[:3]) and not torch.allclose(before[3], after[3])
     model.module.eval()
+    rows = per_example_grads(model, x, y, chunk=4)
+    assert torch.allclose(rows[0], rows[1], atol=1e-7)
     assert torch.allclose(clipped_sum(model, x, y, 4, 1.0)[0], clipped_sum(model, x, y, 2, 1.0)[0], atol=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (cuDNN's LSTM)")
+def test_lstm_per_example_gradients_on_cuda_equal_the_loop_in_train_and_eval_mode():
+    """On cuDNN, whose backward needs the kernel's train flag, in eval mode as well as in train
+    mode (no dropout: the same values); float32, cuDNN's TF32 off for the comparison."""
+    torch.manual_seed(0)
+    model = FunctionalModel(LSTMClassifier(14, embed=8, hidden=6, layers=2, dropout=0.0).cuda())
+    x, y = torch.randint(1, 14, (6, 9), device="cuda"), torch.tensor([0, 1, 1, 0, 1, 0], device="cuda")
+    x[0, 3:] = PAD
+    reference = loop_per_example_grads(model, x, y)
+    tf32 = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        for train in (True, False):
+            model.module.train(train)
+            assert torch.allclose(per_example_grads(model, x, y, chunk=6), reference, atol=1e-5)
+            assert torch.isfinite(model.mean_loss_grads([(x, y), (x, y)], batched=True)).all()
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
 
 
 def test_lstm_takes_the_fused_path_outside_vmap_only(monkeypatch):

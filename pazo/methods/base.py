@@ -113,7 +113,8 @@ class Method(ABC):
     def public_grads(self, public: PublicBatches, k: int) -> torch.Tensor:
         """Flat gradients [k, d] of k public batches, drawn in order and computed together
         (`FunctionalModel.mean_loss_grads`: one vmapped pass, which holds the activations of all k
-        batches), or one after another with `method.public_grads_together=false` (one batch's
+        batches; not for a model that prefers them one by one, the LSTM: `grads_together_by_default`),
+        or one after another with `method.public_grads_together=false` (one batch's
         activations; the same gradients up to float rounding, and dropout masks drawn otherwise).
         Out of memory taking them together: a one-line error that names the switch."""
         batches = [public.sample() for _ in range(k)]

@@ -1,6 +1,7 @@
 """First-order baselines: SGD, DP-SGD, DPMD, DOPE-SGD and GEP.
 
-All private ones use the same per-example machinery (chunked `vmap(grad)`), flat clipping of each
+All private ones use the same per-example machinery (chunked `vmap(grad)`, or a model's own
+per-example pass: the LSTM's `grads_of_group_sums`), flat clipping of each
 example's contribution to C, Gaussian noise N(0, (S sigma)^2 I) on the sum (S = C, or 2C under
 replace-one; `pazo.privacy.mechanisms.VectorPrivatizer`) and division by the *expected* batch size.
 """

@@ -86,8 +86,10 @@ class LSTMClassifier(nn.Module):
         for layer in self.layers:
             weights += [layer.w_ih, layer.w_hh, layer.bias, torch.zeros_like(layer.bias)]
         h0 = x.new_zeros(len(self.layers), x.shape[0], self.layers[0].hidden)
-        # no dropout between layers (as in the loop); batch_first
-        out, _, _ = torch.lstm(x, (h0, h0), weights, True, len(self.layers), 0.0, self.training, False, True)
+        # no dropout between layers (as in the loop), so the kernel's train flag changes no value; it is
+        # set wherever a backward may follow (cuDNN refuses the backward of a call made with it unset)
+        train = self.training or torch.is_grad_enabled()
+        out, _, _ = torch.lstm(x, (h0, h0), weights, True, len(self.layers), 0.0, train, False, True)
         return out
 
     def grads_of_group_sums(self, tokens: torch.Tensor, targets: torch.Tensor, loss_fn,
@@ -105,9 +107,14 @@ class LSTMClassifier(nn.Module):
         head's an outer product. The same values as `vmap` of `grad` over the loop (a test checks);
         the loop's 2 x T steps under `vmap` cost 10x an SGD step on this model.
         """
-        batch, length = tokens.shape
+        batch = tokens.shape[0]
         if batch % groups:
             raise ValueError(f"a batch of {batch} does not split into {groups} equal groups")
+        with torch.enable_grad():   # (callers may hold no_grad: this is a gradient, as vmap(grad) gives)
+            return self._grads_of_group_sums(tokens, targets, loss_fn, groups)
+
+    def _grads_of_group_sums(self, tokens, targets, loss_fn, groups):
+        batch = tokens.shape[0]
         hidden = self.layers[0].hidden
         embedded = F.embedding(tokens, self.embedding.weight.detach(), padding_idx=self.pad_id).requires_grad_()
         x = self.dropout(embedded)
@@ -117,9 +124,9 @@ class LSTMClassifier(nn.Module):
         for layer in self.layers:
             inputs.append(x)
             projections.append(x @ layer.w_ih.detach().T + layer.bias.detach())
-            # (single layer, no biases, batch_first; `self.training` only matters for dropout)
+            # single layer, no biases, batch_first; the train flag set (a backward follows; no dropout)
             x, _, _ = torch.lstm(projections[-1], (h0, h0), [eye, layer.w_hh.detach()], False, 1, 0.0,
-                                 self.training, False, True)
+                                 True, False, True)
             states.append(x)
         pooled = self.dropout(self._pool(x, tokens))
         logits = pooled @ self.head.weight.detach().T + self.head.bias.detach()
