@@ -62,6 +62,8 @@ def compare(name: str, setting: str, device: torch.device, warmup: int, iters: i
 
 
 def compare_public_grads(setting: str, device: torch.device, warmup: int, iters: int) -> dict:
+    """PAZO-P's k public gradients of the setting (its config's k and b'), taken together and one by
+    one in turn on the same batches; the model's own default beside the paired ratio."""
     _, config, model = bm.build_benchmark_method("pazo_p", setting, device)
     torch.manual_seed(2)
     data = [bm.synthetic_inputs(setting, config.public_batch_size, device) for _ in range(config.k)]
@@ -120,6 +122,7 @@ def main():
     for r in rows:
         print(f"| {r['setting']} | {r['method']} | {r['vectorised_median_s']:.4f} | {r['inplace_median_s']:.4f} | "
               f"{r['paired_vectorised_over_inplace']:.2f} |")
+
 
 if __name__ == "__main__":
     bm.run_main("benchmark_engines", main)
