@@ -100,12 +100,16 @@ def main():
         torch.set_num_threads(args.threads)
     if args.batch_size:
         bm.set_batch_size(args.batch_size)
+    settings = args.settings.split(",")
+    if args.public_grads:
+        jobs = [lambda s=s: compare_public_grads(s, device, args.warmup, args.iters) for s in settings]
+    else:
+        jobs = [lambda s=s, n=n: compare(n, s, device, args.warmup, args.iters)
+                for s in settings for n in args.methods.split(",")]
     rows = []
-    for setting in args.settings.split(","):
-        for name in ["public gradients"] if args.public_grads else args.methods.split(","):
-            rows.append(compare_public_grads(setting, device, args.warmup, args.iters) if args.public_grads
-                        else compare(name, setting, device, args.warmup, args.iters))
-            print(json.dumps(rows[-1]), flush=True)
+    for job in jobs:
+        rows.append(job())
+        print(json.dumps(rows[-1]), flush=True)
     kind = "public_grads" if args.public_grads else "engines"
     out = Path(args.out or bm.ROOT / "scripts" / "results" / f"{kind}_{device.type}.json")
     bm.write_result(out, bm.result_record(device, rows))

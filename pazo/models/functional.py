@@ -266,13 +266,13 @@ class FunctionalModel:
         xs, ys = torch.stack([x for x, _ in batches]), torch.stack([y for _, y in batches])
         if self.own_group_grads:
             sums, _ = self.group_sum_grads(xs.flatten(0, 1), ys.flatten(0, 1), len(batches))
-            return torch.cat([g.reshape(len(batches), -1) for g in sums], dim=1) / xs.shape[1]
+            grads = [g / xs.shape[1] for g in sums]
+        else:
+            def mean_loss(params, x, y):
+                return self._per_example_loss(params, x, y).mean()
 
-        def mean_loss(params, x, y):
-            return self._per_example_loss(params, x, y).mean()
-
-        params = [p.detach() for p in self.params]
-        grads = vmap(grad(mean_loss), in_dims=(None, 0, 0), randomness="different")(params, xs, ys)
+            params = [p.detach() for p in self.params]
+            grads = vmap(grad(mean_loss), in_dims=(None, 0, 0), randomness="different")(params, xs, ys)
         return torch.cat([g.reshape(len(batches), -1) for g in grads], dim=1)
 
     @torch.no_grad()

@@ -51,7 +51,9 @@ class LSTMLayer(nn.Module):
 
 
 class LSTMClassifier(nn.Module):
-    fused_outside_vmap = True  # the vectorised engine would take the loop (engines.choose_engine)
+    # its fast kernel runs outside vmap only: the in-place engine (engines.choose_engine), public
+    # gradients one by one (FunctionalModel.grads_together_by_default)
+    fused_outside_vmap = True
 
     def __init__(self, vocab_size: int, num_classes: int = 2, embed: int = 128, hidden: int = 64,
                  layers: int = 2, dropout: float = 0.2, pad_id: int = 0):
@@ -92,6 +94,7 @@ class LSTMClassifier(nn.Module):
         out, _, _ = torch.lstm(x, (h0, h0), weights, True, len(self.layers), 0.0, train, False, True)
         return out
 
+    @torch.enable_grad()   # a gradient even where the caller holds no_grad, as vmap(grad) gives
     def grads_of_group_sums(self, tokens: torch.Tensor, targets: torch.Tensor, loss_fn,
                             groups: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """The gradient of every parameter [groups, *shape] of the summed loss of each of `groups`
@@ -110,11 +113,6 @@ class LSTMClassifier(nn.Module):
         batch = tokens.shape[0]
         if batch % groups:
             raise ValueError(f"a batch of {batch} does not split into {groups} equal groups")
-        with torch.enable_grad():   # (callers may hold no_grad: this is a gradient, as vmap(grad) gives)
-            return self._grads_of_group_sums(tokens, targets, loss_fn, groups)
-
-    def _grads_of_group_sums(self, tokens, targets, loss_fn, groups):
-        batch = tokens.shape[0]
         hidden = self.layers[0].hidden
         embedded = F.embedding(tokens, self.embedding.weight.detach(), padding_idx=self.pad_id).requires_grad_()
         x = self.dropout(embedded)
