@@ -30,6 +30,7 @@ from pazo.checkpoint import (CHECKPOINT, Heartbeat, LoopState, StopRequests, con
                              restore_checkpoint, save_checkpoint)
 from pazo.data import build_dataset
 from pazo.methods import build_method, method_config, method_info
+from pazo.methods.base import public_grads_batched
 from pazo.methods.engines import build_engine, choose_engine
 from pazo.models import FunctionalModel, build_model, check_no_batchnorm, dispatched, place
 from pazo.models.functional import cross_entropy_per_example
@@ -148,6 +149,9 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
                "resumed_from_step": loop.step if start.kind == "resume" else None,
                "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": logger.wandb_id,
                "host": socket.gethostname(), "pid": os.getpid()}
+    if hasattr(method_cfg, "public_grads_together"):  # PAZO-P/S: how this attempt takes its k public gradients
+        summary["public_grads"] = {"requested": method_cfg.public_grads_together,
+                                   "together": public_grads_batched(method_cfg, model)}
     logger.write_summary(summary)
     _print_header(summary, plan)
     if start.kind == "resume":

@@ -22,7 +22,7 @@ and clip.
 A zeroth-order method's floor is the bare passes it needs, each timed alone in the same subprocess
 just before the method: its private forwards (2q, or k + 1 for PAZO-S) at the median time of one
 no-grad forward of the private batch, plus its public passes (the gradient of one batch of b' examples
-for PAZO-M, of k batches taken together, as the methods take them, for PAZO-P/S: `public_s`).
+for PAZO-M, of k batches for PAZO-P/S, in one pass or one by one as the method takes them: `public_s`).
 `floor_ratio` is the method's median over that floor; `paired_floor_ratio` the median, over `iters`
 pairs, of one step's time over the time of its bare passes run back to back just before it (robust
 to a machine whose speed drifts, as a shared one does); `mem_ratio` its peak memory over the peak of
@@ -57,6 +57,7 @@ from pazo.models import FunctionalModel, build_model
 from pazo.rng import RandomStreams
 
 from pazo.methods import build_method, method_config, method_info
+from pazo.methods.base import public_grads_batched
 from pazo.privacy.plan import PrivacyPlan
 from pazo.results import BENCHMARK_PAPER_SETTING
 
@@ -211,13 +212,13 @@ def forward_floor(setting, device, warmup, iters, model=None):
 
 def public_passes(setting, device, public_batch_size, batches, model, together=True):
     """The public passes of one step, as the methods take them: the mean loss's gradient of one
-    batch of b' public examples (PAZO-M), or of `batches` batches together (PAZO-P/S:
-    `FunctionalModel.mean_loss_grads`, one vmapped pass where the model allows it; one after
-    another with `together=False`, as `method.public_grads_together=false` takes them)."""
+    batch of b' public examples (PAZO-M), or of `batches` batches (PAZO-P/S:
+    `FunctionalModel.mean_loss_grads`), in one vmapped pass or one after another as `together`
+    says (the method's choice: `public_grads_batched`)."""
     data = [synthetic_inputs(setting, public_batch_size, device) for _ in range(batches)]
     if batches == 1:
         return lambda: model.mean_loss_grad(*data[0])
-    return lambda: model.mean_loss_grads(data, batched=None if together else False)
+    return lambda: model.mean_loss_grads(data, batched=together)
 
 
 def public_floor(setting, device, warmup, iters, public_batch_size, batches=1, model=None, together=True):
@@ -255,8 +256,8 @@ def ours(name, setting, device, warmup, iters, extra=(), engine=None):
     # the bare passes: each timed alone, just before the method, and again interleaved with its steps
     n_fwd, n_pub = FORWARDS[name](config), PUBLIC_PASSES.get(name, lambda m: 0)(config)
     fwd = forward_floor(setting, device, warmup, iters, model)["median_s"]
-    together = getattr(config, "public_grads_together", True)
-    pub = (public_floor(setting, device, warmup, iters, config.public_batch_size, n_pub, model, together)["median_s"]
+    pub = (public_floor(setting, device, warmup, iters, config.public_batch_size, n_pub, model,
+                        public_grads_batched(config, model))["median_s"]
            if n_pub else 0.0)
     bare = bare_passes(setting, device, name, config, model, x, y)
     row = time_steps(step, device, warmup, iters)
@@ -274,7 +275,7 @@ def bare_passes(setting, device, name, config, model, x, y):
     too (`train_mode_matters`) and as they do, then its public passes (`public_passes`)."""
     n_fwd, n_pub = FORWARDS[name](config), PUBLIC_PASSES.get(name, lambda m: 0)(config)
     public_pass = public_passes(setting, device, config.public_batch_size, n_pub, model,
-                                getattr(config, "public_grads_together", True)) if n_pub else None
+                                public_grads_batched(config, model)) if n_pub else None
 
     def passes():
         if model.train_mode_matters:

@@ -313,8 +313,9 @@ def test_public_gradients_together_equal_one_by_one():
     model = small_cnn()
     gen = torch.Generator().manual_seed(1)
     batches = [(torch.rand(5, 1, 8, 8, generator=gen), torch.randint(0, 10, (5,), generator=gen)) for _ in range(3)]
-    together = model.mean_loss_grads(batches)
-    assert model.grads_together_by_default and not model.own_group_grads and together.shape == (3, model.dim)
+    together = model.mean_loss_grads(batches, batched=True)
+    assert model.grads_together(batches, batched=True) and not model.own_group_grads
+    assert together.shape == (3, model.dim)
     one_by_one = torch.stack([model.mean_loss_grad(x, y) for x, y in batches])
     assert torch.allclose(together, one_by_one, atol=1e-6)
     assert not torch.allclose(together[0], together[1])
@@ -325,13 +326,28 @@ def public_images(n=40, seed=3):
     return TensorSplit(torch.rand(n, 1, 8, 8, generator=gen), torch.randint(0, 10, (n,), generator=gen))
 
 
+def test_public_gradients_together_by_default_on_cuda_only_and_never_for_the_lstm(monkeypatch):
+    """`method.public_grads_together=auto` follows `grads_together_by_default`: one pass over the k
+    batches on CUDA; one by one on CPU (measured no faster there) and for the LSTM (its pass taken
+    together runs slower) wherever it is."""
+    from pazo.models.lstm import LSTMClassifier
+    cnn = small_cnn()
+    lstm = FunctionalModel(LSTMClassifier(14, embed=8, hidden=6, dropout=0.0))
+    assert not cnn.grads_together_by_default and not lstm.grads_together_by_default
+    monkeypatch.setattr(FunctionalModel, "device", property(lambda self: torch.device("cuda", 0)))
+    assert cnn.grads_together_by_default and not lstm.grads_together_by_default
+
+
 @pytest.mark.parametrize("name", ["pazo_p", "pazo_s"])
-def test_public_gradients_one_after_another_when_asked(name, make_method, monkeypatch):
-    """`method.public_grads_together=false`: the k public gradients of a step come one batch at a
-    time (never one vmapped pass), from the same public batches, equal to the pass taken together."""
+def test_public_gradients_taken_as_asked(name, make_method, monkeypatch):
+    """`method.public_grads_together`: true, the k public gradients of a step in one vmapped pass;
+    false, one batch at a time; auto (the default), on CPU, one at a time; from the same public
+    batches, equal either way."""
     cfg = {"lr": 0.1, "clip": 1.0, "k": 3, "public_batch_size": 5}
-    together = make_method(name, small_cnn(), cfg, public=public_images())
+    default = make_method(name, small_cnn(), cfg, public=public_images())
+    together = make_method(name, small_cnn(), {**cfg, "public_grads_together": True}, public=public_images())
     apart = make_method(name, small_cnn(), {**cfg, "public_grads_together": False}, public=public_images())
+    assert default.cfg.public_grads_together == "auto"
     asked = []
     mean_loss_grads = FunctionalModel.mean_loss_grads
 
@@ -339,10 +355,10 @@ def test_public_gradients_one_after_another_when_asked(name, make_method, monkey
         asked.append(model.grads_together(batches, batched))
         return mean_loss_grads(model, batches, batched)
     monkeypatch.setattr(FunctionalModel, "mean_loss_grads", spy)
-    a, b = together.public_grads(together.public, 3), apart.public_grads(apart.public, 3)
-    assert asked == [True, False]
+    a, b, c = (m.public_grads(m.public, 3) for m in (together, apart, default))
+    assert asked == [True, False, False]
     assert a.shape == b.shape == (3, together.model.dim)
-    assert torch.allclose(a, b, atol=1e-6) and not torch.allclose(a[0], a[1])
+    assert torch.allclose(a, b, atol=1e-6) and torch.equal(b, c) and not torch.allclose(a[0], a[1])
 
 
 def test_public_gradients_together_out_of_memory_is_one_line_naming_the_switch(make_method, monkeypatch):
@@ -357,7 +373,7 @@ def test_public_gradients_together_out_of_memory_is_one_line_naming_the_switch(m
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
         return mean_loss_grads(model, batches, batched)
     monkeypatch.setattr(FunctionalModel, "mean_loss_grads", short_of_memory)
-    method = make_method("pazo_p", small_cnn(), cfg, public=public_images())
+    method = make_method("pazo_p", small_cnn(), {**cfg, "public_grads_together": True}, public=public_images())
     with pytest.raises(ConfigError) as err:
         method.public_grads(method.public, 4)
     assert str(err.value) == ("the 4 public gradients taken together (one vmapped pass over 4 batches of 5) ran out "
@@ -372,7 +388,7 @@ def test_public_gradients_together_out_of_memory_is_one_line_naming_the_switch(m
     with pytest.raises(torch.OutOfMemoryError):   # one after another already: nothing to switch, the error as it is
         apart.public_grads(apart.public, 4)
     from pazo.methods.pazo_s import PazoSConfig
-    with pytest.raises(ConfigError, match="public_grads_together must be true or false, got 'no'"):
+    with pytest.raises(ConfigError, match="public_grads_together must be auto, true or false, got 'no'"):
         PazoSConfig(name="pazo_s", lr=0.1, clip=1.0, public_grads_together="no")
 
 

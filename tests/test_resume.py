@@ -134,17 +134,20 @@ def test_resuming_with_another_config_is_refused(hydra_cfg, tmp_path, monkeypatc
 
 
 def test_how_the_public_gradients_are_taken_is_not_part_of_a_runs_identity(hydra_cfg):
-    """A run may resume with `method.public_grads_together` flipped (on a smaller GPU), and a
-    checkpoint from before the key existed still matches its run's config; lr still tells runs apart."""
+    """A run may resume with `method.public_grads_together` changed (auto, true or false: on a
+    smaller GPU, or after the default changed), and a checkpoint from before the key existed still
+    matches its run's config; lr still tells runs apart."""
     from omegaconf import OmegaConf
 
     from pazo.checkpoint import config_fingerprint
-    together = hydra_cfg("method=pazo_p")
+    default = hydra_cfg("method=pazo_p")
+    together = hydra_cfg("method=pazo_p", "method.public_grads_together=true")
     apart = hydra_cfg("method=pazo_p", "method.public_grads_together=false")
     older = OmegaConf.create(OmegaConf.to_container(together))
     del older.method["public_grads_together"]
-    assert config_fingerprint(together) == config_fingerprint(apart) == config_fingerprint(older)
-    assert config_fingerprint(together) != config_fingerprint(hydra_cfg("method=pazo_p", "method.lr=0.5"))
+    assert default.method.public_grads_together == "auto"
+    assert len({config_fingerprint(c) for c in (default, together, apart, older)}) == 1
+    assert config_fingerprint(default) != config_fingerprint(hydra_cfg("method=pazo_p", "method.lr=0.5"))
 
 
 def test_two_runs_started_together_get_two_directories(tmp_path):

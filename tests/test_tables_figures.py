@@ -364,7 +364,7 @@ def test_public_gradients_benchmark_alternates_the_two_ways_on_the_methods_batch
     monkeypatch.setattr(FunctionalModel, "mean_loss_grads", spy)
     row = engines.compare_public_grads("digits", torch.device("cpu"), warmup=1, iters=2)
     assert calls == [(True, 3, (16, 1, 8, 8)), (False, 3, (16, 1, 8, 8))] * 3
-    assert (row["batches"], row["public_batch_size"], row["iters"], row["model_default"]) == (3, 16, 2, "together")
+    assert (row["batches"], row["public_batch_size"], row["iters"], row["model_default"]) == (3, 16, 2, "one_by_one")
     assert row["together_median_s"] > 0 and row["one_by_one_median_s"] > 0
     assert row["paired_together_over_one_by_one"] > 0
 

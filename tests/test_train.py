@@ -100,6 +100,7 @@ def test_same_seed_same_run(hydra_cfg, tmp_path):
     run(hydra_cfg("method=pazo_p", "seed=1"), tmp_path / "c")
     assert read_jsonl(tmp_path / "a/metrics.jsonl") != read_jsonl(tmp_path / "c/metrics.jsonl")
     assert a["final_test_accuracy"] == b["final_test_accuracy"]
+    assert a["public_grads"] == {"requested": "auto", "together": False}  # on CPU, one by one
 
 
 def test_shuffle_sampling_is_flagged(hydra_cfg, tmp_path):

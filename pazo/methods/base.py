@@ -40,6 +40,18 @@ def boolean(value, what: str) -> None:
     require(isinstance(value, bool), f"{what} must be true or false, got {value!r}")
 
 
+def boolean_or_auto(value, what: str) -> None:
+    require(isinstance(value, bool) or value == "auto", f"{what} must be auto, true or false, got {value!r}")
+
+
+def public_grads_batched(cfg, model: FunctionalModel) -> bool:
+    """Whether PAZO-P/S take their k public gradients in one pass: `method.public_grads_together`
+    as asked, or for `auto` (the default) the model's preference,
+    `FunctionalModel.grads_together_by_default` (together on CUDA; on CPU, and for the LSTM, one by one)."""
+    asked = getattr(cfg, "public_grads_together", "auto")
+    return model.grads_together_by_default if asked == "auto" else asked
+
+
 @dataclass
 class MethodConfig:
     """Fields every method has. Each method subclasses this; the subclass is registered as the
@@ -111,14 +123,13 @@ class Method(ABC):
                              self.model.input_device)
 
     def public_grads(self, public: PublicBatches, k: int) -> torch.Tensor:
-        """Flat gradients [k, d] of k public batches, drawn in order and computed together
+        """Flat gradients [k, d] of k public batches, drawn in order, computed together
         (`FunctionalModel.mean_loss_grads`: one vmapped pass, which holds the activations of all k
-        batches; not for a model that prefers them one by one, the LSTM: `grads_together_by_default`),
-        or one after another with `method.public_grads_together=false` (one batch's
-        activations; the same gradients up to float rounding, and dropout masks drawn otherwise).
-        Out of memory taking them together: a one-line error that names the switch."""
+        batches) or one after another (one batch's activations), as `public_grads_batched` says;
+        the same gradients up to float rounding, and dropout masks drawn otherwise. Out of memory
+        taking them together: a one-line error that names the switch."""
         batches = [public.sample() for _ in range(k)]
-        batched = None if getattr(self.cfg, "public_grads_together", True) else False
+        batched = public_grads_batched(self.cfg, self.model)
         try:
             return self.model.mean_loss_grads(batches, batched=batched)
         except torch.OutOfMemoryError as err:

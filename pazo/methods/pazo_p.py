@@ -4,10 +4,11 @@ normalises the public gradients instead of orthonormalising them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from pazo.methods.base import at_least_one, boolean, one_of
+from pazo.methods.base import at_least_one, boolean_or_auto, one_of
 from pazo.methods.directions import SubspaceDirections, normalized_rows, orthonormal_basis, sample_coefficients
 from pazo.methods.registry import register_method
 from pazo.methods.two_point import TwoPointMethod, ZerothOrderConfig
@@ -17,8 +18,9 @@ from pazo.methods.two_point import TwoPointMethod, ZerothOrderConfig
 class PazoPConfig(ZerothOrderConfig):
     k: int = 3                             # public batches (gradients) per step
     public_batch_size: int = 16            # b' per public gradient
-    public_grads_together: bool = True     # the k public gradients in one vmapped pass (k batches'
-                                           # activations at once); false: one after another
+    public_grads_together: Any = "auto"    # how the k public gradients are taken: true, in one vmapped pass
+                                           # (k batches' activations at once); false, one after another;
+                                           # auto: FunctionalModel.grads_together_by_default (CUDA: together)
     coef_distribution: str = "sphere"      # line 7: u uniform on the sphere of radius sqrt(k) | gaussian
 
     DEFINING = ("coef_distribution",)
@@ -27,7 +29,7 @@ class PazoPConfig(ZerothOrderConfig):
         super().__post_init__()
         at_least_one(self.k, "method.k")
         at_least_one(self.public_batch_size, "method.public_batch_size")
-        boolean(self.public_grads_together, "method.public_grads_together")
+        boolean_or_auto(self.public_grads_together, "method.public_grads_together")
         one_of(self.coef_distribution, ("gaussian", "sphere"), "method.coef_distribution")
 
 

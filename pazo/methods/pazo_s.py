@@ -6,11 +6,12 @@ sqrt(k + 1) C sigma (sqrt(k) without the noisy candidate), so a step is one Gaus
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from pazo.errors import ConfigError
-from pazo.methods.base import Method, MethodConfig, at_least_one, boolean
+from pazo.methods.base import Method, MethodConfig, at_least_one, boolean_or_auto
 from pazo.methods.directions import FlatDirections, SeededDirections
 from pazo.methods.engines import apply_flat_update
 from pazo.methods.registry import register_method
@@ -21,8 +22,9 @@ from pazo.privacy.mechanisms import Release, ScalarPrivatizer, noise_generator
 class PazoSConfig(MethodConfig):
     k: int = 3                     # public candidates per step
     public_batch_size: int = 16    # b' per public gradient
-    public_grads_together: bool = True   # the k public gradients in one vmapped pass (k batches'
-                                         # activations at once); false: one after another
+    public_grads_together: Any = "auto"  # how the k public gradients are taken: true, in one vmapped pass
+                                         # (k batches' activations at once); false, one after another;
+                                         # auto: FunctionalModel.grads_together_by_default (CUDA: together)
     perturbation: float = 1e-3     # epsilon of line 11: z' ~ N(0, epsilon^2 I_d)
     noisy_candidate: bool = True   # lines 11-14; false: only the k public candidates
 
@@ -30,7 +32,7 @@ class PazoSConfig(MethodConfig):
         super().__post_init__()
         at_least_one(self.k, "method.k")
         at_least_one(self.public_batch_size, "method.public_batch_size")
-        boolean(self.public_grads_together, "method.public_grads_together")
+        boolean_or_auto(self.public_grads_together, "method.public_grads_together")
         if not (isinstance(self.perturbation, (int, float)) and self.perturbation >= 0):
             raise ConfigError(f"method.perturbation must be >= 0, got {self.perturbation!r}")
 

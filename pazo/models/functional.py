@@ -237,12 +237,14 @@ class FunctionalModel:
 
     @property
     def grads_together_by_default(self) -> bool:
-        """False for a model whose fast kernel runs only outside vmap (`fused_outside_vmap`, the
-        LSTM): its k public gradients are cheaper one by one. Taken together they come from its
-        own group sums (`own_group_grads`), whose kernel runs with a 4H x 4H identity input weight,
-        2.9x slower than one by one for PAZO-P's 6 batches of 64 on this project's CPU
+        """Whether k batches' gradients are cheaper in one pass: on CUDA, where it issues one set
+        of kernels for k batches, unless the model's fast kernel runs only outside vmap
+        (`fused_outside_vmap`, the LSTM: taken together its gradients come from its own group sums,
+        whose kernel runs with a 4H x 4H identity input weight). On CPU one by one: one pass over
+        PAZO-P's k batches saved nothing there and cost 1.26x on cifar_shape (vmap makes the
+        convolutions grouped ones) and 2.9x on the LSTM, and it holds k batches' activations
         (`scripts/benchmark_engines.py --public-grads`, scripts/results/public_grads_cpu.json)."""
-        return not getattr(self.module, "fused_outside_vmap", False)
+        return self.device.type == "cuda" and not getattr(self.module, "fused_outside_vmap", False)
 
     def grads_together(self, batches: list[tuple[torch.Tensor, torch.Tensor]], batched: bool | None = None) -> bool:
         """Whether `mean_loss_grads` takes these batches in one pass (activations of all of them at
