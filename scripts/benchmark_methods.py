@@ -210,18 +210,18 @@ def forward_floor(setting, device, warmup, iters, model=None):
         model.module.train(was)
 
 
-def public_passes(setting, device, public_batch_size, batches, model, together=True):
+def public_passes(setting, device, public_batch_size, batches, model, together=None):
     """The public passes of one step, as the methods take them: the mean loss's gradient of one
     batch of b' public examples (PAZO-M), or of `batches` batches (PAZO-P/S:
     `FunctionalModel.mean_loss_grads`), in one vmapped pass or one after another as `together`
-    says (the method's choice: `public_grads_batched`)."""
+    says (the method's choice: `public_grads_batched`; None, the model's preference)."""
     data = [synthetic_inputs(setting, public_batch_size, device) for _ in range(batches)]
     if batches == 1:
         return lambda: model.mean_loss_grad(*data[0])
     return lambda: model.mean_loss_grads(data, batched=together)
 
 
-def public_floor(setting, device, warmup, iters, public_batch_size, batches=1, model=None, together=True):
+def public_floor(setting, device, warmup, iters, public_batch_size, batches=1, model=None, together=None):
     """The public passes of one step (`public_passes`), timed alone, train mode."""
     model = model or bare_model(setting, device)
     return time_steps(public_passes(setting, device, public_batch_size, batches, model, together), device, warmup,

@@ -1,5 +1,6 @@
 """The vectorised and in-place engines give the same losses and the same updates."""
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ from torch import nn
 from conftest import quadratic_model
 from pazo.data.base import TensorSplit
 from pazo.errors import ConfigError
+from pazo.methods.base import public_grads_batched
 from pazo.methods.directions import FlatDirections, SeededDirections, SubspaceDirections
 from pazo.methods.engines import InPlaceEngine, VectorisedEngine, apply_flat_update, shift
 from pazo.models import FunctionalModel
@@ -333,9 +335,13 @@ def test_public_gradients_together_by_default_on_cuda_only_and_never_for_the_lst
     from pazo.models.lstm import LSTMClassifier
     cnn = small_cnn()
     lstm = FunctionalModel(LSTMClassifier(14, embed=8, hidden=6, dropout=0.0))
+    auto, true, false = (SimpleNamespace(public_grads_together=v) for v in ("auto", True, False))
     assert not cnn.grads_together_by_default and not lstm.grads_together_by_default
+    assert [public_grads_batched(c, cnn) for c in (auto, true, false)] == [False, True, False]
     monkeypatch.setattr(FunctionalModel, "device", property(lambda self: torch.device("cuda", 0)))
     assert cnn.grads_together_by_default and not lstm.grads_together_by_default
+    assert [public_grads_batched(c, cnn) for c in (auto, true, false)] == [True, True, False]
+    assert [public_grads_batched(c, lstm) for c in (auto, true, false)] == [False, True, False]
 
 
 @pytest.mark.parametrize("name", ["pazo_p", "pazo_s"])

@@ -349,6 +349,25 @@ def test_step_ops_count_what_a_step_does_besides_its_floor(tmp_path):
     assert not (tmp_path / "o.json").exists()
 
 
+@pytest.mark.parametrize("asked,together", [((), False), (("method.public_grads_together=true",), True)])
+def test_the_floor_takes_the_public_passes_as_the_method_does(asked, together, monkeypatch):
+    """benchmark_methods.py's bare passes of PAZO-P take its k public gradients the way the method
+    does (`public_grads_batched`): one by one under the CPU's default, together when forced."""
+    from pazo.models.functional import FunctionalModel
+    bm = script("benchmark_methods")
+    method, config, model = bm.build_benchmark_method("pazo_p", "digits", torch.device("cpu"), extra=asked)
+    x, y = bm.synthetic_inputs("digits", 4, torch.device("cpu"))
+    ways, original = [], FunctionalModel.mean_loss_grads
+
+    def spy(self, batches, batched=None):
+        ways.append(self.grads_together(batches, batched))
+        return original(self, batches, batched)
+    monkeypatch.setattr(FunctionalModel, "mean_loss_grads", spy)
+    bm.bare_passes("digits", torch.device("cpu"), "pazo_p", config, model, x, y)()
+    method.step(x, y, 1)
+    assert ways == [together, together]
+
+
 def test_public_gradients_benchmark_alternates_the_two_ways_on_the_methods_batches(monkeypatch):
     """benchmark_engines.py --public-grads: PAZO-P's k batches of b' examples (digits: 3 of 16),
     taken together and one by one in turn, each way timed once a round, and the model's own default
@@ -481,9 +500,9 @@ def test_memory_switches_do_not_split_a_configuration(tmp_path):
 def test_the_gpu_benchmark_settings_run_on_cpu_at_a_tiny_batch(setting, tmp_path):
     """`make bench-gpu`'s four paper settings, run through the same script on CPU with two examples
     per private batch (`--batch-size 2`): a first-order method, a zeroth-order one and one with k
-    public batches (PAZO-S: PAZO-P's k = 6 public batches of MNLI taken together need over 24 GB
-    here), each engine, build and step on the setting's real model; every row has its floor
-    (private forwards and public passes) and peak memory, and no job fails."""
+    public batches (PAZO-S: its k = 3 public batches of MNLI fit this machine's memory; PAZO-P's
+    k = 6, one by one, peak near 15 GB), each engine, build and step on the setting's real model;
+    every row has its floor (private forwards and public passes) and peak memory, and no job fails."""
     out = tmp_path / "methods.json"
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark_methods.py"), "--device", "cpu",
                            "--settings", setting, "--methods", "dpsgd,dpzero,pazo_s", "--iters", "1",

@@ -18,8 +18,8 @@ from pazo.methods.two_point import TwoPointMethod, ZerothOrderConfig
 class PazoPConfig(ZerothOrderConfig):
     k: int = 3                             # public batches (gradients) per step
     public_batch_size: int = 16            # b' per public gradient
-    public_grads_together: Any = "auto"    # how the k public gradients are taken: true, in one vmapped pass
-                                           # (k batches' activations at once); false, one after another;
+    public_grads_together: Any = "auto"    # how the k public gradients are taken: true, in one pass (vmapped;
+                                           # the LSTM's own) holding k batches' activations; false, one by one;
                                            # auto: FunctionalModel.grads_together_by_default (CUDA: together)
     coef_distribution: str = "sphere"      # line 7: u uniform on the sphere of radius sqrt(k) | gaussian
 

@@ -22,8 +22,8 @@ from pazo.privacy.mechanisms import Release, ScalarPrivatizer, noise_generator
 class PazoSConfig(MethodConfig):
     k: int = 3                     # public candidates per step
     public_batch_size: int = 16    # b' per public gradient
-    public_grads_together: Any = "auto"  # how the k public gradients are taken: true, in one vmapped pass
-                                         # (k batches' activations at once); false, one after another;
+    public_grads_together: Any = "auto"  # how the k public gradients are taken: true, in one pass (vmapped;
+                                         # the LSTM's own) holding k batches' activations; false, one by one;
                                          # auto: FunctionalModel.grads_together_by_default (CUDA: together)
     perturbation: float = 1e-3     # epsilon of line 11: z' ~ N(0, epsilon^2 I_d)
     noisy_candidate: bool = True   # lines 11-14; false: only the k public candidates

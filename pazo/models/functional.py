@@ -237,8 +237,9 @@ class FunctionalModel:
 
     @property
     def grads_together_by_default(self) -> bool:
-        """Whether k batches' gradients are cheaper in one pass: on CUDA, where it issues one set
-        of kernels for k batches, unless the model's fast kernel runs only outside vmap
+        """Whether k batches' gradients are taken in one pass by default: on CUDA, where that pass
+        issues one set of kernels for k batches (expected cheaper there, not yet measured:
+        `PARTS=public make bench-gpu`), unless the model's fast kernel runs only outside vmap
         (`fused_outside_vmap`, the LSTM: taken together its gradients come from its own group sums,
         whose kernel runs with a 4H x 4H identity input weight). On CPU one by one: one pass over
         PAZO-P's k batches saved nothing there and cost 1.26x on cifar_shape (vmap makes the
