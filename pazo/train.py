@@ -150,7 +150,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
                "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": logger.wandb_id,
                "host": socket.gethostname(), "pid": os.getpid()}
     if hasattr(method_cfg, "public_grads_together"):  # PAZO-P/S: how this attempt takes its k public gradients
-        together = public_grads_batched(method_cfg, model) and method_cfg.k > 1 and len(model.devices) == 1
+        together = model.takes_together(method_cfg.k, public_grads_batched(method_cfg, model))
         summary["public_grads"] = {"requested": method_cfg.public_grads_together, "together": together}
     logger.write_summary(summary)
     _print_header(summary, plan)

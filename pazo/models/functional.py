@@ -247,14 +247,18 @@ class FunctionalModel:
         (`scripts/benchmark_engines.py --public-grads`, scripts/results/public_grads_cpu.json)."""
         return self.device.type == "cuda" and not getattr(self.module, "fused_outside_vmap", False)
 
-    def grads_together(self, batches: list[tuple[torch.Tensor, torch.Tensor]], batched: bool | None = None) -> bool:
-        """Whether `mean_loss_grads` takes these batches in one pass (activations of all of them at
-        once): asked (`batched`, default the model's preference), more than one batch, all of one
-        shape, and the parameters on one device (accelerate's device hooks do not run under vmap)."""
+    def takes_together(self, count: int, batched: bool | None = None) -> bool:
+        """Whether `mean_loss_grads` takes `count` batches of one shape in one pass (activations of
+        all of them at once): asked (`batched`, default the model's preference), more than one
+        batch, and the parameters on one device (accelerate's device hooks do not run under vmap)."""
         if batched is None:
             batched = self.grads_together_by_default
-        return (batched and len(batches) > 1 and len({(x.shape, y.shape) for x, y in batches}) == 1
-                and len(self.devices) == 1)
+        return batched and count > 1 and len(self.devices) == 1
+
+    def grads_together(self, batches: list[tuple[torch.Tensor, torch.Tensor]], batched: bool | None = None) -> bool:
+        """Whether `mean_loss_grads` takes these batches in one pass: `takes_together`, and all of
+        them of one shape."""
+        return self.takes_together(len(batches), batched) and len({(x.shape, y.shape) for x, y in batches}) == 1
 
     def mean_loss_grads(self, batches: list[tuple[torch.Tensor, torch.Tensor]],
                         batched: bool | None = None) -> torch.Tensor:
