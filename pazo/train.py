@@ -1,7 +1,8 @@
-"""Entry point: `python -m pazo.train [overrides]` (Hydra). The whole flow of a run is here:
+"""Entry point: `python -m pazo.train [overrides]` (Hydra). A run, top to bottom:
 
-validate -> data -> model -> privacy plan (sigma) -> method -> loop (Poisson batch, step, log,
-evaluate) -> final epsilon check -> summary.json (+ W&B).
+validate -> prepare the run directory (fresh, resume or finished) -> `pazo.experiment.build_run`
+(data, model, privacy plan, engine, method) -> loop (Poisson batch, step, row, evaluation,
+checkpoint) -> final epsilon check -> summary.json, all written through one `pazo.recorder.Recorder`.
 """
 from __future__ import annotations
 
@@ -17,75 +18,54 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import hydra
-import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from pazo import CONFIG_DIR
-from pazo.checkpoint import (CHECKPOINT, Heartbeat, LoopState, StopRequests, config_fingerprint, prepare_run_dir,
-                             restore_checkpoint, save_checkpoint)
-from pazo.data import build_dataset
-from pazo.methods import build_method, method_config, method_info
-from pazo.methods.base import public_grads_batched
-from pazo.methods.engines import build_engine, choose_engine
-from pazo.models import FunctionalModel, build_model, check_no_batchnorm, dispatched, place
-from pazo.models.functional import cross_entropy_per_example
-from pazo.privacy.accountant import BudgetError
+from pazo.checkpoint import Heartbeat, LoopState, StopRequests, config_fingerprint, prepare_run_dir, restore_checkpoint
+from pazo.cli import USER_ERRORS, check_overrides
+from pazo.experiment import Run, build_run
 from pazo.privacy.mechanisms import active_debug_break
-from pazo.privacy.plan import EpsilonTracker, make_plan
-from pazo.privacy.sampling import SAMPLERS
-from pazo.registry import UnknownNameError
-from pazo.rng import RandomStreams
-from pazo.run_files import RunLogger
-from pazo.validate import ConfigError, validate_against_data, validate_config
-from pazo.warm_start import warm_start
+from pazo.privacy.plan import EpsilonTracker
+from pazo.recorder import Recorder
+from pazo.summary import outcome, print_header, print_summary
+from pazo.validate import ConfigError, validate_config
 
 log = logging.getLogger("pazo.train")  # not __name__: that is "__main__" under `python -m pazo.train`
 #: exit codes: 0 finished, 1 failed, 2 bad input, 3 preempted (resumable), 130 interrupted (resumable)
 EXIT_CODES = {"finished": 0, "failed": 1, "preempted": 3, "interrupted": 130}
 # a short random token per process, so that two runs started in the same second get two directories
 OmegaConf.register_new_resolver("pazo_unique", lambda: secrets.token_hex(3), use_cache=True, replace=True)
-USER_ERRORS = (ConfigError, BudgetError, UnknownNameError, FileNotFoundError)  # DataMissingError too
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device={name} asked for but CUDA is not available; use device=auto or cpu")
-    return device
+@dataclass
+class Schedule:
+    """When the loop writes a row (every `log_every` steps) and evaluates (`evals_per_epoch` times
+    an epoch, else at the end); the last step does both."""
 
+    total_steps: int
+    log_every: int
+    eval_every: int
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    @classmethod
+    def of(cls, train_cfg, steps_per_epoch: float, total_steps: int) -> Schedule:
+        eval_every = (max(1, round(steps_per_epoch / train_cfg.evals_per_epoch))
+                      if train_cfg.evals_per_epoch else total_steps)
+        return cls(total_steps, train_cfg.log_every, eval_every)
 
+    def evaluates(self, step: int) -> bool:
+        return step % self.eval_every == 0 or step == self.total_steps
 
-def _note_half_precision_queries(summary: dict, method) -> None:
-    """How the in-place engine ran half-precision queries (on the fly, or the exact shift and
-    why), once it has run any."""
-    how = getattr(method.ctx.engine, "half_precision_queries", None)
-    if how:
-        summary["engine"] = {**summary["engine"], "half_precision_queries": how}
+    def writes_row(self, step: int) -> bool:
+        return step % self.log_every == 0 or self.evaluates(step)
 
-
-def _engine_choice(cfg, model, method_cfg, info, data, start) -> dict:
-    """The zeroth-order engine (`engine.name`, or what `auto` picks) and why, for the summary. A
-    resumed run keeps its first attempt's choice, so that its steps stay those of one engine."""
-    earlier = (start.summary or {}).get("engine") if start.kind == "resume" else None
-    if cfg.engine.name == "auto" and earlier and earlier.get("requested") == "auto":
-        return {**earlier, "reason": f"kept from the first attempt ({earlier['reason']})"}
-    sample = None
-    if model.device.type == "cuda" and len(data.test):  # non-private examples to time the engines on
-        sample = data.test.batch(np.arange(min(cfg.train.batch_size, len(data.test))), model.input_device)
-    name, reason = choose_engine(cfg.engine, model, zeroth_order=info.family == "zeroth_order",
-                                 queries=method_cfg.release().queries, sample=sample)
-    return {"requested": cfg.engine.name, "name": name, "reason": reason}
+    def row_steps(self, after: int) -> list[int]:
+        return [t for t in range(after + 1, self.total_steps + 1) if self.writes_row(t)]
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> dict:
@@ -93,8 +73,6 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     summary written to `run_dir/summary.json`."""
     refuse_debug_breaks(cfg)
     validate_config(cfg)
-    method_cfg = method_config(cfg.method)
-    device = resolve_device(cfg.device)
     run_dir = Path(run_dir)
     fingerprint = config_fingerprint(cfg)
     start = prepare_run_dir(run_dir, fingerprint)
@@ -102,159 +80,143 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
         log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
                  f"(final test accuracy {start.summary.get('final_test_accuracy')})")
         return start.summary
-    streams = RandomStreams(cfg.seed, secure=cfg.privacy.secure_mode)
-    data = build_dataset(cfg.dataset, streams)
-    validate_against_data(cfg, len(data.private), len(data.public))
-
-    torch.manual_seed(streams.seeds["init"])
-    module = place(build_model(cfg.model, data.input_shape, data.num_classes), device)
-    private = cfg.privacy.epsilon is not None
-    if private:
-        check_no_batchnorm(module, cfg.model.name)
-    model = FunctionalModel(module, loss_fn=getattr(module, "loss_fn", cross_entropy_per_example))
-    if dispatched(module):  # model.device_map: batches go to the first module's device, as accelerate expects
-        if any(d.type == "meta" for d in model.devices):
-            raise ConfigError("model.device_map offloads parameters to the CPU or disk (accelerate keeps them on "
-                              "the meta device between uses): the zeroth-order step perturbs the parameters in "
-                              "place and cannot reach offloaded ones; give a device map within the GPUs' memory")
-        device = model.input_device
-    warm = warm_start(model, data.public, cfg, streams, device)
-
-    n, b = len(data.private), cfg.train.batch_size
-    steps_per_epoch = n / b
-    total_steps = cfg.train.steps or max(1, round(cfg.train.epochs * steps_per_epoch))
-    info = method_info(method_cfg.name)
-    sampler_cls = SAMPLERS[cfg.privacy.sampling]
-    plan = make_plan(cfg.privacy, n, b, total_steps, method_cfg.release(), sampler_cls, info.privacy_note)
-    engine = _engine_choice(cfg, model, method_cfg, info, data, start)
-    # batches go to `device` (the input's); directions, noise and updates are made where the trainable
-    # parameters start (model.device: with LoRA on a model spread over GPUs, possibly another GPU)
-    method = build_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public, device=model.device,
-                          engine=build_engine(cfg.engine, engine["name"]),
-                          query_train_mode=bool(cfg.engine.query_dropout))
-    sampler = sampler_cls(n, b, streams.numpy["data"])
-
-    loop = LoopState()
-    if start.kind == "resume":
-        loop = restore_checkpoint(start.checkpoint, module=module, streams=streams, sampler=sampler)
-    previous = start.summary or {}
-    logger = RunLogger(run_dir, cfg, cfg.logger, resume_bytes=loop.metrics_bytes if start.kind == "resume" else None,
-                       wandb_id=previous.get("wandb_run_id") if start.kind == "resume" else None)
-    summary = {"status": "running", "method": cfg.method.name, "dataset": cfg.dataset.name,
-               "model": cfg.model.name, "device": str(device), "dim": model.dim,
-               "parameter_devices": [str(d) for d in model.devices],
-               "run_dir": str(run_dir), "privacy": plan.as_dict(), "data": data.describe(),
-               "warm_start": warm, "engine": engine, "method_departures": method_cfg.departures(),
-               "attempt": previous.get("attempt", 0) + 1 if start.kind == "resume" else 1,
-               "resumed_from_step": loop.step if start.kind == "resume" else None,
-               "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": logger.wandb_id,
+    resuming, previous = start.kind == "resume", start.summary or {}
+    r = build_run(cfg, earlier_engine=previous.get("engine") if resuming else None)
+    sampler = r.sampler()
+    loop = (restore_checkpoint(start.checkpoint, module=r.module, streams=r.streams, sampler=sampler)
+            if resuming else LoopState())
+    recorder = Recorder(run_dir, cfg, cfg.logger, resume_bytes=loop.metrics_bytes if resuming else None,
+                        wandb_id=previous.get("wandb_run_id") if resuming else None, fingerprint=fingerprint)
+    summary = {"status": "running", **r.describe(), "run_dir": str(run_dir),
+               "attempt": previous.get("attempt", 0) + 1 if resuming else 1,
+               "resumed_from_step": loop.step if resuming else None,
+               "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": recorder.wandb_id,
                "host": socket.gethostname(), "pid": os.getpid()}
-    if hasattr(method_cfg, "public_grads_together"):  # PAZO-P/S: how this attempt takes its k public gradients
-        together = model.takes_together(method_cfg.k, public_grads_batched(method_cfg, model))
-        summary["public_grads"] = {"requested": method_cfg.public_grads_together, "together": together}
-    logger.write_summary(summary)
-    _print_header(summary, plan)
-    if start.kind == "resume":
-        log.info(f"resumed: {run_dir} from its checkpoint at step {loop.step} of {total_steps}")
+    recorder.write_summary(summary)
+    print_header(summary, r.plan)
+    if resuming:
+        log.info(f"resumed: {run_dir} from its checkpoint at step {loop.step} of {r.total_steps}")
+    failure, stopped = train_loop(r, sampler, loop, recorder, summary)
+    if stopped:
+        summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
+    recorder.finish(summary, r.module, cfg.train)
+    print_summary(summary)
+    return summary
 
-    eval_every = (max(1, round(steps_per_epoch / cfg.train.evals_per_epoch))
-                  if cfg.train.evals_per_epoch else total_steps)
-    row_steps = [t for t in range(loop.step + 1, total_steps + 1)
-                 if t % cfg.train.log_every == 0 or t % eval_every == 0 or t == total_steps]
-    tracker = EpsilonTracker(plan, row_steps, after=loop.step)
+
+def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder,
+               summary: dict) -> tuple[str | None, str | None]:
+    """Steps `loop.step + 1 .. T`: a Poisson batch, the method's step, a row, an evaluation, a
+    checkpoint when due. Fills `summary` with the outcome; returns (failure, stop reason). A crash
+    or a second Ctrl-C is recorded (status failed or interrupted) and raised again."""
+    schedule = Schedule.of(r.cfg.train, r.steps_per_epoch, r.total_steps)
+    tracker = EpsilonTracker(r.plan, schedule.row_steps(after=loop.step), after=loop.step)
     window, stat_sums = defaultdict(list, loop.window), defaultdict(float, loop.stat_sums)
-    val = data.val if data.val is not None and len(data.val) else None
-    test_histogram = data.test.class_histogram(data.num_classes)
     failure, stopped, last_saved = None, None, time.monotonic()
-    module.train()
-    bar = tqdm(range(loop.step + 1, total_steps + 1), desc=f"{cfg.method.name}", dynamic_ncols=True, disable=None,
-               initial=loop.step, total=total_steps)
 
     def sync_loop() -> LoopState:
         loop.window, loop.stat_sums = dict(window), dict(stat_sums)
         return loop
 
-    def checkpoint() -> None:
-        sync_loop().metrics_bytes = logger.metrics_bytes()
-        save_checkpoint(run_dir, fingerprint=fingerprint, module=module, streams=streams, sampler=sampler,
-                        loop=loop, extra={"total_steps": total_steps})
+    def record_outcome(failure: str | None) -> None:
+        test_histogram = r.data.test.class_histogram(r.data.num_classes)
+        summary.update(outcome(r.plan, tracker, sync_loop(), r.total_steps, failure, test_histogram))
+        merge_into(summary, r.method.outcome(stat_sums, loop.step))
 
-    with StopRequests() as stop, Heartbeat(logger.beat):
+    r.module.train()
+    bar = tqdm(range(loop.step + 1, r.total_steps + 1), desc=f"{r.cfg.method.name}", dynamic_ncols=True,
+               disable=None, initial=loop.step, total=r.total_steps)
+    with StopRequests() as stop, Heartbeat(recorder.beat):
         try:
             for step in bar:
-                _sync(device)
-                t0 = time.perf_counter()
-                x, y = data.private.batch(sampler.sample(), device)
-                stats = method.step(x, y, step)
-                _sync(device)
-                loop.step_times.append(time.perf_counter() - t0)
-                loop.step = step
+                stats = timed_step(r, sampler, loop, step)
                 for key, value in stats.items():
                     if value is not None and not (isinstance(value, float) and math.isnan(value)):
                         window[key].append(value)
                         stat_sums[key] += value
                 # divergence is read from the parameters, never from raw private statistics
-                if (step % cfg.train.log_every == 0 or step == total_steps) and not model.all_finite():
+                if (step % schedule.log_every == 0 or step == r.total_steps) and not r.model.all_finite():
                     failure = f"diverged at step {step}: non-finite parameters"
-                row = epsilon = None
-                if step % cfg.train.log_every == 0 or step % eval_every == 0 or step == total_steps or failure:
-                    epsilon = tracker.at(step)
-                    row = {"step": step, "epoch": step / steps_per_epoch,
-                           "s_per_iter": statistics.fmean(loop.step_times[loop.last_row:]), "sigma": plan.sigma,
-                           "epsilon": epsilon}
-                    row.update({("train_loss" if k == "loss" else k): statistics.fmean(v)
-                                for k, v in window.items() if v})
-                    window.clear()
-                    loop.last_row = len(loop.step_times)
-                if not failure and (step % eval_every == 0 or step == total_steps):
-                    loop.last_eval = model.evaluate(data.test, cfg.train.eval_batch_size)
-                    loop.best_acc = max(loop.best_acc, loop.last_eval["accuracy"])
-                    row.update(test_accuracy=loop.last_eval["accuracy"], test_loss=loop.last_eval["loss"])
-                    row.update({f"test_{k}": v for k, v in loop.last_eval.items() if k not in ("accuracy", "loss")})
-                    if val is not None:
-                        loop.last_val = model.evaluate(val, cfg.train.eval_batch_size)
-                        loop.best_val_acc = max(loop.best_val_acc, loop.last_val["accuracy"])
-                        row.update(val_accuracy=loop.last_val["accuracy"], val_loss=loop.last_val["loss"])
-                    bar.set_postfix(acc=f"{loop.last_eval['accuracy']:.3f}",
-                                    eps="-" if epsilon is None else f"{epsilon:.3f}")
-                if row is not None:
-                    logger.log(row)
+                if schedule.writes_row(step) or failure:
+                    row = metrics_row(r, loop, window, step, tracker.at(step))
+                    if not failure and schedule.evaluates(step):
+                        evaluate(r, loop, row)
+                        bar.set_postfix(acc=f"{loop.last_eval['accuracy']:.3f}",
+                                        eps="-" if row["epsilon"] is None else f"{row['epsilon']:.3f}")
+                    recorder.log(row)
                 if failure:
                     break
                 if stop.reason:
                     stopped = stop.reason
-                    checkpoint()
+                    recorder.checkpoint(r, sampler, sync_loop())
                     break
-                if step < total_steps and _checkpoint_due(cfg.train, step, last_saved):
-                    checkpoint()
+                if step < r.total_steps and _checkpoint_due(r.cfg.train, step, last_saved):
+                    recorder.checkpoint(r, sampler, sync_loop())
                     last_saved = time.monotonic()
         except BaseException as err:  # a crash, or a second Ctrl-C: keep what was written, mark the run
             interrupted = isinstance(err, KeyboardInterrupt)
-            failure = f"{'interrupted' if interrupted else 'crashed'} at step {loop.step + 1}: " \
-                      f"{type(err).__name__}: {err}"
-            summary.update(_outcome(plan, tracker, sync_loop(), total_steps, failure, test_histogram))
+            record_outcome(f"{'interrupted' if interrupted else 'crashed'} at step {loop.step + 1}: "
+                           f"{type(err).__name__}: {err}")
             summary.update(status="interrupted" if interrupted else "failed")
-            _note_half_precision_queries(summary, method)
-            logger.write_summary(summary)
-            logger.close(failed=True)
+            recorder.write_summary(summary)
+            recorder.close(failed=True)
             raise
         finally:
             bar.close()
             tracker.close()
+    record_outcome(failure)
+    return failure, stopped
 
-    summary.update(_outcome(plan, tracker, sync_loop(), total_steps, failure, test_histogram))
-    _note_half_precision_queries(summary, method)
-    if stopped:
-        summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
-    logger.write_summary(summary)
-    logger.close(failed=summary["status"] == "failed")
-    if summary["status"] == "finished":
-        if cfg.train.save_model:
-            torch.save(module.state_dict(), run_dir / "model.pt")
-        if not cfg.train.keep_checkpoint:
-            (run_dir / CHECKPOINT).unlink(missing_ok=True)
-    _print_summary(summary)
-    return summary
+
+def timed_step(r: Run, sampler, loop: LoopState, step: int) -> dict:
+    """One step of the method on a fresh Poisson batch, its time recorded (CUDA synchronised)."""
+    _sync(r.device)
+    t0 = time.perf_counter()
+    x, y = r.data.private.batch(sampler.sample(), r.device)
+    stats = r.method.step(x, y, step)
+    _sync(r.device)
+    loop.step_times.append(time.perf_counter() - t0)
+    loop.step = step
+    return stats
+
+
+def metrics_row(r: Run, loop: LoopState, window: dict, step: int, epsilon: float | None) -> dict:
+    """A row of metrics.jsonl: the step, epsilon so far, and the means of the method's statistics
+    since the last row (the window is emptied)."""
+    row = {"step": step, "epoch": step / r.steps_per_epoch,
+           "s_per_iter": statistics.fmean(loop.step_times[loop.last_row:]), "sigma": r.plan.sigma,
+           "epsilon": epsilon}
+    row.update({("train_loss" if k == "loss" else k): statistics.fmean(v) for k, v in window.items() if v})
+    window.clear()
+    loop.last_row = len(loop.step_times)
+    return row
+
+
+def evaluate(r: Run, loop: LoopState, row: dict) -> None:
+    """Test (and validation, if the data set has one) accuracy and loss into `row` and `loop`."""
+    eval_batch_size = r.cfg.train.eval_batch_size
+    loop.last_eval = r.model.evaluate(r.data.test, eval_batch_size)
+    loop.best_acc = max(loop.best_acc, loop.last_eval["accuracy"])
+    row.update(test_accuracy=loop.last_eval["accuracy"], test_loss=loop.last_eval["loss"])
+    row.update({f"test_{k}": v for k, v in loop.last_eval.items() if k not in ("accuracy", "loss")})
+    if r.data.val is not None and len(r.data.val):
+        loop.last_val = r.model.evaluate(r.data.val, eval_batch_size)
+        loop.best_val_acc = max(loop.best_val_acc, loop.last_val["accuracy"])
+        row.update(val_accuracy=loop.last_val["accuracy"], val_loss=loop.last_val["loss"])
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def merge_into(summary: dict, facts: dict) -> None:
+    """`facts` into `summary`, a nested block (such as `engine`) merged rather than replaced."""
+    for key, value in facts.items():
+        if isinstance(value, dict) and isinstance(summary.get(key), dict):
+            summary[key] = {**summary[key], **value}
+        else:
+            summary[key] = value
 
 
 DEBUG_ONLY = ("pazo: audit.debug_break is a debug-only switch that breaks the privacy guarantee on purpose; "
@@ -273,101 +235,6 @@ def _checkpoint_due(train_cfg, step: int, last_saved: float) -> bool:
     if train_cfg.checkpoint_every:
         return step % train_cfg.checkpoint_every == 0
     return time.monotonic() - last_saved >= 60 * train_cfg.checkpoint_minutes
-
-
-def chance_level_warning(accuracy: float | None, test_histogram: list[int], z: float = 2.0) -> str | None:
-    """A `chance_level: ...` warning when `accuracy` on the test set is not distinguishably better
-    than the best constant guess, else None.
-
-    The best constant guess is right on the majority-class rate p0 = max(histogram) / n_test of the
-    test set. The rule is a simple margin: the accuracy is at chance level when it is at most
-    p0 + z * sqrt(p0 (1 - p0) / n_test), i.e. within z = 2 standard errors of what a classifier that
-    is right with probability p0 would score on n_test examples (about a one-sided 97.7% test under
-    the normal approximation). On the digits test set (359 images, p0 = 37/359 = 0.103) the margin
-    is 0.032: a final accuracy up to 0.135 is flagged.
-    """
-    n = sum(test_histogram)
-    if accuracy is None or n == 0:
-        return None
-    p0 = max(test_histogram) / n
-    margin = z * math.sqrt(p0 * (1 - p0) / n)
-    if accuracy > p0 + margin:
-        return None
-    return (f"chance_level: final test accuracy {accuracy:.3f} is not more than {z:g} standard errors "
-            f"({margin:.3f}) above the majority-class rate {p0:.3f} (n_test {n})")
-
-
-def _outcome(plan, tracker, loop: LoopState, total_steps: int, failure: str | None,
-             test_histogram: list[int]) -> dict:
-    """Status, accuracies, s/iter and the privacy spent by the steps done (whatever the status);
-    `warnings` holds a chance-level warning (`chance_level_warning`) when the final accuracy is one."""
-    steps_done = loop.step
-    priv = plan.as_dict()
-    priv["steps_done"] = steps_done
-    if plan.private:
-        spent = tracker.final(steps_done)
-        within = spent <= plan.target_epsilon + 1e-12
-        priv.update(epsilon_spent=spent, within_budget=within, over_budget=not within,
-                    guarantee_holds=within and plan.sampling_matches_accountant)
-        if plan.noise == "laplace":
-            priv["pure_epsilon_spent"] = tracker.pure_epsilon(steps_done)
-        if not within:  # the guarantee the run promised does not hold: never a finished run
-            over = f"over_budget: epsilon spent {spent:.6g} > target {plan.target_epsilon}"
-            failure = f"{failure}; {over}" if failure else over
-    # the first steps include one-off set-up (allocations, vmap tracing): report the median too
-    times = loop.step_times[1:] or loop.step_times
-    last_eval, last_val = loop.last_eval, loop.last_val
-    out = {"status": "failed" if failure else "finished", "failure": failure,
-           "steps_done": steps_done, "steps_planned": total_steps,
-           "final_test_accuracy": last_eval["accuracy"] if last_eval and not failure else None,
-           "final_test_loss": last_eval["loss"] if last_eval and not failure else None,
-           "final_test_metrics": dict(last_eval) if last_eval and not failure else None,
-           "best_test_accuracy": loop.best_acc if loop.best_acc >= 0 else None,
-           "final_val_accuracy": last_val["accuracy"] if last_val and not failure else None,
-           "best_val_accuracy": loop.best_val_acc if loop.best_val_acc >= 0 else None,
-           "mean_s_per_iter": statistics.fmean(times) if times else None,
-           "median_s_per_iter": statistics.median(times) if times else None,
-           "privacy": priv}
-    if "noisy_candidate_won" in loop.stat_sums and steps_done:
-        out["noisy_candidate_win_rate"] = loop.stat_sums["noisy_candidate_won"] / steps_done
-    chance = chance_level_warning(out["final_test_accuracy"], test_histogram)
-    out["warnings"] = [chance] if chance else []
-    return out
-
-
-def _print_header(summary: dict, plan) -> None:
-    d = summary["data"]
-    log.info(f"pazo: {summary['method']} on {summary['dataset']} ({summary['model']}, d={summary['dim']}, "
-             f"device {summary['device']}); private {d['n_private']}, public {d['n_public']}, "
-             f"test {d['n_test']}")
-    if plan.private:
-        log.info(f"privacy: {plan.guarantee}, target epsilon={plan.target_epsilon} delta={plan.delta:.3g} -> "
-                 f"{plan.noise} sigma={plan.sigma:.4f} ({plan.sigma_source}), q={plan.sample_rate:.4f}, "
-                 f"T={plan.steps}, {plan.sampling} sampling")
-    for note in plan.notes + summary["method_departures"]:
-        log.info(f"note: {note}")
-
-
-def _print_summary(s: dict) -> None:
-    p = s["privacy"]
-    fmt = lambda v, f=".4f": "-" if v is None else format(v, f)  # noqa: E731
-    log.info("")
-    log.info(f"{s['status'].upper()}" + (f" ({s['failure']})" if s["failure"] else ""))
-    log.info(f"  test accuracy: final {fmt(s['final_test_accuracy'])}, best {fmt(s['best_test_accuracy'])}")
-    if p["private"]:
-        log.info(f"  epsilon spent {fmt(p['epsilon_spent'])} / target {p['target_epsilon']} "
-                 f"(delta {p['delta']:.3g}, sigma {p['sigma']:.4f}, {p['steps_done']} steps) "
-                 f"{'within budget' if p['within_budget'] else 'OVER BUDGET'}; {p['guarantee']}")
-        if p.get("pure_epsilon_spent") is not None:
-            log.info(f"  pure epsilon-DP bound (Laplace, basic composition): {p['pure_epsilon_spent']:.4f}")
-    else:
-        log.info("  non-private run (no clipping, no noise)")
-    log.info(f"  s/iter: mean {fmt(s['mean_s_per_iter'], '.5f')}, median {fmt(s['median_s_per_iter'], '.5f')}")
-    if "noisy_candidate_win_rate" in s:
-        log.info(f"  noisy candidate won {s['noisy_candidate_win_rate']:.1%} of steps")
-    for warning in s.get("warnings", []):
-        log.warning(f"  warning: {warning}")
-    log.info(f"  results: {s['run_dir']}")
 
 
 def _interrupted_where(run_dir: Path) -> str:
@@ -408,30 +275,6 @@ def main(cfg: DictConfig) -> float | None:
     if code and hc.mode != RunMode.MULTIRUN:
         sys.exit(code)
     return summary["final_test_accuracy"]
-
-
-def check_overrides(argv: list[str], config_name: str = "config") -> str | None:
-    """Compose the config (`config_name`) with the command line's overrides as Hydra will: the first
-    line of the error (an unknown key, a value of the wrong type, a missing config group option), or
-    None. Multiruns and Hydra's own flags are left to Hydra."""
-    if any(a.startswith("-") for a in argv):
-        return None
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    overrides = [a for a in argv if not a.startswith("hydra.")]
-    try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            compose(config_name=config_name, overrides=overrides)
-    except (HydraException, OmegaConfBaseException, ValueError) as err:
-        lines = [line.strip() for e in (err, err.__cause__) if e is not None for line in str(e).splitlines()]
-        lines = [line for line in lines if line and not line.startswith(("full_key", "object_type", "To append"))]
-        if len(lines) > 2 and lines[1].startswith("Available options"):  # a config group's choices
-            options = [o for o in lines[2:] if o.isidentifier() and not o.endswith("_schema")]
-            return f"{lines[0]}; choices: {', '.join(options)}"
-        return "; ".join(dict.fromkeys(lines[:2])) or type(err).__name__
-    return None
 
 
 def _interrupted_before_start(signum, frame):

@@ -101,7 +101,7 @@ def audit_cfg(*overrides):
 def test_audit_refuses_bad_settings_before_compute(tmp_path, monkeypatch):
     import pazo.audit.run as audit_run
 
-    monkeypatch.setattr(audit_run, "build_dataset", lambda *a: pytest.fail("compute started"))
+    monkeypatch.setattr(audit_run, "build_run", lambda *a, **k: pytest.fail("compute started"))
     for override, message in (("audit.debug_break=oops", "unknown audit.debug_break 'oops'"),
                               ("privacy=none", "an audit needs a private run"),
                               ("audit.canaries=1", "audit.canaries must be an integer >= 2"),

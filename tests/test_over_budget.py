@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pazo.train as train
+import pazo.experiment as experiment
 from pazo.train import run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,13 +36,13 @@ def test_within_budget_run_is_not_over_budget(hydra_cfg, tmp_path):
 
 
 def test_over_budget_run_ends_failed_and_says_so(hydra_cfg, tmp_path, monkeypatch):
-    real = train.make_plan
+    real = experiment.make_plan
 
     def too_little_noise(*args, **kwargs):
         plan = real(*args, **kwargs)
         plan.sigma *= 0.5
         return plan
-    monkeypatch.setattr(train, "make_plan", too_little_noise)
+    monkeypatch.setattr(experiment, "make_plan", too_little_noise)
     s = run(hydra_cfg("method=dpzero"), tmp_path)
     p = s["privacy"]
     assert s["status"] == "failed" and s["failure"].startswith("over_budget: epsilon spent")

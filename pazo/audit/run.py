@@ -22,21 +22,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from pazo import CONFIG_DIR
 from pazo.audit.bound import audit_guesses
+from pazo.cli import USER_ERRORS, check_overrides
 from pazo.audit.canaries import (FixedRatePoissonSampler, ScalarCanaries, VectorCanaries, black_box_scores,
                                  example_canaries, public_seeds, with_examples)
-from pazo.data import build_dataset
 from pazo.errors import ConfigError
-from pazo.methods import build_method, method_config, method_info
-from pazo.methods.engines import build_engine, choose_engine
-from pazo.models import FunctionalModel, build_model, check_no_batchnorm
+from pazo.experiment import build_run
 from pazo.privacy.mechanisms import DEBUG_BREAKS, ScalarPrivatizer, VectorPrivatizer, debug_break
-from pazo.privacy.plan import epsilon_spent, make_plan
-from pazo.privacy.sampling import PoissonSampler
-from pazo.rng import RandomStreams
-from pazo.run_files import write_json_atomic
-from pazo.train import USER_ERRORS, check_overrides, resolve_device
-from pazo.validate import validate_against_data, validate_config
-from pazo.warm_start import warm_start
+from pazo.privacy.plan import epsilon_spent
+from pazo.recorder import write_json_atomic
+from pazo.validate import validate_config
 
 log = logging.getLogger("pazo.audit")
 THREATS = ("black_box", "white_box")
@@ -117,9 +111,6 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
     a = AuditConfig.from_cfg(cfg.audit)
     validate_config(cfg)
     _check_run(cfg, a)
-    method_cfg = method_config(cfg.method)
-    info = method_info(method_cfg.name)
-    device = resolve_device(cfg.device)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
@@ -130,23 +121,10 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
     included = inclusion_rng.random(m) < 0.5  # never passed to the scoring code
 
     with debug_break(a.debug_break):
-        streams = RandomStreams(cfg.seed, secure=False)
-        data = build_dataset(cfg.dataset, streams)
-        validate_against_data(cfg, len(data.private), len(data.public))
-        torch.manual_seed(streams.seeds["init"])
-        module = build_model(cfg.model, data.input_shape, data.num_classes).to(device)
-        check_no_batchnorm(module, cfg.model.name)
-        model = FunctionalModel(module)
-        warm_start(model, data.public, cfg, streams, device)
-        n, b = len(data.private), cfg.train.batch_size
-        total_steps = cfg.train.steps or max(1, round(cfg.train.epochs * n / b))
-        # the plan of the run without canaries: q = b / n, sigma, T and the printed epsilon
-        plan = make_plan(cfg.privacy, n, b, total_steps, method_cfg.release(), PoissonSampler, info.privacy_note)
-        engine, _ = choose_engine(cfg.engine, model, zeroth_order=info.family == "zeroth_order",
-                                  queries=method_cfg.release().queries)  # no start-up timing in an audit
-        method = build_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public,
-                              device=device, engine=build_engine(cfg.engine, engine),
-                              query_train_mode=bool(cfg.engine.query_dropout))
+        # the run without canaries, as training builds it: q = b / n, sigma, T and the printed epsilon
+        r = build_run(cfg, time_engines=False)  # no engine start-up timing in an audit
+        method, data, plan, model, total_steps = r.method, r.data, r.plan, r.model, r.total_steps
+        device, n, streams = r.device, r.n, r.streams
         hook, private, canary_examples = None, data.private, None
         if a.threat == "black_box":
             canary_examples = example_canaries(data.private, m, data.num_classes, design_rng)
@@ -155,10 +133,10 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
             hook = attach_white_box(method, m, a.canary_scale, design_rng)
         canary_ids = np.flatnonzero(included)
         sampler = FixedRatePoissonSampler(n + len(canary_ids), plan.sample_rate, streams.numpy["data"])
-        log.info(f"audit: {method_cfg.name} on {cfg.dataset.name}, {a.threat}, {m} canaries "
+        log.info(f"audit: {cfg.method.name} on {cfg.dataset.name}, {a.threat}, {m} canaries "
                  f"({len(canary_ids)} included), {total_steps} steps, sigma {plan.sigma:.4g}, q {plan.sample_rate:.4g}"
                  + (f", DEBUG BREAK {a.debug_break}" if a.debug_break else ""))
-        module.train()
+        r.module.train()
         train_with_canaries(method, private, n, canary_ids, sampler, total_steps, device, hook)
         printed = epsilon_spent(plan, total_steps)
         delta = plan.delta if a.delta is None else min(a.delta, plan.delta)
@@ -178,7 +156,7 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
              "canaries_included": int(included.sum()),
              "exceeds_printed": result["epsilon_lower_bound"] > comparable, "scores": score_info,
              "threads": torch.get_num_threads(), "seconds": time.perf_counter() - started}
-    summary = {"status": "finished", "kind": "audit", "method": method_cfg.name, "dataset": cfg.dataset.name,
+    summary = {"status": "finished", "kind": "audit", "method": cfg.method.name, "dataset": cfg.dataset.name,
                "model": cfg.model.name, "seed": cfg.seed, "device": str(device), "run_dir": str(run_dir),
                "privacy": plan.as_dict(), "final_test_accuracy": final["accuracy"] if final else None,
                "audit": audit}

@@ -140,6 +140,22 @@ class Method(ABC):
                               "method.public_grads_together=false to take them one after another "
                               "(one batch's activations at a time)") from err
 
+    def public_grads_choice(self) -> dict:
+        """How this attempt takes its k public gradients (PAZO-P/S): what `method.public_grads_together`
+        asked, and whether the pass is really taken together (k > 1, parameters on one device)."""
+        together = self.model.takes_together(self.cfg.k, public_grads_batched(self.cfg, self.model))
+        return {"requested": self.cfg.public_grads_together, "together": together}
+
+    def describe(self) -> dict:
+        """Fields this method adds to the run's summary when the run starts (none by default)."""
+        return {}
+
+    def outcome(self, stat_sums: dict[str, float], steps_done: int) -> dict:
+        """Fields this method adds to the run's summary when it ends: how the engine ran
+        half-precision queries, if it ran any (merged into the summary's `engine` block)."""
+        how = getattr(self.ctx.engine, "half_precision_queries", None)
+        return {"engine": {"half_precision_queries": how}} if how else {}
+
     @abstractmethod
     def step(self, x: torch.Tensor, y: torch.Tensor, step: int) -> dict[str, float]:
         """One update from a private batch; returns numeric stats, at least `loss`."""

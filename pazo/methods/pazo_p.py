@@ -44,6 +44,9 @@ class PazoP(TwoPointMethod):
         self.public = self.public_batches()
         self.coef_gen = ctx.streams.torch_generator("directions")
 
+    def describe(self) -> dict:
+        return {"public_grads": self.public_grads_choice()}
+
     def public_basis(self) -> torch.Tensor:
         """Line 4-5: G, the k public gradients (ortho)normalised, as rows [rank, d]; gradients
         that add nothing (zero, or dependent) are dropped."""

@@ -50,6 +50,16 @@ class PazoS(Method):
         self.public = self.public_batches()
         self.privatizer = ScalarPrivatizer(ctx.noise, cfg.release().queries, noise_generator(ctx.streams))
 
+    def describe(self) -> dict:
+        return {"public_grads": self.public_grads_choice()}
+
+    def outcome(self, stat_sums, steps_done):
+        """The share of steps the noisy candidate g_best + z' won, beside the engine's facts."""
+        out = super().outcome(stat_sums, steps_done)
+        if "noisy_candidate_won" in stat_sums and steps_done:
+            out["noisy_candidate_win_rate"] = stat_sums["noisy_candidate_won"] / steps_done
+        return out
+
     def noisy_losses(self, x, y, candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """f_j = (1/b)(sum_i clip_C(f(x - eta g_j; xi_i)) + N(0, (k+1) C^2 sigma^2)) for each row g_j
         of `candidates`, and the raw per-example losses [count, B]."""

@@ -1,5 +1,7 @@
-"""Where a run's results go: its own directory (resolved config, metrics.jsonl, summary.json) and,
-mirrored, Weights & Biases (offline by default: no account or network needed, `wandb sync` later)."""
+"""The one gate through which a run's results leave the process: its own directory (resolved
+config, metrics.jsonl, summary.json, checkpoint.pt, model.pt) and, mirrored, Weights & Biases
+(offline by default: no account or network needed, `wandb sync` later). The training loop writes
+nothing itself: every row, summary, checkpoint and saved model goes through a `Recorder`."""
 from __future__ import annotations
 
 import json
@@ -9,7 +11,10 @@ import threading
 import time
 from pathlib import Path
 
+import torch
 from omegaconf import OmegaConf
+
+from pazo.checkpoint import CHECKPOINT, LoopState, save_checkpoint
 
 
 def _clean(value):
@@ -36,14 +41,15 @@ def write_json_atomic(path: Path, data: dict) -> None:
 PRIVATE_DIAGNOSTICS = ("train_loss", "residual_share")
 
 
-class RunLogger:
-    """config.yaml, metrics.jsonl (one row per logged step) and summary.json of one run, mirrored
-    to W&B. `resume_bytes`: continue an interrupted attempt, dropping any rows it wrote after its
-    checkpoint; `wandb_id`: the W&B run to continue."""
+class Recorder:
+    """config.yaml, metrics.jsonl (one row per logged step), summary.json and checkpoint.pt of one
+    run, mirrored to W&B. `resume_bytes`: continue an interrupted attempt, dropping any rows it wrote
+    after its checkpoint; `wandb_id`: the W&B run to continue; `fingerprint`: the config's, stored
+    in every checkpoint so that only the same run resumes from it."""
 
     def __init__(self, run_dir: str | Path, cfg, wandb_cfg, resume_bytes: int | None = None,
-                 wandb_id: str | None = None):
-        self.dir = Path(run_dir)
+                 wandb_id: str | None = None, fingerprint: str = ""):
+        self.dir, self.fingerprint = Path(run_dir), fingerprint
         self.dir.mkdir(parents=True, exist_ok=True)
         self.resolved = OmegaConf.to_container(cfg, resolve=True)
         (self.dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -95,6 +101,23 @@ class RunLogger:
             if self.summary.get("status") == "running":
                 self.summary["heartbeat"] = time.time()
                 write_json_atomic(self.dir / "summary.json", self.summary)
+
+    def checkpoint(self, run, sampler, loop: LoopState) -> None:
+        """Everything `run` needs to continue exactly after `loop.step` (`pazo.checkpoint`)."""
+        loop.metrics_bytes = self.metrics_bytes()
+        save_checkpoint(self.dir, fingerprint=self.fingerprint, module=run.module, streams=run.streams,
+                        sampler=sampler, loop=loop, extra={"total_steps": run.total_steps})
+
+    def finish(self, summary: dict, module, train_cfg) -> None:
+        """The last summary; for a finished run the model (`train.save_model`) and no checkpoint
+        (it holds the noise stream; `train.keep_checkpoint` keeps it)."""
+        self.write_summary(summary)
+        self.close(failed=summary["status"] == "failed")
+        if summary["status"] == "finished":
+            if train_cfg.save_model:
+                torch.save(module.state_dict(), self.dir / "model.pt")
+            if not train_cfg.keep_checkpoint:
+                (self.dir / CHECKPOINT).unlink(missing_ok=True)
 
     def close(self, failed: bool) -> None:
         self._metrics.close()

@@ -1,0 +1,35 @@
+"""What the command lines share (`pazo-train`, `pazo-audit`): the user's mistakes that end a run
+in one `pazo: error:` line, and the check of a command line's overrides before anything starts."""
+from __future__ import annotations
+
+from pazo import CONFIG_DIR
+from pazo.errors import ConfigError
+from pazo.privacy.accountant import BudgetError
+from pazo.registry import UnknownNameError
+
+#: a user's mistake, not a fault: one line and exit 2 (DataMissingError is a FileNotFoundError)
+USER_ERRORS = (ConfigError, BudgetError, UnknownNameError, FileNotFoundError)
+
+
+def check_overrides(argv: list[str], config_name: str = "config") -> str | None:
+    """Compose the config (`config_name`) with the command line's overrides as Hydra will: the first
+    line of the error (an unknown key, a value of the wrong type, a missing config group option), or
+    None. Multiruns and Hydra's own flags are left to Hydra."""
+    if any(a.startswith("-") for a in argv):
+        return None
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    overrides = [a for a in argv if not a.startswith("hydra.")]
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            compose(config_name=config_name, overrides=overrides)
+    except (HydraException, OmegaConfBaseException, ValueError) as err:
+        lines = [line.strip() for e in (err, err.__cause__) if e is not None for line in str(e).splitlines()]
+        lines = [line for line in lines if line and not line.startswith(("full_key", "object_type", "To append"))]
+        if len(lines) > 2 and lines[1].startswith("Available options"):  # a config group's choices
+            options = [o for o in lines[2:] if o.isidentifier() and not o.endswith("_schema")]
+            return f"{lines[0]}; choices: {', '.join(options)}"
+        return "; ".join(dict.fromkeys(lines[:2])) or type(err).__name__
+    return None

@@ -1,0 +1,154 @@
+"""The one place a run is assembled: data, model, privacy plan, engine and method, from a config.
+
+Training (`pazo.train`), the privacy audit (`pazo.audit`) and the benchmarks (`pazo.bench`) all
+call `build_run`, so the model an audit attacks, the one a benchmark times and the one a training
+run trains are built by the same code: same streams, same placement, same loss, same sigma.
+
+    cfg -> streams -> data -> model (placed, loss) -> warm start -> plan (sigma) -> engine -> method
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+from torch import nn
+
+from pazo.data import DataBundle, build_dataset
+from pazo.errors import ConfigError
+from pazo.methods import Method, MethodConfig, MethodInfo, build_method, method_config, method_info
+from pazo.methods.engines import build_engine, choose_engine
+from pazo.models import FunctionalModel, build_model, check_no_batchnorm, dispatched, place
+from pazo.models.functional import cross_entropy_per_example
+from pazo.privacy.plan import PrivacyPlan, make_plan
+from pazo.privacy.sampling import SAMPLERS
+from pazo.rng import RandomStreams
+from pazo.validate import validate_against_data
+from pazo.warm_start import warm_start
+
+
+@dataclass
+class Run:
+    """Everything one run is made of, before its first step."""
+
+    cfg: DictConfig
+    method_cfg: MethodConfig
+    info: MethodInfo
+    streams: RandomStreams
+    data: DataBundle
+    module: nn.Module
+    model: FunctionalModel
+    device: torch.device   # where batches go (the first module's device on a model spread over GPUs)
+    warm_start: dict
+    plan: PrivacyPlan
+    engine: dict           # {requested, name, reason}
+    method: Method
+    total_steps: int
+
+    @property
+    def n(self) -> int:
+        return len(self.data.private)
+
+    @property
+    def batch_size(self) -> int:
+        return self.cfg.train.batch_size
+
+    @property
+    def steps_per_epoch(self) -> float:
+        return self.n / self.batch_size
+
+    def sampler(self):
+        """The private batch sampler the plan's accountant was told about, on the run's data stream."""
+        return SAMPLERS[self.cfg.privacy.sampling](self.n, self.batch_size, self.streams.numpy["data"])
+
+    def describe(self) -> dict:
+        """The set-up half of the run's summary (what ran, where, on what, with what guarantee)."""
+        return {"method": self.cfg.method.name, "dataset": self.cfg.dataset.name, "model": self.cfg.model.name,
+                "device": str(self.device), "dim": self.model.dim,
+                "parameter_devices": [str(d) for d in self.model.devices],
+                "privacy": self.plan.as_dict(), "data": self.data.describe(), "warm_start": self.warm_start,
+                "engine": self.engine, "method_departures": self.method_cfg.departures(),
+                **self.method.describe()}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={name} asked for but CUDA is not available; use device=auto or cpu")
+    return device
+
+
+def planned_steps(train_cfg, n: int) -> int:
+    """`train.steps`, or `train.epochs` passes of expected batches over n private examples."""
+    return train_cfg.steps or max(1, round(train_cfg.epochs * n / train_cfg.batch_size))
+
+
+def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engines: bool = True,
+              data: DataBundle | None = None, module: nn.Module | None = None,
+              sigma: float | None = None) -> Run:
+    """Assemble the run `cfg` describes (the config is validated by the caller).
+
+    earlier_engine: a resumed run's first-attempt engine choice, kept so that its steps stay those
+    of one engine. time_engines: let `engine.name=auto` time the engines on CUDA (off in an audit).
+    data, module, sigma: a benchmark's synthetic data and model, and a fixed noise multiplier
+    (nothing calibrated or accounted); a run never passes them.
+    """
+    method_cfg = method_config(cfg.method)
+    info = method_info(method_cfg.name)
+    streams = RandomStreams(cfg.seed, secure=cfg.privacy.secure_mode)
+    if data is None:
+        data = build_dataset(cfg.dataset, streams)
+        validate_against_data(cfg, len(data.private), len(data.public))
+    device = resolve_device(cfg.device)
+    module, model, device = _model(cfg, data, streams, device, module)
+    warm = warm_start(model, data.public, cfg, streams, device)
+    total_steps = planned_steps(cfg.train, len(data.private))
+    release, sampler_cls = method_cfg.release(), SAMPLERS[cfg.privacy.sampling]
+    if sigma is None:
+        plan = make_plan(cfg.privacy, len(data.private), cfg.train.batch_size, total_steps, release, sampler_cls,
+                         info.privacy_note)
+    else:
+        plan = PrivacyPlan.with_sigma(sigma if info.private else None, cfg.train.batch_size, release,
+                                      steps=total_steps)
+    engine = _engine_choice(cfg, model, method_cfg, info, data, earlier_engine, time_engines)
+    # batches go to `device` (the input's); directions, noise and updates are made where the trainable
+    # parameters start (model.device: with LoRA on a model spread over GPUs, possibly another GPU)
+    method = build_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public,
+                          device=model.device, engine=build_engine(cfg.engine, engine["name"]),
+                          query_train_mode=bool(cfg.engine.query_dropout))
+    return Run(cfg=cfg, method_cfg=method_cfg, info=info, streams=streams, data=data, module=module, model=model,
+               device=device, warm_start=warm, plan=plan, engine=engine, method=method, total_steps=total_steps)
+
+
+def _model(cfg, data: DataBundle, streams: RandomStreams, device: torch.device, module: nn.Module | None):
+    """The model from the run's init stream, placed on `device` (unless accelerate spread it over
+    devices), with its own per-example loss; returns (module, functional model, input device)."""
+    if module is None:
+        torch.manual_seed(streams.seeds["init"])
+        module = build_model(cfg.model, data.input_shape, data.num_classes)
+    module = place(module, device)
+    if cfg.privacy.epsilon is not None:
+        check_no_batchnorm(module, cfg.model.name)
+    model = FunctionalModel(module, loss_fn=getattr(module, "loss_fn", cross_entropy_per_example))
+    if dispatched(module):  # model.device_map: batches go to the first module's device, as accelerate expects
+        if any(d.type == "meta" for d in model.devices):
+            raise ConfigError("model.device_map offloads parameters to the CPU or disk (accelerate keeps them on "
+                              "the meta device between uses): the zeroth-order step perturbs the parameters in "
+                              "place and cannot reach offloaded ones; give a device map within the GPUs' memory")
+        device = model.input_device
+    return module, model, device
+
+
+def _engine_choice(cfg, model, method_cfg, info, data, earlier: dict | None, time_engines: bool) -> dict:
+    """The zeroth-order engine (`engine.name`, or what `auto` picks) and why, for the summary."""
+    if cfg.engine.name == "auto" and earlier and earlier.get("requested") == "auto":
+        return {**earlier, "reason": f"kept from the first attempt ({earlier['reason']})"}
+    sample = None
+    if time_engines and model.device.type == "cuda" and len(data.test):  # non-private examples to time on
+        sample = data.test.batch(np.arange(min(cfg.train.batch_size, len(data.test))), model.input_device)
+    name, reason = choose_engine(cfg.engine, model, zeroth_order=info.family == "zeroth_order",
+                                 queries=method_cfg.release().queries, sample=sample)
+    return {"requested": cfg.engine.name, "name": name, "reason": reason}

@@ -1,0 +1,105 @@
+"""What a run reports at its end: status, accuracies, time per step and the privacy spent (the
+summary's outcome half), the chance-level warning, and the lines printed at its start and end."""
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+
+from pazo.checkpoint import LoopState
+
+log = logging.getLogger("pazo.train")
+
+
+def chance_level_warning(accuracy: float | None, test_histogram: list[int], z: float = 2.0) -> str | None:
+    """A `chance_level: ...` warning when `accuracy` on the test set is not distinguishably better
+    than the best constant guess, else None.
+
+    The best constant guess is right on the majority-class rate p0 = max(histogram) / n_test of the
+    test set. The rule is a simple margin: the accuracy is at chance level when it is at most
+    p0 + z * sqrt(p0 (1 - p0) / n_test), i.e. within z = 2 standard errors of what a classifier that
+    is right with probability p0 would score on n_test examples (about a one-sided 97.7% test under
+    the normal approximation). On the digits test set (359 images, p0 = 37/359 = 0.103) the margin
+    is 0.032: a final accuracy up to 0.135 is flagged.
+    """
+    n = sum(test_histogram)
+    if accuracy is None or n == 0:
+        return None
+    p0 = max(test_histogram) / n
+    margin = z * math.sqrt(p0 * (1 - p0) / n)
+    if accuracy > p0 + margin:
+        return None
+    return (f"chance_level: final test accuracy {accuracy:.3f} is not more than {z:g} standard errors "
+            f"({margin:.3f}) above the majority-class rate {p0:.3f} (n_test {n})")
+
+
+def outcome(plan, tracker, loop: LoopState, total_steps: int, failure: str | None,
+             test_histogram: list[int]) -> dict:
+    """Status, accuracies, s/iter and the privacy spent by the steps done (whatever the status);
+    `warnings` holds a chance-level warning (`chance_level_warning`) when the final accuracy is one.
+    What the method adds of its own comes from `Method.outcome`."""
+    steps_done = loop.step
+    priv = plan.as_dict()
+    priv["steps_done"] = steps_done
+    if plan.private:
+        spent = tracker.final(steps_done)
+        within = spent <= plan.target_epsilon + 1e-12
+        priv.update(epsilon_spent=spent, within_budget=within, over_budget=not within,
+                    guarantee_holds=within and plan.sampling_matches_accountant)
+        if plan.noise == "laplace":
+            priv["pure_epsilon_spent"] = tracker.pure_epsilon(steps_done)
+        if not within:  # the guarantee the run promised does not hold: never a finished run
+            over = f"over_budget: epsilon spent {spent:.6g} > target {plan.target_epsilon}"
+            failure = f"{failure}; {over}" if failure else over
+    # the first steps include one-off set-up (allocations, vmap tracing): report the median too
+    times = loop.step_times[1:] or loop.step_times
+    last_eval, last_val = loop.last_eval, loop.last_val
+    out = {"status": "failed" if failure else "finished", "failure": failure,
+           "steps_done": steps_done, "steps_planned": total_steps,
+           "final_test_accuracy": last_eval["accuracy"] if last_eval and not failure else None,
+           "final_test_loss": last_eval["loss"] if last_eval and not failure else None,
+           "final_test_metrics": dict(last_eval) if last_eval and not failure else None,
+           "best_test_accuracy": loop.best_acc if loop.best_acc >= 0 else None,
+           "final_val_accuracy": last_val["accuracy"] if last_val and not failure else None,
+           "best_val_accuracy": loop.best_val_acc if loop.best_val_acc >= 0 else None,
+           "mean_s_per_iter": statistics.fmean(times) if times else None,
+           "median_s_per_iter": statistics.median(times) if times else None,
+           "privacy": priv}
+    chance = chance_level_warning(out["final_test_accuracy"], test_histogram)
+    out["warnings"] = [chance] if chance else []
+    return out
+
+
+def print_header(summary: dict, plan) -> None:
+    d = summary["data"]
+    log.info(f"pazo: {summary['method']} on {summary['dataset']} ({summary['model']}, d={summary['dim']}, "
+             f"device {summary['device']}); private {d['n_private']}, public {d['n_public']}, "
+             f"test {d['n_test']}")
+    if plan.private:
+        log.info(f"privacy: {plan.guarantee}, target epsilon={plan.target_epsilon} delta={plan.delta:.3g} -> "
+                 f"{plan.noise} sigma={plan.sigma:.4f} ({plan.sigma_source}), q={plan.sample_rate:.4f}, "
+                 f"T={plan.steps}, {plan.sampling} sampling")
+    for note in plan.notes + summary["method_departures"]:
+        log.info(f"note: {note}")
+
+
+def print_summary(s: dict) -> None:
+    p = s["privacy"]
+    fmt = lambda v, f=".4f": "-" if v is None else format(v, f)  # noqa: E731
+    log.info("")
+    log.info(f"{s['status'].upper()}" + (f" ({s['failure']})" if s["failure"] else ""))
+    log.info(f"  test accuracy: final {fmt(s['final_test_accuracy'])}, best {fmt(s['best_test_accuracy'])}")
+    if p["private"]:
+        log.info(f"  epsilon spent {fmt(p['epsilon_spent'])} / target {p['target_epsilon']} "
+                 f"(delta {p['delta']:.3g}, sigma {p['sigma']:.4f}, {p['steps_done']} steps) "
+                 f"{'within budget' if p['within_budget'] else 'OVER BUDGET'}; {p['guarantee']}")
+        if p.get("pure_epsilon_spent") is not None:
+            log.info(f"  pure epsilon-DP bound (Laplace, basic composition): {p['pure_epsilon_spent']:.4f}")
+    else:
+        log.info("  non-private run (no clipping, no noise)")
+    log.info(f"  s/iter: mean {fmt(s['mean_s_per_iter'], '.5f')}, median {fmt(s['median_s_per_iter'], '.5f')}")
+    if "noisy_candidate_win_rate" in s:
+        log.info(f"  noisy candidate won {s['noisy_candidate_win_rate']:.1%} of steps")
+    for warning in s.get("warnings", []):
+        log.warning(f"  warning: {warning}")
+    log.info(f"  results: {s['run_dir']}")
