@@ -31,7 +31,6 @@ from pazo.checkpoint import (CHECKPOINT, Heartbeat, LoopState, StopRequests, con
 from pazo.data import build_dataset
 from pazo.methods import build_method, method_config, method_info
 from pazo.methods.base import public_grads_batched
-from pazo.methods.engines import build_engine, choose_engine
 from pazo.models import FunctionalModel, build_model, check_no_batchnorm, dispatched, place
 from pazo.models.functional import cross_entropy_per_example
 from pazo.privacy.accountant import BudgetError
@@ -43,6 +42,7 @@ from pazo.rng import RandomStreams
 from pazo.run_files import RunLogger
 from pazo.validate import ConfigError, validate_against_data, validate_config
 from pazo.warm_start import warm_start
+from pazo.zo.engines import build_engine, choose_engine
 
 log = logging.getLogger("pazo.train")  # not __name__: that is "__main__" under `python -m pazo.train`
 #: exit codes: 0 finished, 1 failed, 2 bad input, 3 preempted (resumable), 130 interrupted (resumable)

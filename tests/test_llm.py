@@ -176,10 +176,10 @@ def test_half_precision_queries_run_on_the_fly_for_each_model_kind(root, family,
     """Every trainable weight of these models is read by its own module's forward (the label-word
     head included), so the engine's check finds no direct read and the on-the-fly losses are the
     exact shift's, bit for bit."""
-    from pazo.methods.directions import SeededDirections
-    from pazo.methods.engines import InPlaceEngine
-    from pazo.methods.half_precision import ExactShift
     from pazo.models.functional import FunctionalModel
+    from pazo.zo.directions import SeededDirections
+    from pazo.zo.engines import InPlaceEngine
+    from pazo.zo.half_precision import ExactShift
 
     torch.manual_seed(0)
     module = build_hf_lm_task(model_cfg(root / family, task=task, dtype="float16"),

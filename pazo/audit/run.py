@@ -27,7 +27,6 @@ from pazo.audit.canaries import (FixedRatePoissonSampler, ScalarCanaries, Vector
 from pazo.data import build_dataset
 from pazo.errors import ConfigError
 from pazo.methods import build_method, method_config, method_info
-from pazo.methods.engines import build_engine, choose_engine
 from pazo.models import FunctionalModel, build_model, check_no_batchnorm
 from pazo.privacy.mechanisms import DEBUG_BREAKS, ScalarPrivatizer, VectorPrivatizer, debug_break
 from pazo.privacy.plan import epsilon_spent, make_plan
@@ -37,6 +36,7 @@ from pazo.run_files import write_json_atomic
 from pazo.train import USER_ERRORS, check_overrides, resolve_device
 from pazo.validate import validate_against_data, validate_config
 from pazo.warm_start import warm_start
+from pazo.zo.engines import build_engine, choose_engine
 
 log = logging.getLogger("pazo.audit")
 THREATS = ("black_box", "white_box")
