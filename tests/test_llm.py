@@ -14,7 +14,7 @@ from fixtures import write_mnli_and_snli, write_tiny_roberta
 from llm_fixtures import write_squad, write_sst2, write_tiny_causal_lm
 from model_checks import check_engines_and_per_example_grads
 from pazo.data.prompt_tasks import encode_causal, encode_squad_example, load_prompt_bundle
-from pazo.data.squad_metric import exact_match, f1_score, normalize_answer
+from pazo.text.squad_metric import exact_match, f1_score, normalize_answer
 from pazo.errors import ConfigError, DataMissingError
 from pazo.models.functional import FunctionalModel
 from pazo.models.hf_lm import build_hf_lm_task
