@@ -33,7 +33,7 @@ from pazo.methods import build_method, method_config, method_info
 from pazo.methods.base import public_grads_batched
 from pazo.models import FunctionalModel, build_model, check_no_batchnorm, dispatched, place
 from pazo.models.functional import cross_entropy_per_example
-from pazo.privacy.accountant import BudgetError
+from pazo.privacy.accountants import BudgetError
 from pazo.privacy.mechanisms import active_debug_break
 from pazo.privacy.plan import EpsilonTracker, make_plan
 from pazo.privacy.sampling import SAMPLERS

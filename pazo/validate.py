@@ -12,7 +12,7 @@ from pazo.data.validation import check_validation_size
 from pazo.errors import ConfigError
 from pazo.methods import METHODS, method_config, method_info
 from pazo.models import MODELS
-from pazo.privacy.accountant import check_delta
+from pazo.privacy.accountants import check_delta
 from pazo.privacy.sampling import SAMPLERS
 from pazo.zo.engines import ENGINES
 
