@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pazo import CONFIG_DIR
 from pazo.errors import ConfigError
-from pazo.privacy.accountant import BudgetError
+from pazo.privacy.accountants import BudgetError
 from pazo.registry import UnknownNameError
 
 #: a user's mistake, not a fault: one line and exit 2 (DataMissingError is a FileNotFoundError)

@@ -18,7 +18,7 @@ from torch import nn
 from pazo.data import DataBundle, build_dataset
 from pazo.errors import ConfigError
 from pazo.methods import Method, MethodConfig, MethodInfo, build_method, method_config, method_info
-from pazo.methods.engines import build_engine, choose_engine
+from pazo.zo.engines import build_engine, choose_engine
 from pazo.models import FunctionalModel, build_model, check_no_batchnorm, dispatched, place
 from pazo.models.functional import cross_entropy_per_example
 from pazo.privacy.plan import PrivacyPlan, make_plan

@@ -11,10 +11,10 @@ from pazo.data import DATASETS
 from pazo.data.validation import check_validation_size
 from pazo.errors import ConfigError
 from pazo.methods import METHODS, method_config, method_info
-from pazo.methods.engines import ENGINES
 from pazo.models import MODELS
-from pazo.privacy.accountant import check_delta
+from pazo.privacy.accountants import check_delta
 from pazo.privacy.sampling import SAMPLERS
+from pazo.zo.engines import ENGINES
 
 
 def _positive(value, what: str, integer: bool = False) -> None:

@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from pazo.privacy.accountant import BudgetError, GaussianAccountant, calibrate_sigma, default_eps_error
+from pazo.privacy.accountants import BudgetError, GaussianAccountant, default_eps_error
+from pazo.privacy.calibration import calibrate_sigma
 
 N, B = 48000, 256
 

@@ -62,9 +62,9 @@ def one(what: str, args) -> dict:
     import torch
 
     from pazo.methods import build_method, method_config
-    from pazo.methods.engines import InPlaceEngine
     from pazo.privacy.plan import PrivacyPlan
     from pazo.rng import RandomStreams
+    from pazo.zo.engines import InPlaceEngine
 
     device = torch.device(args.device)
     model = build(args.shape, args.dtype, args.device)

@@ -52,9 +52,9 @@ from torch import nn
 
 from pazo import CONFIG_DIR
 from pazo.data.base import TensorSplit
-from pazo.methods.engines import build_engine
 from pazo.models import FunctionalModel, build_model
 from pazo.rng import RandomStreams
+from pazo.zo.engines import build_engine
 
 from pazo.methods import build_method, method_config, method_info
 from pazo.methods.base import public_grads_batched

@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from pazo.privacy.accountant import calibrate_sigma  # noqa: E402
+from pazo.privacy.calibration import calibrate_sigma  # noqa: E402
 from pazo.synthetic.quadratic import METHODS, MODES, best_over_lr, sweep  # noqa: E402
 
 LABELS = {"dpgd_0th": "DPGD-0th", "dpzero": "DPZero", "dpgd": "DP-GD"}

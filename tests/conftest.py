@@ -12,10 +12,10 @@ from torch import nn
 
 from pazo.data.base import TensorSplit
 from pazo.methods import build_method, method_config
-from pazo.methods.engines import InPlaceEngine, VectorisedEngine
 from pazo.models.functional import FunctionalModel
 from pazo.privacy.plan import PrivacyPlan
 from pazo.rng import RandomStreams
+from pazo.zo.engines import InPlaceEngine, VectorisedEngine
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 

@@ -2,9 +2,9 @@
 vs in-place perturbation), and vmapped per-example gradients equal one backward pass per example."""
 import torch
 
-from pazo.methods.directions import SeededDirections
-from pazo.methods.engines import InPlaceEngine, VectorisedEngine
 from pazo.methods.per_example import per_example_grads
+from pazo.zo.directions import SeededDirections
+from pazo.zo.engines import InPlaceEngine, VectorisedEngine
 
 
 def check_engines_and_per_example_grads(model, x, y, chunk: int, atol: float = 1e-5) -> None:

@@ -7,8 +7,10 @@ import pytest
 from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 
-from pazo.privacy import accountant as acc
-from pazo.privacy.accountant import (BudgetError, GaussianAccountant, calibrate_sigma, rdp_epsilon)
+from pazo.privacy import accountants as acc
+from pazo.privacy import calibration
+from pazo.privacy.accountants import BudgetError, GaussianAccountant, rdp_epsilon
+from pazo.privacy.calibration import calibrate_sigma
 
 
 def pld_epsilon(sigma, q, steps, delta, mechanisms=1):
@@ -95,7 +97,7 @@ def test_calibration_is_cached_on_disk(tmp_path, monkeypatch):
 
     def boom(*a, **k):
         raise AssertionError("recomputed despite the cache")
-    monkeypatch.setattr(acc, "_calibrate_uncached", boom)
+    monkeypatch.setattr(calibration, "_calibrate_uncached", boom)
     assert calibrate_sigma(1.0, 1e-5, 0.02, 300, cache_dir=tmp_path) == first
     with pytest.raises(AssertionError):  # different inputs are not served from the cache
         calibrate_sigma(1.0, 1e-5, 0.02, 301, cache_dir=tmp_path)
@@ -263,7 +265,7 @@ def test_prv_solve_goes_past_a_bracket_the_prv_bound_does_not_meet():
     """PRV's upper bound (estimate + eps_error) can sit above a nearly tight RDP one at `hi`."""
     def upper(s, err):
         return 1.0 / s + err
-    sigma = acc._prv_solve(upper, epsilon=1.0, eps_error=0.01, hi=1.0, lo_ratio=0.75)
+    sigma = calibration._prv_solve(upper, epsilon=1.0, eps_error=0.01, hi=1.0, lo_ratio=0.75)
     assert upper(sigma, 0.01) <= 1.0 and sigma > 1.0
 
 
@@ -350,12 +352,12 @@ def test_poisoned_cache_entry_is_recomputed_overwritten_and_warned_once(poison, 
     def calibrate(*args, **kwargs):  # the real result, without paying for the solve again
         calls.append(args)
         return fresh_sigma
-    monkeypatch.setattr(acc, "_calibrate_uncached", calibrate)
+    monkeypatch.setattr(calibration, "_calibrate_uncached", calibrate)
     calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path)
     path = _only_entry(tmp_path)
     entry = json.loads(path.read_text())
     path.write_text(POISONS[poison](entry))
-    with caplog.at_level(logging.WARNING, logger="pazo.privacy.accountant"):
+    with caplog.at_level(logging.WARNING, logger="pazo.privacy.sigma_cache"):
         assert calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path) == fresh_sigma
         assert calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path) == fresh_sigma
     assert len(calls) == 2  # recomputed once, then served from the repaired entry (re-confirmed)
@@ -365,7 +367,7 @@ def test_poisoned_cache_entry_is_recomputed_overwritten_and_warned_once(poison, 
 
 def test_cache_entry_that_meets_the_target_is_served_without_recomputing(fresh_sigma, tmp_path, monkeypatch):
     calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path)
-    monkeypatch.setattr(acc, "_calibrate_uncached", lambda *a, **k: pytest.fail("recomputed"))
+    monkeypatch.setattr(calibration, "_calibrate_uncached", lambda *a, **k: pytest.fail("recomputed"))
     assert calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path) == fresh_sigma
 
 

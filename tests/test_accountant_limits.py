@@ -22,7 +22,7 @@ HARNESS = textwrap.dedent("""
     import json, resource, sys, time
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))  # a runaway grid fails, not the machine
     from types import SimpleNamespace
-    from pazo.privacy.accountant import BudgetError
+    from pazo.privacy.accountants import BudgetError
     from pazo.privacy.plan import make_plan
     from pazo.privacy.sampling import SAMPLERS
 

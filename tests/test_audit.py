@@ -19,7 +19,7 @@ from pazo.audit.canaries import FixedRatePoissonSampler, public_seeds
 from pazo.audit.run import attach_white_box, run_audit, train_with_canaries
 from pazo.data.base import TensorSplit
 from pazo.errors import ConfigError
-from pazo.privacy.accountant import accountant_for
+from pazo.privacy.accountants import accountant_for
 from pazo.privacy.mechanisms import active_debug_break, debug_break
 from pazo.train import run as train_run
 from conftest import CONFIG_DIR, quadratic_model

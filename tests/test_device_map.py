@@ -13,13 +13,13 @@ from llm_fixtures import write_sst2, write_tiny_causal_lm
 from pazo.data.base import TensorSplit
 from pazo.data.prompt_tasks import encode_causal
 from pazo.errors import ConfigError
-from pazo.methods.directions import SeededDirections
-from pazo.methods.engines import apply_flat_update, choose_engine, shift
-from pazo.methods.half_precision import parameter_pieces
-from pazo.methods.placement import to_param_devices
 from pazo.models.functional import FunctionalModel
 from pazo.models.hf_lm import build_hf_lm_task
 from pazo.train import run
+from pazo.zo.directions import SeededDirections
+from pazo.zo.engines import apply_flat_update, choose_engine, shift
+from pazo.zo.half_precision import parameter_pieces
+from pazo.zo.placement import to_param_devices
 
 META = torch.device("meta")
 
@@ -81,7 +81,7 @@ def test_the_exact_shift_serves_each_tensor_on_its_parameters_device():
 
 
 def test_on_the_fly_queries_build_each_parameters_perturbed_copy_on_its_device():
-    from pazo.methods.half_precision import PerturbedForward
+    from pazo.zo.half_precision import PerturbedForward
 
     model = FunctionalModel(split_module())
     dirs = SeededDirections(model.shapes, [3], device="cpu")          # drawn on the first parameter's device

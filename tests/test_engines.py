@@ -10,10 +10,10 @@ from conftest import quadratic_model
 from pazo.data.base import TensorSplit
 from pazo.errors import ConfigError
 from pazo.methods.base import public_grads_batched
-from pazo.methods.directions import FlatDirections, SeededDirections, SubspaceDirections
-from pazo.methods.engines import InPlaceEngine, VectorisedEngine, apply_flat_update, shift
 from pazo.models import FunctionalModel
 from pazo.models.small_cnn import SmallCNN
+from pazo.zo.directions import FlatDirections, SeededDirections, SubspaceDirections
+from pazo.zo.engines import InPlaceEngine, VectorisedEngine, apply_flat_update, shift
 
 
 def small_cnn(dropout=0.0):
@@ -82,7 +82,7 @@ def test_seeded_directions_are_per_parameter_randn_on_cpu(group_numel):
                                     [(3,), (48,), (17,), (16,), (5, 5), (64,), (7,), (2 ** 20 - 16,), (32,)]])
 def test_joined_cpu_draws_give_per_parameter_randn(shapes):
     """`cpu_draws` joins whole parameters into fewer draws only where that draws the same numbers."""
-    from pazo.methods.directions import cpu_draws
+    from pazo.zo.layout import cpu_draws
     numels = [math.prod(s) for s in shapes]
     draws = cpu_draws(numels)
     assert draws[0][0] == 0 and draws[-1][1] == sum(numels) and len(draws) < len(shapes)
@@ -146,7 +146,7 @@ def test_a_large_model_is_packed_and_moved_a_group_of_its_direction_at_a_time(mo
 
 
 def test_parameter_groups_partition_consecutive_runs():
-    from pazo.methods.directions import parameter_groups
+    from pazo.zo.layout import parameter_groups
     assert parameter_groups([3, 4, 5, 20, 1], 8) == [(0, 2), (2, 3), (3, 4), (4, 5)]
     assert parameter_groups([3, 4, 5], None) == [(0, 3)]
     groups = parameter_groups([2 ** 22] * 20)  # d / 16 per group at most, one big parameter each
@@ -154,7 +154,7 @@ def test_parameter_groups_partition_consecutive_runs():
 
 
 def test_inplace_update_equals_explicit_sum():
-    from pazo.methods.engines import apply_directional_update
+    from pazo.zo.engines import apply_directional_update
     model = small_cnn()
     before = model.flat_params().clone()
     dirs = SeededDirections(model.shapes, [1, 2, 3], group_numel=300)

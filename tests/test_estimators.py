@@ -5,10 +5,10 @@ import torch
 
 from conftest import quadratic_model, true_grad
 from pazo.data.base import TensorSplit
-from pazo.methods import directions
-from pazo.methods.directions import (SeededDirections, SubspaceDirections, orthonormal_basis,
-                                     sample_coefficients)
-from pazo.methods.engines import VectorisedEngine
+from pazo.zo import bases
+from pazo.zo.bases import orthonormal_basis
+from pazo.zo.directions import SeededDirections, SubspaceDirections, sample_coefficients
+from pazo.zo.engines import VectorisedEngine
 
 
 def finite_difference_estimates(model, x, directions, lam=1e-3):
@@ -103,10 +103,10 @@ def test_gram_schmidt_on_python_floats_and_on_numpy_agree(monkeypatch):
     G = torch.randn(12, 80, dtype=torch.float64, generator=gen)
     G[5] = G[0] - 3 * G[2]                            # dependent: dropped on both paths
     gram = (G @ G.T).tolist()
-    assert len(gram) > directions.PYTHON_GRAM_SCHMIDT  # numpy
-    on_numpy = directions.gram_schmidt_coefficients(gram, 1e-5)
-    monkeypatch.setattr(directions, "PYTHON_GRAM_SCHMIDT", 100)
-    on_floats = directions.gram_schmidt_coefficients(gram, 1e-5)
+    assert len(gram) > bases.PYTHON_GRAM_SCHMIDT  # numpy
+    on_numpy = bases.gram_schmidt_coefficients(gram, 1e-5)
+    monkeypatch.setattr(bases, "PYTHON_GRAM_SCHMIDT", 100)
+    on_floats = bases.gram_schmidt_coefficients(gram, 1e-5)
     assert len(on_floats) == len(on_numpy) == 11
     assert torch.allclose(torch.tensor(on_floats), torch.tensor(on_numpy), rtol=0, atol=1e-12)
     monkeypatch.undo()
@@ -125,10 +125,10 @@ def test_a_wide_basis_is_combined_in_place_block_by_block(monkeypatch):
     G[3] = G[0] - 2 * G[4]
     before = G.clone()
     whole = orthonormal_basis(G)
-    monkeypatch.setattr(directions, "COMBINE_COLUMNS", 64)
+    monkeypatch.setattr(bases, "COMBINE_COLUMNS", 64)
     made = []
-    combine = directions.combine_rows
-    monkeypatch.setattr(directions, "combine_rows", lambda c, rows: made.append(rows.data_ptr()) or combine(c, rows))
+    combine = bases.combine_rows
+    monkeypatch.setattr(bases, "combine_rows", lambda c, rows: made.append(rows.data_ptr()) or combine(c, rows))
     blocks = orthonormal_basis(G)
     assert torch.equal(G, before)                          # the caller's tensor is not the one overwritten
     assert blocks.shape == whole.shape == (4, 1000)

@@ -9,13 +9,14 @@ from omegaconf import OmegaConf
 
 from llm_fixtures import write_sst2, write_tiny_causal_lm
 from pazo.data.prompt_tasks import load_prompt_bundle
-from pazo.methods.directions import FlatDirections, SeededDirections, piece_bounds
-from pazo.methods.engines import InPlaceEngine
-from pazo.methods.half_precision import ExactShift, PerturbedForward
 from pazo.models.functional import FunctionalModel
 from pazo.models.hf_lm import build_hf_lm_task
 from pazo.pretrained import load_pretrained
 from pazo.rng import RandomStreams
+from pazo.zo.directions import FlatDirections, SeededDirections
+from pazo.zo.engines import InPlaceEngine
+from pazo.zo.half_precision import ExactShift, PerturbedForward
+from pazo.zo.layout import piece_bounds
 
 
 def tensors():

@@ -14,7 +14,7 @@ from fixtures import write_mnli_and_snli, write_tiny_roberta
 from llm_fixtures import write_squad, write_sst2, write_tiny_causal_lm
 from model_checks import check_engines_and_per_example_grads
 from pazo.data.prompt_tasks import encode_causal, encode_squad_example, load_prompt_bundle
-from pazo.data.squad_metric import exact_match, f1_score, normalize_answer
+from pazo.text.squad_metric import exact_match, f1_score, normalize_answer
 from pazo.errors import ConfigError, DataMissingError
 from pazo.models.functional import FunctionalModel
 from pazo.models.hf_lm import build_hf_lm_task
@@ -176,10 +176,10 @@ def test_half_precision_queries_run_on_the_fly_for_each_model_kind(root, family,
     """Every trainable weight of these models is read by its own module's forward (the label-word
     head included), so the engine's check finds no direct read and the on-the-fly losses are the
     exact shift's, bit for bit."""
-    from pazo.methods.directions import SeededDirections
-    from pazo.methods.engines import InPlaceEngine
-    from pazo.methods.half_precision import ExactShift
     from pazo.models.functional import FunctionalModel
+    from pazo.zo.directions import SeededDirections
+    from pazo.zo.engines import InPlaceEngine
+    from pazo.zo.half_precision import ExactShift
 
     torch.manual_seed(0)
     module = build_hf_lm_task(model_cfg(root / family, task=task, dtype="float16"),

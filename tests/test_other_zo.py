@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from conftest import quadratic_model, true_grad
-from pazo.methods.directions import orthogonal_directions
 from pazo.models import FunctionalModel
 from pazo.models.small_cnn import SmallCNN
-from pazo.privacy.accountant import (LaplaceAccountant, calibrate_sigma, laplace_pure_epsilon,
-                                     laplace_sigma_for_pure_epsilon)
+from pazo.privacy.accountants import LaplaceAccountant, laplace_pure_epsilon, laplace_sigma_for_pure_epsilon
+from pazo.privacy.calibration import calibrate_sigma
 from pazo.privacy.mechanisms import NoiseSpec, ScalarPrivatizer
+from pazo.zo.directions import orthogonal_directions
 from test_estimators import finite_difference_estimates
 
 

@@ -22,9 +22,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from pazo import CONFIG_DIR
 from pazo.audit.bound import audit_guesses
-from pazo.cli import USER_ERRORS, check_overrides
 from pazo.audit.canaries import (FixedRatePoissonSampler, ScalarCanaries, VectorCanaries, black_box_scores,
                                  example_canaries, public_seeds, with_examples)
+from pazo.cli import USER_ERRORS, check_overrides
 from pazo.errors import ConfigError
 from pazo.experiment import build_run
 from pazo.privacy.mechanisms import DEBUG_BREAKS, ScalarPrivatizer, VectorPrivatizer, debug_break

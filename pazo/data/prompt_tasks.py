@@ -3,9 +3,9 @@ one templated loader for classification (`dataset=sst2`, `dataset=glue_prompt da
 and SQuAD for generation (`dataset=squad`).
 
 Data are Hugging Face data sets kept with `save_to_disk` under `dataset.root` (`<root>/<task>`;
-`dataset.download=true` fetches the Hub copy named in `TASKS`). Samples, all seeded by
-`dataset.data_seed` (MeZO and DPZero use 13, 21, 42, 87, 100) or, when it is null, by the run's
-`split` stream:
+`dataset.download=true` fetches the Hub copy named in `pazo.text.prompts.TASKS`). Samples, all
+seeded by `dataset.data_seed` (MeZO and DPZero use 13, 21, 42, 87, 100) or, when it is null, by
+the run's `split` stream:
 
 * private: `k_shot` examples per class (DPZero's RoBERTa setting, 512) or `n_train` in all
   (DPZero's and DP-ZO's OPT settings, 1000) of the training split;
@@ -16,8 +16,8 @@ Data are Hugging Face data sets kept with `save_to_disk` under `dataset.root` (`
   `public_folder`, its split `public_split`, its columns renamed to the task's by
   `public_columns`; e.g. SST-2 as public data for another sentiment task).
 
-Classification templates (`model_kind` picks the causal or the masked one; label words keep their
-leading space):
+Classification templates (specified with the label words in `pazo.text.prompts`; `model_kind`
+picks the causal or the masked one; label words keep their leading space):
 
 * causal (MeZO, OPT): SST-2 `<text> It was` + ` terrible`/` great`; RTE `<premise>\\nDoes this mean
   that "<hypothesis>" is true? Yes or No?\\n` + `Yes`/`No`. The prompt is encoded with the
@@ -32,7 +32,6 @@ from the front of the prompt (after the tokenizer's leading special token), as i
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,70 +40,14 @@ import torch
 from pazo.data.base import DataBundle, TensorSplit
 from pazo.data.saved_hub import load_saved
 from pazo.errors import ConfigError, DataMissingError
+from pazo.text.prompts import TaskSpec, resolve_label_words, squad_prompt, task_spec
+from pazo.text.tokens import pad_token_id
 
 CAUSAL_MODELS = ("hf_causal_lm",)
 MASKED_MODELS = ("hf_masked_lm", "roberta_prompt")
 SEEDS = (13, 21, 42, 87, 100)   # MeZO's and DPZero's data seeds
 
 
-def _nli_masked(premise: str, hypothesis: str) -> list:
-    return ["<cls>", premise[:-1], "?", "<mask>", ",", " " + hypothesis[:1].lower() + hypothesis[1:], "<sep>"]
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    name: str
-    hub: str
-    hub_config: str | None
-    train_split: str
-    test_split: str
-    columns: tuple[str, ...]            # text columns, in template order
-    label_column: str = "label"
-    classes: tuple[str, ...] = ()       # class names by label id
-    causal_words: tuple[str, ...] = ()
-    masked_words: tuple[str, ...] = ()
-    causal: object = None               # row texts -> prompt text (encoded with special tokens)
-    masked: object = None               # row texts -> pieces ("<cls>", "<mask>", "<sep>" or text)
-    generation: bool = False
-
-    def label_words(self, kind: str) -> list[str]:
-        words = self.causal_words if kind == "causal" else self.masked_words
-        if not words:
-            have = [n for n, t in TASKS.items() if (t.causal if kind == "causal" else t.masked)]
-            raise ConfigError(f"task {self.name} has no {kind} template; {kind} templates exist for {', '.join(have)}")
-        return list(words)
-
-
-TASKS: dict[str, TaskSpec] = {t.name: t for t in [
-    TaskSpec("sst2", "nyu-mll/glue", "sst2", "train", "validation", ("sentence",), classes=("negative", "positive"),
-             causal_words=(" terrible", " great"), masked_words=(" terrible", " great"),
-             causal=lambda s: f"{s.strip()} It was", masked=lambda s: ["<cls>", s, " It was", "<mask>", ".", "<sep>"]),
-    TaskSpec("sst5", "SetFit/sst5", None, "train", "test", ("text",),
-             classes=("very negative", "negative", "neutral", "positive", "very positive"),
-             masked_words=(" terrible", " bad", " okay", " good", " great"),
-             masked=lambda s: ["<cls>", s, " It was", "<mask>", ".", "<sep>"]),
-    TaskSpec("mnli", "nyu-mll/glue", "mnli", "train", "validation_matched", ("premise", "hypothesis"),
-             classes=("entailment", "neutral", "contradiction"), masked_words=(" Yes", " Maybe", " No"),
-             masked=_nli_masked),
-    TaskSpec("snli", "stanfordnlp/snli", None, "train", "test", ("premise", "hypothesis"),
-             classes=("entailment", "neutral", "contradiction"), masked_words=(" Yes", " Maybe", " No"),
-             masked=_nli_masked),
-    TaskSpec("rte", "nyu-mll/glue", "rte", "train", "validation", ("sentence1", "sentence2"),
-             classes=("entailment", "not_entailment"), causal_words=("Yes", "No"), masked_words=(" Yes", " No"),
-             causal=lambda p, h: f'{p}\nDoes this mean that "{h}" is true? Yes or No?\n', masked=_nli_masked),
-    TaskSpec("trec", "CogComp/trec", None, "train", "test", ("text",), label_column="coarse_label",
-             classes=("ABBR", "ENTY", "DESC", "HUM", "LOC", "NUM"),
-             masked_words=(" Expression", " Entity", " Description", " Human", " Location", " Number"),
-             masked=lambda s: ["<cls>", "<mask>", ":", " " + s, "<sep>"]),
-    TaskSpec("squad", "rajpurkar/squad", None, "train", "validation", ("title", "context", "question"),
-             label_column="answers", generation=True),
-]}
-
-
-def task_spec(name: str) -> TaskSpec:
-    if name not in TASKS:
-        raise ConfigError(f"unknown dataset.task {name!r}; choices: {', '.join(TASKS)}")
-    return TASKS[name]
 
 
 def model_kind(model_name: str) -> str:
@@ -115,14 +58,6 @@ def model_kind(model_name: str) -> str:
     raise ConfigError(f"prompted tasks need a language model (model=hf_causal_lm or hf_masked_lm), "
                       f"not model={model_name}")
 
-
-def resolve_label_words(task: str, kind: str, override=None) -> list[str]:
-    """The label words of a classification task for a causal or masked model, or the override."""
-    return list(override) if override else task_spec(task).label_words(kind)
-
-
-def squad_prompt(title: str, context: str, question: str) -> str:
-    return f"Title: {title}\nContext: {context}\nQuestion: {question.strip()}\nAnswer:"
 
 
 # --- encoding -------------------------------------------------------------------------------------
@@ -351,8 +286,6 @@ def load_prompt_bundle(cfg, streams, tokenizer) -> DataBundle:
 
 
 def _classification_encoder(tokenizer, spec: TaskSpec, kind: str, max_length: int):
-    from pazo.models.hf_lm import pad_token_id
-
     pad = pad_token_id(tokenizer) if kind == "causal" else tokenizer.pad_token_id
     trim = TrimRightPadding(pad)
 
@@ -378,8 +311,6 @@ def encode_squad_example(tokenizer, title: str, context: str, question: str, ans
 
 
 def _squad_encoder(tokenizer, max_length: int):
-    from pazo.models.hf_lm import pad_token_id
-
     pad = pad_token_id(tokenizer)
     trim = TrimRightPadding(pad)
 

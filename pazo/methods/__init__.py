@@ -3,7 +3,8 @@
 Laid out like the papers: `two_point.py` (the private two-point estimate), `zeroth_order.py`
 (MeZO, DPZero, DP-ZO, DP-ZOGD), `pazo_m.py` / `pazo_p.py` / `pazo_s.py` (Algorithms 1-3) and
 `first_order.py` (SGD, DP-SGD, DPMD, DOPE-SGD, GEP). Importing this package registers them, in the
-order of the paper's tables (first-order, then zeroth-order without and with public data).
+order of the paper's tables (first-order, then zeroth-order without and with public data). The
+directions and engines the zeroth-order methods use live below them, in `pazo.zo`.
 """
 from __future__ import annotations
 

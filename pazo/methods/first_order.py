@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import torch
 
 from pazo.methods.base import Method, MethodConfig, at_least_one, positive, require
-from pazo.methods.engines import apply_flat_update
 from pazo.methods.per_example import (auto_memory_mb, chunk_size_for, clip_rows, clipped_sum, flatten_rows,
                                       iter_per_example_grads, per_example_grads, refuse_if_one_example_overflows)
 from pazo.methods.registry import register_method
 from pazo.privacy.mechanisms import Release, VectorPrivatizer, noise_generator
+from pazo.zo.engines import apply_flat_update
 
 
 @dataclass

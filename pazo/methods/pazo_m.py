@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from pazo.errors import ConfigError
 from pazo.methods.base import at_least_one
-from pazo.methods.engines import apply_flat_update
 from pazo.methods.registry import register_method
 from pazo.methods.two_point import RandomDirectionConfig, TwoPointMethod
+from pazo.zo.engines import apply_flat_update
 
 
 @dataclass

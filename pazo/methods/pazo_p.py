@@ -9,9 +9,10 @@ from typing import Any
 import torch
 
 from pazo.methods.base import at_least_one, boolean_or_auto, one_of
-from pazo.methods.directions import SubspaceDirections, normalized_rows, orthonormal_basis, sample_coefficients
 from pazo.methods.registry import register_method
 from pazo.methods.two_point import TwoPointMethod, ZerothOrderConfig
+from pazo.zo.bases import normalized_rows, orthonormal_basis
+from pazo.zo.directions import SubspaceDirections, sample_coefficients
 
 
 @dataclass

@@ -12,10 +12,10 @@ import torch
 
 from pazo.errors import ConfigError
 from pazo.methods.base import Method, MethodConfig, at_least_one, boolean_or_auto
-from pazo.methods.directions import FlatDirections, SeededDirections
-from pazo.methods.engines import apply_flat_update
 from pazo.methods.registry import register_method
 from pazo.privacy.mechanisms import Release, ScalarPrivatizer, noise_generator
+from pazo.zo.directions import FlatDirections, SeededDirections
+from pazo.zo.engines import apply_flat_update
 
 
 @dataclass

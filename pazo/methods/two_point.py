@@ -18,9 +18,9 @@ from typing import NamedTuple
 import torch
 
 from pazo.methods.base import Method, MethodConfig, at_least_one, one_of, positive, require
-from pazo.methods.directions import Directions, SeededDirections, orthogonal_directions, resolve_radius
-from pazo.methods.engines import apply_directional_update
 from pazo.privacy.mechanisms import NoiseSpec, Release, ScalarPrivatizer, exact_sum, noise_generator, rounded_to
+from pazo.zo.directions import Directions, SeededDirections, orthogonal_directions, resolve_radius
+from pazo.zo.engines import apply_directional_update
 
 DIRECTIONS = ("gaussian", "sphere", "orthogonal")
 RADII = ("sqrt_d", "fourth_root_d")

@@ -28,6 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from pazo.errors import ConfigError, DataMissingError
+from pazo.text.prompts import resolve_label_words, task_spec
+from pazo.text.tokens import pad_token_id
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.msgpack", "*.h5")
@@ -227,7 +229,7 @@ class CausalLMTask(nn.Module):
     @torch.no_grad()
     def evaluate_generation(self, split, batch_size: int) -> dict[str, float]:
         """F1 and exact match of greedy answers (SQuAD normalisation) and the mean answer NLL."""
-        from pazo.data.squad_metric import f1_score, exact_match
+        from pazo.text.squad_metric import exact_match, f1_score
 
         device = self.input_device
         preds, nll = [], 0.0
@@ -241,14 +243,6 @@ class CausalLMTask(nn.Module):
         f1 = sum(f1_score(p, g) for p, g in zip(preds, golds)) / n
         em = sum(exact_match(p, g) for p, g in zip(preds, golds)) / n
         return {"accuracy": f1, "f1": f1, "exact_match": em, "loss": nll / n}
-
-
-def pad_token_id(tokenizer) -> int:
-    """The pad id, or the end-of-sequence id for tokenizers without one (GPT-2, LLaMA)."""
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if pad is None:
-        raise ConfigError("the tokenizer has neither a pad nor an end-of-sequence token")
-    return int(pad)
 
 
 class MaskedLMTask(nn.Module):
@@ -324,8 +318,6 @@ def build_hf_lm_task(cfg, kind: str) -> nn.Module:
 def _task_words(cfg, kind: str) -> tuple[list[str] | None, bool]:
     """(label words, whether the task is generation) of the data set's prompted task
     (`model.task`, from `dataset.task`), or the config's own label words without one."""
-    from pazo.data.prompt_tasks import resolve_label_words, task_spec
-
     override = _plain(cfg.get("label_words"))
     if cfg.get("task") is None:
         return override, False

@@ -7,9 +7,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 
-from pazo.privacy.accountant import (BudgetError, LaplaceAccountant, accountant_for, calibrate_sigma,
-                                     check_delta, check_target_epsilon, default_eps_error,
-                                     effective_noise_multiplier, gaussian_one_step_delta)
+from pazo.privacy.accountants import (BudgetError, LaplaceAccountant, accountant_for, check_delta,
+                                      check_target_epsilon, default_eps_error, effective_noise_multiplier,
+                                      gaussian_one_step_delta)
+from pazo.privacy.calibration import calibrate_sigma
 from pazo.privacy.mechanisms import NoiseSpec, Release
 
 

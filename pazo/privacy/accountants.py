@@ -1,5 +1,7 @@
-"""Privacy accounting for Poisson-subsampled Gaussian and Laplace steps: epsilon spent and sigma
-calibration.
+"""Privacy accountants for Poisson-subsampled Gaussian and Laplace steps: the epsilon a run's noise
+spends (`GaussianAccountant`, `LaplaceAccountant`, `accountant_for`), the RDP bound, and the limits
+every input is checked against (`BudgetError`). Calibration of sigma to a target is in
+`calibration.py`, its disk cache in `sigma_cache.py`.
 
 One training step of every Gaussian method is ``mechanisms`` independent Gaussian releases, each
 with noise multiplier ``sigma`` on a sum of sensitivity-1 (after scaling) values of one Poisson
@@ -8,11 +10,9 @@ each) is already one Gaussian mechanism with multiplier ``sigma``, so queries ne
 module; independent mechanisms (GEP's embedding and residual) compose to one Gaussian with
 multiplier ``sigma / sqrt(mechanisms)``.
 
-The Gaussian guarantee is the upper bound of prv-accountant (Gopi et al. 2021).  Calibration first
-brackets sigma with the cheap RDP bound, then solves on a coarse PRV grid and confirms on the fine
-one, so that T = 100k steps takes seconds rather than a minute (``scripts/benchmark_calibration.py``).
-The Laplace (epsilon, delta) guarantee is the exact optimal composition of the amplified pure-DP
-steps (no grid).
+The Gaussian guarantee is the upper bound of prv-accountant (Gopi et al. 2021).  The Laplace
+(epsilon, delta) guarantee is the exact optimal composition of the amplified pure-DP steps (no
+grid).
 
 Supported inputs (everything else is refused with a `BudgetError` before any large computation):
 
@@ -28,17 +28,10 @@ Supported inputs (everything else is refused with a `BudgetError` before any lar
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
 import math
 import numbers
-import os
-import tempfile
 import warnings
 from dataclasses import dataclass
-from importlib.metadata import version
-from pathlib import Path
 
 import numpy as np
 from prv_accountant import PoissonSubsampledGaussianMechanism, PRVAccountant
@@ -49,8 +42,6 @@ from scipy.fft import irfft, next_fast_len
 from scipy.special import expit, gammaln, logsumexp
 from scipy.stats import binom, norm
 
-log = logging.getLogger(__name__)
-
 SIGMA_MAX = 1e4  # beyond this the budget is impossible in practice (noise swamps any signal)
 EPSILON_MIN, EPSILON_MAX = 1e-3, 50.0  # supported targets (module docstring)
 PRV_GRID_MAX = 4_000_000  # points of one PRV grid; peak memory measured at 180-360 bytes a point
@@ -59,7 +50,7 @@ MECHANISMS = ("gaussian", "laplace")
 # Opacus' orders stop at 63, which cannot certify epsilon below ~0.1: integer orders up to 16384
 # extend the RDP bracket (used only when the default orders cannot reach the target, so other
 # calibrations are unchanged)
-_WIDE_RDP_ORDERS = list(range(2, 64)) + [round(64 * 2 ** (k / 2)) for k in range(0, 17)]
+WIDE_RDP_ORDERS = list(range(2, 64)) + [round(64 * 2 ** (k / 2)) for k in range(0, 17)]
 
 
 class BudgetError(ValueError):
@@ -90,7 +81,7 @@ def check_target_epsilon(epsilon, name: str = "epsilon") -> float:
     return float(epsilon)
 
 
-def _check_run(sigma, sample_rate, steps, mechanisms: int = 1) -> None:
+def check_run(sigma, sample_rate, steps, mechanisms: int = 1) -> None:
     """Inputs every accountant needs; sigma=None skips the sigma check (calibration)."""
     if sigma is not None and not (_is_real(sigma) and math.isfinite(sigma) and sigma > 0):
         raise BudgetError(f"sigma must be a finite positive number, got {sigma!r}")
@@ -119,7 +110,7 @@ def _gaussian_delta(epsilon: float, mu: float) -> float:
     return float(norm.cdf(-epsilon / mu + mu / 2) - second)
 
 
-def _gaussian_epsilon(mu: float, delta: float) -> float:
+def gaussian_epsilon(mu: float, delta: float) -> float:
     """Invert `_gaussian_delta` by bisection (monotone in epsilon)."""
     if _gaussian_delta(0.0, mu) <= delta:
         return 0.0
@@ -141,8 +132,8 @@ def rdp_epsilon(sigma: float, sample_rate: float, steps: int, delta: float, orde
             delta=delta, num_self_compositions=[steps])[2])
 
 
-def _rdp_epsilon_integer_orders(sigma: float, sample_rate: float, steps: int, delta: float,
-                                orders=_WIDE_RDP_ORDERS) -> float:
+def rdp_epsilon_integer_orders(sigma: float, sample_rate: float, steps: int, delta: float,
+                                orders=WIDE_RDP_ORDERS) -> float:
     """The same RDP bound for integer orders only (Mironov et al. 2019's finite sum, as in
     prv-accountant/TF Privacy), vectorised: high orders cost one numpy call, not a Python loop."""
     q, best = sample_rate, math.inf
@@ -192,7 +183,7 @@ def fast_fft_half_width(half_width: float, steps: int, delta: float, eps_error: 
     return max(half_width, (fast // 2 - 1.5) * mesh)
 
 
-def _grid_refusal(what: str, points: float, eps_error: float, steps: int,
+def grid_refusal(what: str, points: float, eps_error: float, steps: int,
                   other: str = "more noise") -> BudgetError:
     """The one message for an account whose PRV grid would not fit in memory."""
     size = (f"a PRV grid of {points:.3g} points" if math.isfinite(points)
@@ -232,7 +223,7 @@ class GaussianAccountant:
 
     def __init__(self, sigma: float, sample_rate: float, steps: int, delta: float,
                  eps_error: float = 0.01, mechanisms: int = 1):
-        _check_run(sigma, sample_rate, steps, mechanisms)
+        check_run(sigma, sample_rate, steps, mechanisms)
         check_delta(delta)
         if not (_is_real(eps_error) and eps_error > 0):
             raise BudgetError(f"eps_error must be > 0, got {eps_error!r}")
@@ -243,7 +234,7 @@ class GaussianAccountant:
         if sample_rate < 1:
             half_width, points = prv_grid(self.multiplier, sample_rate, steps, delta, eps_error)
             if not points <= PRV_GRID_MAX:
-                raise _grid_refusal(f"sigma={sigma:g} with sample rate {sample_rate:.4g}, {steps} steps "
+                raise grid_refusal(f"sigma={sigma:g} with sample rate {sample_rate:.4g}, {steps} steps "
                                     f"and eps_error {eps_error:g}", points, eps_error, steps)
             mechanism = PoissonSubsampledGaussianMechanism(
                 sampling_probability=sample_rate, noise_multiplier=self.multiplier)
@@ -260,7 +251,7 @@ class GaussianAccountant:
         if steps_done <= 0:
             return EpsilonBounds(0.0, 0.0, 0.0)
         if self._prv is None:  # full batch: T Gaussians = one Gaussian with mu = sqrt(T)/sigma
-            eps = _gaussian_epsilon(math.sqrt(steps_done) / self.multiplier, self.delta)
+            eps = gaussian_epsilon(math.sqrt(steps_done) / self.multiplier, self.delta)
             return EpsilonBounds(eps, eps, eps)
         if not 0 < steps_done <= self.steps:
             raise BudgetError(f"epsilon after {steps_done} steps asked of an account of {self.steps}")
@@ -293,7 +284,7 @@ def laplace_pure_epsilon(sigma: float, sample_rate: float, steps: int) -> float:
     return steps * amplified_pure_epsilon(sigma, sample_rate)
 
 
-def _pure_laplace_sigma(epsilon: float, sample_rate: float, steps: int) -> float:
+def pure_laplace_sigma(epsilon: float, sample_rate: float, steps: int) -> float:
     per_step = math.expm1(epsilon / steps) / sample_rate
     if not 0 < per_step < math.inf:
         raise BudgetError(f"epsilon={epsilon} is out of reach for {steps} steps")
@@ -302,7 +293,7 @@ def _pure_laplace_sigma(epsilon: float, sample_rate: float, steps: int) -> float
 
 def laplace_sigma_for_pure_epsilon(epsilon: float, sample_rate: float, steps: int) -> float:
     """Invert `laplace_pure_epsilon` exactly."""
-    sigma = _pure_laplace_sigma(epsilon, sample_rate, steps)
+    sigma = pure_laplace_sigma(epsilon, sample_rate, steps)
     if sigma > SIGMA_MAX:
         raise BudgetError(f"epsilon={epsilon} is out of reach: the Laplace scale would exceed "
                           f"{SIGMA_MAX:g} (sample rate {sample_rate:.4g}, {steps} steps)")
@@ -374,7 +365,7 @@ class LaplaceAccountant:
 
     def __init__(self, sigma: float, sample_rate: float, steps: int, delta: float,
                  eps_error: float | None = None):
-        _check_run(sigma, sample_rate, steps)
+        check_run(sigma, sample_rate, steps)
         check_delta(delta, "laplace")
         self.sigma, self.sample_rate, self.steps, self.delta = sigma, sample_rate, steps, delta
         self.eps_error = eps_error
@@ -397,255 +388,3 @@ def accountant_for(mechanism: str, sigma: float, sample_rate: float, steps: int,
     if mechanism == "laplace":
         return LaplaceAccountant(sigma, sample_rate, steps, delta, eps_error=eps_error)
     return GaussianAccountant(sigma, sample_rate, steps, delta, eps_error=eps_error, mechanisms=mechanisms)
-
-
-def _rdp_sigma(epsilon: float, sample_rate: float, steps: int, delta: float, orders=None) -> float:
-    """Smallest sigma (to 0.1%) whose RDP bound meets epsilon: an upper end for the PRV sigma.
-
-    With Opacus' orders first (what every ordinary calibration has used); only if they cannot
-    reach the target below SIGMA_MAX (epsilon below ~0.1) again with orders up to 16384."""
-    def rdp(s: float) -> float:
-        if orders is None:
-            return rdp_epsilon(s, sample_rate, steps, delta)
-        return _rdp_epsilon_integer_orders(s, sample_rate, steps, delta, orders)
-
-    lo, hi = 0.1, 1.0
-    if rdp(hi) <= epsilon:
-        while rdp(lo) <= epsilon:  # a large target on a short run: the answer is below 0.1
-            lo, hi = lo / 2, lo
-            if lo < 1e-4:
-                raise BudgetError(f"epsilon={epsilon} is out of reach: the RDP bound meets it with "
-                                  f"sigma below {hi:g}, too little noise to account")
-    while rdp(hi) > epsilon:
-        lo, hi = hi, hi * 2
-        if hi > SIGMA_MAX:
-            if orders is None:
-                return _rdp_sigma(epsilon, sample_rate, steps, delta, orders=_WIDE_RDP_ORDERS)
-            raise BudgetError(
-                f"epsilon={epsilon} is out of reach: it needs a noise multiplier above {SIGMA_MAX:g} "
-                f"(sample rate {sample_rate:.4g}, {steps} steps, delta {delta:.3g}). Use a larger "
-                "epsilon, fewer steps or a smaller batch.")
-    while hi / lo > 1.001:
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if rdp(mid) > epsilon else (lo, mid)
-    return hi
-
-
-def _solve_log_secant(f, lo: float, hi: float, tol: float, max_iter: int = 30) -> float:
-    """Root of a decreasing f on [lo, hi] (f(lo) > 0 >= f(hi)), regula falsi in log sigma.
-
-    Illinois variant so that a convex f does not stall one end; returns a point with f <= 0.
-    """
-    a, b = math.log(lo), math.log(hi)
-    fa, fb = f(lo), f(hi)
-    side = 0
-    for _ in range(max_iter):
-        if b - a < tol:
-            break
-        c = b - fb * (b - a) / (fb - fa)
-        c = min(max(c, a + 0.05 * (b - a)), b - 0.05 * (b - a))
-        fc = f(math.exp(c))
-        if fc > 0:
-            a, fa = c, fc
-            if side == -1:
-                fb /= 2
-            side = -1
-        else:
-            b, fb = c, fc
-            if side == 1:
-                fa /= 2
-            side = 1
-    return math.exp(b)
-
-
-def _prv_solve(prv_upper, epsilon: float, eps_error: float, hi: float, lo_ratio: float) -> float:
-    """Smallest sigma in (0, hi] with prv_upper(sigma, eps_error) <= epsilon, given that `hi`
-    satisfies it (by a looser bound) and the answer is probably above lo_ratio * hi."""
-    # Coarse stage: a cheap grid locates the root of the fine upper bound (estimate + eps_error),
-    # aiming 0.1% below the target so that the single fine confirmation nearly always passes.
-    coarse = max(eps_error, min(10 * eps_error, epsilon / 5))
-    aim = epsilon - eps_error - 0.001 * epsilon
-    memo: dict[float, float] = {}
-
-    def coarse_gap(s: float) -> float:
-        if s not in memo:
-            memo[s] = prv_upper(s, coarse) - coarse - aim
-        return memo[s]
-
-    lo = lo_ratio * hi
-    while coarse_gap(lo) <= 0 and lo > 1e-3:
-        lo /= 2
-    sigma = hi if coarse_gap(hi) > 0 else _solve_log_secant(coarse_gap, lo, hi, tol=1e-3, max_iter=8)
-    # Fine stage: confirm the guarantee; nudge sigma up in the rare case it does not hold yet
-    # (past `hi` too: the PRV upper bound, estimate + eps_error, can exceed a nearly tight RDP one).
-    upper = prv_upper(sigma, eps_error)
-    while upper > epsilon:
-        if sigma >= SIGMA_MAX:
-            raise BudgetError(f"epsilon={epsilon} is out of reach: it needs a noise multiplier above "
-                              f"{SIGMA_MAX:g}")
-        nudged = sigma * (1 + (upper - epsilon) / epsilon + 0.0005)
-        sigma = min(hi, nudged) if sigma < hi else nudged
-        upper = prv_upper(sigma, eps_error)
-    slack = (epsilon - upper) / epsilon
-    if slack > 0.003:  # the coarse grid was off: one fine step closer
-        candidate = sigma * (1 - 0.9 * slack)  # epsilon is locally about proportional to 1/sigma
-        if prv_upper(candidate, eps_error) <= epsilon:
-            sigma = candidate
-    return sigma
-
-
-def _calibrate_gaussian(epsilon: float, delta: float, sample_rate: float, steps: int,
-                        eps_error: float, mechanisms: int) -> float:
-    if sample_rate >= 1:
-        def gap(s):
-            return _gaussian_epsilon(math.sqrt(steps) * math.sqrt(mechanisms) / s, delta) - epsilon
-        lo, hi = 1e-3, 1.0
-        while gap(hi) > 0:
-            lo, hi = hi, hi * 2
-            if hi > SIGMA_MAX * math.sqrt(mechanisms):
-                raise BudgetError(f"epsilon={epsilon} is out of reach for {steps} full-batch steps.")
-        return _solve_log_secant(gap, lo, hi, tol=1e-5)
-
-    # Work with the effective multiplier; the per-release sigma is sqrt(m) times larger.
-    def prv_upper(sigma_eff: float, error: float) -> float:
-        return GaussianAccountant(sigma_eff, sample_rate, steps, delta, eps_error=error).epsilon(steps).upper
-
-    # the PRV sigma lies within 0.8-1x of the RDP one (REFERENCE.md)
-    hi = _rdp_sigma(epsilon, sample_rate, steps, delta)
-    # the fine grid grows as sigma falls: refuse now, not after the coarse stage, if even hi's is too big
-    points = prv_grid(hi, sample_rate, steps, delta, eps_error)[1]
-    if not points <= PRV_GRID_MAX:
-        points = max(points, prv_grid(0.75 * hi, sample_rate, steps, delta, eps_error)[1])
-        raise _grid_refusal(f"epsilon={epsilon:g} with sample rate {sample_rate:.4g}, {steps} steps and "
-                            f"eps_error {eps_error:g}", points, eps_error, steps, "a larger epsilon")
-    return _prv_solve(prv_upper, epsilon, eps_error, hi, lo_ratio=0.75) * math.sqrt(mechanisms)
-
-
-def _calibrate_laplace(epsilon: float, delta: float, sample_rate: float, steps: int) -> float:
-    if delta == 0:
-        return laplace_sigma_for_pure_epsilon(epsilon, sample_rate, steps)
-    pure = _pure_laplace_sigma(epsilon, sample_rate, steps)  # may exceed SIGMA_MAX on long runs
-
-    def gap(sigma: float) -> float:
-        return LaplaceAccountant(sigma, sample_rate, steps, delta).epsilon(steps).upper - epsilon
-
-    # pure epsilon-DP implies (epsilon, delta)-DP, so the pure-DP sigma is an upper end; the exact
-    # account is continuous and decreasing in sigma, so the secant lands within 1e-6 of the root
-    lo, hi = pure / 2, pure
-    while gap(lo) <= 0:
-        lo, hi = lo / 2, lo
-    sigma = _solve_log_secant(gap, lo, hi, tol=1e-6, max_iter=100)
-    if sigma > SIGMA_MAX:
-        raise BudgetError(f"epsilon={epsilon} is out of reach: the Laplace scale would exceed "
-                          f"{SIGMA_MAX:g} (sample rate {sample_rate:.4g}, {steps} steps)")
-    return sigma
-
-
-def _calibrate_uncached(epsilon: float, delta: float, sample_rate: float, steps: int,
-                        eps_error: float, mechanisms: int, mechanism: str = "gaussian") -> float:
-    if mechanism == "laplace":
-        return _calibrate_laplace(epsilon, delta, sample_rate, steps)
-    return _calibrate_gaussian(epsilon, delta, sample_rate, steps, eps_error, mechanisms)
-
-
-def _cache_path(cache_dir: str | os.PathLike, key: dict) -> Path:
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
-    return Path(os.path.expanduser(str(cache_dir))) / "sigma" / f"{digest}.json"
-
-
-def _cache_entry_problem(text: str, key: dict, sigma_max: float) -> str | None:
-    """Why a cache file's text cannot be used for `key` (None if it can, pending re-confirmation)."""
-    try:
-        entry = json.loads(text)
-    except ValueError:
-        return "not valid JSON"
-    if not isinstance(entry, dict):
-        return "not a JSON object"
-    for name, want in key.items():
-        got = entry.get(name)
-        if type(got) is not type(want) or got != want:
-            return f"stored {name}={got!r} does not match the request's {want!r}"
-    sigma = entry.get("sigma")
-    if type(sigma) not in (int, float) or not (math.isfinite(sigma) and 0 < sigma <= sigma_max):
-        return f"sigma={sigma!r} is not a finite number in (0, {sigma_max:g}]"
-    return None
-
-
-def _read_cache(path: Path, key: dict, target: float, spent) -> float | None:
-    """The cached sigma if the entry is well formed, matches `key` exactly and still meets the
-    target by `spent` (the run's own accountant); otherwise None, after one warning."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as err:
-        problem = f"unreadable ({type(err).__name__})"
-    else:
-        problem = _cache_entry_problem(text, key, SIGMA_MAX * math.sqrt(key["mechanisms"]))
-        if problem is None:
-            sigma = json.loads(text)["sigma"]
-            try:
-                used = spent(sigma)
-            except BudgetError as err:
-                problem = f"sigma={sigma!r} cannot be accounted ({err})"
-            else:
-                if used <= target:
-                    return float(sigma)
-                problem = f"sigma={sigma!r} spends epsilon={used:.6g}, above the target {target:g}"
-    log.warning("sigma cache entry %s ignored: %s; recalibrating and overwriting it", path, problem)
-    return None
-
-
-def _write_cache(path: Path, key: dict, sigma: float) -> None:
-    """Atomic write (parallel sweep jobs share the cache); a cache that cannot be written is skipped."""
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-            json.dump({**key, "sigma": sigma}, tmp)
-        os.replace(tmp.name, path)
-    except OSError as err:
-        log.warning("sigma cache %s not written: %s", path, err)
-        if tmp is not None and os.path.exists(tmp.name):
-            os.unlink(tmp.name)
-
-
-def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int,
-                    eps_error: float | None = None, mechanisms: int = 1,
-                    cache_dir: str | os.PathLike | None = None, mechanism: str = "gaussian") -> float:
-    """Smallest noise multiplier (to ~0.2%) whose upper bound on epsilon is <= the target.
-
-    Gaussian: PRV upper bound. Laplace (noise scale sigma * sensitivity): with delta = 0 the pure
-    epsilon-DP closed form; with delta > 0 the exact composition of the amplified pure-DP steps.
-    Results are cached on disk (one small JSON file per input, written atomically, so parallel
-    sweep jobs can share the cache); an entry is used only if it parses, its inputs equal the
-    request, and its sigma is a finite positive number that still meets the target by the run's
-    own accountant (one evaluation, the cost of the run's final epsilon).
-    """
-    epsilon = check_target_epsilon(epsilon)
-    if mechanism not in MECHANISMS:
-        raise BudgetError(f"unknown noise mechanism {mechanism!r}; choices: {', '.join(MECHANISMS)}")
-    delta = check_delta(delta, mechanism)
-    _check_run(None, sample_rate, steps, mechanisms)
-    eps_error = float(eps_error or default_eps_error(epsilon))
-    if not (math.isfinite(eps_error) and 0 < eps_error < epsilon):
-        raise BudgetError(f"eps_error must be in (0, epsilon={epsilon:g}) - the guarantee is the PRV "
-                          f"estimate plus eps_error - got {eps_error!r}")
-    key = {"epsilon": epsilon, "delta": delta, "sample_rate": float(sample_rate), "steps": int(steps),
-           "eps_error": eps_error, "mechanisms": int(mechanisms), "mechanism": mechanism,
-           "prv_accountant": version("prv-accountant"), "algorithm": 3}
-    path = _cache_path(cache_dir, key) if cache_dir else None
-
-    def spent(sigma: float) -> float:
-        return accountant_for(mechanism, sigma, sample_rate, int(steps), delta, eps_error,
-                              int(mechanisms)).epsilon(int(steps)).upper
-
-    if path is not None:
-        cached = _read_cache(path, key, epsilon, spent)
-        if cached is not None:
-            return cached
-    sigma = _calibrate_uncached(epsilon, delta, sample_rate, int(steps), eps_error, int(mechanisms),
-                                mechanism)
-    if path is not None:
-        _write_cache(path, key, sigma)
-    return sigma

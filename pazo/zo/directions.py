@@ -11,15 +11,16 @@ vectors, whichever way they ask for them.
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 
-import numpy as np
 import torch
+
+from pazo.zo.bases import orthonormal_basis
+from pazo.zo.layout import PIECE_NUMEL, draws_per_parameter, model_layout, piece_bounds
 
 
 def resolve_radius(radius, dim: int) -> float:
@@ -111,112 +112,6 @@ class _HeldVectorPieces:
         yield from _pieces_of(cache[1][i])
 
 
-#: below this many elements a whole direction is generated into one buffer and kept (one
-#: generation serves the +lam, -lam, restore and update of that direction)
-WHOLE_DIRECTION_NUMEL = 2 ** 22
-#: the pieces of `Directions.iter_pieces`: at most this many entries (and up to 15 more)
-PIECE_NUMEL = 2 ** 20
-#: larger models are drawn in groups of at most max(WHOLE_DIRECTION_NUMEL, d / GROUPS) elements,
-#: so the in-place engine's extra memory is about 1/GROUPS of the parameters
-GROUPS = 16
-
-
-def parameter_groups(numels: Sequence[int], max_numel: int | None = None) -> list[tuple[int, int]]:
-    """Consecutive runs [lo, hi) of parameters with at most `max_numel` elements together (a larger
-    parameter is a group of its own); `max_numel` defaults to max(2^22, d / 16)."""
-    dim = sum(numels)
-    limit = max_numel if max_numel is not None else max(WHOLE_DIRECTION_NUMEL, math.ceil(dim / GROUPS))
-    groups, lo, size = [], 0, 0
-    for i, n in enumerate(numels):
-        if i > lo and size + n > limit:
-            groups.append((lo, i))
-            lo, size = i, 0
-        size += n
-    if numels:
-        groups.append((lo, len(numels)))
-    return groups
-
-
-def piece_bounds(numel: int, max_numel: int | None = None) -> list[tuple[int, int]]:
-    """[lo, hi) pieces of `numel` consecutive entries, of at most `max_numel` (default PIECE_NUMEL,
-    at least 16) each, except that a last piece of under 16 entries joins the one before: torch's
-    CPU `normal_` fills 16 entries at a time and draws a tail of under 16 differently, and with
-    this rule drawing the pieces one after another from one generator gives exactly the numbers of
-    one draw of the whole (a test checks it)."""
-    step = max(16, max_numel or PIECE_NUMEL)
-    if numel <= step:
-        return [(0, numel)]
-    cuts = [*range(0, numel, step), numel]
-    if cuts[-1] - cuts[-2] < 16:
-        del cuts[-2]
-    return list(zip(cuts, cuts[1:]))
-
-
-def cpu_draws(numels: Sequence[int]) -> list[tuple[int, int]]:
-    """The [a, b) ranges of a run of parameters' flat buffer that give, drawn one after another
-    from a CPU generator, exactly the numbers of one draw per parameter (`torch.randn(shape)`): each
-    parameter's `piece_bounds`, with consecutive whole parameters joined into one draw while the
-    draw so far is a multiple of 16 entries and the next parameter has at least 16 (torch fills 16
-    at a time, so such a join draws the same numbers) and the draw stays within PIECE_NUMEL. Fewer
-    draws, the same direction: a test checks it against per-parameter `torch.randn`."""
-    draws: list[tuple[int, int]] = []
-    offset = 0
-    for n in numels:
-        pieces = piece_bounds(n)
-        if (len(pieces) == 1 and draws and n >= 16 and (draws[-1][1] - draws[-1][0]) % 16 == 0
-                and draws[-1][1] == offset and draws[-1][1] - draws[-1][0] + n <= PIECE_NUMEL):
-            draws[-1] = (draws[-1][0], offset + n)
-        else:
-            draws += [(offset + a, offset + b) for a, b in pieces]
-        offset += n
-    return draws
-
-
-def _layout_of(shapes: Sequence, group_numel: int | None):
-    """`_layout` of shapes given as torch.Size (a model's, as they are: rebuilding them as tuples
-    costs more than the rest of a direction set's set-up) or as lists."""
-    try:
-        return _layout(tuple(shapes), group_numel)
-    except TypeError:   # a list among them is not hashable
-        return _layout(tuple(map(tuple, shapes)), group_numel)
-
-
-@functools.lru_cache(maxsize=64)
-def _layout(shapes: tuple, group_numel: int | None):
-    """(shapes, numels, groups, CPU draws per group) of a model, computed once per model: a
-    direction set is built every step."""
-    shapes = [torch.Size(s) for s in shapes]
-    numels = [s.numel() for s in shapes]
-    groups = parameter_groups(numels, group_numel)
-    draws = {}
-    for lo, hi in groups:
-        draws[(lo, hi)] = cpu_draws(numels[lo:hi])
-    return shapes, numels, groups, draws
-
-
-@functools.lru_cache(maxsize=64)
-def _draws_per_parameter(numels: tuple, groups: tuple, draws: tuple) -> tuple:
-    """For each parameter, the draws that cover it, as (draw index, the draw's entries [a, b) within
-    it, where they go in the parameter's flattened view). `draws` is per group, in order: the
-    [a, b) ranges of the group's flat buffer drawn one after another from one generator."""
-    per_parameter: list[list[tuple[int, int, int, int]]] = [[] for _ in numels]
-    index = 0
-    for (lo, hi), group_draws in zip(groups, draws):
-        start = 0
-        starts = []
-        for n in numels[lo:hi]:
-            starts.append(start)
-            start += n
-        for a, b in group_draws:
-            for k in range(lo, hi):
-                first, stop = starts[k - lo], starts[k - lo] + numels[k]
-                if stop > a and first < b:
-                    lo_in_draw, hi_in_draw = max(a, first) - a, min(b, stop) - a
-                    per_parameter[k].append((index, lo_in_draw, hi_in_draw, max(a, first) - first))
-            index += 1
-    return tuple(tuple(p) for p in per_parameter)
-
-
 _generators = threading.local()
 
 
@@ -248,13 +143,12 @@ class SeededDirections(Directions):
 
     Direction j is drawn from a generator seeded with seeds[j], group by group (`parameter_groups`)
     into one flat buffer per group. On CPU each parameter's slice is filled by its own draw, in
-    parameter order, which gives exactly the numbers of `torch.randn(shape)` per parameter (and so
-    of every earlier version of this code; `cpu_draws` joins parameters where that draws the same
-    numbers); on CUDA each group is drawn in pieces of 2^20 entries (a few kernels, whatever the
-    number of parameters; before 2bdcfe0 one draw per group, so a GPU run of a model of over 2^20
-    entries resumed across that change continues with other directions), so the same seed gives
-    other numbers on CUDA than on CPU. When the whole direction is one group it is kept until
-    another direction is asked for.
+    parameter order, which gives exactly the numbers of `torch.randn(shape)` per parameter
+    (`cpu_draws` joins parameters where that draws the same numbers), so a seed's directions on
+    CPU do not depend on how the parameters are grouped; on CUDA each group is drawn in pieces of
+    2^20 entries (a few kernels, whatever the number of parameters, and no draw larger than a
+    piece), so the same seed gives other numbers on CUDA than on CPU. When the whole direction is
+    one group it is kept until another direction is asked for.
 
     Every draw is made in `piece_bounds` pieces (of a parameter on CPU, of a group on CUDA), which
     on CPU gives the numbers of one draw; so `iter_pieces` draws the same numbers a piece at a
@@ -270,7 +164,7 @@ class SeededDirections(Directions):
         self.seeds, self.distribution = list(seeds), distribution
         self.radius, self.scale, self.dtype = radius, scale, dtype
         self.device = device if isinstance(device, torch.device) else torch.device(device)
-        self.shapes, self.numels, self.groups, self._cpu_draws = _layout_of(shapes, group_numel)
+        self.shapes, self.numels, self.groups, self._cpu_draws = model_layout(shapes, group_numel)
         self._norms: dict[int, float] = {}
         self._kept: tuple[int, torch.Tensor, list[torch.Tensor] | None] | None = None  # (j, buffer, its views)
         self._states: tuple[int, list[torch.Tensor]] | None = None    # (j, generator state before each draw)
@@ -434,8 +328,8 @@ class SeededDirections(Directions):
         return [draw for lo, hi in self.groups for draw in self._draws(lo, hi)]
 
     def _coverage(self) -> tuple:
-        """`_draws_per_parameter` of this layout and device (cached with the layout)."""
-        return _draws_per_parameter(tuple(self.numels), tuple(self.groups),
+        """`draws_per_parameter` of this layout and device (cached with the layout)."""
+        return draws_per_parameter(tuple(self.numels), tuple(self.groups),
                                     tuple(tuple(self._draws(lo, hi)) for lo, hi in self.groups))
 
     def _draw_states(self, j: int) -> list[torch.Tensor]:
@@ -524,112 +418,3 @@ def sample_coefficients(count: int, k: int, distribution: str, generator: torch.
     elif distribution != "gaussian":
         raise ValueError(f"unknown coefficient distribution {distribution!r}; choices: gaussian, sphere")
     return z.float()
-
-
-def orthonormal_basis(grads: torch.Tensor, rel_tol: float = 1e-5) -> torch.Tensor:
-    """Orthonormal rows spanning the rows of grads [k, d], for k << d: the Q of a QR with positive
-    diagonal (Gram-Schmidt), in float64. Gram-Schmidt runs on the k x k Gram matrix, each basis row
-    kept as its coefficients over the gradients (`gram_schmidt_coefficients`), and the basis is made
-    in one [rank, k] x [k, d] product; then once more on that basis, which restores the
-    orthogonality the Gram matrix's rounding costs (as CholeskyQR2 does: float64 rounding while the
-    kept gradients' condition number stays under about 1e7). So four passes over the d-vectors and
-    two k x k host copies, not two dot products and two updates of a d-vector per pair of rows and a
-    host sync per row (cuSOLVER's QR of a tall d x k matrix is slow too). Rows whose remainder is
-    negligible next to their own norm (linearly dependent or zero gradients) are dropped, and so are
-    rows with inf or nan entries (or a float64 norm over about 1e154), so the result is [rank, d]."""
-    rows = grads.to(torch.float64, copy=True)    # our own copy: the products below overwrite it
-    gram = (rows @ rows.T).tolist()
-    finite = [i for i, row in enumerate(gram) if math.isfinite(row[i])]
-    if len(finite) < len(gram):   # a diverging run's gradient: dropped, the rest kept
-        rows, gram = rows[finite], [[gram[i][j] for j in finite] for i in finite]
-    coefficients = gram_schmidt_coefficients(gram, rel_tol)
-    if not coefficients:
-        return grads.new_zeros((0, grads.shape[1]))
-    basis = combine_rows(coefficients, rows)
-    # once more on the basis itself: the orthogonality the Gram matrix's rounding cost comes back
-    basis = combine_rows(gram_schmidt_coefficients((basis @ basis.T).tolist(), rel_tol), basis)
-    return basis.to(grads.dtype).contiguous()
-
-
-#: `combine_rows` takes a [k, d] block at least this many columns at a time ...
-COMBINE_COLUMNS = 2 ** 16
-#: ... and in at most about this many blocks (a [k, d / 16] float64 temporary), so that a large
-#: model's basis is a few products, not thousands (each a few microseconds of host time on a GPU)
-COMBINE_BLOCKS = 16
-
-
-def combine_rows(coefficients: list[list[float]], rows: torch.Tensor) -> torch.Tensor:
-    """C @ rows for coefficient rows C [r, k] (r <= k), written over rows[:r] a block of columns at
-    a time (a block of the product needs that block of rows only) and returned as that view: no
-    second [r, d] matrix, which for a large model's k float64 gradients is gigabytes (RoBERTa-base,
-    k = 6: the basis's peak resident set from 23 to 15 GB on CPU, with blocks of 2^16 columns; the
-    blocks of d / 16 since add about 0.4 GB). The blocks agree with one
-    product of the whole to float64 rounding, not always bit for bit (the BLAS may order a whole
-    matrix's terms otherwise); a matrix of at most `COMBINE_COLUMNS` columns is one product, as
-    before, so a small model's numbers are unchanged."""
-    c = rows.new_tensor(coefficients)
-    if rows.shape[1] <= COMBINE_COLUMNS:
-        return c @ rows
-    r, columns = c.shape[0], max(COMBINE_COLUMNS, math.ceil(rows.shape[1] / COMBINE_BLOCKS))
-    for lo in range(0, rows.shape[1], columns):
-        block = rows[:, lo:lo + columns]
-        block[:r] = c @ block
-    return rows[:r]
-
-
-#: up to this many vectors, Gram-Schmidt on their Gram matrix runs on Python floats, beyond it on numpy
-PYTHON_GRAM_SCHMIDT = 8
-
-
-def gram_schmidt_coefficients(gram: list[list[float]], rel_tol: float) -> list[list[float]]:
-    """Gram-Schmidt with re-orthogonalisation (twice is enough: Giraud et al. 2005) of k vectors
-    known only by their Gram matrix G [k, k]: the orthonormal basis as coefficient rows C [rank, k]
-    (basis = C @ vectors). Vector i is dropped when what remains of it after projecting out the basis
-    so far has a norm of at most rel_tol times its own (the remainder's squared norm comes from G:
-    accurate to about 1e-16 / rel_tol^2 of itself, 1e-6 at the default). A handful of vectors (the
-    usual k) on Python floats, where each small array operation would cost more than its
-    arithmetic; more on numpy, O(k^2) per vector in a few calls instead of O(k^2) Python operations."""
-    k = len(gram)
-    if k > PYTHON_GRAM_SCHMIDT:
-        return _gram_schmidt_numpy(np.asarray(gram, dtype=np.float64), rel_tol).tolist()
-    basis, images = [], []     # the rows C_r and G C_r: <q_r, v> = C_r G c = (G C_r) . c for v = c V
-    for i in range(k):
-        c = [0.0] * k
-        c[i] = 1.0
-        for _ in range(2):
-            for row, image in zip(basis, images):
-                dot = sum([a * b for a, b in zip(image, c)])
-                c = [a - dot * b for a, b in zip(c, row)]
-        image = [sum([a * b for a, b in zip(g_row, c)]) for g_row in gram]
-        norm_sq = sum([a * b for a, b in zip(c, image)])
-        if gram[i][i] > 0 and norm_sq > rel_tol ** 2 * gram[i][i]:
-            norm = math.sqrt(norm_sq)
-            basis.append([a / norm for a in c])
-            images.append([a / norm for a in image])
-    return basis
-
-
-def _gram_schmidt_numpy(gram: np.ndarray, rel_tol: float) -> np.ndarray:
-    """`gram_schmidt_coefficients` on numpy: each vector's projections on the whole basis so far at
-    once (classical Gram-Schmidt, twice per vector)."""
-    k = len(gram)
-    basis, images, rank = np.zeros((k, k)), np.zeros((k, k)), 0
-    for i in range(k):
-        c = np.zeros(k)
-        c[i] = 1.0
-        for _ in range(2):
-            c -= basis[:rank].T @ (images[:rank] @ c)
-        image = gram @ c
-        norm_sq = float(c @ image)
-        if gram[i, i] > 0 and norm_sq > rel_tol ** 2 * gram[i, i]:
-            norm = math.sqrt(norm_sq)
-            basis[rank], images[rank] = c / norm, image / norm
-            rank += 1
-    return basis[:rank]
-
-
-def normalized_rows(grads: torch.Tensor) -> torch.Tensor:
-    """Each gradient divided by its norm (PAZO-P'); zero gradients are dropped."""
-    norms = grads.norm(dim=1)
-    keep = norms > 0
-    return (grads[keep] / norms[keep, None]).contiguous()

@@ -34,8 +34,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from pazo.methods.directions import PIECE_NUMEL
-from pazo.methods.placement import to_param_device
+from pazo.zo.layout import PIECE_NUMEL
+from pazo.zo.placement import to_param_device
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 

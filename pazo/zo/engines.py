@@ -38,7 +38,7 @@ CPU, joined first on an accelerator, and never pays for stacking them on CPU).
 
 A model spread over several devices (`model.device_map`) runs on the in-place engine only: each
 direction tensor or update piece is moved to its parameter's device before it is added
-(`pazo/methods/placement.py`); `engine.name=vectorised` is refused there with one message.
+(`pazo/zo/placement.py`); `engine.name=vectorised` is refused there with one message.
 """
 from __future__ import annotations
 
@@ -49,9 +49,9 @@ from collections.abc import Sequence
 import torch
 
 from pazo.errors import ConfigError
-from pazo.methods.half_precision import ExactShift, PerturbedForward, Workspace, has_low_precision, parameter_pieces
-from pazo.methods.placement import to_param_devices
 from pazo.models.functional import FunctionalModel
+from pazo.zo.half_precision import ExactShift, PerturbedForward, Workspace, has_low_precision, parameter_pieces
+from pazo.zo.placement import to_param_devices
 
 ENGINES = ("auto", "vectorised", "inplace")
 Point = tuple[int, float]  # (direction index j, scale s): the parameters x + s * u_j
@@ -276,7 +276,7 @@ def choose_engine(cfg, model: FunctionalModel, *, zeroth_order: bool, queries: i
                           f"the free GPU memory ({free_mb:.0f} MiB)"
     if sample is None:
         return "inplace", "no sample batch to measure on"
-    from pazo.methods.directions import SeededDirections
+    from pazo.zo.directions import SeededDirections
     x, y = sample
     saved = [p.detach().clone() for p in model.params]
     times = {}

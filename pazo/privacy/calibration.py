@@ -1,0 +1,211 @@
+"""Calibration of the noise multiplier to a target (epsilon, delta): the smallest sigma whose
+accountant's upper bound meets it (`calibrate_sigma`).
+
+Gaussian: first brackets sigma with the cheap RDP bound, then solves on a coarse PRV grid and
+confirms on the fine one, so that T = 100k steps takes seconds rather than a minute
+(``scripts/benchmark_calibration.py``). Laplace: the pure-DP closed form (delta = 0) or a secant on
+the exact composition. Results are kept on disk (`sigma_cache.py`).
+"""
+from __future__ import annotations
+
+import math
+import os
+from importlib.metadata import version
+
+from pazo.privacy.accountants import (MECHANISMS, PRV_GRID_MAX, SIGMA_MAX, WIDE_RDP_ORDERS, BudgetError,
+                                      GaussianAccountant, LaplaceAccountant, accountant_for, check_delta,
+                                      check_run, check_target_epsilon, default_eps_error, gaussian_epsilon,
+                                      grid_refusal, laplace_sigma_for_pure_epsilon, prv_grid,
+                                      pure_laplace_sigma, rdp_epsilon, rdp_epsilon_integer_orders)
+from pazo.privacy.sigma_cache import cache_path, read_cache, write_cache
+
+
+def _rdp_sigma(epsilon: float, sample_rate: float, steps: int, delta: float, orders=None) -> float:
+    """Smallest sigma (to 0.1%) whose RDP bound meets epsilon: an upper end for the PRV sigma.
+
+    With Opacus' orders first (what every ordinary calibration has used); only if they cannot
+    reach the target below SIGMA_MAX (epsilon below ~0.1) again with orders up to 16384."""
+    def rdp(s: float) -> float:
+        if orders is None:
+            return rdp_epsilon(s, sample_rate, steps, delta)
+        return rdp_epsilon_integer_orders(s, sample_rate, steps, delta, orders)
+
+    lo, hi = 0.1, 1.0
+    if rdp(hi) <= epsilon:
+        while rdp(lo) <= epsilon:  # a large target on a short run: the answer is below 0.1
+            lo, hi = lo / 2, lo
+            if lo < 1e-4:
+                raise BudgetError(f"epsilon={epsilon} is out of reach: the RDP bound meets it with "
+                                  f"sigma below {hi:g}, too little noise to account")
+    while rdp(hi) > epsilon:
+        lo, hi = hi, hi * 2
+        if hi > SIGMA_MAX:
+            if orders is None:
+                return _rdp_sigma(epsilon, sample_rate, steps, delta, orders=WIDE_RDP_ORDERS)
+            raise BudgetError(
+                f"epsilon={epsilon} is out of reach: it needs a noise multiplier above {SIGMA_MAX:g} "
+                f"(sample rate {sample_rate:.4g}, {steps} steps, delta {delta:.3g}). Use a larger "
+                "epsilon, fewer steps or a smaller batch.")
+    while hi / lo > 1.001:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if rdp(mid) > epsilon else (lo, mid)
+    return hi
+
+
+def _solve_log_secant(f, lo: float, hi: float, tol: float, max_iter: int = 30) -> float:
+    """Root of a decreasing f on [lo, hi] (f(lo) > 0 >= f(hi)), regula falsi in log sigma.
+
+    Illinois variant so that a convex f does not stall one end; returns a point with f <= 0.
+    """
+    a, b = math.log(lo), math.log(hi)
+    fa, fb = f(lo), f(hi)
+    side = 0
+    for _ in range(max_iter):
+        if b - a < tol:
+            break
+        c = b - fb * (b - a) / (fb - fa)
+        c = min(max(c, a + 0.05 * (b - a)), b - 0.05 * (b - a))
+        fc = f(math.exp(c))
+        if fc > 0:
+            a, fa = c, fc
+            if side == -1:
+                fb /= 2
+            side = -1
+        else:
+            b, fb = c, fc
+            if side == 1:
+                fa /= 2
+            side = 1
+    return math.exp(b)
+
+
+def _prv_solve(prv_upper, epsilon: float, eps_error: float, hi: float, lo_ratio: float) -> float:
+    """Smallest sigma in (0, hi] with prv_upper(sigma, eps_error) <= epsilon, given that `hi`
+    satisfies it (by a looser bound) and the answer is probably above lo_ratio * hi."""
+    # Coarse stage: a cheap grid locates the root of the fine upper bound (estimate + eps_error),
+    # aiming 0.1% below the target so that the single fine confirmation nearly always passes.
+    coarse = max(eps_error, min(10 * eps_error, epsilon / 5))
+    aim = epsilon - eps_error - 0.001 * epsilon
+    memo: dict[float, float] = {}
+
+    def coarse_gap(s: float) -> float:
+        if s not in memo:
+            memo[s] = prv_upper(s, coarse) - coarse - aim
+        return memo[s]
+
+    lo = lo_ratio * hi
+    while coarse_gap(lo) <= 0 and lo > 1e-3:
+        lo /= 2
+    sigma = hi if coarse_gap(hi) > 0 else _solve_log_secant(coarse_gap, lo, hi, tol=1e-3, max_iter=8)
+    # Fine stage: confirm the guarantee; nudge sigma up in the rare case it does not hold yet
+    # (past `hi` too: the PRV upper bound, estimate + eps_error, can exceed a nearly tight RDP one).
+    upper = prv_upper(sigma, eps_error)
+    while upper > epsilon:
+        if sigma >= SIGMA_MAX:
+            raise BudgetError(f"epsilon={epsilon} is out of reach: it needs a noise multiplier above "
+                              f"{SIGMA_MAX:g}")
+        nudged = sigma * (1 + (upper - epsilon) / epsilon + 0.0005)
+        sigma = min(hi, nudged) if sigma < hi else nudged
+        upper = prv_upper(sigma, eps_error)
+    slack = (epsilon - upper) / epsilon
+    if slack > 0.003:  # the coarse grid was off: one fine step closer
+        candidate = sigma * (1 - 0.9 * slack)  # epsilon is locally about proportional to 1/sigma
+        if prv_upper(candidate, eps_error) <= epsilon:
+            sigma = candidate
+    return sigma
+
+
+def _calibrate_gaussian(epsilon: float, delta: float, sample_rate: float, steps: int,
+                        eps_error: float, mechanisms: int) -> float:
+    if sample_rate >= 1:
+        def gap(s):
+            return gaussian_epsilon(math.sqrt(steps) * math.sqrt(mechanisms) / s, delta) - epsilon
+        lo, hi = 1e-3, 1.0
+        while gap(hi) > 0:
+            lo, hi = hi, hi * 2
+            if hi > SIGMA_MAX * math.sqrt(mechanisms):
+                raise BudgetError(f"epsilon={epsilon} is out of reach for {steps} full-batch steps.")
+        return _solve_log_secant(gap, lo, hi, tol=1e-5)
+
+    # Work with the effective multiplier; the per-release sigma is sqrt(m) times larger.
+    def prv_upper(sigma_eff: float, error: float) -> float:
+        return GaussianAccountant(sigma_eff, sample_rate, steps, delta, eps_error=error).epsilon(steps).upper
+
+    # the PRV sigma lies within 0.8-1x of the RDP one (REFERENCE.md)
+    hi = _rdp_sigma(epsilon, sample_rate, steps, delta)
+    # the fine grid grows as sigma falls: refuse now, not after the coarse stage, if even hi's is too big
+    points = prv_grid(hi, sample_rate, steps, delta, eps_error)[1]
+    if not points <= PRV_GRID_MAX:
+        points = max(points, prv_grid(0.75 * hi, sample_rate, steps, delta, eps_error)[1])
+        raise grid_refusal(f"epsilon={epsilon:g} with sample rate {sample_rate:.4g}, {steps} steps and "
+                            f"eps_error {eps_error:g}", points, eps_error, steps, "a larger epsilon")
+    return _prv_solve(prv_upper, epsilon, eps_error, hi, lo_ratio=0.75) * math.sqrt(mechanisms)
+
+
+def _calibrate_laplace(epsilon: float, delta: float, sample_rate: float, steps: int) -> float:
+    if delta == 0:
+        return laplace_sigma_for_pure_epsilon(epsilon, sample_rate, steps)
+    pure = pure_laplace_sigma(epsilon, sample_rate, steps)  # may exceed SIGMA_MAX on long runs
+
+    def gap(sigma: float) -> float:
+        return LaplaceAccountant(sigma, sample_rate, steps, delta).epsilon(steps).upper - epsilon
+
+    # pure epsilon-DP implies (epsilon, delta)-DP, so the pure-DP sigma is an upper end; the exact
+    # account is continuous and decreasing in sigma, so the secant lands within 1e-6 of the root
+    lo, hi = pure / 2, pure
+    while gap(lo) <= 0:
+        lo, hi = lo / 2, lo
+    sigma = _solve_log_secant(gap, lo, hi, tol=1e-6, max_iter=100)
+    if sigma > SIGMA_MAX:
+        raise BudgetError(f"epsilon={epsilon} is out of reach: the Laplace scale would exceed "
+                          f"{SIGMA_MAX:g} (sample rate {sample_rate:.4g}, {steps} steps)")
+    return sigma
+
+
+def _calibrate_uncached(epsilon: float, delta: float, sample_rate: float, steps: int,
+                        eps_error: float, mechanisms: int, mechanism: str = "gaussian") -> float:
+    if mechanism == "laplace":
+        return _calibrate_laplace(epsilon, delta, sample_rate, steps)
+    return _calibrate_gaussian(epsilon, delta, sample_rate, steps, eps_error, mechanisms)
+
+
+
+def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int,
+                    eps_error: float | None = None, mechanisms: int = 1,
+                    cache_dir: str | os.PathLike | None = None, mechanism: str = "gaussian") -> float:
+    """Smallest noise multiplier (to ~0.2%) whose upper bound on epsilon is <= the target.
+
+    Gaussian: PRV upper bound. Laplace (noise scale sigma * sensitivity): with delta = 0 the pure
+    epsilon-DP closed form; with delta > 0 the exact composition of the amplified pure-DP steps.
+    Results are cached on disk (one small JSON file per input, written atomically, so parallel
+    sweep jobs can share the cache); an entry is used only if it parses, its inputs equal the
+    request, and its sigma is a finite positive number that still meets the target by the run's
+    own accountant (one evaluation, the cost of the run's final epsilon).
+    """
+    epsilon = check_target_epsilon(epsilon)
+    if mechanism not in MECHANISMS:
+        raise BudgetError(f"unknown noise mechanism {mechanism!r}; choices: {', '.join(MECHANISMS)}")
+    delta = check_delta(delta, mechanism)
+    check_run(None, sample_rate, steps, mechanisms)
+    eps_error = float(eps_error or default_eps_error(epsilon))
+    if not (math.isfinite(eps_error) and 0 < eps_error < epsilon):
+        raise BudgetError(f"eps_error must be in (0, epsilon={epsilon:g}) - the guarantee is the PRV "
+                          f"estimate plus eps_error - got {eps_error!r}")
+    key = {"epsilon": epsilon, "delta": delta, "sample_rate": float(sample_rate), "steps": int(steps),
+           "eps_error": eps_error, "mechanisms": int(mechanisms), "mechanism": mechanism,
+           "prv_accountant": version("prv-accountant"), "algorithm": 3}
+    path = cache_path(cache_dir, key) if cache_dir else None
+
+    def spent(sigma: float) -> float:
+        return accountant_for(mechanism, sigma, sample_rate, int(steps), delta, eps_error,
+                              int(mechanisms)).epsilon(int(steps)).upper
+
+    if path is not None:
+        cached = read_cache(path, key, epsilon, spent)
+        if cached is not None:
+            return cached
+    sigma = _calibrate_uncached(epsilon, delta, sample_rate, int(steps), eps_error, int(mechanisms),
+                                mechanism)
+    if path is not None:
+        write_cache(path, key, sigma)
+    return sigma
