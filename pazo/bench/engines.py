@@ -1,15 +1,17 @@
 """The two zeroth-order engines side by side, in one process: the evidence for `engine.name=auto`.
 
-    python scripts/benchmark_engines.py [--settings digits,cifar_shape] [--methods mezo,dpzero,pazo_m,pazo_p,pazo_s]
-                                        [--iters 20] [--threads 1] [--out scripts/results/engines_<device>.json]
-                                        [--batch-size B] [--public-grads]
+    pazo-bench engines [--settings digits,cifar_shape] [--methods mezo,dpzero,pazo_m,pazo_p,pazo_s]
+                       [--iters 20] [--threads 1] [--out scripts/results/engines_<device>.json]
+                       [--batch-size B] [--public-grads]
+
+(or `python -m pazo.bench.engines`, or `python scripts/benchmark_engines.py`)
 
 For each setting and method, one method object per engine (same config, model weights, data and
 seed) is built in the same process, and their steps alternate: vectorised, in-place, vectorised, ...
 The result is the median over `iters` pairs of (vectorised step time / in-place step time), which
 holds on a machine whose speed drifts, as a shared one does; per-engine medians are reported beside
-it. Synthetic inputs of each setting's shapes (see benchmark_methods.py; `--batch-size` as there, for
-smoke runs).
+it. Synthetic inputs of each setting's shapes (`pazo.bench.settings`; `--batch-size` as in
+`pazo-bench methods`, for smoke runs).
 
 With `--public-grads`, PAZO-P's k public gradients of each setting instead (its config's k batches of
 b' synthetic public examples, a bare model in train mode): taken together in one pass against one by
@@ -27,8 +29,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchmark_methods as bm  # noqa: E402
+from pazo.bench import common, settings, timing
 
 ZEROTH_ORDER = ["mezo", "dpzero", "pazo_m", "pazo_p", "pazo_s"]
 
@@ -38,10 +39,10 @@ def alternate(ways: dict, device: torch.device, warmup: int, iters: int) -> dict
     times = {w: [] for w in ways}
     for i in range(warmup + iters):
         for way, step in ways.items():
-            bm.sync(device)
+            timing.sync(device)
             t0 = time.perf_counter()
             step(i + 1)
-            bm.sync(device)
+            timing.sync(device)
             if i >= warmup:
                 times[way].append(time.perf_counter() - t0)
     return times
@@ -52,9 +53,9 @@ def paired(times: dict[str, list[float]], first: str, second: str) -> float:
 
 
 def compare(name: str, setting: str, device: torch.device, warmup: int, iters: int) -> dict:
-    methods = {e: bm.build_benchmark_method(name, setting, device, e)[0] for e in bm.ENGINE_NAMES}
+    methods = {e: settings.build_benchmark_method(name, setting, device, e)[0] for e in settings.ENGINE_NAMES}
     torch.manual_seed(2)
-    x, y = bm.synthetic_inputs(setting, bm.SETTINGS[setting][3], device)
+    x, y = settings.synthetic_inputs(setting, settings.SETTINGS[setting][3], device)
     times = alternate({e: (lambda t, m=m: m.step(x, y, t)) for e, m in methods.items()}, device, warmup, iters)
     return {"setting": setting, "method": name, "iters": iters,
             **{f"{e}_median_s": statistics.median(t) for e, t in times.items()},
@@ -64,9 +65,9 @@ def compare(name: str, setting: str, device: torch.device, warmup: int, iters: i
 def compare_public_grads(setting: str, device: torch.device, warmup: int, iters: int) -> dict:
     """PAZO-P's k public gradients of the setting (its config's k and b'), taken together and one by
     one in turn on the same batches; the model's own default beside the paired ratio."""
-    _, config, model = bm.build_benchmark_method("pazo_p", setting, device)
+    _, config, model = settings.build_benchmark_method("pazo_p", setting, device)
     torch.manual_seed(2)
-    data = [bm.synthetic_inputs(setting, config.public_batch_size, device) for _ in range(config.k)]
+    data = [settings.synthetic_inputs(setting, config.public_batch_size, device) for _ in range(config.k)]
     times = alternate({"together": lambda t: model.mean_loss_grads(data, batched=True),
                        "one_by_one": lambda t: model.mean_loss_grads(data, batched=False)}, device, warmup, iters)
     return {"setting": setting, "method": "pazo_p public gradients", "batches": config.k,
@@ -81,38 +82,38 @@ def main():
     parser.add_argument("--device", default="auto")
     parser.add_argument("--settings", default="digits,cifar_shape")
     parser.add_argument("--methods", default=",".join(ZEROTH_ORDER))
-    parser.add_argument("--iters", type=bm.at_least(1), default=20)
-    parser.add_argument("--warmup", type=bm.at_least(0), default=2)
-    parser.add_argument("--threads", type=bm.at_least(0), default=1, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--iters", type=common.at_least(1), default=20)
+    parser.add_argument("--warmup", type=common.at_least(0), default=2)
+    parser.add_argument("--threads", type=common.at_least(0), default=1, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--out", default=None)
-    parser.add_argument("--batch-size", type=bm.at_least(1), default=None,
+    parser.add_argument("--batch-size", type=common.at_least(1), default=None,
                         help="every setting's batch size (smoke runs; default: each setting's own)")
     parser.add_argument("--public-grads", action="store_true",
                         help="PAZO-P's k public gradients together against one by one, instead of the engines")
     args = parser.parse_args()
-    unknown = sorted(set(args.settings.split(",")) - set(bm.SETTINGS)) + \
+    unknown = sorted(set(args.settings.split(",")) - set(settings.SETTINGS)) + \
         sorted(set(args.methods.split(",")) - set(ZEROTH_ORDER))
     if unknown:
         sys.exit(f"benchmark_engines: unknown setting or method {', '.join(unknown)}; settings: "
-                 f"{', '.join(bm.SETTINGS)}; methods: {', '.join(ZEROTH_ORDER)}")
+                 f"{', '.join(settings.SETTINGS)}; methods: {', '.join(ZEROTH_ORDER)}")
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.batch_size:
-        bm.set_batch_size(args.batch_size)
-    settings = args.settings.split(",")
+        settings.set_batch_size(args.batch_size)
+    setting_names = args.settings.split(",")
     if args.public_grads:
-        jobs = [lambda s=s: compare_public_grads(s, device, args.warmup, args.iters) for s in settings]
+        jobs = [lambda s=s: compare_public_grads(s, device, args.warmup, args.iters) for s in setting_names]
     else:
         jobs = [lambda s=s, n=n: compare(n, s, device, args.warmup, args.iters)
-                for s in settings for n in args.methods.split(",")]
+                for s in setting_names for n in args.methods.split(",")]
     rows = []
     for job in jobs:
         rows.append(job())
         print(json.dumps(rows[-1]), flush=True)
     kind = "public_grads" if args.public_grads else "engines"
-    out = Path(args.out or bm.ROOT / "scripts" / "results" / f"{kind}_{device.type}.json")
-    bm.write_result(out, bm.result_record(device, rows))
+    out = Path(args.out or common.RESULTS_DIR / f"{kind}_{device.type}.json")
+    common.write_result(out, timing.result_record(device, rows))
     if args.public_grads:
         print("\n| setting | k x b' | together s | one by one s | together / one by one (paired) | model's default |")
         print("|---|---|---|---|---|---|")
@@ -128,5 +129,10 @@ def main():
               f"{r['paired_vectorised_over_inplace']:.2f} |")
 
 
+def cli() -> None:
+    """`pazo-bench engines`, `python -m pazo.bench.engines`, `python scripts/benchmark_engines.py`."""
+    common.run_main("benchmark_engines", main)
+
+
 if __name__ == "__main__":
-    bm.run_main("benchmark_engines", main)
+    cli()

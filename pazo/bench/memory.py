@@ -1,9 +1,11 @@
 """Peak memory of one no-grad forward and of one step of each zeroth-order method (in-place engine),
 for a causal LM of a given shape with random weights built from its config (no download).
 
-    python scripts/benchmark_memory.py [--shape opt-125m] [--dtype float32] [--device cpu]
-                                       [--batch 8] [--length 64] [--methods mezo,dpzero,dp_zo]
-                                       [--out scripts/results/memory_<device>_<shape>_<dtype>.json]
+    pazo-bench memory [--shape opt-125m] [--dtype float32] [--device cpu]
+                      [--batch 8] [--length 64] [--methods mezo,dpzero,dp_zo]
+                      [--out scripts/results/memory_<device>_<shape>_<dtype>.json]
+
+(or `python -m pazo.bench.memory`, or `python scripts/benchmark_memory.py`)
 
 Every measurement runs in its own subprocess (`--one <what>`), which builds the model, makes a
 batch of random token ids and does the one thing measured. On CPU the figure is the subprocess'
@@ -18,8 +20,8 @@ under `history`.
 
 Shapes (`SHAPES`): OPT configs at the sizes of the facebook/opt-* checkpoints (vocabulary 50272,
 2048 positions). On a GPU:
-    python scripts/benchmark_memory.py --device cuda --dtype float16 --shape opt-1.3b
-    python scripts/benchmark_memory.py --device cuda --dtype float16 --shape opt-6.7b
+    pazo-bench memory --device cuda --dtype float16 --shape opt-1.3b
+    pazo-bench memory --device cuda --dtype float16 --shape opt-6.7b
 """
 from __future__ import annotations
 
@@ -33,12 +35,14 @@ import sys
 import time
 from pathlib import Path
 
+from pazo import REPO_ROOT
+from pazo.bench.common import RESULTS_DIR, command_line, git_commit
+
 SHAPES = {  # hidden, layers, heads, ffn
     "opt-125m": (768, 12, 12, 3072), "opt-350m": (1024, 24, 16, 4096), "opt-1.3b": (2048, 24, 32, 8192),
     "opt-2.7b": (2560, 32, 32, 10240), "opt-6.7b": (4096, 32, 32, 16384), "opt-13b": (5120, 40, 40, 20480),
     "opt-30b": (7168, 48, 56, 28672),
 }
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def build(shape: str, dtype: str, device: str):
@@ -129,8 +133,8 @@ def main() -> None:
         return
     rows = []
     for what in ["forward", *args.methods.split(",")]:
-        cmd = [sys.executable, __file__, "--one", what, *sys.argv[1:]]
-        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        cmd = [sys.executable, "-m", "pazo.bench.memory", "--one", what, *sys.argv[1:]]
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT)
         if out.returncode:
             sys.exit(f"benchmark_memory: {what} failed:\n{out.stderr[-2000:]}")
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -144,21 +148,24 @@ def main() -> None:
     for row in rows:
         row["ratio"] = row["peak_bytes"] / base
     threads = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} " if os.environ.get("OMP_NUM_THREADS") else ""
-    result = {"command": threads + "python " + " ".join([Path(__file__).relative_to(ROOT).as_posix(), *sys.argv[1:]]),
+    result = {"command": threads + command_line(),
               "shape": args.shape, "dtype": args.dtype, "device": args.device, "batch": args.batch,
               "length": args.length, "measure": "ru_maxrss of a subprocess" if args.device == "cpu"
               else "torch.cuda.max_memory_allocated after the model is built",
               "machine": platform.platform(), "rows": rows}
     for row in rows[1:]:
         print(f"{row['what']}: {row['ratio']:.3f}x the forward's peak")
-    out = Path(args.out or ROOT / f"scripts/results/memory_{args.device.split(':')[0]}_{args.shape}_{args.dtype}.json")
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from benchmark_methods import git_commit       # here: the measured subprocesses import no more than they need
+    out = Path(args.out or RESULTS_DIR / f"memory_{args.device.split(':')[0]}_{args.shape}_{args.dtype}.json")
     result["commit"] = git_commit()
     result["history"] = earlier_results(out)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written {out}")
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`pazo-bench memory`, `python -m pazo.bench.memory`, `python scripts/benchmark_memory.py`."""
     main()
+
+
+if __name__ == "__main__":
+    cli()

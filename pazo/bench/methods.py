@@ -1,8 +1,10 @@
 """Seconds per iteration of every method, and of Opacus' DP-SGD, on the same model and batch.
 
-    python scripts/benchmark_methods.py [--device auto] [--settings digits,cifar_shape] [--threads N]
-                                        [--iters 30] [--warmup 5] [--out scripts/results/methods_<device>.json]
-                                        [--batch-size B]
+    pazo-bench methods [--device auto] [--settings digits,cifar_shape] [--threads N]
+                       [--iters 30] [--warmup 5] [--out scripts/results/methods_<device>.json]
+                       [--batch-size B]
+
+(or `python -m pazo.bench.methods`, or `python scripts/benchmark_methods.py`, with the same arguments)
 
 `--batch-size` replaces every setting's b: a smoke run of the GPU settings' code on CPU (a few
 examples per batch; the timings are then not the settings' and say nothing about the goal).
@@ -29,169 +31,33 @@ to a machine whose speed drifts, as a shared one does); `mem_ratio` its peak mem
 one no-grad forward of the private batch (the `floor` job); `paired_speedup_over_dpsgd` the median,
 over `iters` pairs, of a DP-SGD step's time over the method's step run just after it (DP-SGD built
 in the same subprocess once the method's peak memory is read). `paper_setting` names the column of the
-paper's Table 5 a setting matches (scripts/make_tables.py --benchmark reads this file).
+paper's Table 5 a setting matches (`pazo-report tables --benchmark` reads this file).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
-import os
-import platform
 import signal
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
 import torch
-from hydra import compose, initialize_config_dir
 from torch import nn
 
-from pazo import CONFIG_DIR
-from pazo.data.base import TensorSplit
-from pazo.methods.engines import build_engine
-from pazo.models import FunctionalModel, build_model
-from pazo.rng import RandomStreams
-
-from pazo.methods import build_method, method_config, method_info
+from pazo.bench.common import RESULTS_DIR, at_least, run_main, write_result
+from pazo.bench.settings import (ENGINE_NAMES, FORWARDS, PAPER_SETTING, PUBLIC_PASSES, SETTINGS, bare_model,
+                                 bare_passes, build_benchmark_method, compose_cfg, public_passes, set_batch_size,
+                                 synthetic_inputs)
+from pazo.bench.timing import paired_times, result_record, time_steps
 from pazo.methods.base import public_grads_batched
-from pazo.privacy.plan import PrivacyPlan
-from pazo.results import BENCHMARK_PAPER_SETTING
+from pazo.models import build_model
 
-ROOT = Path(__file__).resolve().parents[1]
-
-SETTINGS = {  # input shape, classes, config overrides, expected batch size
-    "digits": ((1, 8, 8), 10, ["model=small_cnn"], 64),
-    "cifar_shape": ((3, 32, 32), 10, ["model=small_cnn", "model.width=32"], 256),
-    # the paper's CIFAR-10 setting (experiment=cifar10: NF-ResNet18, per-method defaults), at the
-    # native 32 px and at the authors' 224 px
-    "cifar10_nf32": ((3, 32, 32), 10, ["experiment=cifar10"], 64),
-    "cifar10_nf224": ((3, 224, 224), 10, ["experiment=cifar10"], 64),
-    # the paper's Tiny-ImageNet setting (experiment=tiny_imagenet: timm vit_tiny_patch16_224, 200 classes)
-    "tiny_imagenet_vit": ((3, 224, 224), 200, ["experiment=tiny_imagenet"], 64),
-    # the paper's IMDB setting (experiment=imdb: 2-layer LSTM over 290 tokens, 10k vocabulary)
-    "imdb_lstm": ((290,), 2, ["experiment=imdb"], 64),
-    # the paper's MNLI setting: RoBERTa-base prompt model (random weights of roberta-base's shape,
-    # so no download), prompts of 128 tokens with one <mask>
-    "mnli_roberta": ((128,), 3, ["experiment=mnli"], 64),
-}
-TEXT_VOCAB = {"imdb_lstm": 10002, "mnli_roberta": 50265}
-MASK_ID = 50264  # roberta-base's <mask>
-# which column of the paper's Table 5 a setting corresponds to (pazo.results)
-PAPER_SETTING = BENCHMARK_PAPER_SETTING
-# private forward passes per step of each zeroth-order method: its floor is that many bare forwards
-FORWARDS = {"mezo": lambda m: 2 * m.q, "dpzero": lambda m: 2 * m.q, "pazo_m": lambda m: 2 * m.q,
-            "pazo_p": lambda m: 2 * m.q, "pazo_p_prime": lambda m: 2 * m.q,
-            "pazo_s": lambda m: m.k + int(m.noisy_candidate)}
-# public forward-and-backward passes (of b' examples each) per step
-PUBLIC_PASSES = {"pazo_m": lambda m: int(m.alpha > 0), "pazo_p": lambda m: m.k, "pazo_p_prime": lambda m: m.k,
-                 "pazo_s": lambda m: m.k}
-ENGINE_NAMES = ("vectorised", "inplace")
-
-
-def set_batch_size(b: int) -> None:
-    """Every setting's expected batch size (the last field of SETTINGS) set to b, in this process."""
-    for name, (shape, classes, overrides, _) in SETTINGS.items():
-        SETTINGS[name] = (shape, classes, overrides, b)
-
-
-def synthetic_inputs(setting, n, device="cpu"):
-    """Random inputs of a setting's shapes: images in [0, 1), or token ids for text settings."""
-    shape, classes, _, _ = SETTINGS[setting]
-    if setting in TEXT_VOCAB:
-        x = torch.randint(5, TEXT_VOCAB[setting], (n, *shape), device=device)
-        if setting == "mnli_roberta":
-            x[:, 0], x[:, shape[0] // 2], x[:, -1] = 0, MASK_ID, 2  # <s> ... <mask> ... </s>
-    else:
-        x = torch.rand(n, *shape, device=device)
-    return x, torch.randint(0, classes, (n,), device=device)
 DEFAULT_SETTINGS = "digits,cifar_shape"
 METHODS = ["sgd", "dpsgd", "dpmd", "dope_sgd", "gep", "mezo", "dpzero", "pazo_m", "pazo_p", "pazo_p_prime",
            "pazo_s"]
-
-
-def git_commit() -> str | None:
-    """The checkout's commit (with "+dirty" when tracked files other than scripts/results/ differ
-    from it: a results file rewritten by the same run does not count), recorded with the results."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                ":(exclude)scripts/results"], cwd=ROOT,
-                               capture_output=True, text=True).stdout.strip()
-        return head + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def reset_peak(device):
-    """Start a new peak-memory window: the CUDA allocator's peak, or the process's VmHWM on CPU."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    else:
-        try:
-            Path("/proc/self/clear_refs").write_text("5")
-        except OSError:
-            pass
-
-
-def peak_mb(device):
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return None
-
-
-def time_steps(step, device, warmup, iters):
-    for _ in range(warmup):
-        step()
-    reset_peak(device)
-    times = []
-    for _ in range(iters):
-        sync(device)
-        t0 = time.perf_counter()
-        step()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    q25, q75 = np.percentile(times, [25, 75])
-    return {"median_s": statistics.median(times), "p25_s": float(q25), "p75_s": float(q75), "iters": iters,
-            "peak_mem_mb": peak_mb(device)}
-
-
-def compose_cfg(overrides):
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
-
-
-def make_module(cfg, setting):
-    shape, classes, _, _ = SETTINGS[setting]
-    torch.manual_seed(0)
-    if setting == "mnli_roberta":
-        from transformers import RobertaConfig, RobertaForMaskedLM
-
-        from pazo.models.prompt_mlm import PromptMaskedLM
-
-        mlm = RobertaForMaskedLM(RobertaConfig(vocab_size=50265, max_position_embeddings=514, pad_token_id=1,
-                                               bos_token_id=0, eos_token_id=2, type_vocab_size=1,
-                                               attn_implementation="eager"))
-        # 3 label-word rows; the ids do not matter for timing
-        return PromptMaskedLM(mlm, [100, 200, 300], pad_id=1, mask_id=MASK_ID)
-    return build_model(cfg.model, shape, classes)
-
-
-def bare_model(setting, device):
-    cfg = compose_cfg(["method=dpzero", *SETTINGS[setting][2]])
-    return FunctionalModel(make_module(cfg, setting).to(device))
 
 
 def forward_floor(setting, device, warmup, iters, model=None):
@@ -210,39 +76,11 @@ def forward_floor(setting, device, warmup, iters, model=None):
         model.module.train(was)
 
 
-def public_passes(setting, device, public_batch_size, batches, model, together=None):
-    """The public passes of one step, as the methods take them: the mean loss's gradient of one
-    batch of b' public examples (PAZO-M), or of `batches` batches (PAZO-P/S:
-    `FunctionalModel.mean_loss_grads`), in one vmapped pass or one after another as `together`
-    says (the method's choice: `public_grads_batched`; None, the model's preference)."""
-    data = [synthetic_inputs(setting, public_batch_size, device) for _ in range(batches)]
-    if batches == 1:
-        return lambda: model.mean_loss_grad(*data[0])
-    return lambda: model.mean_loss_grads(data, batched=together)
-
-
 def public_floor(setting, device, warmup, iters, public_batch_size, batches=1, model=None, together=None):
     """The public passes of one step (`public_passes`), timed alone, train mode."""
     model = model or bare_model(setting, device)
     return time_steps(public_passes(setting, device, public_batch_size, batches, model, together), device, warmup,
                       iters)
-
-
-def build_benchmark_method(name, setting, device, engine=None, extra=()):
-    """Method `name` from its real config on the setting's model (random weights, seed 0), with
-    sigma = 1 (if private), 512 synthetic public examples and the given engine (in-place for
-    first-order methods, which do not use it), in train mode: (method, its config, the model)."""
-    _, _, model_overrides, b = SETTINGS[setting]
-    cfg = compose_cfg([f"method={name}", *model_overrides, *extra,
-                       *([f"engine.name={engine}"] if engine else [])])
-    model = FunctionalModel(make_module(cfg, setting).to(device))
-    config = method_config(cfg.method)
-    plan = PrivacyPlan.with_sigma(1.0 if method_info(name).private else None, b, config.release(), steps=1000)
-    public = TensorSplit(*synthetic_inputs(setting, 512))
-    method = build_method(config, model=model, plan=plan, streams=RandomStreams(0), public=public, device=device,
-                          engine=build_engine(cfg.engine, engine or "inplace"))
-    model.module.train()
-    return method, config, model
 
 
 def ours(name, setting, device, warmup, iters, extra=(), engine=None):
@@ -269,27 +107,6 @@ def ours(name, setting, device, warmup, iters, extra=(), engine=None):
     return row, model.dim
 
 
-def bare_passes(setting, device, name, config, model, x, y):
-    """The bare passes of one step of zeroth-order method `name` (its floor), back to back: its
-    private no-grad forwards of (x, y), switching to eval mode and back only where the engines do
-    too (`train_mode_matters`) and as they do, then its public passes (`public_passes`)."""
-    n_fwd, n_pub = FORWARDS[name](config), PUBLIC_PASSES.get(name, lambda m: 0)(config)
-    public_pass = public_passes(setting, device, config.public_batch_size, n_pub, model,
-                                public_grads_batched(config, model)) if n_pub else None
-
-    def passes():
-        if model.train_mode_matters:
-            model.set_training(False)
-        with torch.no_grad():
-            for _ in range(n_fwd):
-                model.current_losses(x, y)
-        if model.train_mode_matters:
-            model.set_training(True)
-        if public_pass is not None:
-            public_pass()
-    return passes
-
-
 def paired_speedup_over_dpsgd(step, setting, device, warmup, iters) -> float:
     """The median, over `iters` pairs, of a DP-SGD step's time over the method's step run just after
     it, in this process (DP-SGD from its own config on its own copy of the model and batch, built
@@ -302,21 +119,6 @@ def paired_speedup_over_dpsgd(step, setting, device, warmup, iters) -> float:
     for _ in range(warmup):
         baseline()
     return statistics.median(before / after for before, after in paired_times(baseline, step, device, iters))
-
-
-def paired_times(first, second, device, iters) -> list[tuple[float, float]]:
-    """`iters` pairs of (seconds of `first`, seconds of `second` run just after it), each synchronised."""
-    pairs = []
-    for _ in range(iters):
-        pair = []
-        for fn in (first, second):
-            sync(device)
-            t0 = time.perf_counter()
-            fn()
-            sync(device)
-            pair.append(time.perf_counter() - t0)
-        pairs.append(tuple(pair))
-    return pairs
 
 
 def opacus_dpsgd(mode, setting, device, warmup, iters):
@@ -359,8 +161,8 @@ def run_job(job, device, warmup, iters, overrides):
 
 def run_isolated(job, args, device):
     """`run_job` in a subprocess of its own (its own peak memory); the row, or the error."""
-    cmd = [sys.executable, __file__, "--job", json.dumps(job), "--device", str(device), "--iters", str(args.iters),
-           "--warmup", str(args.warmup), "--threads", str(args.threads),
+    cmd = [sys.executable, "-m", "pazo.bench.methods", "--job", json.dumps(job), "--device", str(device),
+           "--iters", str(args.iters), "--warmup", str(args.warmup), "--threads", str(args.threads),
            *(["--batch-size", str(args.batch_size)] if args.batch_size else []),
            *[a for o in args.override for a in ("--override", o)]]
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -389,62 +191,6 @@ def jobs_for(setting, methods, opacus_modes):
         jobs += [{"setting": setting, "method": name, "impl": "pazo", **({"engine": e} if e else {})} for e in engines]
     jobs += [{"setting": setting, "method": "dpsgd", "impl": f"opacus-{mode}"} for mode in opacus_modes]
     return jobs
-
-
-def result_record(device: torch.device, rows: list) -> dict:
-    """A benchmark's result file: its rows beside the command, commit, device, torch threads, load
-    average, torch version and platform they were measured with."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}"
-    return {"command": "python " + " ".join(sys.argv), "commit": git_commit(), "device": name,
-            "threads": torch.get_num_threads(), "load_average": os.getloadavg(), "torch": torch.__version__,
-            "platform": platform.platform(), "results": rows}
-
-
-def write_result(out: Path, result: dict) -> None:
-    """The benchmark's result file, written whole or not at all (a temporary file renamed over it),
-    so that an interrupted write leaves an earlier result as it was."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(result, indent=2) + "\n")
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    print(f"wrote {out}")
-
-
-class Terminated(BaseException):
-    """SIGTERM (a `kill`, `timeout`, or a scheduler's time limit), raised in the main thread: the
-    job subprocess `subprocess.run` is waiting on is then killed on the way out, not left running.
-    (A BaseException, as KeyboardInterrupt is: no `except Exception` on the way swallows it.)"""
-
-
-def _raise_terminated(signum, frame):
-    raise Terminated
-
-
-def run_main(name: str, main) -> None:
-    """`main()`, with Ctrl-C one line and exit 130, SIGTERM one line and exit 143: a benchmark
-    writes its file only at the end, so an interrupted one has written nothing."""
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        main()
-    except (KeyboardInterrupt, Terminated) as stop:
-        how, code = ("interrupted", 130) if isinstance(stop, KeyboardInterrupt) else ("terminated", 143)
-        print(f"{name}: {how}; nothing written (an earlier result file is as it was)", file=sys.stderr)
-        sys.exit(code)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def at_least(low: int):
-    """An argparse type: an integer >= low (else argparse's one-line error)."""
-    def integer(text: str) -> int:
-        value = int(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
-        return value
-    return integer
 
 
 def main():
@@ -499,7 +245,7 @@ def main():
                 row["mem_ratio"] = row["peak_mem_mb"] / forward_peak
             rows.append(row)
             print(json.dumps(row))
-    out = Path(args.out or ROOT / "scripts" / "results" / f"methods_{device.type}.json")
+    out = Path(args.out or RESULTS_DIR / f"methods_{device.type}.json")
     write_result(out, result_record(device, rows))   # threads: args.threads where given (set above)
     print("\n| setting | method | impl | engine | median s/iter | p25-p75 | floor s | x floor | x floor (paired) "
           "| peak MB | x fwd mem |")
@@ -516,5 +262,10 @@ def main():
               f"{fmt('peak_mem_mb', '.0f')} | {fmt('mem_ratio', '.2f')} |")
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`pazo-bench methods`, `python -m pazo.bench.methods`, `python scripts/benchmark_methods.py`."""
     run_main("benchmark_methods", main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,7 +1,9 @@
 """The paper's figures from sweep run directories, as PNG and PDF.
 
-    python scripts/make_figures.py outputs/sweeps/table1_cifar10 [...] [--epsilon 1]
+    pazo-report figures outputs/sweeps/table1_cifar10 [...] [--epsilon 1]
         [--selection val|test] [--metric final_accuracy|best_accuracy] [--out outputs/figures]
+
+(or `python -m pazo.report.figures`, or `python scripts/make_figures.py`)
 
 figure2: accuracy of each method's selected configuration against epsilon, one panel per setting;
          the public-only reference (no privacy cost) as a horizontal line.
@@ -14,7 +16,7 @@ figure6: robustness heat maps at --epsilon: PAZO-M (b' x alpha), PAZO-P (b' x k)
 Configurations are selected as in the tables (pazo.results.select_configs): on validation accuracy,
 test accuracy averaged over seeds, or with --selection test on test accuracy (the paper's protocol,
 not private); each figure's title says which. Private points count only runs whose guarantee
-holds (make_tables.py lists the others). A figure whose runs are absent is skipped with a note.
+holds (`pazo-report tables` lists the others). A figure whose runs are absent is skipped with a note.
 """
 from __future__ import annotations
 
@@ -30,11 +32,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from pazo import REPO_ROOT as ROOT  # noqa: E402
 from pazo.errors import ConfigError  # noqa: E402
 from pazo.results import (FIRST_ORDER, LABELS, METHOD_ORDER, SELECTIONS, USES_PUBLIC, load_runs,  # noqa: E402
                           select_configs)
-
-ROOT = Path(__file__).resolve().parents[1]
 
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
 PROTOCOL = {"val": "selected on validation accuracy; test accuracy, mean over seeds",
@@ -197,5 +198,10 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`pazo-report figures`, `python -m pazo.report.figures`, `python scripts/make_figures.py`."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

@@ -2,8 +2,10 @@
 engine; with its parameters packed into one flat buffer, as it runs, and moved one by one, as
 before) beside a minimal hand-written one, each paired with its floor (two bare no-grad forwards).
 
-    python scripts/profile_zo_step.py [--setting digits] [--device cpu] [--pairs 300] [--threads 1]
-                                      [--trace-steps 0] [--out scripts/results/zo_step_profile_<device>_<setting>.json]
+    pazo-bench profile [--setting digits] [--device cpu] [--pairs 300] [--threads 1]
+                       [--trace-steps 0] [--out scripts/results/zo_step_profile_<device>_<setting>.json]
+
+(or `python -m pazo.bench.profile_step`, or `python scripts/profile_zo_step.py`)
 
 The minimal step is the least a two-point step does on the live parameters: draw a seed and a
 Gaussian direction (one buffer, the parameters' shapes; one draw per parameter on CPU, one for the
@@ -13,7 +15,7 @@ ten tensor operations and no bookkeeping. Its ratio to the floor is what the ste
 at the least; the time of each of its operations (median over the pairs, taken between forwards,
 where small operations run slower than in a tight loop; on CUDA the host's time to issue them,
 the device's work being asynchronous) says where that goes. Not a training step of any method (no
-accounting, no statistics): a yardstick for `benchmark_methods.py`'s paired ratios.
+accounting, no statistics): a yardstick for `pazo-bench methods`' paired ratios.
 
 `--trace-steps N` also runs N of our steps under `torch.profiler` (CPU, and CUDA where it runs) and
 records its operators per step, sorted by host time: where our step's time over the minimal one's
@@ -32,11 +34,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_methods import (  # noqa: E402
-    SETTINGS, at_least, build_benchmark_method, git_commit, run_main, sync, synthetic_inputs, write_result)
-
-ROOT = Path(__file__).resolve().parents[1]
+from pazo.bench.common import RESULTS_DIR, at_least, command_line, git_commit, run_main, write_result
+from pazo.bench.settings import SETTINGS, build_benchmark_method, synthetic_inputs
+from pazo.bench.timing import sync
 OPS = ["seed", "manual_seed", "draw", "perturb", "forward+", "move", "forward-", "restore", "clip_sum", "noise",
        "update"]
 
@@ -148,7 +148,7 @@ def main():
                       "median_step_ms": statistics.median(s for s, _ in pairs) * 1e3,
                       "median_floor_ms": statistics.median(f for _, f in pairs) * 1e3}
     ops_us = {op: statistics.median(r[k] for r in per_op) * 1e6 for k, op in enumerate(OPS)}
-    result = {"command": "python " + " ".join(sys.argv), "commit": git_commit(), "setting": args.setting,
+    result = {"command": command_line(), "commit": git_commit(), "setting": args.setting,
               "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}",
               "torch": torch.__version__, "dim": bare.dim, "batch_size": len(y), "threads": args.threads,
               "pairs": args.pairs, "steps": rows, "minimal_step_op_us": ops_us}
@@ -162,9 +162,14 @@ def main():
     for row in result.get("ours_profiled_ops", [])[:15]:
         print(f"  {row['op'][:40]:40s} calls {row['calls_per_step']:7.1f}  host {row['self_host_us_per_step']:8.0f} us"
               f"  device {row['device_us_per_step']:8.0f} us")
-    out = Path(args.out or ROOT / "scripts" / "results" / f"zo_step_profile_{device.type}_{args.setting}.json")
+    out = Path(args.out or RESULTS_DIR / f"zo_step_profile_{device.type}_{args.setting}.json")
     write_result(out, result)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`pazo-bench profile`, `python -m pazo.bench.profile_step`, `python scripts/profile_zo_step.py`."""
     run_main("profile_zo_step", main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,6 +1,8 @@
 """Time sigma calibration: pazo's bracketed two-stage solver against a plain PRV bisection.
 
-    python scripts/benchmark_calibration.py [--out scripts/results/calibration_cpu.json] [--no-baseline]
+    pazo-bench calibration [--out scripts/results/calibration_cpu.json] [--no-baseline]
+
+(or `python -m pazo.bench.calibration`, or `python scripts/benchmark_calibration.py`)
 
 Setting: n = 48000 private examples, b = 256 (q = 256/48000), delta = 1/n, the PRV accuracy pazo
 uses (eps_error = min(0.01, epsilon/100)). Each row: seconds uncached, seconds from the disk cache,
@@ -16,11 +18,11 @@ import json
 import math
 import os
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from pazo.bench.common import RESULTS_DIR, command_line
 from pazo.privacy.accountant import BudgetError, GaussianAccountant, calibrate_sigma, default_eps_error
 
 N, B = 48000, 256
@@ -37,7 +39,7 @@ def plain_bisection(epsilon, delta, q, steps, eps_error, rel_tol=2e-3):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="scripts/results/calibration_cpu.json")
+    parser.add_argument("--out", default=str(RESULTS_DIR / "calibration_cpu.json"))
     parser.add_argument("--no-baseline", action="store_true", help="skip the slow plain bisection")
     parser.add_argument("--cases", default="1:18750,0.1:18750,1:100000,0.1:100000,2:100000",
                         help="comma-separated epsilon:steps pairs")
@@ -82,10 +84,15 @@ def main():
     out.parent.mkdir(parents=True, exist_ok=True)
     machine = {"platform": platform.platform(), "cpus": os.cpu_count(),
                "load_average_at_end": os.getloadavg()}
-    out.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "machine": machine,
+    out.write_text(json.dumps({"command": command_line(), "machine": machine,
                                "results": rows}, indent=2) + "\n")
     print(f"wrote {out}")
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`pazo-bench calibration`, `python -m pazo.bench.calibration`, `python scripts/benchmark_calibration.py`."""
     main()
+
+
+if __name__ == "__main__":
+    cli()

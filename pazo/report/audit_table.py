@@ -1,6 +1,8 @@
 """Gather privacy audits (`python -m pazo.audit`) into one markdown table.
 
-    .venv/bin/python scripts/make_audit_table.py outputs/audit_sweeps/audit_table [more dirs] [--out FILE]
+    pazo-report audit-table outputs/audit_sweeps/audit_table [more dirs] [--out FILE]
+
+(or `python -m pazo.report.audit_table`, or `python scripts/make_audit_table.py`)
 
 One row per audit (summary.json with an `audit` block) below the given directories: method, threat,
 debug break, the epsilon the run prints (at its delta), the run's epsilon at the audit's delta, the
@@ -57,5 +59,10 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`pazo-report audit-table`, `python -m pazo.report.audit_table`, `python scripts/make_audit_table.py`."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

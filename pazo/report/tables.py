@@ -1,8 +1,10 @@
 """The paper's tables from sweep run directories, beside the published values.
 
-    python scripts/make_tables.py outputs/sweeps/table1_cifar10 [outputs/sweeps/table3_imdb ...]
+    pazo-report tables outputs/sweeps/table1_cifar10 [outputs/sweeps/table3_imdb ...]
         [--selection val|test] [--metric final_accuracy|best_accuracy] [--include-shuffle]
         [--benchmark scripts/results/methods_cuda_*.json ...] [--out outputs/tables]
+
+(or `python -m pazo.report.tables`, or `python scripts/make_tables.py`)
 
 Accuracy tables (one per setting found, Tables 1-4 layout): for each method and epsilon one
 configuration of its grid (pazo.results.select_configs, as the figures): by default the one with
@@ -14,7 +16,7 @@ sampling as accounted); the others are listed with the reason under "Excluded ru
 excluded.csv, and `--include-shuffle` shows shuffle-sampled runs as rows of their own, labelled
 guarantee void. Public only (SGD on the public data alone) is the reference of the non-private
 column. † marks a cell whose configuration ended at chance accuracy. A sweep named table8* gives
-Table 8 (accuracy at each q). `--benchmark` (files written by scripts/benchmark_methods.py) gives
+Table 8 (accuracy at each q). `--benchmark` (files written by `pazo-bench methods`) gives
 Table 5 (median s/iter per method and setting, and each zeroth-order method's ratio to its floor),
 each zeroth-order method's speedup over DP-SGD beside the paper's Table 5 ratio, and its step
 against its floor per engine (table5_floor).
@@ -30,11 +32,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from pazo import REPO_ROOT as ROOT
 from pazo.errors import ConfigError
 from pazo.results import (BENCHMARK_PAPER_SETTING, LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs,
                           paper_values, select_configs)
-
-ROOT = Path(__file__).resolve().parents[1]
 
 PAPER_TABLE = {"cifar10": "1", "tiny_imagenet": "2", "imdb": "3", "mnli": "4"}
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
@@ -151,7 +152,7 @@ def q_table(best: pd.DataFrame, paper: pd.DataFrame):
 
 
 def benchmark_rows(paths: list[Path]) -> tuple[list[dict], str]:
-    """Our methods' rows (not Opacus') of one or more scripts/benchmark_methods.py files, and a
+    """Our methods' rows (not Opacus') of one or more `pazo-bench methods` result files, and a
     note naming each file's device and command."""
     rows, notes = [], []
     for path in paths:
@@ -350,12 +351,12 @@ def main(argv=None) -> int:
     parser.add_argument("--include-shuffle", action="store_true",
                         help="shuffle-sampled runs as rows of their own, labelled guarantee void")
     parser.add_argument("--benchmark", nargs="+", default=None,
-                        help="scripts/benchmark_methods.py result files (Table 5 and the speedup over DP-SGD)")
+                        help="`pazo-bench methods` result files (Table 5 and the speedup over DP-SGD)")
     parser.add_argument("--out", default=str(ROOT / "outputs" / "tables"))
     args = parser.parse_args(argv)
     missing = [f for f in args.benchmark or [] if not Path(f).is_file()]
     if missing:  # before any table is written
-        print(f"pazo: error: no benchmark result file {', '.join(missing)} (scripts/benchmark_methods.py writes "
+        print(f"pazo: error: no benchmark result file {', '.join(missing)} (pazo-bench methods writes "
               "them, e.g. scripts/results/methods_cpu_digits.json)", file=sys.stderr)
         return 2
     out, paper = Path(args.out), paper_values()
@@ -414,5 +415,10 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`pazo-report tables`, `python -m pazo.report.tables`, `python scripts/make_tables.py`."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,6 +1,9 @@
 """Regenerate DPZero's dimension experiment (Figures 1-2 of Zhang et al. 2023) on CPU.
 
-    python scripts/dpzero_dimension.py [--dims 10,30,100,300,1000] [--epsilon 2] [--out outputs/dpzero_dimension]
+    pazo-bench dimension [--dims 10,30,100,300,1000] [--epsilon 2] [--out outputs/dpzero_dimension]
+
+(or `python -m pazo.bench.dimension`, or `python scripts/dpzero_dimension.py`; `--out` relative to
+the working directory, by default the repository's outputs/dpzero_dimension)
 
 Writes runs.csv (every mode, d, method, lr, seed), best.csv (the best lr per mode, d and method),
 figure1_grad_norm.{png,pdf} (train and test gradient norm against d, one column per effective-rank
@@ -22,6 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from pazo import REPO_ROOT  # noqa: E402
 from pazo.privacy.accountant import calibrate_sigma  # noqa: E402
 from pazo.synthetic.quadratic import METHODS, MODES, best_over_lr, sweep  # noqa: E402
 
@@ -63,7 +67,7 @@ def main(argv=None):
     p.add_argument("--clip", type=float, default=1.0)
     p.add_argument("--smoothing", type=float, default=1e-3)
     p.add_argument("--seeds", type=int, default=2)
-    p.add_argument("--out", default="outputs/dpzero_dimension")
+    p.add_argument("--out", default=str(REPO_ROOT / "outputs" / "dpzero_dimension"))
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -87,5 +91,10 @@ def main(argv=None):
     print(f"wrote {out}/ (runs.csv, best.csv, figure1_grad_norm.png/pdf, figure2_best_loss.png/pdf)")
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`pazo-bench dimension`, `python -m pazo.bench.dimension`, `python scripts/dpzero_dimension.py`."""
     main()
+
+
+if __name__ == "__main__":
+    cli()

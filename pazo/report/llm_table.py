@@ -1,7 +1,9 @@
 """Mean and spread over data seeds for the LLM sweeps (dpzero_opt_sst2, dpzo_squad), as DPZero and
 DP-ZO report them.
 
-    python scripts/llm_table.py outputs/sweeps/dpzero_opt_sst2 [more sweep dirs] [--out table.md]
+    pazo-report llm-table outputs/sweeps/dpzero_opt_sst2 [more sweep dirs] [--out table.md]
+
+(or `python -m pazo.report.llm_table`, or `python scripts/llm_table.py`)
 
 For each (task, method, epsilon), the configuration (every hyperparameter but the data seed and the
 run seed) with the best mean validation score over its data seeds is selected - validation, never
@@ -20,8 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from pazo.results import load_runs  # noqa: E402
+from pazo.results import load_runs
 
 SEED_KEYS = ("dataset.data_seed",)
 
@@ -76,5 +77,10 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`pazo-report llm-table`, `python -m pazo.report.llm_table`, `python scripts/llm_table.py`."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

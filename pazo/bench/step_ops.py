@@ -1,16 +1,18 @@
 """Tensor operations a zeroth-order step issues besides its floor's, counted, per setting and method.
 
-    python scripts/count_step_ops.py [--settings digits,cifar_shape,cifar10_nf224,tiny_imagenet_vit,imdb_lstm]
-                                     [--methods mezo,dpzero,pazo_m,pazo_p,pazo_s] [--engine inplace]
-                                     [--out scripts/results/step_ops_cpu.json]
+    pazo-bench step-ops [--settings digits,cifar_shape,cifar10_nf224,tiny_imagenet_vit,imdb_lstm]
+                        [--methods mezo,dpzero,pazo_m,pazo_p,pazo_s] [--engine inplace]
+                        [--out scripts/results/step_ops_cpu.json]
+
+(or `python -m pazo.bench.step_ops`, or `python scripts/count_step_ops.py`)
 
 Every aten operation dispatched during one step (after two untimed ones) is counted under a
 `TorchDispatchMode`, and so are those of the step's bare passes (its private no-grad forwards and
-public gradients, as `benchmark_methods.py` times them for the floor); the difference is the step's
+public gradients, as `pazo-bench methods` times them for the floor); the difference is the step's
 own work: perturbing, restoring, updating, drawing directions, the basis, the release. On a GPU each
 such operation costs a few microseconds of host time, which the device waits for when kernels are
 short, so this count, which needs no GPU and does not depend on the machine's noise, is where a
-step's time over its floor on a GPU starts (profile_zo_step.py --device cuda measures the time
+step's time over its floor on a GPU starts (`pazo-bench profile --device cuda` measures the time
 itself). On CPU, with private and public batches of 2 examples: the counts do not depend on the
 batch sizes. Views count as operations (each is a dispatch, with its host time).
 
@@ -22,19 +24,16 @@ from __future__ import annotations
 
 import argparse
 import collections
-import sys
 import timeit
 from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_methods import (  # noqa: E402
-    FORWARDS, PUBLIC_PASSES, SETTINGS, bare_passes, build_benchmark_method, result_record, run_main,
-    set_batch_size, synthetic_inputs, write_result)
-
-ROOT = Path(__file__).resolve().parents[1]
+from pazo.bench.common import RESULTS_DIR, run_main, write_result
+from pazo.bench.settings import (FORWARDS, PUBLIC_PASSES, SETTINGS, bare_passes, build_benchmark_method,
+                                 set_batch_size, synthetic_inputs)
+from pazo.bench.timing import result_record
 BATCH = 2
 
 
@@ -86,7 +85,7 @@ def main():
     parser.add_argument("--settings", default="digits,cifar_shape,cifar10_nf224,tiny_imagenet_vit,imdb_lstm")
     parser.add_argument("--methods", default="mezo,dpzero,pazo_m,pazo_p,pazo_s")
     parser.add_argument("--engine", default="inplace", choices=["inplace", "vectorised"])
-    parser.add_argument("--out", default=str(ROOT / "scripts" / "results" / "step_ops_cpu.json"))
+    parser.add_argument("--out", default=str(RESULTS_DIR / "step_ops_cpu.json"))
     args = parser.parse_args()
     settings, methods = args.settings.split(","), args.methods.split(",")
     for value, known, what in ((settings, SETTINGS, "setting"), (methods, FORWARDS, "method")):
@@ -108,5 +107,10 @@ def main():
     write_result(Path(args.out), result_record(torch.device("cpu"), rows))
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`pazo-bench step-ops`, `python -m pazo.bench.step_ops`, `python scripts/count_step_ops.py`."""
     run_main("count_step_ops", main)
+
+
+if __name__ == "__main__":
+    cli()

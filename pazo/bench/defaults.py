@@ -2,7 +2,9 @@
 defaults must lie inside the paper's grids (configs/sweeps/grids/cifar10.yaml, Table 9) and still
 train here. One run per method (privacy=none for the non-private ones), two at a time.
 
-    python scripts/check_defaults.py [--out scripts/results/defaults_digits_cpu.json] [--seed 0]
+    pazo-bench defaults [--out scripts/results/defaults_digits_cpu.json] [--seed 0]
+
+(or `python -m pazo.bench.defaults`, or `python scripts/check_defaults.py`)
 
 Writes, per method: the defaults used, final and best validation and test accuracy, the chance-level
 warning if any, status and epsilon spent. Runs go to outputs/check_defaults/<method>/ (a finished
@@ -22,9 +24,9 @@ from pathlib import Path
 import torch
 import yaml
 
+from pazo import REPO_ROOT as ROOT
+from pazo.bench.common import RESULTS_DIR, command_line
 from pazo.methods import method_info, method_names
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def train(method: str, seed: int, out: Path, threads: int) -> dict:
@@ -55,7 +57,7 @@ def train(method: str, seed: int, out: Path, threads: int) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="scripts/results/defaults_digits_cpu.json")
+    parser.add_argument("--out", default=str(RESULTS_DIR / "defaults_digits_cpu.json"))
     parser.add_argument("--runs", default=str(ROOT / "outputs" / "check_defaults"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2)
@@ -71,12 +73,17 @@ def main():
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    out.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "commit": commit,
+    out.write_text(json.dumps({"command": command_line(), "commit": commit,
                                "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                                            "threads_per_run": threads, "torch": torch.__version__},
                                "results": rows}, indent=2) + "\n")
     print(f"wrote {out}")
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """`pazo-bench defaults`, `python -m pazo.bench.defaults`, `python scripts/check_defaults.py`."""
     main()
+
+
+if __name__ == "__main__":
+    cli()
