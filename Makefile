@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test test-all lint setup bench-calibration bench-cpu bench-gpu demo clean
 
-## The pinned requirements, then pazo itself in editable mode (entry points pazo-train, pazo-sweep).
+## The pinned requirements, then pazo itself in editable mode (entry points pazo-train, pazo-sweep, pazo-bench, pazo-report).
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements-dev.txt

@@ -5,3 +5,6 @@ from pathlib import Path
 #: (`pazo-train`, `python -m pazo.train`) find it from here whatever the working directory, so pazo
 #: is installed from a clone in editable mode (`pip install -e .`); a wheel does not carry it.
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+#: The repository root (the clone pazo is installed from in editable mode): where `outputs/` and
+#: `scripts/results/` are by default, whatever the working directory.
+REPO_ROOT = CONFIG_DIR.parent

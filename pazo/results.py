@@ -20,11 +20,11 @@ import yaml
 from pazo.errors import ConfigError
 from pazo.methods import METHODS, method_names
 
-ROOT = Path(__file__).resolve().parents[1]
-PAPER_VALUES = ROOT / "scripts" / "paper_values.csv"
+#: the paper's published values, shipped with the package (package data)
+PAPER_VALUES = Path(__file__).resolve().parent / "report" / "paper_values.csv"
 #: row order of the tables: the non-private references first, then the private methods as registered
 METHOD_ORDER = ([n for n, i in METHODS.items() if not i.private] + [n for n, i in METHODS.items() if i.private])
-#: scripts/benchmark_methods.py's paper-sized settings -> the column of the paper's Table 5 each matches
+#: `pazo-bench methods`' paper-sized settings -> the column of the paper's Table 5 each matches
 #: (the authors resize CIFAR-10 to 224 px)
 BENCHMARK_PAPER_SETTING = {"cifar10_nf224": "cifar10", "tiny_imagenet_vit": "tiny_imagenet", "imdb_lstm": "imdb",
                            "mnli_roberta": "mnli"}

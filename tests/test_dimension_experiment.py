@@ -1,14 +1,10 @@
 """DPZero's dimension experiment: the quadratic's construction and the script end to end."""
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from pazo.synthetic.quadratic import Quadratic, effective_rank, eigenvalues, run_method
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 
 @pytest.mark.parametrize("d", [10, 1000])
@@ -40,7 +36,7 @@ def test_without_noise_all_methods_descend():
 
 
 def test_script_writes_figures_and_data(tmp_path):
-    import dpzero_dimension
+    from pazo.bench import dimension as dpzero_dimension
 
     dpzero_dimension.main(["--dims", "5,20", "--steps", "10", "--n", "30", "--n-test", "30",
                            "--lrs", "0.1,0.5", "--seeds", "1", "--out", str(tmp_path)])

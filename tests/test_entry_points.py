@@ -1,12 +1,14 @@
 """pazo as an installed package: the console scripts run from any directory, the scripts import
-pazo without path tricks, the run's lines reach Hydra's train.log, and W&B stays quiet unless
-`logger.verbose=true`."""
+pazo without path tricks, `pazo-bench` / `pazo-report` list their commands and refuse an unknown
+one, the run's lines reach Hydra's train.log, and W&B stays quiet unless `logger.verbose=true`."""
 import os
 import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -101,4 +103,51 @@ def test_pyproject_declares_the_pinned_requirements():
     extras = project["project"]["optional-dependencies"]
     assert extras["dev"] == _requirement_lines("requirements-dev.txt")
     assert extras["bench"] == _requirement_lines("requirements-bench.txt")
-    assert project["project"]["scripts"] == {"pazo-train": "pazo.train:cli", "pazo-sweep": "pazo.sweep:main"}
+    assert project["project"]["scripts"] == {"pazo-train": "pazo.train:cli", "pazo-sweep": "pazo.sweep:main",
+                                             "pazo-bench": "pazo.bench:main", "pazo-report": "pazo.report:main"}
+    assert project["tool"]["setuptools"]["package-data"] == {"pazo.report": ["paper_values.csv"]}
+
+
+@pytest.mark.parametrize("package,names", [
+    ("bench", ["methods", "engines", "memory", "calibration", "profile", "step-ops", "defaults", "dimension"]),
+    ("report", ["tables", "figures", "audit-table", "llm-table"]),
+])
+def test_bench_and_report_list_their_commands_and_refuse_an_unknown_one(package, names, tmp_path):
+    """`pazo-bench --help` / `pazo-report --help` (here `python -m pazo.bench`, the same function,
+    run from a directory other than the repository): each command on a line of its own; an unknown
+    name is one `pazo: error:` line and exit 2; a command's own --help is its argparse usage."""
+    prog = f"pazo-{package}"
+    run = lambda *args: subprocess.run([sys.executable, "-m", f"pazo.{package}", *args], cwd=tmp_path,  # noqa: E731
+                                       env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    done = run("--help")
+    assert done.returncode == 0 and done.stderr == "" and done.stdout.startswith(f"usage: {prog} <name> [args]")
+    listed = [line.split()[0] for line in done.stdout.splitlines() if line.startswith("  ")]
+    assert listed == names
+    bad = run("nope", "--help")
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr == f"pazo: error: unknown {prog} command 'nope'; choices: {', '.join(names)}\n"
+    one = run(names[0], "--help")
+    assert one.returncode == 0 and one.stdout.startswith(f"usage: {prog} {names[0]} ")
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_every_command_runs_its_module_in_process(capsys):
+    """Each name of `pazo-bench` / `pazo-report` reaches its module's `cli()` (its --help), which is
+    also what `python -m pazo.<package>.<module>` and the launcher in scripts/ run."""
+    import importlib
+
+    import pazo.bench
+    import pazo.report
+
+    for package in (pazo.bench, pazo.report):
+        prog = "pazo-" + package.__name__.split(".")[1]
+        for name, (module, summary) in package.COMMANDS.items():
+            assert callable(importlib.import_module(module).cli) and summary
+            assert package.main([name, "--help"]) == 0
+            assert capsys.readouterr().out.startswith(f"usage: {prog} {name} ")
+        assert package.main([]) == 2 and capsys.readouterr().err.startswith("pazo: error: ")
+    launchers = {p.stem: p.read_text() for p in (ROOT / "scripts").glob("*.py")}
+    modules = {m for p in (pazo.bench, pazo.report) for m, _ in p.COMMANDS.values()}
+    assert {next(line.split()[1] for line in text.splitlines() if "import cli" in line)
+            for text in launchers.values()} == modules
+    assert all(len(text.splitlines()) <= 4 for text in launchers.values())

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
+from golden.cases import CASES        # tests/golden is a package under pytest's default (prepend) import mode
+from golden.record import run_case
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-sys.path.insert(0, str(GOLDEN))
-from cases import CASES  # noqa: E402
-from record import run_case  # noqa: E402
 
 RECORDED = json.loads((GOLDEN / "digits_runs.json").read_text())
 #: the logged epsilon's schedule is not part of a method's arithmetic (the final one is compared)

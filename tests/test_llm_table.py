@@ -1,15 +1,13 @@
-"""scripts/llm_table.py: the configuration is selected on mean validation score over data seeds,
-and its test score is reported as mean and spread over those seeds."""
+"""pazo.report.llm_table (`pazo-report llm-table`): the configuration is selected on mean
+validation score over data seeds, and its test score is reported as mean and spread over those seeds."""
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from llm_table import main, seed_table  # noqa: E402
-from pazo.results import load_runs  # noqa: E402
+from pazo.report.llm_table import main, seed_table
+from pazo.results import load_runs
 
 
 def write_run(folder: Path, lr: float, data_seed: int, val: float, test: float, em: float):

@@ -1,10 +1,9 @@
-"""The tables and figures scripts on fabricated run directories: the paper's protocol (best test
+"""The tables and figures (pazo.report) on fabricated run directories: the paper's protocol (best test
 accuracy over the grid) with '—' when every configuration failed and the paper's values beside
 ours, selection on validation accuracy over seeds, runs without a privacy guarantee left out of the
 epsilon columns and listed, chance-level marks, the public-only reference, the Table 8 and Table 5
-layouts, figures that render, and the benchmark scripts' counts checked before any job, their
+layouts, figures that render, and the benchmarks' (pazo.bench) counts checked before any job, their
 Ctrl-C and their result files."""
-import importlib.util
 import json
 import os
 import signal
@@ -18,17 +17,16 @@ import pytest
 import torch
 import yaml
 
+from pazo.bench import common as bench_common
+from pazo.bench import engines as bench_engines
+from pazo.bench import methods as bench_methods
+from pazo.bench import settings as bench_settings
+from pazo.bench import step_ops
+from pazo.report import figures as make_figures
+from pazo.report import tables as make_tables
 from pazo.results import load_runs, paper_values, select_configs
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def fake_run(root: Path, setting, method, epsilon, status, accuracy, steps=4, seed=0, val="same", privacy=None,
@@ -81,7 +79,7 @@ def sweep(tmp_path):
 
 
 def tables(root, out, *args):
-    assert script("make_tables").main([str(root), "--out", str(out), *args]) == 0
+    assert make_tables.main([str(root), "--out", str(out), *args]) == 0
     return (out / f"{root.name}_cifar10.md").read_text(), pd.read_csv(out / f"{root.name}_cifar10.csv",
                                                                        dtype={"column": str})
 
@@ -210,11 +208,11 @@ def test_selection_on_validation_over_seeds(seeded, tmp_path):
 def test_selection_on_validation_needs_validation_accuracy(sweep, tmp_path, capsys):
     root, _ = sweep
     fake_run(root, "cifar10", "dpzero", 1, "finished", 0.47, val=None, lr=0.2)
-    assert script("make_tables").main([str(root), "--out", str(tmp_path / "t")]) == 2
+    assert make_tables.main([str(root), "--out", str(tmp_path / "t")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pazo: error: 1 of 13 finished runs have no validation accuracy") and err.count("\n") == 1
     assert "--selection test" in err
-    assert script("make_figures").main([str(root), "--out", str(tmp_path / "f")]) == 2
+    assert make_figures.main([str(root), "--out", str(tmp_path / "f")]) == 2
 
 
 def test_chance_level_cells_are_marked(tmp_path):
@@ -256,7 +254,7 @@ def test_table8_and_table5_layouts(tmp_path):
         {"setting": "digits", "method": "dpzero", "impl": "pazo", "engine": "inplace", "median_s": 0.006,
          "forwards": 2, "paired_speedup_over_dpsgd": 2.6}]}))
     out = tmp_path / "tables"
-    assert script("make_tables").main([str(root), "--benchmark", str(bench), str(cpu), "--out", str(out)]) == 0
+    assert make_tables.main([str(root), "--benchmark", str(bench), str(cpu), "--out", str(out)]) == 0
     q = (out / "table8_q.md").read_text()
     assert "73.0 (72.9, +0.1)" in q and "74.0 (73.6, +0.4)" in q
     speed = (out / "table5_speed.md").read_text()
@@ -284,7 +282,7 @@ def test_table8_and_table5_layouts(tmp_path):
 
 
 def test_fastest_ignores_a_paired_speedup_that_is_not_a_number():
-    fastest = script("make_tables").fastest
+    fastest = make_tables.fastest
     rows = [{"setting": "digits", "method": "dpzero", "engine": "vectorised", "median_s": 0.006,
              "paired_speedup_over_dpsgd": float("nan")},
             {"setting": "digits", "method": "dpzero", "engine": "inplace", "median_s": 0.005,
@@ -298,7 +296,7 @@ def test_fastest_ignores_a_paired_speedup_that_is_not_a_number():
 
 
 def test_a_missing_benchmark_file_is_one_line(tmp_path, capsys):
-    assert script("make_tables").main(["--benchmark", str(tmp_path / "nope.json"), "--out", str(tmp_path / "t")]) == 2
+    assert make_tables.main(["--benchmark", str(tmp_path / "nope.json"), "--out", str(tmp_path / "t")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pazo: error: no benchmark result file") and err.count("\n") == 1
     assert not (tmp_path / "t").exists()
@@ -309,9 +307,9 @@ def test_the_step_profile_pairs_three_steps_with_their_floor_and_traces_ours(tmp
     paired floor ratio, the minimal step's operations, and our step's operators under the profiler;
     `--device cuda` without CUDA is one line."""
     out = tmp_path / "profile.json"
-    command = [sys.executable, str(ROOT / "scripts" / "profile_zo_step.py"), "--pairs", "3", "--warmup", "1",
+    command = [sys.executable, "-m", "pazo.bench.profile_step", "--pairs", "3", "--warmup", "1",
                "--trace-steps", "2", "--out", str(out)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert set(result["steps"]) == {"ours", "ours_unpacked", "minimal"} and result["pairs"] == 3
@@ -320,8 +318,8 @@ def test_the_step_profile_pairs_three_steps_with_their_floor_and_traces_ours(tmp
     ops = {row["op"]: row for row in result["ours_profiled_ops"]}
     assert ops["aten::normal_"]["calls_per_step"] >= 1 and "aten::convolution" in ops
     if not torch.cuda.is_available():
-        done = subprocess.run(command[:2] + ["--device", "cuda", "--out", str(tmp_path / "no.json")],
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(command[:3] + ["--device", "cuda", "--out", str(tmp_path / "no.json")],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert done.returncode == 1 and done.stderr.strip() == \
             "profile_zo_step: --device cuda, but torch sees no CUDA device"
 
@@ -330,20 +328,20 @@ def test_step_ops_count_what_a_step_does_besides_its_floor(tmp_path):
     """count_step_ops.py: DPZero's in-place step on digits issues its floor's two forwards plus a
     few operations (perturb, move, restore and update: four adds on the packed buffer, the draw);
     PAZO-M's floor holds its public gradient too. An unknown method is argparse's one line."""
-    counter = script("count_step_ops")
-    saved = dict(counter.SETTINGS)             # benchmark_methods' module, shared with other tests
-    counter.set_batch_size(counter.BATCH)
+    saved = dict(bench_settings.SETTINGS)             # shared with other tests
+    bench_settings.set_batch_size(step_ops.BATCH)
     try:
-        row = counter.step_ops("digits", "dpzero", "inplace")
-        pazo_m = counter.step_ops("digits", "pazo_m", "inplace")
+        row = step_ops.step_ops("digits", "dpzero", "inplace")
+        pazo_m = step_ops.step_ops("digits", "pazo_m", "inplace")
     finally:
-        counter.SETTINGS.update(saved)
+        bench_settings.SETTINGS.update(saved)
     assert row["step_ops"] == row["floor_ops"] + row["extra_ops"] and 0 < row["extra_ops"] < 30
     assert row["extra_by_op"]["add_"] == 4 and row["extra_by_op"]["normal_"] >= 1
     assert "convolution" not in row["extra_by_op"]                   # the forwards are the floor's
     assert pazo_m["floor_ops"] > row["floor_ops"] and "convolution_backward" not in pazo_m["extra_by_op"]
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "count_step_ops.py"), "--methods", "mezo,sgd",
-                           "--out", str(tmp_path / "o.json")], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "pazo.bench.step_ops", "--methods", "mezo,sgd",
+                           "--out", str(tmp_path / "o.json")], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.splitlines()[-1].endswith(
         "error: unknown method 'sgd'; choices: mezo, dpzero, pazo_m, pazo_p, pazo_p_prime, pazo_s")
     assert not (tmp_path / "o.json").exists()
@@ -354,7 +352,7 @@ def test_the_floor_takes_the_public_passes_as_the_method_does(asked, together, m
     """benchmark_methods.py's bare passes of PAZO-P take its k public gradients the way the method
     does (`public_grads_batched`): one by one under the CPU's default, together when forced."""
     from pazo.models.functional import FunctionalModel
-    bm = script("benchmark_methods")
+    bm = bench_settings
     method, config, model = bm.build_benchmark_method("pazo_p", "digits", torch.device("cpu"), extra=asked)
     x, y = bm.synthetic_inputs("digits", 4, torch.device("cpu"))
     ways, original = [], FunctionalModel.mean_loss_grads
@@ -373,7 +371,7 @@ def test_public_gradients_benchmark_alternates_the_two_ways_on_the_methods_batch
     taken together and one by one in turn, each way timed once a round, and the model's own default
     recorded beside the paired ratio."""
     from pazo.models.functional import FunctionalModel
-    engines = script("benchmark_engines")
+    engines = bench_engines
     calls, original = [], FunctionalModel.mean_loss_grads
 
     def spy(self, batches, batched=None):
@@ -388,17 +386,17 @@ def test_public_gradients_benchmark_alternates_the_two_ways_on_the_methods_batch
     assert row["paired_together_over_one_by_one"] > 0
 
 
-@pytest.mark.parametrize("name,argument", [("benchmark_methods", "--iters=0"), ("benchmark_engines", "--warmup=-1"),
-                                           ("profile_zo_step", "--pairs=0")])
+@pytest.mark.parametrize("name,argument", [("methods", "--iters=0"), ("engines", "--warmup=-1"),
+                                           ("profile_step", "--pairs=0")])
 def test_benchmark_counts_are_checked_before_any_job(name, argument, tmp_path):
     """A count below its least value is argparse's one line and exit 2, before any job runs or any
     result file is written."""
     out = tmp_path / "result.json"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / f"{name}.py"), argument, "--out", str(out)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", f"pazo.bench.{name}", argument, "--out", str(out)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines()[-1].endswith(f"error: argument {argument.split('=')[0]}: must be an integer >= "
-                                                 f"{1 if name != 'benchmark_engines' else 0}, got "
+                                                 f"{1 if name != 'engines' else 0}, got "
                                                  f"{argument.split('=')[1]}")
     assert not out.exists()
 
@@ -406,7 +404,7 @@ def test_benchmark_counts_are_checked_before_any_job(name, argument, tmp_path):
 def test_an_interrupted_benchmark_is_one_line_and_keeps_the_earlier_result(tmp_path, capsys, monkeypatch):
     """Ctrl-C in a benchmark: one line, exit 130; a result file interrupted while being written
     leaves the earlier one as it was (written to a temporary file, then renamed) and no leftover."""
-    bench = script("benchmark_methods")
+    bench = bench_common
 
     def interrupted():
         raise KeyboardInterrupt
@@ -438,7 +436,7 @@ def test_a_terminated_benchmark_is_one_line_and_kills_its_running_job(tmp_path):
     killed with it (before, the parent died and the job ran on to its end)."""
     pid_file = tmp_path / "job.pid"
     job = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
-    parent = (f"import subprocess, sys; sys.path.insert(0, {str(ROOT / 'scripts')!r}); import benchmark_methods as b; "
+    parent = (f"import subprocess, sys; from pazo.bench import common as b; "
               f"b.run_main('benchmark_methods', lambda: subprocess.run([sys.executable, '-c', {job!r}]))")
     proc = subprocess.Popen([sys.executable, "-c", parent], stderr=subprocess.PIPE, text=True)
     job_pid = None
@@ -474,7 +472,7 @@ def test_figures_render(sweep, tmp_path, monkeypatch):
                         lambda ax, y=0, *a, **k: lines.append((y, k.get("label"))) or axhline(ax, y, *a, **k))
     root, _ = sweep
     out = tmp_path / "figs"
-    assert script("make_figures").main([str(root), "--out", str(out), "--epsilon", "1"]) == 0
+    assert make_figures.main([str(root), "--out", str(out), "--epsilon", "1"]) == 0
     for name in ["figure2_accuracy_vs_epsilon", "figure3_best_zo_vs_fo", "figure4_accuracy_vs_steps",
                  "figure5_accuracy_vs_speed", "figure6_robustness"]:
         for ext in ("png", "pdf"):
@@ -504,7 +502,7 @@ def test_the_gpu_benchmark_settings_run_on_cpu_at_a_tiny_batch(setting, tmp_path
     k = 6, one by one, peak near 15 GB), each engine, build and step on the setting's real model;
     every row has its floor (private forwards and public passes) and peak memory, and no job fails."""
     out = tmp_path / "methods.json"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark_methods.py"), "--device", "cpu",
+    done = subprocess.run([sys.executable, "-m", "pazo.bench.methods", "--device", "cpu",
                            "--settings", setting, "--methods", "dpsgd,dpzero,pazo_s", "--iters", "1",
                            "--warmup", "0", "--batch-size", "2", "--out", str(out)],
                           capture_output=True, text=True, timeout=1800)
@@ -537,7 +535,7 @@ def test_the_gpu_benchmark_settings_run_on_cpu_at_a_tiny_batch(setting, tmp_path
 def test_a_failed_benchmark_job_says_how_it_ended(returncode, stderr, expected):
     """A job that wrote no row is reported by its last stderr line or, killed by a signal (the
     out-of-memory killer's SIGKILL writes nothing), by the signal: before, "no output"."""
-    assert script("benchmark_methods").job_failure(returncode, stderr) == expected
+    assert bench_methods.job_failure(returncode, stderr) == expected
 
 
 def test_the_gpu_benchmark_script_runs_the_share_it_is_given(tmp_path):

@@ -1,19 +1,18 @@
-"""Record the golden runs: `python tests/golden/record.py` (only when a change is *meant* to change
-the numbers; say so in the commit)."""
+"""Record the golden runs: `python -m tests.golden.record` from the repository root (only when a
+change is *meant* to change the numbers; say so in the commit)."""
 from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
+from .cases import CASES, COMMON, IGNORED
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from cases import CASES, COMMON, IGNORED  # noqa: E402
 
 
 @contextmanager

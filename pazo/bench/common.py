@@ -1,0 +1,93 @@
+"""What every benchmark shares besides its settings (`pazo.bench.settings`) and its timing
+(`pazo.bench.timing`): where results go, the command and commit recorded with a result, the result
+file written whole, and the command line's integer checks and Ctrl-C / SIGTERM handling.
+
+The standard library only: `pazo-bench calibration` and `memory` (whose measured subprocesses
+import no more than they need) use it without torch."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from pazo import REPO_ROOT
+
+#: where the benchmarks write their result files by default (data, not code: beside the launchers)
+RESULTS_DIR = REPO_ROOT / "scripts" / "results"
+
+
+def git_commit() -> str | None:
+    """The checkout's commit (with "+dirty" when tracked files other than scripts/results/ differ
+    from it: a results file rewritten by the same run does not count), recorded with the results."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)scripts/results"], cwd=REPO_ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def command_line() -> str:
+    """The command that started this process, for its result file: `python scripts/<script>.py ...`
+    as typed (a launcher), `python -m pazo.bench.<module> ...`, or `pazo-bench <name> ...` (the
+    entry point names the command in `sys.argv[0]`)."""
+    if sys.argv[0].startswith(("pazo-bench ", "pazo-report ")):
+        return " ".join(sys.argv)
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name.startswith("pazo."):
+        return " ".join(["python -m", spec.name, *sys.argv[1:]])
+    return "python " + " ".join(sys.argv)
+
+
+def write_result(out: Path, result: dict) -> None:
+    """The benchmark's result file, written whole or not at all (a temporary file renamed over it),
+    so that an interrupted write leaves an earlier result as it was."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    print(f"wrote {out}")
+
+
+class Terminated(BaseException):
+    """SIGTERM (a `kill`, `timeout`, or a scheduler's time limit), raised in the main thread: the
+    job subprocess `subprocess.run` is waiting on is then killed on the way out, not left running.
+    (A BaseException, as KeyboardInterrupt is: no `except Exception` on the way swallows it.)"""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated
+
+
+def run_main(name: str, main) -> None:
+    """`main()`, with Ctrl-C one line and exit 130, SIGTERM one line and exit 143: a benchmark
+    writes its file only at the end, so an interrupted one has written nothing."""
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        main()
+    except (KeyboardInterrupt, Terminated) as stop:
+        how, code = ("interrupted", 130) if isinstance(stop, KeyboardInterrupt) else ("terminated", 143)
+        print(f"{name}: {how}; nothing written (an earlier result file is as it was)", file=sys.stderr)
+        sys.exit(code)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def at_least(low: int):
+    """An argparse type: an integer >= low (else argparse's one-line error)."""
+    def integer(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+    return integer

@@ -1,0 +1,271 @@
+"""Seconds per iteration of every method, and of Opacus' DP-SGD, on the same model and batch.
+
+    pazo-bench methods [--device auto] [--settings digits,cifar_shape] [--threads N]
+                       [--iters 30] [--warmup 5] [--out scripts/results/methods_<device>.json]
+                       [--batch-size B]
+
+(or `python -m pazo.bench.methods`, or `python scripts/benchmark_methods.py`, with the same arguments)
+
+`--batch-size` replaces every setting's b: a smoke run of the GPU settings' code on CPU (a few
+examples per batch; the timings are then not the settings' and say nothing about the goal).
+
+Synthetic inputs of each setting's shapes (no data set needed). Every job (a method with an engine,
+Opacus, or the bare passes) runs in its own subprocess: `warmup` untimed steps, then `iters` steps,
+each timed alone with CUDA synchronisation before and after; we report the median and the
+25th/75th percentiles, and the peak memory of the timed steps: on CUDA the allocator's peak, on CPU
+the peak resident set of the subprocess (VmHWM, reset after set-up; it includes the interpreter,
+torch (with torch._dynamo, which some methods import on first use) and the data, about the same
+in every job). Our methods run from the real configs
+(configs/method/*.yaml) with sigma = 1 and a Poisson-size batch fixed at b; zeroth-order methods
+run under both engines (`engine`). Opacus (optional: `pip install -r requirements-bench.txt`) runs
+DP-SGD with per-sample-gradient hooks and with ghost clipping, on a copy of the same model, batch
+and clip.
+
+A zeroth-order method's floor is the bare passes it needs, each timed alone in the same subprocess
+just before the method: its private forwards (2q, or k + 1 for PAZO-S) at the median time of one
+no-grad forward of the private batch, plus its public passes (the gradient of one batch of b' examples
+for PAZO-M, of k batches for PAZO-P/S, in one pass or one by one as the method takes them: `public_s`).
+`floor_ratio` is the method's median over that floor; `paired_floor_ratio` the median, over `iters`
+pairs, of one step's time over the time of its bare passes run back to back just before it (robust
+to a machine whose speed drifts, as a shared one does); `mem_ratio` its peak memory over the peak of
+one no-grad forward of the private batch (the `floor` job); `paired_speedup_over_dpsgd` the median,
+over `iters` pairs, of a DP-SGD step's time over the method's step run just after it (DP-SGD built
+in the same subprocess once the method's peak memory is read). `paper_setting` names the column of the
+paper's Table 5 a setting matches (`pazo-report tables --benchmark` reads this file).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import signal
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from pazo.bench.common import RESULTS_DIR, at_least, run_main, write_result
+from pazo.bench.settings import (ENGINE_NAMES, FORWARDS, PAPER_SETTING, PUBLIC_PASSES, SETTINGS, bare_model,
+                                 bare_passes, build_benchmark_method, compose_cfg, public_passes, set_batch_size,
+                                 synthetic_inputs)
+from pazo.bench.timing import paired_times, result_record, time_steps
+from pazo.methods.base import public_grads_batched
+from pazo.models import build_model
+
+DEFAULT_SETTINGS = "digits,cifar_shape"
+METHODS = ["sgd", "dpsgd", "dpmd", "dope_sgd", "gep", "mezo", "dpzero", "pazo_m", "pazo_p", "pazo_p_prime",
+           "pazo_s"]
+
+
+def forward_floor(setting, device, warmup, iters, model=None):
+    """One bare forward pass (no gradient, eval mode) of the setting's model on a private batch."""
+    model = model or bare_model(setting, device)
+    x, y = synthetic_inputs(setting, SETTINGS[setting][3], device)
+    was = model.module.training
+    model.module.eval()
+
+    def forward():
+        with torch.no_grad():
+            model.current_losses(x, y)
+    try:
+        return time_steps(forward, device, warmup, iters)
+    finally:
+        model.module.train(was)
+
+
+def public_floor(setting, device, warmup, iters, public_batch_size, batches=1, model=None, together=None):
+    """The public passes of one step (`public_passes`), timed alone, train mode."""
+    model = model or bare_model(setting, device)
+    return time_steps(public_passes(setting, device, public_batch_size, batches, model, together), device, warmup,
+                      iters)
+
+
+def ours(name, setting, device, warmup, iters, extra=(), engine=None):
+    b = SETTINGS[setting][3]
+    method, config, model = build_benchmark_method(name, setting, device, engine, extra)
+    x, y = synthetic_inputs(setting, b, device)
+    counter = iter(range(1, 10**9))
+    step = lambda: method.step(x, y, next(counter))  # noqa: E731
+    if name not in FORWARDS:
+        return time_steps(step, device, warmup, iters), model.dim
+    # the bare passes: each timed alone, just before the method, and again interleaved with its steps
+    n_fwd, n_pub = FORWARDS[name](config), PUBLIC_PASSES.get(name, lambda m: 0)(config)
+    fwd = forward_floor(setting, device, warmup, iters, model)["median_s"]
+    pub = (public_floor(setting, device, warmup, iters, config.public_batch_size, n_pub, model,
+                        public_grads_batched(config, model))["median_s"]
+           if n_pub else 0.0)
+    bare = bare_passes(setting, device, name, config, model, x, y)
+    row = time_steps(step, device, warmup, iters)
+    # pairs (bare passes, step): the ratio holds when the machine's speed drifts
+    ratios = [after / before for before, after in paired_times(bare, step, device, iters)]
+    row.update(forwards=n_fwd, forward_s=fwd, public_passes=n_pub, public_s=pub, floor_s=n_fwd * fwd + pub,
+               floor_ratio=row["median_s"] / (n_fwd * fwd + pub), paired_floor_ratio=statistics.median(ratios))
+    row["paired_speedup_over_dpsgd"] = paired_speedup_over_dpsgd(step, setting, device, warmup, iters)
+    return row, model.dim
+
+
+def paired_speedup_over_dpsgd(step, setting, device, warmup, iters) -> float:
+    """The median, over `iters` pairs, of a DP-SGD step's time over the method's step run just after
+    it, in this process (DP-SGD from its own config on its own copy of the model and batch, built
+    after the method's memory was measured): a speedup that holds when the machine's speed drifts
+    between subprocesses, which a ratio of two jobs' medians does not."""
+    dpsgd, _, _ = build_benchmark_method("dpsgd", setting, device)
+    x, y = synthetic_inputs(setting, SETTINGS[setting][3], device)
+    counter = iter(range(1, 10**9))
+    baseline = lambda: dpsgd.step(x, y, next(counter))  # noqa: E731
+    for _ in range(warmup):
+        baseline()
+    return statistics.median(before / after for before, after in paired_times(baseline, step, device, iters))
+
+
+def opacus_dpsgd(mode, setting, device, warmup, iters):
+    from opacus import PrivacyEngine
+
+    shape, classes, model_overrides, b = SETTINGS[setting]
+    cfg = compose_cfg(["method=dpsgd", *model_overrides])
+    torch.manual_seed(0)
+    module = build_model(cfg.model, shape, classes).to(device)
+    optimizer = torch.optim.SGD(module.parameters(), lr=float(cfg.method.lr))
+    data = torch.utils.data.TensorDataset(*synthetic_inputs(setting, 4 * b))
+    loader = torch.utils.data.DataLoader(data, batch_size=b)
+    made = PrivacyEngine(accountant="prv").make_private(
+        module=module, optimizer=optimizer, data_loader=loader, noise_multiplier=1.0,
+        max_grad_norm=float(cfg.method.clip), poisson_sampling=False, grad_sample_mode=mode,
+        criterion=nn.CrossEntropyLoss())
+    model, optimizer, criterion = made[0], made[1], (made[2] if mode == "ghost" else nn.CrossEntropyLoss())
+    x, y = synthetic_inputs(setting, b, device)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+    return time_steps(step, device, warmup, iters)
+
+
+def run_job(job, device, warmup, iters, overrides):
+    """One job in this process: a row of results (without the setting's common fields), with the
+    private batch size the job itself used."""
+    if job["impl"] == "floor":
+        row = {**forward_floor(job["setting"], device, warmup, iters), "what": "one no-grad forward of the batch"}
+    elif job["impl"].startswith("opacus-"):
+        row = opacus_dpsgd(job["impl"].removeprefix("opacus-"), job["setting"], device, warmup, iters)
+    else:
+        row, dim = ours(job["method"], job["setting"], device, warmup, iters, overrides, job.get("engine"))
+        row = {"dim": dim, **row}
+    return {**row, "batch_size": SETTINGS[job["setting"]][3]}
+
+
+def run_isolated(job, args, device):
+    """`run_job` in a subprocess of its own (its own peak memory); the row, or the error."""
+    cmd = [sys.executable, "-m", "pazo.bench.methods", "--job", json.dumps(job), "--device", str(device),
+           "--iters", str(args.iters), "--warmup", str(args.warmup), "--threads", str(args.threads),
+           *(["--batch-size", str(args.batch_size)] if args.batch_size else []),
+           *[a for o in args.override for a in ("--override", o)]]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"error": job_failure(done.returncode, done.stderr)}
+    return json.loads(lines[-1])
+
+
+def job_failure(returncode: int, stderr: str) -> str:
+    """Why a job subprocess gave no row: the last line it wrote to stderr, or how it ended (a job
+    killed by a signal writes nothing: on Linux a SIGKILL out of the blue is most often the kernel's
+    out-of-memory killer)."""
+    last = (stderr.strip().splitlines() or [""])[-1][:300]
+    if returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else f"signal {-returncode}"
+        how = f"killed by {name}" + (" (out of memory?)" if -returncode == signal.SIGKILL else "")
+        return f"{how}: {last}" if last else how
+    return last or f"exit {returncode} and no output"
+
+
+def jobs_for(setting, methods, opacus_modes):
+    jobs = [{"setting": setting, "method": "forward", "impl": "floor"}]
+    for name in methods:
+        engines = ENGINE_NAMES if name in FORWARDS else (None,)
+        jobs += [{"setting": setting, "method": name, "impl": "pazo", **({"engine": e} if e else {})} for e in engines]
+    jobs += [{"setting": setting, "method": "dpsgd", "impl": f"opacus-{mode}"} for mode in opacus_modes]
+    return jobs
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--settings", default=DEFAULT_SETTINGS, help=f"from {', '.join(SETTINGS)}")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--iters", type=at_least(1), default=30)
+    parser.add_argument("--warmup", type=at_least(0), default=5)
+    parser.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--batch-size", type=at_least(1), default=None,
+                        help="every setting's batch size (smoke runs; default: each setting's own)")
+    parser.add_argument("--job", default=None, help=argparse.SUPPRESS)  # internal: run one job and print its row
+    parser.add_argument("--override", action="append", default=[],
+                        help="extra config override for our methods, e.g. method.grad_memory_mb=8192")
+    args = parser.parse_args()
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.batch_size:
+        set_batch_size(args.batch_size)
+    if args.job:
+        # torch.func.grad (per-example and batched public gradients) imports torch._dynamo on first use,
+        # 150-160 MB of peak resident set on CPU (508 -> 658 MB after `import torch`); loaded in every job
+        # up front, so the peak resident sets compare the steps' memory, not which jobs happened to
+        # import it (the forward's does not)
+        importlib.import_module("torch._dynamo")
+        print(json.dumps(run_job(json.loads(args.job), device, args.warmup, args.iters, args.override)))
+        return
+    unknown = sorted(set(args.settings.split(",")) - set(SETTINGS))
+    unknown += sorted(set(args.methods.split(",")) - set(METHODS))
+    if unknown:
+        sys.exit(f"benchmark_methods: unknown setting or method {', '.join(unknown)}; settings: "
+                 f"{', '.join(SETTINGS)}; methods: {', '.join(METHODS)}")
+    try:
+        import opacus  # noqa: F401
+        opacus_modes = ["hooks", "ghost"]
+    except ImportError:
+        opacus_modes = []
+        print("opacus is not installed (pip install -r requirements-bench.txt): skipping it")
+    rows = []
+    for setting in args.settings.split(","):
+        forward_peak = None
+        for job in jobs_for(setting, args.methods.split(","), opacus_modes):
+            base = {**job, "batch_size": SETTINGS[setting][3],
+                    **({"paper_setting": PAPER_SETTING[setting]} if setting in PAPER_SETTING else {})}
+            row = {**base, **run_isolated(job, args, device)}
+            if job["impl"] == "floor":
+                forward_peak = row.get("peak_mem_mb")
+            elif forward_peak and row.get("peak_mem_mb"):
+                row["mem_ratio"] = row["peak_mem_mb"] / forward_peak
+            rows.append(row)
+            print(json.dumps(row))
+    out = Path(args.out or RESULTS_DIR / f"methods_{device.type}.json")
+    write_result(out, result_record(device, rows))   # threads: args.threads where given (set above)
+    print("\n| setting | method | impl | engine | median s/iter | p25-p75 | floor s | x floor | x floor (paired) "
+          "| peak MB | x fwd mem |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['setting']} | {r['method']} | {r['impl']} | {r.get('engine', '')} | "
+                  f"failed: {r['error'][:80]} |")
+            continue
+        fmt = lambda key, f: format(r[key], f) if r.get(key) is not None else ""  # noqa: E731
+        print(f"| {r['setting']} | {r['method']} | {r['impl']} | {r.get('engine', '')} | {r['median_s']:.5f} | "
+              f"{r['p25_s']:.5f}-{r['p75_s']:.5f} | {fmt('floor_s', '.5f')} | {fmt('floor_ratio', '.2f')} | "
+              f"{fmt('paired_floor_ratio', '.2f')} | "
+              f"{fmt('peak_mem_mb', '.0f')} | {fmt('mem_ratio', '.2f')} |")
+
+
+def cli() -> None:
+    """`pazo-bench methods`, `python -m pazo.bench.methods`, `python scripts/benchmark_methods.py`."""
+    run_main("benchmark_methods", main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,140 @@
+"""The benchmarks' settings and what runs on them: synthetic inputs of each setting's shapes (no
+data set needed), its model with random weights, a method built from its real config
+(configs/method/*.yaml), and the bare passes of a zeroth-order step (its floor). Shared by
+`pazo.bench.methods`, `engines`, `profile_step` and `step_ops`."""
+from __future__ import annotations
+
+import torch
+from hydra import compose, initialize_config_dir
+
+from pazo import CONFIG_DIR
+from pazo.data.base import TensorSplit
+from pazo.zo.engines import build_engine
+from pazo.models import FunctionalModel, build_model
+from pazo.rng import RandomStreams
+
+from pazo.methods import build_method, method_config, method_info
+from pazo.methods.base import public_grads_batched
+from pazo.privacy.plan import PrivacyPlan
+from pazo.results import BENCHMARK_PAPER_SETTING
+
+SETTINGS = {  # input shape, classes, config overrides, expected batch size
+    "digits": ((1, 8, 8), 10, ["model=small_cnn"], 64),
+    "cifar_shape": ((3, 32, 32), 10, ["model=small_cnn", "model.width=32"], 256),
+    # the paper's CIFAR-10 setting (experiment=cifar10: NF-ResNet18, per-method defaults), at the
+    # native 32 px and at the authors' 224 px
+    "cifar10_nf32": ((3, 32, 32), 10, ["experiment=cifar10"], 64),
+    "cifar10_nf224": ((3, 224, 224), 10, ["experiment=cifar10"], 64),
+    # the paper's Tiny-ImageNet setting (experiment=tiny_imagenet: timm vit_tiny_patch16_224, 200 classes)
+    "tiny_imagenet_vit": ((3, 224, 224), 200, ["experiment=tiny_imagenet"], 64),
+    # the paper's IMDB setting (experiment=imdb: 2-layer LSTM over 290 tokens, 10k vocabulary)
+    "imdb_lstm": ((290,), 2, ["experiment=imdb"], 64),
+    # the paper's MNLI setting: RoBERTa-base prompt model (random weights of roberta-base's shape,
+    # so no download), prompts of 128 tokens with one <mask>
+    "mnli_roberta": ((128,), 3, ["experiment=mnli"], 64),
+}
+TEXT_VOCAB = {"imdb_lstm": 10002, "mnli_roberta": 50265}
+MASK_ID = 50264  # roberta-base's <mask>
+# which column of the paper's Table 5 a setting corresponds to (pazo.results)
+PAPER_SETTING = BENCHMARK_PAPER_SETTING
+# private forward passes per step of each zeroth-order method: its floor is that many bare forwards
+FORWARDS = {"mezo": lambda m: 2 * m.q, "dpzero": lambda m: 2 * m.q, "pazo_m": lambda m: 2 * m.q,
+            "pazo_p": lambda m: 2 * m.q, "pazo_p_prime": lambda m: 2 * m.q,
+            "pazo_s": lambda m: m.k + int(m.noisy_candidate)}
+# public forward-and-backward passes (of b' examples each) per step
+PUBLIC_PASSES = {"pazo_m": lambda m: int(m.alpha > 0), "pazo_p": lambda m: m.k, "pazo_p_prime": lambda m: m.k,
+                 "pazo_s": lambda m: m.k}
+ENGINE_NAMES = ("vectorised", "inplace")
+
+
+def set_batch_size(b: int) -> None:
+    """Every setting's expected batch size (the last field of SETTINGS) set to b, in this process."""
+    for name, (shape, classes, overrides, _) in SETTINGS.items():
+        SETTINGS[name] = (shape, classes, overrides, b)
+
+
+def synthetic_inputs(setting, n, device="cpu"):
+    """Random inputs of a setting's shapes: images in [0, 1), or token ids for text settings."""
+    shape, classes, _, _ = SETTINGS[setting]
+    if setting in TEXT_VOCAB:
+        x = torch.randint(5, TEXT_VOCAB[setting], (n, *shape), device=device)
+        if setting == "mnli_roberta":
+            x[:, 0], x[:, shape[0] // 2], x[:, -1] = 0, MASK_ID, 2  # <s> ... <mask> ... </s>
+    else:
+        x = torch.rand(n, *shape, device=device)
+    return x, torch.randint(0, classes, (n,), device=device)
+
+
+def compose_cfg(overrides):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def make_module(cfg, setting):
+    shape, classes, _, _ = SETTINGS[setting]
+    torch.manual_seed(0)
+    if setting == "mnli_roberta":
+        from transformers import RobertaConfig, RobertaForMaskedLM
+
+        from pazo.models.prompt_mlm import PromptMaskedLM
+
+        mlm = RobertaForMaskedLM(RobertaConfig(vocab_size=50265, max_position_embeddings=514, pad_token_id=1,
+                                               bos_token_id=0, eos_token_id=2, type_vocab_size=1,
+                                               attn_implementation="eager"))
+        # 3 label-word rows; the ids do not matter for timing
+        return PromptMaskedLM(mlm, [100, 200, 300], pad_id=1, mask_id=MASK_ID)
+    return build_model(cfg.model, shape, classes)
+
+
+def bare_model(setting, device):
+    cfg = compose_cfg(["method=dpzero", *SETTINGS[setting][2]])
+    return FunctionalModel(make_module(cfg, setting).to(device))
+
+
+def build_benchmark_method(name, setting, device, engine=None, extra=()):
+    """Method `name` from its real config on the setting's model (random weights, seed 0), with
+    sigma = 1 (if private), 512 synthetic public examples and the given engine (in-place for
+    first-order methods, which do not use it), in train mode: (method, its config, the model)."""
+    _, _, model_overrides, b = SETTINGS[setting]
+    cfg = compose_cfg([f"method={name}", *model_overrides, *extra,
+                       *([f"engine.name={engine}"] if engine else [])])
+    model = FunctionalModel(make_module(cfg, setting).to(device))
+    config = method_config(cfg.method)
+    plan = PrivacyPlan.with_sigma(1.0 if method_info(name).private else None, b, config.release(), steps=1000)
+    public = TensorSplit(*synthetic_inputs(setting, 512))
+    method = build_method(config, model=model, plan=plan, streams=RandomStreams(0), public=public, device=device,
+                          engine=build_engine(cfg.engine, engine or "inplace"))
+    model.module.train()
+    return method, config, model
+
+
+def public_passes(setting, device, public_batch_size, batches, model, together=None):
+    """The public passes of one step, as the methods take them: the mean loss's gradient of one
+    batch of b' public examples (PAZO-M), or of `batches` batches (PAZO-P/S:
+    `FunctionalModel.mean_loss_grads`), in one vmapped pass or one after another as `together`
+    says (the method's choice: `public_grads_batched`; None, the model's preference)."""
+    data = [synthetic_inputs(setting, public_batch_size, device) for _ in range(batches)]
+    if batches == 1:
+        return lambda: model.mean_loss_grad(*data[0])
+    return lambda: model.mean_loss_grads(data, batched=together)
+
+
+def bare_passes(setting, device, name, config, model, x, y):
+    """The bare passes of one step of zeroth-order method `name` (its floor), back to back: its
+    private no-grad forwards of (x, y), switching to eval mode and back only where the engines do
+    too (`train_mode_matters`) and as they do, then its public passes (`public_passes`)."""
+    n_fwd, n_pub = FORWARDS[name](config), PUBLIC_PASSES.get(name, lambda m: 0)(config)
+    public_pass = public_passes(setting, device, config.public_batch_size, n_pub, model,
+                                public_grads_batched(config, model)) if n_pub else None
+
+    def passes():
+        if model.train_mode_matters:
+            model.set_training(False)
+        with torch.no_grad():
+            for _ in range(n_fwd):
+                model.current_losses(x, y)
+        if model.train_mode_matters:
+            model.set_training(True)
+        if public_pass is not None:
+            public_pass()
+    return passes

@@ -1,0 +1,18 @@
+"""Tables and figures from run directories and result files: `pazo-report <name> [args]` (or
+`python -m pazo.report.<module>`, or the launchers in scripts/). The paper's published values,
+`paper_values.csv`, ship with this package."""
+from __future__ import annotations
+
+#: name -> (module, one line for `pazo-report --help`)
+COMMANDS = {
+    "tables": ("pazo.report.tables", "the paper's tables from sweeps (and Table 5 from benchmark files)"),
+    "figures": ("pazo.report.figures", "the paper's figures from sweeps, as PNG and PDF"),
+    "audit-table": ("pazo.report.audit_table", "privacy audits gathered into one markdown table"),
+    "llm-table": ("pazo.report.llm_table", "mean and spread over data seeds of the LLM sweeps"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`pazo-report <name> [args]`."""
+    from pazo.commands import dispatch
+    return dispatch("pazo-report", "tables and figures", COMMANDS, argv)

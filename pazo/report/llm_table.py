@@ -1,0 +1,86 @@
+"""Mean and spread over data seeds for the LLM sweeps (dpzero_opt_sst2, dpzo_squad), as DPZero and
+DP-ZO report them.
+
+    pazo-report llm-table outputs/sweeps/dpzero_opt_sst2 [more sweep dirs] [--out table.md]
+
+(or `python -m pazo.report.llm_table`, or `python scripts/llm_table.py`)
+
+For each (task, method, epsilon), the configuration (every hyperparameter but the data seed and the
+run seed) with the best mean validation score over its data seeds is selected - validation, never
+test - and its test score is reported as mean and standard deviation (ddof 1) over the data seeds,
+with the number of seeds. The test score is the accuracy for classification and the F1 for SQuAD
+(`final_test_accuracy` holds it), with exact match beside it. Runs that did not finish, or whose
+guarantee does not hold, do not count.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from pazo.results import load_runs
+
+SEED_KEYS = ("dataset.data_seed",)
+
+
+def _exact_match(run_dir: str) -> float:
+    summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    return (summary.get("final_test_metrics") or {}).get("exact_match", math.nan)
+
+
+def seed_table(runs: pd.DataFrame) -> pd.DataFrame:
+    runs = runs[(runs.status == "finished") & runs.problem.isna()].copy()
+    if runs.empty:
+        return pd.DataFrame(columns=["task", "method", "epsilon", "test_mean", "test_std", "em_mean", "em_std",
+                                     "seeds", "val_mean", "selected"])
+    configs = runs.config.map(json.loads)
+    runs["data_seed"] = configs.map(lambda c: c.get("dataset.data_seed"))
+    runs["setting_key"] = configs.map(lambda c: json.dumps({k: v for k, v in c.items() if k not in SEED_KEYS},
+                                                           sort_keys=True, default=str))
+    runs["exact_match"] = runs.run_dir.map(_exact_match)
+    rows = []
+    for (task, method, eps), cell in runs.groupby(["setting", "method", runs.epsilon.fillna(math.inf)]):
+        by_config = cell.groupby("setting_key")
+        val = by_config.final_val_accuracy.mean()
+        if val.isna().all():
+            raise SystemExit(f"llm_table: {task}/{method}/eps={eps}: no validation scores to select on "
+                             "(set dataset.n_val or val_k_shot)")
+        best = cell[cell.setting_key == val.idxmax()]
+        chosen = {k: v for k, v in json.loads(best.setting_key.iloc[0]).items() if k.startswith("method.")}
+        rows.append({"task": task, "method": method, "epsilon": eps,
+                     "test_mean": best.final_accuracy.mean(), "test_std": best.final_accuracy.std(ddof=1),
+                     "em_mean": best.exact_match.mean(), "em_std": best.exact_match.std(ddof=1),
+                     "seeds": best.data_seed.nunique(), "val_mean": val.max(),
+                     "selected": ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in sorted(chosen.items())
+                                           if k not in ("method.name",))})
+    return pd.DataFrame(rows)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("sweeps", nargs="+")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    missing = [s for s in args.sweeps if not Path(s).is_dir()]
+    if missing:
+        print(f"llm_table: error: no sweep directory {', '.join(missing)}", file=sys.stderr)
+        return 2
+    table = seed_table(load_runs(args.sweeps))
+    text = table.to_markdown(index=False, floatfmt=".4f")
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+def cli() -> None:
+    """`pazo-report llm-table`, `python -m pazo.report.llm_table`, `python scripts/llm_table.py`."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()
