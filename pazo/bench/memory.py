@@ -65,10 +65,11 @@ def build(shape: str, dtype: str, device: str):
 def one(what: str, args) -> dict:
     import torch
 
-    from pazo.methods import build_method, method_config
-    from pazo.zo.engines import InPlaceEngine
-    from pazo.privacy.plan import PrivacyPlan
-    from pazo.rng import RandomStreams
+    import numpy as np
+
+    from pazo.bench.settings import compose_cfg
+    from pazo.data.base import DataBundle, TensorSplit
+    from pazo.experiment import build_run
 
     device = torch.device(args.device)
     model = build(args.shape, args.dtype, args.device)
@@ -83,12 +84,16 @@ def one(what: str, args) -> dict:
         with torch.no_grad():
             model.current_losses(x, y)
     else:
-        config = method_config({"name": what, "lr": 1e-6, "clip": 1.0, "q": 1, "smoothing": 1e-3})
-        private = what != "mezo"
-        plan = PrivacyPlan.with_sigma(1.0 if private else None, args.batch, config.release(), steps=1)
-        engine = InPlaceEngine()
-        method = build_method(config, model=model, plan=plan, streams=RandomStreams(0), public=None,
-                              device=device, engine=engine)
+        # the method assembled as a run is (`build_run`): its real config, lr 1e-6, C = 1, q = 1,
+        # sigma = 1 (fixed, not accounted), the in-place engine; the batch is the private data
+        cfg = compose_cfg([f"method={what}", "method.lr=1e-6", "method.clip=1.0", "method.q=1",
+                           "method.smoothing=1e-3", "engine.name=inplace", f"device={device}",
+                           f"train.batch_size={args.batch}", "train.steps=1", "seed=0", "warm_start.epochs=0"])
+        split = TensorSplit(x.cpu(), y.cpu())
+        data = DataBundle(name="synthetic_opt", private=split, public=split.subset(np.arange(0)),
+                          test=split.subset(np.arange(0)), num_classes=2, input_shape=(args.length,))
+        r = build_run(cfg, data=data, module=model.module, sigma=1.0, time_engines=False)
+        method, engine = r.method, r.method.ctx.engine
         method.step(x, y, 1)
         on_the_fly = engine.on_the_fly[1] if engine.on_the_fly else None
         kept = {"half_precision_queries": engine.half_precision_queries,

@@ -4,18 +4,15 @@ data set needed), its model with random weights, a method built from its real co
 `pazo.bench.methods`, `engines`, `profile_step` and `step_ops`."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
 from pazo import CONFIG_DIR
-from pazo.data.base import TensorSplit
-from pazo.zo.engines import build_engine
-from pazo.models import FunctionalModel, build_model
-from pazo.rng import RandomStreams
-
-from pazo.methods import build_method, method_config, method_info
+from pazo.data.base import DataBundle, TensorSplit
+from pazo.experiment import build_run
 from pazo.methods.base import public_grads_batched
-from pazo.privacy.plan import PrivacyPlan
+from pazo.models import FunctionalModel, build_model
 from pazo.results import BENCHMARK_PAPER_SETTING
 
 SETTINGS = {  # input shape, classes, config overrides, expected batch size
@@ -91,21 +88,29 @@ def bare_model(setting, device):
     return FunctionalModel(make_module(cfg, setting).to(device))
 
 
+def synthetic_data(setting, b) -> DataBundle:
+    """A data set of the setting's shapes for a benchmark run: b private examples (the benchmark
+    feeds its own batch; q = 1 is never accounted: sigma is fixed), 512 public ones, no test set."""
+    shape, classes, _, _ = SETTINGS[setting]
+    private, public = TensorSplit(*synthetic_inputs(setting, b)), TensorSplit(*synthetic_inputs(setting, 512))
+    return DataBundle(name=f"synthetic_{setting}", private=private, public=public, test=private.subset(np.arange(0)),
+                      num_classes=classes, input_shape=shape)
+
+
 def build_benchmark_method(name, setting, device, engine=None, extra=()):
     """Method `name` from its real config on the setting's model (random weights, seed 0), with
     sigma = 1 (if private), 512 synthetic public examples and the given engine (in-place for
-    first-order methods, which do not use it), in train mode: (method, its config, the model)."""
+    first-order methods, which do not use it), in train mode: (method, its config, the model).
+    Assembled as a training run is (`pazo.experiment.build_run`), on synthetic data."""
     _, _, model_overrides, b = SETTINGS[setting]
-    cfg = compose_cfg([f"method={name}", *model_overrides, *extra,
-                       *([f"engine.name={engine}"] if engine else [])])
-    model = FunctionalModel(make_module(cfg, setting).to(device))
-    config = method_config(cfg.method)
-    plan = PrivacyPlan.with_sigma(1.0 if method_info(name).private else None, b, config.release(), steps=1000)
-    public = TensorSplit(*synthetic_inputs(setting, 512))
-    method = build_method(config, model=model, plan=plan, streams=RandomStreams(0), public=public, device=device,
-                          engine=build_engine(cfg.engine, engine or "inplace"))
-    model.module.train()
-    return method, config, model
+    cfg = compose_cfg([f"method={name}", *model_overrides, *extra, f"engine.name={engine or 'inplace'}",
+                       f"device={torch.device(device)}", f"train.batch_size={b}", "train.steps=1000", "seed=0",
+                       "warm_start.epochs=0"])
+    torch.manual_seed(0)
+    r = build_run(cfg, data=synthetic_data(setting, b), module=make_module(cfg, setting), sigma=1.0,
+                  time_engines=False)
+    r.module.train()
+    return r.method, r.method_cfg, r.model
 
 
 def public_passes(setting, device, public_batch_size, batches, model, together=None):
