@@ -26,9 +26,11 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
 
-## Lint (ruff, configured in pyproject.toml).
+## Lint: ruff, and the package's layers (import-linter: no circle, no import that runs back up),
+## both configured in pyproject.toml.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 ## Time sigma calibration (writes scripts/results/calibration_<host>.json).
 bench-calibration: $(STAMP)
