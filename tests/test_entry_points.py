@@ -3,6 +3,7 @@ pazo without path tricks, `pazo-bench` / `pazo-report` list their commands and r
 one, the run's lines reach Hydra's train.log, and W&B stays quiet unless `logger.verbose=true`."""
 import os
 import re
+import json
 import subprocess
 import sys
 import tomllib
@@ -49,6 +50,18 @@ def test_pazo_train_from_another_directory_logs_to_train_log_and_keeps_wandb_qui
     logged = [TIMESTAMPED.match(line) for line in (run_dir / "train.log").read_text().splitlines()]
     assert all(logged), "every train.log line is timestamped"
     assert [m.group(1) for m in logged] == stdout  # the same lines as on the terminal
+
+
+def test_pazo_audit_from_another_directory_audits_and_refuses_a_bad_override_in_one_line(tmp_path):
+    out = subprocess.run([_console_script("pazo-audit"), "method=nope"], cwd=tmp_path, env=_env(tmp_path),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 2 and out.stderr.startswith("pazo: error: ") and len(out.stderr.splitlines()) == 1
+    out = subprocess.run([_console_script("pazo-audit"), "method=dpzero", "train.steps=3", "device=cpu",
+                          "audit.canaries=10", "logger.mode=disabled", f"hydra.run.dir={tmp_path / 'audit'}"],
+                         cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    audit = json.loads((tmp_path / "audit" / "audit.json").read_text())
+    assert audit["canaries"] == 10 and audit["steps"] == 3 and audit["epsilon_lower_bound"] >= 0
 
 
 def test_wandb_prints_its_lines_when_asked(tmp_path):
@@ -104,6 +117,7 @@ def test_pyproject_declares_the_pinned_requirements():
     assert extras["dev"] == _requirement_lines("requirements-dev.txt")
     assert extras["bench"] == _requirement_lines("requirements-bench.txt")
     assert project["project"]["scripts"] == {"pazo-train": "pazo.train:cli", "pazo-sweep": "pazo.sweep:main",
+                                             "pazo-audit": "pazo.audit.run:cli",
                                              "pazo-bench": "pazo.bench:main", "pazo-report": "pazo.report:main"}
     assert project["tool"]["setuptools"]["package-data"] == {"pazo.report": ["paper_values.csv"]}
 
