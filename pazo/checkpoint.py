@@ -7,8 +7,11 @@ torch's global generators), the sampler's state and the loop's state (step, best
 statistics since the last logged row, and how many bytes of `metrics.jsonl` were written). It is
 saved every `train.checkpoint_every` steps, or every `train.checkpoint_minutes` of wall time, and
 when SIGTERM, SIGUSR1 or SIGUSR2 (a scheduler's warning) or SIGINT arrives, after the step in
-progress. It holds the noise stream's state, so it is as sensitive as the private data: it is
-deleted when the run finishes (`train.keep_checkpoint=true` keeps it).
+progress. It holds the noise stream's state (and torch's generator states, from which the seed can
+be read back), so it is as sensitive as the private data and the secret seed: it is readable by its
+owner only (0600), never archived into `attempts/`, deleted when the run finishes
+(`train.keep_checkpoint=true` keeps it, 0600 still) and when the run fails (a failed run is not
+resumed), and a write that breaks off leaves no `.tmp` file behind.
 
 A relaunch into a run directory (the same `hydra.run.dir`, or the same sweep run) reads its
 `summary.json`: a finished run is not re-run; a run whose heartbeat is fresh is refused (another
@@ -35,7 +38,7 @@ from pazo.errors import ConfigError
 
 CHECKPOINT = "checkpoint.pt"
 #: an attempt's own files (Hydra's train.log is open by then and keeps every attempt's lines)
-FILES = ("summary.json", "metrics.jsonl", "config.yaml", CHECKPOINT, "model.pt", "wandb")
+FILES = ("summary.json", "metrics.jsonl", "config.yaml", "model.pt", "wandb")
 HEARTBEAT_SECONDS = 30.0
 STALE_AFTER_SECONDS = 4 * HEARTBEAT_SECONDS
 #: config keys that may differ between the attempts of one run (where and how it runs, not what;
@@ -115,18 +118,23 @@ class Start:
     moved_to: str | None = None
 
 
-def prepare_run_dir(run_dir: Path, fingerprint: str) -> Start:
-    """Decide, from what `run_dir` holds, whether this launch resumes, starts afresh or has nothing to do."""
+def prepare_run_dir(run_dir: Path, fingerprint: str, secure: bool = False) -> Start:
+    """Decide, from what `run_dir` holds, whether this launch resumes, starts afresh or has nothing to do.
+
+    `secure` (privacy.secure_mode): a fresh start would draw new secret noise and batches, so an
+    earlier attempt that released rows and cannot be resumed is refused rather than started over
+    (its releases would be outside the new attempt's epsilon). A seeded run starting over replays
+    the same noise and batches from its seed: the same computation, nothing new released."""
     run_dir = Path(run_dir)
     summary_path = run_dir / "summary.json"
     if not summary_path.exists():
         if (run_dir / "metrics.jsonl").exists():  # written by an attempt that never wrote a summary
-            return Start("fresh", moved_to=_archive(run_dir))
+            return _start_over(run_dir, secure)
         return Start("fresh")
     try:
         summary = json.loads(summary_path.read_text())
     except (OSError, ValueError):
-        return Start("fresh", moved_to=_archive(run_dir))
+        return _start_over(run_dir, secure)
     status = effective_status(summary)
     if status == "finished":
         return Start("finished", summary=summary)
@@ -140,11 +148,34 @@ def prepare_run_dir(run_dir: Path, fingerprint: str) -> Start:
             raise ConfigError(f"run directory {run_dir} holds a checkpoint of a run with another config; "
                               "resume it with the same overrides, or give another hydra.run.dir")
         return Start("resume", summary=summary, checkpoint=checkpoint)
+    return _start_over(run_dir, secure)
+
+
+def released_rows(run_dir: Path) -> bool:
+    """Whether an attempt in `run_dir` released anything computed from the private data: a row of
+    metrics.jsonl (mirrored to W&B and the terminal) or a summary of steps done."""
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.exists() and metrics.stat().st_size > 0:
+        return True
+    try:
+        return bool(json.loads((run_dir / "summary.json").read_text()).get("steps_done"))
+    except (OSError, ValueError):
+        return False
+
+
+def _start_over(run_dir: Path, secure: bool) -> Start:
+    if secure and released_rows(run_dir):
+        raise ConfigError(f"run directory {run_dir} holds an attempt of this secure-mode run that released rows "
+                          "and cannot be resumed; starting over would draw new secret noise, and the printed "
+                          "epsilon would not count the earlier attempt's releases: give another hydra.run.dir "
+                          "and count both runs' privacy yourself")
     return Start("fresh", moved_to=_archive(run_dir))
 
 
 def _archive(run_dir: Path) -> str:
-    """Move an earlier attempt's files to attempts/<n>/ (nothing already written is lost)."""
+    """Move an earlier attempt's files to attempts/<n>/ (nothing already written is lost); its
+    checkpoint, which holds the noise stream and will never be resumed, is deleted instead."""
+    discard_checkpoint(run_dir)
     attempts = run_dir / "attempts"
     n = 1 + max((int(p.name) for p in attempts.iterdir() if p.name.isdigit()), default=0) if attempts.exists() else 1
     target = attempts / str(n)
@@ -164,8 +195,19 @@ def save_checkpoint(run_dir: Path, *, fingerprint: str, module: torch.nn.Module,
              "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
     path = Path(run_dir) / CHECKPOINT
     tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+            os.fchmod(f.fileno(), 0o600)  # also when an earlier .tmp was left with other bits
+            torch.save(state, f)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def discard_checkpoint(run_dir: Path) -> None:
+    """Delete a run's checkpoint and any half-written one (they hold the noise stream)."""
+    for name in (CHECKPOINT, Path(CHECKPOINT).with_suffix(".tmp").name):
+        (Path(run_dir) / name).unlink(missing_ok=True)
 
 
 def restore_checkpoint(checkpoint: dict, *, module: torch.nn.Module, streams, sampler) -> LoopState:

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from pazo.checkpoint import CHECKPOINT, LoopState, save_checkpoint
+from pazo.checkpoint import LoopState, discard_checkpoint, save_checkpoint
 
 
 def _clean(value):
@@ -36,9 +36,11 @@ def write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-#: raw statistics of the private batch (no noise): logged locally, sent to W&B only when
+#: statistics of private data without noise (the private batch's; the validation split's, held-out
+#: private examples): logged locally and declared in the summary, sent to W&B only when
 #: `logger.private_diagnostics=true` (they are outside the guarantee)
-PRIVATE_DIAGNOSTICS = ("train_loss", "residual_share")
+PRIVATE_DIAGNOSTICS = ("train_loss", "residual_share", "val_accuracy", "val_loss", "final_val_accuracy",
+                       "best_val_accuracy")
 
 
 class Recorder:
@@ -110,19 +112,28 @@ class Recorder:
 
     def finish(self, summary: dict, module, train_cfg) -> None:
         """The last summary; for a finished run the model (`train.save_model`) and no checkpoint
-        (it holds the noise stream; `train.keep_checkpoint` keeps it)."""
+        (it holds the noise stream; `train.keep_checkpoint` keeps it); a failed run, which is never
+        resumed, keeps no checkpoint either."""
         self.write_summary(summary)
         self.close(failed=summary["status"] == "failed")
-        if summary["status"] == "finished":
-            if train_cfg.save_model:
-                torch.save(module.state_dict(), self.dir / "model.pt")
-            if not train_cfg.keep_checkpoint:
-                (self.dir / CHECKPOINT).unlink(missing_ok=True)
+        if summary["status"] == "finished" and train_cfg.save_model:
+            torch.save(module.state_dict(), self.dir / "model.pt")
+        if summary["status"] == "failed" or (summary["status"] == "finished" and not train_cfg.keep_checkpoint):
+            discard_checkpoint(self.dir)
+
+    def fail(self, summary: dict) -> None:
+        """The summary of a run that crashed or was interrupted a second time; a crashed (failed)
+        run's checkpoint is deleted, an interrupted one's kept for the relaunch."""
+        self.write_summary(summary)
+        self.close(failed=True)
+        if summary["status"] == "failed":
+            discard_checkpoint(self.dir)
 
     def close(self, failed: bool) -> None:
         self._metrics.close()
         if self.wandb is not None:
-            flat = {k: v for k, v in self.summary.items() if not isinstance(v, (dict, list))}
+            flat = {k: v for k, v in self.summary.items() if not isinstance(v, (dict, list))
+                    and (self.private_diagnostics or k not in PRIVATE_DIAGNOSTICS)}
             self.wandb.summary.update(flat)
             self.wandb.finish(exit_code=1 if failed else 0)
             self.wandb = None

@@ -79,6 +79,8 @@ def print_header(summary: dict, plan) -> None:
         log.info(f"privacy: {plan.guarantee}, target epsilon={plan.target_epsilon} delta={plan.delta:.3g} -> "
                  f"{plan.noise} sigma={plan.sigma:.4f} ({plan.sigma_source}), q={plan.sample_rate:.4f}, "
                  f"T={plan.steps}, {plan.sampling} sampling")
+    for name, assumption in plan.assumptions.items():
+        log.info(f"assumes ({name}): {assumption}")
     for note in plan.notes + summary["method_departures"]:
         log.info(f"note: {note}")
 

@@ -75,7 +75,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     validate_config(cfg)
     run_dir = Path(run_dir)
     fingerprint = config_fingerprint(cfg)
-    start = prepare_run_dir(run_dir, fingerprint)
+    secure = bool(cfg.privacy.secure_mode and cfg.privacy.epsilon is not None)
+    start = prepare_run_dir(run_dir, fingerprint, secure=secure)
     if start.kind == "finished":
         log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
                  f"(final test accuracy {start.summary.get('final_test_accuracy')})")
@@ -158,8 +159,7 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder,
             record_outcome(f"{'interrupted' if interrupted else 'crashed'} at step {loop.step + 1}: "
                            f"{type(err).__name__}: {err}")
             summary.update(status="interrupted" if interrupted else "failed")
-            recorder.write_summary(summary)
-            recorder.close(failed=True)
+            recorder.fail(summary)
             raise
         finally:
             bar.close()

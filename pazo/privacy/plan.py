@@ -35,6 +35,8 @@ class PrivacyPlan:
     noise_seed: str = "derived from the run seed"
     accountant: str = "none"
     notes: list[str] = field(default_factory=list)
+    #: what the printed guarantee assumes beyond the accountant's model, by name (printed with it)
+    assumptions: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -78,6 +80,7 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
     if not plan.private:
         plan.notes.append("non-private run: no clipping, no noise, no accounting")
         return plan
+    plan.assumptions = guarantee_assumptions(pcfg.secure_mode)
     plan.target_epsilon = check_target_epsilon(pcfg.epsilon, "privacy.epsilon")
     plan.delta = check_delta(pcfg.delta if pcfg.delta is not None else 1.0 / n_private, plan.noise,
                              "privacy.delta")
@@ -121,6 +124,18 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
     if method_note:
         plan.notes.append(method_note)
     return plan
+
+
+def guarantee_assumptions(secure_mode: bool) -> dict[str, str]:
+    """What the (epsilon, delta) of a private run assumes, beyond the accountant's model: each entry
+    names a condition under which the printed epsilon is the whole cost of what the run released."""
+    out = {"n_private_public": "the private set's size n (used for q, delta and the printout) is public",
+           "no_selection": "the run is not one of several on the same private data among which the best is "
+                           "picked: a selection (a sweep's table) costs privacy beyond this epsilon"}
+    if not secure_mode:
+        out["seed_secret"] = ("the seed (written to config.yaml) stays secret: the noise and the Poisson batches "
+                              "follow from it; privacy.secure_mode=true draws them from OS entropy instead")
+    return out
 
 
 def _one_step_exceeds_target(plan: PrivacyPlan) -> bool:

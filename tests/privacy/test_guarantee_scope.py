@@ -1,0 +1,122 @@
+"""What the printed epsilon covers: a secure-mode run is not started over after it released rows,
+the checkpoint (which holds the noise stream) stays private to its owner and is never archived or
+left behind by a failed run, the guarantee's assumptions are structured fields of the summary,
+validation metrics stay off W&B unless asked, and DPZero's OPT setting uses DPZero's adjacency."""
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+import pazo.train as train
+from pazo.checkpoint import CHECKPOINT, prepare_run_dir
+from pazo.errors import ConfigError
+from pazo.recorder import Recorder
+from conftest import CONFIG_DIR
+
+
+def crash_at(monkeypatch, bad_step: int) -> None:
+    """The step `bad_step` of the next run raises (a crash after rows were written)."""
+    real = train.timed_step
+
+    def step(r, sampler, loop, t):
+        if t == bad_step:
+            raise RuntimeError("injected fault")
+        return real(r, sampler, loop, t)
+    monkeypatch.setattr(train, "timed_step", step)
+
+
+def test_a_secure_mode_run_that_released_rows_is_not_started_over(hydra_cfg, tmp_path, monkeypatch):
+    cfg = hydra_cfg("method=dpzero", "privacy.secure_mode=true", "train.steps=6", "train.checkpoint_every=4")
+    crash_at(monkeypatch, 3)
+    with pytest.raises(RuntimeError):
+        train.run(cfg, tmp_path)
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
+    assert (tmp_path / "metrics.jsonl").read_text().strip()  # a row (step 2) left the process
+    monkeypatch.undo()
+    with pytest.raises(ConfigError, match="secure-mode run that released rows"):
+        train.run(hydra_cfg("method=dpzero", "privacy.secure_mode=true", "train.steps=6",
+                            "train.checkpoint_every=4"), tmp_path)
+    assert not (tmp_path / "attempts").exists()  # refused before anything was moved
+
+
+def test_a_seeded_run_starts_over_with_the_same_noise_and_archives_no_checkpoint(hydra_cfg, tmp_path, monkeypatch):
+    crash_at(monkeypatch, 3)
+    with pytest.raises(RuntimeError):
+        train.run(hydra_cfg("method=dpzero", "train.steps=6", "train.checkpoint_every=2"), tmp_path)
+    assert not (tmp_path / CHECKPOINT).exists()  # a failed run is never resumed: its checkpoint is gone
+    monkeypatch.undo()
+    s = train.run(hydra_cfg("method=dpzero", "train.steps=6", "train.checkpoint_every=2"), tmp_path)
+    assert s["status"] == "finished" and s["earlier_attempt_moved_to"].endswith("attempts/1")
+    archived = tmp_path / "attempts" / "1"
+    assert (archived / "metrics.jsonl").exists() and not list(archived.glob("checkpoint*"))
+
+
+def test_prepare_run_dir_refuses_only_secure_mode_starting_over_after_releases(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "failed", "steps_done": 5}))
+    with pytest.raises(ConfigError):
+        prepare_run_dir(tmp_path, "fingerprint", secure=True)
+    (tmp_path / CHECKPOINT).write_bytes(b"noise stream")
+    start = prepare_run_dir(tmp_path, "fingerprint", secure=False)
+    assert start.kind == "fresh" and not (tmp_path / CHECKPOINT).exists()
+    assert not list((tmp_path / "attempts").rglob("checkpoint*"))
+    quiet = tmp_path / "quiet"
+    quiet.mkdir()
+    (quiet / "summary.json").write_text(json.dumps({"status": "failed", "steps_done": 0}))
+    assert prepare_run_dir(quiet, "fingerprint", secure=True).kind == "fresh"  # nothing was released
+
+
+def test_a_kept_checkpoint_is_readable_by_its_owner_only(hydra_cfg, tmp_path):
+    s = train.run(hydra_cfg("method=dpzero", "train.steps=4", "train.checkpoint_every=2",
+                            "train.keep_checkpoint=true"), tmp_path)
+    assert s["status"] == "finished"
+    mode = stat.S_IMODE((tmp_path / CHECKPOINT).stat().st_mode)
+    assert mode == 0o600, oct(mode)
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_the_summary_says_what_the_guarantee_assumes(hydra_cfg, tmp_path):
+    seeded = train.run(hydra_cfg("method=dpzero"), tmp_path / "seeded")["privacy"]["assumptions"]
+    secure = train.run(hydra_cfg("method=dpzero", "privacy.secure_mode=true"), tmp_path / "secure")
+    public = train.run(hydra_cfg("method=sgd", "privacy=none"), tmp_path / "public")
+    assert "secure_mode" in seeded["seed_secret"] and {"no_selection", "n_private_public"} <= seeded.keys()
+    assert "seed_secret" not in secure["privacy"]["assumptions"] and "no_selection" in secure["privacy"]["assumptions"]
+    assert public["privacy"]["assumptions"] == {}
+
+
+class FakeWandb:
+    def __init__(self):
+        self.rows, self.summary, self.id = [], {}, "fake"
+
+    def log(self, row, step):
+        self.rows.append(row)
+
+    def finish(self, exit_code):
+        pass
+
+
+@pytest.mark.parametrize("diagnostics", [False, True])
+def test_validation_metrics_reach_wandb_only_when_asked(tmp_path, diagnostics):
+    logger_cfg = OmegaConf.create({"mode": "disabled", "private_diagnostics": diagnostics})
+    recorder = Recorder(tmp_path, OmegaConf.create({"seed": 0}), logger_cfg)
+    recorder.wandb = FakeWandb()
+    fake = recorder.wandb
+    recorder.log({"step": 2, "test_accuracy": 0.5, "val_accuracy": 0.4, "val_loss": 1.0, "train_loss": 2.0})
+    recorder.write_summary({"status": "finished", "final_test_accuracy": 0.5, "final_val_accuracy": 0.4,
+                            "best_val_accuracy": 0.45})
+    recorder.close(failed=False)
+    private = {"val_accuracy", "val_loss", "train_loss", "final_val_accuracy", "best_val_accuracy"}
+    sent = set(fake.rows[0]) | set(fake.summary)
+    assert "test_accuracy" in sent and "final_test_accuracy" in sent
+    assert (private <= sent) if diagnostics else not (private & sent)
+    local = json.loads((tmp_path / "metrics.jsonl").read_text())
+    assert local["val_accuracy"] == 0.4  # always in the run's own files
+
+
+def test_dpzero_opt_setting_uses_dpzero_adjacency_and_delta():
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["experiment=opt_sst2", "method=dpzero"])
+    assert cfg.privacy.adjacency == "replace_one" and cfg.privacy.delta == 1e-5
