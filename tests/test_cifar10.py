@@ -2,6 +2,9 @@
 under vmap and both engines, warm start, and a tiny run through Hydra."""
 import json
 
+import pickle
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -149,35 +152,65 @@ def test_another_image_folder_as_public_data(cifar_root, tmp_path):
     assert len(data.private) == 200 and data.info["public_source"] == "folder"
 
 
-def test_public_folder_copies_of_private_and_test_images_are_dropped(cifar_root, tmp_path):
-    """CINIC-10 holds the CIFAR-10 images as PNG files: those exact copies never become public data,
-    other images of a class replace them, and the counts are recorded; a lossy re-encoding (a
-    near-duplicate) is not recognised."""
+def test_public_folder_copies_of_test_images_are_dropped_and_of_training_images_not_looked_for(cifar_root, tmp_path):
+    """CINIC-10 holds the CIFAR-10 images as PNG files: exact copies of test images never become
+    public data, other images of a class replace them, and the count is recorded; copies of training
+    (private) images are kept, since a check against them would release membership; a lossy
+    re-encoding (a near-duplicate) is not recognised."""
     folder = tmp_path / "cinic"
     fresh = write_cinic10_like(folder, cifar_root, CLASSES, train_copies=list(range(30)),
                                test_copies=list(range(10)), fresh_per_class=3)
     x, _, xt, _ = read_cifar10(cifar_root)
-    seen = set(content_hashes(x)) | set(content_hashes(xt))
 
     def load(**kw):
         return load_cifar10_bundle(cfg(cifar_root, public_source="folder", public_folder=str(folder), **kw),
                                    np.random.default_rng(0), torch.Generator().manual_seed(0))
 
     every = load()
-    assert (every.info["public_copies_of_private_dropped"], every.info["public_copies_of_test_dropped"]) == (30, 10)
-    assert len(every.public) == 30 and not set(content_hashes(every.public.inputs)) & seen
-    # 3 of 7 files per class drawn: copies drawn are replaced, so each class keeps exactly its 3 new images
-    drawn = load(public_per_class=3)
-    assert drawn.info["public_copies_of_private_dropped"] + drawn.info["public_copies_of_test_dropped"] > 0
-    assert drawn.public.class_histogram(10) == [3] * 10
-    for c, name in enumerate(CLASSES):
-        got = drawn.public.inputs[drawn.public.labels == c]
-        assert sorted(content_hashes(got)) == sorted(content_hashes(fresh[name]))
-    with pytest.raises(ConfigError, match="'airplane' but .* holds only 3 that are not copies of private or test"):
-        load(public_per_class=4)
+    assert every.info["public_copies_of_test_dropped"] == 10 and "public_copies_of_private_dropped" not in every.info
+    public = set(content_hashes(every.public.inputs))
+    assert len(every.public) == 60 and not public & set(content_hashes(xt))
+    assert len(public & set(content_hashes(x))) == 30
+    # 6 of 10 files per class drawn: test copies drawn are replaced by other files of the class
+    drawn = load(public_per_class=6)
+    assert drawn.info["public_copies_of_test_dropped"] > 0 and drawn.public.class_histogram(10) == [6] * 10
+    assert not set(content_hashes(drawn.public.inputs)) & set(content_hashes(xt))
+    _, y, _, _ = read_cifar10(cifar_root)
+    for c, name in enumerate(CLASSES):  # each class keeps exactly its 6 files that are not test copies
+        got = sorted(content_hashes(drawn.public.inputs[drawn.public.labels == c]))
+        train_copies = x[:30][y[:30] == c]
+        assert got == sorted(content_hashes(fresh[name]) + content_hashes(train_copies))
+    with pytest.raises(ConfigError, match="'airplane' but .* holds only 6 that are not copies of test"):
+        load(public_per_class=7)
     near = tmp_path / "near"
     write_cinic10_like(near, cifar_root, CLASSES, train_copies=[], test_copies=[], fresh_per_class=1,
                        jpeg_copies=[0])
     kept = load_cifar10_bundle(cfg(cifar_root, public_source="folder", public_folder=str(near)),
                                np.random.default_rng(0), torch.Generator().manual_seed(0))
-    assert len(kept.public) == 11 and kept.info["public_copies_of_private_dropped"] == 0
+    assert len(kept.public) == 11 and kept.info["public_copies_of_test_dropped"] == 0
+
+
+def test_the_public_folders_report_does_not_depend_on_a_private_image(cifar_root, tmp_path):
+    """D and D minus the one training image whose copy sits in the public folder give the same
+    public data and the same report of it (sizes, histogram, counts): no membership leaks."""
+    folder = tmp_path / "cinic"
+    write_cinic10_like(folder, cifar_root, CLASSES, train_copies=[0, 1], test_copies=[3], fresh_per_class=2)
+    smaller = tmp_path / "smaller"
+    shutil.copytree(cifar_root, smaller)
+    batch = smaller / "cifar-10-batches-py" / "data_batch_1"
+    with open(batch, "rb") as fh:
+        d = pickle.load(fh)
+    d[b"data"], d[b"labels"], d[b"filenames"] = d[b"data"][1:], d[b"labels"][1:], d[b"filenames"][1:]
+    with open(batch, "wb") as fh:
+        pickle.dump(d, fh)
+
+    def public_report(root):
+        data = load_cifar10_bundle(cfg(root, public_source="folder", public_folder=str(folder), public_per_class=2),
+                                   np.random.default_rng(0), torch.Generator().manual_seed(0))
+        described = data.describe()
+        return ({k: v for k, v in described.items() if "public" in k},
+                sorted(content_hashes(data.public.inputs)), len(data.private))
+
+    full, minus = public_report(cifar_root), public_report(smaller)
+    assert full[2] == minus[2] + 1
+    assert full[:2] == minus[:2]

@@ -113,10 +113,11 @@ def load_public_folder(folder: str | Path, class_names: list[str], size: int, *,
     every class); `per_class` (None = all) images are drawn from each, seeded. They are decoded
     with the private images' channel count (grey-scale private data gets grey-scale public data).
 
-    An image whose decoded tensor is one of `exclude`'s (`content_hashes` by name, e.g. of the
-    private and test images) is dropped, and counted in the returned info: a copy of a private
-    image used as public data is a release of it that no noise covers. With `per_class`, each
-    dropped copy is replaced by another seeded draw from its class.
+    An image whose decoded tensor is one of `exclude`'s (`content_hashes` by name: the test images')
+    is dropped, and counted in the returned info, so that no test image is trained on. `exclude`
+    must hold no private data: which public images are kept, and how many were dropped, would then
+    depend on the private set and be released without noise. With `per_class`, each dropped copy is
+    replaced by another seeded draw from its class.
     """
     exclude = exclude or {}
     folder = Path(str(folder)).expanduser()
@@ -156,7 +157,7 @@ def load_public_folder(folder: str | Path, class_names: list[str], size: int, *,
         while missing:
             if not len(untried):
                 raise ConfigError(f"asked for {per_class} public images of class {name!r} but {folder / name} "
-                                  f"holds only {per_class - missing} that are not copies of private or test images")
+                                  f"holds only {per_class - missing} that are not copies of test images")
             draw = np.sort(rng.choice(untried, size=min(missing, len(untried)), replace=False))
             untried = np.setdiff1d(untried, draw)
             extra = decode_images([by_class[name][i] for i in draw], size, channels)
@@ -185,7 +186,7 @@ def image_bundle(name: str, cfg, train: tuple[torch.Tensor, torch.Tensor], test:
     `dataset.public_source=split` draws the public set from the training set (`split_size`:
     `fraction=` or `per_class=`, with `dataset.public_imbalance`); `folder` takes it from
     `dataset.public_folder` (out-of-distribution public data, decoded at the stored size and
-    channel count, without exact copies of any training or test image) and keeps the whole
+    channel count, without exact copies of any test image) and keeps the whole
     training set private. Public batches are augmented; every
     batch is resized to `image_size` (default `dataset.image_size`) and, with `dataset.normalize`,
     mapped to [-1, 1]."""
@@ -202,8 +203,9 @@ def image_bundle(name: str, cfg, train: tuple[torch.Tensor, torch.Tensor], test:
         private = TensorSplit(x_train[priv], y_train[priv], plain)
         public = TensorSplit(x_train[pub], y_train[pub], public_tf)
     elif cfg.public_source == "folder":
-        # the training images include the validation split, carved from the private set later
-        exclude = {"private": set(content_hashes(x_train)), "test": set(content_hashes(x_test))}
+        # copies of test images are dropped (the test set is not private); copies of training images are
+        # not looked for: what is kept, and the count, would depend on the private set without noise
+        exclude = {"test": set(content_hashes(x_test))}
         x_pub, y_pub, extra = load_public_folder(cfg.public_folder, class_names, x_train.shape[-1],
                                                  per_class=cfg.public_per_class, rng=rng, cache_dir=cfg.cache_dir,
                                                  channels=x_train.shape[1], exclude=exclude)
