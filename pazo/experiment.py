@@ -8,6 +8,8 @@ run trains are built by the same code: same streams, same placement, same loss, 
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,6 +63,21 @@ class Run:
     def sampler(self):
         """The private batch sampler the plan's accountant was told about, on the run's data stream."""
         return SAMPLERS[self.cfg.privacy.sampling](self.n, self.batch_size, self.streams.numpy["data"])
+
+    @functools.cached_property
+    def computation(self) -> dict:
+        """What decides the numbers a step computes besides the config's fingerprint: the device, how
+        the public gradients are taken, sigma (from the cache or calibration) and the private data
+        read (a digest). A resume replays the steps since the checkpoint with the same noise, which
+        releases nothing new only if these are the checkpointed attempt's."""
+        digest = hashlib.sha256()
+        for tensor in (self.data.private.inputs, self.data.private.labels):
+            digest.update(repr((tuple(tensor.shape), str(tensor.dtype))).encode())
+            digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy())
+        public_grads = self.method.describe().get("public_grads", {})
+        return {"device": str(self.device), "parameter_devices": [str(d) for d in self.model.devices],
+                "sigma": self.plan.sigma, "private_data_sha256": digest.hexdigest(),
+                "public_grads_together": public_grads.get("together")}
 
     def describe(self) -> dict:
         """The set-up half of the run's summary (what ran, where, on what, with what guarantee)."""

@@ -108,7 +108,8 @@ class Recorder:
         """Everything `run` needs to continue exactly after `loop.step` (`pazo.checkpoint`)."""
         loop.metrics_bytes = self.metrics_bytes()
         save_checkpoint(self.dir, fingerprint=self.fingerprint, module=run.module, streams=run.streams,
-                        sampler=sampler, loop=loop, extra={"total_steps": run.total_steps})
+                        sampler=sampler, loop=loop,
+                        extra={"total_steps": run.total_steps, "computation": run.computation})
 
     def finish(self, summary: dict, module, train_cfg) -> None:
         """The last summary; for a finished run the model (`train.save_model`) and no checkpoint

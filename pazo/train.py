@@ -84,6 +84,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     resuming, previous = start.kind == "resume", start.summary or {}
     r = build_run(cfg, earlier_engine=previous.get("engine") if resuming else None)
     sampler = r.sampler()
+    if resuming:
+        check_same_computation(start.checkpoint, r.computation, run_dir)
     loop = (restore_checkpoint(start.checkpoint, module=r.module, streams=r.streams, sampler=sampler)
             if resuming else LoopState())
     recorder = Recorder(run_dir, cfg, cfg.logger, resume_bytes=loop.metrics_bytes if resuming else None,
@@ -93,6 +95,11 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
                "resumed_from_step": loop.step if resuming else None,
                "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": recorder.wandb_id,
                "host": socket.gethostname(), "pid": os.getpid()}
+    if resuming and r.device.type == "cuda":
+        summary["outside_guarantee"] = [
+            f"the steps after the checkpoint at step {loop.step} were run again with the same noise on CUDA, "
+            "whose kernels need not be deterministic: rows an earlier attempt released for them (W&B "
+            "cannot retract them) may differ from this attempt's by more than the noise covers"]
     recorder.write_summary(summary)
     print_header(summary, r.plan)
     if resuming:
@@ -221,6 +228,22 @@ def merge_into(summary: dict, facts: dict) -> None:
 
 DEBUG_ONLY = ("pazo: audit.debug_break is a debug-only switch that breaks the privacy guarantee on purpose; "
               "only the privacy audit (python -m pazo.audit) accepts it")
+
+
+def check_same_computation(checkpoint: dict, now: dict, run_dir: Path) -> None:
+    """Refuse to resume where the computation differs from the checkpointed attempt's (another
+    device, data read, sigma or way of taking the public gradients): the steps replayed since the
+    checkpoint would reuse their noise on other numbers, and two releases with one noise draw reveal
+    their difference without noise."""
+    then = checkpoint.get("extra", {}).get("computation") or {}
+    changed = [key for key in then if then[key] != now.get(key)]
+    if changed:
+        shown = "; ".join(f"{key}: {then[key]!r} -> {now.get(key)!r}" for key in changed
+                          if key != "private_data_sha256")
+        data = "the private data read differs" if "private_data_sha256" in changed else ""
+        raise ConfigError(f"run directory {run_dir} holds a checkpoint whose computation differs from this "
+                          f"launch's ({'; '.join(x for x in (shown, data) if x)}): resuming would replay its "
+                          "noise on other numbers; resume where it ran, or give another hydra.run.dir")
 
 
 def refuse_debug_breaks(cfg) -> None:

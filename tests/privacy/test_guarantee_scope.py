@@ -120,3 +120,39 @@ def test_dpzero_opt_setting_uses_dpzero_adjacency_and_delta():
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose(config_name="config", overrides=["experiment=opt_sst2", "method=dpzero"])
     assert cfg.privacy.adjacency == "replace_one" and cfg.privacy.delta == 1e-5
+
+
+def interrupt_at(monkeypatch, bad_step: int) -> None:
+    """A second Ctrl-C during step `bad_step`: the run is recorded as interrupted and resumable."""
+    real = train.timed_step
+
+    def step(r, sampler, loop, t):
+        if t == bad_step:
+            raise KeyboardInterrupt
+        return real(r, sampler, loop, t)
+    monkeypatch.setattr(train, "timed_step", step)
+
+
+def test_a_resume_that_changes_the_computation_is_refused(hydra_cfg, tmp_path, monkeypatch):
+    def cfg(together):
+        return hydra_cfg("method=pazo_p", "train.steps=6", "train.checkpoint_every=2",
+                         f"method.public_grads_together={together}")
+    interrupt_at(monkeypatch, 5)
+    with pytest.raises(KeyboardInterrupt):
+        train.run(cfg("true"), tmp_path)
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "interrupted"
+    monkeypatch.undo()
+    with pytest.raises(ConfigError, match="public_grads_together: True -> False"):
+        train.run(cfg("false"), tmp_path)  # the fingerprint allows the switch; the computation differs
+    s = train.run(cfg("true"), tmp_path)  # where it ran: the replay is the same computation
+    assert s["status"] == "finished" and s["resumed_from_step"] == 4 and "outside_guarantee" not in s
+
+
+def test_a_checkpoint_of_other_private_data_or_sigma_is_not_resumed(tmp_path):
+    now = {"device": "cpu", "sigma": 1.5, "private_data_sha256": "ab", "public_grads_together": None}
+    train.check_same_computation({"extra": {"computation": dict(now)}}, now, tmp_path)
+    train.check_same_computation({"extra": {}}, now, tmp_path)  # a checkpoint that recorded nothing
+    with pytest.raises(ConfigError, match="private data read differs"):
+        train.check_same_computation({"extra": {"computation": {**now, "private_data_sha256": "cd"}}}, now, tmp_path)
+    with pytest.raises(ConfigError, match="sigma: 1.4 -> 1.5"):
+        train.check_same_computation({"extra": {"computation": {**now, "sigma": 1.4}}}, now, tmp_path)
