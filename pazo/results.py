@@ -161,7 +161,10 @@ def select_configs(runs: pd.DataFrame, metric: str = "final_accuracy", selection
                "failed": int(((group.status == "failed") & group.excluded.isna()).sum()),
                "excluded": int(group.excluded.notna().sum()), "configs": len(per_config),
                "selectable_configs": len(selectable), "accuracy": math.nan, "std": math.nan, "seeds": 0,
-               "score": math.nan, "selected": None, "chance_level": 0, "best_run": None}
+               "score": math.nan, "selected": None, "chance_level": 0, "best_run": None,
+               # a best of several private configurations trained on the same private data: the number
+               # shown costs more privacy than one run's epsilon (outside the printed guarantee)
+               "selection_outside_epsilon": bool(len(selectable) > 1 and group.epsilon.notna().any())}
         if len(selectable):
             config = selectable.score.idxmax()
             chosen = selectable.loc[config]

@@ -312,7 +312,11 @@ def notes_for(best: pd.DataFrame, selection: str, metric: str) -> list[str]:
              f"Each cell: the configuration with the best test accuracy ({what}; mean over its seeds if "
              f"several, {count}): selected on the test set, as in the paper, which is not itself private.",
              "Cells: ours (paper, ours - paper); '—' no configuration could be selected (every one failed "
-             "or was excluded); 'not run' no run of ours."]
+             "or was excluded); 'not run' no run of ours.",
+             "Privacy of the selection: a private cell is the best of its configurations (the configs column "
+             "of the long table), each trained on the same private data, so the number shown is not covered "
+             "by one run's epsilon; releasing it costs up to that many runs' epsilons by composition. Papernot "
+             "and Steinke (2022) bound the cost of tuning that runs a random number of configurations."]
     if "public_only" in set(best.method):
         notes.append("Public only: SGD on the public split alone, no private data and so no privacy cost: "
                      "its non-private value is the reference for every epsilon column.")
