@@ -17,7 +17,9 @@ from pazo.privacy.plan import PrivacyPlan
 from pazo.rng import RandomStreams
 from pazo.zo.engines import InPlaceEngine, VectorisedEngine
 
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+#: the repository root: test files import it (`from conftest import ROOT`) instead of counting their own depth
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = str(ROOT / "configs")
 
 
 class Quadratic(nn.Module):
@@ -44,6 +46,16 @@ def quadratic_model(d: int = 6, seed: int = 0) -> FunctionalModel:
 def true_grad(model: FunctionalModel, x: torch.Tensor) -> torch.Tensor:
     module = model.module
     return (module.a * (module.w.detach() - x.mean(dim=0)))
+
+
+def finite_difference_estimates(model, x, directions, lam=1e-3):
+    """[q, d] two-point estimates ((f(x+lam u) - f(x-lam u)) / 2 lam) u of the mean loss."""
+    points = [(j, s) for j in range(directions.count) for s in (lam, -lam)]
+    losses = VectorisedEngine().losses(model, x, torch.zeros(len(x)), directions, points).mean(dim=1)
+    diffs = (losses[0::2] - losses[1::2]) / (2 * lam)
+    dirs = torch.stack([torch.cat([t.reshape(-1) for t in directions.tensors(j)])
+                        for j in range(directions.count)])
+    return diffs[:, None] * dirs
 
 
 @pytest.fixture

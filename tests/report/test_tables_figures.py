@@ -17,6 +17,7 @@ import pytest
 import torch
 import yaml
 
+from conftest import ROOT
 from pazo.bench import common as bench_common
 from pazo.bench import engines as bench_engines
 from pazo.bench import methods as bench_methods
@@ -26,7 +27,6 @@ from pazo.report import figures as make_figures
 from pazo.report import tables as make_tables
 from pazo.results import load_runs, paper_values, select_configs
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def fake_run(root: Path, setting, method, epsilon, status, accuracy, steps=4, seed=0, val="same", privacy=None,

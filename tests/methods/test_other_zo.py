@@ -4,14 +4,13 @@ import math
 import pytest
 import torch
 
-from conftest import quadratic_model, true_grad
+from conftest import finite_difference_estimates, quadratic_model, true_grad
 from pazo.models import FunctionalModel
 from pazo.models.small_cnn import SmallCNN
 from pazo.privacy.accountants import LaplaceAccountant, laplace_pure_epsilon, laplace_sigma_for_pure_epsilon
 from pazo.privacy.calibration import calibrate_sigma
 from pazo.privacy.mechanisms import NoiseSpec, ScalarPrivatizer
 from pazo.zo.directions import orthogonal_directions
-from test_estimators import finite_difference_estimates
 
 
 @pytest.mark.parametrize("sigma,n,epsilon", [(10.5, 1000, 4), (4.5, 1000, 10), (3.2, 1000, 15), (2.5, 5000, 4)])
