@@ -13,7 +13,6 @@ from pazo.privacy.mechanisms import Release
 from pazo.train import run
 
 
-
 def test_every_method_yaml_composes_into_its_registered_schema(hydra_cfg):
     yamls = sorted(p.stem for p in (ROOT / "configs" / "method").glob("*.yaml"))
     assert yamls == METHODS.names()

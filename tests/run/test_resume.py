@@ -19,7 +19,6 @@ from pazo.methods.two_point import TwoPointMethod
 from pazo.train import run
 
 
-
 def rows(run_dir):
     lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
     return [{k: v for k, v in json.loads(line).items() if k != "s_per_iter"} for line in lines]

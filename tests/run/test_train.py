@@ -14,7 +14,6 @@ from pazo.train import run
 from pazo.validate import ConfigError
 
 
-
 def read_jsonl(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
