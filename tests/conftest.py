@@ -1,5 +1,18 @@
 """Shared fixtures: a quadratic 'model' whose gradients are known in closed form, contexts for
-methods, and a Hydra config composer for end-to-end runs on tiny settings."""
+methods, and a Hydra config composer for end-to-end runs on tiny settings; `ROOT`, the repository
+root, for the test files (`from conftest import ROOT`).
+
+The tests mirror the package, one folder per package (tests/privacy, tests/zo, ...; tests/run for
+the run-level modules at the package root, tests/llm for the LLM settings, tests/paper for the
+paper's and reference papers' numbers). The folders have no `__init__.py`: under pytest's default
+(prepend) import mode each test file is imported by its basename, so basenames stay unique across
+folders, and this directory is on sys.path, so the helper modules here (fixtures, llm_fixtures,
+model_checks) import by name.
+
+Markers (registered in pyproject.toml), set explicitly in the test files, not by a hook here:
+`slow` on the long tests; `gpu` on the tests that need CUDA (each also skips itself without it);
+`llm` by `pytestmark = pytest.mark.llm` in each file of tests/llm and by `@pytest.mark.llm` (or a
+`pytest.param` mark) on the other tests that build a transformers causal or masked LM."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -183,7 +183,8 @@ def test_a_terminated_benchmark_is_one_line_and_kills_its_running_job(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("setting", ["cifar10_nf224", "tiny_imagenet_vit", "imdb_lstm", "mnli_roberta"])
+@pytest.mark.parametrize("setting", ["cifar10_nf224", "tiny_imagenet_vit", "imdb_lstm",
+                                     pytest.param("mnli_roberta", marks=pytest.mark.llm)])
 def test_the_gpu_benchmark_settings_run_on_cpu_at_a_tiny_batch(setting, tmp_path):
     """`make bench-gpu`'s four paper settings, run through the same script on CPU with two examples
     per private batch (`--batch-size 2`): a first-order method, a zeroth-order one and one with k

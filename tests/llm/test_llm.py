@@ -21,6 +21,8 @@ from pazo.pretrained import load_pretrained
 from pazo.rng import RandomStreams
 from pazo.train import run
 
+pytestmark = pytest.mark.llm
+
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
