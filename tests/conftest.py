@@ -6,7 +6,7 @@ The tests mirror the package, one folder per package (tests/privacy, tests/zo, .
 the run-level modules at the package root, tests/llm for the LLM settings, tests/paper for the
 paper's and reference papers' numbers). The folders have no `__init__.py`: under pytest's default
 (prepend) import mode each test file is imported by its basename, so basenames stay unique across
-folders, and this directory is on sys.path, so the helper modules here (fixtures, llm_fixtures,
+folders, and this directory is on the import path, so the helper modules here (fixtures, llm_fixtures,
 model_checks) import by name.
 
 Markers (registered in pyproject.toml), set explicitly in the test files, not by a hook here:
