@@ -1,5 +1,18 @@
 """Shared fixtures: a quadratic 'model' whose gradients are known in closed form, contexts for
-methods, and a Hydra config composer for end-to-end runs on tiny settings."""
+methods, and a Hydra config composer for end-to-end runs on tiny settings; `ROOT`, the repository
+root, for the test files (`from conftest import ROOT`).
+
+The tests mirror the package, one folder per package (tests/privacy, tests/zo, ...; tests/run for
+the run-level modules at the package root, tests/llm for the LLM settings, tests/paper for the
+paper's and reference papers' numbers). The folders have no `__init__.py`: under pytest's default
+(prepend) import mode each test file is imported by its basename, so basenames stay unique across
+folders, and this directory is on the import path, so the helper modules here (fixtures, llm_fixtures,
+model_checks) import by name.
+
+Markers (registered in pyproject.toml), set explicitly in the test files, not by a hook here:
+`slow` on the long tests; `gpu` on the tests that need CUDA (each also skips itself without it);
+`llm` by `pytestmark = pytest.mark.llm` in each file of tests/llm and by `@pytest.mark.llm` (or a
+`pytest.param` mark) on the other tests that build a transformers causal or masked LM."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,7 +30,9 @@ from pazo.privacy.plan import PrivacyPlan
 from pazo.rng import RandomStreams
 from pazo.zo.engines import InPlaceEngine, VectorisedEngine
 
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+#: the repository root: test files import it (`from conftest import ROOT`) instead of counting their own depth
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = str(ROOT / "configs")
 
 
 class Quadratic(nn.Module):
@@ -44,6 +59,16 @@ def quadratic_model(d: int = 6, seed: int = 0) -> FunctionalModel:
 def true_grad(model: FunctionalModel, x: torch.Tensor) -> torch.Tensor:
     module = model.module
     return (module.a * (module.w.detach() - x.mean(dim=0)))
+
+
+def finite_difference_estimates(model, x, directions, lam=1e-3):
+    """[q, d] two-point estimates ((f(x+lam u) - f(x-lam u)) / 2 lam) u of the mean loss."""
+    points = [(j, s) for j in range(directions.count) for s in (lam, -lam)]
+    losses = VectorisedEngine().losses(model, x, torch.zeros(len(x)), directions, points).mean(dim=1)
+    diffs = (losses[0::2] - losses[1::2]) / (2 * lam)
+    dirs = torch.stack([torch.cat([t.reshape(-1) for t in directions.tensors(j)])
+                        for j in range(directions.count)])
+    return diffs[:, None] * dirs
 
 
 @pytest.fixture

@@ -3,22 +3,11 @@ import math
 
 import torch
 
-from conftest import quadratic_model, true_grad
+from conftest import finite_difference_estimates, quadratic_model, true_grad
 from pazo.data.base import TensorSplit
 from pazo.zo import bases
 from pazo.zo.bases import orthonormal_basis
 from pazo.zo.directions import SeededDirections, SubspaceDirections, sample_coefficients
-from pazo.zo.engines import VectorisedEngine
-
-
-def finite_difference_estimates(model, x, directions, lam=1e-3):
-    """[q, d] two-point estimates ((f(x+lam u) - f(x-lam u)) / 2 lam) u of the mean loss."""
-    points = [(j, s) for j in range(directions.count) for s in (lam, -lam)]
-    losses = VectorisedEngine().losses(model, x, torch.zeros(len(x)), directions, points).mean(dim=1)
-    diffs = (losses[0::2] - losses[1::2]) / (2 * lam)
-    dirs = torch.stack([torch.cat([t.reshape(-1) for t in directions.tensors(j)])
-                        for j in range(directions.count)])
-    return diffs[:, None] * dirs
 
 
 def test_two_point_estimate_is_unbiased_for_gaussian_and_sphere():

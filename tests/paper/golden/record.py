@@ -1,4 +1,4 @@
-"""Record the golden runs: `python -m tests.golden.record` from the repository root (only when a
+"""Record the golden runs: `python -m tests.paper.golden.record` from the repository root (only when a
 change is *meant* to change the numbers; say so in the commit)."""
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def run_case(name: str, overrides, workdir: Path) -> dict:
 
     from pazo.train import run
 
-    with initialize_config_dir(config_dir=str(HERE.parents[1] / "configs"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(HERE.parents[2] / "configs"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[*COMMON, *overrides])
     with default_dtype(torch.float64):
         summary = run(cfg, workdir / name)

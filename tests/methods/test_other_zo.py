@@ -1,37 +1,17 @@
-"""DP-ZO (Gaussian and Laplace), orthogonal directions and hybrid-noise DP-ZOGD."""
+"""DP-ZO (Gaussian and Laplace), orthogonal directions and hybrid-noise DP-ZOGD. DP-ZO's own tables are
+tests/paper/test_dp_zo_tables.py."""
 import math
 
 import pytest
 import torch
 
-from conftest import quadratic_model, true_grad
+from conftest import finite_difference_estimates, quadratic_model, true_grad
 from pazo.models import FunctionalModel
 from pazo.models.small_cnn import SmallCNN
 from pazo.privacy.accountants import LaplaceAccountant, laplace_pure_epsilon, laplace_sigma_for_pure_epsilon
 from pazo.privacy.calibration import calibrate_sigma
 from pazo.privacy.mechanisms import NoiseSpec, ScalarPrivatizer
 from pazo.zo.directions import orthogonal_directions
-from test_estimators import finite_difference_estimates
-
-
-@pytest.mark.parametrize("sigma,n,epsilon", [(10.5, 1000, 4), (4.5, 1000, 10), (3.2, 1000, 15), (2.5, 5000, 4)])
-def test_dp_zo_table_12_pure_epsilon(sigma, n, epsilon):
-    """Tang et al. 2024, Table 12 (batch 20, 2000 steps): the listed sigma meets the listed epsilon."""
-    spent = laplace_pure_epsilon(sigma, 20 / n, 2000)
-    assert spent <= epsilon and spent == pytest.approx(epsilon, rel=0.03)
-
-
-@pytest.mark.parametrize("sigma,expected", [(30.8, 0.51), (16.3, 1.04),
-                                            pytest.param(4.6, 4.70, marks=pytest.mark.slow)])
-def test_dp_zo_table_13_pure_dp_prv_column(sigma, expected):
-    """Table 13 (|D| = 1000, batch 16, 75000 steps, delta 1e-5), 'by pure-DP PRV' column."""
-    acc = LaplaceAccountant(sigma, 16 / 1000, 75000, 1e-5)
-    bounds = acc.epsilon(75000)
-    # our account is the exact optimal composition: at most the paper's two-decimal PRV upper bound
-    # (up to its rounding) and within that bound's accuracy (2 x eps_error = 0.02) of it
-    assert expected - 0.025 <= bounds.upper <= expected + 0.005
-    assert bounds.lower == bounds.upper
-    assert bounds.upper < acc.pure_epsilon(75000) / 10  # far below the pure composition
 
 
 def test_delta_account_of_laplace_is_no_larger_than_pure_composition():

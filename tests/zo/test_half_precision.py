@@ -70,6 +70,7 @@ def batch(root, n=8):
     return data.private.batch(np.arange(n))
 
 
+@pytest.mark.llm
 @pytest.mark.parametrize("calls", [50, pytest.param(500, marks=pytest.mark.slow)])
 def test_the_inplace_engine_leaves_a_float16_model_bit_identical(tiny, calls):
     model = build(tiny, "float16")
@@ -101,6 +102,7 @@ def exact_shift_losses(model, x, y, directions, points):
     return torch.stack(out)
 
 
+@pytest.mark.llm
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("group_numel", [None, 64])
 def test_on_the_fly_queries_give_the_exact_shifts_losses_and_never_write_the_parameters(tiny, dtype, group_numel):
@@ -213,6 +215,7 @@ def test_a_parameters_direction_alone_is_its_slice_of_the_whole(dtype, group_num
     assert torch.equal(torch.cat([t for _, t in held.parameter_pieces(1, 3)]), flat[1, starts[3]:starts[4]])
 
 
+@pytest.mark.llm
 @pytest.mark.slow   # float16 matmuls are slow on CPU: about 2 minutes on 2 loaded cores
 def test_a_tiny_model_trains_in_float16_as_in_float32(tiny, make_method):
     x, y = batch(tiny, 8)

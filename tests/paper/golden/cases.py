@@ -1,5 +1,5 @@
 """Short digits runs whose metrics are recorded in `digits_runs.json` (by `record.py`) and compared
-by `tests/test_golden.py`: a refactor must give the same numbers for the same seed.
+by `tests/paper/test_golden.py`: a refactor must give the same numbers for the same seed.
 
 The zeroth-order cases pin their engine (they were recorded before `engine.name=auto` became the
 default; the engines agree only to float rounding, which finite differences amplify).

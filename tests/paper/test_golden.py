@@ -1,5 +1,5 @@
-"""Refactors keep the numbers: each short digits run of `tests/golden/cases.py` gives, for the same
-seed, the metrics recorded in `tests/golden/digits_runs.json`. The runs are in float64
+"""Refactors keep the numbers: each short digits run of `tests/paper/golden/cases.py` gives, for the same
+seed, the metrics recorded in `tests/paper/golden/digits_runs.json`. The runs are in float64
 (`record.run_case` says why), where the CPU's kernels move them by under 1e-12 (relative): a
 difference over 1e-9 is a change of the arithmetic, on whatever machine the test runs."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from golden.cases import CASES        # tests/golden is a package under pytest's default (prepend) import mode
+from golden.cases import CASES        # tests/paper/golden is a package under pytest's default (prepend) import mode
 from golden.record import run_case
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -10,6 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from conftest import ROOT
 from model_checks import check_engines_and_per_example_grads
 from fixtures import write_cifar10, write_cinic10_like, write_image_folder
 from pazo.data.cifar10 import CLASSES, load_cifar10_bundle, read_cifar10
@@ -112,11 +113,10 @@ def test_cli_missing_data_is_one_clear_message(tmp_path):
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     out = subprocess.run([sys.executable, "-m", "pazo.train", "dataset=cifar10", "model=nf_resnet18",
                           f"dataset.root={tmp_path}/none", "logger.mode=disabled", f"hydra.run.dir={tmp_path}/run"],
-                         cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                         cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "PAZO_CACHE_DIR": str(tmp_path / "c")}, timeout=300)
     assert out.returncode == 2
     assert "pazo: error: CIFAR-10 is missing" in out.stderr and "Traceback" not in out.stderr

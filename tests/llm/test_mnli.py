@@ -18,6 +18,8 @@ from pazo.train import run
 
 WORDS = [" Yes", " Maybe", " No"]
 
+pytestmark = pytest.mark.llm
+
 
 @pytest.fixture(scope="module")
 def nli_root(tmp_path_factory):

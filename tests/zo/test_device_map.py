@@ -124,6 +124,7 @@ CPU_MAP = {"model.decoder.embed_tokens": "cpu", "model.decoder.embed_positions":
            "model.decoder.final_layer_norm": "cpu", "lm_head": "cpu"}
 
 
+@pytest.mark.llm
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_a_dispatched_model_takes_the_same_step_as_without_device_map(root, make_method, dtype):
     plain, mapped = build(root, None, dtype), build(root, CPU_MAP, dtype)
@@ -150,6 +151,7 @@ def sst2_batch(tok, pad_id):
     return x, torch.tensor([1, 0, 1, 0])
 
 
+@pytest.mark.llm
 @pytest.mark.parametrize("name, cfg", [
     ("dpsgd", {"lr": 0.1, "clip": 1.0}),                                   # per-example adapter gradients
     ("pazo_m", {"lr": 1e-2, "clip": 1.0, "q": 2, "public_batch_size": 2}),  # a public gradient + the ZO step
@@ -193,6 +195,7 @@ def test_batches_go_to_the_input_device_and_the_methods_vectors_to_the_parameter
     assert method.privatizer.generator.device == torch.device("cpu")       # noise made beside the parameters
 
 
+@pytest.mark.llm
 def test_a_run_with_a_device_map_records_its_devices(root, hydra_cfg, tmp_path):
     s = run(hydra_cfg("model=hf_causal_lm", f"model.path={root / 'opt'}", f"dataset.root={root}", "dataset=sst2",
                       "model.attention=eager", "model.device_map={model:cpu,lm_head:cpu}", "dataset.n_train=16",
@@ -202,6 +205,8 @@ def test_a_run_with_a_device_map_records_its_devices(root, hydra_cfg, tmp_path):
     assert 0 <= s["final_test_accuracy"] <= 1
 
 
+@pytest.mark.gpu
+@pytest.mark.llm
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_two_gpus_take_the_step_of_one(root, make_method):
     """The tiny OPT split over cuda:0 and cuda:1 takes DPZero's step (in-place engine, directions

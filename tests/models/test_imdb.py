@@ -178,6 +178,7 @@ def test_lstm_per_example_gradients_in_train_mode_draw_dropout_per_example():
     assert torch.allclose(clipped_sum(model, x, y, 4, 1.0)[0], clipped_sum(model, x, y, 2, 1.0)[0], atol=1e-6)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (cuDNN's LSTM)")
 def test_lstm_per_example_gradients_on_cuda_equal_the_loop_in_train_and_eval_mode():
     """On cuDNN, whose backward needs the kernel's train flag, in eval mode as well as in train

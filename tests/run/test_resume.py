@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import ROOT
 from pazo.checkpoint import CHECKPOINT, effective_status
 from pazo.methods import method_info
 from pazo.methods.two_point import TwoPointMethod
 from pazo.train import run
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def rows(run_dir):

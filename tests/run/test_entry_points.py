@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 BIN = Path(sys.executable).parent
 TIMESTAMPED = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]\[pazo\.train\]\[INFO\] - (.*)$")
 

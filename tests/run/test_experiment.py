@@ -59,6 +59,7 @@ def test_audit_and_training_build_the_same_run_on_digits(method, tmp_path, monke
     assert seen[0]["loss_fn"] is cross_entropy_per_example
 
 
+@pytest.mark.llm
 def test_audit_keeps_a_language_models_own_loss(tmp_path, monkeypatch):
     """A prompt model scores label words with its own per-example loss: the audit, which once built
     its model without it (and so attacked a different loss than training minimised), gets it too."""

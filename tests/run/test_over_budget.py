@@ -7,12 +7,11 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
+from conftest import ROOT
 import pazo.experiment as experiment
 from pazo.train import run
 
-ROOT = Path(__file__).resolve().parents[1]
 
 HALVE_SIGMA = textwrap.dedent("""
     import runpy

@@ -1,18 +1,16 @@
 """Methods are registered with their facts and typed configs; every noise draw lives in
 pazo/privacy/."""
 import re
-from pathlib import Path
 
 import pytest
 import yaml
 
+from conftest import ROOT
 from pazo.errors import ConfigError
 from pazo.methods import METHODS, method_config, method_info, method_names
 from pazo.methods.pazo_m import PazoMConfig
 from pazo.privacy.mechanisms import Release
 from pazo.train import run
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_method_yaml_composes_into_its_registered_schema(hydra_cfg):
@@ -117,7 +115,7 @@ def test_public_only_trains_on_the_public_split_alone(make_method):
     assert torch.equal(results[0], results[1])
 
 
-GRIDS = Path(__file__).resolve().parents[1] / "configs" / "sweeps" / "grids"
+GRIDS = ROOT / "configs" / "sweeps" / "grids"
 
 
 @pytest.mark.parametrize("grid_name,overrides", [("cifar10", ()),  # the offline default: Table 9's CIFAR-10 column

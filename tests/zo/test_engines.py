@@ -420,6 +420,7 @@ def test_lstm_public_gradients_together_come_from_one_fused_pass_equal_to_one_by
     assert torch.allclose(together, one_by_one, atol=1e-12) and not torch.allclose(together[0], together[1])
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_loss_rows_on_cuda_reach_the_host_as_the_same_lists_as_on_the_cpu():
     """`host_lists` joins accelerator rows before the one copy: the same numbers, row by row."""

@@ -10,11 +10,11 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 N, B, T = 1294, 64, 607  # the digits defaults: q = 64/1294, T = 607 (30 epochs), delta = 1/n
 MAX_SECONDS, MAX_GROWTH_MB = 20, 2048
 

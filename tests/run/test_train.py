@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from pazo.methods import METHODS, method_info, method_names
 from pazo.train import run
 from pazo.validate import ConfigError
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def read_jsonl(path):

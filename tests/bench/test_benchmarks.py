@@ -1,0 +1,271 @@
+"""The benchmarks (pazo.bench): the step profile and the step's operations besides its floor, the floor's
+public passes, the public-gradients comparison, the counts checked before any job, their Ctrl-C and
+SIGTERM and their result files, the GPU settings on CPU at a tiny batch, a failed job's line, and
+`make bench-gpu`'s share (split from tests/report/test_tables_figures.py)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ROOT
+from pazo.bench import common as bench_common
+from pazo.bench import engines as bench_engines
+from pazo.bench import methods as bench_methods
+from pazo.bench import settings as bench_settings
+from pazo.bench import step_ops
+
+
+def test_the_step_profile_pairs_three_steps_with_their_floor_and_traces_ours(tmp_path):
+    """`profile_zo_step.py` on digits: our step (packed, unpacked) and the minimal one, each with a
+    paired floor ratio, the minimal step's operations, and our step's operators under the profiler;
+    `--device cuda` without CUDA is one line."""
+    out = tmp_path / "profile.json"
+    command = [sys.executable, "-m", "pazo.bench.profile_step", "--pairs", "3", "--warmup", "1",
+               "--trace-steps", "2", "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert set(result["steps"]) == {"ours", "ours_unpacked", "minimal"} and result["pairs"] == 3
+    assert all(r["paired_floor_ratio"] > 0.5 and r["median_floor_ms"] > 0 for r in result["steps"].values())
+    assert set(result["minimal_step_op_us"]) >= {"draw", "perturb", "forward+", "update"}
+    ops = {row["op"]: row for row in result["ours_profiled_ops"]}
+    assert ops["aten::normal_"]["calls_per_step"] >= 1 and "aten::convolution" in ops
+    if not torch.cuda.is_available():
+        done = subprocess.run(command[:3] + ["--device", "cuda", "--out", str(tmp_path / "no.json")],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode == 1 and done.stderr.strip() == \
+            "profile_zo_step: --device cuda, but torch sees no CUDA device"
+
+
+def test_step_ops_count_what_a_step_does_besides_its_floor(tmp_path):
+    """count_step_ops.py: DPZero's in-place step on digits issues its floor's two forwards plus a
+    few operations (perturb, move, restore and update: four adds on the packed buffer, the draw);
+    PAZO-M's floor holds its public gradient too. An unknown method is argparse's one line."""
+    saved = dict(bench_settings.SETTINGS)             # shared with other tests
+    bench_settings.set_batch_size(step_ops.BATCH)
+    try:
+        row = step_ops.step_ops("digits", "dpzero", "inplace")
+        pazo_m = step_ops.step_ops("digits", "pazo_m", "inplace")
+    finally:
+        bench_settings.SETTINGS.update(saved)
+    assert row["step_ops"] == row["floor_ops"] + row["extra_ops"] and 0 < row["extra_ops"] < 30
+    assert row["extra_by_op"]["add_"] == 4 and row["extra_by_op"]["normal_"] >= 1
+    assert "convolution" not in row["extra_by_op"]                   # the forwards are the floor's
+    assert pazo_m["floor_ops"] > row["floor_ops"] and "convolution_backward" not in pazo_m["extra_by_op"]
+    done = subprocess.run([sys.executable, "-m", "pazo.bench.step_ops", "--methods", "mezo,sgd",
+                           "--out", str(tmp_path / "o.json")], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.splitlines()[-1].endswith(
+        "error: unknown method 'sgd'; choices: mezo, dpzero, pazo_m, pazo_p, pazo_p_prime, pazo_s")
+    assert not (tmp_path / "o.json").exists()
+
+
+@pytest.mark.parametrize("asked,together", [((), False), (("method.public_grads_together=true",), True)])
+def test_the_floor_takes_the_public_passes_as_the_method_does(asked, together, monkeypatch):
+    """benchmark_methods.py's bare passes of PAZO-P take its k public gradients the way the method
+    does (`public_grads_batched`): one by one under the CPU's default, together when forced."""
+    from pazo.models.functional import FunctionalModel
+    bm = bench_settings
+    method, config, model = bm.build_benchmark_method("pazo_p", "digits", torch.device("cpu"), extra=asked)
+    x, y = bm.synthetic_inputs("digits", 4, torch.device("cpu"))
+    ways, original = [], FunctionalModel.mean_loss_grads
+
+    def spy(self, batches, batched=None):
+        ways.append(self.grads_together(batches, batched))
+        return original(self, batches, batched)
+    monkeypatch.setattr(FunctionalModel, "mean_loss_grads", spy)
+    bm.bare_passes("digits", torch.device("cpu"), "pazo_p", config, model, x, y)()
+    method.step(x, y, 1)
+    assert ways == [together, together]
+
+
+def test_public_gradients_benchmark_alternates_the_two_ways_on_the_methods_batches(monkeypatch):
+    """benchmark_engines.py --public-grads: PAZO-P's k batches of b' examples (digits: 3 of 16),
+    taken together and one by one in turn, each way timed once a round, and the model's own default
+    recorded beside the paired ratio."""
+    from pazo.models.functional import FunctionalModel
+    engines = bench_engines
+    calls, original = [], FunctionalModel.mean_loss_grads
+
+    def spy(self, batches, batched=None):
+        calls.append((batched, len(batches), tuple(batches[0][0].shape)))
+        return original(self, batches, batched)
+
+    monkeypatch.setattr(FunctionalModel, "mean_loss_grads", spy)
+    row = engines.compare_public_grads("digits", torch.device("cpu"), warmup=1, iters=2)
+    assert calls == [(True, 3, (16, 1, 8, 8)), (False, 3, (16, 1, 8, 8))] * 3
+    assert (row["batches"], row["public_batch_size"], row["iters"], row["model_default"]) == (3, 16, 2, "one_by_one")
+    assert row["together_median_s"] > 0 and row["one_by_one_median_s"] > 0
+    assert row["paired_together_over_one_by_one"] > 0
+
+
+@pytest.mark.parametrize("name,argument", [("methods", "--iters=0"), ("engines", "--warmup=-1"),
+                                           ("profile_step", "--pairs=0")])
+def test_benchmark_counts_are_checked_before_any_job(name, argument, tmp_path):
+    """A count below its least value is argparse's one line and exit 2, before any job runs or any
+    result file is written."""
+    out = tmp_path / "result.json"
+    done = subprocess.run([sys.executable, "-m", f"pazo.bench.{name}", argument, "--out", str(out)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines()[-1].endswith(f"error: argument {argument.split('=')[0]}: must be an integer >= "
+                                                 f"{1 if name != 'engines' else 0}, got "
+                                                 f"{argument.split('=')[1]}")
+    assert not out.exists()
+
+
+def test_an_interrupted_benchmark_is_one_line_and_keeps_the_earlier_result(tmp_path, capsys, monkeypatch):
+    """Ctrl-C in a benchmark: one line, exit 130; a result file interrupted while being written
+    leaves the earlier one as it was (written to a temporary file, then renamed) and no leftover."""
+    bench = bench_common
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as done:
+        bench.run_main("benchmark_methods", interrupted)
+    assert done.value.code == 130
+    assert capsys.readouterr().err == ("benchmark_methods: interrupted; nothing written (an earlier result file "
+                                       "is as it was)\n")
+    out = tmp_path / "result.json"
+    out.write_text('{"earlier": 1}')
+    write_text = Path.write_text
+
+    def half_then_interrupted(path, text):
+        write_text(path, text[: len(text) // 2])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", half_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        bench.write_result(out, {"results": list(range(100))})
+    monkeypatch.undo()
+    assert out.read_text() == '{"earlier": 1}' and [p.name for p in tmp_path.iterdir()] == ["result.json"]
+    bench.write_result(out, {"results": [1]})
+    assert json.loads(out.read_text()) == {"results": [1]} and [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+def test_a_terminated_benchmark_is_one_line_and_kills_its_running_job(tmp_path):
+    """SIGTERM to a benchmark while a job subprocess runs: one line, exit 143, and the job is
+    killed with it (before, the parent died and the job ran on to its end)."""
+    pid_file = tmp_path / "job.pid"
+    job = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    parent = (f"import subprocess, sys; from pazo.bench import common as b; "
+              f"b.run_main('benchmark_methods', lambda: subprocess.run([sys.executable, '-c', {job!r}]))")
+    proc = subprocess.Popen([sys.executable, "-c", parent], stderr=subprocess.PIPE, text=True)
+    job_pid = None
+    try:
+        deadline = time.monotonic() + 120
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        job_pid = int(pid_file.read_text())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143
+        err = proc.stderr.read()
+        assert err.splitlines()[-1] == ("benchmark_methods: terminated; nothing written (an earlier result file is "
+                                        "as it was)") and "Traceback" not in err
+        with pytest.raises(ProcessLookupError):
+            os.kill(job_pid, 0)
+        job_pid = None
+    finally:   # nothing this test started is left running when it fails
+        proc.kill()
+        proc.wait()
+        if job_pid is not None:
+            try:
+                os.kill(job_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", ["cifar10_nf224", "tiny_imagenet_vit", "imdb_lstm",
+                                     pytest.param("mnli_roberta", marks=pytest.mark.llm)])
+def test_the_gpu_benchmark_settings_run_on_cpu_at_a_tiny_batch(setting, tmp_path):
+    """`make bench-gpu`'s four paper settings, run through the same script on CPU with two examples
+    per private batch (`--batch-size 2`): a first-order method, a zeroth-order one and one with k
+    public batches (PAZO-S: its k = 3 public batches of MNLI fit this machine's memory; PAZO-P's
+    k = 6, one by one, peak near 15 GB), each engine, build and step on the setting's real model;
+    every row has its floor (private forwards and public passes) and peak memory, and no job fails."""
+    out = tmp_path / "methods.json"
+    done = subprocess.run([sys.executable, "-m", "pazo.bench.methods", "--device", "cpu",
+                           "--settings", setting, "--methods", "dpsgd,dpzero,pazo_s", "--iters", "1",
+                           "--warmup", "0", "--batch-size", "2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["method"], r.get("engine")) for r in rows] == [
+        ("forward", None), ("dpsgd", None), ("dpzero", "vectorised"), ("dpzero", "inplace"),
+        ("pazo_s", "vectorised"), ("pazo_s", "inplace")]
+    assert all("error" not in r for r in rows), [r["error"] for r in rows if "error" in r]
+    assert {r["batch_size"] for r in rows} == {2}   # as each job reports it: --batch-size reached the jobs
+    for r in rows:
+        assert r["median_s"] > 0 and r["peak_mem_mb"] > 0
+        if r["method"] != "forward":
+            assert r["dim"] > 10**5 and r["mem_ratio"] > 0
+        if r["method"] in ("dpzero", "pazo_s"):
+            assert r["forward_s"] > 0 and r["paired_floor_ratio"] > 0 and r["paired_speedup_over_dpsgd"] > 0
+            assert r["floor_s"] == pytest.approx(r["forwards"] * r["forward_s"] + r["public_s"])
+        if r["method"] == "dpzero":
+            assert r["forwards"] == 2 and r["public_passes"] == 0
+        if r["method"] == "pazo_s":
+            assert r["forwards"] >= 3 and r["public_passes"] >= 2 and r["public_s"] > 0
+
+
+@pytest.mark.parametrize("returncode,stderr,expected", [
+    (-9, "", "killed by SIGKILL (out of memory?)"),
+    (-11, "half a line\n", "killed by SIGSEGV: half a line"),
+    (1, "Traceback ...\nRuntimeError: CUDA out of memory\n", "RuntimeError: CUDA out of memory"),
+    (0, "", "exit 0 and no output"),
+])
+def test_a_failed_benchmark_job_says_how_it_ended(returncode, stderr, expected):
+    """A job that wrote no row is reported by its last stderr line or, killed by a signal (the
+    out-of-memory killer's SIGKILL writes nothing), by the signal: before, "no output"."""
+    assert bench_methods.job_failure(returncode, stderr) == expected
+
+
+def test_the_gpu_benchmark_script_runs_the_share_it_is_given(tmp_path):
+    """`SETTINGS` and `PARTS` select a share of `make bench-gpu` (the whole does not fit one lease):
+    only the named settings' benchmarks, the engines without the LSTM, Table 5 from the files there
+    are; an unknown part is one line before anything runs. A stand-in interpreter logs each call."""
+    log = tmp_path / "calls"
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\necho \"$*\" >> {log}\n")
+    fake.chmod(0o755)
+
+    def run(**env):
+        log.unlink(missing_ok=True)
+        done = subprocess.run(["bash", str(ROOT / "scripts" / "run_gpu_benchmarks.sh")], capture_output=True,
+                              text=True, env={**os.environ, "PYTHON": str(fake), **env})
+        return done, (log.read_text().splitlines() if log.exists() else [])
+
+    done, calls = run(SETTINGS="imdb_lstm mnli_roberta", PARTS="methods engines")
+    assert done.returncode == 0, done.stderr
+    scripts = [c.split()[0] for c in calls[1:]]   # after the CUDA check
+    assert scripts == ["scripts/benchmark_methods.py"] * 2 + ["scripts/benchmark_engines.py"]
+    assert "--settings imdb_lstm " in calls[1] and "methods_cuda_mnli_roberta.json" in calls[2]
+    assert "--settings mnli_roberta " in calls[3]   # the LSTM always runs in place: no engine comparison
+
+    done, calls = run(SETTINGS="imdb_lstm mnli_roberta", PARTS="public")
+    assert done.returncode == 0, done.stderr
+    assert len(calls) == 2 and calls[1].startswith("scripts/benchmark_engines.py --public-grads ")
+    assert "--settings imdb_lstm,mnli_roberta " in calls[1] and "public_grads_cuda.json" in calls[1]
+
+    done, calls = run(SETTINGS="imdb_lstm", PARTS="engines memory")
+    assert done.returncode == 0, done.stderr
+    assert [c.split()[0] for c in calls[1:]] == ["scripts/benchmark_memory.py"] * 4
+
+    done, calls = run(SETTINGS="tiny_imagenet_vit", PARTS="profile")
+    assert done.returncode == 0, done.stderr
+    assert len(calls) == 2
+    assert calls[1].startswith("scripts/profile_zo_step.py --device cuda --setting tiny_imagenet_vit ")
+    assert calls[1].endswith("--out scripts/results/zo_step_profile_cuda_tiny_imagenet_vit.json")
+
+    done, calls = run(PARTS="methods tabels")
+    assert done.returncode == 2 and calls == []
+    assert done.stderr.strip() == \
+        "run_gpu_benchmarks: unknown part 'tabels' (profile, methods, engines, public, tables, memory)"

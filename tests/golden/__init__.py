@@ -1,1 +1,0 @@
-"""The golden runs (`cases.py`, recorded by `record.py`, compared by tests/test_golden.py)."""
