@@ -307,3 +307,13 @@ def test_memory_switches_do_not_split_a_configuration(tmp_path):
     runs = load_runs([tmp_path / "s"])
     assert runs["config"].nunique() == 2
     assert sorted(runs.groupby("config")["seed"].count()) == [1, 3]
+
+
+def test_a_cell_picked_among_private_configurations_says_its_cost_is_outside_epsilon(sweep):
+    """DP-SGD at epsilon 1 is the best of two finished configurations on the same private data (a
+    selection whose privacy cost no run's epsilon covers); DPZero has one configuration (no
+    selection); SGD is non-private (no cost to select among)."""
+    best = select_configs(load_runs([sweep[0]]), selection="val").set_index(["method", "epsilon"], drop=False)
+    assert best.loc[("dpsgd", 1.0), "selection_outside_epsilon"]
+    assert not best.loc[("dpzero", 1.0), "selection_outside_epsilon"]
+    assert not best[best.method == "sgd"].selection_outside_epsilon.any()
