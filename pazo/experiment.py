@@ -86,7 +86,15 @@ class Run:
                 "parameter_devices": [str(d) for d in self.model.devices],
                 "privacy": self.plan.as_dict(), "data": self.data.describe(), "warm_start": self.warm_start,
                 "engine": self.engine, "method_departures": self.method_cfg.departures(),
-                **self.method.describe()}
+                "outside_guarantee": self.outside_guarantee(), **self.method.describe()}
+
+    def outside_guarantee(self) -> list[str]:
+        """What a private run computes from its private data and releases without noise, so outside
+        the printed epsilon: the data set's own (`DataBundle.info`) and the step times."""
+        if not self.plan.private:
+            return []
+        return [*self.data.info.get("outside_guarantee", []),
+                "s_per_iter and the step times: the time of a step grows with its realised Poisson batch size"]
 
 
 def resolve_device(name: str) -> torch.device:

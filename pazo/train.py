@@ -96,10 +96,10 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
                "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": recorder.wandb_id,
                "host": socket.gethostname(), "pid": os.getpid()}
     if resuming and r.device.type == "cuda":
-        summary["outside_guarantee"] = [
+        summary["outside_guarantee"].append(
             f"the steps after the checkpoint at step {loop.step} were run again with the same noise on CUDA, "
             "whose kernels need not be deterministic: rows an earlier attempt released for them (W&B "
-            "cannot retract them) may differ from this attempt's by more than the noise covers"]
+            "cannot retract them) may differ from this attempt's by more than the noise covers")
     recorder.write_summary(summary)
     print_header(summary, r.plan)
     if resuming:

@@ -102,7 +102,9 @@ def load_hf_text_bundle(cfg, rng: np.random.Generator) -> DataBundle:
     test, y_test = _labelled(test, class_ids(test, cfg.label_column, names)[0])
     info = {"hf_name": cfg.hf_name, "classes": len(names), "vocab_size": cfg.vocab_size,
             "max_length": cfg.max_length, "public_source": cfg.public_source,
-            "unlabelled_dropped": len(y_all) - len(y_train)}
+            "unlabelled_dropped": len(y_all) - len(y_train),
+            "outside_guarantee": ["the class list (when the label column is not a ClassLabel) and "
+                                  "unlabelled_dropped are read from the private split's labels without noise"]}
 
     if cfg.public_source == "split":
         size = public_split_size(cfg)
@@ -135,7 +137,7 @@ def load_hf_text_bundle(cfg, rng: np.random.Generator) -> DataBundle:
         return list(first) + list(second or [])
 
     vocab, provenance = source_vocab(cfg.vocab_source, all_texts(public), all_texts(private), cfg.vocab_size)
-    info.update(provenance)
+    info.update(provenance, outside_guarantee=[*info["outside_guarantee"], *provenance.get("outside_guarantee", [])])
 
     def tensors(split, labels):
         first, second = texts(split)

@@ -276,5 +276,9 @@ def load_image_folder_bundle(cfg, rng: np.random.Generator, aug_generator: torch
     options of the paper's image settings."""
     x_train, y_train, x_test, y_test, classes = read_image_folder(cfg.root, cfg.image_size, cfg.cache_dir)
     return image_bundle("image_folder", cfg, (x_train, y_train), (x_test, y_test), classes, rng, aug_generator,
-                        image_size=x_train.shape[-1], info={"root": str(cfg.root), "classes": len(classes)},
+                        image_size=x_train.shape[-1],
+                        info={"root": str(cfg.root), "classes": len(classes),
+                              "outside_guarantee": ["the image size (when dataset.image_size is not set) and the "
+                                                    "grey-scale choice are read from the training images, "
+                                                    "private ones included, without noise"]},
                         **public_split_size(cfg))

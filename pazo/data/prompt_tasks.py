@@ -276,6 +276,8 @@ def load_prompt_bundle(cfg, streams, tokenizer) -> DataBundle:
         info["public"] = str(cfg.public_folder)
     if spec.generation:
         info["metric"] = "f1 (test_accuracy holds the F1; test_exact_match beside it)"
+        info["outside_guarantee"] = ["a private answer too long for max_length ends the run before training, "
+                                     "with its length in the error"]
     else:
         info["label_words"] = dict(zip(spec.classes, resolve_label_words(spec.name, kind, cfg.get("label_words"))))
     val = train.select(val_idx) if len(val_idx) else None

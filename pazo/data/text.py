@@ -63,9 +63,9 @@ def vocab_provenance(source: str) -> dict:
     (public data costs no privacy), `private` is not."""
     if source == "private":
         return {"vocab_source": "private",
-                "outside_guarantee": "the vocabulary (its most frequent tokens) is computed from the "
-                                     "private training texts without noise: a release the DP "
-                                     "guarantee does not cover"}
+                "outside_guarantee": ["the vocabulary (its most frequent tokens) is computed from the "
+                                      "private training texts without noise: a release the DP "
+                                      "guarantee does not cover"]}
     return {"vocab_source": source}
 
 

@@ -46,4 +46,7 @@ def carve_validation(data: DataBundle, fraction: float, rng: np.random.Generator
                           "set dataset.val_fraction=0")
     kept, held = stratified_holdout(data.private.labels.numpy(), fraction, rng)
     return dataclasses.replace(data, private=data.private.subset(kept), val=data.private.subset(held),
-                               info={**data.info, "val_fraction": fraction})
+                               info={**data.info, "val_fraction": fraction,
+                                     "outside_guarantee": [*data.info.get("outside_guarantee", []),
+                                                           "the validation split's size per class rounds the "
+                                                           "private set's class counts"]})
