@@ -11,7 +11,8 @@ progress. It holds the noise stream's state (and torch's generator states, from 
 be read back), so it is as sensitive as the private data and the secret seed: it is readable by its
 owner only (0600), never archived into `attempts/`, deleted when the run finishes
 (`train.keep_checkpoint=true` keeps it, 0600 still) and when the run fails (a failed run is not
-resumed), and a write that breaks off leaves no `.tmp` file behind.
+resumed), and a write that breaks off leaves no `.tmp` file behind. A relaunch that is refused
+(another config, another computation) keeps it, so that the run can still be resumed as it ran.
 
 A relaunch into a run directory (the same `hydra.run.dir`, or the same sweep run) reads its
 `summary.json`: a finished run is not re-run; a run whose heartbeat is fresh is refused (another
@@ -116,25 +117,31 @@ class Start:
     summary: dict | None = None
     checkpoint: dict | None = None
     moved_to: str | None = None
+    #: a fresh start over an earlier attempt: whether that attempt released rows, and whether its
+    #: files still wait to be moved to attempts/<n>/ (`archive_attempt`, once the launch is checked)
+    released: bool = False
+    pending_archive: bool = False
 
 
-def prepare_run_dir(run_dir: Path, fingerprint: str, secure: bool = False) -> Start:
+def prepare_run_dir(run_dir: Path, fingerprint: str, secure: bool = False, archive: bool = True) -> Start:
     """Decide, from what `run_dir` holds, whether this launch resumes, starts afresh or has nothing to do.
 
     `secure` (privacy.secure_mode): a fresh start would draw new secret noise and batches, so an
     earlier attempt that released rows and cannot be resumed is refused rather than started over
     (its releases would be outside the new attempt's epsilon). A seeded run starting over replays
-    the same noise and batches from its seed: the same computation, nothing new released."""
+    the same noise and batches from its seed, which releases nothing new only if the computation is
+    the earlier attempt's (the caller checks it: `archive=False` leaves the earlier files in place
+    until `archive_attempt`)."""
     run_dir = Path(run_dir)
     summary_path = run_dir / "summary.json"
     if not summary_path.exists():
         if (run_dir / "metrics.jsonl").exists():  # written by an attempt that never wrote a summary
-            return _start_over(run_dir, secure)
+            return _start_over(run_dir, secure, archive)
         return Start("fresh")
     try:
         summary = json.loads(summary_path.read_text())
     except (OSError, ValueError):
-        return _start_over(run_dir, secure)
+        return _start_over(run_dir, secure, archive)
     status = effective_status(summary)
     if status == "finished":
         return Start("finished", summary=summary)
@@ -148,7 +155,7 @@ def prepare_run_dir(run_dir: Path, fingerprint: str, secure: bool = False) -> St
             raise ConfigError(f"run directory {run_dir} holds a checkpoint of a run with another config; "
                               "resume it with the same overrides, or give another hydra.run.dir")
         return Start("resume", summary=summary, checkpoint=checkpoint)
-    return _start_over(run_dir, secure)
+    return _start_over(run_dir, secure, archive, summary)
 
 
 def released_rows(run_dir: Path) -> bool:
@@ -163,13 +170,22 @@ def released_rows(run_dir: Path) -> bool:
         return False
 
 
-def _start_over(run_dir: Path, secure: bool) -> Start:
-    if secure and released_rows(run_dir):
+def _start_over(run_dir: Path, secure: bool, archive: bool, summary: dict | None = None) -> Start:
+    released = released_rows(run_dir)
+    if secure and released:
         raise ConfigError(f"run directory {run_dir} holds an attempt of this secure-mode run that released rows "
                           "and cannot be resumed; starting over would draw new secret noise, and the printed "
                           "epsilon would not count the earlier attempt's releases: give another hydra.run.dir "
                           "and count both runs' privacy yourself")
-    return Start("fresh", moved_to=_archive(run_dir))
+    if not archive:
+        return Start("fresh", summary=summary, released=released, pending_archive=True)
+    return Start("fresh", moved_to=_archive(run_dir), released=released)
+
+
+def archive_attempt(run_dir: Path, start: Start) -> None:
+    """Move the earlier attempt's files away (`Start.pending_archive`), now that the launch is checked."""
+    if start.pending_archive:
+        start.moved_to, start.pending_archive = _archive(Path(run_dir)), False
 
 
 def _archive(run_dir: Path) -> str:

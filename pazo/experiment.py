@@ -64,20 +64,28 @@ class Run:
         """The private batch sampler the plan's accountant was told about, on the run's data stream."""
         return SAMPLERS[self.cfg.privacy.sampling](self.n, self.batch_size, self.streams.numpy["data"])
 
-    @functools.cached_property
+    @property
     def computation(self) -> dict:
-        """What decides the numbers a step computes besides the config's fingerprint: the device, how
-        the public gradients are taken, sigma (from the cache or calibration) and the private data
-        read (a digest). A resume replays the steps since the checkpoint with the same noise, which
-        releases nothing new only if these are the checkpointed attempt's."""
+        """What decides the numbers a step computes besides the config's fingerprint, and may be
+        released (summary.json): the device, how the public gradients are taken, sigma (from the
+        cache or calibration) and where the data were read. A replay of steps with the same noise
+        (a resume, a seeded start over) releases nothing new only if these are the earlier attempt's."""
+        public_grads = self.method.describe().get("public_grads", {})
+        return {"device": str(self.device), "parameter_devices": [str(d) for d in self.model.devices],
+                "sigma": self.plan.sigma, "public_grads_together": public_grads.get("together"),
+                "dataset_root": self.cfg.dataset.get("root")}
+
+    @functools.cached_property
+    def private_computation(self) -> dict:
+        """`computation` with a digest of the private data read in place of where they were read (a
+        resume may read the same data elsewhere): kept in the checkpoint only (0600), since a hash
+        of the private data would tell which data set it is."""
         digest = hashlib.sha256()
         for tensor in (self.data.private.inputs, self.data.private.labels):
             digest.update(repr((tuple(tensor.shape), str(tensor.dtype))).encode())
             digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy())
-        public_grads = self.method.describe().get("public_grads", {})
-        return {"device": str(self.device), "parameter_devices": [str(d) for d in self.model.devices],
-                "sigma": self.plan.sigma, "private_data_sha256": digest.hexdigest(),
-                "public_grads_together": public_grads.get("together")}
+        where = {k: v for k, v in self.computation.items() if k != "dataset_root"}
+        return {**where, "private_data_sha256": digest.hexdigest()}
 
     def describe(self) -> dict:
         """The set-up half of the run's summary (what ran, where, on what, with what guarantee)."""
@@ -86,7 +94,8 @@ class Run:
                 "parameter_devices": [str(d) for d in self.model.devices],
                 "privacy": self.plan.as_dict(), "data": self.data.describe(), "warm_start": self.warm_start,
                 "engine": self.engine, "method_departures": self.method_cfg.departures(),
-                "outside_guarantee": self.outside_guarantee(), **self.method.describe()}
+                "outside_guarantee": self.outside_guarantee(), "computation": self.computation,
+                **self.method.describe()}
 
     def outside_guarantee(self) -> list[str]:
         """What a private run computes from its private data and releases without noise, so outside

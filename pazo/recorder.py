@@ -109,7 +109,7 @@ class Recorder:
         loop.metrics_bytes = self.metrics_bytes()
         save_checkpoint(self.dir, fingerprint=self.fingerprint, module=run.module, streams=run.streams,
                         sampler=sampler, loop=loop,
-                        extra={"total_steps": run.total_steps, "computation": run.computation})
+                        extra={"total_steps": run.total_steps, "computation": run.private_computation})
 
     def finish(self, summary: dict, module, train_cfg) -> None:
         """The last summary; for a finished run the model (`train.save_model`) and no checkpoint

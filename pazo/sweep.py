@@ -339,7 +339,7 @@ def parse_sets(pairs: list[str]) -> dict:
 
 def select_methods(spec: dict, methods: str) -> list[str]:
     """The spec's methods named in `--methods a,b`; a name the spec lacks, or none at all, is an
-    error (a typo used to run nothing, silently)."""
+    error (a typo would otherwise run nothing, silently)."""
     names = [m.strip() for m in methods.split(",") if m.strip()]
     unknown = [m for m in names if m not in spec["methods"]]
     if unknown or not names:

@@ -27,9 +27,10 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from pazo import CONFIG_DIR
-from pazo.checkpoint import Heartbeat, LoopState, StopRequests, config_fingerprint, prepare_run_dir, restore_checkpoint
+from pazo.checkpoint import (Heartbeat, LoopState, StopRequests, archive_attempt, config_fingerprint, prepare_run_dir,
+                             restore_checkpoint)
 from pazo.cli import USER_ERRORS, check_overrides
-from pazo.experiment import Run, build_run
+from pazo.experiment import Run, build_run, resolve_device
 from pazo.privacy.mechanisms import active_debug_break
 from pazo.privacy.plan import EpsilonTracker
 from pazo.recorder import Recorder
@@ -76,7 +77,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     run_dir = Path(run_dir)
     fingerprint = config_fingerprint(cfg)
     secure = bool(cfg.privacy.secure_mode and cfg.privacy.epsilon is not None)
-    start = prepare_run_dir(run_dir, fingerprint, secure=secure)
+    resolve_device(cfg.device)  # a device that is not there is refused before the run directory is touched
+    start = prepare_run_dir(run_dir, fingerprint, secure=secure, archive=False)
     if start.kind == "finished":
         log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
                  f"(final test accuracy {start.summary.get('final_test_accuracy')})")
@@ -85,7 +87,10 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     r = build_run(cfg, earlier_engine=previous.get("engine") if resuming else None)
     sampler = r.sampler()
     if resuming:
-        check_same_computation(start.checkpoint, r.computation, run_dir)
+        check_same_computation(start.checkpoint.get("extra", {}).get("computation"), r.private_computation, run_dir)
+    elif start.released:  # a seeded start over replays the earlier attempt's noise from step 1
+        check_same_computation((start.summary or {}).get("computation"), r.computation, run_dir)
+    archive_attempt(run_dir, start)
     loop = (restore_checkpoint(start.checkpoint, module=r.module, streams=r.streams, sampler=sampler)
             if resuming else LoopState())
     recorder = Recorder(run_dir, cfg, cfg.logger, resume_bytes=loop.metrics_bytes if resuming else None,
@@ -95,16 +100,16 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
                "resumed_from_step": loop.step if resuming else None,
                "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": recorder.wandb_id,
                "host": socket.gethostname(), "pid": os.getpid()}
-    if resuming and r.device.type == "cuda":
+    if (resuming or start.released) and r.device.type == "cuda" and r.plan.private:
         summary["outside_guarantee"].append(
-            f"the steps after the checkpoint at step {loop.step} were run again with the same noise on CUDA, "
-            "whose kernels need not be deterministic: rows an earlier attempt released for them (W&B "
-            "cannot retract them) may differ from this attempt's by more than the noise covers")
+            f"the steps after step {loop.step} were run again with an earlier attempt's noise on CUDA, whose "
+            "kernels need not be deterministic: rows that attempt released for them (W&B cannot retract "
+            "them) may differ from this attempt's by more than the noise covers")
     recorder.write_summary(summary)
     print_header(summary, r.plan)
     if resuming:
         log.info(f"resumed: {run_dir} from its checkpoint at step {loop.step} of {r.total_steps}")
-    failure, stopped = train_loop(r, sampler, loop, recorder, summary)
+    _, stopped = train_loop(r, sampler, loop, recorder, summary)
     if stopped:
         summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
     recorder.finish(summary, r.module, cfg.train)
@@ -230,20 +235,20 @@ DEBUG_ONLY = ("pazo: audit.debug_break is a debug-only switch that breaks the pr
               "only the privacy audit (python -m pazo.audit) accepts it")
 
 
-def check_same_computation(checkpoint: dict, now: dict, run_dir: Path) -> None:
-    """Refuse to resume where the computation differs from the checkpointed attempt's (another
-    device, data read, sigma or way of taking the public gradients): the steps replayed since the
-    checkpoint would reuse their noise on other numbers, and two releases with one noise draw reveal
-    their difference without noise."""
-    then = checkpoint.get("extra", {}).get("computation") or {}
+def check_same_computation(then: dict | None, now: dict, run_dir: Path) -> None:
+    """Refuse to replay an earlier attempt's steps (a resume, or a seeded start over after it
+    released rows) where the computation differs from that attempt's (another device, data read,
+    sigma or way of taking the public gradients): the replayed steps would reuse its noise on other
+    numbers, and two releases with one noise draw reveal their difference without noise."""
+    then = then or {}
     changed = [key for key in then if then[key] != now.get(key)]
     if changed:
         shown = "; ".join(f"{key}: {then[key]!r} -> {now.get(key)!r}" for key in changed
                           if key != "private_data_sha256")
         data = "the private data read differs" if "private_data_sha256" in changed else ""
-        raise ConfigError(f"run directory {run_dir} holds a checkpoint whose computation differs from this "
-                          f"launch's ({'; '.join(x for x in (shown, data) if x)}): resuming would replay its "
-                          "noise on other numbers; resume where it ran, or give another hydra.run.dir")
+        raise ConfigError(f"run directory {run_dir} holds an attempt whose computation differs from this "
+                          f"launch's ({'; '.join(x for x in (shown, data) if x)}): going on would replay its "
+                          "noise on other numbers; relaunch as it ran, or give another hydra.run.dir")
 
 
 def refuse_debug_breaks(cfg) -> None:

@@ -12,7 +12,7 @@ from pazo import CONFIG_DIR
 from pazo.data.base import DataBundle, TensorSplit
 from pazo.experiment import build_run
 from pazo.methods.base import public_grads_batched
-from pazo.models import FunctionalModel, build_model
+from pazo.models import build_model
 from pazo.results import BENCHMARK_PAPER_SETTING
 
 SETTINGS = {  # input shape, classes, config overrides, expected batch size
@@ -84,8 +84,8 @@ def make_module(cfg, setting):
 
 
 def bare_model(setting, device):
-    cfg = compose_cfg(["method=dpzero", *SETTINGS[setting][2]])
-    return FunctionalModel(make_module(cfg, setting).to(device))
+    """The setting's model as a run assembles it (placed, with its own loss), for the floor's passes."""
+    return build_benchmark_method("dpzero", setting, device)[2]
 
 
 def synthetic_data(setting, b) -> DataBundle:

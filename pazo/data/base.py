@@ -41,10 +41,8 @@ class TensorSplit:
         return TensorSplit(self.inputs[idx], self.labels[idx], self.transform)
 
 
-#: what a data set reads from its private examples outside the DP mechanism; each loader adds its
-#: own to `info["outside_guarantee"]`, which the run's summary lists
-OUTSIDE_GUARANTEE = "outside_guarantee"
-
+# What a data set reads from its private examples outside the DP mechanism goes to
+# `info["outside_guarantee"]` (a list of sentences), which the run's summary lists.
 VAL_OUTSIDE_GUARANTEE = ("validation accuracy is measured without noise on held-out private examples: a "
                          "non-private selection statistic, outside the DP guarantee (which covers the "
                          "training on the n_private examples only)")

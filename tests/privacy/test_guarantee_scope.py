@@ -8,6 +8,7 @@ import json
 import stat
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -151,12 +152,38 @@ def test_a_resume_that_changes_the_computation_is_refused(hydra_cfg, tmp_path, m
 
 def test_a_checkpoint_of_other_private_data_or_sigma_is_not_resumed(tmp_path):
     now = {"device": "cpu", "sigma": 1.5, "private_data_sha256": "ab", "public_grads_together": None}
-    train.check_same_computation({"extra": {"computation": dict(now)}}, now, tmp_path)
-    train.check_same_computation({"extra": {}}, now, tmp_path)  # a checkpoint that recorded nothing
+    train.check_same_computation(dict(now), now, tmp_path)
+    train.check_same_computation(None, now, tmp_path)  # an attempt that recorded nothing
     with pytest.raises(ConfigError, match="private data read differs"):
-        train.check_same_computation({"extra": {"computation": {**now, "private_data_sha256": "cd"}}}, now, tmp_path)
+        train.check_same_computation({**now, "private_data_sha256": "cd"}, now, tmp_path)
     with pytest.raises(ConfigError, match="sigma: 1.4 -> 1.5"):
-        train.check_same_computation({"extra": {"computation": {**now, "sigma": 1.4}}}, now, tmp_path)
+        train.check_same_computation({**now, "sigma": 1.4}, now, tmp_path)
+
+
+def test_a_seeded_start_over_that_changes_the_computation_is_refused(hydra_cfg, tmp_path, monkeypatch):
+    """A failed seeded run starts over with its noise from step 1: on another computation that
+    would release the same noise twice, so it is refused, and nothing is moved."""
+    def cfg(together):
+        return hydra_cfg("method=pazo_p", "train.steps=6", f"method.public_grads_together={together}")
+    crash_at(monkeypatch, 3)
+    with pytest.raises(RuntimeError):
+        train.run(cfg("true"), tmp_path)
+    monkeypatch.undo()
+    with pytest.raises(ConfigError, match="public_grads_together: True -> False"):
+        train.run(cfg("false"), tmp_path)
+    assert not (tmp_path / "attempts").exists()
+    s = train.run(cfg("true"), tmp_path)
+    assert s["status"] == "finished" and s["earlier_attempt_moved_to"].endswith("attempts/1")
+    assert "private_data_sha256" not in s["computation"]  # a hash of the private data is never released
+
+
+def test_a_missing_device_is_refused_before_the_run_directory_is_touched(hydra_cfg, tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "failed"}))
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with pytest.raises(ConfigError, match="CUDA is not available"):
+        train.run(hydra_cfg("method=dpzero", "device=cuda"), tmp_path)
+    assert not (tmp_path / "attempts").exists() and (tmp_path / "summary.json").exists()
 
 
 def test_the_summary_lists_what_a_private_run_releases_outside_the_guarantee(hydra_cfg, tmp_path):
