@@ -158,20 +158,15 @@ def prepare_run_dir(run_dir: Path, fingerprint: str, secure: bool = False, archi
     return _start_over(run_dir, secure, archive, summary)
 
 
-def released_rows(run_dir: Path) -> bool:
+def released_rows(run_dir: Path, summary: dict | None) -> bool:
     """Whether an attempt in `run_dir` released anything computed from the private data: a row of
-    metrics.jsonl (mirrored to W&B and the terminal) or a summary of steps done."""
+    metrics.jsonl (mirrored to W&B and the terminal) or a summary (`summary`, as read) of steps done."""
     metrics = run_dir / "metrics.jsonl"
-    if metrics.exists() and metrics.stat().st_size > 0:
-        return True
-    try:
-        return bool(json.loads((run_dir / "summary.json").read_text()).get("steps_done"))
-    except (OSError, ValueError):
-        return False
+    return (metrics.exists() and metrics.stat().st_size > 0) or bool((summary or {}).get("steps_done"))
 
 
 def _start_over(run_dir: Path, secure: bool, archive: bool, summary: dict | None = None) -> Start:
-    released = released_rows(run_dir)
+    released = released_rows(run_dir, summary)
     if secure and released:
         raise ConfigError(f"run directory {run_dir} holds an attempt of this secure-mode run that released rows "
                           "and cannot be resumed; starting over would draw new secret noise, and the printed "

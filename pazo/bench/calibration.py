@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pazo.bench.common import RESULTS_DIR, command_line
+from pazo.bench.common import RESULTS_DIR, command_line, git_commit, write_result
 from pazo.privacy.accountants import BudgetError, GaussianAccountant, default_eps_error
 from pazo.privacy.calibration import calibrate_sigma
 
@@ -81,13 +81,10 @@ def main():
             row["baseline_seconds"] = time.perf_counter() - t0
         rows.append(row)
         print(json.dumps(row))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     machine = {"platform": platform.platform(), "cpus": os.cpu_count(),
                "load_average_at_end": os.getloadavg()}
-    out.write_text(json.dumps({"command": command_line(), "machine": machine,
-                               "results": rows}, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_result(Path(args.out), {"command": command_line(), "commit": git_commit(), "machine": machine,
+                                  "results": rows})
 
 
 def cli() -> None:

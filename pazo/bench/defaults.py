@@ -25,7 +25,7 @@ import torch
 import yaml
 
 from pazo import REPO_ROOT as ROOT
-from pazo.bench.common import RESULTS_DIR, command_line
+from pazo.bench.common import RESULTS_DIR, command_line, git_commit, write_result
 from pazo.methods import method_info, method_names
 
 
@@ -70,14 +70,10 @@ def main():
     for row in rows:
         print(f"{row['method']:14s} {row['status']:9s} val {row.get('final_val_accuracy')} "
               f"test {row.get('final_test_accuracy')} {'; '.join(row.get('warnings') or [])}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    out.write_text(json.dumps({"command": command_line(), "commit": commit,
-                               "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                                           "threads_per_run": threads, "torch": torch.__version__},
-                               "results": rows}, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_result(Path(args.out), {"command": command_line(), "commit": git_commit(),
+                                  "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                                              "threads_per_run": threads, "torch": torch.__version__},
+                                  "results": rows})
 
 
 def cli() -> None:
