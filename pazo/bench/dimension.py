@@ -15,7 +15,6 @@ effective rank is small, like DP-GD.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from pazo import REPO_ROOT  # noqa: E402
+from pazo.bench.common import write_result  # noqa: E402
 from pazo.privacy.calibration import calibrate_sigma  # noqa: E402
 from pazo.synthetic.quadratic import METHODS, MODES, best_over_lr, sweep  # noqa: E402
 
@@ -85,8 +85,8 @@ def main(argv=None):
          f"Gradient norm against dimension ({setting})", out / "figure1_grad_norm")
     plot(best, [("best_train_loss", "best train loss"), ("best_test_loss", "best test loss")],
          f"Best loss against dimension ({setting})", out / "figure2_best_loss")
-    (out / "settings.json").write_text(json.dumps({**vars(args), "delta": delta, "sigma": sigma,
-                                                    "seconds": time.perf_counter() - t0}, indent=2))
+    write_result(out / "settings.json", {**vars(args), "delta": delta, "sigma": sigma,
+                                         "seconds": time.perf_counter() - t0})
     print(best[["mode", "d", "method", "lr", "best_train_loss", "train_grad_norm"]].to_string(index=False))
     print(f"wrote {out}/ (runs.csv, best.csv, figure1_grad_norm.png/pdf, figure2_best_loss.png/pdf)")
 
