@@ -17,7 +17,7 @@ def check_provenance(data: dict) -> list[str]:
     problems = [f"no {key!r}" for key in ("command", "commit", "date", "machine") if key not in data]
     if problems:
         return problems
-    if not isinstance(data["command"], str) or not data["command"].strip():
+    if data["command"] is not None and (not isinstance(data["command"], str) or not data["command"].strip()):
         problems.append(f"command {data['command']!r} is not a command line")
     if data["commit"] is not None and not COMMIT.match(str(data["commit"])):
         problems.append(f"commit {data['commit']!r} is not a git commit")
@@ -60,6 +60,7 @@ def test_the_writer_keeps_what_a_benchmark_gives(tmp_path):
 
 
 @pytest.mark.parametrize("data, problem", [
+    ({"command": "", "commit": None, "date": None, "machine": None}, "not a command line"),
     ({"command": "x", "commit": None, "date": None}, "no 'machine'"),
     ({"command": "x", "commit": "not a hash", "date": None, "machine": None}, "not a git commit"),
     ({"command": "x", "commit": None, "date": "yesterday", "machine": None}, "not ISO 8601"),
