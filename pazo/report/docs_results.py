@@ -170,10 +170,36 @@ def speed_figure(rows: list[dict], title: str, out: Path) -> bool:
         for i, v in enumerate(values):
             ax.annotate(f"{v:.2f}", (v, i), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
         fig.tight_layout()
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, format="svg", metadata={"Date": None, "Creator": None})
+        _deterministic_svg(fig, out)
         plt.close(fig)
     return True
+
+
+def _deterministic_svg(fig, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="svg", metadata={"Date": None, "Creator": None})
+
+
+def dimension_figures(best_csv: Path, settings: dict, figure_dir: Path) -> list[str]:
+    """DPZero's Figures 1-2 redrawn from the committed best.csv with `pazo-bench dimension`'s own
+    plotting, as deterministic SVGs; their file names."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from pazo.bench.dimension import FIGURES, figure, setting_text
+
+    best = pd.read_csv(best_csv)
+    setting = setting_text(settings["epsilon"], settings["n"], settings["steps"], settings["sigma"], settings["clip"])
+    names = []
+    with matplotlib.rc_context({"svg.hashsalt": "pazo-docs", "svg.fonttype": "none"}):
+        for name, (metrics, title) in FIGURES.items():
+            fig = figure(best, metrics, f"{title} ({setting})")
+            _deterministic_svg(fig, figure_dir / f"dpzero_dimension_{name}.svg")
+            plt.close(fig)
+            names.append(f"dpzero_dimension_{name}.svg")
+    return names
 
 
 # ---------------------------------------------------------------------------------- pages
@@ -211,6 +237,9 @@ def file_section(path: Path, page: Page, figures: dict[str, str], figure_dir: Pa
         lines += ["Settings:", "", *table([settings]), ""]
         best = path.with_name("best.csv")
         if best.exists():
+            for name in dimension_figures(best, data, figure_dir):
+                figures[name] = rel
+                lines += [f"![{name}](figures/{name})", ""]
             best_rows = list(csv.DictReader(io.StringIO(best.read_text())))
             lines += ["Best learning rate per mode, dimension and method (`best.csv`):", "",
                       *table([{k: _number(v) for k, v in r.items()} for r in best_rows]), ""]
