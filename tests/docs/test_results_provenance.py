@@ -68,3 +68,15 @@ def test_the_writer_keeps_what_a_benchmark_gives(tmp_path):
 ])
 def test_the_check_names_what_is_missing_or_wrong(data, problem):
     assert any(problem in p for p in check_provenance(data))
+
+
+def test_a_memory_rerun_keeps_the_earlier_result_with_its_commit_and_date(tmp_path):
+    from pazo.bench.memory import earlier_results
+
+    out = tmp_path / "memory.json"
+    write_result(out, {"command": "pazo-bench memory", "commit": "abc1234", "date": "2026-01-02T03:04:05+00:00",
+                       "rows": [{"what": "forward", "peak_bytes": 10, "ratio": 1.0, "seconds": 2.0}]})
+    history = earlier_results(out)
+    assert history == [{"note": "the run before, commit abc1234", "command": "pazo-bench memory",
+                        "date": "2026-01-02T03:04:05+00:00",
+                        "rows": [{"what": "forward", "peak_bytes": 10, "ratio": 1.0}]}]
