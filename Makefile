@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-all lint setup bench-calibration bench-cpu bench-gpu demo clean
+.PHONY: run test test-all lint docs setup bench-calibration bench-cpu bench-gpu demo clean
 
 ## The pinned requirements, then pazo itself in editable mode (entry points pazo-train, pazo-sweep, pazo-bench, pazo-report).
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
@@ -31,6 +31,13 @@ test-all: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
+
+## The documentation site in site/: first a check that the generated pages (docs/reference/, docs/results/)
+## match the code, configs/ and scripts/results/ (`$(PY) -m pazo.report docs` regenerates them), then
+## MkDocs in strict mode (a broken link or reference, or a page missing from the nav, fails).
+docs: $(STAMP)
+	$(PY) -m pazo.report docs --check
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 ## Time sigma calibration (writes scripts/results/calibration_<host>.json).
 bench-calibration: $(STAMP)
@@ -63,4 +70,4 @@ demo: $(STAMP)
 	$(PY) scripts/make_figures.py outputs/sweeps/demo --out outputs/demo
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache site

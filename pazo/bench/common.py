@@ -7,8 +7,10 @@ import no more than they need) use it without torch."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -46,9 +48,41 @@ def command_line() -> str:
     return "python " + " ".join(sys.argv)
 
 
+#: what every result file under scripts/results/ records first (tests/docs checks it; `null` where unknown)
+PROVENANCE = ("command", "commit", "date", "machine")
+
+
+def utc_now() -> str:
+    """The date and time of a measurement, in UTC to the second (ISO 8601)."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def machine_details(**device) -> dict:
+    """The machine a result was measured on: platform, CPU count, Python and (when the process has
+    imported it) torch's version, with the benchmark's own device details (`device`, `threads`...)."""
+    details = {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        details["torch"] = torch.__version__
+    return {**details, **device}
+
+
+def with_provenance(result: dict) -> dict:
+    """`result` led by its command, commit, date and machine: the ones it gives win (a `machine` dict
+    is merged into this machine's details), the others are this process's."""
+    given = result.get("machine")
+    machine = {**machine_details(), **given} if isinstance(given, dict) else machine_details()
+    head = {"command": result.get("command") or command_line(),
+            "commit": result["commit"] if "commit" in result else git_commit(),
+            "date": result.get("date") or utc_now(), "machine": machine}
+    return {**head, **{k: v for k, v in result.items() if k not in PROVENANCE}}
+
+
 def write_result(out: Path, result: dict) -> None:
-    """The benchmark's result file, written whole or not at all (a temporary file renamed over it),
-    so that an interrupted write leaves an earlier result as it was."""
+    """The benchmark's result file, led by its provenance (`with_provenance`), written whole or not
+    at all (a temporary file renamed over it), so that an interrupted write leaves an earlier result
+    as it was."""
+    result = with_provenance(result)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     try:

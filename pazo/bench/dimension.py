@@ -15,7 +15,6 @@ effective rank is small, like DP-GD.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -26,13 +25,26 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from pazo import REPO_ROOT  # noqa: E402
+from pazo.bench.common import write_result  # noqa: E402
 from pazo.privacy.calibration import calibrate_sigma  # noqa: E402
 from pazo.synthetic.quadratic import METHODS, MODES, best_over_lr, sweep  # noqa: E402
 
 LABELS = {"dpgd_0th": "DPGD-0th", "dpzero": "DPZero", "dpgd": "DP-GD"}
 
 
-def plot(best: pd.DataFrame, metrics: list[tuple[str, str]], title: str, path: Path) -> None:
+def setting_text(epsilon: float, n: int, steps: int, sigma: float, clip: float) -> str:
+    return f"epsilon={epsilon}, delta=1/n, n={n}, T={steps}, sigma={sigma:.3f}, C={clip}"
+
+
+#: the two figures: file name -> (the metrics plotted, row by row, with their labels; the title's start)
+FIGURES = {"figure1_grad_norm": ([("train_grad_norm", "train gradient norm"), ("test_grad_norm", "test gradient norm")],
+                                 "Gradient norm against dimension"),
+           "figure2_best_loss": ([("best_train_loss", "best train loss"), ("best_test_loss", "best test loss")],
+                                 "Best loss against dimension")}
+
+
+def figure(best: pd.DataFrame, metrics: list[tuple[str, str]], title: str):
+    """One figure: a row per metric, a column per mode, a line per method against the dimension."""
     fig, axes = plt.subplots(len(metrics), len(MODES), figsize=(4 * len(MODES), 3.2 * len(metrics)),
                              squeeze=False)
     for row, (metric, label) in enumerate(metrics):
@@ -50,6 +62,11 @@ def plot(best: pd.DataFrame, metrics: list[tuple[str, str]], title: str, path: P
     axes[0][0].legend()
     fig.suptitle(title)
     fig.tight_layout()
+    return fig
+
+
+def plot(best: pd.DataFrame, metrics: list[tuple[str, str]], title: str, path: Path) -> None:
+    fig = figure(best, metrics, title)
     for suffix in (".png", ".pdf"):
         fig.savefig(path.with_suffix(suffix), dpi=120)
     plt.close(fig)
@@ -80,13 +97,11 @@ def main(argv=None):
     pd.DataFrame(rows).to_csv(out / "runs.csv", index=False)
     best = pd.DataFrame(best_over_lr(rows))
     best.to_csv(out / "best.csv", index=False)
-    setting = f"epsilon={args.epsilon}, delta=1/n, n={args.n}, T={args.steps}, sigma={sigma:.3f}, C={args.clip}"
-    plot(best, [("train_grad_norm", "train gradient norm"), ("test_grad_norm", "test gradient norm")],
-         f"Gradient norm against dimension ({setting})", out / "figure1_grad_norm")
-    plot(best, [("best_train_loss", "best train loss"), ("best_test_loss", "best test loss")],
-         f"Best loss against dimension ({setting})", out / "figure2_best_loss")
-    (out / "settings.json").write_text(json.dumps({**vars(args), "delta": delta, "sigma": sigma,
-                                                    "seconds": time.perf_counter() - t0}, indent=2))
+    setting = setting_text(args.epsilon, args.n, args.steps, sigma, args.clip)
+    for name, (metrics, title) in FIGURES.items():
+        plot(best, metrics, f"{title} ({setting})", out / name)
+    write_result(out / "settings.json", {**vars(args), "delta": delta, "sigma": sigma,
+                                         "seconds": time.perf_counter() - t0})
     print(best[["mode", "d", "method", "lr", "best_train_loss", "train_grad_norm"]].to_string(index=False))
     print(f"wrote {out}/ (runs.csv, best.csv, figure1_grad_norm.png/pdf, figure2_best_loss.png/pdf)")
 

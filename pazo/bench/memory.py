@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -36,7 +35,7 @@ import time
 from pathlib import Path
 
 from pazo import REPO_ROOT
-from pazo.bench.common import RESULTS_DIR, command_line, git_commit
+from pazo.bench.common import RESULTS_DIR, command_line, write_result
 
 SHAPES = {  # hidden, layers, heads, ffn
     "opt-125m": (768, 12, 12, 3072), "opt-350m": (1024, 24, 16, 4096), "opt-1.3b": (2048, 24, 32, 8192),
@@ -117,8 +116,8 @@ def earlier_results(out: Path) -> list[dict]:
     old = json.loads(out.read_text())
     rows = [{k: r[k] for k in ("what", "peak_bytes", "ratio", "kept_fraction", "temporary_peak_mib") if k in r}
             for r in old.get("rows", [])]
-    previous = {"note": f"the run before, commit {old.get('commit', 'unknown')}", "command": old.get("command"),
-                "rows": rows}
+    previous = {"note": f"the run before, commit {old.get('commit') or 'unknown'}", "command": old.get("command"),
+                "date": old.get("date"), "rows": rows}
     return [previous, *old.get("history", [])]
 
 
@@ -157,14 +156,12 @@ def main() -> None:
               "shape": args.shape, "dtype": args.dtype, "device": args.device, "batch": args.batch,
               "length": args.length, "measure": "ru_maxrss of a subprocess" if args.device == "cpu"
               else "torch.cuda.max_memory_allocated after the model is built",
-              "machine": platform.platform(), "rows": rows}
+              "rows": rows}
     for row in rows[1:]:
         print(f"{row['what']}: {row['ratio']:.3f}x the forward's peak")
     out = Path(args.out or RESULTS_DIR / f"memory_{args.device.split(':')[0]}_{args.shape}_{args.dtype}.json")
-    result["commit"] = git_commit()
     result["history"] = earlier_results(out)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"written {out}")
+    write_result(out, result)
 
 
 def cli() -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import sys
 import time
@@ -34,9 +33,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pazo.bench.common import RESULTS_DIR, at_least, command_line, git_commit, run_main, write_result
+from pazo.bench.common import RESULTS_DIR, at_least, command_line, git_commit, machine_details, run_main, write_result
 from pazo.bench.settings import SETTINGS, build_benchmark_method, synthetic_inputs
-from pazo.bench.timing import sync
+from pazo.bench.timing import device_name, sync
 OPS = ["seed", "manual_seed", "draw", "perturb", "forward+", "move", "forward-", "restore", "clip_sum", "noise",
        "update"]
 
@@ -148,9 +147,9 @@ def main():
                       "median_step_ms": statistics.median(s for s, _ in pairs) * 1e3,
                       "median_floor_ms": statistics.median(f for _, f in pairs) * 1e3}
     ops_us = {op: statistics.median(r[k] for r in per_op) * 1e6 for k, op in enumerate(OPS)}
-    result = {"command": command_line(), "commit": git_commit(), "setting": args.setting,
-              "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}",
-              "torch": torch.__version__, "dim": bare.dim, "batch_size": len(y), "threads": args.threads,
+    result = {"command": command_line(), "commit": git_commit(),
+              "machine": machine_details(device=device_name(device), threads=torch.get_num_threads()),
+              "setting": args.setting, "dim": bare.dim, "batch_size": len(y), "threads": args.threads,
               "pairs": args.pairs, "steps": rows, "minimal_step_op_us": ops_us}
     if args.trace_steps:
         result["ours_profiled_ops"] = profiled_ops(jobs["ours"][0], device, args.trace_steps)

@@ -3,7 +3,6 @@ their peak memory, and the result record with the machine they ran on."""
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pazo.bench.common import command_line, git_commit
+from pazo.bench.common import command_line, git_commit, machine_details, with_provenance
 
 
 def sync(device):
@@ -70,10 +69,14 @@ def paired_times(first, second, device, iters) -> list[tuple[float, float]]:
     return pairs
 
 
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}"
+
+
 def result_record(device: torch.device, rows: list) -> dict:
-    """A benchmark's result file: its rows beside the command, commit, device, torch threads, load
-    average, torch version and platform they were measured with."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}"
-    return {"command": command_line(), "commit": git_commit(), "device": name,
-            "threads": torch.get_num_threads(), "load_average": os.getloadavg(), "torch": torch.__version__,
-            "platform": platform.platform(), "results": rows}
+    """A benchmark's result file: its rows beside the command, commit and date, and the machine they
+    were measured on (device, torch threads, load average, torch version, platform)."""
+    machine = machine_details(device=device_name(device), threads=torch.get_num_threads(),
+                              load_average=os.getloadavg())
+    return with_provenance({"command": command_line(), "commit": git_commit(), "machine": machine,
+                            "results": rows})

@@ -9,6 +9,7 @@ COMMANDS = {
     "figures": ("pazo.report.figures", "the paper's figures from sweeps, as PNG and PDF"),
     "audit-table": ("pazo.report.audit_table", "privacy audits gathered into one markdown table"),
     "llm-table": ("pazo.report.llm_table", "mean and spread over data seeds of the LLM sweeps"),
+    "docs": ("pazo.report.docs_pages", "the documentation's generated pages (reference, results) under docs/"),
 }
 
 

@@ -159,11 +159,12 @@ def benchmark_rows(paths: list[Path]) -> tuple[list[dict], str]:
         data = json.loads(path.read_text())
         rows += [{**r, "paper_setting": r.get("paper_setting") or BENCHMARK_PAPER_SETTING.get(r["setting"])}
                  for r in data["results"] if r.get("impl", "pazo") == "pazo" and "median_s" in r]
-        where = [str(data.get("device"))]
-        if data.get("threads"):
-            where.append(f"{data['threads']} thread(s)")
-        if data.get("load_average"):
-            where.append("load average " + ", ".join(f"{x:.1f}" for x in data["load_average"]))
+        machine = data["machine"] if isinstance(data.get("machine"), dict) else data  # (files before `machine`)
+        where = [str(machine.get("device"))]
+        if machine.get("threads"):
+            where.append(f"{machine['threads']} thread(s)")
+        if machine.get("load_average"):
+            where.append("load average " + ", ".join(f"{x:.1f}" for x in machine["load_average"]))
         notes.append(f"{path.name}: {', '.join(where)}; `{data.get('command')}`")
     return rows, "; ".join(notes) + ". Paper: L40S."
 

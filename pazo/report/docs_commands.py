@@ -1,0 +1,337 @@
+"""The commands shown in README.md and the docs, checked without running them: a renamed config key,
+config group option, command or flag makes the page wrong, and this says where.
+
+A command is a line of a `bash` / `sh` / `shell` / `console` code block (in a block with `$ `
+prompts, only the prompted lines; backslash continuations joined; `a && b`, `a; b`, `a | b` split;
+leading `VAR=value` assignments dropped). Then:
+
+- `pazo-train`, `python -m pazo.train`, `make run ARGS="..."`: the overrides are composed with
+  Hydra's compose API against configs/config.yaml (`pazo-audit`, `python -m pazo.audit`: audit.yaml),
+  as the entry point does before it starts; with `-m`, each value of a comma-separated sweep is
+  composed in turn;
+- `pazo-sweep`, `python -m pazo.sweep`, `make demo`: the arguments are parsed by the sweep's parser,
+  the spec and launcher loaded, and one run per setting and method composed and validated with the
+  command's overrides (`pazo.sweep.check`, which `--dry-run` runs over every run);
+- `pazo-bench <name>`, `pazo-report <name>`, `python -m pazo.bench[.<module>]`, `python
+  scripts/<launcher>.py`: the arguments are parsed by the command's own argparse parser;
+- `make <target>`: the target exists in the Makefile;
+- anything else (pip, git, cd, wandb ...) is not pazo's and is left alone.
+
+A placeholder value such as `method=<name>` is not composed; its key must still exist. A command
+that should not be checked belongs in a `text` block."""
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from pazo import CONFIG_DIR, REPO_ROOT
+
+SHELL_FENCES = {"bash", "sh", "shell", "console", "shell-session", "zsh"}
+FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^\s`{]*)")
+PLACEHOLDER = re.compile(r"<[^<>=]+>|\.\.\.")
+PYTHON = re.compile(r"^(?:\S*/)?python(?:3(?:\.\d+)?)?$")
+
+
+@dataclass
+class Command:
+    path: Path
+    line: int
+    text: str
+
+    @property
+    def where(self) -> str:
+        try:
+            rel = self.path.resolve().relative_to(REPO_ROOT)
+        except ValueError:
+            rel = self.path
+        return f"{rel}:{self.line}"
+
+
+def extract(path: Path) -> list[Command]:
+    """The shell commands in a Markdown file's shell code blocks, each with the line it starts on."""
+    lines = path.read_text().splitlines()
+    out: list[Command] = []
+    i = 0
+    while i < len(lines):
+        match = FENCE.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        fence, info = match["fence"], match["info"].lower()
+        body_start = i + 1
+        j = body_start
+        while j < len(lines) and not lines[j].strip().startswith(fence[0] * len(fence)):
+            j += 1
+        if info in SHELL_FENCES:
+            out += _commands(path, lines[body_start:j], body_start + 1, match["indent"])
+        i = j + 1
+    return out
+
+
+def _commands(path: Path, body: list[str], first_line: int, indent: str) -> list[Command]:
+    body = [line[len(indent):] if line.startswith(indent) else line for line in body]
+    prompted = any(line.lstrip().startswith("$ ") for line in body)
+    out, current, start = [], "", 0
+    for k, raw in enumerate(body):
+        line = raw.strip()
+        if not current:
+            if prompted:
+                if not line.startswith("$ "):
+                    continue
+                line = line[2:].strip()
+            if not line or line.startswith("#"):
+                continue
+            start = first_line + k
+        if line.endswith("\\"):
+            current += line[:-1].rstrip() + " "
+            continue
+        current += line
+        out.append(Command(path, start, current.strip()))
+        current = ""
+    if current:
+        out.append(Command(path, start, current.strip()))
+    return out
+
+
+def split(text: str) -> list[list[str]]:
+    """A command line's simple commands (`&&`, `||`, `;`, `|` split; comments and leading `VAR=x` dropped)."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|")
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    parts, current = [], []
+    for token in lexer:
+        if token and set(token) <= set(";&|"):
+            parts.append(current)
+            current = []
+        else:
+            current.append(token)
+    parts.append(current)
+    out = []
+    for words in parts:
+        while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+            words = words[1:]
+        if words:
+            out.append(words)
+    return out
+
+
+# ---------------------------------------------------------------------------------- what a command is
+
+def classify(words: list[str]) -> tuple[str, list[str]] | None:
+    """(checker, arguments) for a pazo command, None for another program's."""
+    head, rest = words[0].rsplit("/", 1)[-1], words[1:]     # .venv/bin/pazo-train is pazo-train
+    if PYTHON.match(head):
+        if rest[:1] == ["-m"] and len(rest) > 1:
+            module, args = rest[1], rest[2:]
+            return _module(module, args)
+        if rest and rest[0].startswith("scripts/") and rest[0].endswith(".py"):
+            return _launcher(rest[0], rest[1:])
+        return None
+    if head in ("pazo-train", "pazo-audit", "pazo-sweep", "pazo-bench", "pazo-report"):
+        return head, rest
+    if head == "make":
+        return "make", rest
+    return None
+
+
+def _module(module: str, args: list[str]):
+    from pazo.report.docs_cli import MODULES
+
+    if module in MODULES:
+        return MODULES[module], args
+    for script in ("pazo-bench", "pazo-report"):
+        from pazo.report.docs_cli import subcommands
+
+        for name, (target, _) in subcommands(script).items():
+            if target == module:
+                return script, [name, *args]
+    if module.startswith("pazo"):
+        return "unknown", [module]
+    return None
+
+
+def _launcher(script: str, args: list[str]):
+    path = REPO_ROOT / script
+    if not path.is_file():
+        return "unknown", [script]
+    match = re.search(r"from (pazo\.[\w.]+) import", path.read_text())
+    return _module(match[1], args) if match else ("unknown", [script])
+
+
+# ---------------------------------------------------------------------------------- the checks
+
+def check(command: Command) -> list[str]:
+    """What is wrong with a documented command line (empty when every pazo command in it checks)."""
+    try:
+        parts = split(command.text)
+    except ValueError as err:
+        return [f"cannot split the command line: {err}"]
+    problems = []
+    for words in parts:
+        kind = classify(words)
+        if kind is None:
+            continue
+        checker, args = kind
+        try:
+            problem = CHECKERS[checker](args) if checker in CHECKERS else _argparse(checker, args)
+        except Exception as err:     # a checker's own failure is the page's problem too, named
+            problem = f"{type(err).__name__}: {err}"
+        if problem:
+            problems.append(f"{' '.join(words)}: {problem}")
+    return problems
+
+
+def _unknown(args: list[str]) -> str:
+    return f"no such pazo module or launcher {args[0]!r}"
+
+
+def _argparse(script: str, args: list[str]) -> str | None:
+    from pazo.report.docs_cli import command_parser, parse_error
+
+    try:
+        parsed = command_parser(script, args)
+    except LookupError as err:
+        return str(err)
+    return parse_error(parsed)
+
+
+def _make(args: list[str]) -> str | None:
+    targets = [a for a in args if "=" not in a and not a.startswith("-")]
+    variables = dict(a.split("=", 1) for a in args if "=" in a and not a.startswith("-"))
+    known = set(re.findall(r"^([A-Za-z][\w-]*):", (REPO_ROOT / "Makefile").read_text(), re.M))
+    missing = [t for t in targets if t not in known]
+    if missing:
+        return f"no make target {', '.join(missing)} (the Makefile has {', '.join(sorted(known))})"
+    extra = shlex.split(variables.get("ARGS", ""))
+    if "run" in targets or not targets and extra:
+        return _hydra("config", extra)
+    if "demo" in targets:
+        return _sweep(["demo", "--launcher", "joblib", "logger.mode=disabled", *extra])
+    return None
+
+
+def _train(args: list[str]) -> str | None:
+    return _hydra("config", args)
+
+
+def _audit(args: list[str]) -> str | None:
+    return _hydra("audit", args)
+
+
+def _hydra(config_name: str, args: list[str]) -> str | None:
+    """Compose `args` (Hydra overrides) as the entry point would: None, or the error."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    import pazo.methods  # noqa: F401  (registers the methods' config schemas)
+
+    flags = [a for a in args if a.startswith("-")]
+    multirun = any(f in ("-m", "--multirun") for f in flags)
+    if any(f in ("--help", "-h", "--hydra-help", "--info", "-i") for f in flags):
+        return None
+    others = [f for f in flags if f not in ("-m", "--multirun", "--cfg", "-c", "--resolve")]
+    if others:
+        return f"unknown flag(s) {', '.join(others)} (overrides are key=value)"
+    overrides = [a for a in args if not a.startswith("-") and a not in ("job", "hydra", "all")]
+    placeholders = [o for o in overrides if PLACEHOLDER.search(o.partition("=")[2])]
+    concrete = [o for o in overrides if o not in placeholders and not o.startswith("hydra.")]
+    parser = OverridesParser.create()
+    try:
+        parsed = parser.parse_overrides(concrete)
+    except Exception as err:
+        return f"not a Hydra override: {str(err).splitlines()[0]}"
+    variants = [concrete]
+    sweeps = [(k, o) for k, o in enumerate(parsed) if o.is_sweep_override()]
+    if sweeps:
+        if not multirun:
+            return f"{sweeps[0][1].input_line!r} sweeps values: needs -m"
+        variants = []
+        for k, o in sweeps:
+            for value in o.sweep_string_iterator():
+                variants.append([f"{o.get_key_element()}={value}" if i == k else
+                                 (f"{p.get_key_element()}={next(iter(p.sweep_string_iterator()))}"
+                                  if p.is_sweep_override() else concrete[i]) for i, p in enumerate(parsed)])
+    for variant in variants:
+        problem = _compose(config_name, variant, placeholders)
+        if problem:
+            return problem
+    return None
+
+
+def _compose(config_name: str, overrides: list[str], placeholders: list[str]) -> str | None:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from pazo.cli import check_overrides
+
+    problem = check_overrides(overrides, config_name=config_name)
+    if problem or not placeholders:
+        return problem
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name=config_name, overrides=overrides)
+    for line in placeholders:
+        key = line.partition("=")[0].lstrip("+~")
+        if (CONFIG_DIR / key).is_dir():
+            continue
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        if not (OmegaConf.is_dict(node) and leaf in node) and not line.startswith("+"):
+            return f"unknown key {key!r} in {line!r}"
+    return None
+
+
+def _sweep(args: list[str]) -> str | None:
+    from pazo import sweep
+    from pazo.errors import ConfigError
+    from pazo.report.docs_cli import command_parser, parse_error
+
+    parsed = command_parser("pazo-sweep", args)
+    problem = parse_error(parsed)
+    if problem:
+        return problem
+    ns = parsed.parser.parse_intermixed_args(parsed.args)
+    if ns.spec and PLACEHOLDER.search(ns.spec):
+        return None
+    try:
+        spec = sweep.load_spec(ns.spec)
+        if ns.methods is not None:
+            spec = {**spec, "methods": sweep.select_methods(spec, ns.methods)}
+        runs = sweep.enumerate_runs(spec)
+        launcher = {**sweep.load_yaml(ns.launcher, sweep.SWEEPS / "launchers", "launcher"),
+                    **sweep.parse_sets(ns.set)}
+        if launcher.get("launcher", "sequential") not in sweep.LAUNCHERS:
+            return f"unknown launcher {launcher.get('launcher')!r}"
+        import pazo.methods  # noqa: F401
+        sweep.check(representatives(runs), ns.overrides)
+    except ConfigError as err:
+        return str(err)
+    return None
+
+
+def representatives(runs: list) -> list:
+    """One run per (setting, method, private or not): the documented command's spec, flags and
+    overrides are what is checked, with one composition each rather than every grid point's (the
+    sweep's own `--dry-run` checks those)."""
+    firsts = {}
+    for run in runs:
+        firsts.setdefault((run.setting, run.method, run.epsilon is None), run)
+    return list(firsts.values())
+
+
+CHECKERS = {"pazo-train": _train, "pazo-audit": _audit, "pazo-sweep": _sweep, "make": _make, "unknown": _unknown}
+
+
+def documented_pages(root: Path = REPO_ROOT) -> list[Path]:
+    """README.md and every Markdown page under docs/ (whatever pages exist)."""
+    return [p for p in [root / "README.md", *sorted((root / "docs").rglob("*.md"))] if p.is_file()]
+
+
+def check_pages(paths: list[Path]) -> tuple[int, list[str]]:
+    """(commands checked, one message per problem: `file:line: command: what is wrong`)."""
+    count, problems = 0, []
+    for path in paths:
+        for command in extract(path):
+            count += 1
+            problems += [f"{command.where}: {p}" for p in check(command)]
+    return count, problems

@@ -1,0 +1,326 @@
+"""The documentation's results pages (docs/results/), generated from the measurements committed
+under scripts/results/: one page per kind of measurement, each file with the command, commit,
+machine and date it records, its rows as a table, and a figure of each step's time against its
+floor where a reader would rather look than read. `python -m pazo.report docs` writes them."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pazo import REPO_ROOT
+
+RESULTS = REPO_ROOT / "scripts" / "results"
+#: subfolders of scripts/results/ that hold run directories (each run's summary.json records it), not result files
+RUN_DIRECTORIES = ("audits",)
+
+
+def result_files(root: Path = RESULTS) -> list[Path]:
+    """The benchmarks' result files: every JSON under `root` but the run directories'."""
+    return sorted(p for p in root.rglob("*.json") if p.relative_to(root).parts[0] not in RUN_DIRECTORIES)
+
+
+@dataclass
+class Page:
+    """One results page: its file name under docs/results/, title, what it measures, the result
+    files it shows (globs under scripts/results/), and the columns of their rows (None: all)."""
+    name: str
+    title: str
+    intro: str
+    files: tuple[str, ...]
+    columns: tuple[str, ...] | None = None
+    figure: bool = False
+    extra: list[str] = field(default_factory=list)
+
+
+STEP_COLUMNS = ("setting", "method", "impl", "engine", "batch_size", "dim", "median_s", "floor_ratio",
+                "paired_floor_ratio", "paired_speedup_over_dpsgd", "peak_mem_mb", "mem_ratio", "run", "error")
+
+PAGES = (
+    Page("speed", "Speed of a step",
+         "Seconds per training step of every method against its *floor* (the bare forward and backward "
+         "passes the step cannot avoid), and its peak memory, measured by `pazo-bench methods`. "
+         "`median_s` is the median step time; `floor_ratio` the step over its floor's median; "
+         "`paired_floor_ratio` the median of step / floor timed pair by pair (the machine's drift "
+         "cancels), the figure the bars show; `paired_speedup_over_dpsgd` DP-SGD's step over this one; "
+         "`mem_ratio` the step's peak memory over the bare forward's.",
+         ("methods_cpu_digits.json", "methods_cpu_cifar_shape.json", "methods_cpu_imdb_lstm_b16.json",
+          "methods_cuda_*.json", "methods_cpu.json", "table5_cpu.json"), STEP_COLUMNS, figure=True),
+    Page("engines", "Engines and public gradients",
+         "The two zeroth-order engines (`vectorised`: one vmap over all perturbed copies; `inplace`: "
+         "MeZO-style perturbation in place) timed side by side in one process, and PAZO's public "
+         "gradients computed together against one by one (`pazo-bench engines`, `--public-grads`); "
+         "the evidence for `engine.name=auto` and the models' default way. The files under "
+         "`public_grads_default/` time the methods with each way of computing the public gradients.",
+         ("engines_cpu.json", "public_grads_cpu.json", "public_grads_default/*.json")),
+    Page("memory", "Memory of a language model's step",
+         "Peak memory of one no-grad forward and of one step of each zeroth-order method on an "
+         "OPT-shaped causal language model with random weights (`pazo-bench memory`); `ratio` is the "
+         "step's peak over the forward's (the goal: at most 1.1).",
+         ("memory_*.json",),
+         ("what", "peak_bytes", "ratio", "seconds", "dim", "torch_threads", "half_precision_queries",
+          "temporary_peak_mib", "kept_fraction", "kept_peak_mib")),
+    Page("defaults", "Every method with its defaults",
+         "Every method trained on the bundled digits data set with its default hyperparameters "
+         "(`pazo-bench defaults`): a check that the defaults train, not a comparison of methods.",
+         ("defaults_digits_cpu.json",),
+         ("method", "status", "engine", "epsilon_spent", "final_val_accuracy", "final_test_accuracy",
+          "best_test_accuracy", "warnings")),
+    Page("calibration", "Noise calibration",
+         "The time to calibrate the noise multiplier sigma for a target epsilon (`pazo-bench "
+         "calibration`), against a plain bisection over the PRV accountant, and the sigma each finds.",
+         ("calibration_cpu.json",)),
+    Page("step-ops", "Tensor operations of a step",
+         "The tensor operations each zeroth-order step issues besides its floor's, counted with "
+         "torch's dispatcher (`pazo-bench step-ops`): a count that needs no GPU and does not depend on "
+         "the machine's noise, where a GPU step's host work shows.",
+         ("step_ops_cpu.json",),
+         ("setting", "method", "engine", "dim", "parameters", "step_ops", "floor_ops", "extra_ops",
+          "extra_by_op")),
+    Page("profiles", "A zeroth-order step against its floor",
+         "DPZero's step against its floor and against a minimal hand-written step (`pazo-bench "
+         "profile`), and the microseconds of each operation of the minimal step.",
+         ("zo_step_profile_*.json",)),
+    Page("dimension", "DPZero's dimension experiment",
+         "DPZero's Figures 1-2 on a synthetic quadratic (`pazo-bench dimension`): the best loss and the "
+         "gradient norm against the dimension, for each mode of the Hessian's spectrum.",
+         ("dpzero_dimension/settings.json",)),
+    Page("earlier-runs", "Earlier runs",
+         "Result files kept from earlier versions of the code for comparison with the current ones, "
+         "each in a folder named after a commit; what each file records is listed here, its rows are "
+         "in the file.",
+         ("earlier_runs/*/*.json",)),
+)
+
+
+# ---------------------------------------------------------------------------------- formatting
+
+def cell(value) -> str:
+    """A table cell: numbers to 4 significant digits, None as a dash, mappings as `key value` pairs."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        text = "-"
+    elif isinstance(value, bool):
+        text = "yes" if value else "no"
+    elif isinstance(value, float):
+        text = f"{value:.4g}"
+    elif isinstance(value, dict):
+        text = ", ".join(f"{k} {cell(v)}" for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        text = "; ".join(map(cell, value)) or "-"
+    else:
+        text = str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def table(rows: list[dict], columns: tuple[str, ...] | None = None) -> list[str]:
+    """A Markdown table of `rows` (the `columns` any row has, in that order; all keys when None)."""
+    keys = list(dict.fromkeys(k for r in rows for k in r)) if columns is None else \
+        [c for c in columns if any(c in r for r in rows)]
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(cell(r.get(k)) for k in keys) + " |" for r in rows]
+    return lines
+
+
+def code(text: str) -> str:
+    """Inline code that survives backticks inside it."""
+    fence = "``" if "`" in text else "`"
+    pad = " " if fence == "``" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def provenance(data: dict) -> list[str]:
+    """What produced a result file, as it records it (`not recorded` where it says null)."""
+    machine = data.get("machine")
+    if isinstance(machine, dict):
+        machine_text = "; ".join(f"{k} {cell(v)}" for k, v in machine.items())
+    else:
+        machine_text = "not recorded"
+    return [f"- **Command:** {code(data['command']) if data.get('command') else 'not recorded'}",
+            f"- **Commit:** {code(data['commit']) if data.get('commit') else 'not recorded'}",
+            f"- **Machine:** {machine_text}",
+            f"- **Date:** {data.get('date') or 'not recorded'}"]
+
+
+# ---------------------------------------------------------------------------------- figures
+
+def speed_figure(rows: list[dict], title: str, out: Path) -> bool:
+    """Bars of each method's step over its floor (paired where measured), written as a deterministic
+    SVG (fixed hash salt, no date, text kept as text); False when the rows have no floor ratio."""
+    bars = [(f"{r['method']} ({r.get('engine') or r.get('impl')})", r.get("paired_floor_ratio") or r.get("floor_ratio"))
+            for r in rows if r.get("paired_floor_ratio") or r.get("floor_ratio")]
+    if not bars:
+        return False
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with matplotlib.rc_context({"svg.hashsalt": "pazo-docs", "svg.fonttype": "none", "font.size": 9}):
+        fig, ax = plt.subplots(figsize=(7, 0.3 * len(bars) + 1.2))
+        labels, values = zip(*bars)
+        ax.barh(range(len(bars)), values, color="#3f51b5")
+        ax.set_yticks(range(len(bars)), labels)
+        ax.invert_yaxis()
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_xlim(0, max(values) * 1.12)
+        ax.set_xlabel("step time / floor time (the line at 1 is the floor)")
+        ax.set_title(title)
+        for i, v in enumerate(values):
+            ax.annotate(f"{v:.2f}", (v, i), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+        fig.tight_layout()
+        _deterministic_svg(fig, out)
+        plt.close(fig)
+    return True
+
+
+def _deterministic_svg(fig, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="svg", metadata={"Date": None, "Creator": None})
+
+
+def dimension_figures(best_csv: Path, settings: dict, figure_dir: Path) -> list[str]:
+    """DPZero's Figures 1-2 redrawn from the committed best.csv with `pazo-bench dimension`'s own
+    plotting, as deterministic SVGs; their file names."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from pazo.bench.dimension import FIGURES, figure, setting_text
+
+    best = pd.read_csv(best_csv)
+    setting = setting_text(settings["epsilon"], settings["n"], settings["steps"], settings["sigma"], settings["clip"])
+    names = []
+    with matplotlib.rc_context({"svg.hashsalt": "pazo-docs", "svg.fonttype": "none"}):
+        for name, (metrics, title) in FIGURES.items():
+            fig = figure(best, metrics, f"{title} ({setting})")
+            _deterministic_svg(fig, figure_dir / f"dpzero_dimension_{name}.svg")
+            plt.close(fig)
+            names.append(f"dpzero_dimension_{name}.svg")
+    return names
+
+
+# ---------------------------------------------------------------------------------- pages
+
+def _rows(data: dict) -> list[dict] | None:
+    for key in ("results", "rows"):
+        if isinstance(data.get(key), list):
+            return data[key]
+    return None
+
+
+def file_section(path: Path, page: Page, figures: dict[str, str], figure_dir: Path) -> list[str]:
+    rel = path.relative_to(RESULTS).as_posix()
+    data = json.loads(path.read_text())
+    lines = [f"## {rel}", "", *provenance(data), ""]
+    if data.get("note"):
+        lines += [f"> {cell(data['note'])}", ""]
+    rows = _rows(data)
+    if page.name == "earlier-runs":
+        return lines + [f"{len(rows) if rows else 0} rows; see the current file of the same name for the "
+                        "columns.", ""]
+    if page.figure and rows:
+        name = rel.replace("/", "_").removesuffix(".json") + ".svg"
+        if speed_figure([r for r in rows if r.get("impl", "pazo") != "floor"], rel, figure_dir / name):
+            figures[name] = rel
+            lines += [f"![Step time over floor, {rel}](figures/{name})", ""]
+    if rows:
+        lines += [*table(rows, page.columns), ""]
+    if page.name == "profiles":
+        lines += ["Steps against the floor:", "", *table([{"step": k, **v} for k, v in data["steps"].items()]), "",
+                  "Microseconds per operation of the minimal step:", "",
+                  *table([data["minimal_step_op_us"]]), ""]
+    if page.name == "dimension":
+        settings = {k: v for k, v in data.items() if k not in ("command", "commit", "date", "machine")}
+        lines += ["Settings:", "", *table([settings]), ""]
+        best = path.with_name("best.csv")
+        if best.exists():
+            for name in dimension_figures(best, data, figure_dir):
+                figures[name] = rel
+                lines += [f"![{name}](figures/{name})", ""]
+            best_rows = list(csv.DictReader(io.StringIO(best.read_text())))
+            lines += ["Best learning rate per mode, dimension and method (`best.csv`):", "",
+                      *table([{k: _number(v) for k, v in r.items()} for r in best_rows]), ""]
+    if page.name == "memory" and data.get("history"):
+        lines += ["Earlier runs of the same file (`history`):", ""]
+        for old in data["history"]:
+            lines += [f"- {cell(old.get('note'))}: {code(old['command']) if old.get('command') else ''}",
+                      "", *["    " + line for line in table(old.get("rows", []))], ""]
+    return lines
+
+
+def _number(text: str):
+    try:
+        return float(text) if any(c in text for c in ".eE") else int(text)
+    except ValueError:
+        return text
+
+
+def audits_page() -> str:
+    """The audits committed under scripts/results/audits/, one table per folder, as `pazo-report
+    audit-table` prints them."""
+    from pazo.audit.run import read_audits
+    from pazo.report.audit_table import table as audit_table
+
+    lines = ["# Privacy audits", "",
+             "Empirical lower bounds on epsilon from `pazo-audit` (canaries inserted with probability 1/2, "
+             "the guesses of a white-box or black-box attacker), gathered by `pazo-report audit-table`. "
+             "A bound above the printed epsilon would be a bug; the `audit_table_broken` folder holds "
+             "runs with a deliberate bug (`audit.debug_break`) that the audit must catch.", ""]
+    for folder in sorted(p for p in (RESULTS / "audits").iterdir() if p.is_dir()):
+        summaries = read_audits([folder])
+        if not summaries:
+            continue
+        rel = folder.relative_to(REPO_ROOT).as_posix()
+        commits = sorted({str(s.get("commit")) for s in summaries if s.get("commit")})
+        lines += [f"## {folder.name}", "",
+                  f"- **Command:** {code(f'pazo-report audit-table {rel}')} (each audit's own command is in its "
+                  "summary.json)",
+                  f"- **Commit:** {', '.join(map(code, commits)) if commits else 'not recorded'}", "",
+                  audit_table(summaries), ""]
+    return "\n".join(lines)
+
+
+def index_page(pages: list[tuple[Page, int]]) -> str:
+    lines = ["# Results", "",
+             "Every page here is generated from the result files committed under `scripts/results/` by "
+             "`python -m pazo.report docs` (a test checks that regenerating them changes nothing). Each "
+             "file states the command that produced it, the commit, the machine and the date, as the file "
+             "records them; files written before these were recorded say *not recorded*.", "",
+             "| page | what it shows | files |", "|---|---|---|"]
+    for page, count in pages:
+        lines.append(f"| [{page.title}]({page.name}.md) | {cell(page.intro.split('. ')[0])} | {count} |")
+    lines += ["| [Privacy audits](audits.md) | Empirical lower bounds on epsilon from `pazo-audit` | "
+              f"{len(list((RESULTS / 'audits').iterdir()))} folders |", "",
+              "Not here: the paper's tables and figures and the language-model tables need the sweeps' run "
+              "directories (`pazo-report tables`, `figures`, `llm-table` read `outputs/sweeps/`), which "
+              "are not committed.", ""]
+    return "\n".join(lines)
+
+
+def results_pages(figure_dir_name: str = "figures") -> dict[str, str | bytes]:
+    """Every results page and figure: relative path under docs/results/ -> its text (figures as text too)."""
+    import tempfile
+
+    out: dict[str, str] = {}
+    done = []
+    with tempfile.TemporaryDirectory() as tmp:
+        figure_dir = Path(tmp)
+        figures: dict[str, str] = {}
+        for page in PAGES:
+            paths = sorted({p for pattern in page.files for p in RESULTS.glob(pattern)},
+                           key=lambda p: (next(i for i, pat in enumerate(page.files) if p.match(pat)), p.as_posix()))
+            lines = [f"# {page.title}", "", page.intro, ""]
+            if page.figure:
+                lines += ["The bars show each step's time over its floor's (1 is the floor itself).", ""]
+            for path in paths:
+                lines += file_section(path, page, figures, figure_dir)
+            out[f"{page.name}.md"] = "\n".join(lines).rstrip() + "\n"
+            done.append((page, len(paths)))
+        for name in figures:
+            out[f"{figure_dir_name}/{name}"] = (figure_dir / name).read_text()
+    out["audits.md"] = audits_page().rstrip() + "\n"
+    out["index.md"] = index_page(done)
+    return out

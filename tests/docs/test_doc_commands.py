@@ -1,0 +1,92 @@
+"""Every command in README.md and the docs composes (Hydra) or parses (argparse), so that a renamed
+config key, group option, command or flag fails the build with the page and line that show it."""
+import textwrap
+
+from pazo.report.docs_commands import check_pages, documented_pages, extract, split
+
+
+def page(tmp_path, text, name="page.md"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_every_command_in_the_readme_and_the_docs_composes_or_parses():
+    pages = documented_pages()
+    count, problems = check_pages(pages)
+    assert not problems, "commands in the docs that do not compose or parse:\n" + "\n".join(problems)
+    # the generated CLI reference shows examples of every Hydra entry point and the sweep: at least those
+    assert count >= 7
+
+
+def test_commands_are_read_from_shell_blocks_with_prompts_and_continuations(tmp_path):
+    path = page(tmp_path, """\
+        # A page
+
+        ```console
+        $ pazo-train \\
+            method=dpzero privacy.epsilon=0.5
+        step 10 loss 2.3 method=not_a_command
+        ```
+
+        ```text
+        pazo-train not.checked=1
+        ```
+
+        ```bash
+        # a comment
+        OMP_NUM_THREADS=1 pazo-bench step-ops --settings digits && pazo-report tables --selection val
+        ```
+        """)
+    commands = extract(path)
+    assert [(c.line, c.text) for c in commands] == [
+        (4, "pazo-train method=dpzero privacy.epsilon=0.5"),
+        (15, "OMP_NUM_THREADS=1 pazo-bench step-ops --settings digits && pazo-report tables --selection val")]
+    assert split(commands[1].text) == [["pazo-bench", "step-ops", "--settings", "digits"],
+                                       ["pazo-report", "tables", "--selection", "val"]]
+    count, problems = check_pages([path])
+    assert count == 2 and problems == []
+
+
+def test_a_renamed_key_option_flag_or_target_is_named_with_its_file_and_line(tmp_path):
+    path = page(tmp_path, """\
+        ```bash
+        pazo-train privacy.epsilonn=1
+        python -m pazo.train method=pazo_x
+        make run ARGS="train.epoch=3"
+        make nosuch
+        .venv/bin/pazo-bench methods --iterz 5
+        pazo-report tables --selection best
+        pazo-sweep table9_nothing --dry-run
+        pazo-sweep demo --launcher joblib train.epoch=3
+        python -m pazo.audit audit.threats=black_box
+        pazo-train method=dpzero,pazo_m
+        pazo-train methodx.lr=<value>
+        python scripts/benchmark_methods.py --settings digits --bogus
+        ```
+        """)
+    count, problems = check_pages([path])
+    assert count == 12
+    lines = [p.split(": ", 1)[0] for p in problems]
+    assert lines == [f"page.md:{n}" for n in range(2, 14)] or all(ln.endswith(f":{n}") for ln, n in
+                                                                    zip(lines, range(2, 14))), problems
+    text = "\n".join(problems)
+    for expected in ("epsilonn", "pazo_x", "train.epoch", "no make target nosuch", "--iterz", "invalid choice",
+                     "table9_nothing", "audit.threats", "needs -m", "methodx", "--bogus"):
+        assert expected in text, (expected, text)
+
+
+def test_placeholders_and_other_programs_are_left_alone_but_their_keys_are_checked(tmp_path):
+    path = page(tmp_path, """\
+        ```shell
+        pip install -e . && git status
+        pazo-train method=<name> privacy.epsilon=<epsilon>
+        pazo-train -m method=dpzero,pazo_m privacy.epsilon=0.5,1
+        make demo ARGS="train.epochs=1"
+        make test
+        pazo-sweep demo --dry-run --methods dpzero
+        pazo-report llm-table outputs/sweeps/<sweep> --out table.md
+        ```
+        """)
+    count, problems = check_pages([path])
+    assert count == 7 and problems == []

@@ -1,0 +1,82 @@
+"""Every result file under scripts/results/ says what produced it: the command, the commit, the date
+and the machine (with its device details), `null` where a file recorded before these keys does not
+know one; and the benchmarks' writer fills them for every new measurement."""
+import datetime
+import json
+import re
+
+import pytest
+
+from pazo.bench.common import write_result
+from pazo.report.docs_results import result_files
+
+COMMIT = re.compile(r"^[0-9a-f]{7,40}(\+dirty)?$")
+
+
+def check_provenance(data: dict) -> list[str]:
+    problems = [f"no {key!r}" for key in ("command", "commit", "date", "machine") if key not in data]
+    if problems:
+        return problems
+    if data["command"] is not None and (not isinstance(data["command"], str) or not data["command"].strip()):
+        problems.append(f"command {data['command']!r} is not a command line")
+    if data["commit"] is not None and not COMMIT.match(str(data["commit"])):
+        problems.append(f"commit {data['commit']!r} is not a git commit")
+    if data["date"] is not None:
+        try:
+            datetime.datetime.fromisoformat(data["date"])
+        except (TypeError, ValueError):
+            problems.append(f"date {data['date']!r} is not ISO 8601")
+    machine = data["machine"]
+    if machine is not None and not (isinstance(machine, dict) and {"platform", "device"} & set(machine)):
+        problems.append(f"machine {machine!r} is neither null nor a dict naming its platform or device")
+    return problems
+
+
+def test_committed_result_files_carry_their_provenance():
+    files = result_files()
+    assert len(files) >= 20     # the top level and its result subfolders (not the audits' run directories)
+    bad = {str(path): problems for path in files if (problems := check_provenance(json.loads(path.read_text())))}
+    assert not bad, f"result files without their provenance: {bad}"
+
+
+def test_the_writer_records_command_commit_date_and_machine(tmp_path):
+    out = tmp_path / "r.json"
+    write_result(out, {"results": [{"x": 1}], "machine": {"device": "cpu x2", "threads": 1}})
+    data = json.loads(out.read_text())
+    assert list(data)[:4] == ["command", "commit", "date", "machine"]
+    assert check_provenance(data) == []
+    assert data["machine"]["device"] == "cpu x2" and data["machine"]["threads"] == 1 and data["machine"]["platform"]
+    age = datetime.datetime.now(datetime.UTC) - datetime.datetime.fromisoformat(data["date"])
+    assert datetime.timedelta(0) <= age < datetime.timedelta(minutes=5)
+    assert data["results"] == [{"x": 1}]
+
+
+def test_the_writer_keeps_what_a_benchmark_gives(tmp_path):
+    out = tmp_path / "r.json"
+    write_result(out, {"command": "pazo-bench x --y", "commit": None, "date": "2026-01-02T03:04:05+00:00"})
+    data = json.loads(out.read_text())
+    assert data["command"] == "pazo-bench x --y" and data["commit"] is None
+    assert data["date"] == "2026-01-02T03:04:05+00:00"
+
+
+@pytest.mark.parametrize("data, problem", [
+    ({"command": "", "commit": None, "date": None, "machine": None}, "not a command line"),
+    ({"command": "x", "commit": None, "date": None}, "no 'machine'"),
+    ({"command": "x", "commit": "not a hash", "date": None, "machine": None}, "not a git commit"),
+    ({"command": "x", "commit": None, "date": "yesterday", "machine": None}, "not ISO 8601"),
+    ({"command": "x", "commit": None, "date": None, "machine": "Linux"}, "neither null nor a dict"),
+])
+def test_the_check_names_what_is_missing_or_wrong(data, problem):
+    assert any(problem in p for p in check_provenance(data))
+
+
+def test_a_memory_rerun_keeps_the_earlier_result_with_its_commit_and_date(tmp_path):
+    from pazo.bench.memory import earlier_results
+
+    out = tmp_path / "memory.json"
+    write_result(out, {"command": "pazo-bench memory", "commit": "abc1234", "date": "2026-01-02T03:04:05+00:00",
+                       "rows": [{"what": "forward", "peak_bytes": 10, "ratio": 1.0, "seconds": 2.0}]})
+    history = earlier_results(out)
+    assert history == [{"note": "the run before, commit abc1234", "command": "pazo-bench memory",
+                        "date": "2026-01-02T03:04:05+00:00",
+                        "rows": [{"what": "forward", "peak_bytes": 10, "ratio": 1.0}]}]
