@@ -39,6 +39,24 @@ API_MODULES = {
     "pazo.bench.common": "What the benchmarks share: result files and their provenance.",
 }
 
+#: the algorithms, rendered with their source: the code each pseudo-code block of
+#: docs/concepts/algorithms.md links to
+ALGORITHM_MODULES = {
+    "pazo.methods.two_point": "The private two-point estimate the zeroth-order methods share.",
+    "pazo.methods.zeroth_order": "MeZO, DPZero, DP-ZO and DP-ZOGD.",
+    "pazo.methods.pazo_m": "PAZO-M (Algorithm 1).",
+    "pazo.methods.pazo_p": "PAZO-P and PAZO-P' (Algorithm 2).",
+    "pazo.methods.pazo_s": "PAZO-S (Algorithm 3).",
+    "pazo.methods.first_order": "SGD, the public-only reference, DP-SGD, DPMD, DOPE-SGD and GEP.",
+}
+
+
+def module_block(module: str, why: str, show_source: bool, level: int = 2) -> list[str]:
+    """One mkdocstrings block, under a heading of its own."""
+    return ["#" * level + f" {module}", "", why, "", f"::: {module}", "    options:", "      show_root_heading: false",
+            f"      heading_level: {level + 1}", f"      show_source: {str(show_source).lower()}",
+            "      show_if_no_docstring: true", ""]
+
 
 def api_page() -> str:
     lines = ["# Python API", "",
@@ -46,8 +64,11 @@ def api_page() -> str:
              "`python -m pazo.report docs`). The command lines are the usual way in; these are for "
              "scripts and extensions.", ""]
     for module, why in API_MODULES.items():
-        lines += [f"## {module}", "", why, "", f"::: {module}", "    options:", "      show_root_heading: false",
-                  "      heading_level: 3", ""]
+        lines += module_block(module, why, show_source=False)
+    lines += ["## The algorithms", "", "Each method's class with its source (the pseudo-code is in "
+              "[the algorithms](../concepts/algorithms.md)).", ""]
+    for module, why in ALGORITHM_MODULES.items():
+        lines += module_block(module, why, show_source=True, level=3)
     return "\n".join(lines).rstrip() + "\n"
 
 
