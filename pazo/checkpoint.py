@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 from pazo.errors import ConfigError
+from pazo.fingerprint import config_without
 
 CHECKPOINT = "checkpoint.pt"
 #: an attempt's own files (Hydra's train.log is open by then and keeps every attempt's lines)
@@ -52,15 +52,7 @@ NOT_COMPARED = ("logger", "device", "privacy.cache_dir", "dataset.root", "datase
 
 def config_fingerprint(cfg) -> str:
     """The resolved config minus where/how keys, as canonical JSON: equal for attempts of one run."""
-    data = OmegaConf.to_container(cfg, resolve=True)
-    for dotted in NOT_COMPARED:
-        *parents, leaf = dotted.split(".")
-        node = data
-        for key in parents:
-            node = node.get(key, {}) if isinstance(node, dict) else {}
-        if isinstance(node, dict):
-            node.pop(leaf, None)
-    return json.dumps(data, sort_keys=True, default=str)
+    return json.dumps(config_without(cfg, NOT_COMPARED), sort_keys=True, default=str)
 
 
 @dataclass

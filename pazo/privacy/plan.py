@@ -134,9 +134,8 @@ def guarantee_assumptions(secure_mode: bool) -> dict[str, str]:
                            "picked: a selection (a sweep's table) costs privacy beyond this epsilon"}
     if not secure_mode:
         out["seed_secret"] = ("the seed (written to config.yaml) stays secret: the noise and the Poisson batches "
-                              "follow from it; privacy.secure_mode=true draws them from OS entropy instead")
-        out["seed_not_shared"] = ("no other released run on this private data has this seed: seeded runs that "
-                                  "differ only in a hyperparameter (a sweep's) draw the same noise")
+                              "follow from it and the config's public fingerprint; privacy.secure_mode=true draws "
+                              "them from OS entropy instead")
     return out
 
 
