@@ -120,10 +120,10 @@ def prepare_run_dir(run_dir: Path, fingerprint: str, secure: bool = False, archi
 
     `secure` (privacy.secure_mode): a fresh start would draw new secret noise and batches, so an
     earlier attempt that released rows and cannot be resumed is refused rather than started over
-    (its releases would be outside the new attempt's epsilon). A seeded run starting over replays
-    the same noise and batches from its seed, which releases nothing new only if the computation is
-    the earlier attempt's (the caller checks it: `archive=False` leaves the earlier files in place
-    until `archive_attempt`)."""
+    (its releases would be outside the new attempt's epsilon). A seeded run starting over under the
+    same computation fingerprint replays the same noise and batches from its seed, which releases
+    nothing new only if the computation is the earlier attempt's (the caller checks it:
+    `archive=False` leaves the earlier files in place until `archive_attempt`)."""
     run_dir = Path(run_dir)
     summary_path = run_dir / "summary.json"
     if not summary_path.exists():
