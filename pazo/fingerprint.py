@@ -38,7 +38,8 @@ HOW_KEYS = (
 
 def config_without(cfg, keys) -> dict:
     """The resolved config as plain containers, without `keys` (dotted; absent keys are skipped)."""
-    data = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else json.loads(json.dumps(cfg))
+    data = (OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig)
+            else json.loads(json.dumps(cfg, default=str)))  # a copy: the caller's dict is left as it is
     for dotted in keys:
         *parents, leaf = dotted.split(".")
         node = data

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 import pazo.fingerprint as fingerprint
 import pazo.train as train
@@ -61,6 +62,8 @@ def test_the_fingerprint_keeps_what_is_computed_and_leaves_out_how(monkeypatch, 
     assert (computation_fingerprint(compose_cfg("method.lr=0.3", "method.clip=2.0"))
             == computation_fingerprint(compose_cfg("method.clip=2.0", "method.lr=0.3")))
     assert computation_fingerprint(compose_cfg("method.lr=0.5")) == base  # PAZO-M's default lr on digits
+    plain = OmegaConf.to_container(compose_cfg(), resolve=True)  # a plain dict: the same, and left as it was
+    assert computation_fingerprint(plain) == base and plain["train"]["log_every"] == 2
 
 
 def test_every_key_a_resume_may_change_is_left_out_of_the_fingerprint():
