@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 from pazo.errors import ConfigError
+from pazo.fingerprint import config_without
 
 CHECKPOINT = "checkpoint.pt"
 #: an attempt's own files (Hydra's train.log is open by then and keeps every attempt's lines)
@@ -52,15 +52,7 @@ NOT_COMPARED = ("logger", "device", "privacy.cache_dir", "dataset.root", "datase
 
 def config_fingerprint(cfg) -> str:
     """The resolved config minus where/how keys, as canonical JSON: equal for attempts of one run."""
-    data = OmegaConf.to_container(cfg, resolve=True)
-    for dotted in NOT_COMPARED:
-        *parents, leaf = dotted.split(".")
-        node = data
-        for key in parents:
-            node = node.get(key, {}) if isinstance(node, dict) else {}
-        if isinstance(node, dict):
-            node.pop(leaf, None)
-    return json.dumps(data, sort_keys=True, default=str)
+    return json.dumps(config_without(cfg, NOT_COMPARED), sort_keys=True, default=str)
 
 
 @dataclass
@@ -128,10 +120,10 @@ def prepare_run_dir(run_dir: Path, fingerprint: str, secure: bool = False, archi
 
     `secure` (privacy.secure_mode): a fresh start would draw new secret noise and batches, so an
     earlier attempt that released rows and cannot be resumed is refused rather than started over
-    (its releases would be outside the new attempt's epsilon). A seeded run starting over replays
-    the same noise and batches from its seed, which releases nothing new only if the computation is
-    the earlier attempt's (the caller checks it: `archive=False` leaves the earlier files in place
-    until `archive_attempt`)."""
+    (its releases would be outside the new attempt's epsilon). A seeded run starting over under the
+    same computation fingerprint replays the same noise and batches from its seed, which releases
+    nothing new only if the computation is the earlier attempt's (the caller checks it:
+    `archive=False` leaves the earlier files in place until `archive_attempt`)."""
     run_dir = Path(run_dir)
     summary_path = run_dir / "summary.json"
     if not summary_path.exists():

@@ -4,7 +4,10 @@ Training (`pazo.train`), the privacy audit (`pazo.audit`) and the benchmarks (`p
 call `build_run`, so the model an audit attacks, the one a benchmark times and the one a training
 run trains are built by the same code: same streams, same placement, same loss, same sigma.
 
-    cfg -> streams -> data -> model (placed, loss) -> warm start -> plan (sigma) -> engine -> method
+    cfg -> fingerprint -> streams -> data -> model (placed, loss) -> warm start -> plan (sigma) -> engine -> method
+
+The fingerprint (`pazo.fingerprint`) keys the secret streams (noise, Poisson batches): computed
+here, it is the same for a run, its audit and its benchmark.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from torch import nn
 
 from pazo.data import DataBundle, build_dataset
 from pazo.errors import ConfigError
+from pazo.fingerprint import computation_fingerprint
 from pazo.methods import Method, MethodConfig, MethodInfo, build_method, method_config, method_info
 from pazo.zo.engines import build_engine, choose_engine
 from pazo.models import FunctionalModel, build_model, check_no_batchnorm, dispatched, place
@@ -66,12 +70,14 @@ class Run:
 
     @property
     def computation(self) -> dict:
-        """What decides the numbers a step computes besides the config's fingerprint, and may be
-        released (summary.json): the device, how the public gradients are taken, sigma (from the
-        cache or calibration) and where the data were read. A replay of steps with the same noise
-        (a resume, a seeded start over) releases nothing new only if these are the earlier attempt's."""
+        """What decides the numbers a step computes, and may be released (summary.json): the
+        computation fingerprint of the config (which, with the seed, keys the secret streams), the
+        device, how the public gradients are taken, sigma (from the cache or calibration) and where
+        the data were read. A replay of steps with the same noise (a resume, a seeded start over)
+        releases nothing new only if these are the earlier attempt's."""
         public_grads = self.method.describe().get("public_grads", {})
-        return {"device": str(self.device), "parameter_devices": [str(d) for d in self.model.devices],
+        return {"fingerprint": self.streams.fingerprint,
+                "device": str(self.device), "parameter_devices": [str(d) for d in self.model.devices],
                 "sigma": self.plan.sigma, "public_grads_together": public_grads.get("together"),
                 "dataset_root": self.cfg.dataset.get("root")}
 
@@ -132,7 +138,7 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
     """
     method_cfg = method_config(cfg.method)
     info = method_info(method_cfg.name)
-    streams = RandomStreams(cfg.seed, secure=cfg.privacy.secure_mode)
+    streams = RandomStreams(cfg.seed, secure=cfg.privacy.secure_mode, fingerprint=computation_fingerprint(cfg))
     if data is None:
         data = build_dataset(cfg.dataset, streams)
         validate_against_data(cfg, len(data.private), len(data.public))

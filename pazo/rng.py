@@ -2,9 +2,16 @@
 
 Data sampling, public batches, directions and DP noise each get their own stream spawned from the
 run seed with numpy's SeedSequence, so none can be predicted from another (the original DPZero code
-drew its noise from the direction stream). With `secure` (privacy.secure_mode) the noise stream and
-the private-batch sampling stream are seeded from the operating system's entropy instead: nothing
-in the config or the logs then reveals which examples a step used or the noise it added.
+drew its noise from the direction stream).
+
+The secret streams (`SECRET`: the Poisson sampling of private batches and the DP noise) are spawned
+from the seed together with the run's computation fingerprint (`pazo.fingerprint`, a hash of the
+config less the keys that say only how or where it runs): runs of one sweep that differ in a
+hyperparameter draw independent noise and batches, and the same config and seed draw the same
+ones again. The public streams (directions, public batches, initialisation, splits) follow from the
+seed alone, so such runs share their data splits, initial model and directions. With `secure`
+(privacy.secure_mode) the secret streams are seeded from the operating system's entropy instead:
+nothing in the config or the logs then reveals which examples a step used or the noise it added.
 
 New streams go at the end of `STREAMS`: SeedSequence children are numbered, so the existing
 streams keep their seeds (and every recorded run its numbers).
@@ -23,14 +30,18 @@ class RandomStreams:
     #: the streams whose draws the guarantee needs secret: Poisson batches and DP noise
     SECRET = ("data", "noise")
 
-    def __init__(self, seed: int, secure: bool = False):
-        children = np.random.SeedSequence(seed).spawn(len(STREAMS))
-        self.seeds = {name: int(child.generate_state(1, dtype=np.uint64)[0] >> 1)
-                      for name, child in zip(STREAMS, children)}
+    def __init__(self, seed: int, secure: bool = False, fingerprint: str | None = None):
+        """`fingerprint`: the run's computation fingerprint (hex), mixed into the secret streams'
+        seeds; a run always has one (`pazo.experiment.build_run`). None (unit tests, tools that
+        build no run) seeds them from the seed alone."""
+        self.seeds = _spawned_seeds(np.random.SeedSequence(seed))
         if secure:
             for name in self.SECRET:
                 self.seeds[name] = secrets.randbits(63)
-        self.secure = secure
+        elif fingerprint is not None:
+            keyed = _spawned_seeds(np.random.SeedSequence([seed, int(fingerprint, 16)]))
+            self.seeds.update({name: keyed[name] for name in self.SECRET})
+        self.secure, self.fingerprint = secure, fingerprint
         self.numpy = {name: np.random.default_rng(s) for name, s in self.seeds.items()}
         self.torch_generators: list[torch.Generator] = []  # in creation order, for checkpoints
 
@@ -65,6 +76,12 @@ class RandomStreams:
         `integers(0, 2**63 - 1, size=count)` on the stream's generator, drawn by `bounded_draws`
         (numpy's own call costs 70 us between forward passes, a step's worth on a small model)."""
         return bounded_draws(self.numpy[name].bit_generator, SEED_BOUND, count)
+
+
+def _spawned_seeds(root: np.random.SeedSequence) -> dict[str, int]:
+    """A 63-bit seed per stream, from the children of `root` numbered in `STREAMS` order."""
+    return {name: int(child.generate_state(1, dtype=np.uint64)[0] >> 1)
+            for name, child in zip(STREAMS, root.spawn(len(STREAMS)))}
 
 
 #: seeds are drawn from [0, SEED_BOUND)

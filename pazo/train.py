@@ -88,7 +88,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> dict:
     sampler = r.sampler()
     if resuming:
         check_same_computation(start.checkpoint.get("extra", {}).get("computation"), r.private_computation, run_dir)
-    elif start.released:  # a seeded start over replays the earlier attempt's noise from step 1
+    elif start.released and replays_noise((start.summary or {}).get("computation"), r.computation):
         check_same_computation((start.summary or {}).get("computation"), r.computation, run_dir)
     archive_attempt(run_dir, start)
     loop = (restore_checkpoint(start.checkpoint, module=r.module, streams=r.streams, sampler=sampler)
@@ -235,11 +235,20 @@ DEBUG_ONLY = ("pazo: audit.debug_break is a debug-only switch that breaks the pr
               "only the privacy audit (python -m pazo.audit) accepts it")
 
 
+def replays_noise(then: dict | None, now: dict) -> bool:
+    """Whether a seeded start over draws the earlier attempt's noise and batches again: only when
+    both have one computation fingerprint (the secret streams' key beside the seed). An attempt
+    recorded with another fingerprint, or with none (its streams keyed by the seed alone), drew
+    independent noise, like another run of a sweep."""
+    return (then or {}).get("fingerprint") == now["fingerprint"]
+
+
 def check_same_computation(then: dict | None, now: dict, run_dir: Path) -> None:
     """Refuse to replay an earlier attempt's steps (a resume, or a seeded start over after it
-    released rows) where the computation differs from that attempt's (another device, data read,
-    sigma or way of taking the public gradients): the replayed steps would reuse its noise on other
-    numbers, and two releases with one noise draw reveal their difference without noise."""
+    released rows) where the computation differs from that attempt's (another computation
+    fingerprint, device, data read, sigma or way of taking the public gradients): the replayed
+    steps would reuse its noise on other numbers, and two releases with one noise draw reveal their
+    difference without noise."""
     then = then or {}
     changed = [key for key in then if then[key] != now.get(key)]
     if changed:

@@ -32,7 +32,7 @@ class PrivacyPlan:
     adjacency: str = "add_remove"
     sampling: str = "poisson"
     sampling_matches_accountant: bool = True
-    noise_seed: str = "derived from the run seed"
+    noise_seed: str = "derived from the run seed and the computation fingerprint"
     accountant: str = "none"
     notes: list[str] = field(default_factory=list)
     #: what the printed guarantee assumes beyond the accountant's model, by name (printed with it)
@@ -76,7 +76,7 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
                        adjacency=pcfg.adjacency, sampling=pcfg.sampling,
                        sampling_matches_accountant=sampler_cls.matches_accountant,
                        noise_seed="os entropy: noise and Poisson sampling (secure_mode)" if pcfg.secure_mode
-                       else "derived from the run seed")
+                       else "derived from the run seed and the computation fingerprint")
     if not plan.private:
         plan.notes.append("non-private run: no clipping, no noise, no accounting")
         return plan
@@ -134,9 +134,8 @@ def guarantee_assumptions(secure_mode: bool) -> dict[str, str]:
                            "picked: a selection (a sweep's table) costs privacy beyond this epsilon"}
     if not secure_mode:
         out["seed_secret"] = ("the seed (written to config.yaml) stays secret: the noise and the Poisson batches "
-                              "follow from it; privacy.secure_mode=true draws them from OS entropy instead")
-        out["seed_not_shared"] = ("no other released run on this private data has this seed: seeded runs that "
-                                  "differ only in a hyperparameter (a sweep's) draw the same noise")
+                              "follow from it and the config's public fingerprint; privacy.secure_mode=true draws "
+                              "them from OS entropy instead")
     return out
 
 

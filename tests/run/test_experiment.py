@@ -1,6 +1,6 @@
 """One run assembly (`pazo.experiment.build_run`): training and the privacy audit of the same
-overrides get the same model (weights, loss function, placement), the same privacy plan and the
-same engine, because both build their run through it."""
+overrides get the same model (weights, loss function, placement), the same privacy plan, the
+same engine and the same random streams, because both build their run through it."""
 from __future__ import annotations
 
 import pytest
@@ -25,7 +25,8 @@ def spy_on_build_run(monkeypatch) -> list[dict]:
         seen.append({"state": {k: v.detach().clone() for k, v in r.module.state_dict().items()},
                      "loss_fn": r.model.loss_fn, "devices": r.model.devices, "input_device": r.device,
                      "sigma": r.plan.sigma, "q": r.plan.sample_rate, "steps": r.plan.steps,
-                     "engine": r.engine["name"], "method": type(r.method), "n": r.n})
+                     "engine": r.engine["name"], "method": type(r.method), "n": r.n,
+                     "seeds": dict(r.streams.seeds)})
         return r
     monkeypatch.setattr(train, "build_run", recording)
     monkeypatch.setattr(audit_run, "build_run", recording)
@@ -43,7 +44,9 @@ def assert_same_run(a: dict, b: dict) -> None:
     assert a["state"].keys() == b["state"].keys()
     for key in a["state"]:
         assert torch.equal(a["state"][key], b["state"][key]), key
-    for key in ("loss_fn", "devices", "input_device", "sigma", "q", "steps", "engine", "method", "n"):
+    # the seeds: the audit's run draws the training run's noise and batches (the audit group is left
+    # out of the computation fingerprint that keys them)
+    for key in ("loss_fn", "devices", "input_device", "sigma", "q", "steps", "engine", "method", "n", "seeds"):
         assert a[key] == b[key], key
 
 

@@ -1,0 +1,182 @@
+"""Runs of one sweep draw independent secret randomness: the DP noise and the Poisson batches are
+seeded from the seed and the run's computation fingerprint (`pazo.fingerprint`), so two runs that
+differ in a hyperparameter add different noise, while two that differ only in how they compute
+(engine, logging, checkpoints, device, paths) draw the same, and the same config and seed give the
+same run."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+import pazo.fingerprint as fingerprint
+import pazo.train as train
+from pazo.checkpoint import NOT_COMPARED
+from pazo.errors import ConfigError
+from pazo.experiment import build_run
+from pazo.fingerprint import HOW_KEYS, computation_fingerprint
+from pazo.privacy.mechanisms import noise_generator
+from pazo.rng import STREAMS, RandomStreams
+from conftest import CONFIG_DIR, ROOT
+
+#: keys that change what a run computes: each gives another fingerprint
+WHAT = ["method.lr=0.3", "method.clip=2.0", "privacy.epsilon=2.0", "train.batch_size=32", "train.steps=5",
+        "model.width=8", "dataset.public_fraction=0.2", "engine.query_dropout=true", "method=dpzero"]
+#: keys that say only how, where or with what output: the same fingerprint
+HOW = ["seed=7", "engine.name=inplace", "engine.chunk_size=2", "train.log_every=1", "train.evals_per_epoch=1",
+       "train.eval_batch_size=7", "train.checkpoint_every=3", "train.keep_checkpoint=true",
+       "train.save_model=false", "logger.project=other", "sweep_name=other", "device=auto",
+       "warm_start.cache=false", "privacy.cache_dir=/elsewhere"]
+
+
+def compose_cfg(*overrides, config_name="config"):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(config_name=config_name, overrides=["logger.mode=disabled", "train.steps=4",
+                                                           "train.log_every=2", "device=cpu", *overrides])
+
+
+def secret_draws(r, count=3) -> tuple[list, torch.Tensor]:
+    """The first Poisson batches and noise draws of an assembled run (on fresh generators of its
+    streams' seeds, leaving the run's own untouched)."""
+    sampler = type(r.sampler())(r.n, r.batch_size, np.random.default_rng(r.streams.seeds["data"]))
+    noise = torch.randn(5, generator=torch.Generator().manual_seed(r.streams.seeds["noise"]))
+    return [sampler.sample().tolist() for _ in range(count)], noise
+
+
+def test_the_fingerprint_keeps_what_is_computed_and_leaves_out_how(monkeypatch, tmp_path):
+    monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))
+    base = computation_fingerprint(compose_cfg())
+    assert len(base) == 64 and int(base, 16) >= 0
+    for override in WHAT:
+        assert computation_fingerprint(compose_cfg(override)) != base, override
+    for override in HOW:
+        assert computation_fingerprint(compose_cfg(override)) == base, override
+    # the order the overrides came in, and an override equal to the default, change nothing
+    assert (computation_fingerprint(compose_cfg("method.lr=0.3", "method.clip=2.0"))
+            == computation_fingerprint(compose_cfg("method.clip=2.0", "method.lr=0.3")))
+    assert computation_fingerprint(compose_cfg("method.lr=0.5")) == base  # PAZO-M's default lr on digits
+    plain = OmegaConf.to_container(compose_cfg(), resolve=True)  # a plain dict: the same, and left as it was
+    assert computation_fingerprint(plain) == base and plain["train"]["log_every"] == 2
+
+
+def test_every_key_a_resume_may_change_is_left_out_of_the_fingerprint():
+    """Every attempt of one run has one fingerprint (the resume's own check compares the rest)."""
+    covered = lambda key: any(key == k or key.startswith(k + ".") for k in HOW_KEYS)  # noqa: E731
+    assert all(covered(key) for key in NOT_COMPARED), [k for k in NOT_COMPARED if not covered(k)]
+
+
+def test_the_fingerprint_is_the_same_in_another_process_with_other_paths(tmp_path):
+    """No dependence on dict order, hash randomisation or where the cache and data live."""
+    script = ("import sys, pazo.train; from hydra import compose, initialize_config_dir;"
+              "from pazo.fingerprint import computation_fingerprint\n"
+              f"with initialize_config_dir(config_dir={CONFIG_DIR!r}, version_base='1.3'):\n"
+              "    print(computation_fingerprint(compose(config_name='config', overrides=sys.argv[1:])))")
+    overrides = ["logger.mode=disabled", "train.steps=4", "train.log_every=2", "device=cpu"]
+    outs = []
+    for hash_seed, cache, order in (("1", tmp_path / "a", 1), ("2", tmp_path / "b" / "c", -1)):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PAZO_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+        args = [*overrides, "method.clip=2.0", "method.lr=0.3"][::order]
+        outs.append(subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT, env=env, capture_output=True,
+                                   text=True, check=True).stdout.strip())
+    assert outs[0] == outs[1] == computation_fingerprint(compose_cfg("method.lr=0.3", "method.clip=2.0"))
+
+
+def test_the_fingerprint_keys_only_the_secret_streams():
+    plain, keyed, other = (RandomStreams(3, fingerprint=f) for f in (None, "ab" * 32, "cd" * 32))
+    for name in STREAMS:
+        if name in RandomStreams.SECRET:
+            assert len({plain.seeds[name], keyed.seeds[name], other.seeds[name]}) == 3, name
+        else:
+            assert plain.seeds[name] == keyed.seeds[name] == other.seeds[name], name
+    assert RandomStreams(3, fingerprint="ab" * 32).seeds == keyed.seeds  # reproducible
+    assert RandomStreams(4, fingerprint="ab" * 32).seeds["noise"] != keyed.seeds["noise"]
+    a = noise_generator(keyed)
+    b = noise_generator(RandomStreams(3, fingerprint="ab" * 32))
+    assert torch.equal(torch.randn(4, generator=a), torch.randn(4, generator=b))
+    secure = RandomStreams(3, secure=True, fingerprint="ab" * 32)  # OS entropy, whatever the fingerprint
+    assert all(secure.seeds[n] != keyed.seeds[n] for n in RandomStreams.SECRET)
+
+
+def test_runs_that_differ_in_the_learning_rate_draw_other_noise_and_batches(monkeypatch, tmp_path):
+    monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))
+    base = build_run(compose_cfg("method=dpzero"))
+    lr = build_run(compose_cfg("method=dpzero", "method.lr=0.3"))
+    how = build_run(compose_cfg("method=dpzero", "engine.name=inplace", "train.log_every=1", "seed=0"))
+    (batches, noise), (lr_batches, lr_noise), (how_batches, how_noise) = map(secret_draws, (base, lr, how))
+    assert batches != lr_batches and not torch.equal(noise, lr_noise)
+    assert batches == how_batches and torch.equal(noise, how_noise)
+    for name in set(STREAMS) - set(RandomStreams.SECRET):  # the same splits, initial model and directions
+        assert base.streams.seeds[name] == lr.streams.seeds[name], name
+    assert torch.equal(base.data.private.inputs, lr.data.private.inputs)
+    assert base.computation["fingerprint"] != lr.computation["fingerprint"]
+    assert base.computation["fingerprint"] == how.computation["fingerprint"]
+
+
+def test_a_how_key_leaves_the_run_bit_identical(hydra_cfg, tmp_path):
+    """log_every changes the reporting only (rows average the steps since the last one): the same
+    model, step for step; a run records its fingerprint, and the same config and seed give the same run."""
+    a = train.run(hydra_cfg("method=dpzero", "train.log_every=4"), tmp_path / "a")
+    b = train.run(hydra_cfg("method=dpzero", "train.log_every=1"), tmp_path / "b")
+    again = train.run(hydra_cfg("method=dpzero", "train.log_every=4"), tmp_path / "again")
+
+    def row(name, step=4):
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        return next({k: v for k, v in r.items() if k != "s_per_iter"} for r in map(json.loads, lines)
+                    if r["step"] == step)
+    assert row("a") == row("again")
+    assert all(row("a")[k] == row("b")[k] for k in ("test_loss", "test_accuracy", "val_loss", "epsilon"))
+    assert a["computation"]["fingerprint"] == b["computation"]["fingerprint"]
+    assert a["computation"]["fingerprint"] == computation_fingerprint(hydra_cfg("method=dpzero"))
+    models = [torch.load(tmp_path / d / "model.pt", weights_only=True) for d in ("a", "b", "again")]
+    assert all(torch.equal(models[0][k], m[k]) for m in models[1:] for k in models[0])
+    assert again["final_test_accuracy"] == b["final_test_accuracy"] == a["final_test_accuracy"]
+
+
+def test_a_resume_whose_fingerprint_changed_is_refused(hydra_cfg, tmp_path, monkeypatch):
+    """The checkpoint records the fingerprint its streams were keyed by: an attempt that would key
+    them otherwise (here: a version of pazo that counts log_every as a computing key) is refused."""
+    cfg = hydra_cfg("method=dpzero", "train.steps=6", "train.checkpoint_every=2")
+    real = train.timed_step
+
+    def step(r, sampler, loop, t):
+        if t == 5:
+            raise KeyboardInterrupt
+        return real(r, sampler, loop, t)
+    monkeypatch.setattr(train, "timed_step", step)
+    with pytest.raises(KeyboardInterrupt):
+        train.run(cfg, tmp_path)
+    monkeypatch.setattr(train, "timed_step", real)
+    monkeypatch.setattr(fingerprint, "HOW_KEYS", tuple(k for k in HOW_KEYS if k != "train.log_every"))
+    with pytest.raises(ConfigError, match="fingerprint: "):
+        train.run(cfg, tmp_path)
+    monkeypatch.undo()
+    s = train.run(cfg, tmp_path)
+    assert s["status"] == "finished" and s["resumed_from_step"] == 4
+
+
+def test_a_failed_run_started_over_with_another_learning_rate_draws_fresh_noise(hydra_cfg, tmp_path, monkeypatch):
+    """A seeded start over replays the earlier attempt's noise only under the same fingerprint; with
+    another (here another lr) its noise is independent, so the start over is not a replay, and the
+    earlier attempt is kept under attempts/ as for any start over."""
+    real = train.timed_step
+
+    def step(r, sampler, loop, t):
+        if t == 3:
+            raise RuntimeError("injected fault")
+        return real(r, sampler, loop, t)
+    monkeypatch.setattr(train, "timed_step", step)
+    with pytest.raises(RuntimeError):
+        train.run(hydra_cfg("method=pazo_p", "train.steps=6", "method.public_grads_together=true"), tmp_path)
+    monkeypatch.undo()
+    assert not train.replays_noise({"fingerprint": "a"}, {"fingerprint": "b"})
+    assert not train.replays_noise({}, {"fingerprint": "b"})  # recorded before streams were keyed
+    s = train.run(hydra_cfg("method=pazo_p", "train.steps=6", "method.public_grads_together=false",
+                            "method.lr=0.3"), tmp_path)
+    assert s["status"] == "finished" and s["earlier_attempt_moved_to"].endswith("attempts/1")
