@@ -19,7 +19,8 @@ import torch
 from omegaconf import OmegaConf
 
 from pazo.checkpoint import LoopState, discard_checkpoint, save_checkpoint
-from pazo.rundir import WriteFault, open_file, write_atomic, writing
+from pazo import rundir
+from pazo.rundir import WriteFault, write_atomic, writing
 
 
 def _clean(value):
@@ -63,7 +64,7 @@ class Recorder:
         with writing(metrics):
             if resume_bytes is not None and metrics.exists():
                 os.truncate(metrics, min(resume_bytes, metrics.stat().st_size))
-            self._metrics = open_file(metrics, append=resume_bytes is not None)
+            self._metrics = rundir.open_file(metrics, append=resume_bytes is not None)  # (one place opens run files)
             self._offset = metrics.stat().st_size
         self.summary: dict = {}
         #: a heartbeat the machine refused to write (the run goes on; its next summary write tells)

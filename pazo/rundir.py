@@ -136,9 +136,8 @@ def check_output_dir(run_dir: Path | str) -> Path:
         _refuse(run_dir, err, "create")
     probe = run_dir / f".pazo-probe-{os.getpid()}-{secrets.token_hex(3)}"
     try:
-        with open(probe, "wb") as f:
+        with open_file(probe) as f:
             f.write(b"pazo")
-            f.flush()
             os.fsync(f.fileno())
     except OSError as err:
         _refuse(run_dir, err, "write into")

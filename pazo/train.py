@@ -420,7 +420,7 @@ def check_output_location(argv: list[str]) -> None:
     access or a full disk is one line instead of Hydra's traceback."""
     where = _override_value(argv, "hydra.run.dir")
     if where is None:
-        where = str(OmegaConf.load(CONFIG_DIR / "config.yaml").hydra.run.dir)
+        where = str(OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "config.yaml").hydra.run)["dir"])
     fixed = where.split("${", 1)[0]
     if "${" in where:  # the launch's own directory is made below the part that does not vary
         fixed = fixed.rsplit("/", 1)[0] if "/" in fixed else "."
