@@ -29,6 +29,8 @@ LOCK = ".pazo.lock"
 HYDRA = ".hydra"
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
 STAGING_PREFIX = "launch-"
+#: flock's errors on a file system that does not lock (some network and FUSE file systems)
+UNLOCKABLE = (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL)
 #: errors of the machine, not of the run: what `WriteFault` explains
 _REASONS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
             errno.EACCES: "no permission to write there", errno.EPERM: "no permission to write there",
@@ -166,6 +168,8 @@ class RunDirLock:
     def __init__(self, run_dir: Path | str):
         self.path = Path(run_dir) / LOCK
         self._fd: int | None = None
+        #: False on a file system that has no locks (then only the summary's heartbeat tells a live run)
+        self.locked = True
 
     def acquire(self) -> RunDirLock:
         while True:
@@ -174,6 +178,9 @@ class RunDirLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as err:
+                if err.errno in UNLOCKABLE:  # a file system without locks: the heartbeat check remains
+                    self.locked = False
+                    break
                 os.close(fd)
                 if err.errno not in (errno.EWOULDBLOCK, errno.EACCES, errno.EAGAIN):
                     raise WriteFault(self.path, err) from err
@@ -218,6 +225,18 @@ class RunDirLock:
     def __exit__(self, *exc) -> bool:
         self.release()
         return False
+
+
+def remove_broken_writes(run_dir: Path | str) -> list[Path]:
+    """Delete what a kill during `write_atomic` left (`<run file>.tmp`; the run file itself is the
+    previous whole one). Called by the lock's holder, so no write of another launch is under way."""
+    removed = []
+    for path in Path(run_dir).glob("*.tmp"):
+        if path.name.removesuffix(".tmp") in ("summary.json", "config.yaml", "model.pt", "checkpoint.pt",
+                                               "audit.json"):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 def staging_subdir() -> str:

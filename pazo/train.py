@@ -38,7 +38,7 @@ from pazo.privacy.mechanisms import active_debug_break
 from pazo.privacy.plan import EpsilonTracker
 from pazo.recorder import Recorder
 from pazo.rundir import (RunDirLock, WriteFault, accept_hydra_record, check_output_dir, drop_hydra_record, is_staging,
-                         staging_subdir)
+                         remove_broken_writes, staging_subdir)
 from pazo.summary import outcome, print_header, print_summary
 from pazo.validate import ConfigError, validate_config
 
@@ -94,6 +94,7 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record) -> dict:
     resolve_device(cfg.device)  # a device that is not there is refused before the run directory is touched
     check_output_dir(run_dir)
     with RunDirLock(run_dir):  # a second launch into run_dir is refused until this one ends
+        remove_broken_writes(run_dir)
         start = prepare_run_dir(run_dir, fingerprint, secure=secure, archive=False)
         if start.kind == "finished":
             refuse_another_config(run_dir, cfg)

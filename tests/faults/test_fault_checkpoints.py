@@ -143,6 +143,7 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one_and_the_run_re
     good = (run_dir / CHECKPOINT).read_bytes()
     # a kill during the next write left its half-written temporary file (the process could not remove it)
     (run_dir / (CHECKPOINT + ".tmp")).write_bytes(good[:len(good) // 3])
+    (run_dir / "summary.json.tmp").write_text('{"status": "fin')   # and one of a summary
     summary = run(hydra_cfg(*CFG), run_dir)
     assert summary["status"] == "finished" and summary["resumed_from_step"] == 3
     assert not leftovers(run_dir) and not (run_dir / CHECKPOINT).exists()

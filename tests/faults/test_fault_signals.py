@@ -189,6 +189,19 @@ def test_a_lock_file_left_by_a_killed_process_does_not_block(tmp_path):
         assert f"pid {os.getpid()}" in (tmp_path / LOCK).read_text() and lock.path.exists()
 
 
+def test_a_file_system_without_locks_still_runs(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with RunDirLock(tmp_path) as lock:
+        assert lock.locked is False and (tmp_path / LOCK).exists()
+    assert not (tmp_path / LOCK).exists()
+
+
 def test_a_lock_held_by_another_process_names_it(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from pazo.rundir import RunDirLock; lock = RunDirLock(sys.argv[1]).acquire(); "
