@@ -15,10 +15,12 @@ resumed), and a write that breaks off leaves no `.tmp` file behind. A relaunch t
 (another config, another computation) keeps it, so that the run can still be resumed as it ran.
 
 A relaunch into a run directory (the same `hydra.run.dir`, or the same sweep run) reads its
-`summary.json`: a finished run is not re-run; a run whose heartbeat is fresh is refused (another
-process is writing there); a preempted, interrupted or killed run with a checkpoint resumes from it
-(its config must be the same); anything else starts over, and the earlier attempt's files are moved
-to `attempts/<n>/` first, so nothing written is lost.
+`summary.json`: a finished run is not re-run (and a relaunch with another config is refused); a run
+whose heartbeat is fresh is refused (another process is writing there); a preempted, interrupted,
+killed or faulted (`fault`: the machine refused a write, e.g. a full disk) run with a checkpoint
+resumes from it (its config must be the same); anything else starts over, and the earlier attempt's
+files are moved to `attempts/<n>/` first, so nothing written is lost. A checkpoint or summary that
+cannot be read (truncated, garbage) is refused in one line naming the file, and nothing is moved.
 """
 from __future__ import annotations
 
@@ -36,8 +38,14 @@ import torch
 
 from pazo.errors import ConfigError
 from pazo.fingerprint import config_without
+from pazo.rundir import write_atomic
 
 CHECKPOINT = "checkpoint.pt"
+#: statuses of a run stopped before its end that resume from their checkpoint
+RESUMABLE = ("preempted", "interrupted", "killed", "fault")
+#: what a checkpoint must hold, and of which type
+CHECKPOINT_KEYS = {"fingerprint": str, "model": dict, "streams": dict, "sampler": dict, "loop": dict,
+                   "extra": dict, "torch_rng": torch.Tensor, "cuda_rng": list}
 #: an attempt's own files (Hydra's train.log is open by then and keeps every attempt's lines)
 FILES = ("summary.json", "metrics.jsonl", "config.yaml", "model.pt", "wandb")
 HEARTBEAT_SECONDS = 30.0
@@ -53,6 +61,22 @@ NOT_COMPARED = ("logger", "device", "privacy.cache_dir", "dataset.root", "datase
 def config_fingerprint(cfg) -> str:
     """The resolved config minus where/how keys, as canonical JSON: equal for attempts of one run."""
     return json.dumps(config_without(cfg, NOT_COMPARED), sort_keys=True, default=str)
+
+
+def config_differences(then: dict, now: dict) -> list[str]:
+    """`key: old -> new` for each compared key (`NOT_COMPARED` aside) that both resolved configs
+    hold with different values; a key only one of them holds (one added since) is not a difference."""
+    def flat(node, prefix=""):
+        out = {}
+        for key, value in (node or {}).items():
+            dotted = f"{prefix}{key}"
+            if any(dotted == k or dotted.startswith(k + ".") for k in NOT_COMPARED):
+                continue
+            out.update(flat(value, dotted + ".") if isinstance(value, dict) else {dotted: value})
+        return out
+
+    a, b = flat(then), flat(now)
+    return [f"{k}: {a[k]!r} -> {b[k]!r}" for k in sorted(a.keys() & b.keys()) if a[k] != b[k]]
 
 
 @dataclass
@@ -126,13 +150,17 @@ def prepare_run_dir(run_dir: Path, fingerprint: str, secure: bool = False, archi
     `archive=False` leaves the earlier files in place until `archive_attempt`)."""
     run_dir = Path(run_dir)
     summary_path = run_dir / "summary.json"
+    ckpt_path = run_dir / CHECKPOINT
     if not summary_path.exists():
         if (run_dir / "metrics.jsonl").exists():  # written by an attempt that never wrote a summary
             return _start_over(run_dir, secure, archive)
         return Start("fresh")
-    try:
-        summary = json.loads(summary_path.read_text())
-    except (OSError, ValueError):
+    summary = read_summary(summary_path)
+    if summary is None:
+        if ckpt_path.exists():  # the checkpoint may be good: never delete it on a guess
+            raise ConfigError(f"{summary_path} cannot be read (truncated or not a pazo summary), and {run_dir} "
+                              f"holds a checkpoint: restore summary.json to resume, or move {ckpt_path} away to "
+                              "start the run over (the earlier files then go to attempts/<n>/)")
         return _start_over(run_dir, secure, archive)
     status = effective_status(summary)
     if status == "finished":
@@ -140,14 +168,46 @@ def prepare_run_dir(run_dir: Path, fingerprint: str, secure: bool = False, archi
     if status == "running":
         raise ConfigError(f"run directory {run_dir} is in use: its run wrote a heartbeat "
                           f"{heartbeat_age(summary):.0f} s ago; wait for it, or give another hydra.run.dir")
-    ckpt_path = run_dir / CHECKPOINT
-    if status in ("preempted", "interrupted", "killed") and ckpt_path.exists():
-        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+    if status in RESUMABLE and ckpt_path.exists():
+        checkpoint = read_checkpoint(ckpt_path)
         if checkpoint["fingerprint"] != fingerprint:
             raise ConfigError(f"run directory {run_dir} holds a checkpoint of a run with another config; "
                               "resume it with the same overrides, or give another hydra.run.dir")
+        _tmp_checkpoint(run_dir).unlink(missing_ok=True)  # a write a kill broke off: never resumed from
         return Start("resume", summary=summary, checkpoint=checkpoint)
     return _start_over(run_dir, secure, archive, summary)
+
+
+def read_summary(path: Path) -> dict | None:
+    """A run's summary.json as a dict, or None when it cannot be read or is not a JSON object."""
+    try:
+        summary = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def read_checkpoint(path: Path) -> dict:
+    """A checkpoint as saved by `save_checkpoint`, or a ConfigError naming the file and what is
+    wrong with it (truncated, garbage, an older or foreign file): it is kept as it is."""
+    how = (f"the run cannot resume from it. Move it away to start the run over (the earlier files then go to "
+           f"attempts/<n>/), or give another hydra.run.dir; {path.name} is kept as it is")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch.load's errors differ by damage: RuntimeError, UnpicklingError, EOFError, ...
+        reason = " ".join(str(err).split())[:200] or type(err).__name__
+        raise ConfigError(f"checkpoint {path} cannot be read (truncated, or not a pazo checkpoint: "
+                          f"{type(err).__name__}: {reason}); {how}") from None
+    if not isinstance(checkpoint, dict):
+        raise ConfigError(f"checkpoint {path} holds a {type(checkpoint).__name__}, not a pazo checkpoint; {how}")
+    wrong = [key for key, kind in CHECKPOINT_KEYS.items() if not isinstance(checkpoint.get(key), kind)]
+    loop_keys = set(LoopState.__dataclass_fields__)
+    if not wrong and set(checkpoint["loop"]) != loop_keys:
+        wrong = ["loop"]
+    if wrong:
+        raise ConfigError(f"checkpoint {path} is not a complete pazo checkpoint (missing or malformed: "
+                          f"{', '.join(wrong)}); {how}")
+    return checkpoint
 
 
 def released_rows(run_dir: Path, summary: dict | None) -> bool:
@@ -191,51 +251,73 @@ def _archive(run_dir: Path) -> str:
 
 def save_checkpoint(run_dir: Path, *, fingerprint: str, module: torch.nn.Module, streams, sampler,
                     loop: LoopState, extra: dict) -> None:
-    """Everything the run needs to continue exactly from here, written atomically."""
+    """Everything the run needs to continue exactly from here, written atomically (0600): a full
+    disk or a kill during the write leaves the previous checkpoint (a WriteFault names the file)."""
     state = {"fingerprint": fingerprint, "model": module.state_dict(), "streams": streams.state(),
              "sampler": sampler.state(), "loop": asdict(loop), "extra": extra,
              "torch_rng": torch.get_rng_state(),
              "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
-    path = Path(run_dir) / CHECKPOINT
-    tmp = path.with_suffix(".tmp")
-    try:
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
-            os.fchmod(f.fileno(), 0o600)  # also when an earlier .tmp was left with other bits
-            torch.save(state, f)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(Path(run_dir) / CHECKPOINT, lambda f: torch.save(state, f), mode=0o600)
+
+
+def _tmp_checkpoint(run_dir: Path) -> Path:
+    return Path(run_dir) / (CHECKPOINT + ".tmp")
 
 
 def discard_checkpoint(run_dir: Path) -> None:
     """Delete a run's checkpoint and any half-written one (they hold the noise stream)."""
-    for name in (CHECKPOINT, Path(CHECKPOINT).with_suffix(".tmp").name):
-        (Path(run_dir) / name).unlink(missing_ok=True)
+    for path in (Path(run_dir) / CHECKPOINT, _tmp_checkpoint(run_dir), Path(run_dir) / "checkpoint.tmp"):
+        path.unlink(missing_ok=True)
 
 
-def restore_checkpoint(checkpoint: dict, *, module: torch.nn.Module, streams, sampler) -> LoopState:
-    """Put the model, every stream and the sampler back where the checkpoint left them."""
-    module.load_state_dict(checkpoint["model"])
-    streams.load_state(checkpoint["streams"])
-    sampler.load_state(checkpoint["sampler"])
-    torch.set_rng_state(checkpoint["torch_rng"])
-    if checkpoint["cuda_rng"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(checkpoint["cuda_rng"])
-    return LoopState(**checkpoint["loop"])
+def restore_checkpoint(checkpoint: dict, *, module: torch.nn.Module, streams, sampler,
+                       path: Path | None = None) -> LoopState:
+    """Put the model, every stream and the sampler back where the checkpoint left them; a
+    checkpoint whose contents do not fit this run (another model's weights, damaged states) is a
+    ConfigError naming the file (`path`)."""
+    try:
+        module.load_state_dict(checkpoint["model"])
+        streams.load_state(checkpoint["streams"])
+        sampler.load_state(checkpoint["sampler"])
+        torch.set_rng_state(checkpoint["torch_rng"])
+        if checkpoint["cuda_rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(checkpoint["cuda_rng"])
+        return LoopState(**checkpoint["loop"])
+    except (RuntimeError, KeyError, TypeError, ValueError, IndexError) as err:
+        reason = " ".join(str(err).split())[:200] or type(err).__name__
+        raise ConfigError(f"checkpoint {path or CHECKPOINT} does not fit this run ({type(err).__name__}: {reason}); "
+                          "the run cannot resume from it. Move it away to start the run over, or give another "
+                          "hydra.run.dir; it is kept as it is") from None
 
 
 class StopRequests:
     """Turns SIGTERM/SIGUSR1/SIGUSR2 (`preempted`) and SIGINT (`interrupted`) into a request the
-    loop honours after the step in progress; a second SIGINT interrupts at once."""
+    loop honours after the step in progress; a second SIGINT during a step interrupts at once.
+    Once the run is writing its last files (`shield()`: the checkpoint and summary of a stop, the
+    record of an interruption or crash, the finished run's files), further signals are noted
+    and ignored, so that the shutdown completes and the summary says how the run ended."""
 
     SIGNALS = {"SIGTERM": "preempted", "SIGUSR1": "preempted", "SIGUSR2": "preempted", "SIGINT": "interrupted"}
+    SHUTTING_DOWN = (b"pazo: already stopping: writing the run's checkpoint and summary; further Ctrl-C is "
+                     b"ignored until they are written\n")
 
     def __init__(self):
         self.reason: str | None = None
+        self.shielded = False
+        self._told = False
         self._previous: dict = {}
 
+    def shield(self) -> None:
+        self.shielded = True
+
     def _handle(self, signum, frame):
+        if self.shielded:
+            if not self._told:
+                self._told = True
+                os.write(2, self.SHUTTING_DOWN)  # (no logging or print in a handler: they take locks)
+            return
         if self.reason == "interrupted" and signum == signal.SIGINT:
+            self.shielded = True   # the KeyboardInterrupt's own record is not interrupted again
             raise KeyboardInterrupt
         self.reason = self.reason or self.SIGNALS[signal.Signals(signum).name]
 

@@ -3,7 +3,8 @@ handler shows their lines plain (`%(message)s`): info on stdout, warnings and er
 
 `pazo-train` / `python -m pazo.train` get it from Hydra's job logging
 (`configs/hydra/job_logging/pazo.yaml`, which also writes the lines, with timestamps, to the run
-directory's `train.log`); entry points without Hydra (`pazo-sweep`) call `use_console()`."""
+directory's `train.log` through `RunLogFile`); entry points without Hydra (`pazo-sweep`) call
+`use_console()`."""
 from __future__ import annotations
 
 import logging
@@ -30,3 +31,42 @@ def use_console(name: str = "pazo") -> None:
     logger.setLevel(logging.INFO)
     if not any(isinstance(h, ConsoleHandler) for h in logger.handlers + logging.getLogger().handlers):
         logger.addHandler(ConsoleHandler())
+
+
+class RunLogFile(logging.FileHandler):
+    """The run directory's `train.log`, opened at its first line. A write the machine refuses (a
+    full disk, a read-only directory) is said once on stderr, and the lines go on to the terminal
+    only: never a "Logging error" traceback per line."""
+
+    def __init__(self, filename: str, mode: str = "a", encoding: str | None = None, delay: bool = True) -> None:
+        super().__init__(filename, mode, encoding, delay=True)
+        self.failed = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.failed:
+            return
+        try:
+            super().emit(record)   # (FileHandler opens the file outside its own error handling)
+        except OSError as err:
+            self._give_up(err)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self._give_up(sys.exc_info()[1])
+
+    def _give_up(self, err) -> None:
+        if not self.failed:
+            self.failed = True
+            sys.stderr.write(f"pazo: {self.baseFilename} could not be written ({err}); the run's lines go to the "
+                             "terminal only from here\n")
+        try:
+            if self.stream is not None:
+                self.stream.close()
+        except OSError:
+            pass
+        self.stream = None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:  # the last flush on a full disk
+            pass

@@ -1,7 +1,11 @@
 """The one gate through which a run's results leave the process: its own directory (resolved
 config, metrics.jsonl, summary.json, checkpoint.pt, model.pt) and, mirrored, Weights & Biases
 (offline by default: no account or network needed, `wandb sync` later). The training loop writes
-nothing itself: every row, summary, checkpoint and saved model goes through a `Recorder`."""
+nothing itself: every row, summary, checkpoint and saved model goes through a `Recorder`.
+
+Every file is written whole or not at all (`pazo.rundir.write_atomic`; a row of metrics.jsonl that
+a full disk cuts short is taken back), so a fault of the machine mid-run leaves the last good
+summary, checkpoint and rows; the write it refused is a `WriteFault` naming the file."""
 from __future__ import annotations
 
 import json
@@ -15,6 +19,8 @@ import torch
 from omegaconf import OmegaConf
 
 from pazo.checkpoint import LoopState, discard_checkpoint, save_checkpoint
+from pazo import rundir
+from pazo.rundir import WriteFault, write_atomic, writing
 
 
 def _clean(value):
@@ -31,9 +37,7 @@ def _clean(value):
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_clean(data), indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(_clean(data), indent=2, sort_keys=True).encode())
 
 
 #: statistics of private data without noise (the private batch's; the validation split's, held-out
@@ -52,15 +56,19 @@ class Recorder:
     def __init__(self, run_dir: str | Path, cfg, wandb_cfg, resume_bytes: int | None = None,
                  wandb_id: str | None = None, fingerprint: str = ""):
         self.dir, self.fingerprint = Path(run_dir), fingerprint
-        self.dir.mkdir(parents=True, exist_ok=True)
+        with writing(self.dir):
+            self.dir.mkdir(parents=True, exist_ok=True)
         self.resolved = OmegaConf.to_container(cfg, resolve=True)
-        (self.dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        write_atomic(self.dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True).encode())
         metrics = self.dir / "metrics.jsonl"
-        if resume_bytes is not None and metrics.exists():
-            with open(metrics, "r+b") as f:
-                f.truncate(resume_bytes)
-        self._metrics = open(metrics, "a" if resume_bytes is not None else "w", buffering=1)
+        with writing(metrics):
+            if resume_bytes is not None and metrics.exists():
+                os.truncate(metrics, min(resume_bytes, metrics.stat().st_size))
+            self._metrics = rundir.open_file(metrics, append=resume_bytes is not None)  # (one place opens run files)
+            self._offset = metrics.stat().st_size
         self.summary: dict = {}
+        #: a heartbeat the machine refused to write (the run goes on; its next summary write tells)
+        self.beat_fault: WriteFault | None = None
         self._lock = threading.Lock()
         self.private_diagnostics = bool(wandb_cfg.get("private_diagnostics", False))
         self.wandb = None
@@ -82,15 +90,27 @@ class Recorder:
 
     def log(self, row: dict) -> None:
         row = _clean(row)
-        self._metrics.write(json.dumps(row) + "\n")
+        self._append((json.dumps(row) + "\n").encode())
         if self.wandb is not None:
             self.wandb.log({k: v for k, v in row.items() if v is not None
                             and (self.private_diagnostics or k not in PRIVATE_DIAGNOSTICS)}, step=row["step"])
 
+    def _append(self, data: bytes) -> None:
+        """One whole row at the end of metrics.jsonl: a write cut short is taken back."""
+        path = self.dir / "metrics.jsonl"
+        with writing(path):
+            try:
+                view, done = memoryview(data), 0
+                while done < len(view):
+                    done += self._metrics.write(view[done:])
+            except OSError:
+                os.truncate(path, self._offset)  # frees what the cut row took: possible on a full disk
+                raise
+        self._offset += len(data)
+
     def metrics_bytes(self) -> int:
         """Bytes of metrics.jsonl written so far (where a resumed attempt continues)."""
-        self._metrics.flush()
-        return self._metrics.tell()
+        return self._offset
 
     def write_summary(self, summary: dict) -> None:
         with self._lock:
@@ -98,11 +118,15 @@ class Recorder:
             write_json_atomic(self.dir / "summary.json", self.summary)
 
     def beat(self) -> None:
-        """Refresh the summary's heartbeat (from the heartbeat thread)."""
+        """Refresh the summary's heartbeat (from the heartbeat thread; a write the machine refuses
+        is kept in `beat_fault`, and the summary keeps its previous heartbeat)."""
         with self._lock:
             if self.summary.get("status") == "running":
                 self.summary["heartbeat"] = time.time()
-                write_json_atomic(self.dir / "summary.json", self.summary)
+                try:
+                    write_json_atomic(self.dir / "summary.json", self.summary)
+                except WriteFault as fault:
+                    self.beat_fault = fault
 
     def checkpoint(self, run, sampler, loop: LoopState) -> None:
         """Everything `run` needs to continue exactly after `loop.step` (`pazo.checkpoint`)."""
@@ -112,26 +136,36 @@ class Recorder:
                         extra={"total_steps": run.total_steps, "computation": run.private_computation})
 
     def finish(self, summary: dict, module, train_cfg) -> None:
-        """The last summary; for a finished run the model (`train.save_model`) and no checkpoint
-        (it holds the noise stream; `train.keep_checkpoint` keeps it); a failed run, which is never
-        resumed, keeps no checkpoint either."""
+        """For a finished run the model first (`train.save_model`, written whole), then the last
+        summary, then no checkpoint (it holds the noise stream; `train.keep_checkpoint` keeps it);
+        a failed run, which is never resumed, keeps no checkpoint either. A write the machine
+        refuses raises a WriteFault before the summary says finished."""
+        if summary["status"] == "finished" and train_cfg.save_model:
+            state = module.state_dict()
+            write_atomic(self.dir / "model.pt", lambda f: torch.save(state, f))
         self.write_summary(summary)
         self.close(failed=summary["status"] == "failed")
-        if summary["status"] == "finished" and train_cfg.save_model:
-            torch.save(module.state_dict(), self.dir / "model.pt")
         if summary["status"] == "failed" or (summary["status"] == "finished" and not train_cfg.keep_checkpoint):
             discard_checkpoint(self.dir)
 
-    def fail(self, summary: dict) -> None:
-        """The summary of a run that crashed or was interrupted a second time; a crashed (failed)
-        run's checkpoint is deleted, an interrupted one's kept for the relaunch."""
-        self.write_summary(summary)
+    def fail(self, summary: dict) -> WriteFault | None:
+        """The summary of a run that crashed, faulted or was interrupted a second time; a crashed
+        (failed) run's checkpoint is deleted, an interrupted or faulted one's kept for the relaunch.
+        Best effort: a summary the machine refuses to write (a full disk) leaves the previous one,
+        and the refusal is returned rather than raised over the error being recorded."""
+        try:
+            self.write_summary(summary)
+            refused = None
+        except WriteFault as fault:
+            refused = fault
         self.close(failed=True)
         if summary["status"] == "failed":
             discard_checkpoint(self.dir)
+        return refused
 
     def close(self, failed: bool) -> None:
-        self._metrics.close()
+        if not self._metrics.closed:
+            self._metrics.close()
         if self.wandb is not None:
             flat = {k: v for k, v in self.summary.items() if not isinstance(v, (dict, list))
                     and (self.private_diagnostics or k not in PRIVATE_DIAGNOSTICS)}

@@ -1,8 +1,11 @@
 """Entry point: `python -m pazo.train [overrides]` (Hydra). A run, top to bottom:
 
-validate -> prepare the run directory (fresh, resume or finished) -> `pazo.experiment.build_run`
-(data, model, privacy plan, engine, method) -> loop (Poisson batch, step, row, evaluation,
-checkpoint) -> final epsilon check -> summary.json, all written through one `pazo.recorder.Recorder`.
+validate -> check and lock the run directory -> prepare it (fresh, resume or finished) ->
+`pazo.experiment.build_run` (data, model, privacy plan, engine, method) -> loop (Poisson batch,
+step, row, evaluation, checkpoint) -> final epsilon check -> summary.json, all written through one
+`pazo.recorder.Recorder`. A user's mistake is one `pazo: error:` line (exit 2) before compute; a
+write the machine refuses (full disk, no permission) is one line, its status (`fault`, resumable)
+recorded in summary.json where the disk still takes it (exit 75).
 """
 from __future__ import annotations
 
@@ -27,19 +30,22 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from pazo import CONFIG_DIR
-from pazo.checkpoint import (Heartbeat, LoopState, StopRequests, archive_attempt, config_fingerprint, prepare_run_dir,
-                             restore_checkpoint)
+from pazo.checkpoint import (CHECKPOINT, Heartbeat, LoopState, StopRequests, archive_attempt, config_differences,
+                             config_fingerprint, prepare_run_dir, read_summary, restore_checkpoint)
 from pazo.cli import USER_ERRORS, check_overrides
 from pazo.experiment import Run, build_run, resolve_device
 from pazo.privacy.mechanisms import active_debug_break
 from pazo.privacy.plan import EpsilonTracker
 from pazo.recorder import Recorder
+from pazo.rundir import (RunDirLock, WriteFault, accept_hydra_record, check_output_dir, drop_hydra_record, is_staging,
+                         remove_broken_writes, staging_subdir)
 from pazo.summary import outcome, print_header, print_summary
 from pazo.validate import ConfigError, validate_config
 
 log = logging.getLogger("pazo.train")  # not __name__: that is "__main__" under `python -m pazo.train`
-#: exit codes: 0 finished, 1 failed, 2 bad input, 3 preempted (resumable), 130 interrupted (resumable)
-EXIT_CODES = {"finished": 0, "failed": 1, "preempted": 3, "interrupted": 130}
+#: exit codes: 0 finished, 1 failed, 2 bad input, 3 preempted (resumable), 75 a fault of the machine
+#: (a refused write, e.g. a full disk: resumable once fixed; EX_TEMPFAIL), 130 interrupted (resumable)
+EXIT_CODES = {"finished": 0, "failed": 1, "preempted": 3, "fault": 75, "interrupted": 130}
 # a short random token per process, so that two runs started in the same second get two directories
 OmegaConf.register_new_resolver("pazo_unique", lambda: secrets.token_hex(3), use_cache=True, replace=True)
 
@@ -69,59 +75,102 @@ class Schedule:
         return [t for t in range(after + 1, self.total_steps + 1) if self.writes_row(t)]
 
 
-def run(cfg: DictConfig, run_dir: str | Path) -> dict:
+def run(cfg: DictConfig, run_dir: str | Path, hydra_record: str | Path | None = None) -> dict:
     """Train one configuration into `run_dir`, or continue it from its checkpoint; returns the
-    summary written to `run_dir/summary.json`."""
+    summary written to `run_dir/summary.json`. `hydra_record`: where Hydra wrote this launch's
+    record (`pazo.rundir.staging_subdir`), moved into `.hydra/` once the launch is accepted and
+    dropped otherwise."""
+    try:
+        return _run(cfg, Path(run_dir), hydra_record)
+    finally:
+        drop_hydra_record(hydra_record)  # refused, or nothing to do: .hydra/ stays the record of what ran
+
+
+def _run(cfg: DictConfig, run_dir: Path, hydra_record) -> dict:
     refuse_debug_breaks(cfg)
     validate_config(cfg)
-    run_dir = Path(run_dir)
     fingerprint = config_fingerprint(cfg)
     secure = bool(cfg.privacy.secure_mode and cfg.privacy.epsilon is not None)
     resolve_device(cfg.device)  # a device that is not there is refused before the run directory is touched
-    start = prepare_run_dir(run_dir, fingerprint, secure=secure, archive=False)
-    if start.kind == "finished":
-        log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
-                 f"(final test accuracy {start.summary.get('final_test_accuracy')})")
-        return start.summary
-    resuming, previous = start.kind == "resume", start.summary or {}
-    r = build_run(cfg, earlier_engine=previous.get("engine") if resuming else None)
-    sampler = r.sampler()
-    if resuming:
-        check_same_computation(start.checkpoint.get("extra", {}).get("computation"), r.private_computation, run_dir)
-    elif start.released and replays_noise((start.summary or {}).get("computation"), r.computation):
-        check_same_computation((start.summary or {}).get("computation"), r.computation, run_dir)
-    archive_attempt(run_dir, start)
-    loop = (restore_checkpoint(start.checkpoint, module=r.module, streams=r.streams, sampler=sampler)
-            if resuming else LoopState())
-    recorder = Recorder(run_dir, cfg, cfg.logger, resume_bytes=loop.metrics_bytes if resuming else None,
-                        wandb_id=previous.get("wandb_run_id") if resuming else None, fingerprint=fingerprint)
-    summary = {"status": "running", **r.describe(), "run_dir": str(run_dir),
-               "attempt": previous.get("attempt", 0) + 1 if resuming else 1,
-               "resumed_from_step": loop.step if resuming else None,
-               "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": recorder.wandb_id,
-               "host": socket.gethostname(), "pid": os.getpid()}
-    if (resuming or start.released) and r.device.type == "cuda" and r.plan.private:
-        summary["outside_guarantee"].append(
-            f"the steps after step {loop.step} were run again with an earlier attempt's noise on CUDA, whose "
-            "kernels need not be deterministic: rows that attempt released for them (W&B cannot retract "
-            "them) may differ from this attempt's by more than the noise covers")
-    recorder.write_summary(summary)
-    print_header(summary, r.plan)
-    if resuming:
-        log.info(f"resumed: {run_dir} from its checkpoint at step {loop.step} of {r.total_steps}")
-    _, stopped = train_loop(r, sampler, loop, recorder, summary)
-    if stopped:
-        summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
-    recorder.finish(summary, r.module, cfg.train)
+    check_output_dir(run_dir)
+    with RunDirLock(run_dir):  # a second launch into run_dir is refused until this one ends
+        remove_broken_writes(run_dir)
+        start = prepare_run_dir(run_dir, fingerprint, secure=secure, archive=False)
+        if start.kind == "finished":
+            refuse_another_config(run_dir, cfg)
+            log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
+                     f"(final test accuracy {start.summary.get('final_test_accuracy')})")
+            return start.summary
+        resuming, previous = start.kind == "resume", start.summary or {}
+        r = build_run(cfg, earlier_engine=previous.get("engine") if resuming else None)
+        sampler = r.sampler()
+        if resuming:
+            check_same_computation(start.checkpoint.get("extra", {}).get("computation"), r.private_computation,
+                                   run_dir)
+        elif start.released and replays_noise((start.summary or {}).get("computation"), r.computation):
+            # a seeded start over under the same fingerprint replays the earlier attempt's noise from step 1
+            check_same_computation((start.summary or {}).get("computation"), r.computation, run_dir)
+        loop = (restore_checkpoint(start.checkpoint, module=r.module, streams=r.streams, sampler=sampler,
+                                   path=run_dir / CHECKPOINT) if resuming else LoopState())
+        archive_attempt(run_dir, start)
+        accept_hydra_record(run_dir, hydra_record, archive_to=start.moved_to)
+        recorder = Recorder(run_dir, cfg, cfg.logger, resume_bytes=loop.metrics_bytes if resuming else None,
+                            wandb_id=previous.get("wandb_run_id") if resuming else None, fingerprint=fingerprint)
+        summary = {"status": "running", **r.describe(), "run_dir": str(run_dir),
+                   "attempt": previous.get("attempt", 0) + 1 if resuming else 1,
+                   "resumed_from_step": loop.step if resuming else None,
+                   "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": recorder.wandb_id,
+                   "host": socket.gethostname(), "pid": os.getpid()}
+        if (resuming or start.released) and r.device.type == "cuda" and r.plan.private:
+            summary["outside_guarantee"].append(
+                f"the steps after step {loop.step} were run again with an earlier attempt's noise on CUDA, whose "
+                "kernels need not be deterministic: rows that attempt released for them (W&B cannot retract "
+                "them) may differ from this attempt's by more than the noise covers")
+        try:
+            recorder.write_summary(summary)
+        except WriteFault:
+            recorder.close(failed=True)
+            raise
+        print_header(summary, r.plan)
+        if resuming:
+            log.info(f"resumed: {run_dir} from its checkpoint at step {loop.step} of {r.total_steps}")
+        with StopRequests() as stop:
+            with Heartbeat(recorder.beat):
+                _, stopped = train_loop(r, sampler, loop, recorder, summary, stop)
+            stop.shield()  # from here on the run writes its last files: a Ctrl-C waits for them
+            if stopped:
+                summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
+            try:
+                recorder.finish(summary, r.module, cfg.train)
+            except WriteFault as fault:  # model.pt or the last summary: the checkpoint stays for the relaunch
+                summary.update(status="fault", failure=f"fault after step {loop.step}: {fault}",
+                               final_test_accuracy=None)
+                recorder.fail(summary)
+                raise
     print_summary(summary)
     return summary
 
 
-def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder,
-               summary: dict) -> tuple[str | None, str | None]:
+def refuse_another_config(run_dir: Path, cfg) -> None:
+    """A relaunch into a finished run's directory with another config is a mistake, not a no-op:
+    the directory (its .hydra/ record included) stays the record of what ran."""
+    try:
+        then = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=False)
+    except Exception:  # no readable config.yaml (an older or hand-made run): nothing to compare with
+        return
+    changed = config_differences(then if isinstance(then, dict) else {}, OmegaConf.to_container(cfg, resolve=True))
+    if changed:
+        shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
+        raise ConfigError(f"run directory {run_dir} holds a finished run of another config ({shown}); its files are "
+                          "kept as they are: give another hydra.run.dir")
+
+
+def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: dict,
+               stop: StopRequests) -> tuple[str | None, str | None]:
     """Steps `loop.step + 1 .. T`: a Poisson batch, the method's step, a row, an evaluation, a
-    checkpoint when due. Fills `summary` with the outcome; returns (failure, stop reason). A crash
-    or a second Ctrl-C is recorded (status failed or interrupted) and raised again."""
+    checkpoint when due (or when `stop` asks for one). Fills `summary` with the outcome; returns
+    (failure, stop reason). A crash, a second Ctrl-C or a write the machine refuses is recorded
+    (status failed, interrupted or fault) and raised again."""
     schedule = Schedule.of(r.cfg.train, r.steps_per_epoch, r.total_steps)
     tracker = EpsilonTracker(r.plan, schedule.row_steps(after=loop.step), after=loop.step)
     window, stat_sums = defaultdict(list, loop.window), defaultdict(float, loop.stat_sums)
@@ -139,43 +188,49 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder,
     r.module.train()
     bar = tqdm(range(loop.step + 1, r.total_steps + 1), desc=f"{r.cfg.method.name}", dynamic_ncols=True,
                disable=None, initial=loop.step, total=r.total_steps)
-    with StopRequests() as stop, Heartbeat(recorder.beat):
-        try:
-            for step in bar:
-                stats = timed_step(r, sampler, loop, step)
-                for key, value in stats.items():
-                    if value is not None and not (isinstance(value, float) and math.isnan(value)):
-                        window[key].append(value)
-                        stat_sums[key] += value
-                # divergence is read from the parameters, never from raw private statistics
-                if (step % schedule.log_every == 0 or step == r.total_steps) and not r.model.all_finite():
-                    failure = f"diverged at step {step}: non-finite parameters"
-                if schedule.writes_row(step) or failure:
-                    row = metrics_row(r, loop, window, step, tracker.at(step))
-                    if not failure and schedule.evaluates(step):
-                        evaluate(r, loop, row)
-                        bar.set_postfix(acc=f"{loop.last_eval['accuracy']:.3f}",
-                                        eps="-" if row["epsilon"] is None else f"{row['epsilon']:.3f}")
-                    recorder.log(row)
-                if failure:
-                    break
-                if stop.reason:
-                    stopped = stop.reason
-                    recorder.checkpoint(r, sampler, sync_loop())
-                    break
-                if step < r.total_steps and _checkpoint_due(r.cfg.train, step, last_saved):
-                    recorder.checkpoint(r, sampler, sync_loop())
-                    last_saved = time.monotonic()
-        except BaseException as err:  # a crash, or a second Ctrl-C: keep what was written, mark the run
-            interrupted = isinstance(err, KeyboardInterrupt)
-            record_outcome(f"{'interrupted' if interrupted else 'crashed'} at step {loop.step + 1}: "
-                           f"{type(err).__name__}: {err}")
-            summary.update(status="interrupted" if interrupted else "failed")
-            recorder.fail(summary)
-            raise
-        finally:
-            bar.close()
-            tracker.close()
+    try:
+        for step in bar:
+            stats = timed_step(r, sampler, loop, step)
+            for key, value in stats.items():
+                if value is not None and not (isinstance(value, float) and math.isnan(value)):
+                    window[key].append(value)
+                    stat_sums[key] += value
+            # divergence is read from the parameters, never from raw private statistics
+            if (step % schedule.log_every == 0 or step == r.total_steps) and not r.model.all_finite():
+                failure = f"diverged at step {step}: non-finite parameters"
+            if schedule.writes_row(step) or failure:
+                row = metrics_row(r, loop, window, step, tracker.at(step))
+                if not failure and schedule.evaluates(step):
+                    evaluate(r, loop, row)
+                    bar.set_postfix(acc=f"{loop.last_eval['accuracy']:.3f}",
+                                    eps="-" if row["epsilon"] is None else f"{row['epsilon']:.3f}")
+                recorder.log(row)
+            if failure:
+                break
+            if stop.reason:
+                stopped = stop.reason
+                stop.shield()  # a second Ctrl-C now would only break the checkpoint's write
+                recorder.checkpoint(r, sampler, sync_loop())
+                break
+            if step < r.total_steps and _checkpoint_due(r.cfg.train, step, last_saved):
+                recorder.checkpoint(r, sampler, sync_loop())
+                last_saved = time.monotonic()
+    except BaseException as err:  # a crash, a second Ctrl-C, a refused write: keep what was written, mark the run
+        stop.shield()
+        if isinstance(err, WriteFault):  # the machine's, not the run's: resumable from the last checkpoint
+            status, what = "fault", f"fault after step {loop.step}: {err}"
+        elif isinstance(err, KeyboardInterrupt):
+            status, what = "interrupted", f"interrupted at step {loop.step + 1}: KeyboardInterrupt: {err}"
+        else:
+            status, what = "failed", f"crashed at step {loop.step + 1}: {type(err).__name__}: {err}"
+        record_outcome(what)
+        summary.update(status=status)
+        recorder.fail(summary)
+        raise
+    finally:
+        stop.shield()
+        bar.close()
+        tracker.close()
     record_outcome(failure)
     return failure, stopped
 
@@ -290,26 +345,62 @@ def _interrupted_where(run_dir: Path) -> str:
             f"{run_dir}/summary.json is the earlier attempt's (status {status}), and the same command goes on from it")
 
 
+def _fault_where(run_dir: Path) -> str:
+    """What a write the machine refused left: the status recorded (or not) and how to go on."""
+    summary = read_summary(run_dir / "summary.json")
+    again = ("the same command resumes from its checkpoint" if (run_dir / CHECKPOINT).exists()
+             else "the same command starts the run again")
+    fix = "free space (or fix the permissions), then " + again
+    if summary is None:
+        return f"nothing of this run was recorded; {fix}"
+    status = summary.get("status")
+    if status == "fault":
+        return (f"{run_dir}/summary.json records status fault after step {summary.get('steps_done')}, and the files "
+                f"written before are intact; {fix}")
+    return (f"{run_dir}/summary.json could not be updated (it still says {status}), and the files written before "
+            f"are intact; {fix}")
+
+
+def _quiet_from_now(code: int) -> None:
+    """The run's files are written: a Ctrl-C from here on ends the process with `code`, quietly."""
+    def leave(signum, frame):
+        raise SystemExit(code)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, leave)
+
+
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
 def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    staged = run_dir / hc.output_subdir if is_staging(hc.output_subdir) else None
+    sweeping = hc.mode == RunMode.MULTIRUN
     if threading.current_thread() is threading.main_thread():   # (signals can be set only there)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # from here a Ctrl-C is the run's to record
     try:
-        summary = run(cfg, hc.runtime.output_dir)
+        summary = run(cfg, run_dir, hydra_record=staged)
+    except WriteFault as fault:  # a fault of the machine: one line, the status recorded where the disk took it
+        _quiet_from_now(EXIT_CODES["fault"])
+        log.error(f"pazo: error: {fault}; {_fault_where(run_dir)}")
+        if sweeping:
+            return None
+        sys.exit(EXIT_CODES["fault"])
     except USER_ERRORS as err:
+        _quiet_from_now(2)
         log.error(f"pazo: error: {err}")
-        if hc.mode == RunMode.MULTIRUN:
+        if sweeping:
             return None  # one bad job does not stop the rest of the sweep
         sys.exit(2)
     except KeyboardInterrupt:  # a second Ctrl-C in the loop (the summary says at which step), or one in set-up
-        log.error(f"pazo: {_interrupted_where(Path(hc.runtime.output_dir))}")
+        _quiet_from_now(EXIT_CODES["interrupted"])
+        log.error(f"pazo: {_interrupted_where(run_dir)}")
         sys.exit(EXIT_CODES["interrupted"])
     code = EXIT_CODES.get(summary["status"], 1)
-    if code and hc.mode != RunMode.MULTIRUN:
+    _quiet_from_now(code)
+    if code and not sweeping:
         sys.exit(code)
     return summary["final_test_accuracy"]
 
@@ -320,20 +411,62 @@ def _interrupted_before_start(signum, frame):
     raise SystemExit(EXIT_CODES["interrupted"])
 
 
+def _override_value(argv: list[str], key: str) -> str | None:
+    """The value of `key=...` on the command line as Hydra reads it (quotes removed), or None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for arg in reversed(argv):
+        if arg.split("=", 1)[0].lstrip("+~") == key:
+            try:
+                value = OverridesParser.create().parse_override(arg).value()
+            except Exception:  # Hydra itself says what is wrong with it
+                return None
+            return None if value is None else str(value)
+    return None
+
+
+def check_output_location(argv: list[str]) -> None:
+    """The run directory (`hydra.run.dir`, else the configured default), or the fixed folder above
+    a directory named per launch, checked before Hydra writes there: a file in its place, no write
+    access or a full disk is one line instead of Hydra's traceback."""
+    where = _override_value(argv, "hydra.run.dir")
+    if where is None:
+        where = str(OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "config.yaml").hydra.run)["dir"])
+    fixed = where.split("${", 1)[0]
+    if "${" in where:  # the launch's own directory is made below the part that does not vary
+        fixed = fixed.rsplit("/", 1)[0] if "/" in fixed else "."
+    check_output_dir(Path(fixed or ".").expanduser())
+
+
 def cli() -> None:
-    """`pazo-train` / `python -m pazo.train`: a command line Hydra cannot compose is one line
-    (`pazo: error: ...`, exit 2) before anything starts, and so is a Ctrl-C before `main`;
-    everything else is `main`."""
+    """`pazo-train` / `python -m pazo.train`: a command line Hydra cannot compose, or a run
+    directory that cannot be written, is one line (`pazo: error: ...`, exit 2) before anything
+    starts, and so is a Ctrl-C before `main`; everything else is `main`. Hydra writes this
+    launch's record into `.hydra/launch-<pid>-<token>/`, which `run` moves into `.hydra/` once the
+    launch is accepted (a refused launch leaves the directory's record as it was)."""
     signal.signal(signal.SIGINT, _interrupted_before_start)
-    keys = [a.split("=", 1)[0].lstrip("+~") for a in sys.argv[1:]]
+    argv = sys.argv[1:]
+    keys = [a.split("=", 1)[0].lstrip("+~") for a in argv]
     if any(k == "audit" or k.startswith("audit.") for k in keys):
         problem = DEBUG_ONLY.removeprefix("pazo: ") if "audit.debug_break" in keys else \
             "audit.* settings belong to the privacy audit (python -m pazo.audit), not to a training run"
     else:
-        problem = check_overrides(sys.argv[1:])
+        problem = check_overrides(argv)
+    single = not any(a.startswith("-") for a in argv)   # not a multirun, --help, --cfg, ...
+    if not problem and single:
+        try:
+            check_output_location(argv)
+        except ConfigError as err:
+            problem = str(err)
+        except WriteFault as fault:
+            print(f"pazo: error: {fault}; nothing was written: free space and run the same command again",
+                  file=sys.stderr)
+            sys.exit(EXIT_CODES["fault"])
     if problem:
         print(f"pazo: error: {problem}", file=sys.stderr)
         sys.exit(2)
+    if single and "hydra.output_subdir" not in keys:
+        sys.argv.append(f"hydra.output_subdir={staging_subdir()}")
     main()
 
 

@@ -15,7 +15,7 @@ import torch
 
 from pazo.data.base import DataBundle
 from pazo.data.image_folder import image_bundle
-from pazo.errors import DataMissingError
+from pazo.errors import DataCorruptError, DataMissingError
 
 FOLDER = "cifar-10-batches-py"
 TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
@@ -24,13 +24,55 @@ URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 
+class _BatchUnpickler(pickle.Unpickler):
+    """CIFAR-10's batches hold a dict of numpy arrays, lists and bytes: any other class in the
+    pickle (which unpickling would import and call) means the file is not a CIFAR-10 batch."""
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
+               ("numpy._core.multiarray", "scalar")}
+
+    def find_class(self, module, name):
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it holds a {module}.{name}, which a CIFAR-10 batch never does")
+
+
+def _corrupt(path: Path, what: str) -> DataCorruptError:
+    return DataCorruptError(
+        f"CIFAR-10 file {path} is corrupt: {what}. Get it again: delete {path.parent} and run with "
+        f"dataset.download=true (torchvision downloads {URL}), or extract that archive into {path.parent.parent} "
+        "yourself.")
+
+
+def _read_batch(path: Path) -> tuple[np.ndarray, list[int]]:
+    """One pickled batch: images uint8 [N, 3, 32, 32] and N labels in 0..9, or a DataCorruptError."""
+    try:
+        with open(path, "rb") as fh:
+            batch = _BatchUnpickler(fh, encoding="bytes").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, MemoryError) as err:
+        raise _corrupt(path, f"it cannot be unpickled ({type(err).__name__}: {' '.join(str(err).split())[:120]})") \
+            from None
+    if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
+        found = sorted(batch)[:5] if isinstance(batch, dict) else type(batch).__name__
+        raise _corrupt(path, f"it is not a CIFAR-10 batch (a dict with b'data' and b'labels'; found {found})")
+    data, labels = np.asarray(batch[b"data"]), batch[b"labels"]
+    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
+        raise _corrupt(path, f"its b'data' is {data.dtype} {data.shape}, not uint8 rows of 3072 pixels")
+    if not isinstance(labels, list) or len(labels) != len(data):
+        count = len(labels) if isinstance(labels, list) else "no list of"
+        raise _corrupt(path, f"it holds {len(data)} images but {count} labels")
+    if not all(isinstance(y, int) and 0 <= y < len(CLASSES) for y in labels):
+        raise _corrupt(path, "its labels are not all class ids 0..9")
+    return data.reshape(-1, 3, 32, 32), labels
+
+
 def _read(folder: Path, names: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     images, labels = [], []
     for name in names:
-        with open(folder / name, "rb") as fh:
-            batch = pickle.load(fh, encoding="bytes")
-        images.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-        labels.extend(batch[b"labels"])
+        data, ys = _read_batch(folder / name)
+        images.append(data)
+        labels.extend(ys)
     return torch.from_numpy(np.concatenate(images)), torch.tensor(labels)
 
 

@@ -27,7 +27,7 @@ import torch
 from pazo.data.base import DataBundle, TensorSplit
 from pazo.data.image_folder import public_split_size
 from pazo.data.public_split import split_public
-from pazo.data.saved_hub import load_saved
+from pazo.data.saved_hub import load_saved, read_saved
 from pazo.data.text import encode, source_vocab
 from pazo.errors import ConfigError, DataMissingError
 
@@ -78,14 +78,13 @@ def _labelled(split, ids: np.ndarray):
 
 
 def _public_folder(cfg, names: list[str]):
-    from datasets import load_from_disk
-
     path = Path(str(cfg.public_folder)).expanduser()
     if not path.exists():
         raise DataMissingError(f"public data set {path} does not exist: it should be a Hugging Face data set "
                                "written with save_to_disk, with the same text and label columns; set "
                                "dataset.public_folder to it, or dataset.public_source=split")
-    pool = _split(load_from_disk(str(path)), cfg.public_split, path, cfg)
+    again = f"save it again with save_to_disk (the folder {path} is read as it is)"
+    pool = _split(read_saved(path, again), cfg.public_split, path, cfg)
     return _labelled(pool, class_ids(pool, cfg.label_column, names)[0])
 
 

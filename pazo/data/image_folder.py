@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from pazo.data.base import DataBundle, TensorSplit
 from pazo.data.images import ImageTransform
 from pazo.data.public_split import split_public
-from pazo.errors import ConfigError, DataMissingError
+from pazo.errors import ConfigError, DataCorruptError, DataMissingError
 
 # what torchvision's ImageFolder accepts (torchvision itself is imported only when decoding: it
 # costs ~1.5 s per process, which every run of a sweep would pay)
@@ -50,15 +50,36 @@ def resize_uint8(img: torch.Tensor, size: int) -> torch.Tensor:
                          antialias=True, align_corners=False).round().clamp(0, 255)[0].byte()
 
 
-def decode_images(paths: list[Path], size: int, channels: int = 3) -> torch.Tensor:
+#: how to get an image file of an image folder again (the data sets with an archive say their own)
+REPLACE_IMAGE = "replace it with a good copy, or delete it (the folder's other images are read as before)"
+
+
+def unreadable_image(path: Path, err: Exception, fix: str = REPLACE_IMAGE) -> DataCorruptError:
+    """The one line for an image file that cannot be decoded: which file, why, how to get it again."""
+    reason = " ".join(str(err).split())
+    parts = reason.split(", ", 2)   # torchvision's: "<function>, <source>:<line>, <why>"
+    if len(parts) == 3 and ":" in parts[1]:
+        reason = parts[2]
+    reason = reason.split(". ")[0][:160] or type(err).__name__
+    size = path.stat().st_size if path.exists() else 0
+    return DataCorruptError(f"image {path} cannot be decoded ({reason}; {size} bytes): it is truncated or not an "
+                            f"image; {fix}")
+
+
+def decode_images(paths: list[Path], size: int, channels: int = 3, fix: str = REPLACE_IMAGE) -> torch.Tensor:
     """uint8 [N, channels, size, size]: torchvision converts each file to RGB (3) or grey-scale (1),
-    other sizes are resized."""
+    other sizes are resized. A file that cannot be decoded is a DataCorruptError naming it (`fix`:
+    how to get it again)."""
     from torchvision.io import ImageReadMode, decode_image
 
     mode = {3: ImageReadMode.RGB, 1: ImageReadMode.GRAY}[channels]
     out = torch.empty((len(paths), channels, size, size), dtype=torch.uint8)
     for i, path in enumerate(paths):
-        out[i] = resize_uint8(decode_image(str(path), mode=mode), size)
+        try:
+            image = decode_image(str(path), mode=mode)
+        except (RuntimeError, OSError, ValueError) as err:
+            raise unreadable_image(Path(path), err, fix) from None
+        out[i] = resize_uint8(image, size)
     return out
 
 
@@ -223,8 +244,11 @@ def common_square_size(paths: list[Path], folder: Path) -> int:
 
     sizes = set()
     for path in paths:
-        with Image.open(path) as img:
-            sizes.add(img.size)
+        try:
+            with Image.open(path) as img:
+                sizes.add(img.size)
+        except (OSError, ValueError) as err:  # PIL's UnidentifiedImageError is an OSError
+            raise unreadable_image(Path(path), err) from None
     (width, height), *others = sorted(sizes)
     if others or width != height:
         shown = ", ".join(f"{w}x{h}" for w, h in sorted(sizes)[:4])

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from pazo.data.base import DataBundle, TensorSplit
-from pazo.data.saved_hub import load_saved
+from pazo.data.saved_hub import load_saved, read_saved
 from pazo.errors import ConfigError, DataMissingError
 from pazo.text.prompts import TaskSpec, resolve_label_words, squad_prompt, task_spec
 from pazo.text.tokens import pad_token_id
@@ -173,14 +173,14 @@ def _load_task_data(cfg, spec: TaskSpec):
 
 def _public_pool(cfg, spec: TaskSpec):
     """The public data set of `public_source=folder`, its columns renamed to the task's."""
-    from datasets import DatasetDict, load_from_disk
+    from datasets import DatasetDict
 
     path = Path(str(cfg.public_folder)).expanduser()
     if not path.exists():
         raise DataMissingError(f"public data set {path} does not exist: it should be a Hugging Face data set "
                                "written with save_to_disk; set dataset.public_folder to it, or "
                                "dataset.public_source=split / none")
-    data = load_from_disk(str(path))
+    data = read_saved(path, f"save it again with save_to_disk (the folder {path} is read as it is)")
     if isinstance(data, DatasetDict):
         if cfg.public_split not in data:
             raise ConfigError(f"{path} has no split {cfg.public_split!r} (it has {', '.join(data)})")

@@ -19,17 +19,31 @@ import torch
 
 from pazo.data.base import DataBundle
 from pazo.data.image_folder import cached, decode_images, folder_fingerprint, image_bundle, list_class_folder
-from pazo.errors import DataMissingError
+from pazo.errors import DataCorruptError, DataMissingError
 
 FOLDER = "tiny-imagenet-200"
 URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
 NATIVE_SIZE = 64
 
 
-def _val_files(val: Path) -> list[tuple[Path, str]]:
+def _again(root: Path) -> str:
+    return (f"get it again: delete {root / FOLDER} and run with dataset.download=true (downloads and extracts {URL}), "
+            "or unzip that archive there yourself")
+
+
+def _val_files(val: Path, root: Path) -> list[tuple[Path, str]]:
     annotations = val / "val_annotations.txt"
     if annotations.exists():
-        rows = [line.split("\t") for line in annotations.read_text().splitlines() if line.strip()]
+        try:
+            text = annotations.read_text()
+        except UnicodeDecodeError:
+            raise DataCorruptError(f"Tiny-ImageNet file {annotations} is corrupt: it is not text; {_again(root)}") \
+                from None
+        rows = [line.split("\t") for line in text.splitlines() if line.strip()]
+        bad = next((i for i, row in enumerate(rows, 1) if len(row) < 2 or not row[0] or not row[1]), None)
+        if bad is not None:
+            raise DataCorruptError(f"Tiny-ImageNet file {annotations} is corrupt: line {bad} is not "
+                                   f"'<file>\\t<wnid>\\t...'; {_again(root)}")
         return [(val / "images" / row[0], row[1]) for row in rows]
     return list_class_folder(val)[1]
 
@@ -55,7 +69,7 @@ def read_tiny_imagenet(root: str | Path, download: bool = False, cache_dir: str 
     wnids = folder / "wnids.txt"
     if wnids.exists() and sorted(wnids.read_text().split()) != classes:
         raise DataMissingError(_missing_message(root, "train/ does not hold one folder per class of wnids.txt"))
-    val_files = _val_files(folder / "val")
+    val_files = _val_files(folder / "val", root)
     if not train_files or not val_files:
         raise DataMissingError(_missing_message(root, "no images in train/ or val/"))
     absent = [p for p, _ in val_files[:100] if not p.exists()]
@@ -66,9 +80,11 @@ def read_tiny_imagenet(root: str | Path, download: bool = False, cache_dir: str 
     if unknown:
         raise DataMissingError(_missing_message(root, f"validation classes not in train/: {unknown[:3]}"))
 
+    fix = _again(root)
+
     def build():
-        return {"train": decode_images([p for p, _ in train_files], NATIVE_SIZE),
-                "val": decode_images([p for p, _ in val_files], NATIVE_SIZE)}
+        return {"train": decode_images([p for p, _ in train_files], NATIVE_SIZE, fix=fix),
+                "val": decode_images([p for p, _ in val_files], NATIVE_SIZE, fix=fix)}
 
     images = cached(cache_dir, ["tiny_imagenet", folder_fingerprint(train_files + val_files)], build)
     y_train = torch.tensor([index[n] for _, n in train_files])

@@ -19,6 +19,7 @@ none).
 from __future__ import annotations
 
 import inspect
+import pickle
 import re
 from pathlib import Path
 
@@ -27,7 +28,7 @@ import torch
 
 from pazo.data.base import DataBundle
 from pazo.data.image_folder import cached, folder_fingerprint, image_bundle, public_split_size, resize_uint8
-from pazo.errors import ConfigError, DataMissingError
+from pazo.errors import ConfigError, DataCorruptError, DataMissingError
 
 # torchvision's data sets whose items are (image, class id) and that have a train and a test split
 CLASSIFICATION = (
@@ -37,6 +38,10 @@ CLASSIFICATION = (
 GREY_MODES = ("1", "L", "LA", "I", "I;16", "F")
 # RuntimeError texts with which torchvision's readers say that files are absent
 MISSING = re.compile(r"not found|not present|download|corrupt", re.IGNORECASE)
+# ValueError texts with which torchvision refuses an argument (others come from reading damaged files)
+ARGUMENT = re.compile(r"argument|unknown value|valid values|expected one of", re.IGNORECASE)
+# what torchvision's readers raise on a damaged file (an idx file cut short, a pickle of garbage, ...)
+DAMAGED = (RuntimeError, AssertionError, EOFError, pickle.UnpicklingError, IndexError, ValueError, KeyError, OSError)
 
 
 def dataset_class(name: str):
@@ -97,9 +102,42 @@ def _missing_message(cls, root: Path, err: Exception, can_download: bool, tried:
             "sets where we look.")
 
 
+def idx_problem(path: Path) -> str | None:
+    """What is wrong with an idx file (the MNIST family's raw format: two zero bytes, a type code,
+    the number of dimensions, the sizes big-endian, then the values), or None."""
+    data = path.read_bytes()
+    if len(data) < 4 or data[:2] != b"\x00\x00" or data[2] not in (0x08, 0x09, 0x0B, 0x0C, 0x0D, 0x0E):
+        return "it does not start as an idx file does"
+    ndim, width = data[3], {0x08: 1, 0x09: 1, 0x0B: 2, 0x0C: 4, 0x0D: 4, 0x0E: 8}[data[2]]
+    if len(data) < 4 + 4 * ndim:
+        return "its header is cut short"
+    sizes = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    expected = 4 + 4 * ndim + width * int(np.prod(sizes))
+    if len(data) != expected:
+        return f"its header promises {'x'.join(map(str, sizes))} values ({expected} bytes) but it has {len(data)} bytes"
+    return None
+
+
+def _corrupt_message(cls, root: Path, err: Exception, can_download: bool, file: Path | None = None) -> str:
+    files = [file] if file is not None else [p for p in _expected_files(cls, root) if p.exists()]
+    idx = [(p, idx_problem(p)) for p in files if "-idx" in p.name]
+    bad = next(((p, why) for p, why in idx if why), None)
+    if bad is not None:  # name the one damaged file, and what is wrong with it
+        how = ("delete it and run with dataset.download=true (torchvision downloads it again)" if can_download else
+               f"put a good copy where torchvision.datasets.{cls.__name__} expects it")
+        return f"{cls.__name__} file {bad[0]} is corrupt: {bad[1]}. Get it again: {how}"
+    shown = ", ".join(f"{p} ({p.stat().st_size} bytes)" for p in files[:4] if p.exists()) or f"the files under {root}"
+    reason = " ".join(str(err).split())[:200] or type(err).__name__
+    how = (f"delete {'it' if file is not None else 'them'} and run with dataset.download=true (torchvision downloads "
+           "them again)" if can_download else
+           f"put good copies where torchvision.datasets.{cls.__name__} expects them under {root}")
+    return (f"{cls.__name__} is corrupt: torchvision cannot read {shown} ({type(err).__name__}: {reason}): they are "
+            f"truncated or not what torchvision expects. Get them again: {how}")
+
+
 def open_split(cls, cfg, root: Path, train: bool):
-    """torchvision's data set object of one split; missing files become a DataMissingError and
-    arguments the class refuses a ConfigError, each one line."""
+    """torchvision's data set object of one split; missing files become a DataMissingError,
+    damaged ones a DataCorruptError and arguments the class refuses a ConfigError, each one line."""
     kwargs = {**_split_kwargs(cls, cfg, train), **dict(cfg.torchvision_kwargs or {})}
     can_download = _can_download(cls)
     if can_download:
@@ -111,14 +149,18 @@ def open_split(cls, cfg, root: Path, train: bool):
         return cls(str(root), **kwargs)
     except (RuntimeError, OSError) as err:
         if isinstance(err, RuntimeError) and not MISSING.search(str(err)):
-            raise
+            raise DataCorruptError(_corrupt_message(cls, root, err, can_download)) from None
         raise DataMissingError(_missing_message(cls, root, err, can_download, bool(cfg.download))) from None
     except (TypeError, ValueError) as err:
+        if isinstance(err, ValueError) and not ARGUMENT.search(str(err)):
+            raise DataCorruptError(_corrupt_message(cls, root, err, can_download)) from None
         args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
         raise ConfigError(f"torchvision.datasets.{cls.__name__}({args}) refused: {err}; the split names are "
                           "dataset.train_split / dataset.test_split, other arguments go in "
                           "dataset.torchvision_kwargs (e.g. 'dataset.torchvision_kwargs={split:balanced}' "
                           "for EMNIST)") from None
+    except DAMAGED as err:  # AssertionError, EOFError, UnpicklingError, ...: the files, not the arguments
+        raise DataCorruptError(_corrupt_message(cls, root, err, can_download)) from None
 
 
 def _chw(img, mode: str | None = None) -> torch.Tensor:
@@ -167,8 +209,14 @@ def _from_items(ds, image_size: int | None) -> dict:
     name = type(ds).__name__
     labels = torch.empty(len(ds), dtype=torch.long)
     out, mode = None, None
+    files = _file_list(ds)
     for i in range(len(ds)):
-        img, target = ds[i]
+        try:
+            img, target = ds[i]
+        except (OSError, ValueError, SyntaxError, RuntimeError) as err:  # PIL: a truncated or unknown image
+            file = files[i] if files and i < len(files) else None
+            raise DataCorruptError(_corrupt_message(type(ds), Path(str(ds.root)), err, _can_download(type(ds)),
+                                                    file)) from None
         if out is None:
             mode = None if isinstance(img, torch.Tensor) else ("L" if img.mode in GREY_MODES else "RGB")
             first = _chw(img, mode)
