@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from pazo.config_schema import check_config_values
 from pazo.data import DATASETS
 from pazo.data.validation import check_validation_size
 from pazo.errors import ConfigError
@@ -34,6 +35,7 @@ def validate_config(cfg) -> None:
     _choice(cfg.model.name, MODELS.names(), "model")
     _choice(cfg.method.name, METHODS.names(), "method")
     _choice(cfg.engine.name, ENGINES, "engine")
+    check_config_values(cfg)  # every key's type and range (pazo/config_schema.py)
     t, m, p = cfg.train, cfg.method, cfg.privacy
     _positive(t.batch_size, "train.batch_size", integer=True)
     if t.steps is not None:
