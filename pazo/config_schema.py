@@ -19,8 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
 
-from pazo.errors import ConfigError
-from pazo.methods.base import at_least_one, one_of, positive, require
+from pazo.errors import ConfigError, at_least_one, one_of, positive, require
 
 
 
@@ -446,7 +445,7 @@ CHECKED_ELSEWHERE = ("method", "audit", "dataset", "model", "hydra")
 _CHECKED: dict[tuple[type, str], None] = {}
 
 
-def typed(schema: type, values: dict, where: str) -> None:
+def typed(schema: type, values: dict, where: str, scope: str | None = None) -> None:
     """Check `values` against `schema`: a value of the wrong type, a key the schema lacks or one
     out of range is one ConfigError naming the full key."""
     memo = (schema, json.dumps(values, sort_keys=True, default=repr))
@@ -462,7 +461,7 @@ def typed(schema: type, values: dict, where: str) -> None:
         message = str(err).splitlines()[0]
         if isinstance(err, ConfigKeyError):
             known = ", ".join(f.name for f in fields(schema))
-            raise ConfigError(f"unknown key {key}: {where or 'the top level'} has {known}") from None
+            raise ConfigError(f"unknown key {key}: {scope or where or 'the top level'} has {known}") from None
         raise ConfigError(f"{key}: {message}") from None
 
 

@@ -1,4 +1,7 @@
-"""Errors that mean "the user's input is wrong": reported as one message, never a traceback."""
+"""Errors that mean "the user's input is wrong": reported as one message, never a traceback; and the
+small checks that raise them (the config schemas', `pazo/config_schema.py` and `pazo/methods/`)."""
+
+import math
 
 
 class ConfigError(ValueError):
@@ -8,3 +11,22 @@ class ConfigError(ValueError):
 class DataMissingError(FileNotFoundError):
     """A data set or weights file is not where we looked: the message says what, where and how to
     get it."""
+
+
+def require(ok: bool, message: str) -> None:
+    """Raise the one-line user error `message` unless `ok`."""
+    if not ok:
+        raise ConfigError(message)
+
+
+def positive(value, what: str) -> None:
+    require(isinstance(value, (int, float)) and math.isfinite(value) and value > 0,
+            f"{what} must be a positive number, got {value!r}")
+
+
+def at_least_one(value, what: str) -> None:
+    require(isinstance(value, int) and value >= 1, f"{what} must be an integer >= 1, got {value!r}")
+
+
+def one_of(value, choices, what: str) -> None:
+    require(value in choices, f"unknown {what} {value!r}; choices: {', '.join(sorted(choices))}")
