@@ -12,7 +12,6 @@ as a SLURM array through submitit. W&B groups runs by `<sweep>/<setting>`.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import logging
@@ -34,6 +33,7 @@ from hydra.errors import HydraException
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from pazo.commands import ArgumentParser
 from pazo.config_schema import integer_at_least, optional, typed
 from pazo.console import use_console
 from pazo.errors import ConfigError
@@ -453,7 +453,7 @@ def select_methods(spec: dict, methods: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pazo.sweep", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m pazo.sweep", description=__doc__.splitlines()[0])
     parser.add_argument("spec", help="a name in configs/sweeps/ (e.g. table1_cifar10) or a YAML path")
     parser.add_argument("overrides", nargs="*",
                         help="extra pazo.train overrides for every run, e.g. dataset.root=/data")
