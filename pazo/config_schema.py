@@ -483,10 +483,19 @@ def resolvable(node) -> Any:
     return node
 
 
+def _plain(value):
+    """Dicts (or subclasses of dict, such as the sweep's attribute views) as plain dicts."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
 def check_config_values(cfg) -> None:
     """Type and range of every key of a composed run config (train, audit or benchmark), before
     any data are read: one ConfigError for the first bad value."""
-    data = resolvable(cfg) if isinstance(cfg, DictConfig) else dict(cfg)
+    data = resolvable(cfg) if isinstance(cfg, DictConfig) else _plain(cfg)
     top = {k: v for k, v in data.items() if k not in SECTIONS and k not in CHECKED_ELSEWHERE}
     typed(TopSchema, top, "")
     for name, schema in SECTIONS.items():
