@@ -11,11 +11,12 @@ from pazo.registry import UnknownNameError
 USER_ERRORS = (ConfigError, BudgetError, UnknownNameError, FileNotFoundError)
 
 
-def check_overrides(argv: list[str], config_name: str = "config") -> str | None:
+def check_overrides(argv: list[str], config_name: str = "config", check=None) -> str | None:
     """Compose the config (`config_name`) with the command line's overrides as Hydra will and check
     its values (`pazo.validate.validate_config`: every key's type and range, then what spans
     groups): the first line of the error (an unknown key, a value of the wrong type or out of range,
-    a missing config group option), or None. Multiruns and Hydra's own flags are left to Hydra (each
+    a missing config group option), or None. `check(cfg)`: the entry point's own checks (e.g. the
+    audit's settings), raising ConfigError. Multiruns and Hydra's own flags are left to Hydra (each
     job of a multirun is checked when it starts)."""
     if any(a.startswith("-") for a in argv):
         return None
@@ -30,6 +31,8 @@ def check_overrides(argv: list[str], config_name: str = "config") -> str | None:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name=config_name, overrides=overrides)
         validate_config(cfg)
+        if check is not None:
+            check(cfg)
     except ConfigError as err:
         return str(err)
     except (HydraException, OmegaConfBaseException, ValueError) as err:

@@ -192,7 +192,8 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def cli() -> None:
-    problem = check_overrides(sys.argv[1:], config_name="audit")
+    problem = check_overrides(sys.argv[1:], config_name="audit",
+                              check=lambda cfg: _check_run(cfg, AuditConfig.from_cfg(cfg.audit)))
     if problem:
         print(f"pazo: error: {problem}", file=sys.stderr)
         sys.exit(2)

@@ -122,11 +122,18 @@ def test_a_bad_value_is_one_line_before_anything_starts(overrides, words, tmp_pa
     assert code == 2 and not run_dir.exists()   # refused before Hydra made the run directory
 
 
-@pytest.mark.parametrize("overrides", ["seed=abc", "engine.chunk_size=0", "privacy.secure_mode=maybe"])
-def test_the_audit_checks_values_the_same_way(overrides, tmp_path, capsys):
+AUDIT_BAD = [("seed=abc", "seed"), ("engine.chunk_size=0", "engine.chunk_size"),
+             ("privacy.secure_mode=maybe", "privacy.secure_mode"), ("audit.canaries=abc", "audit.canaries"),
+             ("audit.canaries=1", "audit.canaries"), ("audit.threat=grey_box", "audit.threat"),
+             ("audit.confidence=1.5", "audit.confidence"), ("audit.canary_scale=0.5", "audit.canary_scale"),
+             ("audit.delta=2", "audit.delta"), ("privacy=none", "privacy.epsilon")]
+
+
+@pytest.mark.parametrize("overrides,word", AUDIT_BAD, ids=[o for o, _ in AUDIT_BAD])
+def test_the_audit_checks_values_before_its_run_directory(overrides, word, tmp_path, capsys):
     code, _, err = run_entry(audit_run.cli, [overrides, f"hydra.run.dir={tmp_path / 'audit'}"], capsys,
                              prog="pazo-audit")
-    assert_one_error(code, err, overrides.split("=")[0])
+    assert_one_error(code, err, word)
     assert not (tmp_path / "audit").exists()
 
 
