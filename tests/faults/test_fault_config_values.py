@@ -31,7 +31,7 @@ BAD_VALUES = [
     ("device=cuda:x", ["device"]),
     ("+bogus=1", ["bogus"]),
     # train
-    ("train.eval_batch_size=0", ["train.eval_batch_size", ">= 1"]),
+    ("train.eval_batch_size=0", ["train.eval_batch_size", "positive integer"]),
     ("train.batch_size=0", ["train.batch_size"]),
     ("train.batch_size=abc", ["train.batch_size", "abc"]),
     ("train.batch_size=2.5", ["train.batch_size"]),
@@ -52,7 +52,7 @@ BAD_VALUES = [
     ("warm_start.batch_size=0", ["warm_start.batch_size"]),
     ("warm_start.cache=sometimes", ["warm_start.cache"]),
     # engine
-    ("engine.chunk_size=0", ["engine.chunk_size", ">= 1"]),
+    ("engine.chunk_size=0", ["engine.chunk_size", "positive integer"]),
     ("engine.chunk_size=-2", ["engine.chunk_size"]),
     ("engine.chunk_size=many", ["engine.chunk_size"]),
     ("engine.name=turbo", ["engine", "turbo"]),
