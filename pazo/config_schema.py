@@ -468,7 +468,22 @@ def typed(schema: type, values: dict, where: str, scope: str | None = None) -> N
         if isinstance(err, ConfigKeyError):
             known = ", ".join(f.name for f in fields(schema))
             raise ConfigError(f"unknown key {key}: {scope or where or 'the top level'} has {known}") from None
-        raise ConfigError(f"{key}: {message}") from None
+        raise ConfigError(_type_message(key, message)) from None
+
+
+def _type_message(key: str, message: str) -> str:
+    """OmegaConf's type error as the schema's other messages read: `<key> must be ..., got ...`."""
+    converted = re.match(r"Value '(.*)' of type '\w+' could not be converted to (Integer|Float)", message)
+    if converted:
+        kind = "an integer" if converted.group(2) == "Integer" else "a number"
+        return f"{key} must be {kind}, got {converted.group(1)!r}"
+    boolean = re.match(r"Value '(.*)' is not a valid bool", message)
+    if boolean:
+        return f"{key} must be true or false, got {boolean.group(1)!r}"
+    container = re.search(r"is not a (ListConfig|DictConfig)", message)
+    if container:
+        return f"{key} must be a {'list' if container.group(1) == 'ListConfig' else 'mapping'}"
+    return f"{key}: {message}"
 
 
 def resolvable(node) -> Any:
