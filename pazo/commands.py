@@ -52,4 +52,4 @@ class ArgumentParser(argparse.ArgumentParser):
     `pazo: error: <prog>: <what>`, and exit 2, as every other mistake of a pazo command line."""
 
     def error(self, message: str):
-        self.exit(2, f"pazo: error: {self.prog}: {message} ({self.prog} --help)\n")
+        self.exit(2, f"pazo: error: {self.prog}: {message}\n")
