@@ -49,7 +49,7 @@ def dispatch(prog: str, title: str, commands: dict[str, tuple[str, str]], argv: 
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose usage errors (an unknown option, a bad value) are one line,
-    `pazo: error: <prog>: <what>`, and exit 2, as every other mistake of a pazo command line."""
+    `pazo: error: <what>`, and exit 2, as every other mistake of a pazo command line."""
 
     def error(self, message: str):
-        self.exit(2, f"pazo: error: {self.prog}: {message}\n")
+        self.exit(2, f"pazo: error: {message}\n")
