@@ -11,20 +11,30 @@ from pazo.registry import UnknownNameError
 USER_ERRORS = (ConfigError, BudgetError, UnknownNameError, FileNotFoundError)
 
 
-def check_overrides(argv: list[str], config_name: str = "config") -> str | None:
-    """Compose the config (`config_name`) with the command line's overrides as Hydra will: the first
-    line of the error (an unknown key, a value of the wrong type, a missing config group option), or
-    None. Multiruns and Hydra's own flags are left to Hydra."""
+def check_overrides(argv: list[str], config_name: str = "config", check=None) -> str | None:
+    """Compose the config (`config_name`) with the command line's overrides as Hydra will and check
+    its values (`pazo.validate.validate_config`: every key's type and range, then what spans
+    groups): the first line of the error (an unknown key, a value of the wrong type or out of range,
+    a missing config group option), or None. `check(cfg)`: the entry point's own checks (e.g. the
+    audit's settings), raising ConfigError. Multiruns and Hydra's own flags are left to Hydra (each
+    job of a multirun is checked when it starts)."""
     if any(a.startswith("-") for a in argv):
         return None
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from pazo.validate import validate_config  # (also registers the method schemas Hydra composes with)
+
     overrides = [a for a in argv if not a.startswith("hydra.")]
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            compose(config_name=config_name, overrides=overrides)
+            cfg = compose(config_name=config_name, overrides=overrides)
+        validate_config(cfg)
+        if check is not None:
+            check(cfg)
+    except ConfigError as err:
+        return str(err)
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         lines = [line.strip() for e in (err, err.__cause__) if e is not None for line in str(e).splitlines()]
         lines = [line for line in lines if line and not line.startswith(("full_key", "object_type", "To append"))]

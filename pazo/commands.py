@@ -6,6 +6,7 @@
 argparse usage says `pazo-bench methods`, and its result file's command is the one typed."""
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 
@@ -44,3 +45,11 @@ def dispatch(prog: str, title: str, commands: dict[str, tuple[str, str]], argv: 
     finally:
         sys.argv = saved
     return 0
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors (an unknown option, a bad value) are one line,
+    `pazo: error: <what>`, and exit 2, as every other mistake of a pazo command line."""
+
+    def error(self, message: str):
+        self.exit(2, f"pazo: error: {message}\n")

@@ -1,4 +1,7 @@
-"""Errors that mean "the user's input is wrong": reported as one message, never a traceback."""
+"""Errors that mean "the user's input is wrong": reported as one message, never a traceback; and the
+small checks that raise them (the config schemas', `pazo/config_schema.py` and `pazo/methods/`)."""
+
+import math
 
 
 class ConfigError(ValueError):
@@ -14,3 +17,22 @@ class DataCorruptError(DataMissingError):
     """A data file is there but cannot be used (truncated, garbage, another format): the message
     names the file, says what is wrong and how to get it again. A user's problem like a missing
     file (one line, exit 2), and a kind of one: the data set as it should be is not there."""
+
+
+def require(ok: bool, message: str) -> None:
+    """Raise the one-line user error `message` unless `ok`."""
+    if not ok:
+        raise ConfigError(message)
+
+
+def positive(value, what: str) -> None:
+    require(isinstance(value, (int, float)) and math.isfinite(value) and value > 0,
+            f"{what} must be a positive number, got {value!r}")
+
+
+def at_least_one(value, what: str) -> None:
+    require(isinstance(value, int) and value >= 1, f"{what} must be an integer >= 1, got {value!r}")
+
+
+def one_of(value, choices, what: str) -> None:
+    require(value in choices, f"unknown {what} {value!r}; choices: {', '.join(sorted(choices))}")

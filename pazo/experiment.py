@@ -118,6 +118,11 @@ def resolve_device(name: str) -> torch.device:
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device={name} asked for but CUDA is not available; use device=auto or cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"device={name} asked for but this machine has {torch.cuda.device_count()} CUDA "
+                          f"device(s) (cuda:0 ... cuda:{torch.cuda.device_count() - 1})")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device={name} asked for but MPS is not available; use device=auto or cpu")
     return device
 
 

@@ -11,6 +11,7 @@ protocol and not itself private.
 from __future__ import annotations
 
 import json
+import sys
 import math
 from pathlib import Path
 
@@ -80,39 +81,88 @@ def guarantee_problem(summary: dict) -> str | None:
     return None
 
 
+def read_json_object(path: Path) -> dict:
+    """A JSON file that must hold an object (a run's summary.json): a ValueError saying what is
+    wrong with it otherwise."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path.name} is unreadable ({type(err).__name__})") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path.name} is not valid JSON ({err.msg}, line {err.lineno})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path.name} holds a {type(data).__name__}, not an object")
+    return data
+
+
+def skipped(run_dir, reason: str) -> None:
+    """One line on stderr naming a run directory a report leaves out, and why."""
+    print(f"pazo: skipped {run_dir}: {reason}", file=sys.stderr)
+
+
+def _number_or_none(summary: dict, key: str):
+    value = summary.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ValueError(f"summary.json's {key} is {value!r}, not a number")
+    return value
+
+
+def _run_row(sweep_dir: Path, run_dir: Path, config_path: Path) -> dict:
+    """The row of one run directory; a ValueError saying what is wrong with it otherwise."""
+    try:
+        cfg = yaml.safe_load(config_path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise ValueError(f"config.yaml is unreadable or not YAML ({type(err).__name__})") from None
+    if not (isinstance(cfg, dict) and isinstance(cfg.get("method"), dict) and isinstance(cfg.get("dataset"), dict)
+            and isinstance(cfg["method"].get("name"), str) and isinstance(cfg["dataset"].get("name"), str)):
+        raise ValueError("config.yaml is not a run's config (no method.name or dataset.name)")
+    summary_path = run_dir / "summary.json"
+    summary = read_json_object(summary_path) if summary_path.exists() else {}
+    method, privacy = cfg["method"], cfg.get("privacy") or {}
+    if not isinstance(privacy, dict) or not isinstance(summary.get("privacy", {}), dict):
+        raise ValueError("its privacy block is not a mapping")
+    private = summary.get("privacy", {}).get("private", privacy.get("epsilon") is not None)
+    try:
+        epsilon = float(privacy["epsilon"]) if private and privacy.get("epsilon") is not None else math.nan
+    except (TypeError, ValueError):
+        raise ValueError(f"config.yaml's privacy.epsilon is {privacy.get('epsilon')!r}, not a number") from None
+    row = {"sweep": sweep_dir.name, "setting": cfg["dataset"]["name"], "method": method["name"],
+           "epsilon": epsilon, "seed": cfg.get("seed"), "status": summary.get("status", "incomplete"),
+           **{col: _number_or_none(summary, key) for col, key in (
+               ("final_accuracy", "final_test_accuracy"), ("best_accuracy", "best_test_accuracy"),
+               ("final_val_accuracy", "final_val_accuracy"), ("best_val_accuracy", "best_val_accuracy"),
+               ("s_per_iter", "median_s_per_iter"))},
+           "chance_level": any(str(w).startswith("chance_level") for w in summary.get("warnings") or []),
+           "problem": guarantee_problem(summary) if private else None,
+           "config": json.dumps(_flatten(cfg), sort_keys=True, default=str), "run_dir": str(run_dir),
+           "batch_size": (cfg.get("train") or {}).get("batch_size")}
+    row.update({h: method.get(h) for h in HYPERPARAMETERS})
+    return row
+
+
 def load_runs(sweep_dirs) -> pd.DataFrame:
     """Every run directory (a `config.yaml` beside or without a `summary.json`) below the sweeps,
     with its configuration (hyperparameters but the seed, as JSON), its test and validation
-    accuracies, its chance-level warning and, for private runs, why it may not count."""
+    accuracies, its chance-level warning and, for private runs, why it may not count. A run
+    directory whose files do not parse (or hold no run's config) is left out, named on stderr."""
     rows = []
     for sweep_dir in map(Path, sweep_dirs):
         for config_path in sorted(sweep_dir.rglob("config.yaml")):
             if ".hydra" in config_path.parts or ".submitit" in config_path.parts:
                 continue
             run_dir = config_path.parent
-            cfg = yaml.safe_load(config_path.read_text())
-            summary_path = run_dir / "summary.json"
-            summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-            method, privacy = cfg["method"], cfg.get("privacy", {})
-            private = summary.get("privacy", {}).get("private", privacy.get("epsilon") is not None)
-            row = {"sweep": sweep_dir.name, "setting": cfg["dataset"]["name"], "method": method["name"],
-                   "epsilon": float(privacy["epsilon"]) if private and privacy.get("epsilon") is not None else math.nan,
-                   "seed": cfg.get("seed"), "status": summary.get("status", "incomplete"),
-                   "final_accuracy": summary.get("final_test_accuracy"),
-                   "best_accuracy": summary.get("best_test_accuracy"),
-                   "final_val_accuracy": summary.get("final_val_accuracy"),
-                   "best_val_accuracy": summary.get("best_val_accuracy"),
-                   "chance_level": any(str(w).startswith("chance_level") for w in summary.get("warnings") or []),
-                   "problem": guarantee_problem(summary) if private else None,
-                   "config": json.dumps(_flatten(cfg), sort_keys=True, default=str),
-                   "s_per_iter": summary.get("median_s_per_iter"), "run_dir": str(run_dir),
-                   "batch_size": cfg.get("train", {}).get("batch_size")}
-            row.update({h: method.get(h) for h in HYPERPARAMETERS})
-            rows.append(row)
+            try:
+                rows.append(_run_row(sweep_dir, run_dir, config_path))
+            except (ValueError, TypeError, AttributeError) as err:
+                skipped(run_dir, str(err))
     columns = ["sweep", "setting", "method", "epsilon", "seed", "status", "final_accuracy", "best_accuracy",
                "final_val_accuracy", "best_val_accuracy", "chance_level", "problem", "config", "s_per_iter",
                "run_dir", "batch_size", *HYPERPARAMETERS]
     return pd.DataFrame(rows, columns=columns)
+
+
+def missing_dirs(dirs) -> list[str]:
+    return [str(d) for d in dirs if not Path(d).is_dir()]
 
 
 def with_exclusions(runs: pd.DataFrame, include_shuffle: bool = False) -> pd.DataFrame:

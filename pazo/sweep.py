@@ -12,26 +12,29 @@ as a SLURM array through submitit. W&B groups runs by `<sweep>/<setting>`.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import submitit
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
+from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from pazo.commands import ArgumentParser
+from pazo.config_schema import integer_at_least, optional, typed
 from pazo.console import use_console
 from pazo.errors import ConfigError
 
@@ -70,14 +73,50 @@ class Run:
         return out + [f"{k}={fmt(v)}" for k, v in self.params]
 
 
-def load_yaml(name_or_path: str, folder: Path, what: str):
+def load_yaml(name_or_path: str, folder: Path, what: str) -> dict:
+    """A sweep, grid or launcher file as a dict: a missing file, one that is not YAML or not a
+    mapping is one ConfigError naming it."""
     path = Path(name_or_path)
     if not path.suffix:
         path = folder / f"{name_or_path}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in folder.glob("*.yaml"))
         raise ConfigError(f"unknown {what} {name_or_path!r} (no {path}); choices: {', '.join(known)}")
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    try:
+        data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except (yaml.YAMLError, OmegaConfBaseException, UnicodeDecodeError, ValueError) as err:
+        first = " ".join(str(err).split())[:200]
+        raise ConfigError(f"{what} file {path} is not valid YAML ({type(err).__name__}: {first})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} file {path} is not a mapping of settings (it holds a {type(data).__name__})")
+    return data
+
+
+@dataclass
+class SpecSchema:
+    """A sweep spec's keys and their types (configs/sweeps/<name>.yaml)."""
+    name: str = MISSING
+    table: str | None = None
+    settings: list[str] = MISSING
+    methods: list[str] = MISSING
+    nonprivate: list[str] = field(default_factory=list)
+    epsilons: list[float] = MISSING
+    seeds: list[int] = field(default_factory=lambda: [0])
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for key in ("settings", "methods", "epsilons", "seeds"):
+            if not getattr(self, key):
+                raise ConfigError(f"{key} must be a non-empty list")
+        if any(not (math.isfinite(e) and e > 0) for e in self.epsilons):
+            raise ConfigError(f"epsilons must be positive numbers, got {self.epsilons}")
+        if any(s < 0 for s in self.seeds):
+            raise ConfigError(f"seeds must be integers >= 0, got {self.seeds}")
+        if not all(isinstance(v, list) and v for v in self.extra.values()):
+            raise ConfigError(f"extra must map each key to a non-empty list of values, got {self.extra}")
+        stray = [m for m in self.nonprivate if m not in self.methods]
+        if stray:
+            raise ConfigError(f"nonprivate names {stray}, which are not among its methods")
 
 
 def load_spec(name_or_path: str) -> dict:
@@ -86,16 +125,81 @@ def load_spec(name_or_path: str) -> dict:
     missing = {"name", "settings", "methods", "epsilons"} - set(spec)
     if unknown or missing:
         raise ConfigError(f"sweep {name_or_path}: unknown keys {sorted(unknown)}, missing keys {sorted(missing)}")
+    try:
+        typed(SpecSchema, spec, "", scope="a sweep spec")
+    except ConfigError as err:
+        raise ConfigError(f"sweep {name_or_path}: {err}") from None
     spec.setdefault("nonprivate", [])
     spec.setdefault("seeds", [0])
     spec.setdefault("extra", {})
     return spec
 
 
+def load_grid(setting: str) -> dict:
+    """A setting's grid: `methods`, a mapping of method to a mapping of key to a list of values."""
+    grid = load_yaml(setting, SWEEPS / "grids", "grid")
+    methods = grid.get("methods")
+    if not isinstance(methods, dict) or not all(isinstance(a, dict) for a in methods.values()):
+        raise ConfigError(f"grid {setting}: methods must map each method to its axes "
+                          f"({{key: [values]}}), got {methods!r}"[:300])
+    return grid
+
+
+@dataclass
+class SequentialLauncher:
+    launcher: str = "sequential"
+
+
+@dataclass
+class JoblibLauncher:
+    launcher: str = "joblib"
+    jobs: int = 2
+    threads_per_job: int | None = None
+
+    def __post_init__(self):
+        integer_at_least(self.jobs, 1, "jobs")
+        optional(integer_at_least, self.threads_per_job, 1, "threads_per_job")
+
+
+@dataclass
+class SubmititLauncher:
+    launcher: str = "submitit"
+    cluster: str = "slurm"
+    partition: str | None = None
+    gpus_per_node: int = 1
+    cpus_per_task: int = 8
+    mem_gb: int = 64
+    timeout_min: int = 720
+    array_parallelism: int = 16
+    setup: list[str] = field(default_factory=list)
+    wait: bool = False
+
+    def __post_init__(self):
+        if self.cluster not in ("slurm", "local", "debug"):
+            raise ConfigError(f"unknown cluster {self.cluster!r}; choices: slurm, local, debug")
+        integer_at_least(self.gpus_per_node, 0, "gpus_per_node")
+        for key in ("cpus_per_task", "mem_gb", "timeout_min", "array_parallelism"):
+            integer_at_least(getattr(self, key), 1, key)
+
+
+LAUNCHER_SCHEMAS = {"sequential": SequentialLauncher, "joblib": JoblibLauncher, "submitit": SubmititLauncher}
+
+
+def check_launcher(launcher: dict) -> None:
+    """Every launcher setting's type and range (also on a dry run: a sweep that passes one launches)."""
+    kind = launcher.get("launcher", "sequential")
+    if kind not in LAUNCHERS:
+        raise ConfigError(f"unknown launcher {kind!r}; choices: {', '.join(LAUNCHERS)}")
+    try:
+        typed(LAUNCHER_SCHEMAS[kind], launcher, "", scope="this launcher")
+    except ConfigError as err:
+        raise ConfigError(f"launcher {kind}: {err}") from None
+
+
 def enumerate_runs(spec: dict) -> list[Run]:
     runs = []
     for setting in spec["settings"]:
-        grid = load_yaml(setting, SWEEPS / "grids", "grid")
+        grid = load_grid(setting)
         for method in spec["methods"]:
             if method not in grid["methods"]:
                 raise ConfigError(f"grid {setting} has no method {method!r}; it has {', '.join(grid['methods'])}")
@@ -349,7 +453,7 @@ def select_methods(spec: dict, methods: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pazo.sweep", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m pazo.sweep", description=__doc__.splitlines()[0])
     parser.add_argument("spec", help="a name in configs/sweeps/ (e.g. table1_cifar10) or a YAML path")
     parser.add_argument("overrides", nargs="*",
                         help="extra pazo.train overrides for every run, e.g. dataset.root=/data")
@@ -368,8 +472,7 @@ def main(argv: list[str] | None = None) -> int:
             spec = {**spec, "methods": select_methods(spec, args.methods)}
         runs = enumerate_runs(spec)
         launcher = {**load_yaml(args.launcher, SWEEPS / "launchers", "launcher"), **parse_sets(args.set)}
-        if launcher.get("launcher", "sequential") not in LAUNCHERS:
-            raise ConfigError(f"unknown launcher {launcher.get('launcher')!r}; choices: {', '.join(LAUNCHERS)}")
+        check_launcher(launcher)
         t0 = time.time()
         composed = check(runs, args.overrides)
     except ConfigError as err:

@@ -1,10 +1,13 @@
 """Warm start: a few epochs of plain SGD on the public data before private training (no privacy
 cost: only public examples are touched), cached on disk keyed by everything that determines the
-result, so that a sweep trains it once."""
+result, so that a sweep trains it once. A cached file is used only if it holds this key, its
+content hashes to the digest it records (`pazo.cache_files`) and its tensors have the model's
+names and shapes; otherwise the warm start is trained again and the file overwritten."""
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -12,8 +15,13 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from pazo.cache_files import load_entry, save_entry
+
+log = logging.getLogger(__name__)
+
 
 def _key(cfg) -> str:
+    """The full sha256 of what determines the warm-started weights (file names carry a prefix)."""
     facts = {"dataset": OmegaConf.to_container(cfg.dataset, resolve=True),
              "model": OmegaConf.to_container(cfg.model, resolve=True),
              "warm_start": {k: v for k, v in OmegaConf.to_container(cfg.warm_start, resolve=True).items()
@@ -21,7 +29,19 @@ def _key(cfg) -> str:
              "seed": cfg.seed, "version": 1}
     facts["dataset"].pop("root", None)
     facts["dataset"].pop("download", None)
-    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+def _shape_problem(state: dict, module) -> str | None:
+    """Why `state` is not a state dict of `module` (its names, shapes and dtypes), or None."""
+    want = module.state_dict()
+    if not isinstance(state, dict) or set(state) != set(want):
+        return "its tensors are not this model's parameters"
+    for name, tensor in want.items():
+        got = state[name]
+        if not isinstance(got, torch.Tensor) or got.shape != tensor.shape or got.dtype != tensor.dtype:
+            return f"{name} is {getattr(got, 'shape', type(got).__name__)}, the model's is {tuple(tensor.shape)}"
+    return None
 
 
 def warm_start(model, public, cfg, streams, device) -> dict:
@@ -29,11 +49,15 @@ def warm_start(model, public, cfg, streams, device) -> dict:
     w = cfg.warm_start
     if not w.epochs:
         return {"epochs": 0}
-    path = Path(os.path.expanduser(str(cfg.privacy.cache_dir))) / "warm_start" / f"{_key(cfg)}.pt"
-    if w.cache and path.exists():
-        state = torch.load(path, map_location=device)
-        model.module.load_state_dict(state)
-        return {"epochs": w.epochs, "cached": True, "path": str(path)}
+    key = _key(cfg)
+    path = Path(os.path.expanduser(str(cfg.privacy.cache_dir))) / "warm_start" / f"{key[:24]}.pt"
+    state = load_entry(path, "warm_start", key) if w.cache else None
+    if state is not None:
+        problem = _shape_problem(state, model.module)
+        if problem is None:
+            model.module.load_state_dict(state)
+            return {"epochs": w.epochs, "cached": True, "path": str(path)}
+        log.warning("warm_start cache entry %s ignored: %s; recomputing and overwriting it", path, problem)
     rng = np.random.default_rng(streams.seeds["public"] + 1)
     optimizer = torch.optim.SGD(model.module.parameters(), lr=w.lr)
     model.module.train()
@@ -47,8 +71,5 @@ def warm_start(model, public, cfg, streams, device) -> dict:
             optimizer.step()
             steps += 1
     if w.cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        torch.save(model.module.state_dict(), tmp)
-        os.replace(tmp, path)
+        save_entry(path, "warm_start", key, {k: v.detach().cpu() for k, v in model.module.state_dict().items()})
     return {"epochs": w.epochs, "cached": False, "steps": steps, "path": str(path) if w.cache else None}

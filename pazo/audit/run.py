@@ -7,7 +7,6 @@ with m canaries added to the private data (`pazo.audit.canaries`); it writes sum
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import sys
@@ -30,6 +29,7 @@ from pazo.experiment import build_run
 from pazo.privacy.mechanisms import DEBUG_BREAKS, ScalarPrivatizer, VectorPrivatizer, debug_break
 from pazo.privacy.plan import epsilon_spent
 from pazo.recorder import write_json_atomic
+from pazo.results import read_json_object, skipped
 from pazo.validate import validate_config
 
 log = logging.getLogger("pazo.audit")
@@ -192,19 +192,49 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def cli() -> None:
-    problem = check_overrides(sys.argv[1:], config_name="audit")
+    problem = check_overrides(sys.argv[1:], config_name="audit",
+                              check=lambda cfg: _check_run(cfg, AuditConfig.from_cfg(cfg.audit)))
     if problem:
         print(f"pazo: error: {problem}", file=sys.stderr)
         sys.exit(2)
     main()
 
 
+#: what the audit table reads from an audit's summary.json: key -> type
+AUDIT_FIELDS = {"threat": str, "target_epsilon": (int, float), "printed_epsilon": (int, float),
+                "printed_delta": (int, float), "epsilon_at_audit_delta": (int, float), "audit_delta": (int, float),
+                "epsilon_lower_bound": (int, float), "confidence": (int, float), "correct": int, "guesses": int,
+                "ceiling": (int, float), "canaries": int, "steps": int, "exceeds_printed": bool}
+
+
+def _audit_problem(summary: dict) -> str | None:
+    a = summary.get("audit")
+    if not isinstance(a, dict):
+        return "its audit block is missing or not a mapping"
+    wrong = [k for k, kind in AUDIT_FIELDS.items() if not isinstance(a.get(k), kind)]
+    if a.get("threat") not in ("white_box", "black_box"):
+        wrong.append("threat")
+    if "debug_break" not in a or not isinstance(summary.get("method"), str) or "seed" not in summary:
+        wrong.append("method/seed/debug_break")
+    return f"summary.json's audit lacks or mistypes {', '.join(wrong)}" if wrong else None
+
+
 def read_audits(roots) -> list[dict]:
-    """The summaries of the audits below `roots` (directories)."""
+    """The summaries of the audits below `roots` (directories); a run directory whose summary.json
+    does not parse, or whose audit block lacks a field the table shows, is left out, named on stderr."""
     out = []
     for root in map(Path, roots):
         for path in sorted(root.rglob("summary.json")):
-            summary = json.loads(path.read_text())
-            if summary.get("kind") == "audit":
+            try:
+                summary = read_json_object(path)
+            except ValueError as err:
+                skipped(path.parent, str(err))
+                continue
+            if summary.get("kind") != "audit":
+                continue
+            problem = _audit_problem(summary)
+            if problem:
+                skipped(path.parent, problem)
+            else:
                 out.append(summary)
     return out

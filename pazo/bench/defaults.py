@@ -12,8 +12,6 @@ run is not re-run: its summary is read again).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import subprocess
@@ -24,9 +22,11 @@ from pathlib import Path
 import torch
 import yaml
 
+from pazo.commands import ArgumentParser
 from pazo import REPO_ROOT as ROOT
-from pazo.bench.common import RESULTS_DIR, command_line, git_commit, write_result
+from pazo.bench.common import RESULTS_DIR, at_least, command_line, git_commit, write_result
 from pazo.methods import method_info, method_names
+from pazo.results import read_json_object
 
 
 def train(method: str, seed: int, out: Path, threads: int) -> dict:
@@ -42,28 +42,39 @@ def train(method: str, seed: int, out: Path, threads: int) -> dict:
     if not summary_path.exists():
         return {"method": method, "status": "no summary", "exit_code": done.returncode,
                 "stderr_tail": done.stderr[-2000:]}
-    summary = json.loads(summary_path.read_text())
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    try:
+        summary = read_json_object(summary_path)
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        if not isinstance(config, dict):
+            raise ValueError("config.yaml is not a mapping")
+    except (OSError, ValueError, yaml.YAMLError) as err:   # a finished run's files, read again, now corrupt
+        return {"method": method, "status": "unreadable run directory", "exit_code": done.returncode,
+                "stderr_tail": f"{run_dir}: {err}"[:2000]}
     return {"method": method, "command": "python -m pazo.train " + " ".join(overrides[:-1]),
-            "exit_code": done.returncode, "status": summary["status"],
+            "exit_code": done.returncode, "status": summary.get("status"),
             "final_val_accuracy": summary.get("final_val_accuracy"),
             "best_val_accuracy": summary.get("best_val_accuracy"),
             "final_test_accuracy": summary.get("final_test_accuracy"),
             "best_test_accuracy": summary.get("best_test_accuracy"),
             "warnings": summary.get("warnings", []),
-            "epsilon_spent": summary["privacy"].get("epsilon_spent"),
-            "method_config": config["method"], "engine": summary.get("engine", config["engine"])}
+            "epsilon_spent": (summary.get("privacy") or {}).get("epsilon_spent"),
+            "method_config": config.get("method"), "engine": summary.get("engine", config.get("engine"))}
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(RESULTS_DIR / "defaults_digits_cpu.json"))
     parser.add_argument("--runs", default=str(ROOT / "outputs" / "check_defaults"))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--seed", type=at_least(0), default=0)
+    parser.add_argument("--jobs", type=at_least(1), default=2)
     parser.add_argument("--methods", default=",".join(method_names()))
     args = parser.parse_args()
-    methods = args.methods.split(",")
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = [m for m in methods if m not in method_names()]
+    if unknown or not methods:
+        print(f"pazo: error: unknown method(s) {', '.join(unknown) or '(none given)'}; choices: "
+              f"{', '.join(method_names())}", file=sys.stderr)
+        sys.exit(2)
     threads = max(1, (os.cpu_count() or 1) // args.jobs)
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda m: train(m, args.seed, Path(args.runs), threads), methods))

@@ -47,11 +47,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from pazo.commands import ArgumentParser
 from pazo.bench.common import RESULTS_DIR, at_least, run_main, write_result
 from pazo.bench.settings import (ENGINE_NAMES, FORWARDS, PAPER_SETTING, PUBLIC_PASSES, SETTINGS, bare_model,
-                                 bare_passes, build_benchmark_method, compose_cfg, public_passes, set_batch_size,
-                                 synthetic_inputs)
+                                 bare_passes, build_benchmark_method, check_device, check_overrides_for, compose_cfg,
+                                 public_passes, set_batch_size, synthetic_inputs)
 from pazo.bench.timing import paired_times, result_record, time_steps
+from pazo.errors import ConfigError
 from pazo.methods.base import public_grads_batched
 from pazo.models import build_model
 
@@ -193,8 +195,19 @@ def jobs_for(setting, methods, opacus_modes):
     return jobs
 
 
+def check_arguments(args) -> None:
+    """Settings, methods, device and overrides, before any job: one ConfigError for the first problem."""
+    for what, given, known in (("setting", args.settings, SETTINGS), ("method", args.methods, METHODS)):
+        names = [n for n in given.split(",") if n]
+        unknown = sorted(set(names) - set(known))
+        if unknown or not names:
+            raise ConfigError(f"unknown {what}(s) {', '.join(unknown) or '(none given)'}; choices: {', '.join(known)}")
+    check_device(args.device)
+    check_overrides_for(args.methods.split(","), args.settings.split(","), args.override)
+
+
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--settings", default=DEFAULT_SETTINGS, help=f"from {', '.join(SETTINGS)}")
     parser.add_argument("--methods", default=",".join(METHODS))
@@ -208,7 +221,13 @@ def main():
     parser.add_argument("--override", action="append", default=[],
                         help="extra config override for our methods, e.g. method.grad_memory_mb=8192")
     args = parser.parse_args()
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    if not args.job:   # (a job's arguments were checked by the parent)
+        try:
+            check_arguments(args)
+        except ConfigError as err:
+            print(f"pazo: error: {err}", file=sys.stderr)
+            sys.exit(2)
+    device = check_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.batch_size:
@@ -221,11 +240,6 @@ def main():
         importlib.import_module("torch._dynamo")
         print(json.dumps(run_job(json.loads(args.job), device, args.warmup, args.iters, args.override)))
         return
-    unknown = sorted(set(args.settings.split(",")) - set(SETTINGS))
-    unknown += sorted(set(args.methods.split(",")) - set(METHODS))
-    if unknown:
-        sys.exit(f"benchmark_methods: unknown setting or method {', '.join(unknown)}; settings: "
-                 f"{', '.join(SETTINGS)}; methods: {', '.join(METHODS)}")
     try:
         import opacus  # noqa: F401
         opacus_modes = ["hooks", "ghost"]

@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_dir
 
 from pazo import CONFIG_DIR
 from pazo.data.base import DataBundle, TensorSplit
+from pazo.errors import ConfigError
 from pazo.experiment import build_run
 from pazo.methods.base import public_grads_batched
 from pazo.models import build_model
@@ -65,6 +66,46 @@ def synthetic_inputs(setting, n, device="cpu"):
 def compose_cfg(overrides):
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose(config_name="config", overrides=overrides)
+
+
+def check_overrides_for(methods, settings, extra) -> None:
+    """Refuse, before any job starts, an `--override` that a (method, setting) pair's config has no
+    key for or whose value is of the wrong type or out of range: one ConfigError naming the
+    override and the method (each job would otherwise fail alone, or silently run without it)."""
+    if not extra:
+        return
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from pazo.config_schema import check_config_values
+    from pazo.methods import method_config
+
+    for setting in settings:
+        for name in methods:
+            try:
+                cfg = compose_cfg([f"method={name}", *SETTINGS[setting][2], *extra])
+                check_config_values(cfg)
+                method_config(cfg.method)
+            except ConfigError as err:
+                raise ConfigError(f"--override {' '.join(extra)}: {err} (method {name}, setting {setting})") from None
+            except (HydraException, OmegaConfBaseException) as err:
+                line = " ".join(str(err).split("\n")[0].split())
+                cause = f"; {str(err.__cause__).splitlines()[0]}" if err.__cause__ else ""
+                raise ConfigError(f"--override {' '.join(extra)}: {line}{cause} (method {name}, setting {setting}; "
+                                  "give --methods of those that have the key)") from None
+
+
+def check_device(name: str) -> torch.device:
+    """The benchmark's device (`auto`: CUDA if there is one); an unknown or absent one is a ConfigError."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"unknown device {name!r}; choices: auto, cpu, cuda, cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name}: CUDA is not available here; use --device cpu or auto")
+    return device
 
 
 def make_module(cfg, setting):

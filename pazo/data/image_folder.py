@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from pazo.cache_files import key_digest, load_entry, save_entry
 from pazo.data.base import DataBundle, TensorSplit
 from pazo.data.images import ImageTransform
 from pazo.data.public_split import split_public
@@ -84,18 +85,18 @@ def decode_images(paths: list[Path], size: int, channels: int = 3, fix: str = RE
 
 
 def cached(cache_dir: str | None, key_parts: list, build):
-    """`build()` once per key: the result (a dict of tensors/lists) is saved under `cache_dir`."""
+    """`build()` once per key: the result (a dict of tensors/lists) is saved under `cache_dir` and
+    used again only if it holds this key and its content hashes to the digest it records
+    (`pazo.cache_files`); otherwise rebuilt, after one warning."""
     if not cache_dir:
         return build()
-    key = hashlib.sha256(repr(key_parts).encode()).hexdigest()[:16]
-    path = Path(os.path.expanduser(str(cache_dir))) / "images" / f"{key}.pt"
-    if path.exists():
-        return torch.load(path, weights_only=True)
+    key = key_digest(key_parts)
+    path = Path(os.path.expanduser(str(cache_dir))) / "images" / f"{key[:16]}.pt"
+    value = load_entry(path, "images", key)
+    if value is not None:
+        return value
     value = build()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(value, tmp)
-    tmp.replace(path)
+    save_entry(path, "images", key, value)
     return value
 
 

@@ -2,7 +2,6 @@
 releases, the context a method runs in, and the interface `step(x, y, t) -> stats`."""
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
 
@@ -11,29 +10,10 @@ import torch
 from omegaconf import MISSING
 
 from pazo.data.base import TensorSplit
-from pazo.errors import ConfigError
+from pazo.errors import ConfigError, at_least_one, one_of, positive, require  # noqa: F401 (the methods' checks)
 from pazo.models.functional import FunctionalModel
 from pazo.privacy.mechanisms import NoiseSpec, Release
 from pazo.rng import RandomStreams
-
-
-def require(ok: bool, message: str) -> None:
-    """Raise the one-line user error `message` unless `ok`."""
-    if not ok:
-        raise ConfigError(message)
-
-
-def positive(value, what: str) -> None:
-    require(isinstance(value, (int, float)) and math.isfinite(value) and value > 0,
-            f"{what} must be a positive number, got {value!r}")
-
-
-def at_least_one(value, what: str) -> None:
-    require(isinstance(value, int) and value >= 1, f"{what} must be an integer >= 1, got {value!r}")
-
-
-def one_of(value, choices, what: str) -> None:
-    require(value in choices, f"unknown {what} {value!r}; choices: {', '.join(sorted(choices))}")
 
 
 def boolean(value, what: str) -> None:

@@ -189,8 +189,10 @@ class GEPConfig(PublicFirstOrderConfig):
     def __post_init__(self):
         super().__post_init__()
         positive(self.clip0, "method.clip0")
-        require(isinstance(self.num_bases, int) and self.num_bases >= 0,
-                f"method.num_bases must be an integer >= 0, got {self.num_bases!r}")
+        # no bases: the embedding is empty and GEP is DP-SGD on the residual with two mechanisms' noise
+        require(isinstance(self.num_bases, int) and self.num_bases >= 1,
+                f"method.num_bases must be an integer >= 1 (GEP with no anchor subspace is DP-SGD: "
+                f"method=dpsgd), got {self.num_bases!r}")
         at_least_one(self.num_groups, "method.num_groups")
         at_least_one(self.power_iters, "method.power_iters")
 

@@ -25,6 +25,8 @@ Supported inputs (everything else is refused with a `BudgetError` before any lar
   2 L sqrt(T/2 log(12000/delta)) / eps_error, L from the RDP bound. It bounds T, small eps_error and
   small sigma together; a too-small given sigma is refused by an exact one-step bound instead.
 - sigma at most SIGMA_MAX = 1e4 when calibrating (noise beyond it swamps any signal).
+- delta at least DELTA_MIN = 1e-10 (or 0 for pure DP with Laplace noise): prv-accountant refuses a
+  delta below its floating-point error, ~1e-19 times the grid's points.
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ from scipy.stats import binom, norm
 
 SIGMA_MAX = 1e4  # beyond this the budget is impossible in practice (noise swamps any signal)
 EPSILON_MIN, EPSILON_MAX = 1e-3, 50.0  # supported targets (module docstring)
+DELTA_MIN = 1e-10  # a PRV grid of PRV_GRID_MAX points has a float error of ~4e-13 in delta
 PRV_GRID_MAX = 4_000_000  # points of one PRV grid; peak memory measured at 180-360 bytes a point
 PURE_DP_WINDOW_MAX = 2_000_000  # binomial terms of the exact Laplace account (T up to ~2e9)
 MECHANISMS = ("gaussian", "laplace")
@@ -66,6 +69,9 @@ def check_delta(delta, mechanism: str = "gaussian", name: str = "delta", error=B
     pure epsilon-DP with Laplace noise. Raises `error` (e.g. validate's ConfigError) otherwise."""
     if not (_is_real(delta) and (0 < delta < 1 or (delta == 0 and mechanism == "laplace"))):
         raise error(f"{name} must be in (0, 1) (0 only for pure DP with Laplace noise), got {delta!r}")
+    if 0 < delta < DELTA_MIN:
+        raise error(f"{name}={delta:g} is out of reach: pazo accounts delta >= {DELTA_MIN:g} (below, the PRV "
+                    "accountant's floating-point error exceeds delta itself)")
     return float(delta)
 
 

@@ -207,5 +207,5 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
     sigma = _calibrate_uncached(epsilon, delta, sample_rate, int(steps), eps_error, int(mechanisms),
                                 mechanism)
     if path is not None:
-        write_cache(path, key, sigma)
+        write_cache(path, key, sigma, spent(sigma))
     return sigma

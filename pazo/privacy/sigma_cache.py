@@ -1,6 +1,10 @@
 """The disk cache of calibrated noise multipliers: one small JSON file per calibration request
-(written atomically, so parallel sweep jobs can share it), used only if it parses, its inputs equal
-the request and its sigma still meets the target by the run's own accountant.
+(written atomically, so parallel sweep jobs can share it) holding the request, sigma and the epsilon
+that sigma spent by the accountant when it was written. It is used only if it parses, its inputs
+equal the request, the run's own accountant reproduces the recorded epsilon from its sigma, and that
+epsilon meets the target without falling below it by more than calibration's slack: a sigma too
+small would break the guarantee, one too large would over-noise the run and lose accuracy without a
+word. Anything else is one warning line, then calibration again and the entry overwritten.
 """
 from __future__ import annotations
 
@@ -15,6 +19,13 @@ from pathlib import Path
 from pazo.privacy.accountants import SIGMA_MAX, BudgetError
 
 log = logging.getLogger(__name__)
+
+#: calibration returns a sigma whose epsilon lies within 0.3% below the target (measured over
+#: epsilon 0.1-8, sample rates 0.004-0.2, 50-5000 steps); an entry that spends less than this share
+#: of the target has more noise than calibration gives
+SPENT_FLOOR = 0.99
+#: the recorded epsilon must be reproduced to this relative accuracy (the accountant is deterministic)
+REPRODUCE_RTOL = 1e-6
 
 
 def cache_path(cache_dir: str | os.PathLike, key: dict) -> Path:
@@ -40,9 +51,24 @@ def _entry_problem(text: str, key: dict, sigma_max: float) -> str | None:
     return None
 
 
+def _spent_problem(sigma: float, used: float, recorded, target: float) -> str | None:
+    """Why a sigma that spends `used` (and recorded `recorded`) is not calibration's answer for
+    `target`, or None."""
+    if used > target:
+        return f"sigma={sigma!r} spends epsilon={used:.6g}, above the target {target:g}"
+    if used < SPENT_FLOOR * target:
+        return (f"sigma={sigma!r} spends epsilon={used:.6g}, below {SPENT_FLOOR:g} of the target {target:g}: "
+                "more noise than calibration gives (the run would be over-noised)")
+    if type(recorded) not in (int, float) or not math.isclose(recorded, used, rel_tol=REPRODUCE_RTOL):
+        return (f"its recorded epsilon_spent={recorded!r} is not reproduced by the accountant "
+                f"({used:.9g} from sigma={sigma!r})")
+    return None
+
+
 def read_cache(path: Path, key: dict, target: float, spent) -> float | None:
-    """The cached sigma if the entry is well formed, matches `key` exactly and still meets the
-    target by `spent` (the run's own accountant); otherwise None, after one warning."""
+    """The cached sigma if the entry is well formed, matches `key` exactly, and `spent` (the run's
+    own accountant) reproduces its recorded epsilon, which meets the target within calibration's
+    slack; otherwise None, after one warning."""
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -52,26 +78,28 @@ def read_cache(path: Path, key: dict, target: float, spent) -> float | None:
     else:
         problem = _entry_problem(text, key, SIGMA_MAX * math.sqrt(key["mechanisms"]))
         if problem is None:
-            sigma = json.loads(text)["sigma"]
+            entry = json.loads(text)
+            sigma, recorded = entry["sigma"], entry.get("epsilon_spent")
             try:
                 used = spent(sigma)
             except BudgetError as err:
                 problem = f"sigma={sigma!r} cannot be accounted ({err})"
             else:
-                if used <= target:
+                problem = _spent_problem(sigma, used, recorded, target)
+                if problem is None:
                     return float(sigma)
-                problem = f"sigma={sigma!r} spends epsilon={used:.6g}, above the target {target:g}"
     log.warning("sigma cache entry %s ignored: %s; recalibrating and overwriting it", path, problem)
     return None
 
 
-def write_cache(path: Path, key: dict, sigma: float) -> None:
-    """Atomic write (parallel sweep jobs share the cache); a cache that cannot be written is skipped."""
+def write_cache(path: Path, key: dict, sigma: float, epsilon_spent: float) -> None:
+    """Atomic write (parallel sweep jobs share the cache) of the request, sigma and the epsilon it
+    spends; a cache that cannot be written is skipped."""
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-            json.dump({**key, "sigma": sigma}, tmp)
+            json.dump({**key, "sigma": sigma, "epsilon_spent": epsilon_spent}, tmp)
         os.replace(tmp.name, path)
     except OSError as err:
         log.warning("sigma cache %s not written: %s", path, err)

@@ -10,10 +10,10 @@ audited lower bound at its confidence, correct guesses of guesses, the bound's c
 many canaries, and whether the bound exceeds the run's epsilon (a bug)."""
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from pazo.commands import ArgumentParser
 from pazo.audit.run import read_audits
 from pazo.methods import METHODS
 
@@ -40,7 +40,7 @@ def table(summaries: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dirs", nargs="+", help="directories holding audit run directories")
     parser.add_argument("--out", help="write the table here too")
     args = parser.parse_args(argv)

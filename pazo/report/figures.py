@@ -20,7 +20,6 @@ holds (`pazo-report tables` lists the others). A figure whose runs are absent is
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -32,10 +31,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from pazo.commands import ArgumentParser
 from pazo import REPO_ROOT as ROOT  # noqa: E402
 from pazo.errors import ConfigError  # noqa: E402
 from pazo.results import (FIRST_ORDER, LABELS, METHOD_ORDER, SELECTIONS, USES_PUBLIC, load_runs,  # noqa: E402
-                          select_configs)
+                          missing_dirs, select_configs, skipped)
 
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
 PROTOCOL = {"val": "selected on validation accuracy; test accuracy, mean over seeds",
@@ -105,6 +105,29 @@ def figure3(best, note, out, written):
     save(fig, out, "figure3_best_zo_vs_fo", written)
 
 
+def metric_rows(run_dir: Path) -> list[dict]:
+    """The rows of a run's metrics.jsonl; a line that does not parse as an object (a run killed
+    mid-write, an edited file) is left out, and the file named on stderr once."""
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        skipped(run_dir, f"metrics.jsonl is unreadable ({type(err).__name__})")
+        return []
+    rows, bad = [], 0
+    for line in filter(None, lines):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if isinstance(row, dict) and isinstance(row.get("step"), (int, float)):
+            rows.append(row)
+        else:
+            bad += 1
+    if bad:
+        print(f"pazo: {run_dir}/metrics.jsonl: {bad} line(s) that are not metric rows left out", file=sys.stderr)
+    return rows
+
+
 def figure4(best, epsilon, note, out, written):
     chosen = best[(best.epsilon == epsilon) & best.method.isin(["dpzero", "pazo_m", "pazo_p", "pazo_s"])
                   & best.best_run.notna()]
@@ -113,9 +136,9 @@ def figure4(best, epsilon, note, out, written):
     fig, grid = panels(chosen, note)
     for ax, s, mine in grid:
         for _, row in mine.iterrows():
-            lines = (Path(row.best_run) / "metrics.jsonl").read_text().splitlines()
-            metrics = [json.loads(line) for line in lines if line]
-            points = [(m["step"], m["test_accuracy"]) for m in metrics if m.get("test_accuracy") is not None]
+            metrics = metric_rows(Path(row.best_run))
+            points = [(m["step"], m["test_accuracy"]) for m in metrics
+                      if isinstance(m.get("test_accuracy"), (int, float))]
             if points:
                 steps, acc = zip(*points)
                 ax.plot(steps, 100 * np.asarray(acc), label=LABELS[row.method])
@@ -170,7 +193,7 @@ def figure6(runs, epsilon, metric, selection, note, out, written):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweeps", nargs="+")
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--selection", default="val", choices=SELECTIONS,
@@ -178,9 +201,12 @@ def main(argv=None) -> int:
     parser.add_argument("--metric", default="final_accuracy", choices=["final_accuracy", "best_accuracy"])
     parser.add_argument("--out", default=str(ROOT / "outputs" / "figures"))
     args = parser.parse_args(argv)
+    if missing_dirs(args.sweeps):
+        print(f"pazo: error: no sweep directory {', '.join(missing_dirs(args.sweeps))}", file=sys.stderr)
+        return 2
     runs = load_runs(args.sweeps)
     if runs.empty:
-        print("no runs found", file=sys.stderr)
+        print(f"pazo: error: no usable run directory under {', '.join(args.sweeps)}", file=sys.stderr)
         return 1
     note = PROTOCOL[args.selection]
     try:

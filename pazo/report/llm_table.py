@@ -14,7 +14,6 @@ guarantee does not hold, do not count.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -22,14 +21,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from pazo.results import load_runs
+from pazo.commands import ArgumentParser
+from pazo.errors import ConfigError
+from pazo.results import load_runs, missing_dirs, read_json_object
 
 SEED_KEYS = ("dataset.data_seed",)
 
 
 def _exact_match(run_dir: str) -> float:
-    summary = json.loads((Path(run_dir) / "summary.json").read_text())
-    return (summary.get("final_test_metrics") or {}).get("exact_match", math.nan)
+    summary = read_json_object(Path(run_dir) / "summary.json")   # (load_runs has read it once)
+    value = (summary.get("final_test_metrics") or {}).get("exact_match", math.nan)
+    return value if isinstance(value, (int, float)) else math.nan
 
 
 def seed_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -47,8 +49,8 @@ def seed_table(runs: pd.DataFrame) -> pd.DataFrame:
         by_config = cell.groupby("setting_key")
         val = by_config.final_val_accuracy.mean()
         if val.isna().all():
-            raise SystemExit(f"llm_table: {task}/{method}/eps={eps}: no validation scores to select on "
-                             "(set dataset.n_val or val_k_shot)")
+            raise ConfigError(f"{task}/{method}/eps={eps}: no validation scores to select on "
+                              "(set dataset.n_val or val_k_shot)")
         best = cell[cell.setting_key == val.idxmax()]
         chosen = {k: v for k, v in json.loads(best.setting_key.iloc[0]).items() if k.startswith("method.")}
         rows.append({"task": task, "method": method, "epsilon": eps,
@@ -61,15 +63,25 @@ def seed_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("sweeps", nargs="+")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    missing = [s for s in args.sweeps if not Path(s).is_dir()]
+    missing = missing_dirs(args.sweeps)
     if missing:
-        print(f"llm_table: error: no sweep directory {', '.join(missing)}", file=sys.stderr)
+        print(f"pazo: error: no sweep directory {', '.join(missing)}", file=sys.stderr)
         return 2
-    table = seed_table(load_runs(args.sweeps))
+    runs = load_runs(args.sweeps)
+    try:
+        table = seed_table(runs)
+    except ConfigError as err:
+        print(f"pazo: error: {err}", file=sys.stderr)
+        return 2
+    if table.empty:
+        counts = ", ".join(f"{n} {s}" for s, n in runs.status.value_counts().items()) or "none readable"
+        print(f"pazo: error: nothing to tabulate below {', '.join(args.sweeps)}: no finished run whose guarantee "
+              f"holds (run directories: {counts})", file=sys.stderr)
+        return 1
     text = table.to_markdown(index=False, floatfmt=".4f")
     print(text)
     if args.out:

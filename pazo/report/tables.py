@@ -24,7 +24,6 @@ Written as Markdown, LaTeX and CSV.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -32,10 +31,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from pazo.commands import ArgumentParser
 from pazo import REPO_ROOT as ROOT
 from pazo.errors import ConfigError
 from pazo.results import (BENCHMARK_PAPER_SETTING, LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs,
-                          paper_values, select_configs)
+                          missing_dirs, paper_values, select_configs)
 
 PAPER_TABLE = {"cifar10": "1", "tiny_imagenet": "2", "imdb": "3", "mnli": "4"}
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
@@ -151,12 +151,41 @@ def q_table(best: pd.DataFrame, paper: pd.DataFrame):
     return long, pd.DataFrame(wide)
 
 
+#: numbers a benchmark row may carry that the tables format (each a number or null)
+BENCHMARK_NUMBERS = ("median_s", "p25_s", "p75_s", "peak_mem_mb", "floor_s", "floor_ratio", "paired_floor_ratio",
+                     "mem_ratio", "paired_speedup_over_dpsgd")
+
+
+def load_benchmark(path: Path) -> dict:
+    """A `pazo-bench methods` result file, checked for what the tables read: a ConfigError naming
+    the file and what is wrong (not JSON, no `results` list, a row without method and setting, a
+    number that is not one)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"benchmark result file {path} is unreadable or not JSON ({type(err).__name__}); "
+                          "run pazo-bench methods again to rewrite it") from None
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list) or not results:
+        raise ConfigError(f"benchmark result file {path} has no list of results (is it a pazo-bench methods file?)")
+    for i, row in enumerate(results):
+        if not (isinstance(row, dict) and isinstance(row.get("method"), str) and isinstance(row.get("setting"), str)):
+            raise ConfigError(f"benchmark result file {path}: result {i} has no method and setting")
+        bad = [k for k in BENCHMARK_NUMBERS if row.get(k) is not None and (
+            isinstance(row[k], bool) or not isinstance(row[k], (int, float)) or not math.isfinite(row[k]))]
+        if bad or ("median_s" in row and not (row.get("median_s") or 0) > 0):
+            raise ConfigError(f"benchmark result file {path}: result {i} ({row['method']}, {row['setting']}) has "
+                              f"{', '.join(f'{k}={row.get(k)!r}' for k in (bad or ['median_s']))}, not a positive "
+                              "finite number")
+    return data
+
+
 def benchmark_rows(paths: list[Path]) -> tuple[list[dict], str]:
     """Our methods' rows (not Opacus') of one or more `pazo-bench methods` result files, and a
     note naming each file's device and command."""
     rows, notes = [], []
     for path in paths:
-        data = json.loads(path.read_text())
+        data = load_benchmark(path)
         rows += [{**r, "paper_setting": r.get("paper_setting") or BENCHMARK_PAPER_SETTING.get(r["setting"])}
                  for r in data["results"] if r.get("impl", "pazo") == "pazo" and "median_s" in r]
         machine = data["machine"] if isinstance(data.get("machine"), dict) else data  # (files before `machine`)
@@ -264,7 +293,7 @@ def floor_table(paths: list[Path]):
     engine's peak memory over that of one no-grad forward of the same batch."""
     rows, note = benchmark_rows(paths)
     note = note.removesuffix(" Paper: L40S.")
-    forwards = {r["setting"]: r for p in paths for r in json.loads(p.read_text())["results"]
+    forwards = {r["setting"]: r for p in paths for r in load_benchmark(p)["results"]
                 if r["method"] == "forward" and "median_s" in r}   # the files' bare no-grad forward rows
     long, wide = [], []
     for s in dict.fromkeys(r["setting"] for r in rows):
@@ -347,7 +376,7 @@ def write(out: Path, name: str, title: str, frame: pd.DataFrame, long: list[dict
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweeps", nargs="*", help="sweep directories (outputs/sweeps/<name>)")
     parser.add_argument("--selection", default="val", choices=SELECTIONS,
                         help="val: select on validation accuracy, mean ± std over seeds (default); "
@@ -364,13 +393,23 @@ def main(argv=None) -> int:
         print(f"pazo: error: no benchmark result file {', '.join(missing)} (pazo-bench methods writes "
               "them, e.g. scripts/results/methods_cpu_digits.json)", file=sys.stderr)
         return 2
+    try:
+        for path in args.benchmark or []:
+            load_benchmark(Path(path))
+    except ConfigError as err:
+        print(f"pazo: error: {err}", file=sys.stderr)
+        return 2
+    if missing_dirs(args.sweeps):
+        print(f"pazo: error: no sweep directory {', '.join(missing_dirs(args.sweeps))}", file=sys.stderr)
+        return 2
     out, paper = Path(args.out), paper_values()
     all_excluded = []
     try:
         for sweep_dir in args.sweeps:
             runs = load_runs([sweep_dir])
             if runs.empty:
-                print(f"no runs under {sweep_dir}", file=sys.stderr)
+                print(f"pazo: error: no usable run directory (a config.yaml and, once run, a summary.json) "
+                      f"under {sweep_dir}", file=sys.stderr)
                 return 1
             name = Path(sweep_dir).name
             excluded = excluded_runs(runs, args.include_shuffle)

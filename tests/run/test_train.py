@@ -174,12 +174,18 @@ def test_cli_override_hydra_cannot_compose_is_one_line(override, message, tmp_pa
 
 
 def test_cli_bad_input_exits_with_one_clear_message(tmp_path):
-    out = _cli("privacy.epsilon=0", "logger.mode=disabled", f"hydra.run.dir={tmp_path}",
+    """A value out of range is refused before Hydra makes the run directory; one that only the data
+    can refuse (a batch larger than the private set) is refused before compute and also logged."""
+    out = _cli("privacy.epsilon=0", "logger.mode=disabled", f"hydra.run.dir={tmp_path}/early",
+               env_extra={"PAZO_CACHE_DIR": str(tmp_path / "c")})
+    assert out.returncode == 2 and not (tmp_path / "early").exists()
+    assert out.stderr.strip() == "pazo: error: privacy.epsilon must be a positive number, got 0.0"
+    out = _cli("train.batch_size=100000", "logger.mode=disabled", f"hydra.run.dir={tmp_path}",
                env_extra={"PAZO_CACHE_DIR": str(tmp_path / "c")})
     assert out.returncode == 2
-    assert "pazo: error: privacy.epsilon must be a positive number" in out.stderr
+    assert "pazo: error: train.batch_size=100000 exceeds the" in out.stderr
     assert "Traceback" not in out.stderr and "pazo: error" not in out.stdout
-    assert "[ERROR] - pazo: error: privacy.epsilon must be a positive number" in (tmp_path / "train.log").read_text()
+    assert "[ERROR] - pazo: error: train.batch_size=100000 exceeds" in (tmp_path / "train.log").read_text()
 
 
 def test_cli_multirun_deterministic_dirs_and_failures_do_not_stop_the_sweep(tmp_path):
