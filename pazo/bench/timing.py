@@ -2,6 +2,7 @@
 their peak memory, and the result record with the machine they ran on."""
 from __future__ import annotations
 
+import datetime
 import os
 import platform
 import statistics
@@ -71,9 +72,10 @@ def paired_times(first, second, device, iters) -> list[tuple[float, float]]:
 
 
 def result_record(device: torch.device, rows: list) -> dict:
-    """A benchmark's result file: its rows beside the command, commit, device, torch threads, load
-    average, torch version and platform they were measured with."""
+    """A benchmark's result file: its rows beside the command, commit, date (UTC), device, torch
+    threads, load average, torch version and platform they were measured with."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{os.cpu_count()}"
-    return {"command": command_line(), "commit": git_commit(), "device": name,
+    date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    return {"command": command_line(), "commit": git_commit(), "date": date, "device": name,
             "threads": torch.get_num_threads(), "load_average": os.getloadavg(), "torch": torch.__version__,
             "platform": platform.platform(), "results": rows}
