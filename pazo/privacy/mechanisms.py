@@ -213,20 +213,20 @@ class JointClipPrivatizer(ScalarRelease):
         return self.spec.sensitivity * self.spec.sigma * _noise_factor()
 
     def clipped(self, rows: Sequence[Sequence[float]]) -> list[list[float]]:
-        """The rows with each example's column scaled to L2 norm at most C (NaN stays NaN; infinite
-        entries share the norm C, the finite ones of that column become 0)."""
+        """The rows with each example's column scaled to L2 norm at most C: a NaN stays NaN and the
+        column's other entries are clipped together; infinite entries share the norm C, the finite
+        ones of their column become 0 (for one value: the clamp to [-C, C])."""
         if _debug_break == "no_clip":  # debug break: no clipping
             return [list(row) for row in rows]
         c = self.spec.clip
         columns = []
         for column in zip(*rows):
-            norm = math.hypot(*column)
-            if math.isinf(norm):  # along its infinite entries, at norm C (as a clamp does for one value)
-                column = [math.copysign(1.0, v) if math.isinf(v) else 0.0 for v in column]
-                norm = math.hypot(*column)
-                column = [c * (v / norm) for v in column]
-            elif norm > c:
-                column = [c * (v / norm) for v in column]
+            norm = math.hypot(*(v for v in column if not math.isnan(v)))
+            if math.isinf(norm):  # along its infinite entries
+                column = [v if math.isnan(v) else math.copysign(1.0, v) if math.isinf(v) else 0.0 for v in column]
+                norm = math.hypot(*(v for v in column if not math.isnan(v)))
+            if norm > c:
+                column = [c * (v / norm) for v in column]   # NaN / norm stays NaN
             columns.append(column)
         return [list(row) for row in zip(*columns)] if columns else [[] for _ in rows]
 

@@ -58,6 +58,10 @@ def test_one_query_releases_what_the_scalar_privatiser_does():
         assert joint.release([row]) == scalar.release([row])
     nan = joint.clipped([[math.nan, 1.0]])[0]
     assert math.isnan(nan[0]) and nan[1] == 0.3
+    nan, big, inf = joint.clipped([[math.nan, 3.0, math.inf], [4.0, 4.0, 2.0], [math.nan, 0.0, -math.inf]])
+    assert math.isnan(nan[0]) and big[0] == 0.3 and math.isnan(inf[0])      # NaN leaves the rest clipped
+    assert big[1:] == [0.3 * 0.8, 0.0] and nan[1] == 0.3 * 0.6
+    assert inf[2] == pytest.approx(-0.3 / math.sqrt(2)) and nan[2] == -inf[2] and big[2] == 0.0
 
 
 def test_each_examples_vector_is_clipped_to_c_in_l2_norm():
