@@ -22,9 +22,10 @@ DP-SGD with per-sample-gradient hooks and with ghost clipping, on a copy of the 
 and clip.
 
 A zeroth-order method's floor is the bare passes it needs, each timed alone in the same subprocess
-just before the method: its private forwards (2q, or k + 1 for PAZO-S) at the median time of one
-no-grad forward of the private batch, plus its public passes (the gradient of one batch of b' examples
-for PAZO-M, of k batches for PAZO-P/S, in one pass or one by one as the method takes them: `public_s`).
+just before the method: its private forwards (2q, so 2K for DP-AggZO's K directions, or k + 1 for
+PAZO-S) at the median time of one no-grad forward of the private batch, plus its public passes (the
+gradient of one batch of b' examples for PAZO-M, of k batches for PAZO-P/S, in one pass or one by
+one as the method takes them: `public_s`).
 `floor_ratio` is the method's median over that floor; `paired_floor_ratio` the median, over `iters`
 pairs, of one step's time over the time of its bare passes run back to back just before it (robust
 to a machine whose speed drifts, as a shared one does); `mem_ratio` its peak memory over the peak of
@@ -58,8 +59,8 @@ from pazo.methods.base import public_grads_batched
 from pazo.models import build_model
 
 DEFAULT_SETTINGS = "digits,cifar_shape"
-METHODS = ["sgd", "dpsgd", "dpmd", "dope_sgd", "gep", "mezo", "dpzero", "pazo_m", "pazo_p", "pazo_p_prime",
-           "pazo_s"]
+METHODS = ["sgd", "dpsgd", "dpmd", "dope_sgd", "gep", "mezo", "dpzero", "dp_aggzo", "pazo_m", "pazo_p",
+           "pazo_p_prime", "pazo_s"]
 
 
 def forward_floor(setting, device, warmup, iters, model=None):

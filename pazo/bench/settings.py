@@ -36,7 +36,8 @@ MASK_ID = 50264  # roberta-base's <mask>
 # which column of the paper's Table 5 a setting corresponds to (pazo.results)
 PAPER_SETTING = BENCHMARK_PAPER_SETTING
 # private forward passes per step of each zeroth-order method: its floor is that many bare forwards
-FORWARDS = {"mezo": lambda m: 2 * m.q, "dpzero": lambda m: 2 * m.q, "pazo_m": lambda m: 2 * m.q,
+FORWARDS = {"mezo": lambda m: 2 * m.q, "dpzero": lambda m: 2 * m.q, "dp_aggzo": lambda m: 2 * m.q,
+            "pazo_m": lambda m: 2 * m.q,
             "pazo_p": lambda m: 2 * m.q, "pazo_p_prime": lambda m: 2 * m.q,
             "pazo_s": lambda m: m.k + int(m.noisy_candidate)}
 # public forward-and-backward passes (of b' examples each) per step

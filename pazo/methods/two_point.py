@@ -18,7 +18,8 @@ from typing import NamedTuple
 import torch
 
 from pazo.methods.base import Method, MethodConfig, at_least_one, one_of, positive, require
-from pazo.privacy.mechanisms import NoiseSpec, Release, ScalarPrivatizer, exact_sum, noise_generator, rounded_to
+from pazo.privacy.mechanisms import (NoiseSpec, Release, ScalarPrivatizer, ScalarRelease, exact_sum, noise_generator,
+                                     rounded_to)
 from pazo.zo.directions import Directions, SeededDirections, orthogonal_directions, resolve_radius
 from pazo.zo.engines import apply_directional_update
 
@@ -67,7 +68,16 @@ class TwoPointMethod(Method):
         dim = self.model.dim   # orthogonal directions: q of them must fit in the model's dimension
         require(getattr(cfg, "direction", None) != "orthogonal" or cfg.q <= dim,
                 f"method.q={cfg.q} orthogonal directions do not fit in the model's {dim} parameters: use q <= {dim}")
-        self.privatizer = ScalarPrivatizer(self.noise_spec(ctx.noise), cfg.q, noise_generator(ctx.streams))
+        self.privatizer = self.make_privatizer(self.noise_spec(ctx.noise), noise_generator(ctx.streams))
+
+    def make_privatizer(self, spec: NoiseSpec, generator: torch.Generator) -> ScalarRelease:
+        """The release of a step's rows of per-example scalars: each clipped alone, the noise split
+        over the q rows (DP-AggZO clips each example's q values together)."""
+        return ScalarPrivatizer(spec, self.cfg.q, generator)
+
+    def privatize(self, finite_differences: list[list[float]]) -> list[float]:
+        """The q noisy s_j from the per-example finite differences (rows: directions)."""
+        return self.privatizer.release(finite_differences)
 
     def noise_spec(self, spec: NoiseSpec) -> NoiseSpec:
         """The noise specification of the scalars (DP-ZO rescales the clip)."""
@@ -93,7 +103,7 @@ class TwoPointMethod(Method):
         losses = host_lists(rows)
         plus, minus = losses[0::2], losses[1::2]
         finite_differences = [[(p - m) / (2 * lam) for p, m in zip(fp, fm)] for fp, fm in zip(plus, minus)]
-        s = rounded_to(self.privatizer.release(finite_differences), rows[0].dtype)
+        s = rounded_to(self.privatize(finite_differences), rows[0].dtype)
         return Estimate(s, losses, rows[0].dtype, rows[0].device)
 
     def descend(self, u: Directions, coefs: list[float]) -> None:

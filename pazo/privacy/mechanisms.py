@@ -1,9 +1,10 @@
 """Every noise draw that protects the private data, and what one step releases.
 
 An auditor reads this file to see all of them: the scalar privatiser of the zeroth-order methods
-(MeZO/DPZero/DP-ZO/PAZO-M/P/S), the vector privatiser of the first-order ones (DP-SGD, DPMD,
-DOPE-SGD, GEP) and DP-ZOGD's isotropic parameter noise. All draw from the run's `noise` stream
-(`noise_generator`), never from the streams that choose batches or directions.
+(MeZO/DPZero/DP-ZO/PAZO-M/P/S), DP-AggZO's jointly clipped scalars, the vector privatiser of the
+first-order ones (DP-SGD, DPMD, DOPE-SGD, GEP) and DP-ZOGD's isotropic parameter noise. All draw
+from the run's `noise` stream (`noise_generator`), never from the streams that choose batches or
+directions.
 
 Scalars. Each query of a step is a vector of per-example scalars (a finite difference, or a loss). It is
 clipped to [-C, C] per example, summed, noised and divided by the *expected* batch size b (the
@@ -14,6 +15,11 @@ add/remove adjacency, 2C under replace-one).
   together one Gaussian mechanism with multiplier sigma.
 * Laplace: Laplace(0, queries S sigma) per query; by basic composition the step is (1/sigma)-DP
   on the batch (for Laplace noise the scale grows with the number of queries, not its root).
+
+Jointly clipped scalars (DP-AggZO). Each example's values of the Q queries form one Q-vector,
+scaled to L2 norm at most C; the Q sums are noised with N(0, (S sigma)^2) each (one Gaussian
+mechanism on a Q-vector of sensitivity S) and divided by b. With Q = 1 it is the Gaussian scalar
+privatiser, draw for draw.
 
 Vectors. Each per-example vector is scaled to norm at most C (`clip_factors`, used by the
 first-order methods' per-example machinery) before the sum is noised.
@@ -46,11 +52,15 @@ class Release:
              (std sqrt(queries) * S * sigma each): together one Gaussian mechanism.
     mechanisms: independent Gaussian mechanisms per step, each with multiplier sigma.
     noise: "gaussian", or "laplace" (scale queries * S * sigma per query: a (1/sigma)-DP step).
+    joint_clip: each example's values of the queries are clipped together, as one vector of L2 norm
+             at most C (DP-AggZO): the noise is not split, S * sigma on each sum (still one Gaussian
+             mechanism with multiplier sigma).
     """
 
     queries: int
     mechanisms: int = 1
     noise: str = "gaussian"
+    joint_clip: bool = False
 
 
 DEBUG_BREAKS = ("noise_div10", "no_clip", "noise_from_direction_seed")
@@ -177,6 +187,58 @@ class ScalarPrivatizer(ScalarRelease):
         sums = [exact_sum(self.clipped(row)) for row in rows]
         b = self.spec.expected_batch_size
         return [(s + z) / b for s, z in zip(sums, self._noise(len(sums)))]
+
+
+class JointClipPrivatizer(ScalarRelease):
+    """DP-AggZO's release: rows of per-example scalars (one row per query), each example's column
+    of Q values clipped as one vector to L2 norm C, the Q sums each given N(0, (S sigma)^2) and
+    divided by the expected batch size b.
+
+    Adding or removing one example moves the vector of sums by at most C in L2 norm, so the Q noisy
+    sums are one Gaussian mechanism with multiplier sigma (sensitivity S: C, or 2C replace-one).
+    Python floats and exact sums as in `ScalarPrivatizer`, and the same draws: with one query it
+    releases what the Gaussian `ScalarPrivatizer` does, bit for bit (a value of norm above C is
+    scaled as C * (v / |v|) = +-C)."""
+
+    def __init__(self, spec: NoiseSpec, generator: torch.Generator | None):
+        if spec.mechanism != "gaussian":
+            raise ValueError("joint clipping is a Gaussian mechanism")
+        self.spec, self.generator = spec, generator
+
+    @property
+    def noise_scale(self) -> float:
+        """Gaussian std of the noise on each *sum* (before dividing by b): S sigma, not split."""
+        if not self.spec.private:
+            return 0.0
+        return self.spec.sensitivity * self.spec.sigma * _noise_factor()
+
+    def clipped(self, rows: Sequence[Sequence[float]]) -> list[list[float]]:
+        """The rows with each example's column scaled to L2 norm at most C: a NaN stays NaN and the
+        column's other entries are clipped together; infinite entries share the norm C, the finite
+        ones of their column become 0 (for one value: the clamp to [-C, C])."""
+        if _debug_break == "no_clip":  # debug break: no clipping
+            return [list(row) for row in rows]
+        c = self.spec.clip
+        columns = []
+        for column in zip(*rows):
+            norm = math.hypot(*(v for v in column if not math.isnan(v)))
+            if math.isinf(norm):  # along its infinite entries
+                column = [v if math.isnan(v) else math.copysign(1.0, v) if math.isinf(v) else 0.0 for v in column]
+                norm = math.hypot(*(v for v in column if not math.isnan(v)))
+            if norm > c:
+                column = [c * (v / norm) for v in column]   # NaN / norm stays NaN
+            columns.append(column)
+        return [list(row) for row in zip(*columns)] if columns else [[] for _ in rows]
+
+    def release(self, rows: Sequence[Sequence[float]]) -> list[float]:
+        """rows: per query, the per-example scalars -> per query (sum_i clip_C(v_i)_j + noise) / b,
+        float64; non-private: the plain mean over the realised batch."""
+        if not self.spec.private:
+            return [exact_sum(row) / len(row) if len(row) else 0.0 for row in rows]
+        sums = [exact_sum(row) for row in self.clipped(rows)]
+        scale, b = self.noise_scale, self.spec.expected_batch_size
+        noise = [scale * z for z in torch.randn(len(sums), generator=self.generator, dtype=torch.float64).tolist()]
+        return [(s + z) / b for s, z in zip(sums, noise)]
 
 
 def exact_sum(values: Iterable[float]) -> float:

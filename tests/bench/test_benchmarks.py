@@ -65,7 +65,7 @@ def test_step_ops_count_what_a_step_does_besides_its_floor(tmp_path):
                            "--out", str(tmp_path / "o.json")], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.splitlines()[-1].endswith(
-        "error: unknown method 'sgd'; choices: mezo, dpzero, pazo_m, pazo_p, pazo_p_prime, pazo_s")
+        "error: unknown method 'sgd'; choices: mezo, dpzero, dp_aggzo, pazo_m, pazo_p, pazo_p_prime, pazo_s")
     assert not (tmp_path / "o.json").exists()
 
 

@@ -324,6 +324,15 @@ def test_tiny_runs_of_dp_zo_pazo_p_and_pazo_s_on_the_sst2_setting(root, hydra_cf
     assert s["data"]["task"] == "sst2" and s["data"]["n_public"] == (8 if method != "dp_zo" else 0)
 
 
+def test_tiny_float16_run_of_dp_aggzo_on_the_sst2_setting(root, hydra_cfg, tmp_path):
+    """The authors' OPT setting in miniature: float16 weights, in-place queries built on the fly (the
+    parameters never written between queries), K = 3 directions jointly clipped."""
+    s = run(run_cfg(hydra_cfg, root, "dataset=sst2", "method=dp_aggzo", "method.q=3", "model.dtype=float16",
+                    "engine.name=inplace"), tmp_path / "dp_aggzo")
+    check_private_run(s, "dp_aggzo")
+    assert s["engine"]["half_precision_queries"].startswith("on the fly") and s["privacy"]["queries"] == 3
+
+
 def test_tiny_run_of_dp_zo_on_the_squad_setting(root, hydra_cfg, tmp_path):
     s = run(run_cfg(hydra_cfg, root, "dataset=squad", "method=dp_zo", "engine.name=inplace", "dataset.test_size=4",
                     "dataset.max_new_tokens=4", "model.lora.enabled=true"), tmp_path / "squad")
@@ -335,6 +344,7 @@ def test_tiny_run_of_dp_zo_on_the_squad_setting(root, hydra_cfg, tmp_path):
 
 @pytest.mark.parametrize("method, cfg", [
     ("dp_zo", {"lr": 1e-2, "clip": 0.02, "q": 2}),
+    ("dp_aggzo", {"lr": 1e-2, "clip": 1.0, "q": 3}),
     ("pazo_m", {"lr": 1e-2, "clip": 1.0, "public_batch_size": 4}),
     ("pazo_p", {"lr": 1e-2, "clip": 1.0, "k": 2, "public_batch_size": 4}),
     ("pazo_s", {"lr": 1e-2, "clip": 1.0, "k": 2, "public_batch_size": 4}),
