@@ -24,6 +24,7 @@ import math
 
 from scipy.stats import binom
 
+from pazo.audit.fdp import epsilon_lower_bound_fdp
 from pazo.errors import ConfigError
 
 
@@ -93,7 +94,7 @@ def audit_guesses(scores, included, beta: float, delta: float,
     grid = grid or guess_grid(m)
     order = sorted(range(m), key=lambda i: scores[i])  # ascending; ties broken by index
     level = beta / len(grid)
-    best = None
+    best, best_fdp = None, None
     for k_in, k_out in grid:
         guess_in, guess_out = order[m - k_in:], order[:k_out]
         correct = sum(bool(included[i]) for i in guess_in) + sum(not included[i] for i in guess_out)
@@ -103,5 +104,11 @@ def audit_guesses(scores, included, beta: float, delta: float,
                "guesses_out": k_out}
         if best is None or bound > best["epsilon_lower_bound"]:
             best = row
+        # the f-DP bound on the same guesses, under the same union bound
+        fdp = epsilon_lower_bound_fdp(m, r, correct, delta, level) if 2 * correct > r else 0.0
+        if best_fdp is None or fdp > best_fdp["epsilon_lower_bound_fdp"]:
+            best_fdp = {"epsilon_lower_bound_fdp": fdp, "fdp_guesses": r, "fdp_correct": correct}
     ceiling = max(epsilon_lower_bound(m, k_in + k_out, k_in + k_out, delta, level) for k_in, k_out in grid)
-    return {**best, "confidence": 1 - beta, "tests": len(grid), "per_test_beta": level, "ceiling": ceiling}
+    ceiling_fdp = max(epsilon_lower_bound_fdp(m, k_in + k_out, k_in + k_out, delta, level) for k_in, k_out in grid)
+    return {**best, **best_fdp, "confidence": 1 - beta, "tests": len(grid), "per_test_beta": level,
+            "ceiling": ceiling, "ceiling_fdp": ceiling_fdp}
