@@ -74,12 +74,16 @@ def epsilon_lower_bound(m: int, r: int, v: int, delta: float, beta: float = 0.05
     return lo
 
 
-def guess_grid(m: int, fractions=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5)) -> list[tuple[int, int]]:
+def guess_grid(m: int, fractions=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5),
+               in_only=(0.005, 0.015, 0.03, 0.04)) -> list[tuple[int, int]]:
     """The (guesses "in", guesses "out") pairs an audit tries, fixed before it sees any score:
     k "in" guesses on the highest scores, and either no "out" guess or k on the lowest, for k a
-    fraction of m (at least 1, at most m / 2)."""
-    ks = sorted({min(max(1, round(f * m)), m // 2) for f in fractions} - {0})
-    return [(k, out) for k in ks for out in (0, k)]
+    fraction of m (at least 1, at most m / 2); and, finer among the few, k "in" guesses alone (a
+    white box that reads a few canaries for certain and knows nothing of the rest)."""
+    def count(f):
+        return min(max(1, round(f * m)), m // 2)
+    pairs = {(count(f), out) for f in fractions for out in (0, count(f))} | {(count(f), 0) for f in in_only}
+    return sorted(p for p in pairs if p[0] > 0)
 
 
 def audit_guesses(scores, included, beta: float, delta: float,
