@@ -106,7 +106,7 @@ def enumerate_runs(spec: dict) -> list[Run]:
     runs = []
     for setting in spec["settings"]:
         # grid: false = every method at its own defaults (the setting is the data set), only the spec's axes
-        grid = (load_yaml(setting, SWEEPS / "grids", "grid") if spec["grid"]
+        grid = (load_yaml(setting, SWEEPS / "grids", "grid") if spec.get("grid", True)
                 else {"experiment": None, "methods": {m: {} for m in spec["methods"]}})
         for method in spec["methods"]:
             if method not in grid["methods"]:
