@@ -3,10 +3,12 @@
 Before any run starts, every run's config is composed and validated (`check`): a typo in an
 override, a bad grid value or an unknown method is one error line, not a sweep of failed runs.
 A sweep spec (`configs/sweeps/<name>.yaml`) names settings, methods, epsilons, seeds and extra
-axes; each setting's per-method grid comes from `configs/sweeps/grids/<setting>.yaml`. Every
+axes; each setting's per-method grid comes from `configs/sweeps/grids/<setting>.yaml` (or, with
+`grid: false`, every method runs at its defaults on the data set named by the setting). A spec
+with `entry: audit` runs `python -m pazo.audit` (the privacy audit) instead of training. Every
 combination is one run with a deterministic directory `<out>/<sweep>/<setting>/<method>/<eps>/<values>`,
 so relaunching a sweep finds its earlier runs: runs whose `summary.json` says finished are
-skipped, the rest are (re)run. Each run is a `python -m pazo.train` subprocess (a crash or
+skipped, the rest are (re)run. Each run is a `python -m pazo.train` (or `pazo.audit`) subprocess (a crash or
 out-of-memory ends that run only), launched one after another, several at once with joblib, or
 as a SLURM array through submitit. W&B groups runs by `<sweep>/<setting>`.
 """
@@ -42,7 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "configs" / "sweeps"
 log = logging.getLogger("pazo.sweep")  # not __name__: that is "__main__" under `python -m pazo.sweep`
 LAUNCHERS = ("sequential", "joblib", "submitit")
-SPEC_KEYS = {"name", "table", "settings", "methods", "nonprivate", "epsilons", "seeds", "extra"}
+SPEC_KEYS = {"name", "table", "settings", "methods", "nonprivate", "epsilons", "seeds", "extra", "entry", "grid"}
+#: what a run is: `python -m pazo.<entry>`, and the config it composes
+ENTRIES = {"train": "config", "audit": "audit"}
 
 
 def fmt(value) -> str:
@@ -132,6 +136,12 @@ def load_spec(name_or_path: str) -> dict:
     spec.setdefault("nonprivate", [])
     spec.setdefault("seeds", [0])
     spec.setdefault("extra", {})
+    spec.setdefault("entry", "train")
+    spec.setdefault("grid", True)
+    if spec["entry"] not in ENTRIES:
+        raise ConfigError(f"sweep {name_or_path}: unknown entry {spec['entry']!r}; choices: {', '.join(ENTRIES)}")
+    if not isinstance(spec["grid"], bool):
+        raise ConfigError(f"sweep {name_or_path}: grid must be true or false, got {spec['grid']!r}")
     return spec
 
 
@@ -199,7 +209,9 @@ def check_launcher(launcher: dict) -> None:
 def enumerate_runs(spec: dict) -> list[Run]:
     runs = []
     for setting in spec["settings"]:
-        grid = load_grid(setting)
+        # grid: false = every method at its own defaults (the setting is the data set), only the spec's axes
+        grid = (load_grid(setting) if spec.get("grid", True)
+                else {"experiment": None, "methods": {m: {} for m in spec["methods"]}})
         for method in spec["methods"]:
             if method not in grid["methods"]:
                 raise ConfigError(f"grid {setting} has no method {method!r}; it has {', '.join(grid['methods'])}")
@@ -251,8 +263,9 @@ class _UserOverrideError(ConfigError):
 class _Checker:
     """Composes the real config tree and sets a run's values as its command line would."""
 
-    def __init__(self, extra: list[str]):
+    def __init__(self, extra: list[str], config_name: str = "config"):
         self.parser, self.extra, self._values = OverridesParser.create(), extra, {}
+        self.config_name = config_name
         try:
             self.extra_keys = {o.key_or_group for o in self.parser.parse_overrides(extra)}
         except HydraException as err:
@@ -260,7 +273,7 @@ class _Checker:
 
     def compose(self, overrides: list[str]):
         try:
-            return compose(config_name="config", overrides=overrides)
+            return compose(config_name=self.config_name, overrides=overrides)
         except HydraException as err:
             if not str(err).startswith("Could not override '"):
                 raise ConfigError(_one_line(err)) from None
@@ -268,7 +281,7 @@ class _Checker:
         line = next((o for o in overrides if o.partition("=")[0] == key), key)
         parent = key.rpartition(".")[0]
         try:    # name the keys that do exist there
-            cfg = compose(config_name="config", overrides=[o for o in overrides if o != line])
+            cfg = compose(config_name=self.config_name, overrides=[o for o in overrides if o != line])
             node = OmegaConf.select(cfg, parent) if parent else cfg
         except HydraException:
             node = None
@@ -295,7 +308,7 @@ class _Checker:
             node[name] = self._values[line]
 
 
-def check(runs: list[Run], extra: list[str]) -> int:
+def check(runs: list[Run], extra: list[str], entry: str = "train") -> int:
     """Compose and validate every run's config (Hydra, then `pazo.validate.validate_config`) before
     any run starts; raise one ConfigError naming the commonest problem and how many runs have it.
 
@@ -307,7 +320,7 @@ def check(runs: list[Run], extra: list[str]) -> int:
     from pazo.validate import validate_config  # imports torch (seconds): not needed by --help
 
     errors = (ValueError, KeyError, AttributeError, OmegaConfBaseException, HydraException)
-    checker, groups, problems = _Checker(extra), {}, {}
+    checker, groups, problems = _Checker(extra, ENTRIES[entry]), {}, {}
     for run in runs:
         choices = tuple((k, v) for k, v in run.params if "." not in k)
         groups.setdefault((run.setting, run.experiment, run.method, run.epsilon is None, choices), []).append(run)
@@ -346,8 +359,8 @@ def status(run_dir: Path) -> str:
     return "incomplete" if run_dir.exists() else "new"
 
 
-def command(run: Run, run_dir: Path, extra: list[str]) -> list[str]:
-    return [sys.executable, "-m", "pazo.train", *run.overrides(), f"sweep_name={run.sweep}",
+def command(run: Run, run_dir: Path, extra: list[str], entry: str = "train") -> list[str]:
+    return [sys.executable, "-m", f"pazo.{entry}", *run.overrides(), f"sweep_name={run.sweep}",
             f"logger.group={run.sweep}/{run.setting}", f"logger.name='{run.run_id}'",
             f"hydra.run.dir='{run_dir}'", *extra]
 
@@ -474,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         launcher = {**load_yaml(args.launcher, SWEEPS / "launchers", "launcher"), **parse_sets(args.set)}
         check_launcher(launcher)
         t0 = time.time()
-        composed = check(runs, args.overrides)
+        composed = check(runs, args.overrides, spec["entry"])
     except ConfigError as err:
         log.error(f"pazo: error: {err}")
         return 2
@@ -482,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     planned = [(r, sweep_dir / r.run_id) for r in runs]
     states = {d: status(d) for _, d in planned}
     done = {"finished", "failed"} if args.skip_failed else {"finished"}
-    todo = [(r, d, command(r, d, args.overrides)) for r, d in planned if states[d] not in done]
+    todo = [(r, d, command(r, d, args.overrides, spec["entry"])) for r, d in planned if states[d] not in done]
     counts = {s: list(states.values()).count(s) for s in ("finished", "failed", "incomplete", "new")}
     log.info(f"sweep {spec['name']}: {len(runs)} runs in {sweep_dir} "
              f"({', '.join(f'{v} {k}' for k, v in counts.items() if v)}); {len(todo)} to run; "

@@ -24,6 +24,7 @@ import math
 
 from scipy.stats import binom
 
+from pazo.audit.fdp import epsilon_lower_bound_fdp
 from pazo.errors import ConfigError
 
 
@@ -73,12 +74,16 @@ def epsilon_lower_bound(m: int, r: int, v: int, delta: float, beta: float = 0.05
     return lo
 
 
-def guess_grid(m: int, fractions=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5)) -> list[tuple[int, int]]:
+def guess_grid(m: int, fractions=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5),
+               in_only=(0.005, 0.015, 0.03, 0.04)) -> list[tuple[int, int]]:
     """The (guesses "in", guesses "out") pairs an audit tries, fixed before it sees any score:
     k "in" guesses on the highest scores, and either no "out" guess or k on the lowest, for k a
-    fraction of m (at least 1, at most m / 2)."""
-    ks = sorted({min(max(1, round(f * m)), m // 2) for f in fractions} - {0})
-    return [(k, out) for k in ks for out in (0, k)]
+    fraction of m (at least 1, at most m / 2); and, finer among the few, k "in" guesses alone (a
+    white box that reads a few canaries for certain and knows nothing of the rest)."""
+    def count(f):
+        return min(max(1, round(f * m)), m // 2)
+    pairs = {(count(f), out) for f in fractions for out in (0, count(f))} | {(count(f), 0) for f in in_only}
+    return sorted(p for p in pairs if p[0] > 0)
 
 
 def audit_guesses(scores, included, beta: float, delta: float,
@@ -93,7 +98,7 @@ def audit_guesses(scores, included, beta: float, delta: float,
     grid = grid or guess_grid(m)
     order = sorted(range(m), key=lambda i: scores[i])  # ascending; ties broken by index
     level = beta / len(grid)
-    best = None
+    best, best_fdp = None, None
     for k_in, k_out in grid:
         guess_in, guess_out = order[m - k_in:], order[:k_out]
         correct = sum(bool(included[i]) for i in guess_in) + sum(not included[i] for i in guess_out)
@@ -103,5 +108,11 @@ def audit_guesses(scores, included, beta: float, delta: float,
                "guesses_out": k_out}
         if best is None or bound > best["epsilon_lower_bound"]:
             best = row
+        # the f-DP bound on the same guesses, under the same union bound
+        fdp = epsilon_lower_bound_fdp(m, r, correct, delta, level) if 2 * correct > r else 0.0
+        if best_fdp is None or fdp > best_fdp["epsilon_lower_bound_fdp"]:
+            best_fdp = {"epsilon_lower_bound_fdp": fdp, "fdp_guesses": r, "fdp_correct": correct}
     ceiling = max(epsilon_lower_bound(m, k_in + k_out, k_in + k_out, delta, level) for k_in, k_out in grid)
-    return {**best, "confidence": 1 - beta, "tests": len(grid), "per_test_beta": level, "ceiling": ceiling}
+    ceiling_fdp = max(epsilon_lower_bound_fdp(m, k_in + k_out, k_in + k_out, delta, level) for k_in, k_out in grid)
+    return {**best, **best_fdp, "confidence": 1 - beta, "tests": len(grid), "per_test_beta": level,
+            "ceiling": ceiling, "ceiling_fdp": ceiling_fdp}

@@ -29,8 +29,11 @@ privatiser (`pazo.privacy.mechanisms`), exactly as a private example's does.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
+from scipy.stats import binom
 
 from pazo.data.base import TensorSplit
 from pazo.errors import ConfigError
@@ -101,6 +104,7 @@ class _WhiteBox:
         self.step = 0                                # the current step (set by the audit loop)
         self.releases: list[torch.Tensor] = []       # per call, what the auditor sees (noisy sums)
         self.steps: list[int] = []                   # per call, its step
+        self.neutralises = False                     # worst case: the real examples' contributions dropped
 
     def __getattr__(self, name):
         """The privatiser's data (spec, noise scale) read through; its methods are not: each one
@@ -137,6 +141,21 @@ class _WhiteBox:
         return self._score(releases).numpy(), info
 
 
+def replay_scalar_noise(spec, releases: list[torch.Tensor], seeds: dict[str, int]) -> list[torch.Tensor]:
+    """The standard draws the scalar privatiser would have made, in order, had its noise come from
+    the direction stream's (public) seed."""
+    gen = torch.Generator(device="cpu")  # the scalar privatiser draws on the CPU
+    gen.manual_seed(seeds["directions"])
+    draws = []
+    for r in releases:
+        if spec.mechanism == "laplace":
+            u = torch.rand(r.shape, generator=gen, dtype=torch.float64) - 0.5
+            draws.append(-torch.sign(u) * torch.log1p(-2 * u.abs()))
+        else:
+            draws.append(torch.randn(r.shape, generator=gen, dtype=torch.float64))
+    return draws
+
+
 class ScalarCanaries(_WhiteBox, ScalarRelease):
     """Wraps a zeroth-order method's `ScalarPrivatizer`: appends the sampled canaries' scalars to
     each release's rows of per-example values, lets the privatiser clip, sum and noise them, and
@@ -158,16 +177,7 @@ class ScalarCanaries(_WhiteBox, ScalarRelease):
         return out
 
     def replay_noise(self, seeds, device):
-        gen = torch.Generator(device="cpu")  # the scalar privatiser draws on the CPU
-        gen.manual_seed(seeds["directions"])
-        draws = []
-        for r in self.releases:
-            if self.inner.spec.mechanism == "laplace":
-                u = torch.rand(r.shape, generator=gen, dtype=torch.float64) - 0.5
-                draws.append(-torch.sign(u) * torch.log1p(-2 * u.abs()))
-            else:
-                draws.append(torch.randn(r.shape, generator=gen, dtype=torch.float64))
-        return draws
+        return replay_scalar_noise(self.inner.spec, self.releases, seeds)
 
     def _score(self, releases):
         """sum of s_i * release over the released values, each step's values first centred on their
@@ -186,8 +196,10 @@ class VectorCanaries(_WhiteBox):
     `clip_factors` as the real per-example gradients are, to the clipped sum before the noise, and
     records the noisy sum on the canaries' coordinates."""
 
-    def __init__(self, inner: VectorPrivatizer, m: int, scale: float, design: np.random.Generator, dim: int):
+    def __init__(self, inner: VectorPrivatizer, m: int, scale: float, design: np.random.Generator, dim: int,
+                 neutralise: bool = False):
         super().__init__(inner, m, scale, design)
+        self.neutralises = neutralise  # worst case: the real examples' clipped gradients replaced by 0
         if m > dim:
             raise ConfigError(f"audit.canaries={m} exceeds the model's {dim} parameters (one coordinate per "
                               "white-box canary)")
@@ -202,7 +214,7 @@ class VectorCanaries(_WhiteBox):
         present = torch.as_tensor(self.present, dtype=torch.long)
         raw = (self.scale * clip * signs[present]).to(dtype=clipped_sum.dtype, device=clipped_sum.device)
         coords = self.coords[present].to(clipped_sum.device)
-        total = clipped_sum.clone()
+        total = torch.zeros_like(clipped_sum) if self.neutralises else clipped_sum.clone()
         total.index_add_(0, coords, raw * clip_factors(raw.abs(), clip))
         out = self.inner(total, clip)
         self.releases.append(out.detach()[self.coords.to(out.device)].double().cpu()
@@ -218,3 +230,124 @@ class VectorCanaries(_WhiteBox):
     def _score(self, releases):
         signs = torch.stack(self.signs).double()  # [calls, m]
         return (releases.reshape(len(self.releases), self.m) * signs).sum(dim=0)
+
+
+#: the worst-case scalar design's canaries per released value: quiet ones on the bits 2^-1 .. 2^-QUIET_BITS
+#: of C (a correct clip keeps them), loud ones on canary_scale * C * 2^0 .. 2^(LOUD_BITS - 1) (a correct
+#: clip makes each C). A quiet decode is trusted only where the value is below QUIET_RANGE C (so that
+#: float64 resolves 2^-GUARD_BITS C there) and its bits from 2^-(QUIET_BITS + 1) down to 2^-GUARD_BITS
+#: of C are zero (a noisy value passes with probability about 2^(QUIET_BITS + 1 - GUARD_BITS)); the
+#: float64 error of a released value below 16 C is about 2^-48 C
+QUIET_BITS, LOUD_BITS, GUARD_BITS, QUIET_RANGE = 38, 44, 45, 16.0
+#: a loud decode is trusted only within this fraction of canary_scale * C of an integer
+LOUD_TOLERANCE = 0.25
+#: a decode that names more of a group's canaries than Binomial(group, q) exceeds with this
+#: probability is implausible (noise read as digits) and dropped
+IMPLAUSIBLE = 1e-9
+
+
+def decode_quiet(value: float, bits: int = QUIET_BITS) -> list[int] | None:
+    """The quiet ranks present in a released value in units of C (its fractional part read as the
+    bits 2^-1, 2^-2, ...), or None when float64 cannot resolve them there or the bits below are not
+    all zero (noise)."""
+    if not (math.isfinite(value) and abs(value) < QUIET_RANGE):
+        return None
+    frac = value - math.floor(value)
+    units = frac * 2.0 ** bits
+    k = round(units)
+    if abs(units - k) >= 2.0 ** (bits - GUARD_BITS):
+        return None
+    k %= 2 ** bits  # a fraction just below 1 is a whole unit
+    return [rank for rank in range(bits) if k >> (bits - 1 - rank) & 1]
+
+
+def decode_loud(value: float, bits: int = LOUD_BITS) -> list[int] | None:
+    """The loud ranks present in a released value in units of canary_scale * C (an integer read in
+    binary), or None when it is not near a non-negative integer below 2^bits."""
+    if not math.isfinite(value):
+        return None
+    k = round(value)
+    if abs(value - k) >= LOUD_TOLERANCE or not 0 <= k < 2 ** bits:
+        return None
+    return [rank for rank in range(bits) if k >> rank & 1]
+
+
+class CodedScalarCanaries(_WhiteBox, ScalarRelease):
+    """The worst-case white box of a zeroth-order method: the real examples' scalars are neutralised
+    (each query's sum holds only the sampled canaries' values) and every released value carries a
+    public group of canaries, each on its own binary digit, so that a release whose noise is gone
+    or too small, or whose clip is off, can be read digit by digit.
+
+    Each query of each call takes the next QUIET_BITS + LOUD_BITS canaries of a public cyclic order:
+    quiet canary of rank g puts C 2^-(g+1) (inside the clip: kept by a correct one), loud canary of
+    rank g puts canary_scale C 2^g (a correct clip makes it C, so the loud ones add a whole number of
+    C below the quiet digits). The values pass the privatiser's own clip, sum and noise. Score of a
+    canary: the number of released values from which it is decoded as present, read twice: as
+    released, and with the noise replayed from the direction stream's seed at the privatiser's
+    nominal scale subtracted (both views are functions of the output and public seeds)."""
+
+    def __init__(self, inner: ScalarPrivatizer, m: int, scale: float, design: np.random.Generator,
+                 sample_rate: float):
+        super().__init__(inner, m, scale, design)
+        self.neutralises = True
+        self.quiet = min(QUIET_BITS, m // 2)
+        self.loud = min(LOUD_BITS, m - self.quiet)
+        # the most canaries of a group a genuine decode names (all canaries in, Poisson rate q)
+        self.max_quiet = int(binom.isf(IMPLAUSIBLE, self.quiet, sample_rate))
+        self.max_loud = int(binom.isf(IMPLAUSIBLE, self.loud, sample_rate))
+        self.order = design.permutation(m)
+        self.cursor = 0
+        self.groups: list[np.ndarray] = []  # per released value, [quiet + loud] canary ids (quiet first)
+
+    def _next_group(self) -> np.ndarray:
+        size = self.quiet + self.loud
+        idx = (self.cursor + np.arange(size)) % self.m
+        self.cursor = (self.cursor + size) % self.m
+        return self.order[idx]
+
+    def release(self, rows):
+        clip = self.inner.spec.clip
+        present = set(self.present.tolist())
+        values = []
+        for _ in rows:  # the real examples' values are neutralised: not passed on
+            group = self._next_group()
+            self.groups.append(group)
+            row = [clip * 2.0 ** -(g + 1) for g, i in enumerate(group[:self.quiet]) if i in present]
+            row += [self.scale * clip * 2.0 ** g for g, i in enumerate(group[self.quiet:]) if i in present]
+            values.append(row)
+        out = self.inner.release(values)
+        self.releases.append(torch.tensor(out, dtype=torch.float64) * self.inner.spec.expected_batch_size)
+        self.steps.append(self.step)
+        return out
+
+    def nominal_noise_scale(self) -> float:
+        """The noise scale the run's guarantee says each sum gets (public: sigma, C, adjacency, queries)."""
+        spec = self.inner.spec
+        per = self.inner.queries if spec.mechanism == "laplace" else math.sqrt(self.inner.queries)
+        return per * spec.sensitivity * spec.sigma
+
+    def replay_noise(self, seeds, device):
+        return replay_scalar_noise(self.inner.spec, self.releases, seeds)
+
+    def scores(self, seeds, device):
+        released = torch.cat([r.reshape(-1) for r in self.releases]).double()
+        replay = torch.cat([z.reshape(-1) for z in self.replay_noise(seeds, device)]).double()
+        clip = self.inner.spec.clip
+        views = {"as_released": released, "replayed_noise_removed": released - self.nominal_noise_scale() * replay}
+        scores = np.zeros(self.m)
+        info = {"design": "coded", "released_values": int(released.numel()), "noise_replayed": False,
+                "decoded_quiet": {}, "decoded_loud": {}}
+        for name, view in views.items():
+            quiet_hits = loud_hits = 0
+            for value, group in zip(view.tolist(), self.groups):
+                quiet = decode_quiet(value / clip, self.quiet)
+                if quiet and len(quiet) <= self.max_quiet:
+                    scores[group[quiet]] += 1
+                    quiet_hits += len(quiet)
+                loud = decode_loud(value / (self.scale * clip), self.loud)
+                if loud and len(loud) <= self.max_loud:
+                    scores[group[self.quiet + np.asarray(loud)]] += 1
+                    loud_hits += len(loud)
+            info["decoded_quiet"][name], info["decoded_loud"][name] = quiet_hits, loud_hits
+        info["noise_replayed"] = info["decoded_quiet"]["replayed_noise_removed"] > 0
+        return scores, info

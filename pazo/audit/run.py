@@ -21,8 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from pazo import CONFIG_DIR
 from pazo.audit.bound import audit_guesses
-from pazo.audit.canaries import (FixedRatePoissonSampler, ScalarCanaries, VectorCanaries, black_box_scores,
-                                 example_canaries, public_seeds, with_examples)
+from pazo.audit.metrics import membership_metrics
+from pazo.audit.canaries import (CodedScalarCanaries, FixedRatePoissonSampler, ScalarCanaries, VectorCanaries,
+                                 black_box_scores, example_canaries, public_seeds, with_examples)
 from pazo.cli import USER_ERRORS, check_overrides
 from pazo.errors import ConfigError
 from pazo.experiment import build_run
@@ -46,11 +47,20 @@ class AuditConfig:
     canary_scale: float
     delta: float | None
     debug_break: str | None
+    worst_case: bool
 
     @classmethod
     def from_cfg(cls, node) -> AuditConfig:
         keys = ("canaries", "threat", "confidence", "canary_scale", "delta", "debug_break")
-        a = cls(**{k: node.get(k) for k in keys})
+        worst_case = node.get("worst_case")
+        if worst_case is not None and not isinstance(worst_case, bool):
+            raise ConfigError(f"audit.worst_case must be true, false or null, got {worst_case!r}")
+        if worst_case and node.get("threat") == "black_box":
+            raise ConfigError("audit.worst_case=true is a white-box design (the real examples' contributions "
+                              "neutralised inside the release); use audit.threat=white_box, or leave "
+                              "audit.worst_case null")
+        a = cls(**{k: node.get(k) for k in keys},
+                worst_case=node.get("threat") == "white_box" if worst_case is None else worst_case)
         if not (isinstance(a.canaries, int) and a.canaries >= 2):
             raise ConfigError(f"audit.canaries must be an integer >= 2, got {a.canaries!r}")
         if a.threat not in THREATS:
@@ -80,13 +90,17 @@ def _check_run(cfg, a: AuditConfig) -> None:
                           "subspace, not one privatiser call); use audit.threat=black_box")
 
 
-def attach_white_box(method, m: int, scale: float, design: np.random.Generator):
-    """Put the white-box canaries between `method` and its privatiser; returns the hook."""
+def attach_white_box(method, m: int, scale: float, design: np.random.Generator, worst_case: bool = False,
+                     sample_rate: float | None = None):
+    """Put the white-box canaries between `method` and its privatiser; returns the hook. Worst case:
+    the real examples' contributions to each release are neutralised (the canaries are the whole
+    private data set as far as the release goes), zeroth-order canaries coded digit by digit."""
     privatizer = getattr(method, "privatizer", None)
     if isinstance(privatizer, ScalarPrivatizer):
-        method.privatizer = ScalarCanaries(privatizer, m, scale, design)
+        method.privatizer = (CodedScalarCanaries(privatizer, m, scale, design, sample_rate) if worst_case
+                             else ScalarCanaries(privatizer, m, scale, design))
     elif isinstance(privatizer, VectorPrivatizer):
-        method.privatizer = VectorCanaries(privatizer, m, scale, design, method.model.dim)
+        method.privatizer = VectorCanaries(privatizer, m, scale, design, method.model.dim, neutralise=worst_case)
     else:
         raise ConfigError(f"audit.threat=white_box: method {method.cfg.name} has no privatiser to hook")
     return method.privatizer
@@ -101,7 +115,9 @@ def train_with_canaries(method, private, n: int, canary_ids: np.ndarray, sampler
         if hook is not None:
             hook.step = step
             hook.present = canary_ids[idx[idx >= n] - n]
-            idx = idx[idx < n]
+            # worst case: the real examples' contributions are neutralised inside the release, so
+            # the step gets none of them (their forward passes would change nothing released)
+            idx = idx[:0] if hook.neutralises else idx[idx < n]
         x, y = private.batch(idx, device)
         method.step(x, y, step)
 
@@ -130,7 +146,7 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
             canary_examples = example_canaries(data.private, m, data.num_classes, design_rng)
             private = with_examples(data.private, canary_examples, included)
         else:
-            hook = attach_white_box(method, m, a.canary_scale, design_rng)
+            hook = attach_white_box(method, m, a.canary_scale, design_rng, a.worst_case, plan.sample_rate)
         canary_ids = np.flatnonzero(included)
         sampler = FixedRatePoissonSampler(n + len(canary_ids), plan.sample_rate, streams.numpy["data"])
         log.info(f"audit: {cfg.method.name} on {cfg.dataset.name}, {a.threat}, {m} canaries "
@@ -149,12 +165,16 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
     else:
         scores, score_info = hook.scores(seeds, device)
     result = audit_guesses(scores.tolist(), included.tolist(), beta=1 - a.confidence, delta=delta)
+    metrics = membership_metrics(scores, included, a.confidence, seed=int(np.random.default_rng(
+        [AUDIT_ENTROPY, cfg.seed, 2]).integers(2**63)))
     final = model.evaluate(data.test, cfg.train.eval_batch_size) if model.all_finite() else None
     audit = {**asdict(a), **result, "printed_epsilon": printed, "printed_delta": plan.delta,
              "audit_delta": delta, "epsilon_at_audit_delta": comparable, "target_epsilon": plan.target_epsilon,
              "sigma": plan.sigma, "sample_rate": plan.sample_rate, "steps": total_steps,
              "canaries_included": int(included.sum()),
-             "exceeds_printed": result["epsilon_lower_bound"] > comparable, "scores": score_info,
+             "exceeds_printed": result["epsilon_lower_bound"] > comparable,
+             "exceeds_printed_fdp": result["epsilon_lower_bound_fdp"] > comparable,
+             "membership": metrics, "scores": score_info,
              "threads": torch.get_num_threads(), "seconds": time.perf_counter() - started}
     summary = {"status": "finished", "kind": "audit", "method": cfg.method.name, "dataset": cfg.dataset.name,
                "model": cfg.model.name, "seed": cfg.seed, "device": str(device), "run_dir": str(run_dir),
@@ -167,8 +187,17 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
              f"{result['guesses_out']} out; ceiling {result['ceiling']:.3f} with {m} canaries, delta {delta:.3g}); "
              f"the run's epsilon at that delta {comparable:.4f} (printed: {printed:.4f} at delta {plan.delta:.3g})"
              + (" -> the run is NOT as private as printed" if audit["exceeds_printed"] else ""))
+    log.info(f"audit: f-DP lower bound {result['epsilon_lower_bound_fdp']:.4f} ({result['fdp_correct']} of "
+             f"{result['fdp_guesses']} guesses correct; ceiling {result['ceiling_fdp']:.3f})"
+             + (" -> the run is NOT as private as printed" if audit["exceeds_printed_fdp"] else "")
+             + f"; AUROC {_fmt(metrics['auroc'])}, TPR at 1% FPR {_fmt(metrics['tpr_at_fpr_0.01'])}, "
+             f"at 0.1% FPR {_fmt(metrics['tpr_at_fpr_0.001'])}")
     log.info(f"  results: {run_dir}")
     return summary
+
+
+def _fmt(x) -> str:
+    return "undefined" if x is None else f"{x:.3f}"
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="audit")

@@ -4,10 +4,12 @@
 
 (or `python -m pazo.report.audit_table`, or `python scripts/make_audit_table.py`)
 
-One row per audit (summary.json with an `audit` block) below the given directories: method, threat,
-debug break, the epsilon the run prints (at its delta), the run's epsilon at the audit's delta, the
-audited lower bound at its confidence, correct guesses of guesses, the bound's ceiling with that
-many canaries, and whether the bound exceeds the run's epsilon (a bug)."""
+One row per audit (summary.json with an `audit` block) below the given directories: method, threat
+(and whether the white box was the worst case), debug break, the epsilon the run prints (at its
+delta), the run's epsilon at the audit's delta, the audited lower bounds at the audit's confidence
+(Steinke et al.'s (epsilon, delta) bound and Mahloujifar et al.'s f-DP bound), correct guesses of
+guesses for the first, AUROC and TPR at 1% / 0.1% FPR of the canary scores with their intervals,
+and whether either bound exceeds the run's epsilon (a bug)."""
 from __future__ import annotations
 
 import sys
@@ -21,21 +23,37 @@ ORDER = {name: i for i, name in enumerate(METHODS.names())}
 THREAT = {"white_box": "white box", "black_box": "black box"}
 
 
+def _num(x, fmt=".2f") -> str:
+    return "undefined" if x is None else format(x, fmt)
+
+
+def _interval(x) -> str:
+    return "" if x is None else f" [{x[0]:.2f}, {x[1]:.2f}]"
+
+
 def table(summaries: list[dict]) -> str:
     rows = sorted(summaries, key=lambda s: (s["audit"]["debug_break"] or "", s["audit"]["threat"],
                                             ORDER.get(s["method"], 99), s["audit"]["target_epsilon"], s["seed"]))
-    lines = ["| method | threat | debug break | printed epsilon (delta) | epsilon at audit delta | audited lower bound "
-             "| correct / guesses | ceiling | canaries | steps | seed | exceeds |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| method | threat | debug break | printed epsilon (delta) | epsilon at audit delta "
+             "| lower bound, (eps, delta) | lower bound, f-DP | correct / guesses | AUROC [CI] | TPR at 1% FPR [CI] "
+             "| TPR at 0.1% FPR | canaries | steps | seed | exceeds |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in rows:
         a = s["audit"]
+        mi = a.get("membership")  # audits written before the f-DP bound and the metrics have neither: "-"
+        fdp = _num(a["epsilon_lower_bound_fdp"]) if "epsilon_lower_bound_fdp" in a else "-"
+        auroc = f"{_num(mi['auroc'], '.3f')}{_interval(mi['auroc_interval'])}" if mi else "-"
+        tpr1 = f"{_num(mi['tpr_at_fpr_0.01'], '.3f')}{_interval(mi['tpr_at_fpr_0.01_interval'])}" if mi else "-"
+        tpr01 = _num(mi["tpr_at_fpr_0.001"], ".3f") if mi else "-"
         label = METHODS.get(s["method"]).label if s["method"] in ORDER else s["method"]
+        threat = THREAT[a["threat"]] + (" (worst case)" if a.get("worst_case") else "")
+        exceeds = a["exceeds_printed"] or a.get("exceeds_printed_fdp", False)
         lines.append(
-            f"| {label} | {THREAT[a['threat']]} | {a['debug_break'] or '-'} | {a['printed_epsilon']:.2f} "
+            f"| {label} | {threat} | {a['debug_break'] or '-'} | {a['printed_epsilon']:.2f} "
             f"({a['printed_delta']:.1e}) | {a['epsilon_at_audit_delta']:.2f} ({a['audit_delta']:.0e}) | "
-            f"{a['epsilon_lower_bound']:.2f} ({a['confidence']:.0%}) | {a['correct']} / {a['guesses']} | "
-            f"{a['ceiling']:.2f} | {a['canaries']} | {a['steps']} | {s['seed']} | "
-            f"{'**yes**' if a['exceeds_printed'] else 'no'} |")
+            f"{a['epsilon_lower_bound']:.2f} | {fdp} | {a['correct']} / {a['guesses']} | {auroc} | {tpr1} | {tpr01} | "
+            f"{a['canaries']} | {a['steps']} | {s['seed']} | "
+            f"{'**yes**' if exceeds else 'no'} |")
     return "\n".join(lines)
 
 

@@ -72,7 +72,7 @@ def test_guesses_counted_on_the_right_canaries():
     assert out["epsilon_lower_bound"] == pytest.approx(epsilon_lower_bound(10, 6, 6, 0.0, 0.025), abs=1e-5)
     flipped = audit_guesses(list(range(10))[::-1], included, beta=0.05, delta=0.0, grid=[(3, 3)])
     assert flipped["correct"] == 0 and flipped["epsilon_lower_bound"] == 0.0
-    assert guess_grid(1000)[:2] == [(10, 0), (10, 10)] and guess_grid(1000)[-1] == (500, 500)
+    assert guess_grid(1000)[:4] == [(5, 0), (10, 0), (10, 10), (15, 0)] and guess_grid(1000)[-1] == (500, 500)
 
 
 # --- refusals -----------------------------------------------------------------------------------
@@ -106,9 +106,13 @@ def test_audit_refuses_bad_settings_before_compute(tmp_path, monkeypatch):
                               ("privacy=none", "an audit needs a private run"),
                               ("audit.canaries=1", "audit.canaries must be an integer >= 2"),
                               ("audit.threat=grey_box", "unknown audit.threat 'grey_box'"),
-                              ("method=gep", "does not cover gep")):
+                              ("method=gep", "does not cover gep"),
+                              ("audit.worst_case=1", "audit.worst_case must be true, false or null")):
         with pytest.raises(ConfigError, match=message):
             run_audit(audit_cfg(override), tmp_path / "run")
+    for overrides, message in ((("audit.threat=black_box", "audit.worst_case=true"), "is a white-box design"),):
+        with pytest.raises(ConfigError, match=message):
+            run_audit(audit_cfg(*overrides), tmp_path / "run")
 
 
 # --- the white box catches each break (quadratic model, real methods and privatisers) ----------

@@ -70,7 +70,7 @@ def test_every_spec_passes_the_prelaunch_check(name, monkeypatch, tmp_path):
     monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path))
     spec = load_spec(name)
     runs = enumerate_runs(spec)
-    assert sweep.check(runs, []) == len({(r.setting, r.method) for r in runs})
+    assert sweep.check(runs, [], spec["entry"]) == len({(r.setting, r.method) for r in runs})
 
 
 def test_bad_specs_are_refused():
@@ -82,6 +82,21 @@ def test_bad_specs_are_refused():
     with pytest.raises(ConfigError, match="non-empty list"):
         enumerate_runs({"name": "t", "settings": ["digits"], "methods": ["dpzero"], "nonprivate": [],
                         "epsilons": [1], "seeds": [0], "extra": {"method.q": 5}})
+
+
+def test_an_audit_spec_runs_the_audit_at_each_method_defaults(tmp_path):
+    """entry: audit makes each run a `python -m pazo.audit` composed from the audit config; grid:
+    false leaves every method at its defaults (only the spec's own axes)."""
+    spec = load_spec("audit_breaks")
+    runs = enumerate_runs(spec)
+    assert spec["entry"] == "audit" and len(runs) == 6 * 3
+    assert all(dict(r.params).keys() == {"train.epochs", "audit.threat", "audit.debug_break"} for r in runs)
+    cmd = sweep.command(runs[0], tmp_path / "r", [], spec["entry"])
+    assert cmd[1:3] == ["-m", "pazo.audit"] and "dataset=digits" in cmd and "audit.threat=white_box" in cmd
+    with pytest.raises(ConfigError, match="unknown entry 'bench'"):
+        path = tmp_path / "bad.yaml"
+        path.write_text("name: bad\nentry: bench\nsettings: [digits]\nmethods: [dpzero]\nepsilons: [1]\n")
+        load_spec(str(path))
 
 
 def test_dry_run_prints_and_trains_nothing(tmp_path, capsys):
