@@ -47,8 +47,9 @@ PAGES = (
          "`paired_floor_ratio` the median of step / floor timed pair by pair (the machine's drift "
          "cancels), the figure the bars show; `paired_speedup_over_dpsgd` DP-SGD's step over this one; "
          "`mem_ratio` the step's peak memory over the bare forward's.",
-         ("methods_cpu_digits.json", "methods_cpu_cifar_shape.json", "methods_cpu_imdb_lstm_b16.json",
-          "methods_cuda_*.json", "methods_cpu.json", "table5_cpu.json"), STEP_COLUMNS, figure=True),
+         ("methods_cpu_digits.json", "methods_cpu_digits_dp_aggzo.json", "methods_cpu_cifar_shape.json",
+          "methods_cpu_imdb_lstm_b16.json", "methods_cuda_*.json", "methods_cpu.json", "table5_cpu.json"),
+         STEP_COLUMNS, figure=True),
     Page("engines", "Engines and public gradients",
          "The two zeroth-order engines (`vectorised`: one vmap over all perturbed copies; `inplace`: "
          "MeZO-style perturbation in place) timed side by side in one process, and PAZO's public "
@@ -69,6 +70,10 @@ PAGES = (
          ("defaults_digits_cpu.json",),
          ("method", "status", "engine", "epsilon_spent", "final_val_accuracy", "final_test_accuracy",
           "best_test_accuracy", "warnings")),
+    Page("tuning", "Tuning grids",
+         "Small grids that chose a method's defaults on digits, each run selected on validation "
+         "accuracy (a selection on private data, outside each run's epsilon).",
+         ("*_digits_grid.json",)),
     Page("calibration", "Noise calibration",
          "The time to calibrate the noise multiplier sigma for a target epsilon (`pazo-bench "
          "calibration`), against a plain bisection over the PRV accountant, and the sigma each finds.",
