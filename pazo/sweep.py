@@ -107,8 +107,12 @@ class SpecSchema:
     epsilons: list[float] = MISSING
     seeds: list[int] = field(default_factory=lambda: [0])
     extra: dict[str, Any] = field(default_factory=dict)
+    entry: str = "train"     # train: each run is `python -m pazo.train`; audit: `python -m pazo.audit`
+    grid: bool = True        # false: each method at its own defaults (the setting is the data set)
 
     def __post_init__(self):
+        if self.entry not in ENTRIES:
+            raise ConfigError(f"unknown entry {self.entry!r}; choices: {', '.join(ENTRIES)}")
         for key in ("settings", "methods", "epsilons", "seeds"):
             if not getattr(self, key):
                 raise ConfigError(f"{key} must be a non-empty list")
@@ -138,10 +142,6 @@ def load_spec(name_or_path: str) -> dict:
     spec.setdefault("extra", {})
     spec.setdefault("entry", "train")
     spec.setdefault("grid", True)
-    if spec["entry"] not in ENTRIES:
-        raise ConfigError(f"sweep {name_or_path}: unknown entry {spec['entry']!r}; choices: {', '.join(ENTRIES)}")
-    if not isinstance(spec["grid"], bool):
-        raise ConfigError(f"sweep {name_or_path}: grid must be true or false, got {spec['grid']!r}")
     return spec
 
 

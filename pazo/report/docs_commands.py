@@ -300,10 +300,9 @@ def _sweep(args: list[str]) -> str | None:
         runs = sweep.enumerate_runs(spec)
         launcher = {**sweep.load_yaml(ns.launcher, sweep.SWEEPS / "launchers", "launcher"),
                     **sweep.parse_sets(ns.set)}
-        if launcher.get("launcher", "sequential") not in sweep.LAUNCHERS:
-            return f"unknown launcher {launcher.get('launcher')!r}"
+        sweep.check_launcher(launcher)
         import pazo.methods  # noqa: F401
-        sweep.check(representatives(runs), ns.overrides)
+        sweep.check(representatives(runs), ns.overrides, spec["entry"])
     except ConfigError as err:
         return str(err)
     return None

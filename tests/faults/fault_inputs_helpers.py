@@ -3,13 +3,20 @@ test_fault_tools): run an entry point in-process as a user would, and check that
 in exactly one `pazo: error:` line, a non-zero exit and no traceback."""
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 
 
 def run_entry(entry, argv: list[str], capsys, prog: str = "pazo") -> tuple[int, str, str]:
     """Call `entry()` (a console script's function) with `sys.argv = [prog, *argv]`, or
-    `entry(argv)` when it takes its arguments; (exit status, stdout, stderr)."""
+    `entry(argv)` when it takes its arguments; (exit status, stdout, stderr). The logging handlers
+    an entry point adds (Hydra's job logging, `use_console`) and Hydra's global state are undone
+    afterwards, so that a later in-process run prints its lines once."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    loggers = [logging.getLogger(), *(logging.getLogger(name) for name in list(logging.root.manager.loggerDict))]
+    saved_logging = [(lg, list(lg.handlers), lg.level) for lg in loggers]
     saved, handler = sys.argv, signal.getsignal(signal.SIGINT)  # (pazo-train sets its own SIGINT handler)
     sys.argv = [prog, *argv]
     try:
@@ -22,6 +29,12 @@ def run_entry(entry, argv: list[str], capsys, prog: str = "pazo") -> tuple[int, 
     finally:
         sys.argv = saved
         signal.signal(signal.SIGINT, handler)
+        for lg, handlers, level in saved_logging:
+            for h in lg.handlers:
+                if h not in handlers:
+                    h.close()
+            lg.handlers[:], lg.level = handlers, level
+        GlobalHydra.instance().clear()
     out, err = capsys.readouterr()
     return int(code or 0), out, err
 

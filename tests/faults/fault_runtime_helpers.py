@@ -97,7 +97,9 @@ def leftovers(folder: Path) -> list[str]:
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
     """`python -m pazo.train <argv>` in this process: (exit status, stdout, stderr). Hydra's global
-    state, sys.argv, the signal handlers and the root logger's handlers are restored afterwards."""
+    state, sys.argv, the signal handlers and the root logger's handlers are restored afterwards;
+    a console handler an earlier in-process command left on the `pazo` logger is set aside meanwhile
+    (with Hydra's own on the root, it would print every line twice)."""
     import logging
 
     from hydra.core.global_hydra import GlobalHydra
@@ -107,6 +109,9 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
     saved_argv, saved_int = sys.argv, signal.getsignal(signal.SIGINT)
     root = logging.getLogger()
     saved_handlers, saved_level = list(root.handlers), root.level
+    pazo_logger = logging.getLogger("pazo")
+    saved_pazo = list(pazo_logger.handlers)
+    pazo_logger.handlers[:] = []
     sys.argv = ["pazo-train", *argv]
     capsys.readouterr()
     code = 0
@@ -122,6 +127,7 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
                 with contextlib.suppress(Exception):
                     handler.close()
         root.handlers[:], root.level = saved_handlers, saved_level
+        pazo_logger.handlers[:] = saved_pazo
         GlobalHydra.instance().clear()
     out, err = capsys.readouterr()
     return code, out, err
