@@ -8,12 +8,14 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import pazo.train
-from fault_runtime_helpers import TINY, leftovers, one_error_line, run_cli, snapshot
+from fault_runtime_helpers import TINY, leftovers, one_error_line, snapshot
 from pazo.checkpoint import CHECKPOINT, read_checkpoint, save_checkpoint
 from pazo.errors import ConfigError
 from pazo.methods.two_point import TwoPointMethod
@@ -179,10 +181,13 @@ def test_a_good_checkpoint_reads_back_and_is_private(run_dir):
     assert (run_dir / CHECKPOINT).stat().st_mode & 0o777 == 0o600
 
 
-def test_cli_garbage_checkpoint_is_one_line_and_exit_2(run_dir, capsys):
+def test_cli_garbage_checkpoint_is_one_line_and_exit_2(run_dir):
+    """As a user meets it: a real `python -m pazo.train` process relaunched into the directory."""
     (run_dir / CHECKPOINT).write_bytes(b"garbage" * 100)
     hydra_before = snapshot(run_dir / ".hydra") if (run_dir / ".hydra").exists() else {}
-    code, _, err = run_cli([*CFG, f"hydra.run.dir={run_dir}"], capsys)
+    done = subprocess.run([sys.executable, "-m", "pazo.train", *CFG, f"hydra.run.dir={run_dir}"],
+                          capture_output=True, text=True, timeout=600)
+    code, err = done.returncode, done.stderr
     line = one_error_line(err)
     assert code == 2 and f"checkpoint {run_dir / CHECKPOINT} cannot be read" in line
     assert (run_dir / CHECKPOINT).read_bytes() == b"garbage" * 100
