@@ -3,6 +3,8 @@ test_fault_tools): run an entry point in-process as a user would, and check that
 in exactly one `pazo: error:` line, a non-zero exit and no traceback."""
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import signal
 import sys
@@ -19,13 +21,16 @@ def run_entry(entry, argv: list[str], capsys, prog: str = "pazo") -> tuple[int, 
     saved_logging = [(lg, list(lg.handlers), lg.level) for lg in loggers]
     saved, handler = sys.argv, signal.getsignal(signal.SIGINT)  # (pazo-train sets its own SIGINT handler)
     sys.argv = [prog, *argv]
+    out_buf, err_buf = io.StringIO(), io.StringIO()
     try:
-        try:
-            code = entry(argv) if _takes_argv(entry) else entry()
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-            if isinstance(stop.code, str):
-                print(stop.code, file=sys.stderr)
+        # the entry point writes to buffers of its own, never to pytest's capture files
+        with contextlib.redirect_stdout(out_buf), contextlib.redirect_stderr(err_buf):
+            try:
+                code = entry(argv) if _takes_argv(entry) else entry()
+            except SystemExit as stop:
+                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+                if isinstance(stop.code, str):
+                    print(stop.code, file=sys.stderr)
     finally:
         sys.argv = saved
         signal.signal(signal.SIGINT, handler)
@@ -36,7 +41,7 @@ def run_entry(entry, argv: list[str], capsys, prog: str = "pazo") -> tuple[int, 
             lg.handlers[:], lg.level = handlers, level
         GlobalHydra.instance().clear()
     out, err = capsys.readouterr()
-    return int(code or 0), out, err
+    return int(code or 0), out_buf.getvalue() + out, err_buf.getvalue() + err
 
 
 def _takes_argv(entry) -> bool:

@@ -115,8 +115,12 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
     sys.argv = ["pazo-train", *argv]
     capsys.readouterr()
     code = 0
+    out_buf, err_buf = io.StringIO(), io.StringIO()
     try:
-        cli()
+        # the command writes to buffers of its own, never to pytest's capture files (which an
+        # in-process command's logging set-up could otherwise leave closed for the next test)
+        with contextlib.redirect_stdout(out_buf), contextlib.redirect_stderr(err_buf):
+            cli()
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     finally:
@@ -130,7 +134,7 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
         pazo_logger.handlers[:] = saved_pazo
         GlobalHydra.instance().clear()
     out, err = capsys.readouterr()
-    return code, out, err
+    return code, out_buf.getvalue() + out, err_buf.getvalue() + err
 
 
 def error_lines(stderr: str) -> list[str]:
