@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import tempfile
 from pathlib import Path
 
 import torch
+
+from pazo.rundir import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -87,17 +87,9 @@ def load_entry(path: Path, kind: str, key: str):
 def save_entry(path: Path, kind: str, key: str, value) -> None:
     """Write `value` as the (`kind`, `key`) entry, atomically; skipped with a warning if the cache
     cannot be written."""
-    tmp = None
+    entry = {"format": FORMAT, "kind": kind, "key": key, "sha256": digest(value), "value": value}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp",
-                                         delete=False) as f:
-            tmp = f.name
-            torch.save({"format": FORMAT, "kind": kind, "key": key, "sha256": digest(value), "value": value}, f)
-        os.replace(tmp, path)
-        tmp = None
+        write_atomic(path, lambda f: torch.save(entry, f), shared=True)
     except OSError as err:
         log.warning("%s cache %s not written: %s", kind, path, err)
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)

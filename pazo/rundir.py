@@ -20,6 +20,7 @@ import os
 import secrets
 import shutil
 import socket
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -66,14 +67,21 @@ def writing(path: Path | str):
         raise WriteFault(path, err) from err
 
 
-def write_atomic(path: Path | str, content, mode: int | None = None) -> None:
+def write_atomic(path: Path | str, content, mode: int | None = None, shared: bool = False) -> None:
     """`path` holds `content` whole, or keeps what it held: written to `<path>.tmp`, flushed to the
     disk and renamed over `path`; the temporary file never stays behind. `content`: bytes, or a
     function that writes into the open binary file (e.g. `lambda f: torch.save(state, f)`). `mode`:
-    the new file's permission bits (e.g. 0o600), set before any byte is written."""
+    the new file's permission bits (e.g. 0o600), set before any byte is written. `shared`: other
+    processes may write `path` at the same moment (a cache shared by a sweep's jobs), so the
+    temporary file gets a name of its own."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
     with writing(path):
+        if shared:
+            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            os.close(fd)
+            tmp = Path(name)
+        else:
+            tmp = path.with_name(path.name + ".tmp")
         try:
             with open_file(tmp, mode) as f:
                 sink = _Sink(f)

@@ -13,10 +13,10 @@ import json
 import logging
 import math
 import os
-import tempfile
 from pathlib import Path
 
 from pazo.privacy.accountants import SIGMA_MAX, BudgetError
+from pazo.rundir import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -95,13 +95,8 @@ def read_cache(path: Path, key: dict, target: float, spent) -> float | None:
 def write_cache(path: Path, key: dict, sigma: float, epsilon_spent: float) -> None:
     """Atomic write (parallel sweep jobs share the cache) of the request, sigma and the epsilon it
     spends; a cache that cannot be written is skipped."""
-    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-            json.dump({**key, "sigma": sigma, "epsilon_spent": epsilon_spent}, tmp)
-        os.replace(tmp.name, path)
+        write_atomic(path, json.dumps({**key, "sigma": sigma, "epsilon_spent": epsilon_spent}).encode(), shared=True)
     except OSError as err:
         log.warning("sigma cache %s not written: %s", path, err)
-        if tmp is not None and os.path.exists(tmp.name):
-            os.unlink(tmp.name)
