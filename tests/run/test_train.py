@@ -126,7 +126,7 @@ def test_divergence_is_marked_failed_and_keeps_what_was_written(hydra_cfg, tmp_p
     ("method.q=0", "method.q"),
     ("train.batch_size=5000", "exceeds the"),
     ("method.public_batch_size=1000", "public examples"),
-    ("method.name=nope", "choices: dope_sgd, dp_zo, dp_zogd, dpmd, dpsgd, dpzero, gep, mezo"),
+    ("method.name=nope", "choices: dope_sgd, dp_aggzo, dp_zo, dp_zogd, dpmd, dpsgd, dpzero, gep, mezo"),
     ("engine.name=fast", "choices: auto, inplace, vectorised"),
     ("privacy.epsilon=1e-9", "out of reach"),
     ("privacy.sigma=0.1", "above the target"),
