@@ -457,6 +457,12 @@ def typed(schema: type, values: dict, where: str, scope: str | None = None) -> N
     memo = (schema, json.dumps(values, sort_keys=True, default=repr))
     if memo in _CHECKED:
         return
+    for f in fields(schema):  # OmegaConf reads 2, "yes" or "on" as true: a switch takes true or false only
+        value = values.get(f.name) if isinstance(values, dict) else None
+        if f.type in ("bool", bool, "bool | None") and value is not None and not isinstance(value, bool) \
+                and not (isinstance(value, str) and "${" in value):
+            key = f"{where}.{f.name}" if where else f.name
+            raise ConfigError(f"{key} must be true or false, got {value!r}")
     try:
         OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
         _CHECKED[memo] = None

@@ -91,7 +91,7 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record) -> dict:
     validate_config(cfg)
     fingerprint = config_fingerprint(cfg)
     secure = bool(cfg.privacy.secure_mode and cfg.privacy.epsilon is not None)
-    resolve_device(cfg.device)  # a device that is not there is refused before the run directory is touched
+    resolve_device(cfg.device)  # (again: a multirun's jobs are checked here)
     check_output_dir(run_dir)
     with RunDirLock(run_dir):  # a second launch into run_dir is refused until this one ends
         remove_broken_writes(run_dir)
@@ -451,7 +451,7 @@ def cli() -> None:
         problem = DEBUG_ONLY.removeprefix("pazo: ") if "audit.debug_break" in keys else \
             "audit.* settings belong to the privacy audit (python -m pazo.audit), not to a training run"
     else:
-        problem = check_overrides(argv)
+        problem = check_overrides(argv, check=lambda cfg: resolve_device(cfg.device))  # before Hydra makes the run directory
     single = not any(a.startswith("-") for a in argv)   # not a multirun, --help, --cfg, ...
     if not problem and single:
         try:

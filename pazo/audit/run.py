@@ -26,7 +26,7 @@ from pazo.audit.canaries import (CodedScalarCanaries, FixedRatePoissonSampler, S
                                  black_box_scores, example_canaries, public_seeds, with_examples)
 from pazo.cli import USER_ERRORS, check_overrides
 from pazo.errors import ConfigError
-from pazo.experiment import build_run
+from pazo.experiment import build_run, resolve_device
 from pazo.privacy.mechanisms import DEBUG_BREAKS, ScalarPrivatizer, VectorPrivatizer, debug_break
 from pazo.privacy.plan import epsilon_spent
 from pazo.recorder import write_json_atomic
@@ -222,7 +222,8 @@ def main(cfg: DictConfig) -> float | None:
 
 def cli() -> None:
     problem = check_overrides(sys.argv[1:], config_name="audit",
-                              check=lambda cfg: _check_run(cfg, AuditConfig.from_cfg(cfg.audit)))
+                              check=lambda cfg: (resolve_device(cfg.device),
+                                                 _check_run(cfg, AuditConfig.from_cfg(cfg.audit))))
     if problem:
         print(f"pazo: error: {problem}", file=sys.stderr)
         sys.exit(2)

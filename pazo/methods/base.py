@@ -27,7 +27,7 @@ def boolean_or_auto(value, what: str) -> None:
 def public_grads_batched(cfg, model: FunctionalModel) -> bool:
     """Whether PAZO-P/S take their k public gradients in one pass: `method.public_grads_together`
     as asked, or for `auto` (the default) the model's preference,
-    `FunctionalModel.grads_together_by_default` (together on CUDA; on CPU, and for the LSTM, one by one)."""
+    `FunctionalModel.grads_together_by_default` (together on CUDA, one by one on CPU)."""
     asked = getattr(cfg, "public_grads_together", "auto")
     return model.grads_together_by_default if asked == "auto" else asked
 

@@ -238,14 +238,13 @@ class FunctionalModel:
     @property
     def grads_together_by_default(self) -> bool:
         """Whether k batches' gradients are taken in one pass by default: on CUDA, where that pass
-        issues one set of kernels for k batches (expected cheaper there, not yet measured:
-        `PARTS=public make bench-gpu`), unless the model's fast kernel runs only outside vmap
-        (`fused_outside_vmap`, the LSTM: taken together its gradients come from its own group sums,
-        whose kernel runs with a 4H x 4H identity input weight). On CPU one by one: one pass over
-        PAZO-P's k batches saved nothing there and cost 1.26x on cifar_shape (vmap makes the
-        convolutions grouped ones) and 2.9x on the LSTM, and it holds k batches' activations
-        (`scripts/benchmark_engines.py --public-grads`, scripts/results/public_grads_cpu.json)."""
-        return self.device.type == "cuda" and not getattr(self.module, "fused_outside_vmap", False)
+        issues one set of kernels for k batches (on an H100 together over one by one: 0.50x on
+        CIFAR-10's NF-ResNet, 0.91x on Tiny-ImageNet's ViT, 0.40x on the LSTM, whose pass taken
+        together is its own group sums; scripts/results/public_grads_cuda.json). On CPU one by one:
+        one pass over PAZO-P's k batches saved nothing there and cost 1.26x on cifar_shape (vmap
+        makes the convolutions grouped ones) and 2.9x on the LSTM, and it holds k batches'
+        activations (`scripts/benchmark_engines.py --public-grads`, scripts/results/public_grads_cpu.json)."""
+        return self.device.type == "cuda"
 
     def takes_together(self, count: int, batched: bool | None = None) -> bool:
         """Whether `mean_loss_grads` takes `count` batches of one shape in one pass (activations of

@@ -51,8 +51,8 @@ class LSTMLayer(nn.Module):
 
 
 class LSTMClassifier(nn.Module):
-    # its fast kernel runs outside vmap only: the in-place engine (engines.choose_engine), public
-    # gradients one by one (FunctionalModel.grads_together_by_default)
+    # its fast kernel runs outside vmap only: the in-place engine (engines.choose_engine); k public
+    # gradients taken together come from its own group sums (grads_of_group_sums)
     fused_outside_vmap = True
 
     def __init__(self, vocab_size: int, num_classes: int = 2, embed: int = 128, hidden: int = 64,

@@ -56,7 +56,8 @@ PAGES = (
          "gradients computed together against one by one (`pazo-bench engines`, `--public-grads`); "
          "the evidence for `engine.name=auto` and the models' default way. The files under "
          "`public_grads_default/` time the methods with each way of computing the public gradients.",
-         ("engines_cpu.json", "public_grads_cpu.json", "public_grads_default/*.json")),
+         ("engines_cpu.json", "engines_cuda.json", "public_grads_cpu.json", "public_grads_cuda.json",
+          "public_grads_default/*.json")),
     Page("memory", "Memory of a language model's step",
          "Peak memory of one no-grad forward and of one step of each zeroth-order method on an "
          "OPT-shaped causal language model with random weights (`pazo-bench memory`); `ratio` is the "
@@ -70,6 +71,15 @@ PAGES = (
          ("defaults_digits_cpu.json",),
          ("method", "status", "engine", "epsilon_spent", "final_val_accuracy", "final_test_accuracy",
           "best_test_accuracy", "warnings")),
+    Page("cuda-check", "A check on CUDA",
+         "Every private method's default digits run with `device=cuda` and four white-box audits on "
+         "CUDA (`bash scripts/gpu_check.sh`): that the runs finish with the CPU's sigma and epsilon and "
+         "the audits give the CPU's verdicts. CUDA's random draws differ from the CPU's, so the "
+         "accuracies are not the CPU defaults' numbers.",
+         ("cuda_check_digits.json",),
+         ("kind", "method", "debug_break", "device", "status", "final_test_accuracy", "best_test_accuracy",
+          "epsilon_spent", "sigma", "median_s_per_iter", "engine", "epsilon_at_audit_delta",
+          "epsilon_lower_bound", "epsilon_lower_bound_fdp", "auroc", "exceeds")),
     Page("tuning", "Tuning grids",
          "Small grids that chose a method's defaults on digits, each run selected on validation "
          "accuracy (a selection on private data, outside each run's epsilon).",

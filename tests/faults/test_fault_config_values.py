@@ -29,6 +29,7 @@ BAD_VALUES = [
     ("seed=9223372036854775808", ["seed", "2**63"]),
     ("device=tpu", ["device", "tpu"]),
     ("device=cuda:x", ["device"]),
+    ("device=cuda:7", ["device=cuda:7"]),   # no CUDA here, or fewer than 8 devices
     ("+bogus=1", ["bogus"]),
     # train
     ("train.eval_batch_size=0", ["train.eval_batch_size", "positive integer"]),
@@ -72,6 +73,8 @@ BAD_VALUES = [
     ("logger.mode=bogus", ["logger.mode", "bogus"]),
     ("logger.verbose=loud", ["logger.verbose"]),
     ("logger.private_diagnostics=often", ["logger.private_diagnostics"]),
+    ("logger.private_diagnostics=2", ["logger.private_diagnostics", "true or false", "2"]),
+    ("train.save_model=1", ["train.save_model", "true or false"]),
     ("logger.tags=5", ["logger.tags"]),
     # method (its own typed config)
     ("method=gep method.num_bases=0", ["method.num_bases", ">= 1"]),
