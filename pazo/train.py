@@ -451,7 +451,8 @@ def cli() -> None:
         problem = DEBUG_ONLY.removeprefix("pazo: ") if "audit.debug_break" in keys else \
             "audit.* settings belong to the privacy audit (python -m pazo.audit), not to a training run"
     else:
-        problem = check_overrides(argv, check=lambda cfg: resolve_device(cfg.device))  # before Hydra makes the run directory
+        # (the device too, before Hydra makes the run directory)
+        problem = check_overrides(argv, check=lambda cfg: resolve_device(cfg.device))
     single = not any(a.startswith("-") for a in argv)   # not a multirun, --help, --cfg, ...
     if not problem and single:
         try:
