@@ -20,7 +20,7 @@ AUDITS=("dpzero" "dpzero audit.debug_break=no_clip" "pazo_s audit.debug_break=no
         "dpsgd audit.debug_break=noise_div10")
 if [[ $DEVICE == cuda* ]]; then
   "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "gpu_check: no CUDA device")' || exit 1
-  "$PYTHON" -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tail -1 | tee "$WORK/pytest.txt"
+  "$PYTHON" -m pytest -q -m gpu -p no:cacheprovider $(grep -rl "pytest.mark.gpu" tests) 2>&1 | tail -1 | tee "$WORK/pytest.txt"
 fi
 for m in $METHODS; do
   "$PYTHON" -m pazo.train device="$DEVICE" logger.mode=disabled method="$m" $TRAIN_ARGS \
