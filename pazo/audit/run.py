@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from pazo import CONFIG_DIR
 from pazo.audit.bound import audit_guesses
 from pazo.audit.metrics import membership_metrics
+from pazo.audit.noise_check import attach_noise_probe, noise_check
 from pazo.audit.canaries import (CodedScalarCanaries, FixedRatePoissonSampler, ScalarCanaries, VectorCanaries,
                                  black_box_scores, example_canaries, public_seeds, with_examples)
 from pazo.cli import USER_ERRORS, check_overrides
@@ -35,6 +36,10 @@ from pazo.validate import validate_config
 
 log = logging.getLogger("pazo.audit")
 THREATS = ("black_box", "white_box")
+#: the noise check's released values at least (the run's T steps repeated): its estimate of the
+#: noise's scale is then within about 3% (sd 1/sqrt(2 N)), so that a noise 1/sqrt(2) of the claimed
+#: one (a sensitivity taken as C where it is 2C) is caught too, not only a tenth of it
+NOISE_CHECK_VALUES = 512
 #: entropy of the audit's own generators (canary inclusion, canary design), apart from the run's streams
 AUDIT_ENTROPY = 0xA0D17
 
@@ -165,6 +170,13 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
     else:
         scores, score_info = hook.scores(seeds, device)
     result = audit_guesses(scores.tolist(), included.tolist(), beta=1 - a.confidence, delta=delta)
+    noise = None
+    if a.threat == "white_box":  # the run's steps again with nothing added: the releases are its noise
+        with debug_break(a.debug_break):
+            probe = noise_pass(cfg)
+        # tested at the level of one of the bounds' tries, so that it adds little to the audit's false alarms
+        noise = probe and noise_check(probe.sum_squares, probe.values, plan, total_steps, delta,
+                                      1 - result["per_test_beta"], comparable)
     metrics = membership_metrics(scores, included, a.confidence, seed=int(np.random.default_rng(
         [AUDIT_ENTROPY, cfg.seed, 2]).integers(2**63)))
     final = model.evaluate(data.test, cfg.train.eval_batch_size) if model.all_finite() else None
@@ -174,7 +186,7 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
              "canaries_included": int(included.sum()),
              "exceeds_printed": result["epsilon_lower_bound"] > comparable,
              "exceeds_printed_fdp": result["epsilon_lower_bound_fdp"] > comparable,
-             "membership": metrics, "scores": score_info,
+             "membership": metrics, "scores": score_info, "noise_check": noise,
              "threads": torch.get_num_threads(), "seconds": time.perf_counter() - started}
     summary = {"status": "finished", "kind": "audit", "method": cfg.method.name, "dataset": cfg.dataset.name,
                "model": cfg.model.name, "seed": cfg.seed, "device": str(device), "run_dir": str(run_dir),
@@ -192,8 +204,31 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
              + (" -> the run is NOT as private as printed" if audit["exceeds_printed_fdp"] else "")
              + f"; AUROC {_fmt(metrics['auroc'])}, TPR at 1% FPR {_fmt(metrics['tpr_at_fpr_0.01'])}, "
              f"at 0.1% FPR {_fmt(metrics['tpr_at_fpr_0.001'])}")
+    if noise is not None:
+        log.info(f"audit: noise check: the releases' noise {noise['noise_ratio']:.3f}x the claimed (at most "
+                 f"{noise['noise_ratio_upper']:.3f}x at {noise['confidence']:.2%} confidence, {noise['released_values']} "
+                 f"values): sigma at least {noise['sigma_upper']:.4g} of {plan.sigma:.4g}, epsilon at it at least "
+                 f"{noise['epsilon_at_sigma_upper']:.4f} if q, T and the clip are as the run says"
+                 + (" -> the run is NOT as private as printed" if noise["exceeds_printed"] else ""))
     log.info(f"  results: {run_dir}")
     return summary
+
+
+def noise_pass(cfg: DictConfig, min_values: int = NOISE_CHECK_VALUES):
+    """The run's T steps again, built as training builds them, with every contribution to each
+    release zero (`pazo.audit.noise_check`), repeated until at least `min_values` values are
+    released: returns the probe that collected the releases' noise, or None where the method's
+    release is not one it reads."""
+    r = build_run(cfg, time_engines=False)
+    probe = attach_noise_probe(r.method)
+    if probe is None:
+        return None
+    sampler = FixedRatePoissonSampler(r.n, r.plan.sample_rate, r.streams.numpy["data"])
+    r.module.train()
+    while probe.values < min_values:
+        train_with_canaries(r.method, r.data.private, r.n, np.empty(0, dtype=np.int64), sampler, r.total_steps,
+                            r.device, probe)
+    return probe
 
 
 def _fmt(x) -> str:

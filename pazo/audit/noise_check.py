@@ -1,0 +1,109 @@
+"""The white box's noise check: the run's steps once more with every contribution to each release
+set to zero, so that each released value is the privatiser's noise alone (divided by the expected
+batch size b, a public number), and a test of its scale against the scale the guarantee claims.
+
+Why: a zeroth-order step releases one scalar per query, T x Q numbers in all, too few for a one-run
+audit to name enough canaries when the noise is merely too small (`pazo.audit.canaries`); but those
+same numbers measure the noise itself very well. With the contributions zero, the N released
+values times b over the claimed standard deviation are N(0, r^2) draws, r the realised noise over
+the claimed; sum z^2 / r^2 is chi-square with N degrees of freedom, so
+r <= sqrt(sum z^2 / chi2_N.ppf(1 - confidence)) with that confidence. If the rest of the
+mechanism is as the run says (Poisson rate q, T steps, the clip's sensitivity), the run's epsilon
+is then at least the accountant's lower estimate at sigma times that bound: a lower bound that
+rests on that model, unlike the one-run bounds, which rest on nothing but the canaries.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import torch
+from scipy.stats import chi2
+
+from pazo.privacy.mechanisms import ScalarPrivatizer, ScalarRelease, VectorPrivatizer
+from pazo.privacy.plan import PrivacyPlan, make_accountant
+
+
+class _NoiseProbe:
+    """Stands in for a privatiser in the audit loop: every contribution zero (the loop hands it no
+    example, `neutralises`), each released value's noise in units of its claimed std collected."""
+
+    neutralises = True
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.present = np.empty(0, dtype=np.int64)  # (set by the audit loop; nothing is added)
+        self.step = 0
+        self.sum_squares = 0.0
+        self.values = 0
+
+    def __getattr__(self, name):
+        """The privatiser's data read through; its methods are not (a release must pass the probe)."""
+        if name == "inner":
+            raise AttributeError(name)
+        value = getattr(self.inner, name)
+        if callable(value):
+            raise AttributeError(f"{type(self).__name__} does not forward the privatiser's method {name!r}")
+        return value
+
+    def _collect(self, noise_in_std_units: torch.Tensor) -> None:
+        z = noise_in_std_units.double().reshape(-1)
+        self.sum_squares += float(z @ z)
+        self.values += z.numel()
+
+
+class ScalarNoiseProbe(_NoiseProbe, ScalarRelease):
+    """A zeroth-order method's `ScalarPrivatizer` given empty rows: each query's sum is its noise."""
+
+    def release(self, rows):
+        out = self.inner.release([[] for _ in rows])
+        self._collect(torch.tensor(out, dtype=torch.float64) * self.inner.spec.expected_batch_size
+                      / claimed_std(self.inner))
+        return out
+
+
+class VectorNoiseProbe(_NoiseProbe):
+    """DP-SGD's `VectorPrivatizer` given a zero sum: each coordinate of the release is its noise."""
+
+    def __call__(self, clipped_sum: torch.Tensor, clip: float) -> torch.Tensor:
+        out = self.inner(torch.zeros_like(clipped_sum), clip)
+        self._collect(out.detach() * self.inner.spec.expected_batch_size / claimed_std(self.inner, clip))
+        return out
+
+
+def claimed_std(privatizer, clip: float | None = None) -> float:
+    """The standard deviation the run's guarantee gives the noise on each released sum: S sigma per
+    coordinate of a vector sum; sqrt(Q) S sigma on each of a scalar release's Q sums (Q queries as
+    one Gaussian mechanism of multiplier sigma)."""
+    spec = privatizer.spec
+    if isinstance(privatizer, VectorPrivatizer):
+        return spec.sensitivity_for(spec.clip if clip is None else clip) * spec.sigma
+    return math.sqrt(privatizer.queries) * spec.sensitivity * spec.sigma
+
+
+def attach_noise_probe(method):
+    """Put the probe between `method` and its privatiser (Gaussian scalar or vector ones); returns it,
+    or None where the method's release is of another kind (a Laplace release, GEP, DP-AggZO)."""
+    privatizer = getattr(method, "privatizer", None)
+    if isinstance(privatizer, ScalarPrivatizer) and privatizer.spec.mechanism == "gaussian":
+        method.privatizer = ScalarNoiseProbe(privatizer)
+    elif isinstance(privatizer, VectorPrivatizer):
+        method.privatizer = VectorNoiseProbe(privatizer)
+    else:
+        return None
+    return method.privatizer
+
+
+def noise_check(sum_squares: float, values: int, plan: PrivacyPlan, steps: int, delta: float,
+                confidence: float, comparable: float) -> dict:
+    """The realised noise over the claimed (estimate and upper bound at `confidence`), and the
+    epsilon the run's accountant gives at sigma times that bound (its lower estimate), at `delta`,
+    compared with the run's epsilon at that delta (`comparable`)."""
+    ratio = math.sqrt(sum_squares / values)
+    upper = math.sqrt(sum_squares / chi2.ppf(1 - confidence, values))
+    at_upper = make_accountant(replace(plan, sigma=plan.sigma * upper, delta=delta)).epsilon(steps).lower
+    return {"released_values": values, "noise_ratio": ratio, "noise_ratio_upper": upper,
+            "sigma_claimed": plan.sigma, "sigma_upper": plan.sigma * upper,
+            "epsilon_at_sigma_upper": at_upper, "exceeds_printed": at_upper > comparable,
+            "confidence": confidence}
