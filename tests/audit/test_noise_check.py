@@ -49,7 +49,7 @@ def test_the_probe_forwards_the_privatisers_data_but_no_method():
     probe = ScalarNoiseProbe(ScalarPrivatizer(SPEC, 2, torch.Generator()))
     assert probe.spec is SPEC and probe.queries == 2
     with pytest.raises(AttributeError, match="does not forward"):
-        probe.clipped
+        getattr(probe, "clipped")
 
 
 PLAN = PrivacyPlan(private=True, sample_rate=0.05, steps=40, expected_batch_size=50, sigma=1.2, delta=1e-5,
