@@ -207,7 +207,8 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
     if noise is not None:
         log.info(f"audit: noise check: the releases' noise {noise['noise_ratio']:.3f}x the claimed (at most "
                  f"{noise['noise_ratio_upper']:.3f}x at {noise['confidence']:.2%} confidence, "
-                 f"{noise['released_values']} values): sigma at least {noise['sigma_upper']:.4g} of {plan.sigma:.4g}, epsilon at it at least "
+                 f"{noise['released_values']} values): sigma at least {noise['sigma_upper']:.4g} of "
+                 f"{plan.sigma:.4g}, epsilon at it at least "
                  f"{noise['epsilon_at_sigma_upper']:.4f} if q, T and the clip are as the run says"
                  + (" -> the run is NOT as private as printed" if noise["exceeds_printed"] else ""))
     log.info(f"  results: {run_dir}")
