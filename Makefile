@@ -6,11 +6,14 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test test-all lint docs setup bench-calibration bench-cpu bench-gpu demo clean
 
-## The pinned requirements, then pazo itself in editable mode (entry points pazo-train, pazo-sweep, pazo-bench, pazo-report).
+## The pinned requirements, then pazo itself in editable mode (entry points pazo-train, pazo-sweep, pazo-bench, pazo-report),
+## and JAX-Privacy without its dependencies: its one-run f-DP estimator is the tests' independent
+## check of ours, and its auditing module needs numpy and scipy only (not JAX).
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	$(PY) -m pip install --quiet -e . --no-deps
+	$(PY) -m pip install --quiet --no-deps jax-privacy==2.0.0
 	touch $(STAMP)
 
 setup: $(STAMP)
