@@ -44,7 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "configs" / "sweeps"
 log = logging.getLogger("pazo.sweep")  # not __name__: that is "__main__" under `python -m pazo.sweep`
 LAUNCHERS = ("sequential", "joblib", "submitit")
-SPEC_KEYS = {"name", "table", "settings", "methods", "nonprivate", "epsilons", "seeds", "extra", "entry", "grid"}
+SPEC_KEYS = {"name", "table", "settings", "methods", "nonprivate", "epsilons", "seeds", "extra", "entry", "grid",
+             "skip_missing_data"}
 #: what a run is: `python -m pazo.<entry>`, and the config it composes
 ENTRIES = {"train": "config", "audit": "audit"}
 
@@ -109,6 +110,7 @@ class SpecSchema:
     extra: dict[str, Any] = field(default_factory=dict)
     entry: str = "train"     # train: each run is `python -m pazo.train`; audit: `python -m pazo.audit`
     grid: bool = True        # false: each method at its own defaults (the setting is the data set)
+    skip_missing_data: bool = False  # true: a setting whose data files are missing is left out, named with why
 
     def __post_init__(self):
         if self.entry not in ENTRIES:
@@ -142,6 +144,7 @@ def load_spec(name_or_path: str) -> dict:
     spec.setdefault("extra", {})
     spec.setdefault("entry", "train")
     spec.setdefault("grid", True)
+    spec.setdefault("skip_missing_data", False)
     return spec
 
 
@@ -348,6 +351,29 @@ def check(runs: list[Run], extra: list[str], entry: str = "train") -> int:
     return len(groups)
 
 
+def missing_data(runs: list[Run], extra: list[str], entry: str = "train") -> dict[str, str]:
+    """The settings whose data cannot be read, each with the loader's one-line message (what is
+    missing, where it was looked for, how to get it): each setting's data set is read once, as its
+    first run would read it, with the user's overrides (`dataset.root=...`)."""
+    from pazo.data import build_dataset  # imports torch: not needed by --help
+    from pazo.errors import DataMissingError
+    from pazo.rng import RandomStreams
+
+    firsts = {}
+    for run in runs:
+        firsts.setdefault(run.setting, run)
+    out = {}
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        checker = _Checker(extra, ENTRIES[entry])
+        for setting, run in firsts.items():
+            cfg = checker.compose([*run.overrides(), *extra])
+            try:
+                build_dataset(cfg.dataset, RandomStreams(cfg.seed))
+            except DataMissingError as err:
+                out[setting] = str(err).splitlines()[0]
+    return out
+
+
 def status(run_dir: Path) -> str:
     """finished | failed | incomplete (started, no summary) | new."""
     summary = run_dir / "summary.json"
@@ -491,6 +517,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         log.error(f"pazo: error: {err}")
         return 2
+    if spec["skip_missing_data"]:
+        for setting, message in missing_data(runs, args.overrides, spec["entry"]).items():
+            log.info(f"sweep {spec['name']}: setting {setting} skipped, its data are missing: {message}")
+            runs = [r for r in runs if r.setting != setting]
     sweep_dir = Path(args.out).resolve() / spec["name"]
     planned = [(r, sweep_dir / r.run_id) for r in runs]
     states = {d: status(d) for _, d in planned}

@@ -99,6 +99,25 @@ def test_an_audit_spec_runs_the_audit_at_each_method_defaults(tmp_path):
         load_spec(str(path))
 
 
+def test_a_setting_whose_data_are_missing_is_left_out_with_the_loaders_line(tmp_path, capsys):
+    """skip_missing_data: true (the image-set audit table): with FashionMNIST's idx files under
+    dataset.root and MNIST's absent, MNIST's runs are left out, named with what is missing and how
+    to get it, and FashionMNIST's are planned; without the key a missing set is not probed."""
+    from fixtures import write_mnist_raw
+    write_mnist_raw(tmp_path / "data", "FashionMNIST", n_train=60, n_test=20)
+    spec = load_spec("audit_table_images")
+    assert spec["skip_missing_data"] and spec["settings"] == ["mnist", "fashion_mnist"]
+    root = f"dataset.root={tmp_path / 'data'}"
+    missing = sweep.missing_data(enumerate_runs(spec), [root], spec["entry"])
+    assert list(missing) == ["mnist"] and missing["mnist"].startswith("MNIST is missing: train-images-idx3-ubyte")
+    assert sweep.main(["audit_table_images", "--dry-run", "--out", str(tmp_path / "out"), root]) == 0
+    out = capsys.readouterr().out
+    assert "setting mnist skipped, its data are missing: MNIST is missing" in out and "dataset.download=true" in out
+    assert "sweep audit_table_images: 24 runs" in out and "dataset=fashion_mnist" in out
+    assert "dataset=mnist " not in out and not (tmp_path / "out").exists()
+    assert not load_spec("audit_table")["skip_missing_data"]
+
+
 def test_dry_run_prints_and_trains_nothing(tmp_path, capsys):
     assert sweep.main(["demo", "--dry-run", "--show", "2", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
