@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from scipy.stats import chi2
 
+from pazo.privacy.accountants import BudgetError, effective_noise_multiplier, gaussian_one_step_delta
 from pazo.privacy.mechanisms import ScalarPrivatizer, ScalarRelease, VectorPrivatizer
 from pazo.privacy.plan import PrivacyPlan, make_accountant
 
@@ -102,8 +103,27 @@ def noise_check(sum_squares: float, values: int, plan: PrivacyPlan, steps: int, 
     compared with the run's epsilon at that delta (`comparable`)."""
     ratio = math.sqrt(sum_squares / values)
     upper = math.sqrt(sum_squares / chi2.ppf(1 - confidence, values))
-    at_upper = make_accountant(replace(plan, sigma=plan.sigma * upper, delta=delta)).epsilon(steps).lower
+    at_upper, how = epsilon_at_least(plan, plan.sigma * upper, steps, delta)
     return {"released_values": values, "noise_ratio": ratio, "noise_ratio_upper": upper,
             "sigma_claimed": plan.sigma, "sigma_upper": plan.sigma * upper,
-            "epsilon_at_sigma_upper": at_upper, "exceeds_printed": at_upper > comparable,
+            "epsilon_at_sigma_upper": at_upper, "epsilon_from": how, "exceeds_printed": at_upper > comparable,
             "confidence": confidence}
+
+
+def epsilon_at_least(plan: PrivacyPlan, sigma: float, steps: int, delta: float) -> tuple[float, str]:
+    """A lower bound on the epsilon (at `delta`) of the run's T Poisson-subsampled Gaussian steps
+    at noise multiplier `sigma`, and how it was found: the PRV accountant's lower estimate, or
+    where its grid cannot be built (a sigma far below the claimed one) the exact epsilon of one such
+    step, which T steps spend at least."""
+    try:
+        return make_accountant(replace(plan, sigma=sigma, delta=delta)).epsilon(steps).lower, "prv_lower"
+    except (BudgetError, RuntimeError, FloatingPointError):
+        pass
+    s = effective_noise_multiplier(sigma, plan.mechanisms)
+    low, high = 0.0, 1.0
+    while gaussian_one_step_delta(s, plan.sample_rate, high) > delta and high < 1e6:
+        low, high = high, 2 * high
+    for _ in range(60):  # bisection: delta(epsilon) decreases in epsilon
+        mid = (low + high) / 2
+        low, high = (mid, high) if gaussian_one_step_delta(s, plan.sample_rate, mid) > delta else (low, mid)
+    return low, "one_step_exact"

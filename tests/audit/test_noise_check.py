@@ -104,3 +104,21 @@ def test_the_black_box_has_no_noise_check(tmp_path, monkeypatch):
     monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))
     cfg = audit_cfg("method=dpzero", "train.steps=10", "audit.canaries=20", "audit.threat=black_box")
     assert run_audit(cfg, tmp_path / "run")["audit"]["noise_check"] is None
+
+
+def test_where_the_prv_grid_cannot_be_built_one_step_bounds_epsilon_from_below(monkeypatch):
+    """A sigma far below the claimed one (noise / 10 at q = 0.18) breaks prv-accountant's grid; the
+    exact epsilon of one subsampled Gaussian step is then the bound: just where its delta(epsilon)
+    crosses delta, and never above the T-step account where both can be computed."""
+    import pazo.audit.noise_check as nc
+    from pazo.privacy.accountants import gaussian_one_step_delta
+    plan = PrivacyPlan(private=True, sample_rate=0.178, steps=30, expected_batch_size=256, sigma=0.6,
+                       delta=1e-5, eps_error=0.01)
+    eps, how = nc.epsilon_at_least(plan, 0.06, 30, 1e-5)
+    assert how == "one_step_exact" and eps > 100
+    assert gaussian_one_step_delta(0.06, 0.178, eps) > 1e-5 >= gaussian_one_step_delta(0.06, 0.178, eps * 1.001)
+    prv, how = nc.epsilon_at_least(plan, 0.6, 30, 1e-5)
+    assert how == "prv_lower"
+    monkeypatch.setattr(nc, "make_accountant", lambda plan: (_ for _ in ()).throw(RuntimeError("grid")))
+    one, how = nc.epsilon_at_least(plan, 0.6, 30, 1e-5)
+    assert how == "one_step_exact" and 0 < one < prv
