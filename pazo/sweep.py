@@ -514,13 +514,16 @@ def main(argv: list[str] | None = None) -> int:
         check_launcher(launcher)
         t0 = time.time()
         composed = check(runs, args.overrides, spec["entry"])
+        missing = missing_data(runs, args.overrides, spec["entry"]) if spec["skip_missing_data"] else {}
     except ConfigError as err:
         log.error(f"pazo: error: {err}")
         return 2
-    if spec["skip_missing_data"]:
-        for setting, message in missing_data(runs, args.overrides, spec["entry"]).items():
-            log.info(f"sweep {spec['name']}: setting {setting} skipped, its data are missing: {message}")
-            runs = [r for r in runs if r.setting != setting]
+    for setting, message in missing.items():
+        log.info(f"sweep {spec['name']}: setting {setting} skipped, its data are missing: {message}")
+        runs = [r for r in runs if r.setting != setting]
+    if not runs:
+        log.info(f"sweep {spec['name']}: nothing to run, the data of every setting are missing")
+        return 0
     sweep_dir = Path(args.out).resolve() / spec["name"]
     planned = [(r, sweep_dir / r.run_id) for r in runs]
     states = {d: status(d) for _, d in planned}

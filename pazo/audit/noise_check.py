@@ -11,6 +11,10 @@ r <= sqrt(sum z^2 / chi2_N.ppf(1 - confidence)) with that confidence. If the res
 mechanism is as the run says (Poisson rate q, T steps, the clip's sensitivity), the run's epsilon
 is then at least the accountant's lower estimate at sigma times that bound: a lower bound that
 rests on that model, unlike the one-run bounds, which rest on nothing but the canaries.
+
+The claimed standard deviation is read from the privatiser's own spec (sigma, clip, adjacency): the
+check catches noise drawn at another scale than the spec says (a tenth, a missing sqrt(Q)), not a
+spec whose sensitivity is itself wrong.
 """
 from __future__ import annotations
 
@@ -65,12 +69,18 @@ class ScalarNoiseProbe(_NoiseProbe, ScalarRelease):
 
 
 class VectorNoiseProbe(_NoiseProbe):
-    """DP-SGD's `VectorPrivatizer` given a zero sum: each coordinate of the release is its noise."""
+    """DP-SGD's `VectorPrivatizer` given a zero sum: each coordinate of the release is its noise
+    (and a method that draws the noise itself, `noise`, has each draw read)."""
 
     def __call__(self, clipped_sum: torch.Tensor, clip: float) -> torch.Tensor:
         out = self.inner(torch.zeros_like(clipped_sum), clip)
         self._collect(out.detach() * self.inner.spec.expected_batch_size / claimed_std(self.inner, clip))
         return out
+
+    def noise(self, size: int, clip: float, like: torch.Tensor) -> torch.Tensor:
+        draw = self.inner.noise(size, clip, like)
+        self._collect(draw.detach() / claimed_std(self.inner, clip))
+        return draw
 
 
 def claimed_std(privatizer, clip: float | None = None) -> float:
@@ -85,7 +95,7 @@ def claimed_std(privatizer, clip: float | None = None) -> float:
 
 def attach_noise_probe(method):
     """Put the probe between `method` and its privatiser (Gaussian scalar or vector ones); returns it,
-    or None where the method's release is of another kind (a Laplace release, GEP, DP-AggZO)."""
+    or None where the method's release is of another kind (a Laplace release, DP-AggZO's joint clip)."""
     privatizer = getattr(method, "privatizer", None)
     if isinstance(privatizer, ScalarPrivatizer) and privatizer.spec.mechanism == "gaussian":
         method.privatizer = ScalarNoiseProbe(privatizer)

@@ -37,8 +37,8 @@ from pazo.validate import validate_config
 log = logging.getLogger("pazo.audit")
 THREATS = ("black_box", "white_box")
 #: the noise check's released values at least (the run's T steps repeated): its estimate of the
-#: noise's scale is then within about 3% (sd 1/sqrt(2 N)), so that a noise 1/sqrt(2) of the claimed
-#: one (a sensitivity taken as C where it is 2C) is caught too, not only a tenth of it
+#: noise's scale is then within about 3% (sd 1/sqrt(2 N)), so that a noise half the claimed one is
+#: caught too, not only a tenth of it
 NOISE_CHECK_VALUES = 512
 #: entropy of the audit's own generators (canary inclusion, canary design), apart from the run's streams
 AUDIT_ENTROPY = 0xA0D17
@@ -207,7 +207,7 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
     if noise is not None:
         log.info(f"audit: noise check: the releases' noise {noise['noise_ratio']:.3f}x the claimed (at most "
                  f"{noise['noise_ratio_upper']:.3f}x at {noise['confidence']:.2%} confidence, "
-                 f"{noise['released_values']} values): sigma at least {noise['sigma_upper']:.4g} of "
+                 f"{noise['released_values']} values): sigma at most {noise['sigma_upper']:.4g} of "
                  f"{plan.sigma:.4g}, epsilon at it at least "
                  f"{noise['epsilon_at_sigma_upper']:.4f} if q, T and the clip are as the run says"
                  + (" -> the run is NOT as private as printed" if noise["exceeds_printed"] else ""))
@@ -216,10 +216,10 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
 
 
 def noise_pass(cfg: DictConfig, min_values: int = NOISE_CHECK_VALUES):
-    """The run's T steps again, built as training builds them, with every contribution to each
-    release zero (`pazo.audit.noise_check`), repeated until at least `min_values` values are
-    released: returns the probe that collected the releases' noise, or None where the method's
-    release is not one it reads."""
+    """The run's T steps again, built as training builds them, through `method.step` with empty
+    batches (every contribution to each release zero: `pazo.audit.noise_check`), repeated until at
+    least `min_values` values are released: returns the probe that collected the releases' noise,
+    or None where the method's release is not one it reads."""
     r = build_run(cfg, time_engines=False)
     probe = attach_noise_probe(r.method)
     if probe is None:
@@ -227,8 +227,11 @@ def noise_pass(cfg: DictConfig, min_values: int = NOISE_CHECK_VALUES):
     sampler = FixedRatePoissonSampler(r.n, r.plan.sample_rate, r.streams.numpy["data"])
     r.module.train()
     while probe.values < min_values:
+        before = probe.values
         train_with_canaries(r.method, r.data.private, r.n, np.empty(0, dtype=np.int64), sampler, r.total_steps,
                             r.device, probe)
+        if probe.values == before:  # the method released nothing through the probe: no check
+            return None
     return probe
 
 

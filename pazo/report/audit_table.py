@@ -9,9 +9,9 @@ One row per audit (summary.json with an `audit` block) below the given directori
 delta), the run's epsilon at the audit's delta, the audited lower bounds at the audit's confidence
 (Steinke et al.'s (epsilon, delta) bound and Mahloujifar et al.'s f-DP bound), correct guesses of
 guesses for the first, AUROC and TPR at 1% / 0.1% FPR of the canary scores with their intervals,
-whether either bound exceeds the run's epsilon (a bug), and the white box's noise check (sigma at
-least, the epsilon at it, and whether that exceeds the run's epsilon: a bound that assumes q, T and
-the clip are as the run says)."""
+the white box's noise check (the realised sigma at most, the epsilon at it, and whether that exceeds
+the run's epsilon: a bound that assumes q, T and the clip are as the run says), and whether any of
+the three exceeds the run's epsilon (a bug)."""
 from __future__ import annotations
 
 import sys
@@ -38,7 +38,7 @@ def table(summaries: list[dict]) -> str:
                                             ORDER.get(s["method"], 99), s["audit"]["target_epsilon"], s["seed"]))
     lines = ["| method | threat | debug break | printed epsilon (delta) | epsilon at audit delta "
              "| lower bound, (eps, delta) | lower bound, f-DP | correct / guesses | AUROC [CI] | TPR at 1% FPR [CI] "
-             "| TPR at 0.1% FPR | canaries | steps | seed | exceeds | noise check: sigma at least, epsilon at it |",
+             "| TPR at 0.1% FPR | canaries | steps | seed | noise check: sigma at most, epsilon at it | exceeds |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in rows:
         a = s["audit"]
@@ -49,8 +49,8 @@ def table(summaries: list[dict]) -> str:
         tpr01 = _num(mi["tpr_at_fpr_0.001"], ".3f") if mi else "-"
         label = METHODS.get(s["method"]).label if s["method"] in ORDER else s["method"]
         threat = THREAT[a["threat"]] + (" (worst case)" if a.get("worst_case") else "")
-        exceeds = a["exceeds_printed"] or a.get("exceeds_printed_fdp", False)
         nc = a.get("noise_check")  # None: the black box, or a release the probe does not read
+        exceeds = a["exceeds_printed"] or a.get("exceeds_printed_fdp", False) or bool(nc and nc["exceeds_printed"])
         noise = "-" if not nc else (f"{nc['sigma_upper']:.3g}, {nc['epsilon_at_sigma_upper']:.3g}"
                                     + (" **exceeds**" if nc["exceeds_printed"] else ""))
         lines.append(
@@ -58,7 +58,7 @@ def table(summaries: list[dict]) -> str:
             f"({a['printed_delta']:.1e}) | {a['epsilon_at_audit_delta']:.2f} ({a['audit_delta']:.0e}) | "
             f"{a['epsilon_lower_bound']:.2f} | {fdp} | {a['correct']} / {a['guesses']} | {auroc} | {tpr1} | {tpr01} | "
             f"{a['canaries']} | {a['steps']} | {s['seed']} | "
-            f"{'**yes**' if exceeds else 'no'} | {noise} |")
+            f"{noise} | {'**yes**' if exceeds else 'no'} |")
     return "\n".join(lines)
 
 

@@ -43,6 +43,10 @@ def test_the_vector_probe_releases_noise_alone_in_units_of_the_claimed_std(brk, 
     assert probe.values == 5000 and claimed_std(probe.inner, 0.5) == pytest.approx(0.5 * 2.0)
     assert ratio(probe) == pytest.approx(expected, rel=0.05)
     assert float(out.mean()) == pytest.approx(0.0, abs=0.01)  # the 7s were not added
+    with debug_break(brk):  # a method that draws the noise itself (GEP's two sums) is read too
+        draw = probe.noise(5000, 0.5, torch.zeros(1))
+    assert probe.values == 10000 and draw.shape == (5000,)
+    assert ratio(probe) == pytest.approx(expected, rel=0.05)
 
 
 def test_the_probe_forwards_the_privatisers_data_but_no_method():
