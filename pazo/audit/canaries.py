@@ -94,28 +94,51 @@ def black_box_scores(model, canaries: TensorSplit, device, batch_size: int = 102
     return -torch.cat(out).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).numpy()
 
 
-class _WhiteBox:
-    """Shared by the two white-box hooks: which included canaries the current step sampled, and
-    the records the auditor reads."""
+class PrivatizerHook:
+    """What stands between a method and its privatiser in the audit loop (`train_with_canaries`):
+    the canary ids the current step sampled, the step, and whether the real examples'
+    contributions are dropped; the privatiser's data read through, its methods not."""
 
-    def __init__(self, inner, m: int, scale: float, design: np.random.Generator):
-        self.inner, self.m, self.scale, self.design = inner, m, scale, design
+    passes = "the canaries"  # what a release must pass, for the refusal below
+
+    def __init__(self, inner, neutralises: bool = False):
+        self.inner = inner
         self.present = np.empty(0, dtype=np.int64)   # canary ids in this step's Poisson batch
         self.step = 0                                # the current step (set by the audit loop)
-        self.releases: list[torch.Tensor] = []       # per call, what the auditor sees (noisy sums)
-        self.steps: list[int] = []                   # per call, its step
-        self.neutralises = False                     # worst case: the real examples' contributions dropped
+        self.neutralises = neutralises               # the real examples' contributions dropped
 
     def __getattr__(self, name):
         """The privatiser's data (spec, noise scale) read through; its methods are not: each one
-        that releases must be wrapped here, and forwarding it would release without the canaries."""
+        that releases must be wrapped here, and forwarding it would release around the hook."""
         if name == "inner":  # not set yet (copying): no recursion
             raise AttributeError(name)
         value = getattr(self.inner, name)
         if callable(value):
             raise AttributeError(f"{type(self).__name__} does not forward the privatiser's method {name!r}: "
-                                 "a release must pass the canaries (wrap it here)")
+                                 f"a release must pass {self.passes} (wrap it here)")
         return value
+
+
+def nominal_noise_scale(privatizer, clip: float | None = None) -> float:
+    """The noise scale the run's guarantee gives each released sum (public: sigma, C, adjacency,
+    queries), whatever a debug break does to the draws: S sigma per coordinate of a vector sum; per
+    sum of a scalar release of Q queries, sqrt(Q) S sigma (Gaussian: the Q as one mechanism) or
+    Q S sigma (Laplace)."""
+    spec = privatizer.spec
+    if isinstance(privatizer, VectorPrivatizer):
+        return spec.sensitivity_for(spec.clip if clip is None else clip) * spec.sigma
+    per = privatizer.queries if spec.mechanism == "laplace" else math.sqrt(privatizer.queries)
+    return per * spec.sensitivity * spec.sigma
+
+
+class _WhiteBox(PrivatizerHook):
+    """Shared by the white-box hooks: the canaries and the records the auditor reads."""
+
+    def __init__(self, inner, m: int, scale: float, design: np.random.Generator):
+        super().__init__(inner)
+        self.m, self.scale, self.design = m, scale, design
+        self.releases: list[torch.Tensor] = []       # per call, what the auditor sees (noisy sums)
+        self.steps: list[int] = []                   # per call, its step
 
     def replay_noise(self, seeds: dict[str, int], device) -> list[torch.Tensor]:
         raise NotImplementedError
@@ -320,12 +343,6 @@ class CodedScalarCanaries(_WhiteBox, ScalarRelease):
         self.steps.append(self.step)
         return out
 
-    def nominal_noise_scale(self) -> float:
-        """The noise scale the run's guarantee says each sum gets (public: sigma, C, adjacency, queries)."""
-        spec = self.inner.spec
-        per = self.inner.queries if spec.mechanism == "laplace" else math.sqrt(self.inner.queries)
-        return per * spec.sensitivity * spec.sigma
-
     def replay_noise(self, seeds, device):
         return replay_scalar_noise(self.inner.spec, self.releases, seeds)
 
@@ -333,7 +350,7 @@ class CodedScalarCanaries(_WhiteBox, ScalarRelease):
         released = torch.cat([r.reshape(-1) for r in self.releases]).double()
         replay = torch.cat([z.reshape(-1) for z in self.replay_noise(seeds, device)]).double()
         clip = self.inner.spec.clip
-        views = {"as_released": released, "replayed_noise_removed": released - self.nominal_noise_scale() * replay}
+        views = {"as_released": released, "replayed_noise_removed": released - nominal_noise_scale(self.inner) * replay}
         scores = np.zeros(self.m)
         info = {"design": "coded", "released_values": int(released.numel()), "noise_replayed": False,
                 "decoded_quiet": {}, "decoded_loud": {}}

@@ -21,36 +21,25 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-import numpy as np
 import torch
 from scipy.stats import chi2
 
+from pazo.audit.canaries import PrivatizerHook, nominal_noise_scale
 from pazo.privacy.accountants import BudgetError, effective_noise_multiplier, gaussian_one_step_delta
 from pazo.privacy.mechanisms import ScalarPrivatizer, ScalarRelease, VectorPrivatizer
 from pazo.privacy.plan import PrivacyPlan, make_accountant
 
 
-class _NoiseProbe:
+class _NoiseProbe(PrivatizerHook):
     """Stands in for a privatiser in the audit loop: every contribution zero (the loop hands it no
     example, `neutralises`), each released value's noise in units of its claimed std collected."""
 
-    neutralises = True
+    passes = "the probe"
 
     def __init__(self, inner):
-        self.inner = inner
-        self.present = np.empty(0, dtype=np.int64)  # (set by the audit loop; nothing is added)
-        self.step = 0
+        super().__init__(inner, neutralises=True)
         self.sum_squares = 0.0
         self.values = 0
-
-    def __getattr__(self, name):
-        """The privatiser's data read through; its methods are not (a release must pass the probe)."""
-        if name == "inner":
-            raise AttributeError(name)
-        value = getattr(self.inner, name)
-        if callable(value):
-            raise AttributeError(f"{type(self).__name__} does not forward the privatiser's method {name!r}")
-        return value
 
     def _collect(self, noise_in_std_units: torch.Tensor) -> None:
         z = noise_in_std_units.double().reshape(-1)
@@ -64,7 +53,7 @@ class ScalarNoiseProbe(_NoiseProbe, ScalarRelease):
     def release(self, rows):
         out = self.inner.release([[] for _ in rows])
         self._collect(torch.tensor(out, dtype=torch.float64) * self.inner.spec.expected_batch_size
-                      / claimed_std(self.inner))
+                      / nominal_noise_scale(self.inner))
         return out
 
 
@@ -74,23 +63,13 @@ class VectorNoiseProbe(_NoiseProbe):
 
     def __call__(self, clipped_sum: torch.Tensor, clip: float) -> torch.Tensor:
         out = self.inner(torch.zeros_like(clipped_sum), clip)
-        self._collect(out.detach() * self.inner.spec.expected_batch_size / claimed_std(self.inner, clip))
+        self._collect(out.detach() * self.inner.spec.expected_batch_size / nominal_noise_scale(self.inner, clip))
         return out
 
     def noise(self, size: int, clip: float, like: torch.Tensor) -> torch.Tensor:
         draw = self.inner.noise(size, clip, like)
-        self._collect(draw.detach() / claimed_std(self.inner, clip))
+        self._collect(draw.detach() / nominal_noise_scale(self.inner, clip))
         return draw
-
-
-def claimed_std(privatizer, clip: float | None = None) -> float:
-    """The standard deviation the run's guarantee gives the noise on each released sum: S sigma per
-    coordinate of a vector sum; sqrt(Q) S sigma on each of a scalar release's Q sums (Q queries as
-    one Gaussian mechanism of multiplier sigma)."""
-    spec = privatizer.spec
-    if isinstance(privatizer, VectorPrivatizer):
-        return spec.sensitivity_for(spec.clip if clip is None else clip) * spec.sigma
-    return math.sqrt(privatizer.queries) * spec.sensitivity * spec.sigma
 
 
 def attach_noise_probe(method):

@@ -10,7 +10,8 @@ import pytest
 import torch
 from scipy.stats import chi2
 
-from pazo.audit.noise_check import ScalarNoiseProbe, VectorNoiseProbe, claimed_std, noise_check
+from pazo.audit.canaries import nominal_noise_scale
+from pazo.audit.noise_check import ScalarNoiseProbe, VectorNoiseProbe, noise_check
 from pazo.audit.run import run_audit
 from pazo.privacy.mechanisms import NoiseSpec, ScalarPrivatizer, VectorPrivatizer, debug_break
 from pazo.privacy.plan import PrivacyPlan, epsilon_spent, make_accountant
@@ -27,7 +28,7 @@ def ratio(probe) -> float:
 def test_the_scalar_probe_releases_noise_alone_in_units_of_the_claimed_std(brk, expected):
     """Four queries: each sum's noise has std sqrt(4) * C * sigma; the rows' values never reach it."""
     probe = ScalarNoiseProbe(ScalarPrivatizer(SPEC, 4, torch.Generator().manual_seed(0)))
-    assert claimed_std(probe.inner) == pytest.approx(2 * 0.5 * 2.0)
+    assert nominal_noise_scale(probe.inner) == pytest.approx(2 * 0.5 * 2.0)
     with debug_break(brk):
         for _ in range(1000):
             out = probe.release([[100.0, -3.0]] * 4)
@@ -40,7 +41,7 @@ def test_the_vector_probe_releases_noise_alone_in_units_of_the_claimed_std(brk, 
     probe = VectorNoiseProbe(VectorPrivatizer(SPEC, torch.Generator().manual_seed(0)))
     with debug_break(brk):
         out = probe(torch.full((5000,), 7.0), 0.5)
-    assert probe.values == 5000 and claimed_std(probe.inner, 0.5) == pytest.approx(0.5 * 2.0)
+    assert probe.values == 5000 and nominal_noise_scale(probe.inner, 0.5) == pytest.approx(0.5 * 2.0)
     assert ratio(probe) == pytest.approx(expected, rel=0.05)
     assert float(out.mean()) == pytest.approx(0.0, abs=0.01)  # the 7s were not added
     with debug_break(brk):  # a method that draws the noise itself (GEP's two sums) is read too
