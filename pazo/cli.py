@@ -2,6 +2,10 @@
 in one `pazo: error:` line, and the check of a command line's overrides before anything starts."""
 from __future__ import annotations
 
+import secrets
+
+from omegaconf import OmegaConf
+
 from pazo import CONFIG_DIR
 from pazo.errors import ConfigError
 from pazo.privacy.accountants import BudgetError
@@ -9,6 +13,16 @@ from pazo.registry import UnknownNameError
 
 #: a user's mistake, not a fault: one line and exit 2 (DataMissingError is a FileNotFoundError)
 USER_ERRORS = (ConfigError, BudgetError, UnknownNameError, FileNotFoundError)
+
+
+def register_resolvers() -> None:
+    """The interpolations pazo's configs use (`${pazo_unique:}` in `hydra.run.dir`: a short random
+    token per process, so that two runs started in the same second get two directories). Every
+    entry point that composes configs/ imports this module, which calls it once."""
+    OmegaConf.register_new_resolver("pazo_unique", lambda: secrets.token_hex(3), use_cache=True, replace=True)
+
+
+register_resolvers()
 
 
 def check_overrides(argv: list[str], config_name: str = "config", check=None) -> str | None:

@@ -13,7 +13,6 @@ import json
 import logging
 import math
 import os
-import secrets
 import signal
 import socket
 import statistics
@@ -46,8 +45,6 @@ log = logging.getLogger("pazo.train")  # not __name__: that is "__main__" under 
 #: exit codes: 0 finished, 1 failed, 2 bad input, 3 preempted (resumable), 75 a fault of the machine
 #: (a refused write, e.g. a full disk: resumable once fixed; EX_TEMPFAIL), 130 interrupted (resumable)
 EXIT_CODES = {"finished": 0, "failed": 1, "preempted": 3, "fault": 75, "interrupted": 130}
-# a short random token per process, so that two runs started in the same second get two directories
-OmegaConf.register_new_resolver("pazo_unique", lambda: secrets.token_hex(3), use_cache=True, replace=True)
 
 
 @dataclass

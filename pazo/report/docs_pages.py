@@ -12,6 +12,7 @@ instead of being regenerated silently)."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -88,11 +89,34 @@ def existing(docs: Path) -> dict[str, str]:
             for p in sorted((docs / folder).rglob("*")) if p.is_file()}
 
 
+#: a decimal number in a figure's SVG text (coordinates, sizes, path data)
+_SVG_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")  # (matplotlib writes no exponents; ids like 8e92 stay text)
+#: how far a figure's coordinate may move between machines and still draw the same data: matplotlib's
+#: last decimals of a path depend on the platform's floating point (a 1e-6 change was seen between two
+#: machines), far below what a reader sees (1e-3 of a point)
+SVG_TOLERANCE = 1e-3
+
+
+def same_figure(have: str, wanted: str) -> bool:
+    """Whether two SVG texts draw the same figure: the same text between the numbers, and every number
+    within SVG_TOLERANCE of its counterpart (so a figure drawn on another machine is not stale)."""
+    if have == wanted:
+        return True
+    have_numbers, wanted_numbers = _SVG_NUMBER.findall(have), _SVG_NUMBER.findall(wanted)
+    return (_SVG_NUMBER.split(have) == _SVG_NUMBER.split(wanted) and len(have_numbers) == len(wanted_numbers)
+            and all(a == b or abs(float(a) - float(b)) <= SVG_TOLERANCE for a, b in zip(have_numbers, wanted_numbers)))
+
+
+def same_page(name: str, have: str, wanted: str) -> bool:
+    """Pages compare as text; figures by what they draw (same_figure)."""
+    return same_figure(have, wanted) if name.endswith(".svg") else have == wanted
+
+
 def differences(docs: Path, wanted: dict[str, str]) -> list[str]:
     """The generated files that are missing, differ or should not be there, each with what is wrong."""
     have = existing(docs)
     out = [f"{name}: missing" for name in wanted if name not in have]
-    out += [f"{name}: differs" for name in wanted if name in have and have[name] != wanted[name]]
+    out += [f"{name}: differs" for name in wanted if name in have and not same_page(name, have[name], wanted[name])]
     out += [f"{name}: not generated (remove it)" for name in have if name not in wanted]
     return sorted(out)
 
@@ -107,7 +131,7 @@ def write(docs: Path, wanted: dict[str, str]) -> list[str]:
     for name, text in wanted.items():
         path = docs / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.exists() or path.read_text() != text:
+        if not path.exists() or not same_page(name, path.read_text(), text):
             path.write_text(text)
     return changed
 

@@ -1,7 +1,11 @@
 """The generated pages (docs/reference/, docs/results/) are what `python -m pazo.report docs` makes
 from the code, configs/ and scripts/results/ now: regenerating them changes nothing."""
 import json
+import re
 import shutil
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pazo import REPO_ROOT
 from pazo.report import docs_pages
@@ -29,6 +33,38 @@ def test_a_stale_or_stray_page_is_named_and_check_fails(tmp_path, capsys):
                                                     "results/old.md: not generated (remove it)"]
     docs_pages.write(docs, wanted)
     assert not (docs / "results" / "old.md").exists() and (docs / "results" / "index.md").read_text() == "b\n"
+
+
+def _figure_with(numbers):
+    return "".join(f'<path d="M {x:.6f} L 1.5" fill="none"/>' for x in numbers)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-1e4, 1e4, allow_nan=False), min_size=1, max_size=12), st.data())
+def test_a_figure_is_stale_only_when_what_it_draws_changes(numbers, data):
+    """The rule a figure drawn on another machine broke (coordinates 1e-6 apart read as a stale page):
+    numbers that move within the tolerance are the same figure; one number moved past it, a number more
+    or less, or other text is a different figure."""
+    have = _figure_with(numbers)
+    jitter = [x + data.draw(st.floats(-0.4e-3, 0.4e-3)) for x in numbers]
+    assert docs_pages.same_page("results/figures/f.svg", have, _figure_with(jitter))
+    moved = list(numbers)
+    i = data.draw(st.integers(0, len(numbers) - 1))
+    moved[i] += data.draw(st.sampled_from([-1, 1])) * data.draw(st.floats(2e-3, 1e3))
+    assert not docs_pages.same_page("results/figures/f.svg", have, _figure_with(moved))
+    assert not docs_pages.same_page("results/figures/f.svg", have, _figure_with(numbers + [0.0]))
+    assert not docs_pages.same_page("results/figures/f.svg", have, have.replace("none", "red", 1))
+    assert not docs_pages.same_page("results/index.md", have, _figure_with(jitter)) or have == _figure_with(jitter)
+
+
+def test_a_figure_from_another_machine_is_neither_stale_nor_rewritten(tmp_path):
+    docs = tmp_path / "docs"
+    figure = next((REPO_ROOT / "docs" / "results" / "figures").glob("*.svg")).read_text()
+    name = "results/figures/f.svg"
+    docs_pages.write(docs, {name: figure})
+    nudged = re.sub(r"(\d+\.\d{5})\d", lambda m: m.group(1) + "9", figure, count=4)  # the last decimal moves
+    assert nudged != figure and docs_pages.differences(docs, {name: nudged}) == []
+    assert docs_pages.write(docs, {name: nudged}) == [] and (docs / name).read_text() == figure
 
 
 def test_every_results_file_appears_on_a_results_page():

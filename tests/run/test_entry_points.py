@@ -166,3 +166,27 @@ def test_every_command_runs_its_module_in_process(capsys):
     assert {next(line.split()[1] for line in text.splitlines() if "import cli" in line)
             for text in launchers.values()} == modules
     assert all(len(text.splitlines()) <= 4 for text in launchers.values())
+
+
+@pytest.mark.parametrize("module,config_name", [("pazo.train", "config"), ("pazo.audit.run", "audit")])
+def test_each_hydra_entry_point_resolves_its_own_run_dir(module, config_name):
+    """The rule the README's `pazo-audit ...` broke: every Hydra entry point, imported alone (no other
+    pazo module registering resolvers for it), composes its config with Hydra's own section and
+    resolves `hydra.run.dir` without the user giving one. Composed in a fresh interpreter, since this
+    test process has imported every entry point already."""
+    code = f"""
+import importlib, sys
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from pazo import CONFIG_DIR
+importlib.import_module({module!r})
+with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+    cfg = compose(config_name={config_name!r}, return_hydra_config=True)
+from hydra.core.hydra_config import HydraConfig
+HydraConfig.instance().set_config(cfg)
+print(OmegaConf.to_container(cfg.hydra.run, resolve=True)["dir"])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    run_dir = out.stdout.strip().splitlines()[-1]
+    assert run_dir.startswith("outputs/") and "${" not in run_dir and re.search(r"_[0-9a-f]{6}$", run_dir)
