@@ -47,6 +47,13 @@ def dispatch(prog: str, title: str, commands: dict[str, tuple[str, str]], argv: 
     return 0
 
 
+def summary_of(doc: str | None) -> str:
+    """A module docstring's first paragraph as one sentence for argparse's description (its first
+    line alone stops mid-sentence where the paragraph wraps)."""
+    paragraph = (doc or "").strip().split("\n\n", 1)[0]
+    return " ".join(line.strip() for line in paragraph.splitlines())
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose usage errors (an unknown option, a bad value) are one line,
     `pazo: error: <what>`, and exit 2, as every other mistake of a pazo command line."""

@@ -35,7 +35,7 @@ from hydra.errors import HydraException
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pazo.commands import ArgumentParser
+from pazo.commands import ArgumentParser, summary_of
 from pazo.config_schema import integer_at_least, optional, typed
 from pazo.console import use_console
 from pazo.errors import ConfigError
@@ -492,7 +492,7 @@ def select_methods(spec: dict, methods: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="python -m pazo.sweep", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m pazo.sweep", description=summary_of(__doc__))
     parser.add_argument("spec", help="a name in configs/sweeps/ (e.g. table1_cifar10) or a YAML path")
     parser.add_argument("overrides", nargs="*",
                         help="extra pazo.train overrides for every run, e.g. dataset.root=/data")

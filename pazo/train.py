@@ -443,6 +443,10 @@ def cli() -> None:
     launch is accepted (a refused launch leaves the directory's record as it was)."""
     signal.signal(signal.SIGINT, _interrupted_before_start)
     argv = sys.argv[1:]
+    if "--help" in argv or "-h" in argv:   # pazo's own (Hydra's: --hydra-help)
+        from pazo.help import train_help
+        print(train_help())
+        return
     keys = [a.split("=", 1)[0].lstrip("+~") for a in argv]
     if any(k == "audit" or k.startswith("audit.") for k in keys):
         problem = DEBUG_ONLY.removeprefix("pazo: ") if "audit.debug_break" in keys else \

@@ -25,6 +25,7 @@ from pathlib import Path
 from pazo.bench.common import RESULTS_DIR, command_line, git_commit, write_result
 from pazo.privacy.accountants import BudgetError, GaussianAccountant, default_eps_error
 from pazo.privacy.calibration import calibrate_sigma
+from pazo.commands import summary_of
 
 N, B = 48000, 256
 
@@ -39,7 +40,7 @@ def plain_bisection(epsilon, delta, q, steps, eps_error, rel_tol=2e-3):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("--out", default=str(RESULTS_DIR / "calibration_cpu.json"))
     parser.add_argument("--no-baseline", action="store_true", help="skip the slow plain bisection")
     parser.add_argument("--cases", default="1:18750,0.1:18750,1:100000,0.1:100000,2:100000",

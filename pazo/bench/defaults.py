@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from pazo.commands import ArgumentParser
+from pazo.commands import ArgumentParser, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.bench.common import RESULTS_DIR, at_least, command_line, git_commit, write_result
 from pazo.methods import method_info, method_names
@@ -62,7 +62,7 @@ def train(method: str, seed: int, out: Path, threads: int) -> dict:
 
 
 def main():
-    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("--out", default=str(RESULTS_DIR / "defaults_digits_cpu.json"))
     parser.add_argument("--runs", default=str(ROOT / "outputs" / "check_defaults"))
     parser.add_argument("--seed", type=at_least(0), default=0)

@@ -28,6 +28,7 @@ from pazo import REPO_ROOT  # noqa: E402
 from pazo.bench.common import write_result  # noqa: E402
 from pazo.privacy.calibration import calibrate_sigma  # noqa: E402
 from pazo.synthetic.quadratic import METHODS, MODES, best_over_lr, sweep  # noqa: E402
+from pazo.commands import summary_of
 
 LABELS = {"dpgd_0th": "DPGD-0th", "dpzero": "DPZero", "dpgd": "DP-GD"}
 
@@ -73,7 +74,7 @@ def plot(best: pd.DataFrame, metrics: list[tuple[str, str]], title: str, path: P
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=summary_of(__doc__))
     p.add_argument("--dims", default="10,30,100,300,1000")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--lrs", default="0.001,0.003,0.01,0.03,0.1,0.3,1.0")

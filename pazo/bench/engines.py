@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from pazo.bench import common, settings, timing
+from pazo.commands import summary_of
 
 ZEROTH_ORDER = ["mezo", "dpzero", "pazo_m", "pazo_p", "pazo_s"]
 
@@ -78,7 +79,7 @@ def compare_public_grads(setting: str, device: torch.device, warmup: int, iters:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("--device", default="auto")
     parser.add_argument("--settings", default="digits,cifar_shape")
     parser.add_argument("--methods", default=",".join(ZEROTH_ORDER))

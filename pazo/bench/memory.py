@@ -36,6 +36,7 @@ from pathlib import Path
 
 from pazo import REPO_ROOT
 from pazo.bench.common import RESULTS_DIR, command_line, write_result
+from pazo.commands import summary_of
 
 SHAPES = {  # hidden, layers, heads, ffn
     "opt-125m": (768, 12, 12, 3072), "opt-350m": (1024, 24, 16, 4096), "opt-1.3b": (2048, 24, 32, 8192),
@@ -122,7 +123,7 @@ def earlier_results(out: Path) -> list[dict]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=summary_of(__doc__))
     p.add_argument("--shape", default="opt-125m", choices=sorted(SHAPES))
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--device", default="cpu")

@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from pazo.commands import ArgumentParser
+from pazo.commands import ArgumentParser, summary_of
 from pazo.bench.common import RESULTS_DIR, at_least, run_main, write_result
 from pazo.bench.settings import (ENGINE_NAMES, FORWARDS, PAPER_SETTING, PUBLIC_PASSES, SETTINGS, bare_model,
                                  bare_passes, build_benchmark_method, check_device, check_overrides_for, compose_cfg,
@@ -208,7 +208,7 @@ def check_arguments(args) -> None:
 
 
 def main():
-    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("--device", default="auto")
     parser.add_argument("--settings", default=DEFAULT_SETTINGS, help=f"from {', '.join(SETTINGS)}")
     parser.add_argument("--methods", default=",".join(METHODS))

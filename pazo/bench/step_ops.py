@@ -34,6 +34,7 @@ from pazo.bench.common import RESULTS_DIR, run_main, write_result
 from pazo.bench.settings import (FORWARDS, PUBLIC_PASSES, SETTINGS, bare_passes, build_benchmark_method,
                                  set_batch_size, synthetic_inputs)
 from pazo.bench.timing import result_record
+from pazo.commands import summary_of
 BATCH = 2
 
 
@@ -81,7 +82,7 @@ def step_ops(setting: str, name: str, engine: str) -> dict:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("--settings", default="digits,cifar_shape,cifar10_nf224,tiny_imagenet_vit,imdb_lstm")
     parser.add_argument("--methods", default="mezo,dpzero,pazo_m,pazo_p,pazo_s")
     parser.add_argument("--engine", default="inplace", choices=["inplace", "vectorised"])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pazo.commands import ArgumentParser
+from pazo.commands import ArgumentParser, summary_of
 from pazo.audit.run import read_audits
 from pazo.methods import METHODS
 
@@ -63,7 +63,7 @@ def table(summaries: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("dirs", nargs="+", help="directories holding audit run directories")
     parser.add_argument("--out", help="write the table here too")
     args = parser.parse_args(argv)

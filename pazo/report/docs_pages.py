@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from pazo import REPO_ROOT
+from pazo.commands import summary_of
 
 #: the folders under docs/ this generator owns
 GENERATED = ("reference", "results")
@@ -137,7 +138,7 @@ def write(docs: Path, wanted: dict[str, str]) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="pazo-report docs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="pazo-report docs", description=summary_of(__doc__))
     parser.add_argument("--docs", default=str(REPO_ROOT / "docs"),
                         help="the docs folder (default: docs/ of the repository)")
     parser.add_argument("--check", action="store_true",

@@ -31,7 +31,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from pazo.commands import ArgumentParser
+from pazo.commands import ArgumentParser, summary_of
 from pazo import REPO_ROOT as ROOT  # noqa: E402
 from pazo.errors import ConfigError  # noqa: E402
 from pazo.results import (FIRST_ORDER, LABELS, METHOD_ORDER, SELECTIONS, USES_PUBLIC, load_runs,  # noqa: E402
@@ -193,7 +193,7 @@ def figure6(runs, epsilon, metric, selection, note, out, written):
 
 
 def main(argv=None) -> int:
-    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("sweeps", nargs="+")
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--selection", default="val", choices=SELECTIONS,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pazo.commands import ArgumentParser
+from pazo.commands import ArgumentParser, summary_of
 from pazo.errors import ConfigError
 from pazo.results import load_runs, missing_dirs, read_json_object
 
@@ -63,7 +63,7 @@ def seed_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def main(argv=None) -> int:
-    p = ArgumentParser(description=__doc__.splitlines()[0])
+    p = ArgumentParser(description=summary_of(__doc__))
     p.add_argument("sweeps", nargs="+")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pazo.commands import ArgumentParser
+from pazo.commands import ArgumentParser, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.errors import ConfigError
 from pazo.results import (BENCHMARK_PAPER_SETTING, LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs,
@@ -376,7 +376,7 @@ def write(out: Path, name: str, title: str, frame: pd.DataFrame, long: list[dict
 
 
 def main(argv=None) -> int:
-    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("sweeps", nargs="*", help="sweep directories (outputs/sweeps/<name>)")
     parser.add_argument("--selection", default="val", choices=SELECTIONS,
                         help="val: select on validation accuracy, mean ± std over seeds (default); "

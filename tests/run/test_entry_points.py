@@ -190,3 +190,55 @@ print(OmegaConf.to_container(cfg.hydra.run, resolve=True)["dir"])
     assert out.returncode == 0, out.stderr[-2000:]
     run_dir = out.stdout.strip().splitlines()[-1]
     assert run_dir.startswith("outputs/") and "${" not in run_dir and re.search(r"_[0-9a-f]{6}$", run_dir)
+
+
+def _argparse_commands():
+    from pazo.bench import COMMANDS as BENCH
+    from pazo.report import COMMANDS as REPORT
+    return [("pazo-bench", name, module) for name, (module, _) in BENCH.items()] + \
+        [("pazo-report", name, module) for name, (module, _) in REPORT.items()] + [("pazo-sweep", "", "pazo.sweep")]
+
+
+@pytest.mark.parametrize("prog,name,module", _argparse_commands(), ids=lambda x: str(x))
+def test_every_argparse_help_says_a_whole_sentence(prog, name, module, capsys):
+    """`pazo-bench defaults --help` stopped mid-sentence (its description was the docstring's first
+    line): each command's description is its docstring's whole first paragraph, ending as a sentence."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    saved, sys.argv = sys.argv, [f"{prog} {name}".strip(), "--help"]
+    try:
+        with pytest.raises(SystemExit) as stop:
+            (mod.cli if hasattr(mod, "cli") else mod.main)()
+    finally:
+        sys.argv = saved
+    assert stop.value.code in (0, None)
+    text = capsys.readouterr().out
+    description = " ".join(text.split("\n\n", 2)[1].split())
+    assert description[-1] in ".:)", description
+    first_paragraph = " ".join(mod.__doc__.strip().split("\n\n")[0].split())
+    assert description == first_paragraph
+
+
+def test_pazo_train_help_names_every_choice_and_no_internal_entry(tmp_path):
+    """`pazo-train --help` says what pazo is, with examples, every method (from the registry) and
+    every data set, setting and model (from configs/), one line each, and none of the `*_schema`
+    entries or per-setting tuning files Hydra's generated help listed."""
+    from pazo import CONFIG_DIR
+    from pazo.methods.registry import method_names
+
+    out = subprocess.run([_console_script("pazo-train"), "--help"], cwd=tmp_path, env=_env(tmp_path),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stderr == "" and "examples:" in out.stdout
+    lines = out.stdout.splitlines()
+    named = {line.split()[0] for line in lines if line.startswith("  ") and not line.startswith("   ")}
+    for group in ("dataset", "experiment", "model"):
+        assert {p.stem for p in (CONFIG_DIR / group).glob("*.yaml")} <= named, group
+    assert set(method_names()) <= named
+    tuning = {p.stem for p in (CONFIG_DIR / "tuning").glob("*.yaml")}
+    assert not any(name.endswith("_schema") or name in tuning for name in named)
+    assert not (tmp_path / "outputs").exists()
+    assert all(line.count("(") == line.count(")") for line in lines if line.startswith("  "))
+    hydra = subprocess.run([_console_script("pazo-train"), "--hydra-help"], cwd=tmp_path, env=_env(tmp_path),
+                           capture_output=True, text=True, timeout=300)
+    assert hydra.returncode == 0 and "Hydra" in hydra.stdout

@@ -1,0 +1,82 @@
+"""`pazo-train --help`: what pazo is, the common commands, and the choices a user makes (methods,
+data sets, paper settings, models), one line each, read from the method registry and the first
+comment of each config file, so a new method or data set appears here without editing this page.
+Hydra's own help (`--hydra-help`) stays as it is; its generated listing of config groups would show
+the internal `*_schema` entries and the per-setting tuning files, which a user never names."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pazo import CONFIG_DIR
+
+USAGE = """\
+pazo-train: one differentially private training run (PAZO-M/P/P'/S, the zeroth-order baselines MeZO,
+DPZero, DP-ZO, DP-ZOGD, DP-AggZO, and the first-order ones), Poisson sampling, sigma calibrated to the
+target epsilon, every release accounted. One run, one directory; relaunching into it resumes.
+
+usage: pazo-train [key=value ...]        one run into outputs/runs/<dataset>/<method>/<time>_<token>/
+       pazo-train -m key=a,b [...]       one run per combination, into outputs/sweeps/<sweep_name>/
+
+examples:
+  pazo-train                                            PAZO-M on digits at epsilon 1 (offline, a minute or two)
+  pazo-train method=dpzero privacy.epsilon=0.5          another method, another budget
+  pazo-train experiment=cifar10 dataset.root=/data      a paper setting (data read from dataset.root)
+  pazo-train privacy=none method=mezo                   a non-private run
+  pazo-train hydra.run.dir=runs/a                       a named run directory: the same command resumes it
+  pazo-train method=dpzero --cfg job                    print the composed config and exit
+  pazo-sweep table1_cifar10 --dry-run                   a paper grid (pazo-sweep --help)
+"""
+
+FOOTER = """\
+privacy (privacy=...): default (DP, sigma calibrated to privacy.epsilon at privacy.delta) | none
+every key with its default and meaning: docs/reference/configs.md (or pazo-train --cfg job);
+the guarantee and what it assumes: docs/concepts/guarantee.md; Hydra's own flags: pazo-train --hydra-help
+"""
+
+
+def config_summary(path: Path) -> str:
+    """The first sentence of a config file's leading comment (after Hydra's `# @package` line)."""
+    words: list[str] = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        text = line.lstrip("#").strip()
+        if text.startswith("@package"):
+            continue
+        words.append(text)
+    text = " ".join(words)
+    sentence = text.split(". ", 1)[0].rstrip(".")
+    if len(sentence) <= 100:
+        return sentence
+    cut = max(sentence.rfind(mark, 30, 100) for mark in (": ", "; ", " (", ", "))
+    short = sentence[:cut] if cut > 0 else sentence[:97].rstrip() + "..."
+    while short.count("(") > short.count(")"):   # never leave a parenthesis open
+        short = short[:short.rfind(" (")] if " (" in short else short.replace("(", "")
+    return short
+
+
+def group_lines(group: str) -> list[str]:
+    """`name  summary` for each user-facing option of a config group (not the tuning files or schemas)."""
+    files = sorted((CONFIG_DIR / group).glob("*.yaml"))
+    width = max((len(f.stem) for f in files), default=0)
+    return [f"  {f.stem:{width}s}  {config_summary(f) or '-'}" for f in files]
+
+
+def method_lines() -> list[str]:
+    from pazo.methods.registry import METHODS
+
+    width = max(len(name) for name, _ in METHODS.items())
+    out = []
+    for name, info in METHODS.items():
+        kind = ("zeroth-order" if info.zeroth_order else "first-order") + (", public data" if info.uses_public else "")
+        kind += "" if info.private else ", non-private"
+        out.append(f"  {name:{width}s}  {info.label} ({kind}): {info.reference}")
+    return out
+
+
+def train_help() -> str:
+    sections = [USAGE, "methods (method=...):", *method_lines(), "",
+                "data sets (dataset=...):", *group_lines("dataset"),
+                "", "paper and LLM settings (experiment=..., which also set the data set, model and method defaults):",
+                *group_lines("experiment"), "", "models (model=...):", *group_lines("model"), "", FOOTER]
+    return "\n".join(sections)
