@@ -54,6 +54,7 @@ STALE_AFTER_SECONDS = 4 * HEARTBEAT_SECONDS
 #: `method.public_grads_together` too: a run resumed on a smaller GPU may need the public gradients
 #: one after another, and checkpoints written before the key existed still resume)
 NOT_COMPARED = ("logger", "device", "privacy.cache_dir", "dataset.root", "dataset.cache_dir", "train.checkpoint_every",
+                "train.progress_seconds",
                 "train.checkpoint_minutes", "train.keep_checkpoint", "train.save_model", "train.eval_batch_size",
                 "method.public_grads_together")
 

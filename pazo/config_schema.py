@@ -63,6 +63,7 @@ class TrainSchema:
     checkpoint_minutes: float = 10
     keep_checkpoint: bool = False
     save_model: bool = True
+    progress_seconds: float = 60
 
     def __post_init__(self):
         positive(self.epochs, "train.epochs")
@@ -74,6 +75,7 @@ class TrainSchema:
         at_least_one(self.log_every, "train.log_every")
         optional(at_least_one, self.checkpoint_every, "train.checkpoint_every")
         positive(self.checkpoint_minutes, "train.checkpoint_minutes")
+        require(self.progress_seconds >= 0, f"train.progress_seconds must be >= 0, got {self.progress_seconds!r}")
 
 
 @dataclass

@@ -30,6 +30,7 @@ HOW_KEYS = (
     "method.grad_memory_mb", "method.per_example_chunk",  # per-example gradients in chunks of some size
     "train.log_every", "train.evals_per_epoch", "train.eval_batch_size",  # when and how the loop reports
     "train.checkpoint_every", "train.checkpoint_minutes", "train.keep_checkpoint", "train.save_model",
+    "train.progress_seconds",
     "warm_start.cache",                        # a cached warm start is the warm start recomputed
     "privacy.cache_dir", "dataset.root", "dataset.cache_dir",  # where files are read and kept
     "dataset.download", "model.download",      # whether missing files are fetched first

@@ -70,6 +70,18 @@ def outcome(plan, tracker, loop: LoopState, total_steps: int, failure: str | Non
     return out
 
 
+#: each assumption of the guarantee in a few words, for the one line a run prints (the whole text is
+#: in summary.json's privacy.assumptions and docs/concepts/guarantee.md)
+ASSUMPTION_WORDS = {"n_private_public": "n is public", "no_selection": "no best-of-several selection",
+                    "seed_secret": "the seed stays secret"}
+
+
+def assumptions_line(assumptions: dict[str, str]) -> str:
+    """One line for what the guarantee assumes, printed once per run (a sweep's log has one per run)."""
+    words = ", ".join(ASSUMPTION_WORDS.get(name, name) for name in assumptions)
+    return f"assumes: {words} (each in full: summary.json's privacy.assumptions)"
+
+
 def print_header(summary: dict, plan) -> None:
     d = summary["data"]
     log.info(f"pazo: {summary['method']} on {summary['dataset']} ({summary['model']}, d={summary['dim']}, "
@@ -79,8 +91,8 @@ def print_header(summary: dict, plan) -> None:
         log.info(f"privacy: {plan.guarantee}, target epsilon={plan.target_epsilon} delta={plan.delta:.3g} -> "
                  f"{plan.noise} sigma={plan.sigma:.4f} ({plan.sigma_source}), q={plan.sample_rate:.4f}, "
                  f"T={plan.steps}, {plan.sampling} sampling")
-    for name, assumption in plan.assumptions.items():
-        log.info(f"assumes ({name}): {assumption}")
+    if plan.assumptions:
+        log.info(assumptions_line(plan.assumptions))
     for note in plan.notes + summary["method_departures"]:
         log.info(f"note: {note}")
 

@@ -35,6 +35,7 @@ from pazo.cli import USER_ERRORS, check_overrides
 from pazo.experiment import Run, build_run, resolve_device
 from pazo.privacy.mechanisms import active_debug_break
 from pazo.privacy.plan import EpsilonTracker
+from pazo.progress import Progress
 from pazo.recorder import Recorder
 from pazo.rundir import (RunDirLock, WriteFault, accept_hydra_record, check_output_dir, drop_hydra_record, is_staging,
                          remove_broken_writes, staging_subdir)
@@ -185,6 +186,8 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
     r.module.train()
     bar = tqdm(range(loop.step + 1, r.total_steps + 1), desc=f"{r.cfg.method.name}", dynamic_ncols=True,
                disable=None, initial=loop.step, total=r.total_steps)
+    progress = Progress(log.info, r.total_steps, r.steps_per_epoch, loop.step, r.cfg.train.progress_seconds,
+                        quiet=not bar.disable)
     try:
         for step in bar:
             stats = timed_step(r, sampler, loop, step)
@@ -202,6 +205,9 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
                     bar.set_postfix(acc=f"{loop.last_eval['accuracy']:.3f}",
                                     eps="-" if row["epsilon"] is None else f"{row['epsilon']:.3f}")
                 recorder.log(row)
+                progress.update(step, row["epsilon"])
+            else:
+                progress.update(step)
             if failure:
                 break
             if stop.reason:
