@@ -10,9 +10,33 @@ import torch
 from pazo.errors import DataMissingError
 
 
-def load_pretrained(path_or_name: str, kind: str, download: bool = False):
+def missing_pretrained(name, local: Path, err: BaseException, *, what: str, key: str, download_key: str,
+                       download: bool, model_class: str | None) -> DataMissingError:
+    """The one message for a tokenizer or model that is not here: what is missing, where it was looked
+    for, and how to get it for this model's family (`model_class`, e.g. AutoModelForCausalLM for OPT;
+    None for a tokenizer alone), saved into a folder named after the model; a download that was asked
+    for and failed (offline) is said as such, not suggested again."""
+    folder = Path(str(name)).name or "model"
+    saves = "t.AutoTokenizer.from_pretrained(n).save_pretrained(f)"
+    if model_class:
+        saves += f"; t.{model_class}.from_pretrained(n).save_pretrained(f)"
+    recipe = (f"on a machine with internet run `python -c \"import transformers as t; n='{name}'; f='{folder}'; "
+              f"{saves}\"` and set {key} to that {folder}/ folder")
+    if not model_class:   # the data side reads the model's tokenizer; the model itself goes in the same folder
+        recipe += (", saving the model there too (t.AutoModelForCausalLM for OPT, LLaMA or GPT-2 with "
+                   "model=hf_causal_lm; t.AutoModelForMaskedLM for RoBERTa with model=hf_masked_lm or roberta_prompt)")
+    how = (f"{download_key}=true could not fetch it ({type(err).__name__}: no network, or no such name on the "
+           f"Hugging Face Hub); {recipe}" if download else f"get it with {download_key}=true (online), or {recipe}")
+    return DataMissingError(f"the {what} {str(name)!r} is missing: not a local folder ({local}) and not in the "
+                            f"Hugging Face cache; {how}")
+
+
+def load_pretrained(path_or_name: str, kind: str, download: bool = False, *, key: str = "model.path",
+                    download_key: str = "model.download", model_class: str | None = "AutoModelForMaskedLM"):
     """A transformers tokenizer (`kind="tokenizer"`) or masked LM from a local folder or the HF
-    cache; with `download=false` nothing is fetched, and absence is one clear message."""
+    cache; with `download=false` nothing is fetched, and absence is one clear message
+    (`missing_pretrained`) naming the config key to set (`key`, `download_key`) and the model class
+    of the family it belongs to (`model_class`; the tokenizer's message shows the whole recipe)."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -26,10 +50,5 @@ def load_pretrained(path_or_name: str, kind: str, download: bool = False):
         return AutoModelForMaskedLM.from_pretrained(source, local_files_only=not download,
                                                     attn_implementation="eager", dtype=torch.float32)
     except OSError as err:
-        raise DataMissingError(
-            f"the {kind} of {path_or_name!r} is missing: not a local folder ({local}) and not in the "
-            f"Hugging Face cache ({type(err).__name__}). Get it with model.download=true, or on a "
-            f"machine with internet run `python -c \"import transformers as t; n='{path_or_name}'; "
-            "t.AutoTokenizer.from_pretrained(n).save_pretrained('roberta'); "
-            "t.AutoModelForMaskedLM.from_pretrained(n).save_pretrained('roberta')\"` and set "
-            "model.path to that roberta/ folder.") from None
+        raise missing_pretrained(path_or_name, local, err, what=kind, key=key, download_key=download_key,
+                                 download=download, model_class=model_class) from None

@@ -50,15 +50,18 @@ for _name, _load in {"imdb": load_imdb_bundle, "hf_text": load_hf_text_bundle}.i
 def _mnli(cfg, streams) -> DataBundle:
     from pazo.pretrained import load_pretrained
 
-    tokenizer = load_pretrained(cfg.tokenizer, "tokenizer", cfg.download)
+    tokenizer = load_pretrained(cfg.tokenizer, "tokenizer", cfg.download, key="model.path (dataset.tokenizer)",
+                                download_key="dataset.download", model_class="AutoModelForMaskedLM")
     return load_mnli_bundle(cfg, streams.numpy["split"], tokenizer, streams.numpy["validation"])
 
 
 def _prompt_task(cfg, streams) -> DataBundle:
-    from pazo.data.prompt_tasks import load_prompt_bundle
+    from pazo.data.prompt_tasks import load_prompt_bundle, model_kind
     from pazo.pretrained import load_pretrained
 
-    tokenizer = load_pretrained(cfg.tokenizer, "tokenizer", cfg.download)
+    family = {"causal": "AutoModelForCausalLM", "masked": "AutoModelForMaskedLM"}[model_kind(cfg.model_kind)]
+    tokenizer = load_pretrained(cfg.tokenizer, "tokenizer", cfg.download, key="model.path (dataset.tokenizer)",
+                                download_key="dataset.download", model_class=family)
     return load_prompt_bundle(cfg, streams, tokenizer)
 
 

@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pazo.errors import ConfigError, DataMissingError
+from pazo.errors import ConfigError
+from pazo.pretrained import missing_pretrained
 from pazo.text.prompts import resolve_label_words, task_spec
 from pazo.text.tokens import pad_token_id
 
@@ -72,13 +73,8 @@ def load_hf_lm(path: str, kind: str, *, dtype: str = "float32", random_init: boo
         return auto.from_pretrained(source, local_files_only=not download, attn_implementation=attention,
                                     dtype=torch_dtype, device_map=device_map)
     except OSError as err:
-        raise DataMissingError(
-            f"the model {path!r} is missing: not a local folder ({local}) and not in the Hugging Face "
-            f"cache ({type(err).__name__}). Get it with model.download=true, or on a machine with internet "
-            f"run `python -c \"import transformers as t; n='{path}'; t.AutoTokenizer.from_pretrained(n)"
-            f".save_pretrained('lm'); t.{auto.__name__}.from_pretrained(n).save_pretrained('lm')\"` and set "
-            "model.path to that lm/ folder (a folder with only config.json and the tokenizer, or "
-            "model.random_init=true, gives random weights).") from None
+        raise missing_pretrained(path, local, err, what="model", key="model.path", download_key="model.download",
+                                 download=download, model_class=auto.__name__) from None
 
 
 def dispatch(model: nn.Module, device_map) -> nn.Module:
@@ -290,7 +286,8 @@ def build_hf_lm_task(cfg, kind: str) -> nn.Module:
     """The model of `model=hf_causal_lm` / `model=hf_masked_lm` from its config node."""
     from pazo.pretrained import load_pretrained
 
-    tokenizer = load_pretrained(cfg.path, "tokenizer", cfg.download)
+    auto = "AutoModelForCausalLM" if kind == "causal" else "AutoModelForMaskedLM"
+    tokenizer = load_pretrained(cfg.path, "tokenizer", cfg.download, model_class=auto)
     lm = load_hf_lm(cfg.path, kind, dtype=cfg.dtype, random_init=cfg.random_init, download=cfg.download,
                     attention=cfg.attention, device_map=_plain(cfg.get("device_map")))
     if cfg.get("dropout") is not None:

@@ -366,3 +366,32 @@ def test_the_llm_methods_move_the_adapters_and_nothing_else(root, make_method, m
     assert all(torch.equal(p, frozen[n]) for n, p in module.named_parameters() if not p.requires_grad)
     moved = [not torch.equal(a, p) for a, p in zip(adapters, model.params)]
     assert any(moved) and model.all_finite()
+
+
+@pytest.mark.parametrize("model_name,family,other", [("hf_causal_lm", "AutoModelForCausalLM", "AutoModelForMaskedLM"),
+                                                     ("hf_masked_lm", "AutoModelForMaskedLM", "AutoModelForCausalLM")])
+@pytest.mark.parametrize("download", [False, True])
+def test_a_missing_model_is_one_message_for_its_own_family(tmp_path, monkeypatch, model_name, family, other, download):
+    """The OPT settings' missing model gave the RoBERTa recipe (the data side's tokenizer loader ran
+    first with a fixed masked-LM recipe), and an offline model.download=true still advised it: the
+    message, whichever loader meets the absence first, names this model's family, its folder, and
+    says a download that was asked for failed."""
+    from pazo.data import DATASETS
+    from pazo.rng import RandomStreams
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    where = tmp_path / "nowhere" / "opt-1.3b"
+    messages = []
+    with pytest.raises(DataMissingError) as data_side:
+        DATASETS.get("sst2")(data_cfg(tmp_path, tokenizer=str(where), model_kind=model_name, download=download),
+                             RandomStreams(0))
+    messages.append((str(data_side.value), "dataset.download"))
+    with pytest.raises(DataMissingError) as model_side:
+        build_hf_lm_task(model_cfg(where, download=download), "causal" if "causal" in model_name else "masked")
+    messages.append((str(model_side.value), "model.download"))
+    for message, switch in messages:
+        assert family in message and other not in message and "roberta/" not in message
+        assert "'opt-1.3b'" in message and "opt-1.3b/ folder" in message and "model.path" in message
+        assert (f"get it with {switch}=true" in message) != download
+        assert (f"{switch}=true could not fetch it" in message) == download
+        assert "\n" not in message
