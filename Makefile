@@ -69,7 +69,7 @@ bench-gpu: $(STAMP)
 	PYTHON=$(PY) bash scripts/run_gpu_benchmarks.sh
 
 ## Offline demonstration: DPZero, PAZO-M/P/S, DP-SGD and DOPE-SGD on digits at three epsilons
-## (36 runs, 2 at a time), then the table and figures in outputs/demo/.
+## (38 runs, 2 at a time), then the table and figures in outputs/demo/.
 demo: $(STAMP)
 	$(PY) -m pazo.sweep demo --launcher joblib logger.mode=disabled $(ARGS)
 	$(PY) scripts/make_tables.py outputs/sweeps/demo --out outputs/demo
