@@ -2,13 +2,17 @@
 defaults must lie inside the paper's grids (configs/sweeps/grids/cifar10.yaml, Table 9) and still
 train here. One run per method (privacy=none for the non-private ones), two at a time.
 
-    pazo-bench defaults [--out scripts/results/defaults_digits_cpu.json] [--seed 0]
+    pazo-bench defaults [--out scripts/results/defaults_digits_cpu.json] [--seed 0] [--methods a,b]
+    pazo-bench defaults --check scripts/results/defaults_digits_cpu.json [--methods a,b]
 
 (or `python -m pazo.bench.defaults`, or `python scripts/check_defaults.py`)
 
 Writes, per method: the defaults used, final and best validation and test accuracy, the chance-level
-warning if any, status and epsilon spent. Runs go to outputs/check_defaults/<method>/ (a finished
-run is not re-run: its summary is read again).
+warning if any, status and epsilon spent. Each run is new, in outputs/check_defaults/<time>/<method>/
+(a run directory of an earlier version is never read again), on one CPU thread per run, so that the
+numbers are the same on every re-run of this version. `--check FILE` re-runs FILE's methods (or
+`--methods`) with its seed and thread count, prints each number that differs from the file's and
+exits 1 if any does, writing nothing under scripts/results/.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -50,7 +55,7 @@ def train(method: str, seed: int, out: Path, threads: int) -> dict:
     except (OSError, ValueError, yaml.YAMLError) as err:   # a finished run's files, read again, now corrupt
         return {"method": method, "status": "unreadable run directory", "exit_code": done.returncode,
                 "stderr_tail": f"{run_dir}: {err}"[:2000]}
-    return {"method": method, "command": "python -m pazo.train " + " ".join(overrides[:-1]),
+    return {"method": method, "command": f"OMP_NUM_THREADS={threads} python -m pazo.train " + " ".join(overrides[:-1]),
             "exit_code": done.returncode, "status": summary.get("status"),
             "final_val_accuracy": summary.get("final_val_accuracy"),
             "best_val_accuracy": summary.get("best_val_accuracy"),
@@ -61,29 +66,66 @@ def train(method: str, seed: int, out: Path, threads: int) -> dict:
             "method_config": config.get("method"), "engine": summary.get("engine", config.get("engine"))}
 
 
+#: the numbers `--check` compares: seeded, so equal on every re-run of one version on one thread
+CHECKED = ("status", "final_val_accuracy", "best_val_accuracy", "final_test_accuracy", "best_test_accuracy",
+           "epsilon_spent")
+#: threads per run: one, so that a re-run on any machine reduces in the same order (more threads
+#: split torch's reductions differently and the trajectories part after a few hundred steps)
+THREADS = 1
+
+
+def differences(recorded: list[dict], now: list[dict]) -> list[str]:
+    """`method key: recorded X, now Y` for each checked number that differs."""
+    by_method = {row["method"]: row for row in recorded}
+    return [f"{row['method']} {key}: recorded {by_method[row['method']].get(key)}, now {row.get(key)}"
+            for row in now for key in CHECKED if by_method[row["method"]].get(key) != row.get(key)]
+
+
+def _methods(text: str | None, known: list[str]) -> list[str]:
+    methods = [m for m in (text or ",".join(known)).split(",") if m]
+    unknown = [m for m in methods if m not in known]
+    if unknown or not methods:
+        print(f"pazo: error: unknown method(s) {', '.join(unknown) or '(none given)'}; choices: "
+              f"{', '.join(known)}", file=sys.stderr)
+        sys.exit(2)
+    return methods
+
+
 def main():
     parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("--out", default=str(RESULTS_DIR / "defaults_digits_cpu.json"))
-    parser.add_argument("--runs", default=str(ROOT / "outputs" / "check_defaults"))
+    parser.add_argument("--runs", default=str(ROOT / "outputs" / "check_defaults"),
+                        help="where each invocation's runs go (a new <time>/ folder inside)")
     parser.add_argument("--seed", type=at_least(0), default=0)
-    parser.add_argument("--jobs", type=at_least(1), default=2)
-    parser.add_argument("--methods", default=",".join(method_names()))
+    parser.add_argument("--jobs", type=at_least(1), default=2, help="runs at a time (each on one thread)")
+    parser.add_argument("--methods", default=None, help="comma-separated (default: every method, or FILE's)")
+    parser.add_argument("--check", metavar="FILE", default=None,
+                        help="re-run FILE's methods with its seed and compare; exit 1 if a number differs")
     args = parser.parse_args()
-    methods = [m for m in args.methods.split(",") if m]
-    unknown = [m for m in methods if m not in method_names()]
-    if unknown or not methods:
-        print(f"pazo: error: unknown method(s) {', '.join(unknown) or '(none given)'}; choices: "
-              f"{', '.join(method_names())}", file=sys.stderr)
-        sys.exit(2)
-    threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    recorded = None
+    if args.check:
+        recorded = read_json_object(Path(args.check))
+        known = [row["method"] for row in recorded.get("results", [])]
+        seed = int(recorded.get("seed", 0))
+    else:
+        known, seed = method_names(), args.seed
+    methods = _methods(args.methods, known)
+    runs = Path(args.runs) / time.strftime("%Y-%m-%d_%H-%M-%S")
     with ThreadPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(lambda m: train(m, args.seed, Path(args.runs), threads), methods))
+        rows = list(pool.map(lambda m: train(m, seed, runs, THREADS), methods))
     for row in rows:
         print(f"{row['method']:14s} {row['status']:9s} val {row.get('final_val_accuracy')} "
               f"test {row.get('final_test_accuracy')} {'; '.join(row.get('warnings') or [])}")
-    write_result(Path(args.out), {"command": command_line(), "commit": git_commit(),
+    if recorded is not None:
+        wrong = differences(recorded["results"], rows)
+        for line in wrong:
+            print(f"differs: {line}")
+        print(f"{len(methods) - len({w.split()[0] for w in wrong})} of {len(methods)} methods re-ran to "
+              f"{args.check}'s numbers")
+        sys.exit(1 if wrong else 0)
+    write_result(Path(args.out), {"command": command_line(), "commit": git_commit(), "seed": seed,
                                   "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                                              "threads_per_run": threads, "torch": torch.__version__},
+                                              "threads_per_run": THREADS, "torch": torch.__version__},
                                   "results": rows})
 
 

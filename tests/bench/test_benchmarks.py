@@ -274,3 +274,39 @@ def test_the_gpu_benchmark_script_runs_the_share_it_is_given(tmp_path):
     assert done.returncode == 2 and calls == []
     assert done.stderr.strip() == \
         "run_gpu_benchmarks: unknown part 'tabels' (profile, methods, engines, public, tables, memory)"
+
+
+@pytest.mark.slow   # three digits runs; the quick suite covers the comparison below
+def test_defaults_check_re_runs_to_the_recorded_numbers_and_names_a_difference(tmp_path):
+    """The defaults page did not re-run to its numbers (runs of an earlier version were read again,
+    and the threads per run followed the machine): each invocation trains anew on one thread, and
+    `--check FILE` re-runs FILE's methods and names every number that differs."""
+    import json
+    import subprocess
+    import sys
+
+    recorded = tmp_path / "defaults.json"
+    base = [sys.executable, "-m", "pazo.bench.defaults", "--methods", "sgd", "--runs", str(tmp_path / "runs")]
+    first = subprocess.run([*base, "--out", str(recorded)], capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stderr[-2000:]
+    data = json.loads(recorded.read_text())
+    assert data["seed"] == 0 and data["machine"]["threads_per_run"] == 1
+    assert data["results"][0]["command"].startswith("OMP_NUM_THREADS=1 python -m pazo.train method=sgd")
+    same = subprocess.run([*base, "--check", str(recorded)], capture_output=True, text=True, timeout=900)
+    assert same.returncode == 0 and "1 of 1 methods re-ran" in same.stdout, same.stdout + same.stderr[-2000:]
+    assert len(list((tmp_path / "runs").iterdir())) == 2   # a new folder per invocation, none read again
+    data["results"][0]["final_test_accuracy"] += 0.001
+    recorded.write_text(json.dumps(data))
+    moved = subprocess.run([*base, "--check", str(recorded)], capture_output=True, text=True, timeout=900)
+    assert moved.returncode == 1 and "differs: sgd final_test_accuracy: recorded" in moved.stdout
+
+
+def test_defaults_check_names_every_number_that_differs():
+    from pazo.bench.defaults import CHECKED, differences
+
+    recorded = [{"method": "a", **{k: 0.5 for k in CHECKED}}, {"method": "b", **{k: 0.25 for k in CHECKED}}]
+    assert differences(recorded, [dict(r) for r in recorded]) == []
+    now = [dict(r) for r in recorded]
+    now[1]["best_val_accuracy"], now[0]["status"] = 0.3, "failed"
+    assert differences(recorded, now) == ["a status: recorded 0.5, now failed",
+                                          "b best_val_accuracy: recorded 0.25, now 0.3"]
