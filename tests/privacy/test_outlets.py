@@ -1,0 +1,184 @@
+"""Every outlet of a run against the one allow-list (`pazo.outlets`): the files of a real tiny run
+(metrics.jsonl, summary.json, W&B's offline files read record by record, the printed lines) hold
+only listed keys, W&B only what the list releases, the seed only config.yaml and .hydra/, and every
+noiseless private value is named in `outside_guarantee`."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from wandb.proto import wandb_internal_pb2
+
+from pazo import outlets, train
+from pazo.experiment import SHIPPED_SEED_NOTE
+from pazo.summary import print_summary
+from pazo.sweep import Run, command, without_seed
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = 987654321
+#: where the seed_secret assumption says the seed is written (checkpoint.pt, 0600, is gone at the end)
+SEED_PLACES = ("config.yaml", ".hydra/")
+#: W&B's own bookkeeping in its records (times, its step, its runtime block)
+WANDB_OWN = ("_",)
+
+
+def wandb_records(path: Path):
+    """The protobuf records of a `.wandb` file (W&B's LevelDB-style log: a 7-byte header, then
+    32 KiB blocks of records, each a 7-byte header and a chunk that may span blocks)."""
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, block, pending = 7, 32768, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # a block's tail too short for a header is padding
+            pos += left
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):  # a full record, or the last chunk of one
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            yield record
+
+
+def wandb_keys(run_dir: Path) -> dict[str, set[str]]:
+    """The keys W&B recorded for the run, by kind: config (with the run record's), history, summary;
+    and its run name."""
+    found = {"config": set(), "history": set(), "summary": set(), "name": set()}
+    (path,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    for record in wandb_records(path):
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            found["config"] |= {item.key for item in record.run.config.update}
+            found["summary"] |= {item.key for item in record.run.summary.update}
+            found["name"].add(record.run.display_name)
+        elif kind == "config":
+            found["config"] |= {item.key or item.nested_key[0] for item in record.config.update}
+        elif kind == "history":
+            found["history"] |= {item.key or item.nested_key[0] for item in record.history.item}
+        elif kind == "summary":
+            found["summary"] |= {item.key or item.nested_key[0] for item in record.summary.update}
+    return {k: {key for key in v if not key.startswith(WANDB_OWN)} for k, v in found.items()}
+
+
+@pytest.fixture(scope="module")
+def seeded_run(tmp_path_factory):
+    """A real seeded private run through the command line (W&B offline, validation split, a row
+    every step), as a user launches it: its directory and its printed output."""
+    run_dir = tmp_path_factory.mktemp("outlets") / "run"
+    env = {**os.environ, "PAZO_CACHE_DIR": str(run_dir.parent / "cache"), "WANDB_SILENT": "true"}
+    done = subprocess.run([sys.executable, "-m", "pazo.train", f"seed={SEED}", "train.steps=3", "train.log_every=1",
+                           "logger.mode=offline", "device=cpu", f"hydra.run.dir={run_dir}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return run_dir, done.stdout + done.stderr
+
+
+def test_the_seed_is_only_where_the_assumption_says(seeded_run):
+    run_dir, printed = seeded_run
+    holding = [str(p.relative_to(run_dir)) for p in run_dir.rglob("*")
+               if p.is_file() and str(SEED).encode() in p.read_bytes()]
+    assert holding and all(h == "config.yaml" or h.startswith(".hydra/") for h in holding), holding
+    assert not (run_dir / "checkpoint.pt").exists()
+    assert str(SEED) not in printed
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "config.yaml and .hydra/ only" in summary["privacy"]["assumptions"]["seed_secret"]
+    assert any(run_dir.glob("wandb/offline-run-*/logs/debug*.log"))  # (W&B's debug logs were read too)
+
+
+def test_metrics_and_summary_hold_only_listed_keys(seeded_run):
+    run_dir, _ = seeded_run
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert len(rows) == 3 and "val_accuracy" in rows[-1]  # (the run has a validation split)
+    assert outlets.unlisted("metrics", {k for row in rows for k in row}) == []
+    assert outlets.unlisted("summary", summary) == []
+
+
+def test_every_noiseless_private_value_is_declared(seeded_run):
+    run_dir, _ = seeded_run
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    private = ({k for row in rows for k in row if outlets.status("metrics", k) == outlets.PRIVATE}
+               | {k for k in summary if outlets.status("summary", k) == outlets.PRIVATE})
+    assert {"train_loss", "val_accuracy", "val_loss", "final_val_accuracy", "best_val_accuracy"} <= private
+    declared = " ".join(summary["outside_guarantee"])
+    assert all(key in declared for key in private)
+
+
+def test_wandb_receives_only_what_the_list_releases(seeded_run):
+    run_dir, _ = seeded_run
+    sent = wandb_keys(run_dir)
+    assert "seed" not in sent["config"] and {"method", "privacy", "train"} <= sent["config"]
+    assert sent["history"] and sent["summary"]
+    released = {outlets.RELEASED, outlets.PUBLIC, outlets.OUTSIDE}
+    assert all(outlets.status("metrics", k) in released for k in sent["history"]), sent["history"]
+    assert all(outlets.status("metrics", k) in released or outlets.status("summary", k) in released
+               for k in sent["summary"]), sent["summary"]
+    assert sent["name"] == {run_dir.name}
+
+
+listed_keys = st.sampled_from(sorted({*outlets.METRICS, *outlets.SUMMARY} - {"test_*"}))
+any_key = st.one_of(listed_keys, st.text(min_size=1, max_size=12), st.just("seed"),
+                    st.builds("test_{}".format, st.text(max_size=6)))
+
+
+@given(st.dictionaries(any_key, st.floats(allow_nan=False) | st.integers() | st.none()), st.booleans())
+def test_the_gate_sends_wandb_only_listed_released_values(values, diagnostics):
+    for outlet in ("metrics", "summary"):
+        sent = outlets.to_wandb(outlet, values, private_diagnostics=diagnostics)
+        for key, value in values.items():
+            what = outlets.status(outlet, key)
+            allowed = what in (outlets.RELEASED, outlets.PUBLIC, outlets.OUTSIDE) or (
+                diagnostics and what == outlets.PRIVATE)
+            assert (key in sent) == (allowed and value is not None)
+            assert key not in sent or sent[key] == value
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=8), st.integers()), st.integers(0, 2**63 - 1))
+def test_the_wandb_config_never_holds_the_seed(config, seed):
+    assert "seed" not in outlets.without_secrets({**config, "seed": seed})
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.floats(0.01, 0.99), min_size=2, max_size=2, unique=True))
+def test_the_printed_lines_show_no_private_diagnostic(seeded_run, caplog, sentinels):
+    """print_summary on the real run's summary with its private values set to sentinels: none is printed."""
+    run_dir, _ = seeded_run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    final_val, best_val = (round(x, 9) for x in sentinels)
+    summary.update(final_val_accuracy=final_val, best_val_accuracy=best_val, final_test_accuracy=0.5,
+                   best_test_accuracy=0.5)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="pazo.train"):
+        print_summary(summary)
+    text = caplog.text
+    assert "0.5000" in text  # (the test accuracy is printed)
+    for value in (final_val, best_val):
+        assert f"{value:.4f}" not in text or f"{value:.4f}" == "0.5000"
+
+
+@given(st.integers(10**9, 2**63 - 1), st.lists(st.integers(0, 5), max_size=3))
+def test_a_sweep_names_its_runs_and_commands_without_the_seed(seed, values):
+    run = Run("s", "digits", None, "dpzero", 1.0, seed, tuple((f"method.k{i}", v) for i, v in enumerate(values)), 2)
+    assert str(seed) not in run.run_id and run.run_id.endswith("rep=2")
+    cmd = command(run, Path("/tmp/out") / run.run_id, [])
+    assert f"seed={seed}" in cmd  # the run is given its seed ...
+    assert not any(str(seed) in arg for arg in without_seed(cmd))  # ... which its stdout.log does not show
+    assert not any(str(seed) in arg for arg in cmd if arg.startswith(("logger.name", "hydra.run.dir")))
+
+
+def test_the_shipped_default_seed_says_its_noise_is_anyones(hydra_cfg, tmp_path):
+    shipped = train.run(hydra_cfg("method=dpzero", "train.steps=1"), tmp_path / "shipped")["privacy"]["notes"]
+    own = train.run(hydra_cfg("method=dpzero", "train.steps=1", "seed=5"), tmp_path / "own")["privacy"]["notes"]
+    secure = train.run(hydra_cfg("method=dpzero", "train.steps=1", "privacy.secure_mode=true"),
+                       tmp_path / "secure")["privacy"]["notes"]
+    assert SHIPPED_SEED_NOTE in shipped and SHIPPED_SEED_NOTE not in own + secure
+    assert "secure_mode=true" in SHIPPED_SEED_NOTE and "\n" not in SHIPPED_SEED_NOTE
