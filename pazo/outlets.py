@@ -143,7 +143,7 @@ def as_markdown() -> str:
     lines = []
     for outlet, listed in [*OUTLETS.items(), ("config", CONFIG_SECRET)]:
         where = WHERE.get(outlet, "W&B's config: the resolved config less these keys")
-        lines += [f"**{where}**", "", "| key | status | why |", "|---|---|---|"]
-        lines += [f"| `{k}` | {what} | {why} |" for k, (what, why) in listed.items()]
+        lines += [f"## {where[0].upper()}{where[1:]}", "", "| key | status | why |", "|---|---|---|"]
+        lines += [f"| `{k}` | {what} | {why.replace('|', chr(92) + '|')} |" for k, (what, why) in listed.items()]
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"

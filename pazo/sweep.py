@@ -379,6 +379,21 @@ def missing_data(runs: list[Run], extra: list[str], entry: str = "train") -> dic
     return out
 
 
+def check_replicates(planned: list[tuple[Run, Path]]) -> None:
+    """A run directory is named by its seed's place in the spec (`rep=<i>`): one that an earlier
+    sweep ran with another seed (a spec whose seeds list changed order) is refused, rather than
+    skipped as finished or continued under another seed."""
+    for run, run_dir in planned:
+        try:
+            then = yaml.safe_load((run_dir / "config.yaml").read_text()).get("seed")
+        except (OSError, AttributeError, yaml.YAMLError):  # not run yet, or no readable config
+            continue
+        if then is not None and then != run.seed:
+            raise ConfigError(f"{run_dir} was run with another seed than this spec's seed number {run.replicate + 1} "
+                              "(run directories are named by a seed's place in the spec's seeds list): keep each "
+                              "seed's place in the list, or give another --out")
+
+
 def status(run_dir: Path) -> str:
     """finished | failed | incomplete (started, no summary) | new."""
     summary = run_dir / "summary.json"
@@ -537,6 +552,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sweep_dir = Path(args.out).resolve() / spec["name"]
     planned = [(r, sweep_dir / r.run_id) for r in runs]
+    try:
+        check_replicates(planned)
+    except ConfigError as err:
+        log.error(f"pazo: error: {err}")
+        return 2
     states = {d: status(d) for _, d in planned}
     done = {"finished", "failed"} if args.skip_failed else {"finished"}
     todo = [(r, d, command(r, d, args.overrides, spec["entry"])) for r, d in planned if states[d] not in done]

@@ -182,3 +182,41 @@ def test_the_shipped_default_seed_says_its_noise_is_anyones(hydra_cfg, tmp_path)
                        tmp_path / "secure")["privacy"]["notes"]
     assert SHIPPED_SEED_NOTE in shipped and SHIPPED_SEED_NOTE not in own + secure
     assert "secure_mode=true" in SHIPPED_SEED_NOTE and "\n" not in SHIPPED_SEED_NOTE
+
+
+def test_an_audit_writes_the_seed_to_config_yaml_only_and_its_table_reads_it_there(tmp_path, monkeypatch):
+    sys.path.insert(0, str(ROOT / "tests" / "audit"))
+    from test_audit import audit_cfg
+
+    from pazo.audit.run import read_audits, run_audit
+    monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = audit_cfg("method=dpzero", "train.steps=4", "audit.canaries=10", "audit.threat=black_box", f"seed={SEED}")
+    summary = run_audit(cfg, tmp_path / "audits" / "run")
+    assert outlets.unlisted("audit_summary", summary) == []
+    holding = sorted(p.name for p in (tmp_path / "audits").rglob("*") if p.is_file() and str(SEED) in p.read_text())
+    assert holding == ["config.yaml"]
+    (read,) = read_audits([tmp_path / "audits"])
+    assert read["seed"] == SEED
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(10**6, 2**63 - 1), st.integers(10**6, 2**63 - 1), st.booleans(), st.integers(0, 3))
+def test_a_sweep_refuses_a_run_directory_of_another_seed_without_naming_either(then, now, same, replicate):
+    import tempfile
+
+    from pazo.errors import ConfigError
+    from pazo.sweep import check_replicates
+    then = now if same else then
+    run = Run("s", "digits", None, "dpzero", 1.0, now, (), replicate)
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / run.run_id
+        check_replicates([(run, run_dir)])  # not run yet
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.yaml").write_text(f"seed: {then}\n")
+        if then == now:
+            check_replicates([(run, run_dir)])
+        else:
+            with pytest.raises(ConfigError, match="another seed") as err:
+                check_replicates([(run, run_dir)])
+            message = str(err.value).replace(tmp, "")
+            assert str(then) not in message and str(now) not in message
