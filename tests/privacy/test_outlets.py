@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from wandb.proto import wandb_internal_pb2
 
 from pazo import outlets, train
 from pazo.experiment import SHIPPED_SEED_NOTE
 from pazo.summary import print_summary
 from pazo.sweep import Run, command, without_seed
+from wandb_log import wandb_records
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 987654321
@@ -26,26 +26,6 @@ SEED = 987654321
 SEED_PLACES = ("config.yaml", ".hydra/")
 #: W&B's own bookkeeping in its records (times, its step, its runtime block)
 WANDB_OWN = ("_",)
-
-
-def wandb_records(path: Path):
-    """The protobuf records of a `.wandb` file (W&B's LevelDB-style log: a 7-byte header, then
-    32 KiB blocks of records, each a 7-byte header and a chunk that may span blocks)."""
-    data = path.read_bytes()
-    assert data[:4] == b":W&B"
-    pos, block, pending = 7, 32768, b""
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:  # a block's tail too short for a header is padding
-            pos += left
-            continue
-        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
-        pending = chunk if kind in (1, 2) else pending + chunk
-        if kind in (1, 4):  # a full record, or the last chunk of one
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(pending)
-            yield record
 
 
 def wandb_keys(run_dir: Path) -> dict[str, set[str]]:
@@ -111,6 +91,16 @@ def test_every_noiseless_private_value_is_declared(seeded_run):
     assert {"train_loss", "val_accuracy", "val_loss", "final_val_accuracy", "best_val_accuracy"} <= private
     declared = " ".join(summary["outside_guarantee"])
     assert all(key in declared for key in private)
+
+
+def test_the_printed_and_logged_lines_of_a_real_run_show_no_validation_value(seeded_run):
+    run_dir, printed = seeded_run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    shown = printed + (run_dir / "train.log").read_text()
+    tested = {f"{summary[k]:.4f}" for k in ("final_test_accuracy", "best_test_accuracy")}
+    for key in ("final_val_accuracy", "best_val_accuracy"):
+        value = f"{summary[key]:.4f}"
+        assert value not in shown or value in tested
 
 
 def test_wandb_receives_only_what_the_list_releases(seeded_run):
@@ -220,3 +210,16 @@ def test_a_sweep_refuses_a_run_directory_of_another_seed_without_naming_either(t
                 check_replicates([(run, run_dir)])
             message = str(err.value).replace(tmp, "")
             assert str(then) not in message and str(now) not in message
+
+
+@given(st.integers(10**6, 2**63 - 1), st.lists(st.sampled_from(["method.lr=0.1", "train.steps=3", "method=dpzero"]),
+                                                 unique=True), st.integers(0, 50), st.integers(0, 50))
+def test_a_multirun_names_its_jobs_without_the_seed(seed, others, num, other_num):
+    """`hydra.sweep.subdir` is the overrides less the seed (Hydra's exclude_keys), and a job given a
+    seed gets its number so that two seeds do not share a directory."""
+    from pazo.cli import job_dir
+    dirname = ",".join(sorted(others))
+    seeded = job_dir(dirname, [f"seed={seed}", *others], num)
+    assert str(seed) not in seeded and seeded.startswith(dirname) and f"job={num}" in seeded
+    assert num == other_num or seeded != job_dir(dirname, [f"seed={seed + 1}", *others], other_num)
+    assert job_dir(dirname, others, num) == dirname
