@@ -55,7 +55,7 @@ def seeded_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("outlets") / "run"
     env = {**os.environ, "PAZO_CACHE_DIR": str(run_dir.parent / "cache"), "WANDB_SILENT": "true"}
     done = subprocess.run([sys.executable, "-m", "pazo.train", f"seed={SEED}", "train.steps=3", "train.log_every=1",
-                           "logger.mode=offline", "device=cpu", f"hydra.run.dir={run_dir}"],
+                           "warm_start.epochs=1", "logger.mode=offline", "device=cpu", f"hydra.run.dir={run_dir}"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     return run_dir, done.stdout + done.stderr
@@ -71,6 +71,9 @@ def test_the_seed_is_only_where_the_assumption_says(seeded_run):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert "config.yaml and .hydra/ only" in summary["privacy"]["assumptions"]["seed_secret"]
     assert any(run_dir.glob("wandb/offline-run-*/logs/debug*.log"))  # (W&B's debug logs were read too)
+    # nor a hash of it: the warm-start cache file's name hashes the config and the seed
+    (cached,) = (run_dir.parent / "cache" / "warm_start").glob("*.pt")
+    assert not [p for p in run_dir.rglob("*") if p.is_file() and cached.stem.encode() in p.read_bytes()]
 
 
 def test_metrics_and_summary_hold_only_listed_keys(seeded_run):
