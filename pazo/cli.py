@@ -20,6 +20,17 @@ def register_resolvers() -> None:
     token per process, so that two runs started in the same second get two directories). Every
     entry point that composes configs/ imports this module, which calls it once."""
     OmegaConf.register_new_resolver("pazo_unique", lambda: secrets.token_hex(3), use_cache=True, replace=True)
+    OmegaConf.register_new_resolver("pazo_job_dir", job_dir, replace=True)
+
+
+def job_dir(override_dirname: str, overrides, num) -> str:
+    """A multirun job's directory (`${pazo_job_dir:...}` in `hydra.sweep.subdir`): its overrides
+    but the seed, which goes to config.yaml only (the seed_secret assumption); a job given a seed
+    also gets its number, `job=<n>`, so that jobs that differ only in their seed do not share one."""
+    seeded = any(str(o).split("=", 1)[0].lstrip("+~") == "seed" for o in overrides)
+    if not seeded:
+        return override_dirname
+    return f"{override_dirname},job={num}" if override_dirname else f"job={num}"
 
 
 register_resolvers()

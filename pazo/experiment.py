@@ -21,6 +21,8 @@ from omegaconf import DictConfig
 from torch import nn
 
 from pazo.data import DataBundle, build_dataset
+from pazo import outlets
+from pazo.config_schema import TopSchema
 from pazo.errors import ConfigError
 from pazo.fingerprint import computation_fingerprint
 from pazo.methods import Method, MethodConfig, MethodInfo, build_method, method_config, method_info
@@ -105,11 +107,19 @@ class Run:
 
     def outside_guarantee(self) -> list[str]:
         """What a private run computes from its private data and releases without noise, so outside
-        the printed epsilon: the data set's own (`DataBundle.info`) and the step times."""
+        the printed epsilon: the data set's own (`DataBundle.info`), the step times and the private
+        diagnostics (`pazo.outlets`)."""
         if not self.plan.private:
             return []
         return [*self.data.info.get("outside_guarantee", []),
-                "s_per_iter and the step times: the time of a step grows with its realised Poisson batch size"]
+                "s_per_iter and the step times: the time of a step grows with its realised Poisson batch size",
+                outlets.private_diagnostics_sentence()]
+
+
+#: a private seeded run on the shipped default seed: its seed is no secret, whatever config.yaml's mode
+SHIPPED_SEED_NOTE = (f"seed={TopSchema.seed} is the shipped default: anyone can regenerate this run's noise and "
+                     "batches; give a secret seed (seed=$(python -c 'import secrets; print(secrets.randbits(62))')) "
+                     "or privacy.secure_mode=true")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -158,6 +168,8 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
     else:
         plan = PrivacyPlan.with_sigma(sigma if info.private else None, cfg.train.batch_size, release,
                                       steps=total_steps)
+    if plan.private and not cfg.privacy.secure_mode and cfg.seed == TopSchema.seed:
+        plan.notes.append(SHIPPED_SEED_NOTE)
     engine = _engine_choice(cfg, model, method_cfg, info, data, earlier_engine, time_engines)
     # batches go to `device` (the input's); directions, noise and updates are made where the trainable
     # parameters start (model.device: with LoRA on a model spread over GPUs, possibly another GPU)

@@ -1,7 +1,9 @@
 """The one gate through which a run's results leave the process: its own directory (resolved
 config, metrics.jsonl, summary.json, checkpoint.pt, model.pt) and, mirrored, Weights & Biases
 (offline by default: no account or network needed, `wandb sync` later). The training loop writes
-nothing itself: every row, summary, checkpoint and saved model goes through a `Recorder`.
+nothing itself: every row, summary, checkpoint and saved model goes through a `Recorder`, and W&B
+gets only what `pazo.outlets` releases (never the seed, the command line or a private diagnostic
+unless asked).
 
 Every file is written whole or not at all (`pazo.rundir.write_atomic`; a row of metrics.jsonl that
 a full disk cuts short is taken back), so a fault of the machine mid-run leaves the last good
@@ -18,8 +20,8 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from pazo import outlets, rundir
 from pazo.checkpoint import LoopState, discard_checkpoint, save_checkpoint
-from pazo import rundir
 from pazo.rundir import WriteFault, write_atomic, writing
 
 
@@ -38,13 +40,6 @@ def _clean(value):
 
 def write_json_atomic(path: Path, data: dict) -> None:
     write_atomic(path, json.dumps(_clean(data), indent=2, sort_keys=True).encode())
-
-
-#: statistics of private data without noise (the private batch's; the validation split's, held-out
-#: private examples): logged locally and declared in the summary, sent to W&B only when
-#: `logger.private_diagnostics=true` (they are outside the guarantee)
-PRIVATE_DIAGNOSTICS = ("train_loss", "residual_share", "val_accuracy", "val_loss", "final_val_accuracy",
-                       "best_val_accuracy")
 
 
 class Recorder:
@@ -75,12 +70,16 @@ class Recorder:
         if wandb_cfg.mode != "disabled":
             import wandb
 
-            # W&B prints its own lines (run name, sync hint, history and summary tables) only when asked
-            settings = None if wandb_cfg.get("verbose", False) else wandb.Settings(silent=True)
+            # W&B prints its own lines (run name, sync hint, history and summary tables) only when asked;
+            # it records no metadata (the command line holds the seed) nor system load (it follows the
+            # realised batches), and its config has no seed
+            settings = wandb.Settings(silent=not wandb_cfg.get("verbose", False), x_disable_meta=True,
+                                      x_disable_stats=True, disable_git=True, save_code=False)
             self.wandb = wandb.init(
                 mode=wandb_cfg.mode, project=wandb_cfg.project, entity=wandb_cfg.get("entity"),
                 group=wandb_cfg.get("group"), name=wandb_cfg.get("name") or self.dir.name,
-                tags=list(wandb_cfg.get("tags") or []), dir=str(self.dir), config=self.resolved,
+                tags=list(wandb_cfg.get("tags") or []), dir=str(self.dir),
+                config=outlets.without_secrets(self.resolved),
                 reinit="finish_previous", settings=settings,
                 **({"id": wandb_id, "resume": "allow"} if wandb_id else {}))
 
@@ -92,8 +91,7 @@ class Recorder:
         row = _clean(row)
         self._append((json.dumps(row) + "\n").encode())
         if self.wandb is not None:
-            self.wandb.log({k: v for k, v in row.items() if v is not None
-                            and (self.private_diagnostics or k not in PRIVATE_DIAGNOSTICS)}, step=row["step"])
+            self.wandb.log(outlets.to_wandb("metrics", row, self.private_diagnostics), step=row["step"])
 
     def _append(self, data: bytes) -> None:
         """One whole row at the end of metrics.jsonl: a write cut short is taken back."""
@@ -167,8 +165,7 @@ class Recorder:
         if not self._metrics.closed:
             self._metrics.close()
         if self.wandb is not None:
-            flat = {k: v for k, v in self.summary.items() if not isinstance(v, (dict, list))
-                    and (self.private_diagnostics or k not in PRIVATE_DIAGNOSTICS)}
-            self.wandb.summary.update(flat)
+            flat = {k: v for k, v in self.summary.items() if not isinstance(v, (dict, list))}
+            self.wandb.summary.update(outlets.to_wandb("summary", flat, self.private_diagnostics))
             self.wandb.finish(exit_code=1 if failed else 0)
             self.wandb = None

@@ -6,7 +6,8 @@ A sweep spec (`configs/sweeps/<name>.yaml`) names settings, methods, epsilons, s
 axes; each setting's per-method grid comes from `configs/sweeps/grids/<setting>.yaml` (or, with
 `grid: false`, every method runs at its defaults on the data set named by the setting). A spec
 with `entry: audit` runs `python -m pazo.audit` (the privacy audit) instead of training. Every
-combination is one run with a deterministic directory `<out>/<sweep>/<setting>/<method>/<eps>/<values>`,
+combination is one run with a deterministic directory `<out>/<sweep>/<setting>/<method>/<eps>/<values>,rep=<i>`
+(the i-th of the spec's seeds: the seed itself is in the run's config.yaml only),
 so relaunching a sweep finds its earlier runs: runs whose `summary.json` says finished are
 skipped, the rest are (re)run. Each run is a `python -m pazo.train` (or `pazo.audit`) subprocess (a crash or
 out-of-memory ends that run only), launched one after another, several at once with joblib, or
@@ -63,12 +64,15 @@ class Run:
     epsilon: float | None          # None: non-private
     seed: int
     params: tuple[tuple[str, object], ...]
+    replicate: int = 0             # the seed's place in the spec's seeds: names the run, the seed does not
 
     @property
     def run_id(self) -> str:
+        """The run's directory below the sweep's, also its W&B name: never the seed (the
+        seed_secret assumption keeps it in config.yaml), its place in the spec's seeds instead."""
         eps = "nonprivate" if self.epsilon is None else f"eps={fmt(self.epsilon)}"
         values = ",".join(f"{k.split('.')[-1]}={fmt(v)}" for k, v in self.params)
-        last = f"{values},seed={self.seed}" if values else f"seed={self.seed}"
+        last = f"{values},rep={self.replicate}" if values else f"rep={self.replicate}"
         return "/".join([self.setting, self.method, eps, last])
 
     def overrides(self) -> list[str]:
@@ -223,9 +227,10 @@ def enumerate_runs(spec: dict) -> list[Run]:
                 if not isinstance(values, list) or not values:
                     raise ConfigError(f"grid {setting}/{method}: {key} must be a non-empty list, got {values!r}")
             epsilons = [None] if method in spec["nonprivate"] else spec["epsilons"]
-            for eps, combo, seed in itertools.product(epsilons, itertools.product(*axes.values()), spec["seeds"]):
+            replicates = list(enumerate(spec["seeds"]))
+            for eps, combo, (i, seed) in itertools.product(epsilons, itertools.product(*axes.values()), replicates):
                 runs.append(Run(spec["name"], setting, grid.get("experiment"), method,
-                                None if eps is None else float(eps), int(seed), tuple(zip(axes, combo))))
+                                None if eps is None else float(eps), int(seed), tuple(zip(axes, combo)), i))
     ids = [r.run_id for r in runs]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"sweep {spec['name']}: two runs share a directory name; "
@@ -374,6 +379,21 @@ def missing_data(runs: list[Run], extra: list[str], entry: str = "train") -> dic
     return out
 
 
+def check_replicates(planned: list[tuple[Run, Path]]) -> None:
+    """A run directory is named by its seed's place in the spec (`rep=<i>`): one that an earlier
+    sweep ran with another seed (a spec whose seeds list changed order) is refused, rather than
+    skipped as finished or continued under another seed."""
+    for run, run_dir in planned:
+        try:
+            then = yaml.safe_load((run_dir / "config.yaml").read_text()).get("seed")
+        except (OSError, AttributeError, yaml.YAMLError):  # not run yet, or no readable config
+            continue
+        if then is not None and then != run.seed:
+            raise ConfigError(f"{run_dir} was run with another seed than this spec's seed number {run.replicate + 1} "
+                              "(run directories are named by a seed's place in the spec's seeds list): keep each "
+                              "seed's place in the list, or give another --out")
+
+
 def status(run_dir: Path) -> str:
     """finished | failed | incomplete (started, no summary) | new."""
     summary = run_dir / "summary.json"
@@ -391,6 +411,12 @@ def command(run: Run, run_dir: Path, extra: list[str], entry: str = "train") -> 
             f"hydra.run.dir='{run_dir}'", *extra]
 
 
+def without_seed(cmd: list[str]) -> list[str]:
+    """The command as the run's stdout.log and --dry-run show it: the seed's value left out (it
+    goes only to the run's config.yaml)."""
+    return ["seed=..." if arg.startswith("seed=") else arg for arg in cmd]
+
+
 def run_one(cmd: list[str], run_dir: str, threads: int | None = None) -> int:
     """One training run as a subprocess; its output goes to `<run_dir>/stdout.log`. `threads`
     caps its CPU threads: runs side by side that each spin up one OpenMP thread per core slow
@@ -400,7 +426,7 @@ def run_one(cmd: list[str], run_dir: str, threads: int | None = None) -> int:
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     with open(Path(run_dir) / "stdout.log", "a") as out:  # a relaunch appends: earlier attempts' lines stay
-        out.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
+        out.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(without_seed(cmd))}\n")
         out.flush()
         return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env).returncode
 
@@ -526,6 +552,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sweep_dir = Path(args.out).resolve() / spec["name"]
     planned = [(r, sweep_dir / r.run_id) for r in runs]
+    try:
+        check_replicates(planned)
+    except ConfigError as err:
+        log.error(f"pazo: error: {err}")
+        return 2
     states = {d: status(d) for _, d in planned}
     done = {"finished", "failed"} if args.skip_failed else {"finished"}
     todo = [(r, d, command(r, d, args.overrides, spec["entry"])) for r, d in planned if states[d] not in done]

@@ -56,8 +56,8 @@ def warm_start(model, public, cfg, streams, device) -> dict:
         problem = _shape_problem(state, model.module)
         if problem is None:
             model.module.load_state_dict(state)
-            return {"epochs": w.epochs, "cached": True, "path": str(path)}
-        log.warning("warm_start cache entry %s ignored: %s; recomputing and overwriting it", path, problem)
+            return {"epochs": w.epochs, "cached": True}
+        log.warning("warm_start cache entry in %s ignored: %s; recomputing and overwriting it", path.parent, problem)
     rng = np.random.default_rng(streams.seeds["public"] + 1)
     optimizer = torch.optim.SGD(model.module.parameters(), lr=w.lr)
     model.module.train()
@@ -72,4 +72,5 @@ def warm_start(model, public, cfg, streams, device) -> dict:
             steps += 1
     if w.cache:
         save_entry(path, "warm_start", key, {k: v.detach().cpu() for k, v in model.module.state_dict().items()})
-    return {"epochs": w.epochs, "cached": False, "steps": steps, "path": str(path) if w.cache else None}
+    # (no path: the file's name is a hash of the config and the seed, from which a small seed can be found)
+    return {"epochs": w.epochs, "cached": False, "steps": steps}

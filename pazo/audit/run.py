@@ -189,7 +189,7 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
              "membership": metrics, "scores": score_info, "noise_check": noise,
              "threads": torch.get_num_threads(), "seconds": time.perf_counter() - started}
     summary = {"status": "finished", "kind": "audit", "method": cfg.method.name, "dataset": cfg.dataset.name,
-               "model": cfg.model.name, "seed": cfg.seed, "device": str(device), "run_dir": str(run_dir),
+               "model": cfg.model.name, "device": str(device), "run_dir": str(run_dir),  # the seed: config.yaml only
                "privacy": plan.as_dict(), "final_test_accuracy": final["accuracy"] if final else None,
                "audit": audit}
     write_json_atomic(run_dir / "audit.json", audit)
@@ -284,8 +284,17 @@ def _audit_problem(summary: dict) -> str | None:
     if a.get("threat") not in ("white_box", "black_box"):
         wrong.append("threat")
     if "debug_break" not in a or not isinstance(summary.get("method"), str) or "seed" not in summary:
-        wrong.append("method/seed/debug_break")
+        wrong.append("method/seed (config.yaml)/debug_break")
     return f"summary.json's audit lacks or mistypes {', '.join(wrong)}" if wrong else None
+
+
+def _config_seed(path: Path) -> int | None:
+    """The seed in an audit's config.yaml, or None when it has none that reads."""
+    try:
+        seed = OmegaConf.to_container(OmegaConf.load(path)).get("seed")
+    except Exception:  # a missing or broken config.yaml: the audit is named as lacking a seed
+        return None
+    return seed if isinstance(seed, int) else None
 
 
 def read_audits(roots) -> list[dict]:
@@ -301,6 +310,10 @@ def read_audits(roots) -> list[dict]:
                 continue
             if summary.get("kind") != "audit":
                 continue
+            if "seed" not in summary:  # the table's seed column: from config.yaml, the one file that holds it
+                summary["seed"] = _config_seed(path.parent / "config.yaml")
+                if summary["seed"] is None:
+                    del summary["seed"]
             problem = _audit_problem(summary)
             if problem:
                 skipped(path.parent, problem)

@@ -133,9 +133,9 @@ def guarantee_assumptions(secure_mode: bool) -> dict[str, str]:
            "no_selection": "the run is not one of several on the same private data among which the best is "
                            "picked: a selection (a sweep's table) costs privacy beyond this epsilon"}
     if not secure_mode:
-        out["seed_secret"] = ("the seed (written to config.yaml) stays secret: the noise and the Poisson batches "
-                              "follow from it and the config's public fingerprint; privacy.secure_mode=true draws "
-                              "them from OS entropy instead")
+        out["seed_secret"] = ("the seed (written to config.yaml and .hydra/ only) stays secret: the noise and the "
+                              "Poisson batches follow from it and the config's public fingerprint; "
+                              "privacy.secure_mode=true draws them from OS entropy instead")
     return out
 
 

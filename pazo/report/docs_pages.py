@@ -4,7 +4,8 @@
 
 (or `python -m pazo.report.docs_pages`). It writes docs/reference/configs.md (every config key with
 its default and comment), docs/reference/cli.md (every entry point and command with its help),
-docs/reference/api.md (the public modules, rendered by mkdocstrings) and docs/results/ (a page per
+docs/reference/api.md (the public modules, rendered by mkdocstrings), docs/reference/outlets.md
+(what leaves a run, from `pazo.outlets`) and docs/results/ (a page per
 kind of measurement, with its figures), and removes any other file there: these two folders are
 generated, never edited by hand. `--check` writes nothing, lists the pages that differ from what
 would be generated and exits 1 if any does (`make docs` runs it, so a stale page fails the build
@@ -74,13 +75,25 @@ def api_page() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def outlets_page() -> str:
+    """Every key that may leave a run, with its status (`pazo.outlets`, the list the recorder and
+    the outlet test read)."""
+    from pazo import outlets
+
+    intro = outlets.__doc__.split("\n\n", 1)[1]
+    return ("# What leaves a run\n\nGenerated from `pazo/outlets.py` by `python -m pazo.report docs`; "
+            "[the guarantee](../concepts/guarantee.md) says what each status means for the printed epsilon.\n\n"
+            f"{intro.strip()}\n\n{outlets.as_markdown()}")
+
+
 def pages() -> dict[str, str]:
     """Every generated file: its path under docs/ -> its text."""
     from pazo.report.docs_cli import cli_page
     from pazo.report.docs_configs import configs_page
     from pazo.report.docs_results import results_pages
 
-    out = {"reference/configs.md": configs_page(), "reference/cli.md": cli_page(), "reference/api.md": api_page()}
+    out = {"reference/configs.md": configs_page(), "reference/cli.md": cli_page(), "reference/api.md": api_page(),
+           "reference/outlets.md": outlets_page()}
     out.update({f"results/{name}": text for name, text in results_pages().items()})
     return out
 

@@ -163,7 +163,7 @@ def test_bad_grid_values_and_unknown_specs_are_one_line(tmp_path, capsys):
     assert sweep.main([mini_spec(tmp_path, extra="{method.clip: [1.0, -1.0]}"), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pazo: error: method.clip must be a positive number, got -1.0 (2 of 4 runs, e.g. "
-                          "digits/dpzero/eps=1/lr=0.02,clip=-1,seed=0)") and err.count("\n") == 1
+                          "digits/dpzero/eps=1/lr=0.02,clip=-1,rep=0)") and err.count("\n") == 1
     assert sweep.main([mini_spec(tmp_path, extra="{method.lrr: [1.0]}"), "--dry-run"]) == 2
     assert "unknown key 'method.lrr' in override 'method.lrr=1' (method has " in capsys.readouterr().err
     assert sweep.main(["table99", "--dry-run"]) == 2

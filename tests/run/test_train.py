@@ -12,6 +12,7 @@ from conftest import ROOT
 from pazo.methods import METHODS, method_info, method_names
 from pazo.train import run
 from pazo.validate import ConfigError
+from wandb_log import wandb_records
 
 
 def read_jsonl(path):
@@ -206,37 +207,9 @@ def test_cli_multirun_deterministic_dirs_and_failures_do_not_stop_the_sweep(tmp_
         assert f"[INFO] - {status[d].upper()}" in log and f"results: {sweep / d}" in log
 
 
-def _wandb_records(path):
-    """Read the records of a W&B transaction log (.wandb): LevelDB-style 32 KiB blocks of
-    checksum(4) length(2) type(1) chunks holding protobuf `Record`s."""
-    import struct
-
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data, pos, buf = Path(path).read_bytes(), 7, b""
-    assert data[:4] == b":W&B"
-    while pos + 7 <= len(data):
-        left = 32768 - pos % 32768
-        if left < 7:
-            pos += left
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        pos += 7
-        if kind == 0 and length == 0:
-            pos += left - 7
-            continue
-        buf += data[pos:pos + length]
-        pos += length
-        if kind in (1, 4):  # FULL or LAST
-            record = pb.Record()
-            record.ParseFromString(buf)
-            buf = b""
-            yield record
-
-
 def _read_wandb_log(path):
     history, final, exit_code, kinds = [], {}, None, []
-    for record in _wandb_records(path):
+    for record in wandb_records(path):
         kind = record.WhichOneof("record_type")
         kinds.append(kind if kind != "request" else "request." + record.request.WhichOneof("request_type"))
         key = lambda item: item.key or "/".join(item.nested_key)  # noqa: E731
