@@ -42,9 +42,10 @@ def write_json_atomic(path: Path, data: dict) -> None:
 
 #: statistics of private data without noise (the private batch's; the validation split's, held-out
 #: private examples): logged locally and declared in the summary, sent to W&B only when
-#: `logger.private_diagnostics=true` (they are outside the guarantee)
+#: `logger.private_diagnostics=true` (they are outside the guarantee). `nonfinite_examples`: per
+#: step, the private examples with a NaN or infinite value, which contributed zero to the release
 PRIVATE_DIAGNOSTICS = ("train_loss", "residual_share", "val_accuracy", "val_loss", "final_val_accuracy",
-                       "best_val_accuracy")
+                       "best_val_accuracy", "nonfinite_examples")
 
 
 class Recorder:
