@@ -123,13 +123,17 @@ DIGITS = {"dpzero": ["method=dpzero"], "dp_aggzo": ["method=dp_aggzo", "method.q
           "dp_zo_laplace": ["method=dp_zo", "method.noise=laplace", "method.q=8", "privacy.delta=0"]}
 
 
+SLOW = pytest.mark.slow  # DP-AggZO's and Laplace DP-ZO's privatisers are probed in the fast suite above
+
+
 @pytest.mark.parametrize("method,brk,caught", [
     ("dpzero", "noise_div10", True), ("dpzero", None, False), ("dpzero", "no_clip", False),
-    ("dpzero", "noise_div_batch", True),
-    ("dp_aggzo", None, False), pytest.param("dp_aggzo", "noise_div10", True, marks=pytest.mark.slow),
-    ("dp_aggzo", "noise_div_batch", True),
-    ("dp_zo_laplace", None, False), ("dp_zo_laplace", "noise_div10", True),
-    pytest.param("dp_zo_laplace", "noise_div_batch", True, marks=pytest.mark.slow)])
+    ("dpzero", "noise_div_batch", True),   # the planted bug: noise over the realised batch size
+    pytest.param("dp_aggzo", None, False, marks=SLOW), pytest.param("dp_aggzo", "noise_div10", True, marks=SLOW),
+    pytest.param("dp_aggzo", "noise_div_batch", True, marks=SLOW),
+    pytest.param("dp_zo_laplace", None, False, marks=SLOW),
+    pytest.param("dp_zo_laplace", "noise_div10", True, marks=SLOW),
+    pytest.param("dp_zo_laplace", "noise_div_batch", True, marks=SLOW)])
 def test_the_audit_command_catches_too_little_noise_on_digits(tmp_path, monkeypatch, method, brk, caught):
     """On digits, 30 steps: the noise check repeats them on the run's Poisson batches until 512
     values are released; a tenth of the noise, or the noise over the realised batch size (about 64
