@@ -93,6 +93,11 @@ def _check_run(cfg, a: AuditConfig) -> None:
     if a.threat == "white_box" and cfg.method.name == "gep":
         raise ConfigError("audit.threat=white_box does not cover gep (its release is two noisy sums in a public "
                           "subspace, not one privatiser call); use audit.threat=black_box")
+    queries = cfg.method.get("q")
+    if a.threat == "white_box" and a.worst_case and cfg.method.name == "dp_aggzo" and a.canaries < 2 * queries:
+        raise ConfigError(f"audit.canaries={a.canaries} is too few for the coded white box of dp_aggzo's joint clip "
+                          f"over method.q={queries} queries (disjoint groups of at least 2 a query): use "
+                          f"audit.canaries >= {2 * queries}")
 
 
 def attach_white_box(method, m: int, scale: float, design: np.random.Generator, worst_case: bool = False,

@@ -110,7 +110,8 @@ def test_audit_refuses_bad_settings_before_compute(tmp_path, monkeypatch):
                               ("audit.worst_case=1", "audit.worst_case must be true, false or null")):
         with pytest.raises(ConfigError, match=message):
             run_audit(audit_cfg(override), tmp_path / "run")
-    for overrides, message in ((("audit.threat=black_box", "audit.worst_case=true"), "is a white-box design"),):
+    for overrides, message in ((("audit.threat=black_box", "audit.worst_case=true"), "is a white-box design"),
+                               (("method=dp_aggzo", "audit.canaries=20"), "use audit.canaries >= 32")):
         with pytest.raises(ConfigError, match=message):
             run_audit(audit_cfg(*overrides), tmp_path / "run")
 
