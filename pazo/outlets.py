@@ -31,6 +31,8 @@ METRICS = {
     "s_per_iter": (OUTSIDE, "the mean time of the window's steps: grows with the realised batch size"),
     "train_loss": (PRIVATE, "the private batch's mean loss, without noise"),
     "residual_share": (PRIVATE, "GEP: the share of the private gradients outside the public subspace, without noise"),
+    "nonfinite_examples": (PRIVATE, "per step, the private examples whose value was NaN or infinite (each "
+                                    "contributed zero to the release)"),
     "val_accuracy": (PRIVATE, "accuracy on the validation split (held-out private examples), without noise"),
     "val_loss": (PRIVATE, "loss on the validation split (held-out private examples), without noise"),
     "test_*": (RELEASED, "the released model on the test set (not private examples)"),

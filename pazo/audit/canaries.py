@@ -37,7 +37,7 @@ from scipy.stats import binom
 
 from pazo.data.base import TensorSplit
 from pazo.errors import ConfigError
-from pazo.privacy.mechanisms import ScalarPrivatizer, ScalarRelease, VectorPrivatizer, clip_factors
+from pazo.privacy.mechanisms import JointClipPrivatizer, ScalarPrivatizer, ScalarRelease, VectorPrivatizer, clip_factors
 from pazo.rng import RandomStreams
 
 #: the replayed noise counts as the run's noise when the share of the releases' sum of squares it
@@ -100,6 +100,10 @@ class PrivatizerHook:
     contributions are dropped; the privatiser's data read through, its methods not."""
 
     passes = "the canaries"  # what a release must pass, for the refusal below
+    #: where the contributions are neutralised, whether the step still runs on the real Poisson
+    #: batch (the noise check: noise that depends on the batch is exercised) or on none (the
+    #: canaries' worst case: the forward passes would change nothing released)
+    runs_batch = False
 
     def __init__(self, inner, neutralises: bool = False):
         self.inner = inner
@@ -121,12 +125,15 @@ class PrivatizerHook:
 
 def nominal_noise_scale(privatizer, clip: float | None = None) -> float:
     """The noise scale the run's guarantee gives each released sum (public: sigma, C, adjacency,
-    queries), whatever a debug break does to the draws: S sigma per coordinate of a vector sum; per
-    sum of a scalar release of Q queries, sqrt(Q) S sigma (Gaussian: the Q as one mechanism) or
-    Q S sigma (Laplace)."""
+    queries), whatever a debug break does to the draws: S sigma per coordinate of a vector sum and
+    per sum of DP-AggZO's joint clip (its Q sums one mechanism of sensitivity S); per sum of a
+    scalar release of Q queries, sqrt(Q) S sigma (Gaussian: the Q as one mechanism) or Q S sigma
+    (Laplace)."""
     spec = privatizer.spec
     if isinstance(privatizer, VectorPrivatizer):
         return spec.sensitivity_for(spec.clip if clip is None else clip) * spec.sigma
+    if isinstance(privatizer, JointClipPrivatizer):
+        return spec.sensitivity * spec.sigma
     per = privatizer.queries if spec.mechanism == "laplace" else math.sqrt(privatizer.queries)
     return per * spec.sensitivity * spec.sigma
 
@@ -307,14 +314,23 @@ class CodedScalarCanaries(_WhiteBox, ScalarRelease):
     C below the quiet digits). The values pass the privatiser's own clip, sum and noise. Score of a
     canary: the number of released values from which it is decoded as present, read twice: as
     released, and with the noise replayed from the direction stream's seed at the privatiser's
-    nominal scale subtracted (both views are functions of the output and public seeds)."""
+    nominal scale subtracted (both views are functions of the output and public seeds).
 
-    def __init__(self, inner: ScalarPrivatizer, m: int, scale: float, design: np.random.Generator,
-                 sample_rate: float):
+    Each sampled canary is one example of the release, a column of its values over the call's
+    queries (0 where its group is not). DP-AggZO's joint clip scales that column as a whole, so
+    there the groups of one call are disjoint (at most m / Q canaries each): a column then has one
+    value, which the joint clip clamps as the scalar clip does."""
+
+    def __init__(self, inner: ScalarRelease, m: int, scale: float, design: np.random.Generator,
+                 sample_rate: float, queries: int = 1):
         super().__init__(inner, m, scale, design)
         self.neutralises = True
-        self.quiet = min(QUIET_BITS, m // 2)
-        self.loud = min(LOUD_BITS, m - self.quiet)
+        per_query = m // queries if isinstance(inner, JointClipPrivatizer) else m
+        if per_query < 2:
+            raise ConfigError(f"audit.canaries={m} is too few for the coded white box of a joint clip over "
+                              f"{queries} queries: use audit.canaries >= {2 * queries}")
+        self.quiet = min(QUIET_BITS, per_query // 2)
+        self.loud = min(LOUD_BITS, per_query - self.quiet)
         # the most canaries of a group a genuine decode names (all canaries in, Poisson rate q)
         self.max_quiet = int(binom.isf(IMPLAUSIBLE, self.quiet, sample_rate))
         self.max_loud = int(binom.isf(IMPLAUSIBLE, self.loud, sample_rate))
@@ -331,14 +347,15 @@ class CodedScalarCanaries(_WhiteBox, ScalarRelease):
     def release(self, rows):
         clip = self.inner.spec.clip
         present = set(self.present.tolist())
-        values = []
+        values: list[dict[int, float]] = []   # per query, canary id -> its value there
         for _ in rows:  # the real examples' values are neutralised: not passed on
             group = self._next_group()
             self.groups.append(group)
-            row = [clip * 2.0 ** -(g + 1) for g, i in enumerate(group[:self.quiet]) if i in present]
-            row += [self.scale * clip * 2.0 ** g for g, i in enumerate(group[self.quiet:]) if i in present]
+            row = {i: clip * 2.0 ** -(g + 1) for g, i in enumerate(group[:self.quiet]) if i in present}
+            row.update({i: self.scale * clip * 2.0 ** g for g, i in enumerate(group[self.quiet:]) if i in present})
             values.append(row)
-        out = self.inner.release(values)
+        columns = sorted(set().union(*values))   # the call's sampled canaries, one example each
+        out = self.inner.release([[row.get(i, 0.0) for i in columns] for row in values])
         self.releases.append(torch.tensor(out, dtype=torch.float64) * self.inner.spec.expected_batch_size)
         self.steps.append(self.step)
         return out

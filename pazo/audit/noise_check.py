@@ -1,6 +1,9 @@
-"""The white box's noise check: the run's steps once more with every contribution to each release
-set to zero, so that each released value is the privatiser's noise alone (divided by the expected
-batch size b, a public number), and a test of its scale against the scale the guarantee claims.
+"""The white box's noise check: the run's steps once more, on the run's own Poisson batches, with
+every example's contribution set to zero inside the release (the privatiser still sees the batch:
+its examples, their number), so that each released value is the privatiser's noise alone (divided
+by the expected batch size b, a public number), and a test of its scale against the scale the
+guarantee claims. Noise that depends on the batch or its size is exercised (the debug break
+`noise_div_batch`).
 
 Why: a zeroth-order step releases one scalar per query, T x Q numbers in all, too few for a one-run
 audit to name enough canaries when the noise is merely too small (`pazo.audit.canaries`); but those
@@ -12,6 +15,13 @@ mechanism is as the run says (Poisson rate q, T steps, the clip's sensitivity), 
 is then at least the accountant's lower estimate at sigma times that bound: a lower bound that
 rests on that model, unlike the one-run bounds, which rest on nothing but the canaries.
 
+Laplace noise (DP-ZO's pure-DP variant) is read by its mean absolute value instead: with z the
+released values in units of the claimed scale and r the realised scale over the claimed, |z| is
+exponential with mean r, so sum |z| ~ Gamma(N, r) and r <= sum |z| / Gamma(N, 1).ppf(1 - confidence).
+The epsilon at sigma times that bound is the run's own Laplace account there (an upper bound of
+the mechanism's privacy, not a lower one): above the printed epsilon, it says the printed one
+assumed more noise than the run drew.
+
 The claimed standard deviation is read from the privatiser's own spec (sigma, clip, adjacency): the
 check catches noise drawn at another scale than the spec says (a tenth, a missing sqrt(Q)), not a
 spec whose sensitivity is itself wrong.
@@ -22,36 +32,42 @@ import math
 from dataclasses import replace
 
 import torch
-from scipy.stats import chi2
+from scipy.stats import chi2, gamma
 
 from pazo.audit.canaries import PrivatizerHook, nominal_noise_scale
-from pazo.privacy.accountants import BudgetError, effective_noise_multiplier, gaussian_one_step_delta
-from pazo.privacy.mechanisms import ScalarPrivatizer, ScalarRelease, VectorPrivatizer
+from pazo.privacy.accountants import (BudgetError, amplified_pure_epsilon, effective_noise_multiplier,
+                                      gaussian_one_step_delta)
+from pazo.privacy.mechanisms import JointClipPrivatizer, ScalarPrivatizer, ScalarRelease, VectorPrivatizer
 from pazo.privacy.plan import PrivacyPlan, make_accountant
 
 
 class _NoiseProbe(PrivatizerHook):
-    """Stands in for a privatiser in the audit loop: every contribution zero (the loop hands it no
-    example, `neutralises`), each released value's noise in units of its claimed std collected."""
+    """Stands in for a privatiser in the audit loop: the step runs on the real Poisson batch
+    (`runs_batch`), every contribution is zero inside the release (`neutralises`), and each released
+    value's noise in units of its claimed std (Laplace: scale) is collected."""
 
     passes = "the probe"
+    runs_batch = True
 
     def __init__(self, inner):
         super().__init__(inner, neutralises=True)
         self.sum_squares = 0.0
+        self.sum_abs = 0.0
         self.values = 0
 
     def _collect(self, noise_in_std_units: torch.Tensor) -> None:
         z = noise_in_std_units.double().reshape(-1)
         self.sum_squares += float(z @ z)
+        self.sum_abs += float(z.abs().sum())
         self.values += z.numel()
 
 
 class ScalarNoiseProbe(_NoiseProbe, ScalarRelease):
-    """A zeroth-order method's `ScalarPrivatizer` given empty rows: each query's sum is its noise."""
+    """A zeroth-order method's scalar release (`ScalarPrivatizer`, DP-AggZO's `JointClipPrivatizer`)
+    given the step's rows with every value 0: the batch is the step's, each query's sum its noise."""
 
     def release(self, rows):
-        out = self.inner.release([[] for _ in rows])
+        out = self.inner.release([[0.0] * len(row) for row in rows])
         self._collect(torch.tensor(out, dtype=torch.float64) * self.inner.spec.expected_batch_size
                       / nominal_noise_scale(self.inner))
         return out
@@ -73,10 +89,10 @@ class VectorNoiseProbe(_NoiseProbe):
 
 
 def attach_noise_probe(method):
-    """Put the probe between `method` and its privatiser (Gaussian scalar or vector ones); returns it,
-    or None where the method's release is of another kind (a Laplace release, DP-AggZO's joint clip)."""
+    """Put the probe between `method` and its privatiser (scalar, Gaussian or Laplace; joint clip;
+    vector); returns it, or None where the method has no privatiser."""
     privatizer = getattr(method, "privatizer", None)
-    if isinstance(privatizer, ScalarPrivatizer) and privatizer.spec.mechanism == "gaussian":
+    if isinstance(privatizer, (ScalarPrivatizer, JointClipPrivatizer)):
         method.privatizer = ScalarNoiseProbe(privatizer)
     elif isinstance(privatizer, VectorPrivatizer):
         method.privatizer = VectorNoiseProbe(privatizer)
@@ -85,25 +101,41 @@ def attach_noise_probe(method):
     return method.privatizer
 
 
-def noise_check(sum_squares: float, values: int, plan: PrivacyPlan, steps: int, delta: float,
+def noise_check(statistic: float, values: int, plan: PrivacyPlan, steps: int, delta: float,
                 confidence: float, comparable: float) -> dict:
-    """The realised noise over the claimed (estimate and upper bound at `confidence`), and the
-    epsilon the run's accountant gives at sigma times that bound (its lower estimate), at `delta`,
-    compared with the run's epsilon at that delta (`comparable`)."""
-    ratio = math.sqrt(sum_squares / values)
-    upper = math.sqrt(sum_squares / chi2.ppf(1 - confidence, values))
+    """The realised noise over the claimed (estimate and upper bound at `confidence`), from
+    `statistic`: the sum of the squared values in std units (Gaussian: chi-square), or of their
+    absolute values in scale units (Laplace: Gamma); and the epsilon the run's accountant gives at
+    sigma times that bound (its lower estimate), at `delta`, compared with the run's epsilon at
+    that delta (`comparable`)."""
+    if plan.noise == "laplace":
+        ratio, upper, test = statistic / values, statistic / gamma.ppf(1 - confidence, values), "gamma_mean_abs"
+    else:
+        ratio, upper = math.sqrt(statistic / values), math.sqrt(statistic / chi2.ppf(1 - confidence, values))
+        test = "chi_square"
     at_upper, how = epsilon_at_least(plan, plan.sigma * upper, steps, delta)
-    return {"released_values": values, "noise_ratio": ratio, "noise_ratio_upper": upper,
+    return {"released_values": values, "noise_ratio": ratio, "noise_ratio_upper": upper, "statistic": test,
             "sigma_claimed": plan.sigma, "sigma_upper": plan.sigma * upper,
             "epsilon_at_sigma_upper": at_upper, "epsilon_from": how, "exceeds_printed": at_upper > comparable,
             "confidence": confidence}
+
+
+def probe_statistic(probe, plan: PrivacyPlan) -> float:
+    """The probe's statistic that `noise_check` reads for the run's noise."""
+    return probe.sum_abs if plan.noise == "laplace" else probe.sum_squares
 
 
 def epsilon_at_least(plan: PrivacyPlan, sigma: float, steps: int, delta: float) -> tuple[float, str]:
     """A lower bound on the epsilon (at `delta`) of the run's T Poisson-subsampled Gaussian steps
     at noise multiplier `sigma`, and how it was found: the PRV accountant's lower estimate, or
     where its grid cannot be built (a sigma far below the claimed one) the exact epsilon of one such
-    step, which T steps spend at least."""
+    step, which T steps spend at least. Laplace noise: the run's own (exact, upper) account at
+    `sigma` (`laplace_account`)."""
+    if plan.noise == "laplace":
+        try:
+            return make_accountant(replace(plan, sigma=sigma, delta=delta)).epsilon(steps).upper, "laplace_account"
+        except BudgetError:  # too many steps for the exact composition: the pure-DP account
+            return steps * amplified_pure_epsilon(sigma, plan.sample_rate), "laplace_account"
     try:
         return make_accountant(replace(plan, sigma=sigma, delta=delta)).epsilon(steps).lower, "prv_lower"
     except (BudgetError, RuntimeError, FloatingPointError):

@@ -22,13 +22,13 @@ from omegaconf import DictConfig, OmegaConf
 from pazo import CONFIG_DIR
 from pazo.audit.bound import audit_guesses
 from pazo.audit.metrics import membership_metrics
-from pazo.audit.noise_check import attach_noise_probe, noise_check
+from pazo.audit.noise_check import attach_noise_probe, noise_check, probe_statistic
 from pazo.audit.canaries import (CodedScalarCanaries, FixedRatePoissonSampler, ScalarCanaries, VectorCanaries,
                                  black_box_scores, example_canaries, public_seeds, with_examples)
 from pazo.cli import USER_ERRORS, check_overrides
 from pazo.errors import ConfigError
 from pazo.experiment import build_run, resolve_device
-from pazo.privacy.mechanisms import DEBUG_BREAKS, ScalarPrivatizer, VectorPrivatizer, debug_break
+from pazo.privacy.mechanisms import DEBUG_BREAKS, JointClipPrivatizer, ScalarPrivatizer, VectorPrivatizer, debug_break
 from pazo.privacy.plan import epsilon_spent
 from pazo.recorder import write_json_atomic
 from pazo.results import read_json_object, skipped
@@ -93,6 +93,11 @@ def _check_run(cfg, a: AuditConfig) -> None:
     if a.threat == "white_box" and cfg.method.name == "gep":
         raise ConfigError("audit.threat=white_box does not cover gep (its release is two noisy sums in a public "
                           "subspace, not one privatiser call); use audit.threat=black_box")
+    queries = cfg.method.get("q")
+    if a.threat == "white_box" and a.worst_case and cfg.method.name == "dp_aggzo" and a.canaries < 2 * queries:
+        raise ConfigError(f"audit.canaries={a.canaries} is too few for the coded white box of dp_aggzo's joint clip "
+                          f"over method.q={queries} queries (disjoint groups of at least 2 a query): use "
+                          f"audit.canaries >= {2 * queries}")
 
 
 def attach_white_box(method, m: int, scale: float, design: np.random.Generator, worst_case: bool = False,
@@ -101,8 +106,9 @@ def attach_white_box(method, m: int, scale: float, design: np.random.Generator, 
     the real examples' contributions to each release are neutralised (the canaries are the whole
     private data set as far as the release goes), zeroth-order canaries coded digit by digit."""
     privatizer = getattr(method, "privatizer", None)
-    if isinstance(privatizer, ScalarPrivatizer):
-        method.privatizer = (CodedScalarCanaries(privatizer, m, scale, design, sample_rate) if worst_case
+    if isinstance(privatizer, (ScalarPrivatizer, JointClipPrivatizer)):   # DP-AggZO's joint clip too
+        queries = method.cfg.release().queries
+        method.privatizer = (CodedScalarCanaries(privatizer, m, scale, design, sample_rate, queries) if worst_case
                              else ScalarCanaries(privatizer, m, scale, design))
     elif isinstance(privatizer, VectorPrivatizer):
         method.privatizer = VectorCanaries(privatizer, m, scale, design, method.model.dim, neutralise=worst_case)
@@ -121,8 +127,9 @@ def train_with_canaries(method, private, n: int, canary_ids: np.ndarray, sampler
             hook.step = step
             hook.present = canary_ids[idx[idx >= n] - n]
             # worst case: the real examples' contributions are neutralised inside the release, so
-            # the step gets none of them (their forward passes would change nothing released)
-            idx = idx[:0] if hook.neutralises else idx[idx < n]
+            # the step gets none of them (their forward passes would change nothing released),
+            # unless the hook exercises the batch (the noise check)
+            idx = idx[:0] if hook.neutralises and not hook.runs_batch else idx[idx < n]
         x, y = private.batch(idx, device)
         method.step(x, y, step)
 
@@ -175,7 +182,7 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
         with debug_break(a.debug_break):
             probe = noise_pass(cfg)
         # tested at the level of one of the bounds' tries, so that it adds little to the audit's false alarms
-        noise = probe and noise_check(probe.sum_squares, probe.values, plan, total_steps, delta,
+        noise = probe and noise_check(probe_statistic(probe, plan), probe.values, plan, total_steps, delta,
                                       1 - result["per_test_beta"], comparable)
     metrics = membership_metrics(scores, included, a.confidence, seed=int(np.random.default_rng(
         [AUDIT_ENTROPY, cfg.seed, 2]).integers(2**63)))
@@ -184,10 +191,11 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
              "audit_delta": delta, "epsilon_at_audit_delta": comparable, "target_epsilon": plan.target_epsilon,
              "sigma": plan.sigma, "sample_rate": plan.sample_rate, "steps": total_steps,
              "canaries_included": int(included.sum()),
-             "exceeds_printed": result["epsilon_lower_bound"] > comparable,
+             "exceeds_printed_canaries": result["epsilon_lower_bound"] > comparable,
              "exceeds_printed_fdp": result["epsilon_lower_bound_fdp"] > comparable,
              "membership": metrics, "scores": score_info, "noise_check": noise,
              "threads": torch.get_num_threads(), "seconds": time.perf_counter() - started}
+    audit.update(verdict(audit, comparable))
     summary = {"status": "finished", "kind": "audit", "method": cfg.method.name, "dataset": cfg.dataset.name,
                "model": cfg.model.name, "device": str(device), "run_dir": str(run_dir),  # the seed: config.yaml only
                "privacy": plan.as_dict(), "final_test_accuracy": final["accuracy"] if final else None,
@@ -198,7 +206,7 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
              f"({result['correct']} of {result['guesses']} guesses correct: {result['guesses_in']} in, "
              f"{result['guesses_out']} out; ceiling {result['ceiling']:.3f} with {m} canaries, delta {delta:.3g}); "
              f"the run's epsilon at that delta {comparable:.4f} (printed: {printed:.4f} at delta {plan.delta:.3g})"
-             + (" -> the run is NOT as private as printed" if audit["exceeds_printed"] else ""))
+             + (" -> the run is NOT as private as printed" if audit["exceeds_printed_canaries"] else ""))
     log.info(f"audit: f-DP lower bound {result['epsilon_lower_bound_fdp']:.4f} ({result['fdp_correct']} of "
              f"{result['fdp_guesses']} guesses correct; ceiling {result['ceiling_fdp']:.3f})"
              + (" -> the run is NOT as private as printed" if audit["exceeds_printed_fdp"] else "")
@@ -208,18 +216,37 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
         log.info(f"audit: noise check: the releases' noise {noise['noise_ratio']:.3f}x the claimed (at most "
                  f"{noise['noise_ratio_upper']:.3f}x at {noise['confidence']:.2%} confidence, "
                  f"{noise['released_values']} values): sigma at most {noise['sigma_upper']:.4g} of "
-                 f"{plan.sigma:.4g}, epsilon at it at least "
-                 f"{noise['epsilon_at_sigma_upper']:.4f} if q, T and the clip are as the run says"
+                 f"{plan.sigma:.4g}, epsilon at it "
+                 + ("by the run's Laplace account " if noise["epsilon_from"] == "laplace_account" else "at least ")
+                 + f"{noise['epsilon_at_sigma_upper']:.4f} if q, T and the clip are as the run says"
                  + (" -> the run is NOT as private as printed" if noise["exceeds_printed"] else ""))
+    log.info(f"audit: verdict: audited epsilon {audit['epsilon_audited']:.4f} ({audit['epsilon_audited_from']}) "
+             f"against the run's {comparable:.4f}: "
+             + ("the run is NOT as private as printed" if audit["exceeds_printed"] else "no evidence against it"))
     log.info(f"  results: {run_dir}")
     return summary
 
 
+def verdict(audit: dict, comparable: float) -> dict:
+    """The audit's top-level verdict over all its checks: `epsilon_audited`, the largest epsilon it
+    shows the run spends at least (the canaries' bound, the f-DP one, and the noise check's epsilon
+    at the realised sigma where that exceeds the run's: it rests on q, T and the clip being as the
+    run says), which of them gave it, and `exceeds_printed`: whether it exceeds the run's epsilon
+    at the audit's delta (`comparable`), i.e. whether any check does."""
+    found = {"canaries": audit["epsilon_lower_bound"], "fdp": audit["epsilon_lower_bound_fdp"]}
+    noise = audit["noise_check"]
+    if noise and noise["exceeds_printed"]:
+        found["noise_check"] = noise["epsilon_at_sigma_upper"]
+    source = max(found, key=found.get)
+    return {"epsilon_audited": found[source], "epsilon_audited_from": source,
+            "exceeds_printed": found[source] > comparable}
+
+
 def noise_pass(cfg: DictConfig, min_values: int = NOISE_CHECK_VALUES):
-    """The run's T steps again, built as training builds them, through `method.step` with empty
-    batches (every contribution to each release zero: `pazo.audit.noise_check`), repeated until at
-    least `min_values` values are released: returns the probe that collected the releases' noise,
-    or None where the method's release is not one it reads."""
+    """The run's T steps again, built as training builds them, through `method.step` on the run's
+    own Poisson batches with every example's contribution zero inside each release
+    (`pazo.audit.noise_check`), repeated until at least `min_values` values are released: returns
+    the probe that collected the releases' noise, or None where the method has no privatiser."""
     r = build_run(cfg, time_engines=False)
     probe = attach_noise_probe(r.method)
     if probe is None:
@@ -256,7 +283,7 @@ def main(cfg: DictConfig) -> float | None:
         log.error(f"pazo: interrupted; the audit in {hc.runtime.output_dir} did not finish and wrote no result "
                   "(run it again)")
         sys.exit(130)
-    return summary["audit"]["epsilon_lower_bound"]
+    return summary["audit"]["epsilon_audited"]
 
 
 def cli() -> None:

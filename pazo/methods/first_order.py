@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import torch
 
 from pazo.methods.base import Method, MethodConfig, at_least_one, positive, require
-from pazo.methods.per_example import (auto_memory_mb, chunk_size_for, clip_rows, clipped_sum, flatten_rows,
+from pazo.methods.per_example import (auto_memory_mb, chunk_size_for, clipped_sum, flatten_rows,
                                       iter_per_example_grads, per_example_grads, refuse_if_one_example_overflows)
 from pazo.methods.registry import register_method
-from pazo.privacy.mechanisms import Release, VectorPrivatizer, noise_generator
+from pazo.privacy.mechanisms import Release, VectorPrivatizer, clip_factors, noise_generator, scaled_rows
 from pazo.zo.engines import apply_flat_update
 
 
@@ -52,19 +52,20 @@ class FirstOrderMethod(Method):
         self.chunk = int(cfg.per_example_chunk or chunk_size_for(self.model, budget, ctx.noise.expected_batch_size))
         self.privatizer = VectorPrivatizer(ctx.noise, noise_generator(ctx.streams, ctx.device))
 
-    def private_grad(self, x, y, shift=None) -> tuple[torch.Tensor, float]:
-        """(sum_i clip_C(g_i - shift) + N(0, (S sigma)^2 I)) / b and the batch's mean loss (from
-        the same forward pass); without privacy, the plain mean of g_i - shift over the realised
-        batch."""
+    def private_grad(self, x, y, shift=None) -> tuple[torch.Tensor, float, float | None]:
+        """(sum_i clip_C(g_i - shift) + N(0, (S sigma)^2 I)) / b, the batch's mean loss (from the
+        same forward pass) and how many examples contributed zero for a non-finite gradient (a
+        private diagnostic); without privacy, the plain mean of g_i - shift over the realised
+        batch, and None."""
         spec = self.ctx.noise
         if len(x) == 0 and not spec.private:
-            return self.model.zeros(self.model.dim), float("nan")
+            return self.model.zeros(self.model.dim), float("nan"), None
         if not spec.private:
             loss, g = self.model.mean_loss_and_grad(x, y)
-            return (g - shift if shift is not None else g), float(loss)
-        total, loss_sum = clipped_sum(self.model, x, y, self.chunk, spec.clip, shift)
+            return (g - shift if shift is not None else g), float(loss), None
+        total, loss_sum, nonfinite = clipped_sum(self.model, x, y, self.chunk, spec.clip, shift)
         loss = float(loss_sum) / len(x) if len(x) else float("nan")
-        return self.privatizer(total, spec.clip), loss
+        return self.privatizer(total, spec.clip), loss, float(nonfinite)
 
 
 @register_method("sgd", config=FirstOrderConfig, label="SGD", family="first_order", private=False,
@@ -112,9 +113,9 @@ class DPSGD(FirstOrderMethod):
     """DP-SGD (Abadi et al. 2016): flat per-example clipping over all parameters."""
 
     def step(self, x, y, step):
-        g, loss = self.private_grad(x, y)
+        g, loss, nonfinite = self.private_grad(x, y)
         apply_flat_update(self.model, g, self.lr)
-        return {"loss": loss, "grad_norm": float(g.norm())}
+        return {"loss": loss, "grad_norm": float(g.norm()), "nonfinite_examples": nonfinite}
 
 
 @register_method("dpmd", config=PublicFirstOrderConfig, label="DPMD", family="first_order", uses_public=True,
@@ -133,10 +134,10 @@ class DPMD(FirstOrderMethod):
     def step(self, x, y, step):
         g_pub = self.model.mean_loss_grad(*self.public.sample())
         a = self.alpha(step)
-        g_dp, loss = self.private_grad(x, y)
+        g_dp, loss, nonfinite = self.private_grad(x, y)
         g = a * g_dp + (1 - a) * g_pub
         apply_flat_update(self.model, g, self.lr)
-        return {"loss": loss, "alpha": a}
+        return {"loss": loss, "alpha": a, "nonfinite_examples": nonfinite}
 
 
 @register_method("dope_sgd", config=PublicFirstOrderConfig, label="DOPE-SGD", family="first_order",
@@ -151,10 +152,10 @@ class DOPESGD(FirstOrderMethod):
 
     def step(self, x, y, step):
         g_pub = self.model.mean_loss_grad(*self.public.sample())
-        g_dp, loss = self.private_grad(x, y, shift=g_pub)
+        g_dp, loss, nonfinite = self.private_grad(x, y, shift=g_pub)
         g = g_dp + g_pub
         apply_flat_update(self.model, g, self.lr)
-        return {"loss": loss}
+        return {"loss": loss, "nonfinite_examples": nonfinite}
 
 
 def parameter_groups(numels: list[int], num_groups: int) -> list[tuple[int, int]]:
@@ -251,15 +252,19 @@ class GEP(FirstOrderMethod):
         p = self.model.params[0]
         w_sum = torch.zeros(k, device=p.device, dtype=p.dtype)
         r_sum = torch.zeros(self.model.dim, device=p.device, dtype=p.dtype)
-        residual_share, loss_sum = [], 0.0
+        residual_share, loss_sum, nonfinite = [], 0.0, 0
         for grads, losses in iter_per_example_grads(self.model, x, y, self.chunk):
             rows = flatten_rows(grads)
             loss_sum += float(losses.sum())
             w = self.embed(rows, bases)
             r = rows - self.lift(w, bases)
             residual_share.append((r.norm(dim=1) / rows.norm(dim=1).clamp_min(1e-12)).mean())
-            if spec.private:
-                w, r = clip_rows(w, self.clip0), clip_rows(r, spec.clip)
+            if spec.private:  # each clipped; an example with a part not finite contributes zero to both sums
+                w_norms, r_norms = w.norm(dim=1), r.norm(dim=1)
+                finite = torch.isfinite(w_norms) & torch.isfinite(r_norms)
+                nonfinite += int((~finite).sum())
+                w = scaled_rows(w, clip_factors(w_norms, self.clip0) * finite)
+                r = scaled_rows(r, clip_factors(r_norms, spec.clip) * finite)
             w_sum += w.sum(dim=0)
             r_sum += r.sum(dim=0)
         if spec.private:
@@ -271,4 +276,5 @@ class GEP(FirstOrderMethod):
         g = (self.lift(w_sum, bases) + r_sum) / denom
         apply_flat_update(self.model, g, self.lr)
         share = float(torch.stack(residual_share).mean()) if residual_share else float("nan")
-        return {"loss": loss_sum / len(x) if len(x) else float("nan"), "residual_share": share}
+        return {"loss": loss_sum / len(x) if len(x) else float("nan"), "residual_share": share,
+                "nonfinite_examples": float(nonfinite) if spec.private else None}

@@ -81,6 +81,7 @@ class PazoS(Method):
         g = self.public_grads(self.public, self.cfg.k)
         # lines 6-9: noisy private losses f_j at x - eta g_j
         f, losses = self.noisy_losses(x, y, g)
+        nonfinite = ~torch.isfinite(losses).all(dim=0)   # examples that contribute zero (a private diagnostic)
         # line 10: the best public candidate
         best = int(torch.argmin(f))
         chosen, chosen_losses, won = g[best], losses[best], 0.0
@@ -88,10 +89,12 @@ class PazoS(Method):
             # lines 11-13: g_{k+1} = g_best + z' and its noisy private loss f_{k+1}
             g_extra = self.perturbed(g[best])
             f_extra, extra_losses = self.noisy_losses(x, y, g_extra[None])
+            nonfinite |= ~torch.isfinite(extra_losses).all(dim=0)
             # line 14: j* = argmin over all k + 1
             if float(f_extra[0]) < float(f[best]):
                 chosen, chosen_losses, won = g_extra, extra_losses[0], 1.0
         # line 15: x <- x - eta g_{j*}
         apply_flat_update(self.model, chosen, self.lr)
         loss = float(chosen_losses.mean()) if chosen_losses.numel() else float("nan")
-        return {"loss": loss, "noisy_candidate_won": won, "chosen_public_index": float(best)}
+        return {"loss": loss, "noisy_candidate_won": won, "chosen_public_index": float(best),
+                "nonfinite_examples": float(nonfinite.sum()) if self.ctx.noise.private else None}

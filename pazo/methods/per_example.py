@@ -14,7 +14,7 @@ import torch
 from torch.func import grad_and_value, vmap
 
 from pazo.models.functional import FunctionalModel
-from pazo.privacy.mechanisms import clip_factors
+from pazo.privacy.mechanisms import clip_factors, scaled_rows
 
 
 def auto_memory_mb(device: torch.device) -> float:
@@ -87,21 +87,24 @@ def per_example_grads(model: FunctionalModel, x, y, chunk: int) -> torch.Tensor:
 
 
 def clip_rows(rows: torch.Tensor, bound: float) -> torch.Tensor:
-    """Scale each row to norm at most `bound` (flat clipping)."""
-    return rows * clip_factors(rows.norm(dim=1, keepdim=True), bound)
+    """Scale each row to norm at most `bound` (flat clipping); a row that is not finite becomes 0."""
+    return scaled_rows(rows, clip_factors(rows.norm(dim=1), bound))
 
 
 def clipped_sum(model: FunctionalModel, x, y, chunk: int, bound: float,
-                shift: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                shift: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """sum_i clip_bound(g_i - shift) over the batch, chunk by chunk (the DP-SGD numerator; DOPE-SGD
-    shifts by g_pub), and the sum of the per-example losses.
+    shifts by g_pub), the sum of the per-example losses, and how many examples contributed zero
+    because their gradient was not finite (NaN or infinite entries: `clip_factors`).
 
     Flat clipping needs only each example's total norm: it is summed over parameters, and each
     parameter's per-example gradients are then reduced with the clip factors in one contraction,
-    so no [c, d] copy is made.
+    so no [c, d] copy is made (but for a chunk with a non-finite example, whose rows are zeroed
+    first: 0 x inf is NaN).
     """
     sums = [torch.zeros_like(p) for p in model.params]
     loss_sum = model.zeros(())
+    nonfinite = torch.zeros((), dtype=torch.int64, device=loss_sum.device)
     shifts = model.split_flat(shift) if shift is not None else None
     for grads, losses in iter_per_example_grads(model, x, y, chunk):
         if shifts is not None:
@@ -112,8 +115,14 @@ def clipped_sum(model: FunctionalModel, x, y, chunk: int, bound: float,
         # the IMDB LSTM's per-example embedding gradients on this CPU)
         sq = sum(torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1).square().to(loss_sum.device)
                  for g in grads)
-        factor = clip_factors(sq.sqrt(), bound)
+        norms = sq.sqrt()
+        factor = clip_factors(norms, bound)
+        bad = (~torch.isfinite(norms)).sum()
+        nonfinite += bad
+        if bad:  # zero those examples' rows (one small sync per chunk; the step reads its loss anyway)
+            finite = torch.isfinite(norms).to(factor.dtype)
+            grads = [scaled_rows(g, finite.to(g.device)) for g in grads]
         for total, g in zip(sums, grads):
             total += torch.tensordot(factor.to(g.device), g, dims=1)
         loss_sum += losses.sum().to(loss_sum.device)
-    return model.flatten(sums), loss_sum
+    return model.flatten(sums), loss_sum, nonfinite

@@ -19,7 +19,7 @@ import torch
 
 from pazo.methods.base import Method, MethodConfig, at_least_one, one_of, positive, require
 from pazo.privacy.mechanisms import (NoiseSpec, Release, ScalarPrivatizer, ScalarRelease, exact_sum, noise_generator,
-                                     rounded_to)
+                                     nonfinite_examples, rounded_to)
 from pazo.zo.directions import Directions, SeededDirections, orthogonal_directions, resolve_radius
 from pazo.zo.engines import apply_directional_update
 
@@ -95,7 +95,8 @@ class TwoPointMethod(Method):
         return SeededDirections(model.shapes, seeds, cfg.direction, radius, device=self.ctx.device, dtype=dtype)
 
     def noisy_directional_derivatives(self, x, y, u: Directions) -> Estimate:
-        """The privatised s_j for each direction u_j and the per-example losses they came from."""
+        """The privatised s_j for each direction u_j, the per-example losses they came from, and in
+        a private run how many examples had a non-finite finite difference (they contribute zero)."""
         lam = self.cfg.smoothing
         points = [(j, s) for j in range(u.count) for s in (lam, -lam)]
         seed = self.ctx.streams.draw_seeds("directions", 1)[0] if self.ctx.query_train_mode else None
@@ -104,7 +105,8 @@ class TwoPointMethod(Method):
         plus, minus = losses[0::2], losses[1::2]
         finite_differences = [[(p - m) / (2 * lam) for p, m in zip(fp, fm)] for fp, fm in zip(plus, minus)]
         s = rounded_to(self.privatize(finite_differences), rows[0].dtype)
-        return Estimate(s, losses, rows[0].dtype, rows[0].device)
+        nonfinite = len(nonfinite_examples(finite_differences)) if self.ctx.noise.private else None
+        return Estimate(s, losses, rows[0].dtype, rows[0].device, nonfinite)
 
     def descend(self, u: Directions, coefs: list[float]) -> None:
         """x <- x - lr * sum_j coefs[j] u_j (each u_j regenerated, never stored whole)."""
@@ -112,10 +114,12 @@ class TwoPointMethod(Method):
 
     @staticmethod
     def stats(estimate: Estimate) -> dict[str, float]:
-        """The step's mean query loss over all its per-example losses and mean |s_j|."""
+        """The step's mean query loss over all its per-example losses, mean |s_j| and (private
+        runs) the examples that contributed zero for a non-finite value."""
         count = sum(map(len, estimate.losses))
         loss = exact_sum(itertools.chain.from_iterable(estimate.losses)) / count if count else float("nan")
-        return {"loss": loss, "projected_grad": math.fsum(map(abs, estimate.s)) / len(estimate.s)}
+        return {"loss": loss, "projected_grad": math.fsum(map(abs, estimate.s)) / len(estimate.s),
+                "nonfinite_examples": None if estimate.nonfinite is None else float(estimate.nonfinite)}
 
     def step(self, x, y, step):
         """Zeroth-order SGD: x <- x - lr * (1/q) sum_j s_j u_j."""
@@ -128,12 +132,14 @@ class TwoPointMethod(Method):
 class Estimate(NamedTuple):
     """One step's privatised directional derivatives s_j (Python floats, rounded to the losses'
     dtype) and the per-example losses they came from: f(x + lam u_j) at 2j, f(x - lam u_j) at
-    2j + 1, as lists of Python floats."""
+    2j + 1, as lists of Python floats; in a private run, how many examples contributed zero for a
+    non-finite value (a private diagnostic)."""
 
     s: list[float]
     losses: list[list[float]]
     dtype: torch.dtype
     device: torch.device
+    nonfinite: int | None = None
 
     def mean_coefficients(self) -> list[float]:
         """s_j / q (`mean_coefficients`)."""

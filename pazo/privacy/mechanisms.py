@@ -24,6 +24,12 @@ privatiser, draw for draw.
 Vectors. Each per-example vector is scaled to norm at most C (`clip_factors`, used by the
 first-order methods' per-example machinery) before the sum is noised.
 
+Non-finite contributions. An example with a NaN or infinite value (a scalar of any query, an entry
+of its vector: a norm that is not finite) contributes zero to every sum of the release, as if it
+were not in the batch (the noise is drawn alike). Its value cannot be clipped (NaN compares with
+nothing, and 0 x inf is NaN), so one such example would otherwise make the whole release NaN. How
+many there were is a private diagnostic of the step (`nonfinite_examples`).
+
 Debug breaks (`debug_break`), for privacy auditing only (`python -m pazo.audit`, which checks that
 its white-box audit catches them; `python -m pazo.train` refuses them): `noise_div10` divides every
 noise scale here by 10 without changing sigma or the printed epsilon; `no_clip` turns clipping into
@@ -63,7 +69,7 @@ class Release:
     joint_clip: bool = False
 
 
-DEBUG_BREAKS = ("noise_div10", "no_clip", "noise_from_direction_seed")
+DEBUG_BREAKS = ("noise_div10", "no_clip", "noise_from_direction_seed", "noise_div_batch")
 _debug_break: str | None = None
 
 
@@ -89,11 +95,42 @@ def _noise_factor() -> float:
     return 0.1 if _debug_break == "noise_div10" else 1.0  # debug break: noise / 10, epsilon unchanged
 
 
+def _batch_divisor(rows: Sequence[Sequence[float]]) -> int:
+    """1, or under the debug break `noise_div_batch` the realised batch size (the rows' examples)."""
+    return max(len(rows[0]), 1) if _debug_break == "noise_div_batch" and rows else 1  # debug break
+
+
 def clip_factors(norms: torch.Tensor, bound: float) -> torch.Tensor:
-    """Per-example factors that scale vectors of norms `norms` to norm at most `bound`."""
+    """Per-example factors that scale vectors of norms `norms` to norm at most `bound`; 0 where a
+    norm is not finite (the example contributes zero: scale its vector with `scaled_rows`, since
+    0 x inf is NaN)."""
     if _debug_break == "no_clip":  # debug break: no clipping
         return torch.ones_like(norms)
-    return (bound / (norms + 1e-12)).clamp(max=1.0)
+    factors = (bound / (norms + 1e-12)).clamp(max=1.0)
+    return torch.where(torch.isfinite(norms), factors, torch.zeros_like(factors))
+
+
+def scaled_rows(rows: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
+    """rows [B, ...] times per-example `factors` (broadcast on dim 0); a row whose factor is 0 (a
+    non-finite one, `clip_factors`) becomes exactly 0, whatever its entries."""
+    factors = factors.reshape(-1, *([1] * (rows.dim() - 1)))
+    return torch.where(factors == 0, torch.zeros((), dtype=rows.dtype, device=rows.device), rows * factors)
+
+
+def nonfinite_examples(rows: Sequence[Sequence[float]]) -> set[int]:
+    """The examples (positions in the rows) with a NaN or infinite value in any row."""
+    if all(math.isfinite(sum(row)) for row in rows):  # the common case, one pass (an overflow looks further)
+        return set()
+    return {i for row in rows for i, v in enumerate(row) if not math.isfinite(v)}
+
+
+def finite_examples(rows: Sequence[Sequence[float]]) -> Sequence[Sequence[float]]:
+    """The rows with every value of each `nonfinite_examples` example set to 0: it contributes zero
+    to each sum (the rows themselves when there is none)."""
+    bad = nonfinite_examples(rows)
+    if not bad:
+        return rows
+    return [[0.0 if i in bad else v for i, v in enumerate(row)] for row in rows]
 
 
 def noise_generator(streams: RandomStreams, device: str | torch.device = "cpu", substream: int = 0) -> torch.Generator:
@@ -173,20 +210,21 @@ class ScalarPrivatizer(ScalarRelease):
         return [scale * z for z in torch.randn(count, generator=self.generator, dtype=torch.float64).tolist()]
 
     def clipped(self, row: Sequence[float]) -> list[float]:
-        """Each value clipped to [-C, C] (NaN stays NaN, as in `torch.clamp`)."""
+        """Each value clipped to [-C, C]; a NaN or infinite one is 0 (it has no clipped value)."""
         if _debug_break == "no_clip":  # debug break: no clipping
             return list(row)
-        c = self.spec.clip
-        return [c if v > c else -c if v < -c else v for v in row]
+        c, inf = self.spec.clip, math.inf
+        return [(c if v > c else -c if v < -c else v) if -inf < v < inf else 0.0 for v in row]
 
     def release(self, rows: Sequence[Sequence[float]]) -> list[float]:
         """rows: per query, the per-example scalars -> per query (sum_i clip_C(v_i) + noise) / b,
-        float64 (b the expected batch size); non-private: the plain mean over the realised batch."""
+        float64 (b the expected batch size), an example with a non-finite value in any row
+        contributing zero to every query; non-private: the plain mean over the realised batch."""
         if not self.spec.private:
             return [exact_sum(row) / len(row) if len(row) else 0.0 for row in rows]
-        sums = [exact_sum(self.clipped(row)) for row in rows]
-        b = self.spec.expected_batch_size
-        return [(s + z) / b for s, z in zip(sums, self._noise(len(sums)))]
+        sums = [exact_sum(self.clipped(row)) for row in finite_examples(rows)]
+        b, divisor = self.spec.expected_batch_size, _batch_divisor(rows)
+        return [(s + z / divisor) / b for s, z in zip(sums, self._noise(len(sums)))]
 
 
 class JointClipPrivatizer(ScalarRelease):
@@ -213,32 +251,31 @@ class JointClipPrivatizer(ScalarRelease):
         return self.spec.sensitivity * self.spec.sigma * _noise_factor()
 
     def clipped(self, rows: Sequence[Sequence[float]]) -> list[list[float]]:
-        """The rows with each example's column scaled to L2 norm at most C: a NaN stays NaN and the
-        column's other entries are clipped together; infinite entries share the norm C, the finite
-        ones of their column become 0 (for one value: the clamp to [-C, C])."""
+        """The rows with each example's column scaled to L2 norm at most C (for one value: the
+        clamp to [-C, C]); a column with a NaN or infinite entry, or whose norm overflows, is 0."""
         if _debug_break == "no_clip":  # debug break: no clipping
             return [list(row) for row in rows]
         c = self.spec.clip
         columns = []
         for column in zip(*rows):
-            norm = math.hypot(*(v for v in column if not math.isnan(v)))
-            if math.isinf(norm):  # along its infinite entries
-                column = [v if math.isnan(v) else math.copysign(1.0, v) if math.isinf(v) else 0.0 for v in column]
-                norm = math.hypot(*(v for v in column if not math.isnan(v)))
-            if norm > c:
-                column = [c * (v / norm) for v in column]   # NaN / norm stays NaN
+            norm = math.hypot(*column)   # NaN if an entry is NaN and none infinite, else inf
+            if not math.isfinite(norm):
+                column = [0.0] * len(column)
+            elif norm > c:
+                column = [c * (v / norm) for v in column]
             columns.append(column)
         return [list(row) for row in zip(*columns)] if columns else [[] for _ in rows]
 
     def release(self, rows: Sequence[Sequence[float]]) -> list[float]:
         """rows: per query, the per-example scalars -> per query (sum_i clip_C(v_i)_j + noise) / b,
-        float64; non-private: the plain mean over the realised batch."""
+        float64, an example with a non-finite value contributing zero; non-private: the plain mean
+        over the realised batch."""
         if not self.spec.private:
             return [exact_sum(row) / len(row) if len(row) else 0.0 for row in rows]
         sums = [exact_sum(row) for row in self.clipped(rows)]
-        scale, b = self.noise_scale, self.spec.expected_batch_size
+        scale, b, divisor = self.noise_scale, self.spec.expected_batch_size, _batch_divisor(rows)
         noise = [scale * z for z in torch.randn(len(sums), generator=self.generator, dtype=torch.float64).tolist()]
-        return [(s + z) / b for s, z in zip(sums, noise)]
+        return [(s + z / divisor) / b for s, z in zip(sums, noise)]
 
 
 def exact_sum(values: Iterable[float]) -> float:

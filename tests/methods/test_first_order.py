@@ -40,10 +40,11 @@ def test_per_example_grads_equal_a_loop_in_chunks():
 def test_clipped_sum_moves_by_at_most_c_per_example():
     model = cnn()
     x, y = data(9)
-    full, loss_sum = clipped_sum(model, x, y, chunk=4, bound=0.05)
+    full, loss_sum, nonfinite = clipped_sum(model, x, y, chunk=4, bound=0.05)
+    assert int(nonfinite) == 0
     assert loss_sum.item() == pytest.approx(model.current_losses(x, y).sum().item(), rel=1e-5)
     for i in range(9):
-        rest, _ = clipped_sum(model, torch.cat([x[:i], x[i + 1:]]), torch.cat([y[:i], y[i + 1:]]), 4, 0.05)
+        rest, _, _ = clipped_sum(model, torch.cat([x[:i], x[i + 1:]]), torch.cat([y[:i], y[i + 1:]]), 4, 0.05)
         assert (full - rest).norm() <= 0.05 + 1e-6
     assert (full - per_example_grads(model, x, y, 9).sum(0)).norm() > 1e-3  # clipping was active
 
