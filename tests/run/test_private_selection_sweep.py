@@ -159,3 +159,16 @@ def test_digits_releases_one_run_per_cell_with_the_total_the_tests_compute(tmp_p
     assert sweep.main([spec, "--out", str(out)]) == 0
     assert state.read_text() == before
     assert not any(r.getMessage().startswith("[") for r in caplog.records)   # no run line: nothing ran
+
+
+def test_a_laplace_cell_is_refused_before_any_run(tmp_path, capsys):
+    """DP-ZO with Laplace noise: no RDP account of its selection here; the dry run names the cell,
+    a launch is one error line, exit 2, and nothing is drawn or run."""
+    spec = tmp_path / "lap.yaml"
+    spec.write_text("name: lap\nsettings: [digits]\nmethods: [dp_zo]\nepsilons: [1]\ngrid: false\n"
+                    "extra: {method.noise: [laplace], train.steps: [2]}\n")
+    out = tmp_path / "out"
+    assert sweep.main([str(spec), "--selection", "private", "--out", str(out)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("pazo: error:")]
+    assert len(err) == 1 and "Gaussian runs only" in err[0] and "digits/dp_zo/eps=1" in err[0]
+    assert not out.exists()
