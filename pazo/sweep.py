@@ -593,6 +593,9 @@ def private_selection(spec: dict, runs: list[Run], args, launcher: dict, sweep_d
     private, todo_private = [], []
     for cell, cost in zip(cells, costs):
         for seed in cell.seeds:
+            public = sweep_dir / cell.cell_id / f"selected,seed={seed}"
+            if (public / "summary.json").exists():   # released once: rerunning its runs would be a second release
+                continue
             folder = sweep_dir / sel.PRIVATE / cell.cell_id / f"seed={seed}"
             drawn = sel.load_or_draw(folder / "selection.json", k, [r.run_id for r in cell.configurations])
             dirs = []
@@ -604,7 +607,7 @@ def private_selection(spec: dict, runs: list[Run], args, launcher: dict, sweep_d
                 dirs.append(run_dir)
                 if status(run_dir) not in done:
                     todo_private.append((run, run_dir, command(run, run_dir, extra)))
-            private.append((cell, cost, seed, dirs))
+            private.append((cell, cost, seed, dirs, public))
     if todo_private:
         log.info("  the selections' runs log nothing to W&B (logger.mode=disabled): only the released runs are "
                  "outputs")
@@ -615,25 +618,22 @@ def private_selection(spec: dict, runs: list[Run], args, launcher: dict, sweep_d
     if launcher.get("launcher") == "submitit" and not launcher.get("wait"):
         log.info("relaunch the same command once the jobs have ended: it releases each selection's best run")
         return 0
-    released = pending = 0
-    for cell, cost, seed, dirs in private:
-        sel.seal(dirs[0].parent if dirs else sweep_dir / sel.PRIVATE)
-        if any(status(d) not in ("finished", "failed") for d in dirs):
-            pending += 1
-            continue
-        public = sweep_dir / cell.cell_id / f"selected,seed={seed}"
+    released = 0
+    for cell, cost, seed, dirs, public in private:   # every run has ended: one without a summary failed
         best = sel.choose(dirs)
         if best is None:
             log.info(f"  {cell.cell_id} seed {seed}: nothing released (no run of the selection has a score)")
             continue
         sel.release(dirs[best], public, {**cost.record(), "seed": seed, "validation_metric": sel.SCORE})
         released += 1
-    sel.seal(sweep_dir / sel.PRIVATE)
+    if (sweep_dir / sel.PRIVATE).exists():
+        sel.seal(sweep_dir / sel.PRIVATE)
     ordinary_done = sum(status(d) == "finished" for _, d in ordinary)
-    log.info(f"sweep {spec['name']}: {released} of {len(private)} selection(s) released, one run each"
-             + (f", {pending} with runs not ended (relaunch the same command)" if pending else "")
+    total = sum(len(c.seeds) for c in cells)
+    log.info(f"sweep {spec['name']}: {released} selection(s) released now, one run each, "
+             f"{total - len(private)} earlier, of {total}"
              + (f"; {ordinary_done} of {len(ordinary)} non-private runs finished" if ordinary else ""))
-    return 0 if not pending and ordinary_done == len(ordinary) else 1
+    return 0 if released == len(private) and ordinary_done == len(ordinary) else 1
 
 
 def parse_sets(pairs: list[str]) -> dict:
