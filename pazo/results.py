@@ -6,7 +6,13 @@ Selection (`select_configs`): runs are grouped by configuration (every hyperpara
 seed); `selection="val"` picks the configuration with the best mean validation accuracy over its
 seeds (a split of the private training data) and reports its test accuracy as mean and standard
 deviation over those seeds; `selection="test"` picks on mean test accuracy, which is the paper's
-protocol and not itself private.
+protocol and not itself private. A cell a sweep chose by private selection (`pazo-sweep
+--selection private`) holds one released run per seed, each already the best of its selection:
+they are that cell's seeds whatever their configurations, and the cell carries the selection's
+total epsilon. The K runs of a selection (under `.private/`) are never read.
+
+`private_contribution`: per setting and epsilon, the best private method minus the public-only
+reference, with the spread between seeds beside it.
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ BENCHMARK_PAPER_SETTING = {"cifar10_nf224": "cifar10", "tiny_imagenet_vit": "tin
 LABELS = {n: i.label for n, i in METHODS.items()}
 FIRST_ORDER = set(method_names("first_order"))
 USES_PUBLIC = {n for n, i in METHODS.items() if i.uses_public}
+PRIVATE_METHODS = {n for n, i in METHODS.items() if i.private}
 HYPERPARAMETERS = ["lr", "clip", "public_batch_size", "alpha", "k", "perturbation", "q"]
 SELECTIONS = ("val", "test")
 VAL_METRIC = {"final_accuracy": "final_val_accuracy", "best_accuracy": "best_val_accuracy"}
@@ -135,9 +142,22 @@ def _run_row(sweep_dir: Path, run_dir: Path, config_path: Path) -> dict:
            "chance_level": any(str(w).startswith("chance_level") for w in summary.get("warnings") or []),
            "problem": guarantee_problem(summary) if private else None,
            "config": json.dumps(_flatten(cfg), sort_keys=True, default=str), "run_dir": str(run_dir),
-           "batch_size": (cfg.get("train") or {}).get("batch_size")}
+           "batch_size": (cfg.get("train") or {}).get("batch_size"),
+           **_selection_facts(summary)}
     row.update({h: method.get(h) for h in HYPERPARAMETERS})
     return row
+
+
+def _selection_facts(summary: dict) -> dict:
+    """How a released run was chosen: by private selection (its total epsilon, all seeds composed,
+    and delta) or not ("grid", NaN)."""
+    record = summary.get("selection")
+    if not isinstance(record, dict):
+        return {"selection": "grid", "selection_epsilon": math.nan, "selection_delta": math.nan}
+    total, delta = record.get("total_epsilon_all_seeds"), record.get("delta")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (total, delta)):
+        raise ValueError("summary.json's selection record has no total epsilon and delta")
+    return {"selection": "private", "selection_epsilon": float(total), "selection_delta": float(delta)}
 
 
 def load_runs(sweep_dirs) -> pd.DataFrame:
@@ -148,7 +168,7 @@ def load_runs(sweep_dirs) -> pd.DataFrame:
     rows = []
     for sweep_dir in map(Path, sweep_dirs):
         for config_path in sorted(sweep_dir.rglob("config.yaml")):
-            if ".hydra" in config_path.parts or ".submitit" in config_path.parts:
+            if {".hydra", ".submitit", ".private"} & set(config_path.parts):   # .private: a selection's K runs
                 continue
             run_dir = config_path.parent
             try:
@@ -157,7 +177,7 @@ def load_runs(sweep_dirs) -> pd.DataFrame:
                 skipped(run_dir, str(err))
     columns = ["sweep", "setting", "method", "epsilon", "seed", "status", "final_accuracy", "best_accuracy",
                "final_val_accuracy", "best_val_accuracy", "chance_level", "problem", "config", "s_per_iter",
-               "run_dir", "batch_size", *HYPERPARAMETERS]
+               "run_dir", "batch_size", "selection", "selection_epsilon", "selection_delta", *HYPERPARAMETERS]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -194,6 +214,8 @@ def select_configs(runs: pd.DataFrame, metric: str = "final_accuracy", selection
     if selection not in SELECTIONS:
         raise ConfigError(f"unknown selection {selection!r}; choices: {', '.join(SELECTIONS)}")
     runs = with_exclusions(runs, include_shuffle)
+    runs = runs.assign(**{c: d for c, d in (("selection", "grid"), ("selection_epsilon", math.nan),
+                                            ("selection_delta", math.nan)) if c not in runs})  # older frames
     score = VAL_METRIC[metric] if selection == "val" else metric
     counts = (runs.status == "finished") & runs.excluded.isna() & runs[metric].notna()
     unscored = runs[counts & runs[score].isna()]
@@ -201,8 +223,12 @@ def select_configs(runs: pd.DataFrame, metric: str = "final_accuracy", selection
         raise ConfigError(f"{len(unscored)} of {int(counts.sum())} finished runs have no validation accuracy "
                           f"(no {score} in summary.json, e.g. {unscored.run_dir.iloc[0]}); select on test "
                           "accuracy with --selection test (the paper's protocol, not a private selection)")
+    # a privately selected cell's released runs are its seeds, whatever configuration each selection chose
+    private = runs.selection == "private"
+    runs = runs.assign(config=runs.config.where(~private, json.dumps({"selection": "private"})))
     keys, out = [*by, "variant"], []
     for key, group in runs.assign(counts=counts).groupby(keys, dropna=False, sort=False):
+        paid = bool((group.selection == "private").all())
         per_config = group.groupby("config", sort=True).agg(
             selectable=("counts", "all"), accuracy=(metric, "mean"), std=(metric, "std"), seeds=("counts", "size"),
             score=(score, "mean"), chance_level=("chance_level", "sum"))
@@ -214,16 +240,46 @@ def select_configs(runs: pd.DataFrame, metric: str = "final_accuracy", selection
                "score": math.nan, "selected": None, "chance_level": 0, "best_run": None,
                # a best of several private configurations trained on the same private data: the number
                # shown costs more privacy than one run's epsilon (outside the printed guarantee)
-               "selection_outside_epsilon": bool(len(selectable) > 1 and group.epsilon.notna().any())}
+               "selection_outside_epsilon": bool(len(selectable) > 1 and group.epsilon.notna().any() and not paid),
+               # chosen by private selection: the total epsilon that covers the cell (every seed's selection)
+               "selection_epsilon": group.selection_epsilon.max() if paid else math.nan,
+               "selection_delta": group.selection_delta.max() if paid else math.nan}
         if len(selectable):
             config = selectable.score.idxmax()
             chosen = selectable.loc[config]
             mine = group[group.config == config]
             row.update(accuracy=chosen.accuracy, std=chosen["std"], seeds=int(chosen.seeds), score=chosen.score,
-                       selected=_describe(config, list(per_config.index)), chance_level=int(chosen.chance_level),
+                       selected="private selection" if paid else _describe(config, list(per_config.index)),
+                       chance_level=int(chosen.chance_level),
                        best_run=mine.loc[mine[score].idxmax(), "run_dir"])
         out.append(row)
     return pd.DataFrame(out)
+
+
+def private_contribution(best: pd.DataFrame, reference: str = "public_only") -> pd.DataFrame:
+    """Per setting and epsilon: the best private method's accuracy minus the public-only reference's
+    (its non-private cell: no private data), and the spread between seeds of that difference,
+    sqrt(std_best^2 + std_reference^2) (the two cells' seeds independent; NaN where either has one
+    seed). `within_spread`: the difference is no larger than that spread."""
+    rows = []
+    ok = best[(best.variant == "") & best.accuracy.notna()]
+    for setting, mine in ok.groupby("setting", sort=False):
+        ref = mine[(mine.method == reference) & mine.epsilon.isna()]
+        if ref.empty:
+            continue
+        ref = ref.iloc[0]
+        private = mine[mine.epsilon.notna() & mine.method.isin(PRIVATE_METHODS)]
+        for epsilon, column in private.groupby("epsilon", sort=True):
+            top = column.loc[column.accuracy.idxmax()]
+            spread = math.sqrt(top["std"] ** 2 + ref["std"] ** 2)
+            difference = top.accuracy - ref.accuracy
+            rows.append({"setting": setting, "epsilon": epsilon, "best_method": top.method,
+                         "best_accuracy": top.accuracy, "best_std": top["std"], "reference_accuracy": ref.accuracy,
+                         "reference_std": ref["std"], "contribution": difference, "spread": spread,
+                         "within_spread": bool(abs(difference) <= spread) if not math.isnan(spread) else None})
+    return pd.DataFrame(rows, columns=["setting", "epsilon", "best_method", "best_accuracy", "best_std",
+                                       "reference_accuracy", "reference_std", "contribution", "spread",
+                                       "within_spread"])
 
 
 def excluded_runs(runs: pd.DataFrame, include_shuffle: bool = False) -> pd.DataFrame:

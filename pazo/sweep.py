@@ -46,7 +46,10 @@ SWEEPS = ROOT / "configs" / "sweeps"
 log = logging.getLogger("pazo.sweep")  # not __name__: that is "__main__" under `python -m pazo.sweep`
 LAUNCHERS = ("sequential", "joblib", "submitit")
 SPEC_KEYS = {"name", "table", "settings", "methods", "nonprivate", "epsilons", "seeds", "extra", "entry", "grid",
-             "skip_missing_data"}
+             "skip_missing_data", "selection", "k"}
+#: how a cell's configuration is chosen: grid (every configuration run, the tables pick one; the pick is
+#: not accounted) or private (K random runs, the best released, its cost accounted: pazo.selection)
+SELECTION_MODES = ("grid", "private")
 #: what a run is: `python -m pazo.<entry>`, and the config it composes
 ENTRIES = {"train": "config", "audit": "audit"}
 
@@ -115,8 +118,14 @@ class SpecSchema:
     entry: str = "train"     # train: each run is `python -m pazo.train`; audit: `python -m pazo.audit`
     grid: bool = True        # false: each method at its own defaults (the setting is the data set)
     skip_missing_data: bool = False  # true: a setting whose data files are missing is left out, named with why
+    selection: str = "grid"  # private: per cell and seed, K random runs and only the best released (accounted)
+    k: dict[str, Any] = field(default_factory=dict)  # the distribution of K: {distribution, mean, shape}
 
     def __post_init__(self):
+        if self.selection not in SELECTION_MODES:
+            raise ConfigError(f"unknown selection {self.selection!r}; choices: {', '.join(SELECTION_MODES)}")
+        if set(self.k) - {"distribution", "mean", "shape"}:
+            raise ConfigError(f"k takes distribution, mean and shape, got {sorted(self.k)}")
         if self.entry not in ENTRIES:
             raise ConfigError(f"unknown entry {self.entry!r}; choices: {', '.join(ENTRIES)}")
         for key in ("settings", "methods", "epsilons", "seeds"):
@@ -149,6 +158,8 @@ def load_spec(name_or_path: str) -> dict:
     spec.setdefault("entry", "train")
     spec.setdefault("grid", True)
     spec.setdefault("skip_missing_data", False)
+    spec.setdefault("selection", "grid")
+    spec.setdefault("k", {})
     return spec
 
 
@@ -449,13 +460,16 @@ def _report(i: int, n: int, run: Run, run_dir: Path, seconds: float) -> None:
     log.info(f"[{i}/{n}] {run.run_id}: {state}{acc} ({seconds:.0f} s)")
 
 
-def launch(todo: list[tuple[Run, Path, list[str]]], launcher: dict, sweep_dir: Path) -> None:
+def launch(todo: list[tuple[Run, Path, list[str]]], launcher: dict, sweep_dir: Path, quiet: bool = False) -> None:
+    """Run `todo` with the launcher; `quiet`: no line per run (a private selection's runs: their number
+    and scores stay private)."""
     kind = launcher.get("launcher", "sequential")
+    report = (lambda *_: None) if quiet else _report
     if kind == "sequential":
         for i, (run, run_dir, cmd) in enumerate(todo, 1):
             t0 = time.time()
             run_one(cmd, str(run_dir))
-            _report(i, len(todo), run, run_dir, time.time() - t0)
+            report(i, len(todo), run, run_dir, time.time() - t0)
     elif kind == "joblib":
         from joblib import Parallel, delayed
 
@@ -470,14 +484,14 @@ def launch(todo: list[tuple[Run, Path, list[str]]], launcher: dict, sweep_dir: P
         done = Parallel(n_jobs=jobs, prefer="threads", return_as="generator_unordered")(
             delayed(timed)(*item) for item in todo)
         for i, (run, run_dir, seconds) in enumerate(done, 1):
-            _report(i, len(todo), run, run_dir, seconds)
+            report(i, len(todo), run, run_dir, seconds)
     elif kind == "submitit":
-        launch_submitit(todo, launcher, sweep_dir)
+        launch_submitit(todo, launcher, sweep_dir, quiet)
     else:
         raise ValueError(f"unknown launcher {kind!r}")  # main() validates it first
 
 
-def launch_submitit(todo, launcher: dict, sweep_dir: Path) -> None:
+def launch_submitit(todo, launcher: dict, sweep_dir: Path, quiet: bool = False) -> None:
     executor = submitit.AutoExecutor(folder=str(sweep_dir / ".submitit" / "%j"),
                                      cluster=launcher.get("cluster", "slurm"))
     executor.update_parameters(
@@ -487,13 +501,165 @@ def launch_submitit(todo, launcher: dict, sweep_dir: Path) -> None:
         slurm_array_parallelism=int(launcher.get("array_parallelism", 16)),
         slurm_setup=list(launcher.get("setup", [])))
     jobs = executor.map_array(TrainJob(), [cmd for *_, cmd in todo], [str(d) for _, d, _ in todo])
-    log.info(f"submitted {len(jobs)} jobs ({jobs[0].job_id if jobs else '-'} ...); "
-             f"logs under {sweep_dir / '.submitit'}")
+    if not quiet:
+        log.info(f"submitted {len(jobs)} jobs ({jobs[0].job_id if jobs else '-'} ...); "
+                 f"logs under {sweep_dir / '.submitit'}")
     if launcher.get("wait"):
         for (run, run_dir, _), job in zip(todo, jobs):
             job.result()
         for i, (run, run_dir, _) in enumerate(todo, 1):
-            _report(i, len(todo), run, run_dir, 0.0)
+            if not quiet:
+                _report(i, len(todo), run, run_dir, 0.0)
+
+
+def composed_configs(runs: list[Run], extra: list[str], entry: str = "train") -> list:
+    """Each run's config as its command line composes it (plain, attribute access), each (setting,
+    method, config-group choices) composed once, as `check` does."""
+    import copy
+
+    checker, groups, out = _Checker(extra, ENTRIES[entry]), {}, {}
+    for run in runs:
+        choices = tuple((k, v) for k, v in run.params if "." not in k)
+        groups.setdefault((run.setting, run.experiment, run.method, run.epsilon is None, choices), []).append(run)
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        for members in groups.values():
+            plain = _view(OmegaConf.to_container(checker.compose([*members[0].overrides(), *extra]), resolve=True))
+            for run in members:
+                mine = copy.deepcopy(plain)
+                checker.apply(mine, run)
+                out[run] = mine
+    return [out[run] for run in runs]
+
+
+@dataclass
+class Cell:
+    """One table cell under private selection: its configurations (the grid a draw picks from) and
+    the seeds, one selection each."""
+    setting: str
+    method: str
+    epsilon: float
+    configurations: list[Run]
+    seeds: list[int]
+
+    @property
+    def cell_id(self) -> str:
+        return f"{self.setting}/{self.method}/eps={fmt(self.epsilon)}"
+
+
+def selection_cells(runs: list[Run]) -> list[Cell]:
+    """The private runs of a sweep as cells: (setting, method, epsilon), each configuration once."""
+    cells: dict[tuple, Cell] = {}
+    for run in runs:
+        cell = cells.setdefault((run.setting, run.method, run.epsilon),
+                                Cell(run.setting, run.method, run.epsilon, [], []))
+        if run.seed not in cell.seeds:
+            cell.seeds.append(run.seed)
+        if run.seed == cell.seeds[0]:
+            cell.configurations.append(run)
+    return list(cells.values())
+
+
+def selection_costs(cells: list[Cell], extra: list[str], k) -> list:
+    """Each cell's cost (pazo.selection.cell_cost): the private set's size read once a setting, each
+    distinct (q, T, epsilon) calibrated once through the sigma cache."""
+    from pazo.selection import cell_cost, private_size
+
+    configs = composed_configs([r for c in cells for r in c.configurations], extra)
+    sizes, costs, i = {}, [], 0
+    for cell in cells:
+        mine, i = configs[i:i + len(cell.configurations)], i + len(cell.configurations)
+        if cell.setting not in sizes:
+            with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+                first = _Checker(extra).compose([*cell.configurations[0].overrides(), *extra])
+            sizes[cell.setting] = private_size(first)
+        try:
+            costs.append(cell_cost(mine, k, len(cell.seeds), sizes[cell.setting]))
+        except ConfigError as err:   # a dry run lists every cell's problem; a launch refuses the first
+            costs.append(err)
+    return costs
+
+
+def _k_of(spec: dict, args):
+    from pazo.selection import k_distribution
+
+    given = {"distribution": args.k, "mean": args.k_mean, "shape": args.k_shape}
+    merged = {"distribution": "geometric", "mean": 10.0, **spec["k"],
+              **{a: v for a, v in given.items() if v is not None}}
+    return k_distribution(merged["distribution"], merged["mean"], merged.get("shape"))
+
+
+def private_selection(spec: dict, runs: list[Run], args, launcher: dict, sweep_dir: Path) -> int:
+    """`--selection private`: the ordinary runs (non-private methods) as usual; per private cell and
+    seed, the K drawn runs under `<sweep>/.private/` (W&B off), then the best of each released to
+    `<setting>/<method>/eps=<e>/selected,seed=<s>`. Prints each cell's cost; K and the runs' scores
+    are never printed."""
+    from pazo import selection as sel
+
+    if spec["entry"] != "train":
+        raise ConfigError("private selection selects training runs; an audit sweep (entry: audit) has none")
+    k = _k_of(spec, args)
+    cells = selection_cells([r for r in runs if r.epsilon is not None])
+    t0 = time.time()
+    costs = selection_costs(cells, args.overrides, k)
+    ordinary = [(r, sweep_dir / r.run_id) for r in runs if r.epsilon is None]
+    log.info(f"sweep {spec['name']}: private selection, {len(cells)} cell(s) x {len(spec['seeds'])} seed(s), "
+             f"{len(ordinary)} non-private run(s) in {sweep_dir}; costs in {time.time() - t0:.1f} s")
+    for cell, cost in zip(cells, costs):
+        what = f"cannot be accounted: {cost}" if isinstance(cost, ConfigError) else cost.line()
+        log.info(f"  {cell.cell_id} ({len(cell.configurations)} configurations): {what}")
+    if args.dry_run:
+        return 0
+    refused = [(cell, cost) for cell, cost in zip(cells, costs) if isinstance(cost, ConfigError)]
+    if refused:
+        raise ConfigError(f"cell {refused[0][0].cell_id} cannot be accounted: {refused[0][1]}"
+                          + (f" ({len(refused) - 1} other cell(s) too)" if len(refused) > 1 else ""))
+    done = {"finished", "failed"} if args.skip_failed else {"finished"}
+    extra = [o for o in args.overrides if not o.startswith("logger.mode=")] + ["logger.mode=disabled"]
+    todo_ordinary = [(r, d, command(r, d, args.overrides)) for r, d in ordinary if status(d) not in done]
+    private, todo_private = [], []
+    for cell, cost in zip(cells, costs):
+        for seed in cell.seeds:
+            public = sweep_dir / cell.cell_id / f"selected,seed={seed}"
+            if (public / "summary.json").exists():   # released once: rerunning its runs would be a second release
+                continue
+            folder = sweep_dir / sel.PRIVATE / cell.cell_id / f"seed={seed}"
+            drawn = sel.load_or_draw(folder / "selection.json", k, [r.run_id for r in cell.configurations])
+            dirs = []
+            for draw in drawn["draws"]:
+                grid_run = cell.configurations[draw["configuration"]]
+                run = Run(grid_run.sweep, grid_run.setting, grid_run.experiment, grid_run.method, grid_run.epsilon,
+                          int(draw["seed"]), grid_run.params)
+                run_dir = sel.private_dir(folder / draw["name"])
+                dirs.append(run_dir)
+                if status(run_dir) not in done:
+                    todo_private.append((run, run_dir, command(run, run_dir, extra)))
+            private.append((cell, cost, seed, dirs, public))
+    if todo_private:
+        log.info("  the selections' runs log nothing to W&B (logger.mode=disabled): only the released runs are "
+                 "outputs")
+    if todo_ordinary:
+        launch(todo_ordinary, launcher, sweep_dir)
+    if todo_private:
+        launch(todo_private, launcher, sweep_dir / sel.PRIVATE, quiet=True)
+    if launcher.get("launcher") == "submitit" and not launcher.get("wait"):
+        log.info("relaunch the same command once the jobs have ended: it releases each selection's best run")
+        return 0
+    released = 0
+    for cell, cost, seed, dirs, public in private:   # every run has ended: one without a summary failed
+        best = sel.choose(dirs)
+        if best is None:
+            log.info(f"  {cell.cell_id} seed {seed}: nothing released (no run of the selection has a score)")
+            continue
+        sel.release(dirs[best], public, {**cost.record(), "seed": seed, "validation_metric": sel.SCORE})
+        released += 1
+    if (sweep_dir / sel.PRIVATE).exists():
+        sel.seal(sweep_dir / sel.PRIVATE)
+    ordinary_done = sum(status(d) == "finished" for _, d in ordinary)
+    total = sum(len(c.seeds) for c in cells)
+    log.info(f"sweep {spec['name']}: {released} selection(s) released now, one run each, "
+             f"{total - len(private)} earlier, of {total}"
+             + (f"; {ordinary_done} of {len(ordinary)} non-private runs finished" if ordinary else ""))
+    return 0 if released == len(private) and ordinary_done == len(ordinary) else 1
 
 
 def parse_sets(pairs: list[str]) -> dict:
@@ -529,6 +695,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "outputs" / "sweeps"), help="sweeps folder")
     parser.add_argument("--methods", default=None, help="only these methods (comma-separated)")
     parser.add_argument("--skip-failed", action="store_true", help="also skip runs that ended as failed")
+    parser.add_argument("--selection", default=None, choices=SELECTION_MODES,
+                        help="grid: run every configuration (default, or the spec's selection); private: per "
+                             "cell and seed a random number K of runs, each a random configuration, only the best "
+                             "released, the selection's total epsilon accounted")
+    parser.add_argument("--k", default=None, help="private selection: the distribution of K (geometric, "
+                        "logarithmic, truncated_negative_binomial, poisson; default the spec's, else geometric)")
+    parser.add_argument("--k-mean", type=float, default=None, help="private selection: E[K] (default 10)")
+    parser.add_argument("--k-shape", type=float, default=None,
+                        help="private selection: the truncated negative binomial's shape eta > 0")
     args = parser.parse_intermixed_args(argv)
     use_console()
     try:
@@ -551,6 +726,12 @@ def main(argv: list[str] | None = None) -> int:
         log.info(f"sweep {spec['name']}: nothing to run, the data of every setting are missing")
         return 0
     sweep_dir = Path(args.out).resolve() / spec["name"]
+    if (args.selection or spec["selection"]) == "private":
+        try:
+            return private_selection(spec, runs, args, launcher, sweep_dir)
+        except ConfigError as err:
+            log.error(f"pazo: error: {err}")
+            return 2
     planned = [(r, sweep_dir / r.run_id) for r in runs]
     try:
         check_replicates(planned)

@@ -35,7 +35,7 @@ from pazo.commands import ArgumentParser, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.errors import ConfigError
 from pazo.results import (BENCHMARK_PAPER_SETTING, LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs,
-                          missing_dirs, paper_values, select_configs)
+                          missing_dirs, paper_values, private_contribution, select_configs)
 
 PAPER_TABLE = {"cifar10": "1", "tiny_imagenet": "2", "imdb": "3", "mnli": "4"}
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
@@ -63,7 +63,14 @@ def measured(h, usual_seeds: int) -> str:
     if math.isnan(h.accuracy):
         return "—"
     text = f"{100 * h.accuracy:.1f}" + (f" ± {100 * h['std']:.1f}" if h.seeds > 1 else "")
-    return text + (f" [{h.seeds}]" if h.seeds != usual_seeds else "") + ("†" if h.chance_level else "")
+    text += (f" [{h.seeds}]" if h.seeds != usual_seeds else "") + ("†" if h.chance_level else "")
+    return text + (f" ‡ε={h.selection_epsilon:.2f}" if paid(h) else "")
+
+
+def paid(h) -> bool:
+    """Whether a cell was chosen by private selection (it carries the selection's total epsilon)."""
+    value = h.get("selection_epsilon", math.nan) if h is not None else math.nan
+    return value is not None and not math.isnan(value)
 
 
 def cell(h, paper: float | None, paper_known: bool, usual_seeds: int) -> str:
@@ -86,7 +93,10 @@ def long_row(h, setting: str, method: str, column: str, paper_value: float | Non
             "selected": (h.selected or "") if runs else "", "chance_level": int(h.chance_level) if runs else 0,
             "runs": runs, **{k: int(h[k]) if h is not None else 0
                              for k in ("finished", "failed", "excluded", "configs", "selectable_configs")},
-            "best_run": (h.best_run or "") if runs else ""}
+            "best_run": (h.best_run or "") if runs else "",
+            "selection": "private" if paid(h) else "grid",
+            "selection_epsilon": f"{h.selection_epsilon:.4g}" if paid(h) else "",
+            "selection_delta": f"{h.selection_delta:.3g}" if paid(h) else ""}
 
 
 def rows_of(best: pd.DataFrame) -> list[tuple[str, str]]:
@@ -127,9 +137,39 @@ def accuracy_table(best: pd.DataFrame, setting: str, paper: pd.DataFrame):
             row[col] = cell(h, paper_value, paper_known, seeds)
             long.append(long_row(h, setting, m, key, paper_value))
         wide.append(row)
-    frame = pd.DataFrame(wide, columns=["method", *columns])
+    contribution = private_contribution(best[best.setting == setting])
+    if len(contribution):
+        row = {"method": CONTRIBUTION}
+        for _, c in contribution.iterrows():
+            row[f"eps={c.epsilon:g}"] = contribution_cell(c)
+            long.append(contribution_row(c, setting))
+        wide.append(row)
+    frame = pd.DataFrame(wide, columns=["method", *columns]).fillna("")
     frame = frame.loc[:, (frame != "").any(axis=0)]
     return long, frame
+
+
+#: the row under each accuracy table: what the private data added over the public data alone
+CONTRIBUTION = "Private data's contribution (best private − public only)"
+
+
+def contribution_cell(c) -> str:
+    """'+1.2 ± 0.8 (PAZO-M)': the difference in points, the spread between seeds (none with one
+    seed), the best method, and '≤ spread' where the difference is within it."""
+    spread = "" if math.isnan(c.spread) else f" ± {100 * c.spread:.1f}"
+    within = ", within the seeds' spread" if c.within_spread is True else ""
+    return f"{100 * c.contribution:+.1f}{spread} ({LABELS.get(c.best_method, c.best_method)}{within})"
+
+
+def contribution_row(c, setting: str) -> dict:
+    """The contribution as a row of the long CSV (method `contribution`)."""
+    return {"setting": setting, "method": "contribution", "variant": "", "column": f"{c.epsilon:g}",
+            "ours": f"{100 * c.contribution:+.1f}", "std": pct(c.spread), "seeds": "", "paper": "", "diff": "",
+            **dict.fromkeys(("chance_level", "runs", "finished", "failed", "excluded", "configs", "selectable_configs",
+                             "best_run", "selection", "selection_epsilon", "selection_delta"), ""),
+            "selected": c.best_method, "best_accuracy": pct(c.best_accuracy),
+            "reference_accuracy": pct(c.reference_accuracy),
+            "within_spread": "" if c.within_spread is None else bool(c.within_spread)}
 
 
 def q_table(best: pd.DataFrame, paper: pd.DataFrame):
@@ -337,19 +377,30 @@ def notes_for(best: pd.DataFrame, selection: str, metric: str) -> list[str]:
              f"validation accuracy ({what}) over its seeds, of those whose every seed finished within its "
              f"guarantee; its test accuracy ({what}) as mean ± sample std over those seeds ({count}). The "
              "validation split is carved from the private training data; the selection itself is not "
-             "accounted in epsilon."
+             "accounted in epsilon (except in cells marked ‡, chosen by private selection)."
              if selection == "val" else
              f"Each cell: the configuration with the best test accuracy ({what}; mean over its seeds if "
              f"several, {count}): selected on the test set, as in the paper, which is not itself private.",
              "Cells: ours (paper, ours - paper); '—' no configuration could be selected (every one failed "
-             "or was excluded); 'not run' no run of ours.",
-             "Privacy of the selection: a private cell is the best of its configurations (the configs column "
-             "of the long table), each trained on the same private data, so the number shown is not covered "
-             "by one run's epsilon; releasing it costs up to that many runs' epsilons by composition. Papernot "
-             "and Steinke (2022) bound the cost of tuning that runs a random number of configurations."]
+             "or was excluded); 'not run' no run of ours."]
+    if "selection_outside_epsilon" not in best or best.selection_outside_epsilon.any():
+        notes.append("Privacy of the selection: a private cell without ‡ is the best of its configurations (the "
+                     "configs column of the long table), each trained on the same private data, so the number shown "
+                     "is not covered by one run's epsilon; releasing it costs up to that many runs' epsilons by "
+                     "composition. `pazo-sweep --selection private` pays for it instead (cells marked ‡).")
+    if "selection_epsilon" in best and best.selection_epsilon.notna().any():
+        delta = best.selection_delta.dropna().max()
+        notes.append(f"‡ε=x: the cell was chosen by private selection (Papernot and Steinke 2022): per seed, a random "
+                     "number K of runs, each a configuration drawn at random from the grid, only the best by "
+                     "validation accuracy released; x is the total epsilon of the cell (every seed's selection, "
+                     f"composed; dp-accounting's RDP accountant) at delta {delta:.3g}, which covers the selection.")
     if "public_only" in set(best.method):
         notes.append("Public only: SGD on the public split alone, no private data and so no privacy cost: "
                      "its non-private value is the reference for every epsilon column.")
+        notes.append(f"{CONTRIBUTION}: per epsilon, the best private method's accuracy minus public only's, in "
+                     "points, ± the spread between seeds of that difference (sqrt of the sum of the two cells' "
+                     "variances over seeds; none with one seed); 'within the seeds' spread' where the difference "
+                     "is no larger. Also in the CSV (method contribution).")
     if (best.chance_level > 0).any():
         notes.append("†: the selected configuration ended at chance-level accuracy in at least one seed "
                      "(the run's summary warns chance_level).")

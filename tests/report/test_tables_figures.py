@@ -5,11 +5,15 @@ epsilon columns and listed, chance-level marks, the public-only reference, the T
 layouts (from benchmark result files), and figures that render. The benchmarks themselves are
 tests/bench/test_benchmarks.py; the paper's transcribed values, tests/paper/test_paper_values.py."""
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pazo.report import figures as make_figures
 from pazo.report import tables as make_tables
@@ -317,3 +321,64 @@ def test_a_cell_picked_among_private_configurations_says_its_cost_is_outside_eps
     assert best.loc[("dpsgd", 1.0), "selection_outside_epsilon"]
     assert not best.loc[("dpzero", 1.0), "selection_outside_epsilon"]
     assert not best[best.method == "sgd"].selection_outside_epsilon.any()
+
+
+def released(root: Path, method, epsilon, seed, accuracy, total=2.5, **method_values):
+    """A run released by a private selection: its summary carries the selection's record."""
+    run_dir = fake_run(root, "cifar10", method, epsilon, "finished", accuracy, seed=seed, **method_values)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["selection"] = {"distribution": "geometric", "mean": 10, "total_epsilon": total / 2, "delta": 1e-5,
+                            "seeds": 3, "total_epsilon_all_seeds": total}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    return run_dir
+
+
+def test_a_privately_selected_cell_carries_its_total_and_no_outside_note(tmp_path):
+    """Three seeds' selections chose three configurations: one cell of three seeds, marked with its
+    total; the K runs under .private are never read; a grid-selected cell keeps its note."""
+    root = tmp_path / "table1_cifar10"
+    for seed, (lr, acc) in enumerate([(0.1, 0.60), (0.2, 0.64), (0.5, 0.62)]):
+        released(root, "dpsgd", 1, seed, acc, lr=lr)
+    fake_run(root / ".private" / "x", "cifar10", "dpsgd", 1, "finished", 0.99, lr=0.3)   # a K run: never read
+    fake_run(root, "cifar10", "gep", 1, "finished", 0.5, lr=0.1)
+    fake_run(root, "cifar10", "gep", 1, "finished", 0.55, lr=0.2)
+    runs = load_runs([root])
+    assert ".private" not in "".join(runs.run_dir) and len(runs) == 5
+    best = select_configs(runs, selection="val").set_index("method")
+    assert best.loc["dpsgd", "seeds"] == 3 and best.loc["dpsgd", "accuracy"] == pytest.approx(0.62)
+    assert not best.loc["dpsgd", "selection_outside_epsilon"] and best.loc["dpsgd", "selection_epsilon"] == 2.5
+    assert best.loc["gep", "selection_outside_epsilon"]
+    md, csv = tables(root, tmp_path / "out")
+    assert cells(md)["DP-SGD"][2].startswith("62.0 ± 2.0 [3] ‡ε=2.50 (")   # eps=1: the paper's third column
+    assert "‡ε=x" in md and "Privacy of the selection: a private cell without ‡" in md
+    row = csv[(csv.method == "dpsgd") & (csv.column == "1")].iloc[0]
+    assert row.selection == "private" and row.selection_epsilon == 2.5 and row.selected == "private selection"
+
+
+@settings(max_examples=20, deadline=None)
+@given(data=st.data())
+def test_the_private_datas_contribution_is_the_best_private_minus_public_only(tmp_path_factory, data):
+    """Per epsilon column: the best private method's mean minus public only's, ± the root of the sum
+    of their variances over seeds; 'within the seeds' spread' exactly when the difference is no larger."""
+    root = tmp_path_factory.mktemp("c") / "table1_cifar10"
+    accuracy = st.floats(0.05, 0.95)
+    seeds = data.draw(st.integers(1, 3))
+    values = {m: [data.draw(accuracy) for _ in range(seeds)] for m in ("public_only", "dpsgd", "pazo_m")}
+    for method, accs in values.items():
+        for seed, acc in enumerate(accs):
+            fake_run(root, "cifar10", method, None if method == "public_only" else 1, "finished", acc, seed=seed)
+    md, csv = tables(root, tmp_path_factory.mktemp("o"))
+    means = {m: float(np.mean(v)) for m, v in values.items()}
+    stds = {m: float(np.std(v, ddof=1)) if seeds > 1 else math.nan for m, v in values.items()}
+    top = max(("dpsgd", "pazo_m"), key=lambda m: means[m])
+    row = csv[csv.method == "contribution"].iloc[0]
+    difference = 100 * (means[top] - means["public_only"])
+    assert float(row.ours) == pytest.approx(difference, abs=0.051) and row.selected == top
+    cell = cells(md)[make_tables.CONTRIBUTION][2]   # eps=1: the paper's third column
+    assert cell.startswith(f"{difference:+.1f}")
+    if seeds == 1:
+        assert "±" not in cell and pd.isna(row["std"])
+    else:
+        spread = 100 * math.hypot(stds[top], stds["public_only"])
+        assert float(row["std"]) == pytest.approx(spread, abs=0.051)
+        assert ("within the seeds' spread" in cell) == (abs(difference) <= spread + 1e-9)

@@ -169,7 +169,8 @@ def test_bad_grid_values_and_unknown_specs_are_one_line(tmp_path, capsys):
     assert sweep.main(["table99", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pazo: error: unknown sweep 'table99'")
-    assert ("choices: audit_breaks, audit_seeds, audit_table, audit_table_images, demo, dp_aggzo_paper, "
+    assert ("choices: audit_breaks, audit_seeds, audit_table, audit_table_images, demo, demo_private_selection, "
+            "dp_aggzo_paper, "
             "dpzero_opt_sst2, dpzo_squad, table1_cifar10,") in err
 
 
