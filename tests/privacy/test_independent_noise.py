@@ -161,10 +161,11 @@ def test_a_resume_whose_fingerprint_changed_is_refused(hydra_cfg, tmp_path, monk
     assert s["status"] == "finished" and s["resumed_from_step"] == 4
 
 
-def test_a_failed_run_started_over_with_another_learning_rate_draws_fresh_noise(hydra_cfg, tmp_path, monkeypatch):
-    """A seeded start over replays the earlier attempt's noise only under the same fingerprint; with
-    another (here another lr) its noise is independent, so the start over is not a replay, and the
-    earlier attempt is kept under attempts/ as for any start over."""
+def test_a_failed_run_started_over_with_another_learning_rate_is_refused(hydra_cfg, tmp_path, monkeypatch):
+    """(Was: accepted with fresh noise, the earlier attempt archived and its releases uncounted.)
+    Under another fingerprint (here another lr) a start over would draw independent noise, which
+    the printed epsilon would not compose with the earlier attempt's releases: it is refused, and
+    nothing is moved."""
     real = train.timed_step
 
     def step(r, sampler, loop, t):
@@ -175,8 +176,7 @@ def test_a_failed_run_started_over_with_another_learning_rate_draws_fresh_noise(
     with pytest.raises(RuntimeError):
         train.run(hydra_cfg("method=pazo_p", "train.steps=6", "method.public_grads_together=true"), tmp_path)
     monkeypatch.undo()
-    assert not train.replays_noise({"fingerprint": "a"}, {"fingerprint": "b"})
-    assert not train.replays_noise({}, {"fingerprint": "b"})  # recorded before streams were keyed
-    s = train.run(hydra_cfg("method=pazo_p", "train.steps=6", "method.public_grads_together=false",
+    with pytest.raises(ConfigError, match="method.lr: "):
+        train.run(hydra_cfg("method=pazo_p", "train.steps=6", "method.public_grads_together=true",
                             "method.lr=0.3"), tmp_path)
-    assert s["status"] == "finished" and s["earlier_attempt_moved_to"].endswith("attempts/1")
+    assert not (tmp_path / "attempts").exists()

@@ -5,6 +5,7 @@ epsilon columns and listed, chance-level marks, the public-only reference, the T
 layouts (from benchmark result files), and figures that render. The benchmarks themselves are
 tests/bench/test_benchmarks.py; the paper's transcribed values, tests/paper/test_paper_values.py."""
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -317,3 +318,18 @@ def test_a_cell_picked_among_private_configurations_says_its_cost_is_outside_eps
     assert best.loc[("dpsgd", 1.0), "selection_outside_epsilon"]
     assert not best.loc[("dpzero", 1.0), "selection_outside_epsilon"]
     assert not best[best.method == "sgd"].selection_outside_epsilon.any()
+
+
+@pytest.mark.parametrize("attempts", [1, 3])
+def test_archived_attempts_are_part_of_their_run_not_runs_of_their_own(tmp_path, attempts):
+    """A relaunch keeps an earlier attempt's files in `<run dir>/attempts/<n>/` (pazo.attempts): a
+    failed one read as a run of its own would make its configuration look failed."""
+    run_dir = fake_run(tmp_path / "s", "digits", "dpzero", 1.0, "finished", 0.8, lr=0.1)
+    for n in range(1, attempts + 1):
+        archived = run_dir / "attempts" / str(n)
+        archived.mkdir(parents=True)
+        shutil.copy(run_dir / "config.yaml", archived / "config.yaml")
+        (archived / "summary.json").write_text(json.dumps({"status": "failed", "privacy": {"private": True}}))
+    runs = load_runs([tmp_path / "s"])
+    assert len(runs) == 1 and list(runs["status"]) == ["finished"]
+    assert list(runs["run_dir"]) == [str(run_dir)]
