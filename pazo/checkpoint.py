@@ -14,13 +14,11 @@ owner only (0600), never archived into `attempts/`, deleted when the run finishe
 resumed), and a write that breaks off leaves no `.tmp` file behind. A relaunch that is refused
 (another config, another computation) keeps it, so that the run can still be resumed as it ran.
 
-A relaunch into a run directory (the same `hydra.run.dir`, or the same sweep run) reads its
-`summary.json`: a finished run is not re-run (and a relaunch with another config is refused); a run
-whose heartbeat is fresh is refused (another process is writing there); a preempted, interrupted,
-killed or faulted (`fault`: the machine refused a write, e.g. a full disk) run with a checkpoint
-resumes from it (its config must be the same); anything else starts over, and the earlier attempt's
-files are moved to `attempts/<n>/` first, so nothing written is lost. A checkpoint or summary that
-cannot be read (truncated, garbage) is refused in one line naming the file, and nothing is moved.
+A relaunch into a run directory (the same `hydra.run.dir`, or the same sweep run) resumes from the
+checkpoint a preempted, interrupted, killed or faulted (`fault`: the machine refused a write, e.g.
+a full disk) run left, when its config is the same; what else it may do (nothing, a replay, a
+refusal) is `pazo.attempts`' rule. A checkpoint or summary that cannot be read (truncated,
+garbage) is refused in one line naming the file, and nothing is moved.
 """
 from __future__ import annotations
 
@@ -62,22 +60,6 @@ NOT_COMPARED = ("logger", "device", "privacy.cache_dir", "dataset.root", "datase
 def config_fingerprint(cfg) -> str:
     """The resolved config minus where/how keys, as canonical JSON: equal for attempts of one run."""
     return json.dumps(config_without(cfg, NOT_COMPARED), sort_keys=True, default=str)
-
-
-def config_differences(then: dict, now: dict) -> list[str]:
-    """`key: old -> new` for each compared key (`NOT_COMPARED` aside) that both resolved configs
-    hold with different values; a key only one of them holds (one added since) is not a difference."""
-    def flat(node, prefix=""):
-        out = {}
-        for key, value in (node or {}).items():
-            dotted = f"{prefix}{key}"
-            if any(dotted == k or dotted.startswith(k + ".") for k in NOT_COMPARED):
-                continue
-            out.update(flat(value, dotted + ".") if isinstance(value, dict) else {dotted: value})
-        return out
-
-    a, b = flat(then), flat(now)
-    return [f"{k}: {a[k]!r} -> {b[k]!r}" for k in sorted(a.keys() & b.keys()) if a[k] != b[k]]
 
 
 @dataclass
@@ -126,59 +108,6 @@ def effective_status(summary: dict) -> str:
     return status
 
 
-@dataclass
-class Start:
-    """What a launch into `run_dir` does: `fresh`, `resume` (from `checkpoint`) or `finished`."""
-
-    kind: str
-    summary: dict | None = None
-    checkpoint: dict | None = None
-    moved_to: str | None = None
-    #: a fresh start over an earlier attempt: whether that attempt released rows, and whether its
-    #: files still wait to be moved to attempts/<n>/ (`archive_attempt`, once the launch is checked)
-    released: bool = False
-    pending_archive: bool = False
-
-
-def prepare_run_dir(run_dir: Path, fingerprint: str, secure: bool = False, archive: bool = True) -> Start:
-    """Decide, from what `run_dir` holds, whether this launch resumes, starts afresh or has nothing to do.
-
-    `secure` (privacy.secure_mode): a fresh start would draw new secret noise and batches, so an
-    earlier attempt that released rows and cannot be resumed is refused rather than started over
-    (its releases would be outside the new attempt's epsilon). A seeded run starting over under the
-    same computation fingerprint replays the same noise and batches from its seed, which releases
-    nothing new only if the computation is the earlier attempt's (the caller checks it:
-    `archive=False` leaves the earlier files in place until `archive_attempt`)."""
-    run_dir = Path(run_dir)
-    summary_path = run_dir / "summary.json"
-    ckpt_path = run_dir / CHECKPOINT
-    if not summary_path.exists():
-        if (run_dir / "metrics.jsonl").exists():  # written by an attempt that never wrote a summary
-            return _start_over(run_dir, secure, archive)
-        return Start("fresh")
-    summary = read_summary(summary_path)
-    if summary is None:
-        if ckpt_path.exists():  # the checkpoint may be good: never delete it on a guess
-            raise ConfigError(f"{summary_path} cannot be read (truncated or not a pazo summary), and {run_dir} "
-                              f"holds a checkpoint: restore summary.json to resume, or move {ckpt_path} away to "
-                              "start the run over (the earlier files then go to attempts/<n>/)")
-        return _start_over(run_dir, secure, archive)
-    status = effective_status(summary)
-    if status == "finished":
-        return Start("finished", summary=summary)
-    if status == "running":
-        raise ConfigError(f"run directory {run_dir} is in use: its run wrote a heartbeat "
-                          f"{heartbeat_age(summary):.0f} s ago; wait for it, or give another hydra.run.dir")
-    if status in RESUMABLE and ckpt_path.exists():
-        checkpoint = read_checkpoint(ckpt_path)
-        if checkpoint["fingerprint"] != fingerprint:
-            raise ConfigError(f"run directory {run_dir} holds a checkpoint of a run with another config; "
-                              "resume it with the same overrides, or give another hydra.run.dir")
-        _tmp_checkpoint(run_dir).unlink(missing_ok=True)  # a write a kill broke off: never resumed from
-        return Start("resume", summary=summary, checkpoint=checkpoint)
-    return _start_over(run_dir, secure, archive, summary)
-
-
 def read_summary(path: Path) -> dict | None:
     """A run's summary.json as a dict, or None when it cannot be read or is not a JSON object."""
     try:
@@ -211,34 +140,10 @@ def read_checkpoint(path: Path) -> dict:
     return checkpoint
 
 
-def released_rows(run_dir: Path, summary: dict | None) -> bool:
-    """Whether an attempt in `run_dir` released anything computed from the private data: a row of
-    metrics.jsonl (mirrored to W&B and the terminal) or a summary (`summary`, as read) of steps done."""
-    metrics = run_dir / "metrics.jsonl"
-    return (metrics.exists() and metrics.stat().st_size > 0) or bool((summary or {}).get("steps_done"))
-
-
-def _start_over(run_dir: Path, secure: bool, archive: bool, summary: dict | None = None) -> Start:
-    released = released_rows(run_dir, summary)
-    if secure and released:
-        raise ConfigError(f"run directory {run_dir} holds an attempt of this secure-mode run that released rows "
-                          "and cannot be resumed; starting over would draw new secret noise, and the printed "
-                          "epsilon would not count the earlier attempt's releases: give another hydra.run.dir "
-                          "and count both runs' privacy yourself")
-    if not archive:
-        return Start("fresh", summary=summary, released=released, pending_archive=True)
-    return Start("fresh", moved_to=_archive(run_dir), released=released)
-
-
-def archive_attempt(run_dir: Path, start: Start) -> None:
-    """Move the earlier attempt's files away (`Start.pending_archive`), now that the launch is checked."""
-    if start.pending_archive:
-        start.moved_to, start.pending_archive = _archive(Path(run_dir)), False
-
-
-def _archive(run_dir: Path) -> str:
+def archive_files(run_dir: Path) -> str:
     """Move an earlier attempt's files to attempts/<n>/ (nothing already written is lost); its
-    checkpoint, which holds the noise stream and will never be resumed, is deleted instead."""
+    checkpoint, which holds the noise stream and will never be resumed, is deleted instead.
+    Whether a launch may do so is `pazo.attempts`' rule."""
     discard_checkpoint(run_dir)
     attempts = run_dir / "attempts"
     n = 1 + max((int(p.name) for p in attempts.iterdir() if p.name.isdigit()), default=0) if attempts.exists() else 1
@@ -263,6 +168,11 @@ def save_checkpoint(run_dir: Path, *, fingerprint: str, module: torch.nn.Module,
 
 def _tmp_checkpoint(run_dir: Path) -> Path:
     return Path(run_dir) / (CHECKPOINT + ".tmp")
+
+
+def remove_tmp_checkpoint(run_dir: Path) -> None:
+    """Delete a checkpoint write a kill broke off (never resumed from)."""
+    _tmp_checkpoint(run_dir).unlink(missing_ok=True)
 
 
 def discard_checkpoint(run_dir: Path) -> None:

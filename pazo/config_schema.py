@@ -534,3 +534,37 @@ def check_config_values(cfg) -> None:
         values = data.get(group)
         if isinstance(values, dict) and values.get("name") in schemas:
             typed(schemas[values["name"]], values, group)
+
+
+def typed_values(cfg, extra: dict[str, type] | None = None) -> dict:
+    """The resolved config as plain containers, each value a schema names cast to that schema's
+    type (`privacy.epsilon=1` reads 1.0, as the run uses it), every other key as it is: two
+    spellings of one config are one config. `extra`: schemas of sections kept elsewhere, e.g.
+    `{"method": <the method's registered config class>}`. A section that does not fit its schema
+    is left as it is (validation says why)."""
+    data = resolvable(cfg) if isinstance(cfg, DictConfig) else _plain(cfg)
+    schemas = {name: schema for name, schema in SECTIONS.items()}
+    for group, by_name in (("dataset", DATASET_SCHEMAS), ("model", MODEL_SCHEMAS)):
+        values = data.get(group)
+        if isinstance(values, dict) and values.get("name") in by_name:
+            schemas[group] = by_name[values["name"]]
+    schemas.update(extra or {})
+    top = {k: v for k, v in data.items() if k not in SECTIONS and k not in CHECKED_ELSEWHERE}
+    out = {**data, **_cast(TopSchema, top)}
+    for name, schema in schemas.items():
+        if isinstance(data.get(name), dict):
+            out[name] = _cast(schema, data[name])
+    return out
+
+
+def _cast(schema: type, values: dict) -> dict:
+    """`values` with each key `schema` has cast to its type (the others, and all of them where the
+    schema refuses the values, as they are)."""
+    named = {f.name for f in fields(schema)}
+    try:
+        merged = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(schema),
+                                                        {k: v for k, v in values.items() if k in named}),
+                                        resolve=True)
+    except (OmegaConfBaseException, ValueError, TypeError):
+        return values
+    return {k: merged[k] if k in named else v for k, v in values.items()}

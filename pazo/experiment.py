@@ -6,8 +6,9 @@ run trains are built by the same code: same streams, same placement, same loss, 
 
     cfg -> fingerprint -> streams -> data -> model (placed, loss) -> warm start -> plan (sigma) -> engine -> method
 
-The fingerprint (`pazo.fingerprint`) keys the secret streams (noise, Poisson batches): computed
-here, it is the same for a run, its audit and its benchmark.
+The fingerprint (`pazo.fingerprint`, of the config with its values cast to their schema types)
+and, once the data are built, the private data's digest key the secret streams (noise, Poisson
+batches): computed here, they are the same for a run, its audit and its benchmark.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from pazo.models.functional import cross_entropy_per_example
 from pazo.privacy.plan import PrivacyPlan, make_plan
 from pazo.privacy.sampling import SAMPLERS
 from pazo.rng import RandomStreams
-from pazo.validate import validate_against_data
+from pazo.validate import typed_config, validate_against_data
 from pazo.warm_start import warm_start
 
 
@@ -53,6 +54,8 @@ class Run:
     engine: dict           # {requested, name, reason}
     method: Method
     total_steps: int
+    #: the private data's digest (`data_digest`), which keys the secret streams: never released
+    data_digest: str = ""
 
     @property
     def n(self) -> int:
@@ -88,12 +91,8 @@ class Run:
         """`computation` with a digest of the private data read in place of where they were read (a
         resume may read the same data elsewhere): kept in the checkpoint only (0600), since a hash
         of the private data would tell which data set it is."""
-        digest = hashlib.sha256()
-        for tensor in (self.data.private.inputs, self.data.private.labels):
-            digest.update(repr((tuple(tensor.shape), str(tensor.dtype))).encode())
-            digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy())
         where = {k: v for k, v in self.computation.items() if k != "dataset_root"}
-        return {**where, "private_data_sha256": digest.hexdigest()}
+        return {**where, "private_data_sha256": self.data_digest or data_digest(self.data.private)}
 
     def describe(self) -> dict:
         """The set-up half of the run's summary (what ran, where, on what, with what guarantee)."""
@@ -153,10 +152,13 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
     """
     method_cfg = method_config(cfg.method)
     info = method_info(method_cfg.name)
-    streams = RandomStreams(cfg.seed, secure=cfg.privacy.secure_mode, fingerprint=computation_fingerprint(cfg))
+    streams = RandomStreams(cfg.seed, secure=cfg.privacy.secure_mode,
+                            fingerprint=computation_fingerprint(typed_config(cfg)))
     if data is None:
         data = build_dataset(cfg.dataset, streams)
         validate_against_data(cfg, len(data.private), len(data.public))
+    digest = data_digest(data.private)
+    streams.key_to_data(digest)  # (before the sampler and the noise generators draw anything)
     device = resolve_device(cfg.device)
     module, model, device = _model(cfg, data, streams, device, module)
     warm = warm_start(model, data.public, cfg, streams, device)
@@ -177,7 +179,17 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
                           device=model.device, engine=build_engine(cfg.engine, engine["name"]),
                           query_train_mode=bool(cfg.engine.query_dropout))
     return Run(cfg=cfg, method_cfg=method_cfg, info=info, streams=streams, data=data, module=module, model=model,
-               device=device, warm_start=warm, plan=plan, engine=engine, method=method, total_steps=total_steps)
+               device=device, warm_start=warm, plan=plan, engine=engine, method=method, total_steps=total_steps,
+               data_digest=digest)
+
+
+def data_digest(split) -> str:
+    """The hex sha256 of a split's inputs and labels (shapes and dtypes included): private, never released."""
+    digest = hashlib.sha256()
+    for tensor in (split.inputs, split.labels):
+        digest.update(repr((tuple(tensor.shape), str(tensor.dtype))).encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy())
+    return digest.hexdigest()
 
 
 def _model(cfg, data: DataBundle, streams: RandomStreams, device: torch.device, module: nn.Module | None):

@@ -168,7 +168,7 @@ def load_runs(sweep_dirs) -> pd.DataFrame:
     rows = []
     for sweep_dir in map(Path, sweep_dirs):
         for config_path in sorted(sweep_dir.rglob("config.yaml")):
-            if {".hydra", ".submitit", ".private"} & set(config_path.parts):   # .private: a selection's K runs
+            if {".hydra", ".submitit", ".private"} & set(config_path.parts) or archived_attempt(config_path):
                 continue
             run_dir = config_path.parent
             try:
@@ -179,6 +179,15 @@ def load_runs(sweep_dirs) -> pd.DataFrame:
                "final_val_accuracy", "best_val_accuracy", "chance_level", "problem", "config", "s_per_iter",
                "run_dir", "batch_size", "selection", "selection_epsilon", "selection_delta", *HYPERPARAMETERS]
     return pd.DataFrame(rows, columns=columns)
+
+
+def archived_attempt(config_path: Path) -> bool:
+    """Whether `config_path` is an earlier attempt's, kept in `<run dir>/attempts/<n>/` by a relaunch
+    (`pazo.attempts`): part of its run's record, not a run of its own."""
+    attempt = config_path.parent
+    run_dir = attempt.parent.parent
+    return (attempt.name.isdigit() and attempt.parent.name == "attempts"
+            and any((run_dir / name).exists() for name in ("config.yaml", "summary.json")))
 
 
 def missing_dirs(dirs) -> list[str]:

@@ -6,10 +6,12 @@ drew its noise from the direction stream).
 
 The secret streams (`SECRET`: the Poisson sampling of private batches and the DP noise) are spawned
 from the seed together with the run's computation fingerprint (`pazo.fingerprint`, a hash of the
-config less the keys that say only how or where it runs): runs of one sweep that differ in a
-hyperparameter draw independent noise and batches, and the same config and seed draw the same
-ones again. The public streams (directions, public batches, initialisation, splits) follow from the
-seed alone, so such runs share their data splits, initial model and directions. With `secure`
+config less the keys that say only how or where it runs, its values cast to their schema types)
+and, once the data are built, the private data's digest (`key_to_data`): runs of one sweep that
+differ in a hyperparameter draw independent noise and batches, a run on other data draws other
+ones, and the same config, seed and data draw the same ones again. The public streams
+(directions, public batches, initialisation, splits) follow from the seed alone, so such runs
+share their data splits, initial model and directions. With `secure`
 (privacy.secure_mode) the secret streams are seeded from the operating system's entropy instead:
 nothing in the config or the logs then reveals which examples a step used or the noise it added.
 
@@ -34,6 +36,7 @@ class RandomStreams:
         """`fingerprint`: the run's computation fingerprint (hex), mixed into the secret streams'
         seeds; a run always has one (`pazo.experiment.build_run`). None (unit tests, tools that
         build no run) seeds them from the seed alone."""
+        self.seed = seed
         self.seeds = _spawned_seeds(np.random.SeedSequence(seed))
         if secure:
             for name in self.SECRET:
@@ -44,12 +47,27 @@ class RandomStreams:
         self.secure, self.fingerprint = secure, fingerprint
         self.numpy = {name: np.random.default_rng(s) for name, s in self.seeds.items()}
         self.torch_generators: list[torch.Generator] = []  # in creation order, for checkpoints
+        self._handed_out: set[str] = set()
+
+    def key_to_data(self, digest: str) -> None:
+        """Key the secret streams with the private data's digest (hex) too, once the data are built
+        and before any secret draw: a seeded run of one config on other data draws other noise and
+        batches. The digest stays inside the process (the public fingerprint is the config's)."""
+        if self.secure or self.fingerprint is None:
+            return
+        if any(name in self.SECRET for name in self._handed_out):
+            raise RuntimeError("the secret streams are keyed to the data before any of them is handed out")
+        keyed = _spawned_seeds(np.random.SeedSequence([self.seed, int(self.fingerprint, 16), int(digest, 16)]))
+        for name in self.SECRET:
+            self.seeds[name] = keyed[name]
+            self.numpy[name] = np.random.default_rng(keyed[name])
 
     def torch_generator(self, name: str, device: str | torch.device = "cpu", substream: int = 0) -> torch.Generator:
         """A torch generator on `name`'s stream; distinct `substream`s give independent generators
         (e.g. scalar and vector noise of one method), not copies of one sequence."""
         seed = self.seeds[name] if substream == 0 else int(
             np.random.SeedSequence([self.seeds[name], substream]).generate_state(1, dtype=np.uint64)[0] >> 1)
+        self._handed_out.add(name)
         gen = torch.Generator(device=device)
         gen.manual_seed(seed)
         self.torch_generators.append(gen)

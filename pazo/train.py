@@ -29,8 +29,9 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from pazo import CONFIG_DIR
-from pazo.checkpoint import (CHECKPOINT, Heartbeat, LoopState, StopRequests, archive_attempt, config_differences,
-                             config_fingerprint, prepare_run_dir, read_summary, restore_checkpoint)
+from pazo.attempts import accept_launch, check_launch, plan_launch
+from pazo.checkpoint import (CHECKPOINT, Heartbeat, LoopState, StopRequests, config_fingerprint, read_summary,
+                             restore_checkpoint)
 from pazo.cli import USER_ERRORS, check_overrides
 from pazo.experiment import Run, build_run, resolve_device
 from pazo.privacy.mechanisms import active_debug_break
@@ -40,7 +41,7 @@ from pazo.recorder import Recorder
 from pazo.rundir import (RunDirLock, WriteFault, accept_hydra_record, check_output_dir, drop_hydra_record, is_staging,
                          remove_broken_writes, staging_subdir)
 from pazo.summary import outcome, print_header, print_summary
-from pazo.validate import ConfigError, validate_config
+from pazo.validate import ConfigError, typed_config, validate_config
 
 log = logging.getLogger("pazo.train")  # not __name__: that is "__main__" under `python -m pazo.train`
 #: exit codes: 0 finished, 1 failed, 2 bad input, 3 preempted (resumable), 75 a fault of the machine
@@ -87,30 +88,23 @@ def run(cfg: DictConfig, run_dir: str | Path, hydra_record: str | Path | None = 
 def _run(cfg: DictConfig, run_dir: Path, hydra_record) -> dict:
     refuse_debug_breaks(cfg)
     validate_config(cfg)
-    fingerprint = config_fingerprint(cfg)
-    secure = bool(cfg.privacy.secure_mode and cfg.privacy.epsilon is not None)
+    fingerprint = config_fingerprint(typed_config(cfg))
     resolve_device(cfg.device)  # (again: a multirun's jobs are checked here)
     check_output_dir(run_dir)
     with RunDirLock(run_dir):  # a second launch into run_dir is refused until this one ends
         remove_broken_writes(run_dir)
-        start = prepare_run_dir(run_dir, fingerprint, secure=secure, archive=False)
+        start = plan_launch(run_dir, cfg)  # fresh, resume, replay, finished, or refused (pazo.attempts)
         if start.kind == "finished":
-            refuse_another_config(run_dir, cfg)
             log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
                      f"(final test accuracy {start.summary.get('final_test_accuracy')})")
             return start.summary
-        resuming, previous = start.kind == "resume", start.summary or {}
+        resuming, previous = start.resuming, start.summary or {}
         r = build_run(cfg, earlier_engine=previous.get("engine") if resuming else None)
         sampler = r.sampler()
-        if resuming:
-            check_same_computation(start.checkpoint.get("extra", {}).get("computation"), r.private_computation,
-                                   run_dir)
-        elif start.released and replays_noise((start.summary or {}).get("computation"), r.computation):
-            # a seeded start over under the same fingerprint replays the earlier attempt's noise from step 1
-            check_same_computation((start.summary or {}).get("computation"), r.computation, run_dir)
+        check_launch(run_dir, start, r)
         loop = (restore_checkpoint(start.checkpoint, module=r.module, streams=r.streams, sampler=sampler,
                                    path=run_dir / CHECKPOINT) if resuming else LoopState())
-        archive_attempt(run_dir, start)
+        accept_launch(run_dir, start, r)
         accept_hydra_record(run_dir, hydra_record, archive_to=start.moved_to)
         recorder = Recorder(run_dir, cfg, cfg.logger, resume_bytes=loop.metrics_bytes if resuming else None,
                             wandb_id=previous.get("wandb_run_id") if resuming else None, fingerprint=fingerprint)
@@ -119,7 +113,7 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record) -> dict:
                    "resumed_from_step": loop.step if resuming else None,
                    "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": recorder.wandb_id,
                    "host": socket.gethostname(), "pid": os.getpid()}
-        if (resuming or start.released) and r.device.type == "cuda" and r.plan.private:
+        if start.replaying and r.device.type == "cuda" and r.plan.private:
             summary["outside_guarantee"].append(
                 f"the steps after step {loop.step} were run again with an earlier attempt's noise on CUDA, whose "
                 "kernels need not be deterministic: rows that attempt released for them (W&B cannot retract "
@@ -147,20 +141,6 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record) -> dict:
                 raise
     print_summary(summary)
     return summary
-
-
-def refuse_another_config(run_dir: Path, cfg) -> None:
-    """A relaunch into a finished run's directory with another config is a mistake, not a no-op:
-    the directory (its .hydra/ record included) stays the record of what ran."""
-    try:
-        then = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=False)
-    except Exception:  # no readable config.yaml (an older or hand-made run): nothing to compare with
-        return
-    changed = config_differences(then if isinstance(then, dict) else {}, OmegaConf.to_container(cfg, resolve=True))
-    if changed:
-        shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
-        raise ConfigError(f"run directory {run_dir} holds a finished run of another config ({shown}); its files are "
-                          "kept as they are: give another hydra.run.dir")
 
 
 def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: dict,
@@ -291,31 +271,6 @@ def merge_into(summary: dict, facts: dict) -> None:
 
 DEBUG_ONLY = ("pazo: audit.debug_break is a debug-only switch that breaks the privacy guarantee on purpose; "
               "only the privacy audit (python -m pazo.audit) accepts it")
-
-
-def replays_noise(then: dict | None, now: dict) -> bool:
-    """Whether a seeded start over draws the earlier attempt's noise and batches again: only when
-    both have one computation fingerprint (the secret streams' key beside the seed). An attempt
-    recorded with another fingerprint, or with none (its streams keyed by the seed alone), drew
-    independent noise, like another run of a sweep."""
-    return (then or {}).get("fingerprint") == now["fingerprint"]
-
-
-def check_same_computation(then: dict | None, now: dict, run_dir: Path) -> None:
-    """Refuse to replay an earlier attempt's steps (a resume, or a seeded start over after it
-    released rows) where the computation differs from that attempt's (another computation
-    fingerprint, device, data read, sigma or way of taking the public gradients): the replayed
-    steps would reuse its noise on other numbers, and two releases with one noise draw reveal their
-    difference without noise."""
-    then = then or {}
-    changed = [key for key in then if then[key] != now.get(key)]
-    if changed:
-        shown = "; ".join(f"{key}: {then[key]!r} -> {now.get(key)!r}" for key in changed
-                          if key != "private_data_sha256")
-        data = "the private data read differs" if "private_data_sha256" in changed else ""
-        raise ConfigError(f"run directory {run_dir} holds an attempt whose computation differs from this "
-                          f"launch's ({'; '.join(x for x in (shown, data) if x)}): going on would replay its "
-                          "noise on other numbers; relaunch as it ran, or give another hydra.run.dir")
 
 
 def refuse_debug_breaks(cfg) -> None:

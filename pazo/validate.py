@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pazo.config_schema import check_config_values
+from pazo.config_schema import check_config_values, typed_values
 from pazo.data import DATASETS
 from pazo.data.validation import check_validation_size
 from pazo.errors import ConfigError
@@ -78,3 +78,12 @@ def validate_against_data(cfg, n_private: int, n_public: int) -> None:
     if uses_public and "public_batch_size" in m and m.public_batch_size > n_public:
         raise ConfigError(f"method.public_batch_size={m.public_batch_size} exceeds the {n_public} "
                           "public examples")
+
+
+def typed_config(cfg) -> dict:
+    """The resolved config with every value its schema names cast to the schema's type (the
+    method's by its registered config): what the fingerprints hash, so that `privacy.epsilon=1`
+    and `privacy.epsilon=1.0` are one computation."""
+    method = cfg.get("method") if hasattr(cfg, "get") else None
+    name = method.get("name") if hasattr(method, "get") else None
+    return typed_values(cfg, {"method": method_info(name).config} if name in METHODS else None)

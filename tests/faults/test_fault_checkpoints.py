@@ -130,14 +130,25 @@ def test_an_unreadable_summary_beside_a_checkpoint_is_refused(content, run_dir, 
     assert snapshot(run_dir) == before
 
 
-def test_an_unreadable_summary_without_checkpoint_starts_over_and_keeps_it(run_dir, hydra_cfg):
+def test_an_unreadable_summary_after_released_rows_is_refused_and_kept(run_dir, hydra_cfg, monkeypatch):
+    """(Was: started over, the earlier attempt archived.) Its rows were released, and without its
+    summary whether this launch replays its computation cannot be told: one line, nothing moved."""
     (run_dir / CHECKPOINT).unlink()
     (run_dir / "summary.json").write_text('{"status": "pre')
-    rows = (run_dir / "metrics.jsonl").read_text()
+    before = snapshot(run_dir)
+    monkeypatch.setattr(pazo.train, "build_run", lambda *a, **k: pytest.fail("compute started"))
+    with pytest.raises(ConfigError, match="summary.json cannot be read"):
+        run(hydra_cfg(*CFG), run_dir)
+    assert snapshot(run_dir) == before
+
+
+def test_an_unreadable_summary_without_releases_starts_over_and_keeps_it(run_dir, hydra_cfg):
+    (run_dir / CHECKPOINT).unlink()
+    (run_dir / "summary.json").write_text('{"status": "pre')
+    (run_dir / "metrics.jsonl").write_text("")
     summary = run(hydra_cfg(*CFG), run_dir)
     assert summary["status"] == "finished" and summary["earlier_attempt_moved_to"].endswith("attempts/1")
     assert (run_dir / "attempts" / "1" / "summary.json").read_text() == '{"status": "pre'
-    assert (run_dir / "attempts" / "1" / "metrics.jsonl").read_text() == rows
 
 
 def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one_and_the_run_resumes(run_dir, hydra_cfg,

@@ -13,7 +13,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import pazo.train as train
-from pazo.checkpoint import CHECKPOINT, prepare_run_dir
+from pazo.attempts import plan_launch, same_computation
+from pazo.checkpoint import CHECKPOINT
 from pazo.errors import ConfigError
 from pazo.recorder import Recorder
 from conftest import CONFIG_DIR
@@ -56,18 +57,29 @@ def test_a_seeded_run_starts_over_with_the_same_noise_and_archives_no_checkpoint
     assert (archived / "metrics.jsonl").exists() and not list(archived.glob("checkpoint*"))
 
 
-def test_prepare_run_dir_refuses_only_secure_mode_starting_over_after_releases(tmp_path):
+def test_plan_launch_refuses_a_start_over_after_releases_unless_it_is_the_same_seeded_config(hydra_cfg, tmp_path):
+    """(Was: only secure mode was refused, and a seeded start over of any config was archived.)"""
+    from omegaconf import OmegaConf
+
+    seeded, secure = hydra_cfg("method=dpzero"), hydra_cfg("method=dpzero", "privacy.secure_mode=true")
     (tmp_path / "summary.json").write_text(json.dumps({"status": "failed", "steps_done": 5}))
-    with pytest.raises(ConfigError):
-        prepare_run_dir(tmp_path, "fingerprint", secure=True)
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(seeded, resolve=True))
     (tmp_path / CHECKPOINT).write_bytes(b"noise stream")
-    start = prepare_run_dir(tmp_path, "fingerprint", secure=False)
-    assert start.kind == "fresh" and not (tmp_path / CHECKPOINT).exists()
-    assert not list((tmp_path / "attempts").rglob("checkpoint*"))
+    with pytest.raises(ConfigError, match="secure mode"):
+        plan_launch(tmp_path, secure)
+    with pytest.raises(ConfigError, match=r"method.lr: 0.05 -> 0.5"):
+        plan_launch(tmp_path, hydra_cfg("method=dpzero", "method.lr=0.5"))
+    with pytest.raises(ConfigError, match=r"seed: changed \(not shown\)"):
+        plan_launch(tmp_path, hydra_cfg("method=dpzero", "seed=7"))
+    start = plan_launch(tmp_path, seeded)
+    assert start.kind == "replay" and start.pending_archive and (tmp_path / CHECKPOINT).exists()  # nothing moved yet
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(secure, resolve=True))
+    with pytest.raises(ConfigError, match="secure-mode run"):
+        plan_launch(tmp_path, seeded)  # a seeded attempt never continues a secure one
     quiet = tmp_path / "quiet"
     quiet.mkdir()
     (quiet / "summary.json").write_text(json.dumps({"status": "failed", "steps_done": 0}))
-    assert prepare_run_dir(quiet, "fingerprint", secure=True).kind == "fresh"  # nothing was released
+    assert plan_launch(quiet, secure).kind == "fresh"  # nothing was released
 
 
 def test_a_kept_checkpoint_is_readable_by_its_owner_only(hydra_cfg, tmp_path):
@@ -152,12 +164,12 @@ def test_a_resume_that_changes_the_computation_is_refused(hydra_cfg, tmp_path, m
 
 def test_a_checkpoint_of_other_private_data_or_sigma_is_not_resumed(tmp_path):
     now = {"device": "cpu", "sigma": 1.5, "private_data_sha256": "ab", "public_grads_together": None}
-    train.check_same_computation(dict(now), now, tmp_path)
-    train.check_same_computation(None, now, tmp_path)  # an attempt that recorded nothing
+    same_computation(dict(now), now, tmp_path)
+    same_computation(None, now, tmp_path)  # an attempt that recorded nothing
     with pytest.raises(ConfigError, match="private data read differs"):
-        train.check_same_computation({**now, "private_data_sha256": "cd"}, now, tmp_path)
+        same_computation({**now, "private_data_sha256": "cd"}, now, tmp_path)
     with pytest.raises(ConfigError, match="sigma: 1.4 -> 1.5"):
-        train.check_same_computation({**now, "sigma": 1.4}, now, tmp_path)
+        same_computation({**now, "sigma": 1.4}, now, tmp_path)
 
 
 def test_a_seeded_start_over_that_changes_the_computation_is_refused(hydra_cfg, tmp_path, monkeypatch):

@@ -12,6 +12,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -24,6 +26,7 @@ from pazo.experiment import build_run
 from pazo.fingerprint import HOW_KEYS, computation_fingerprint
 from pazo.privacy.mechanisms import noise_generator
 from pazo.rng import STREAMS, RandomStreams
+from pazo.validate import typed_config
 from conftest import CONFIG_DIR, ROOT
 
 #: keys that change what a run computes: each gives another fingerprint
@@ -133,7 +136,7 @@ def test_a_how_key_leaves_the_run_bit_identical(hydra_cfg, tmp_path):
     assert row("a") == row("again")
     assert all(row("a")[k] == row("b")[k] for k in ("test_loss", "test_accuracy", "val_loss", "epsilon"))
     assert a["computation"]["fingerprint"] == b["computation"]["fingerprint"]
-    assert a["computation"]["fingerprint"] == computation_fingerprint(hydra_cfg("method=dpzero"))
+    assert a["computation"]["fingerprint"] == computation_fingerprint(typed_config(hydra_cfg("method=dpzero")))
     models = [torch.load(tmp_path / d / "model.pt", weights_only=True) for d in ("a", "b", "again")]
     assert all(torch.equal(models[0][k], m[k]) for m in models[1:] for k in models[0])
     assert again["final_test_accuracy"] == b["final_test_accuracy"] == a["final_test_accuracy"]
@@ -161,10 +164,11 @@ def test_a_resume_whose_fingerprint_changed_is_refused(hydra_cfg, tmp_path, monk
     assert s["status"] == "finished" and s["resumed_from_step"] == 4
 
 
-def test_a_failed_run_started_over_with_another_learning_rate_draws_fresh_noise(hydra_cfg, tmp_path, monkeypatch):
-    """A seeded start over replays the earlier attempt's noise only under the same fingerprint; with
-    another (here another lr) its noise is independent, so the start over is not a replay, and the
-    earlier attempt is kept under attempts/ as for any start over."""
+def test_a_failed_run_started_over_with_another_learning_rate_is_refused(hydra_cfg, tmp_path, monkeypatch):
+    """(Was: accepted with fresh noise, the earlier attempt archived and its releases uncounted.)
+    Under another fingerprint (here another lr) a start over would draw independent noise, which
+    the printed epsilon would not compose with the earlier attempt's releases: it is refused, and
+    nothing is moved."""
     real = train.timed_step
 
     def step(r, sampler, loop, t):
@@ -175,8 +179,68 @@ def test_a_failed_run_started_over_with_another_learning_rate_draws_fresh_noise(
     with pytest.raises(RuntimeError):
         train.run(hydra_cfg("method=pazo_p", "train.steps=6", "method.public_grads_together=true"), tmp_path)
     monkeypatch.undo()
-    assert not train.replays_noise({"fingerprint": "a"}, {"fingerprint": "b"})
-    assert not train.replays_noise({}, {"fingerprint": "b"})  # recorded before streams were keyed
-    s = train.run(hydra_cfg("method=pazo_p", "train.steps=6", "method.public_grads_together=false",
+    with pytest.raises(ConfigError, match="method.lr: "):
+        train.run(hydra_cfg("method=pazo_p", "train.steps=6", "method.public_grads_together=true",
                             "method.lr=0.3"), tmp_path)
-    assert s["status"] == "finished" and s["earlier_attempt_moved_to"].endswith("attempts/1")
+    assert not (tmp_path / "attempts").exists()
+
+
+FLOAT_KEYS = ["privacy.epsilon", "method.lr", "method.clip", "train.epochs", "warm_start.lr",
+              "dataset.public_imbalance"]
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(key=st.sampled_from(FLOAT_KEYS), value=st.integers(0, 50))
+def test_one_value_spelt_as_an_integer_or_a_float_is_one_computation(key, value):
+    """Values are cast to their schema types before hashing: `key=3` and `key=3.0` are one config,
+    so one noise, and a relaunch of one with the other replays rather than being refused."""
+    from pazo.checkpoint import config_fingerprint
+
+    as_int, as_float = compose_cfg(f"{key}={value}"), compose_cfg(f"{key}={float(value)}")
+    assert computation_fingerprint(typed_config(as_int)) == computation_fingerprint(typed_config(as_float))
+    assert config_fingerprint(typed_config(as_int)) == config_fingerprint(typed_config(as_float))
+    assert computation_fingerprint(typed_config(as_int)) != computation_fingerprint(
+        typed_config(compose_cfg(f"{key}={value + 0.5}")))
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**31), digests=st.lists(st.binary(min_size=32, max_size=32), min_size=2, max_size=2,
+                                                      unique=True))
+def test_the_private_data_keys_the_secret_streams_and_only_those(seed, digests):
+    """The same seed and fingerprint on other data draw other noise and batches; the public
+    streams follow from the seed alone; the same data draw the same again."""
+    fp = "ab" * 32
+    keyed = []
+    for digest in (*digests, digests[0]):
+        streams = RandomStreams(seed, fingerprint=fp)
+        streams.key_to_data(digest.hex())
+        keyed.append(streams.seeds)
+    assert keyed[0] == keyed[2]
+    assert all(keyed[0][name] != keyed[1][name] for name in RandomStreams.SECRET)
+    assert all(keyed[0][name] == keyed[1][name] for name in STREAMS if name not in RandomStreams.SECRET)
+    secure = RandomStreams(seed, secure=True, fingerprint=fp)
+    before = dict(secure.seeds)
+    secure.key_to_data(digests[0].hex())
+    assert secure.seeds == before   # secure mode's secret streams come from the OS, not the data
+
+
+def test_a_seeded_run_on_other_data_draws_other_noise_and_releases_no_data_hash(monkeypatch, tmp_path):
+    import pazo.experiment as experiment
+
+    monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = compose_cfg("method=dpzero")
+    real = experiment.build_dataset
+
+    def other_data(dataset_cfg, streams):
+        data = real(dataset_cfg, streams)
+        data.private.labels[0] = (data.private.labels[0] + 1) % 10   # one example changed
+        return data
+    same, again = build_run(cfg), build_run(cfg)
+    monkeypatch.setattr(experiment, "build_dataset", other_data)
+    other = build_run(cfg)
+    (batches, noise), (batches_again, noise_again) = secret_draws(same), secret_draws(again)
+    assert batches == batches_again and torch.equal(noise, noise_again)
+    assert not torch.equal(secret_draws(same)[1], secret_draws(other)[1])
+    assert same.computation == other.computation   # the public fingerprint is the config's only
+    assert same.private_computation["private_data_sha256"] != other.private_computation["private_data_sha256"]
+    assert all(same.data_digest not in json.dumps(r.describe(), default=str) for r in (same, other))

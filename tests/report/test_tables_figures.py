@@ -6,6 +6,7 @@ layouts (from benchmark result files), and figures that render. The benchmarks t
 tests/bench/test_benchmarks.py; the paper's transcribed values, tests/paper/test_paper_values.py."""
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -382,3 +383,16 @@ def test_the_private_datas_contribution_is_the_best_private_minus_public_only(tm
         spread = 100 * math.hypot(stds[top], stds["public_only"])
         assert float(row["std"]) == pytest.approx(spread, abs=0.051)
         assert ("within the seeds' spread" in cell) == (abs(difference) <= spread + 1e-9)
+@pytest.mark.parametrize("attempts", [1, 3])
+def test_archived_attempts_are_part_of_their_run_not_runs_of_their_own(tmp_path, attempts):
+    """A relaunch keeps an earlier attempt's files in `<run dir>/attempts/<n>/` (pazo.attempts): a
+    failed one read as a run of its own would make its configuration look failed."""
+    run_dir = fake_run(tmp_path / "s", "digits", "dpzero", 1.0, "finished", 0.8, lr=0.1)
+    for n in range(1, attempts + 1):
+        archived = run_dir / "attempts" / str(n)
+        archived.mkdir(parents=True)
+        shutil.copy(run_dir / "config.yaml", archived / "config.yaml")
+        (archived / "summary.json").write_text(json.dumps({"status": "failed", "privacy": {"private": True}}))
+    runs = load_runs([tmp_path / "s"])
+    assert len(runs) == 1 and list(runs["status"]) == ["finished"]
+    assert list(runs["run_dir"]) == [str(run_dir)]

@@ -209,6 +209,17 @@ def test_a_real_sequential_sweep_then_relaunch(tmp_path, monkeypatch):
     mtime = (dirs[0] / "summary.json").stat().st_mtime_ns
     assert sweep.main(args) == 0
     assert (dirs[0] / "summary.json").stat().st_mtime_ns == mtime
+    # a run that crashed after releasing rows: the same sweep command replays it in its own directory
+    summary = json.loads((dirs[1] / "summary.json").read_text())
+    (dirs[1] / "summary.json").write_text(json.dumps({**summary, "status": "failed", "final_test_accuracy": None}))
+    def rows():
+        lines = (dirs[1] / "metrics.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(line).items() if k != "s_per_iter"} for line in lines]
+    before = rows()
+    assert sweep.main(args) == 0
+    again = json.loads((dirs[1] / "summary.json").read_text())
+    assert again["status"] == "finished" and again["earlier_attempt_moved_to"].endswith("attempts/1")
+    assert rows() == before   # the same noise: the same rows, counted once
 
 
 def test_submitit_launcher_runs_the_array(tmp_path, monkeypatch):

@@ -1,0 +1,238 @@
+"""One rule for a launch into a run directory: what an earlier attempt released decides what this
+launch may do, so that the printed epsilon covers every attempt of the directory.
+
+An attempt *released* something when it wrote a row of metrics.jsonl (mirrored to W&B and the
+terminal) or a summary of steps done: those rows were computed from the private data with that
+attempt's noise, and cannot be taken back. A launch into a directory
+
+- that holds nothing, or only an attempt that released nothing, starts afresh (the earlier files,
+  if any, go to `attempts/<n>/`);
+- whose run finished has nothing to do (with another config: refused);
+- whose run is alive is refused;
+- whose run stopped with a checkpoint *resumes* it: the same config (the checkpoint's fingerprint)
+  and the same computation (device, sigma, public gradients, the private data read), so the rest
+  of its steps follow from the saved noise stream and every step is counted once;
+- whose earlier attempt released rows and cannot be resumed either *replays* it or is refused.
+  A replay is a seeded (not secure-mode) launch of the same config, seed and computation: it draws
+  the earlier attempt's noise and batches again from step 1, so its releases are the earlier
+  ones again and the steps count once. Everything else is refused with one line that names what
+  differs and suggests a new `hydra.run.dir`, and nothing is moved: an earlier secure-mode attempt
+  (its noise came from the operating system and cannot be drawn again), a secure-mode launch after
+  a seeded attempt, another config (any compared key, the seed included), another spelling of one
+  that hashes differently, another device, data or sigma, and an earlier attempt whose summary or
+  config cannot be read (what it computed cannot be told). A seeded attempt never continues a
+  secure one.
+
+The check has two halves: `plan_launch` before any compute (from the files), `check_launch` once
+the run is built (the computation: sigma, device, the private data's digest), and only then
+`accept_launch` moves the earlier files away. The private data's digest of the attempt that ran
+last is kept in `private_computation.json`, readable by its owner only (0600), like the
+checkpoint: a hash of the private data would tell which data set it is.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from pazo.checkpoint import (CHECKPOINT, NOT_COMPARED, RESUMABLE, archive_files, config_fingerprint,
+                             effective_status, heartbeat_age, read_checkpoint, read_summary, remove_tmp_checkpoint)
+from pazo.errors import ConfigError
+from pazo.fingerprint import canonical_json
+from pazo.rundir import write_atomic
+from pazo.validate import typed_config
+
+#: the private record of the last attempt's computation (its data digest among it): 0600, never archived
+PRIVATE_RECORD = "private_computation.json"
+#: config keys whose value is not shown in a refusal (the seed is secret: `assumes (seed_secret)`)
+SECRET_KEYS = ("seed",)
+NEW_DIRECTORY = "nothing was moved: give another hydra.run.dir"
+
+
+@dataclass
+class Start:
+    """What a launch into a run directory does: `fresh`, `resume` (from `checkpoint`), `replay`
+    (a seeded start over of the same computation, after rows were released) or `finished`."""
+
+    kind: str
+    summary: dict | None = None
+    checkpoint: dict | None = None
+    moved_to: str | None = None
+    #: earlier files wait to be moved to attempts/<n>/ (`accept_launch`, once the launch is checked)
+    pending_archive: bool = False
+
+    @property
+    def resuming(self) -> bool:
+        return self.kind == "resume"
+
+    @property
+    def replaying(self) -> bool:
+        """Steps of an earlier attempt run again with its noise (a resume's, or a replay's from step 1)."""
+        return self.kind in ("resume", "replay")
+
+
+def secure_run(cfg) -> bool:
+    """Whether `cfg` (a config, or a resolved config as a dict) draws its secret streams from the OS."""
+    privacy = (cfg.get("privacy") if isinstance(cfg, dict) else cfg.privacy) or {}
+    return bool(privacy.get("secure_mode") and privacy.get("epsilon") is not None)
+
+
+def plan_launch(run_dir: Path, cfg) -> Start:
+    """What a launch of `cfg` into `run_dir` does, decided from the directory's files before any
+    compute; a ConfigError (one line, nothing moved) where the rule refuses it."""
+    run_dir = Path(run_dir)
+    summary_path, ckpt_path = run_dir / "summary.json", run_dir / CHECKPOINT
+    if not summary_path.exists():
+        if (run_dir / "metrics.jsonl").exists():  # written by an attempt that never wrote a summary
+            return _start_over(run_dir, cfg, None)
+        return Start("fresh")
+    summary = read_summary(summary_path)
+    if summary is None:
+        if ckpt_path.exists():  # the checkpoint may be good: never delete it on a guess
+            raise ConfigError(f"{summary_path} cannot be read (truncated or not a pazo summary), and {run_dir} "
+                              f"holds a checkpoint: restore summary.json to resume, or move {ckpt_path} away to "
+                              "start the run over (the earlier files then go to attempts/<n>/)")
+        return _start_over(run_dir, cfg, None)
+    status = effective_status(summary)
+    if status == "finished":
+        changed = differences(earlier_config(run_dir), cfg)
+        if changed:
+            raise ConfigError(f"run directory {run_dir} holds a finished run of another config ({shown(changed)}); "
+                              "its files are kept as they are: give another hydra.run.dir")
+        return Start("finished", summary=summary)
+    if status == "running":
+        raise ConfigError(f"run directory {run_dir} is in use: its run wrote a heartbeat "
+                          f"{heartbeat_age(summary):.0f} s ago; wait for it, or give another hydra.run.dir")
+    if status in RESUMABLE and ckpt_path.exists():
+        checkpoint = read_checkpoint(ckpt_path)
+        if checkpoint["fingerprint"] != config_fingerprint(typed_config(cfg)):
+            changed = differences(earlier_config(run_dir), cfg)
+            raise ConfigError(f"run directory {run_dir} holds a checkpoint of a run with another config"
+                              f"{f' ({shown(changed)})' if changed else ''}; resume it with the same overrides, "
+                              "or give another hydra.run.dir")
+        remove_tmp_checkpoint(run_dir)  # a write a kill broke off: never resumed from
+        return Start("resume", summary=summary, checkpoint=checkpoint)
+    return _start_over(run_dir, cfg, summary)
+
+
+def released_rows(run_dir: Path, summary: dict | None) -> bool:
+    """Whether an attempt in `run_dir` released anything computed from the private data: a row of
+    metrics.jsonl (mirrored to W&B and the terminal) or a summary (`summary`, as read) of steps done."""
+    metrics = Path(run_dir) / "metrics.jsonl"
+    return (metrics.exists() and metrics.stat().st_size > 0) or bool((summary or {}).get("steps_done"))
+
+
+def _start_over(run_dir: Path, cfg, summary: dict | None) -> Start:
+    """A launch over an attempt that cannot be resumed: afresh if it released nothing, a replay if
+    this launch is its computation again, seeded; refused otherwise."""
+    if not released_rows(run_dir, summary):
+        return Start("fresh", summary=summary, pending_archive=True)
+    earlier = earlier_config(run_dir)
+    if secure_run(earlier or {}):
+        _refuse(run_dir, "of a secure-mode run", "its noise came from the operating system and cannot be drawn "
+                "again, so a start over would release new noise that the printed epsilon does not count with the "
+                "earlier releases")
+    if summary is None or earlier is None:
+        missing = "summary.json" if summary is None else "config.yaml"
+        _refuse(run_dir, "", f"its {missing} cannot be read, so whether this launch computes the same cannot be "
+                "told, and its releases would not be counted")
+    if secure_run(cfg):
+        _refuse(run_dir, "of a seeded run", "this launch is in secure mode: it would draw new noise, and the "
+                "printed epsilon would not count the earlier releases")
+    changed = differences(earlier, cfg)
+    if changed or config_fingerprint(typed_config(earlier)) != config_fingerprint(typed_config(cfg)):
+        what = shown(changed) if changed else "keys added or removed"
+        _refuse(run_dir, f"of another config ({what})", "this launch would draw other noise, and the printed "
+                "epsilon would not count the earlier releases (relaunch it as it ran to replay it)")
+    return Start("replay", summary=summary, pending_archive=True)
+
+
+def check_launch(run_dir: Path, start: Start, run) -> None:
+    """Once the run is built, before anything is moved: a launch that replays an earlier
+    attempt's noise (a resume from its checkpoint, a seeded replay from step 1) must compute what
+    that attempt computed, else two releases with one noise draw reveal their difference without
+    noise. A replay must also draw that attempt's noise (the same computation fingerprint)."""
+    if start.resuming:
+        same_computation(start.checkpoint.get("extra", {}).get("computation"), run.private_computation, run_dir)
+    elif start.kind == "replay":
+        then = (start.summary or {}).get("computation")
+        if not then:
+            _refuse(run_dir, "", "it recorded no computation (an older run), so whether this launch replays "
+                    "its noise cannot be told")
+        same_computation(then, run.computation, run_dir)
+        same_computation(read_private_record(run_dir), run.private_computation, run_dir)
+
+
+def same_computation(then: dict | None, now: dict, run_dir: Path) -> None:
+    """Refuse where the computation `then` (an earlier attempt's, as recorded) differs from `now`
+    in a key `then` holds: another computation fingerprint, device, data read, sigma or way of
+    taking the public gradients."""
+    then = then or {}
+    changed = [key for key in then if then[key] != now.get(key)]
+    if changed:
+        listed = "; ".join(f"{key}: {then[key]!r} -> {now.get(key)!r}" for key in changed
+                           if key != "private_data_sha256")
+        data = "the private data read differs" if "private_data_sha256" in changed else ""
+        raise ConfigError(f"run directory {run_dir} holds an attempt whose computation differs from this "
+                          f"launch's ({'; '.join(x for x in (listed, data) if x)}): going on would replay its "
+                          f"noise on other numbers; relaunch as it ran, or give another hydra.run.dir")
+
+
+def accept_launch(run_dir: Path, start: Start, run) -> None:
+    """The launch is checked: move the earlier attempt's files to attempts/<n>/ (its checkpoint is
+    deleted instead) and keep this attempt's private record of its computation (0600)."""
+    if start.pending_archive:
+        start.moved_to, start.pending_archive = archive_files(Path(run_dir)), False
+    write_atomic(Path(run_dir) / PRIVATE_RECORD, canonical_json(run.private_computation).encode(), mode=0o600)
+
+
+def read_private_record(run_dir: Path) -> dict | None:
+    """The private computation recorded by the directory's last accepted attempt (None: none, or
+    an attempt from before the record existed, whose summary's computation is then all there is)."""
+    try:
+        record = json.loads((Path(run_dir) / PRIVATE_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def earlier_config(run_dir: Path) -> dict | None:
+    """The resolved config the directory's last attempt wrote (config.yaml), or None."""
+    try:
+        then = OmegaConf.to_container(OmegaConf.load(Path(run_dir) / "config.yaml"), resolve=False)
+    except Exception:  # no readable config.yaml (an older or hand-made run): nothing to compare with
+        return None
+    return then if isinstance(then, dict) else None
+
+
+def differences(then: dict | None, cfg) -> list[str]:
+    """`key: old -> new` for each compared key (`NOT_COMPARED` aside) that the earlier resolved
+    config `then` and `cfg` both hold with different values, each cast to its schema's type (a key
+    only one holds, added since, is not a difference); a secret key's values are not shown."""
+    if then is None:
+        return []
+    then, now = typed_config(then), typed_config(cfg)
+
+    def flat(node, prefix=""):
+        out = {}
+        for key, value in (node or {}).items():
+            dotted = f"{prefix}{key}"
+            if any(dotted == k or dotted.startswith(k + ".") for k in NOT_COMPARED):
+                continue
+            out.update(flat(value, dotted + ".") if isinstance(value, dict) else {dotted: value})
+        return out
+
+    a, b = flat(then), flat(now)
+    return [f"{k}: changed (not shown)" if k in SECRET_KEYS else f"{k}: {a[k]!r} -> {b[k]!r}"
+            for k in sorted(a.keys() & b.keys()) if a[k] != b[k]]
+
+
+def shown(changed: list[str]) -> str:
+    return "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
+
+
+def _refuse(run_dir: Path, whose: str, why: str) -> None:
+    raise ConfigError(f"run directory {run_dir} holds an attempt {whose + ' ' if whose else ''}that released rows: "
+                      f"{why}; {NEW_DIRECTORY}")
