@@ -149,16 +149,24 @@ def code(text: str) -> str:
 
 
 def provenance(data: dict) -> list[str]:
-    """What produced a result file, as it records it (`not recorded` where it says null)."""
+    """What produced a result file, as it records it (`not recorded` where it says so, or null),
+    with its note on what was not recorded."""
     machine = data.get("machine")
     if isinstance(machine, dict):
         machine_text = "; ".join(f"{k} {cell(v)}" for k, v in machine.items())
     else:
         machine_text = "not recorded"
-    return [f"- **Command:** {code(data['command']) if data.get('command') else 'not recorded'}",
-            f"- **Commit:** {code(data['commit']) if data.get('commit') else 'not recorded'}",
-            f"- **Machine:** {machine_text}",
-            f"- **Date:** {data.get('date') or 'not recorded'}"]
+    lines = [f"- **Command:** {_recorded(data.get('command'), code)}",
+             f"- **Commit:** {_recorded(data.get('commit'), code)}",
+             f"- **Machine:** {machine_text}",
+             f"- **Date:** {_recorded(data.get('date'), str)}"]
+    if data.get("provenance_note"):
+        lines.append(f"- **Provenance:** {data['provenance_note']}")
+    return lines
+
+
+def _recorded(value, show) -> str:
+    return "not recorded" if value in (None, "", "not recorded") else show(value)
 
 
 # ---------------------------------------------------------------------------------- figures
