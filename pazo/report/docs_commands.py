@@ -8,8 +8,8 @@ leading `VAR=value` assignments dropped). Then:
 - `pazo-train`, `python -m pazo.train`, `make run ARGS="..."`: the overrides are composed with
   Hydra's compose API against configs/config.yaml (`pazo-audit`, `python -m pazo.audit`: audit.yaml),
   as the entry point does before it starts, then again with Hydra's own config, whose run and
-  sweep directories are resolved (a resolver the entry point does not register fails here); with `-m`, each value of a comma-separated sweep is
-  composed in turn;
+  sweep directories are resolved (a resolver the entry point does not register fails here); with
+  `-m`, each value of a comma-separated sweep is composed in turn;
 - `pazo-sweep`, `python -m pazo.sweep`, `make demo`: the arguments are parsed by the sweep's parser,
   the spec and launcher loaded, and one run per setting and method composed and validated with the
   command's overrides (`pazo.sweep.check`, which `--dry-run` runs over every run);

@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     metrics = args.run / "metrics.jsonl"
     if not metrics.is_file():
-        parser.error(f"no metrics.jsonl in {args.run} (a run directory is outputs/runs/<dataset>/<method>/<time>_<token>)")
+        parser.error(f"no metrics.jsonl in {args.run} "
+                     "(a run directory is outputs/runs/<dataset>/<method>/<time>_<token>)")
     try:
         rows = read_metrics(metrics)
         png = draw(rows, f"{args.run.resolve().name}: {len(rows)} logged steps")
