@@ -34,6 +34,7 @@ import re
 import resource
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -241,14 +242,19 @@ def run_one(d: Documented, cwd: Path, env: dict[str, str], timeout: float) -> Ou
     """Run one documented command in `cwd`; the problem (None when it did what the page says)."""
     line = command_line(d)
     start, cpu = time.monotonic(), _children_cpu()
-    try:
-        proc = subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return Outcome(d, None, time.monotonic() - start, f"still running after {timeout:g} s")
+    # a session of its own: a command past its time is stopped with every process it started
+    # (make, python, a sweep's runs), not only its shell
+    with subprocess.Popen(["bash", "-c", line], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return Outcome(d, None, time.monotonic() - start, f"still running after {timeout:g} s")
     seconds = time.monotonic() - start
-    printed = proc.stdout + proc.stderr
-    problem = judge(d, proc.returncode, proc.stdout, proc.stderr) or (
+    printed = stdout + stderr
+    problem = judge(d, proc.returncode, stdout, stderr) or (
         compare_output(d.output, printed, d.spread) if d.output is not None else None)
     return Outcome(d, proc.returncode, seconds, problem, _children_cpu() - cpu)
 

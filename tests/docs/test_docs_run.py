@@ -144,3 +144,18 @@ def test_placeholders_match_anything(shown):
     printed = ("  s/iter: mean 0.0123, median 0.0121\n"
                "  results: outputs/runs/digits/pazo_m/2026-11-26_11-00-00_abc123\n")
     assert compare_output([shown], printed, 0.0) is None
+
+
+def test_a_command_past_its_time_is_stopped_with_every_process_it_started(tmp_path):
+    import subprocess
+
+    marker = "317.25"         # a sleep only this test starts
+    path = page(tmp_path, f"""\
+        ```bash
+        bash -c "sleep {marker}" && pazo-report --help
+        ```
+        """)
+    failures = run_pages([path], Path(sys.prefix), timeout=1, say=lambda _: None)
+    assert len(failures) == 1 and "still running after 1 s" in failures[0]
+    left = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout
+    assert left.strip() == "", left
