@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-all lint docs setup bench-calibration bench-cpu bench-gpu demo clean
+.PHONY: run test test-all lint docs docs-run setup bench-calibration bench-cpu bench-gpu demo clean
 
 ## The pinned requirements, then pazo itself in editable mode (entry points pazo-train, pazo-sweep, pazo-bench, pazo-report),
 ## and JAX-Privacy without its dependencies: its one-run f-DP estimator is the tests' independent
@@ -44,6 +44,13 @@ lint: $(STAMP)
 docs: $(STAMP)
 	$(PY) -m pazo.report docs --check
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
+## Every command shown in README.md and docs/, run from a temporary directory outside the checkout
+## through .venv's entry points, with the size each page's `<!-- docs-run: ... -->` comment gives;
+## commands that need absent data must end in their one `pazo: error:` line. The list, without running:
+## `$(PY) -m pazo.report docs-run --list`; one page: `--only PAGE`.
+docs-run: $(STAMP)
+	$(PY) -m pazo.report docs-run --venv $(VENV)
 
 ## Time sigma calibration (writes scripts/results/calibration_<host>.json).
 bench-calibration: $(STAMP)

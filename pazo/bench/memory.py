@@ -122,6 +122,20 @@ def earlier_results(out: Path) -> list[dict]:
     return [previous, *old.get("history", [])]
 
 
+def device_problem(name: str) -> str | None:
+    """Why `--device name` cannot be measured on this machine (no CUDA, an index past its devices),
+    or None: said in one line before the first measurement's subprocess, not as its traceback."""
+    from pazo.errors import ConfigError
+    from pazo.experiment import resolve_device
+
+    try:
+        resolve_device(name)
+    except (ConfigError, RuntimeError) as err:
+        reason = str(err).replace(f"device={name} ", "").replace("device=auto or cpu", "--device cpu")
+        return f"--device {name}: {reason.splitlines()[0]}"
+    return None
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=summary_of(__doc__))
     p.add_argument("--shape", default="opt-125m", choices=sorted(SHAPES))
@@ -136,6 +150,9 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.one, args)))
         return
+    problem = device_problem(args.device)
+    if problem:
+        p.exit(2, f"pazo: error: {problem}\n")
     rows = []
     for what in ["forward", *args.methods.split(",")]:
         cmd = [sys.executable, "-m", "pazo.bench.memory", "--one", what, *sys.argv[1:]]

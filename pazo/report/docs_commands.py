@@ -7,8 +7,9 @@ leading `VAR=value` assignments dropped). Then:
 
 - `pazo-train`, `python -m pazo.train`, `make run ARGS="..."`: the overrides are composed with
   Hydra's compose API against configs/config.yaml (`pazo-audit`, `python -m pazo.audit`: audit.yaml),
-  as the entry point does before it starts; with `-m`, each value of a comma-separated sweep is
-  composed in turn;
+  as the entry point does before it starts, then again with Hydra's own config, whose run and
+  sweep directories are resolved (a resolver the entry point does not register fails here); with
+  `-m`, each value of a comma-separated sweep is composed in turn;
 - `pazo-sweep`, `python -m pazo.sweep`, `make demo`: the arguments are parsed by the sweep's parser,
   the spec and launcher loaded, and one run per setting and method composed and validated with the
   command's overrides (`pazo.sweep.check`, which `--dry-run` runs over every run);
@@ -18,7 +19,7 @@ leading `VAR=value` assignments dropped). Then:
 - anything else (pip, git, cd, wandb ...) is not pazo's and is left alone.
 
 A placeholder value such as `method=<name>` is not composed; its key must still exist. A command
-that should not be checked belongs in a `text` block."""
+that should not be checked belongs in a `text` block. Running the commands is `docs_run`'s."""
 from __future__ import annotations
 
 import re
@@ -265,7 +266,7 @@ def _compose(config_name: str, overrides: list[str], placeholders: list[str]) ->
 
     from pazo.cli import check_overrides
 
-    problem = check_overrides(overrides, config_name=config_name)
+    problem = check_overrides(overrides, config_name=config_name) or resolve_hydra(config_name, overrides)
     if problem or not placeholders:
         return problem
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
@@ -278,6 +279,38 @@ def _compose(config_name: str, overrides: list[str], placeholders: list[str]) ->
         node = OmegaConf.select(cfg, parent) if parent else cfg
         if not (OmegaConf.is_dict(node) and leaf in node) and not line.startswith("+"):
             return f"unknown key {key!r} in {line!r}"
+    return None
+
+
+#: what each config's entry point imports before Hydra composes it (it registers the resolvers)
+ENTRY_MODULES = {"config": "pazo.train", "audit": "pazo.audit"}
+#: the keys of Hydra's own config an entry point resolves before the job starts (a run's directory,
+#: a multirun's directory and each job's subdirectory)
+HYDRA_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir", "hydra.job.name")
+
+
+def resolve_hydra(config_name: str, overrides: list[str], config_dir: Path = CONFIG_DIR) -> str | None:
+    """Compose `overrides` with Hydra's own config (`return_hydra_config=True`), as the entry point
+    does, and resolve its run and sweep directories and the job's config: an interpolation whose
+    resolver no one registered, or that points nowhere, is the error (the override check leaves
+    `hydra.*` out, so it never sees one)."""
+    import importlib
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    importlib.import_module(ENTRY_MODULES.get(config_name, "pazo.cli"))
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+            cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        for key in HYDRA_KEYS:
+            OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+        OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
+    except Exception as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        return f"does not resolve with Hydra's config: {type(err).__name__}: {first}"
     return None
 
 

@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,14 @@ class Page:
     columns: tuple[str, ...] | None = None
     figure: bool = False
     extra: list[str] = field(default_factory=list)
+    #: the columns of the summary table the page leads with (one row per measured row of its files;
+    #: `spread` is the interquartile range of the step time where the file has it)
+    summary: tuple[str, ...] = ()
+    #: which rows the summary keeps (default: all)
+    summary_rows: Callable[[dict], bool] | None = None
+    #: where a file measures a method several ways (two engines), the summary keeps the row with the
+    #: least of this column, as Table 5 shows the faster engine
+    summary_least: str | None = None
 
 
 STEP_COLUMNS = ("setting", "method", "impl", "engine", "batch_size", "dim", "median_s", "floor_ratio",
@@ -49,7 +58,11 @@ PAGES = (
          "`mem_ratio` the step's peak memory over the bare forward's.",
          ("methods_cpu_digits.json", "methods_cpu_digits_dp_aggzo.json", "methods_cpu_cifar_shape.json",
           "methods_cpu_imdb_lstm_b16.json", "methods_cuda_*.json", "methods_cpu.json", "table5_cpu.json"),
-         STEP_COLUMNS, figure=True),
+         STEP_COLUMNS, figure=True,
+         summary=("file", "setting", "method", "engine", "median_s", "spread", "paired_floor_ratio", "floor_ratio"),
+         summary_rows=lambda r: (r.get("impl", "pazo") == "pazo"
+                                 and bool(r.get("paired_floor_ratio") or r.get("floor_ratio"))),
+         summary_least="median_s"),
     Page("engines", "Engines and public gradients",
          "The two zeroth-order engines (`vectorised`: one vmap over all perturbed copies; `inplace`: "
          "MeZO-style perturbation in place) timed side by side in one process, and PAZO's public "
@@ -57,20 +70,24 @@ PAGES = (
          "the evidence for `engine.name=auto` and the models' default way. The files under "
          "`public_grads_default/` time the methods with each way of computing the public gradients.",
          ("engines_cpu.json", "engines_cuda.json", "public_grads_cpu.json", "public_grads_cuda.json",
-          "public_grads_default/*.json")),
+          "public_grads_default/*.json"),
+         summary=("file", "setting", "method", "paired_vectorised_over_inplace", "paired_together_over_one_by_one"),
+         summary_rows=lambda r: "paired_vectorised_over_inplace" in r or "paired_together_over_one_by_one" in r),
     Page("memory", "Memory of a language model's step",
          "Peak memory of one no-grad forward and of one step of each zeroth-order method on an "
          "OPT-shaped causal language model with random weights (`pazo-bench memory`); `ratio` is the "
          "step's peak over the forward's (the goal: at most 1.1).",
          ("memory_*.json",),
          ("what", "peak_bytes", "ratio", "seconds", "dim", "torch_threads", "half_precision_queries",
-          "temporary_peak_mib", "kept_fraction", "kept_peak_mib")),
+          "temporary_peak_mib", "kept_fraction", "kept_peak_mib"),
+         summary=("file", "what", "ratio", "peak_bytes")),
     Page("defaults", "Every method with its defaults",
          "Every method trained on the bundled digits data set with its default hyperparameters "
          "(`pazo-bench defaults`): a check that the defaults train, not a comparison of methods.",
          ("defaults_digits_cpu.json",),
          ("method", "status", "engine", "epsilon_spent", "final_val_accuracy", "final_test_accuracy",
-          "best_test_accuracy", "warnings")),
+          "best_test_accuracy", "warnings"),
+         summary=("method", "status", "engine", "epsilon_spent", "final_test_accuracy", "best_test_accuracy")),
     Page("cuda-check", "A check on CUDA",
          "Every private method's default digits run with `device=cuda` and four white-box audits on "
          "CUDA (`bash scripts/gpu_check.sh`): that the runs finish with the CPU's sigma and epsilon and "
@@ -81,22 +98,26 @@ PAGES = (
          ("cuda_check_digits.json",),
          ("kind", "method", "debug_break", "device", "status", "final_test_accuracy", "best_test_accuracy",
           "epsilon_spent", "sigma", "median_s_per_iter", "engine", "epsilon_at_audit_delta",
-          "epsilon_lower_bound", "epsilon_lower_bound_fdp", "auroc", "exceeds")),
+          "epsilon_lower_bound", "epsilon_lower_bound_fdp", "auroc", "exceeds"),
+         summary=("kind", "method", "debug_break", "status", "final_test_accuracy", "epsilon_spent", "exceeds")),
     Page("tuning", "Tuning grids",
          "Small grids that chose a method's defaults on digits, each run selected on validation "
          "accuracy (a selection on private data, outside each run's epsilon).",
-         ("*_digits_grid.json",)),
+         ("*_digits_grid.json",),
+         summary=("file", "q", "lr", "clip", "final_val_accuracy", "final_test_accuracy")),
     Page("calibration", "Noise calibration",
          "The time to calibrate the noise multiplier sigma for a target epsilon (`pazo-bench "
          "calibration`), against a plain bisection over the PRV accountant, and the sigma each finds.",
-         ("calibration_cpu.json",)),
+         ("calibration_cpu.json",),
+         summary=("epsilon", "steps", "sigma", "seconds", "baseline_seconds")),
     Page("step-ops", "Tensor operations of a step",
          "The tensor operations each zeroth-order step issues besides its floor's, counted with "
          "torch's dispatcher (`pazo-bench step-ops`): a count that needs no GPU and does not depend on "
          "the machine's noise, where a GPU step's host work shows.",
          ("step_ops_cpu.json",),
          ("setting", "method", "engine", "dim", "parameters", "step_ops", "floor_ops", "extra_ops",
-          "extra_by_op")),
+          "extra_by_op"),
+         summary=("setting", "method", "engine", "extra_ops")),
     Page("profiles", "A zeroth-order step against its floor",
          "DPZero's step against its floor and against a minimal hand-written step (`pazo-bench "
          "profile`), and the microseconds of each operation of the minimal step.",
@@ -124,12 +145,30 @@ def cell(value) -> str:
     elif isinstance(value, float):
         text = f"{value:.4g}"
     elif isinstance(value, dict):
-        text = ", ".join(f"{k} {cell(v)}" for k, v in value.items())
+        text = _summarised(value)
     elif isinstance(value, (list, tuple)):
         text = "; ".join(map(cell, value)) or "-"
     else:
         text = str(value)
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+#: a mapping in a cell shows this many `key value` pairs, then how many more the file holds
+CELL_PAIRS = 4
+
+
+def _summarised(value: dict) -> str:
+    """A mapping in one short cell: a named choice (an engine: name, reason, requested) as its name
+    and what was requested when that differs; otherwise its first pairs and how many more."""
+    if "name" in value:
+        if "not used" in str(value.get("reason", "")):
+            return "not used"
+        requested = value.get("requested")
+        asked = f" (requested {cell(requested)})" if requested not in (None, value["name"]) else ""
+        return cell(value["name"]) + asked
+    pairs = [f"{k} {cell(v)}" for k, v in value.items()]
+    more = len(pairs) - CELL_PAIRS
+    return ", ".join(pairs[:CELL_PAIRS]) + (f", ... ({more} more in the file)" if more > 0 else "")
 
 
 def table(rows: list[dict], columns: tuple[str, ...] | None = None) -> list[str]:
@@ -149,16 +188,24 @@ def code(text: str) -> str:
 
 
 def provenance(data: dict) -> list[str]:
-    """What produced a result file, as it records it (`not recorded` where it says null)."""
+    """What produced a result file, as it records it (`not recorded` where it says so, or null),
+    with its note on what was not recorded."""
     machine = data.get("machine")
     if isinstance(machine, dict):
         machine_text = "; ".join(f"{k} {cell(v)}" for k, v in machine.items())
     else:
         machine_text = "not recorded"
-    return [f"- **Command:** {code(data['command']) if data.get('command') else 'not recorded'}",
-            f"- **Commit:** {code(data['commit']) if data.get('commit') else 'not recorded'}",
-            f"- **Machine:** {machine_text}",
-            f"- **Date:** {data.get('date') or 'not recorded'}"]
+    lines = [f"- **Command:** {_recorded(data.get('command'), code)}",
+             f"- **Commit:** {_recorded(data.get('commit'), code)}",
+             f"- **Machine:** {machine_text}",
+             f"- **Date:** {_recorded(data.get('date'), str)}"]
+    if data.get("provenance_note"):
+        lines.append(f"- **Provenance:** {data['provenance_note']}")
+    return lines
+
+
+def _recorded(value, show) -> str:
+    return "not recorded" if value in (None, "", "not recorded") else show(value)
 
 
 # ---------------------------------------------------------------------------------- figures
@@ -250,7 +297,8 @@ def file_section(path: Path, page: Page, figures: dict[str, str], figure_dir: Pa
                   "Microseconds per operation of the minimal step:", "",
                   *table([data["minimal_step_op_us"]]), ""]
     if page.name == "dimension":
-        settings = {k: v for k, v in data.items() if k not in ("command", "commit", "date", "machine")}
+        settings = {k: v for k, v in data.items()
+                    if k not in ("command", "commit", "date", "machine", "provenance_note")}
         lines += ["Settings:", "", *table([settings]), ""]
         best = path.with_name("best.csv")
         if best.exists():
@@ -266,6 +314,35 @@ def file_section(path: Path, page: Page, figures: dict[str, str], figure_dir: Pa
             lines += [f"- {cell(old.get('note'))}: {code(old['command']) if old.get('command') else ''}",
                       "", *["    " + line for line in table(old.get("rows", []))], ""]
     return lines
+
+
+def summary_section(page: Page, paths: list[Path]) -> list[str]:
+    """The short table a page leads with: the columns that matter of every file's rows (the file
+    named where the page shows several), the full rows below."""
+    rows = []
+    for path in paths:
+        for row in _rows(json.loads(path.read_text())) or []:
+            if page.summary_rows is None or page.summary_rows(row):
+                spread = (f"{row['p25_s']:.3g}-{row['p75_s']:.3g}"
+                          if isinstance(row.get("p25_s"), float) and isinstance(row.get("p75_s"), float) else None)
+                rows.append({"file": path.relative_to(RESULTS).as_posix(), "spread": spread, **row})
+    if page.summary_least:
+        least: dict[tuple, dict] = {}
+        for row in rows:
+            key = (row["file"], row.get("setting"), row.get("method"))
+            value = row.get(page.summary_least) or math.inf
+            if key not in least or value < (least[key].get(page.summary_least) or math.inf):
+                least[key] = row
+        rows = [r for r in rows if least[(r["file"], r.get("setting"), r.get("method"))] is r]
+    columns = tuple(c for c in page.summary if c != "file" or len(paths) > 1)
+    if not rows:
+        return []
+    note = (" `spread` is the step time's interquartile range in seconds (its 25th to 75th percentile)."
+            if "spread" in columns and any(r["spread"] for r in rows) else "")
+    if page.summary_least:
+        note += f" Where a method was measured several ways, the one with the least `{page.summary_least}`."
+    return ["## Summary", "", f"The columns that matter, one row per measurement; each file's full rows "
+            f"and what produced it follow.{note}", "", *table(rows, columns), ""]
 
 
 def _number(text: str):
@@ -330,6 +407,8 @@ def results_pages(figure_dir_name: str = "figures") -> dict[str, str | bytes]:
             paths = sorted({p for pattern in page.files for p in RESULTS.glob(pattern)},
                            key=lambda p: (next(i for i, pat in enumerate(page.files) if p.match(pat)), p.as_posix()))
             lines = [f"# {page.title}", "", page.intro, ""]
+            if page.summary:
+                lines += summary_section(page, paths)
             if page.figure:
                 lines += ["The bars show each step's time over its floor's (1 is the floor itself).", ""]
             for path in paths:

@@ -90,3 +90,19 @@ def test_placeholders_and_other_programs_are_left_alone_but_their_keys_are_check
         """)
     count, problems = check_pages([path])
     assert count == 7 and problems == []
+
+
+def test_a_hydra_interpolation_that_does_not_resolve_is_named(tmp_path):
+    """The override check leaves `hydra.*` out; composing with Hydra's own config resolves the run
+    and sweep directories as the entry point does, so an unregistered resolver there is caught."""
+    from pazo.report.docs_commands import resolve_hydra
+
+    for name, run_dir in [("good", "outputs/${method}/${pazo_unique:}"),
+                          ("unregistered", "outputs/${nosuch_resolver:}"), ("dangling", "outputs/${nosuch.key}")]:
+        (tmp_path / f"{name}.yaml").write_text(
+            f"method: dpzero\nsweep_name: s\nhydra:\n  run:\n    dir: {run_dir}\n"
+            "  sweep:\n    dir: out/${sweep_name}\n    subdir: ${hydra:job.override_dirname}\n")
+    assert resolve_hydra("good", [], tmp_path) is None
+    assert "nosuch_resolver" in resolve_hydra("unregistered", [], tmp_path)
+    assert "nosuch" in resolve_hydra("dangling", [], tmp_path)
+    assert resolve_hydra("config", ["method=dpzero"]) is None and resolve_hydra("audit", ["method=dpzero"]) is None

@@ -1,0 +1,395 @@
+"""Every command in README.md and the docs, run: the docs check (`docs_commands`) composes and
+parses them; this runs them, as a new user would, and says which page and line fail.
+
+    pazo-report docs-run [--only PAGE ...] [--list] [--keep] [--venv DIR] [--timeout S]
+
+Each page's commands run in order, in one fresh temporary directory outside the checkout (a later
+command may read what an earlier one wrote, as the page tells the reader), through the installed
+entry points (the venv's `bin/` first on PATH, `.venv` a link to it, copies of the checkout's
+`Makefile`, `pyproject.toml`, requirements and `scripts/` beside it, so that `make run` and
+`scripts/...` paths mean what they mean in a clone; `make` never re-installs the venv, as the copies
+are dated before the venv's stamp). What a page
+says about a command is an HTML comment on a line of its own between the previous block and its
+code block (or the block of shown output), read here and invisible in the rendered page:
+
+    <!-- docs-run: train.steps=5 -->                    appended to the block's pazo commands (its size)
+    <!-- docs-run `make bench-gpu`: skip because needs CUDA -->     not run, with the reason
+    <!-- docs-run `dataset.root=/data`: error -->       ends in its one `pazo: error:` line, exit 2
+    <!-- docs-run `make run`: output below, within 0.003 -->   the next block is that command's output
+
+A backquoted selector limits a comment to the block's commands containing that text; several
+comments may precede one block, and the first that matches a command (skip, error, output) wins
+where they disagree, while every matching size override is appended. A size is appended to the
+first pazo command of the line (inside `ARGS="..."` for `make`); a comment after the command (`#
+...`) is dropped. Commands of generated pages (docs/reference/) take their comments from
+`GENERATED`. Shown output is compared line by line: every shown line must match a printed line
+with the same words, `...` and `<placeholder>` matching anything, and each number within the
+stated spread (seeded float32 runs print the same digits on one machine; another machine's BLAS
+may move the last of them)."""
+from __future__ import annotations
+
+import math
+import os
+import re
+import resource
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pazo import REPO_ROOT
+from pazo.commands import ArgumentParser
+from pazo.report.docs_commands import FENCE, SHELL_FENCES, Command, _commands, classify, documented_pages
+
+DIRECTIVE = re.compile(r"^[ \t]*<!--\s*docs-run(?:\s+`(?P<select>[^`]+)`)?\s*:\s*(?P<what>.*?)\s*-->", re.S | re.M)
+SPREAD = re.compile(r"^output below(?:,\s*within\s+(?P<spread>[0-9.eE+-]+))?$")
+NUMBER = re.compile(r"[-+]?\d+\.\d+(?:[eE][-+]?\d+)?|[-+]?\d+(?:[eE][-+]?\d+)?")
+WILDCARD = re.compile(r"\.\.\.|<[^<>\s][^<>]*>")
+#: the spread allowed on a shown number when the comment states none
+DEFAULT_SPREAD = 0.0
+#: what the docs' generated pages (docs/reference/) cannot carry as a comment: page -> [(selector, what)]
+GENERATED: dict[str, list[tuple[str | None, str]]] = {
+    "docs/reference/cli.md": [
+        ("pazo-train", "train.steps=5"),
+        ("pazo-audit", "train.steps=5 audit.canaries=50"),
+        ("experiment=cifar10", "error"),                        # CIFAR-10 is not bundled: its one line
+        ("--launcher slurm", "skip because it submits to a SLURM cluster"),
+    ],
+}
+#: the files a clone has beside the commands that name them, copied (and dated before the venv's
+#: stamp, so that `make` runs its target instead of re-installing the venv); `scripts/` is copied too
+LINKED = ("Makefile", "pyproject.toml", "requirements.txt", "requirements-dev.txt", "requirements-bench.txt")
+
+
+@dataclass
+class Documented:
+    """One documented command line and what its page says about running it."""
+    command: Command
+    sizes: list[str] = field(default_factory=list)
+    skip: str | None = None
+    error: bool = False
+    output: list[str] | None = None
+    spread: float = DEFAULT_SPREAD
+
+    @property
+    def where(self) -> str:
+        return self.command.where
+
+    @property
+    def plan(self) -> str:
+        if self.skip:
+            return f"skip: {self.skip}"
+        return ("error line expected" if self.error else "run") + (
+            f", output compared within {self.spread:g}" if self.output is not None else "")
+
+
+# ---------------------------------------------------------------------------------- reading a page
+
+def read_page(path: Path) -> list[Documented]:
+    """The page's commands (as `docs_commands.extract` finds them) with the comments before their blocks."""
+    lines = path.read_text().splitlines()
+    text = "\n".join(lines)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    comments = [(text.count("\n", 0, m.end()), m["select"], m["what"].strip()) for m in DIRECTIVE.finditer(text)]
+    try:
+        rel = str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        rel = path.name
+    generated = GENERATED.get(rel, [])
+    out: list[Documented] = []
+    pending: list[tuple[str | None, str]] = []
+    last_block_end, i = 0, 0
+    while i < len(lines):
+        match = FENCE.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        pending = [(sel, what) for at, sel, what in comments if last_block_end <= at < i] + generated
+        fence, info = match["fence"], match["info"].lower()
+        j = i + 1
+        while j < len(lines) and not lines[j].strip().startswith(fence[0] * len(fence)):
+            j += 1
+        body = lines[i + 1:j]
+        if info in SHELL_FENCES:
+            for command in _commands(path, body, i + 2, match["indent"]):
+                out.append(_documented(command, pending))
+        for sel, what in pending:
+            spread = SPREAD.match(what)
+            if spread and info not in SHELL_FENCES:
+                target = _select(out, sel)
+                if target is None:
+                    raise ValueError(f"{rel}:{i + 1}: no command above matches {sel!r} for its output")
+                target.output = [line for line in body if line.strip()]
+                target.spread = float(spread["spread"] or DEFAULT_SPREAD)
+        last_block_end, i = j + 1, j + 1
+    return out
+
+
+def _select(documented: list[Documented], selector: str | None) -> Documented | None:
+    for d in reversed(documented):
+        if selector is None or selector in d.command.text:
+            return d
+    return None
+
+
+def _documented(command: Command, comments: list[tuple[str | None, str]]) -> Documented:
+    d = Documented(command)
+    for selector, what in comments:
+        if selector is not None and selector not in command.text:
+            continue
+        if SPREAD.match(what):
+            continue
+        if what.startswith("skip"):
+            reason = what.removeprefix("skip").strip().removeprefix("because").strip()
+            d.skip = d.skip or reason or "no reason given"
+        elif what == "error":
+            d.error = True
+        else:
+            d.sizes.append(what)
+    return d
+
+
+def problems_in_comments(path: Path) -> list[str]:
+    """Comments that select no command or say nothing understood: a page edit that left them behind."""
+    text = path.read_text()
+    commands = [d.command.text for d in read_page(path)]
+    problems = []
+    for m in DIRECTIVE.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        if m["select"] and not any(m["select"] in c for c in commands):
+            problems.append(f"{path.name}:{line}: no command contains {m['select']!r}")
+        if not m["what"].strip():
+            problems.append(f"{path.name}:{line}: an empty docs-run comment")
+    return problems
+
+
+# ---------------------------------------------------------------------------------- the command line run
+
+def command_line(d: Documented) -> str:
+    """The documented line as it runs: its sizes appended to the first pazo command, its comment dropped."""
+    if not d.sizes:
+        return d.command.text
+    lexer = shlex.shlex(d.command.text, posix=True, punctuation_chars=";&|")
+    lexer.whitespace_split, lexer.commenters = True, "#"
+    tokens = list(lexer)
+    sizes = [w for s in d.sizes for w in shlex.split(s)]
+    start = 0
+    if sizes:
+        for k in range(len(tokens) + 1):
+            if k == len(tokens) or set(tokens[k]) <= set(";&|"):
+                words = tokens[start:k]
+                program = next((n for n, w in enumerate(words) if not re.match(r"^[A-Za-z_]\w*=", w)), None)
+                if program is not None and classify(words[program:]) is not None:
+                    tokens[start:k] = _sized(words, program, sizes)
+                    break
+                start = k + 1
+    return " ".join(t if set(t) <= set(";&|") else shlex.quote(t) for t in tokens)
+
+
+def _sized(words: list[str], program: int, sizes: list[str]) -> list[str]:
+    if words[program].rsplit("/", 1)[-1] == "make":
+        args = [k for k, w in enumerate(words) if w.startswith("ARGS=")]
+        if args:
+            k = args[0]
+            return [*words[:k], f"{words[k]} {' '.join(sizes)}".replace("= ", "="), *words[k + 1:]]
+        return [*words, "ARGS=" + " ".join(sizes)]
+    return [*words, *sizes]
+
+
+def workspace(venv: Path) -> Path:
+    """A fresh directory outside the checkout laid out as a clone's root, for one page's commands."""
+    root = Path(tempfile.mkdtemp(prefix="pazo-docs-run-"))
+    (root / ".venv").symlink_to(venv)
+    stamp = venv / ".installed"        # the Makefile's: the venv is newer than what it was installed from
+    for name in LINKED:
+        if (REPO_ROOT / name).exists():
+            shutil.copy2(REPO_ROOT / name, root / name)
+            if stamp.exists():
+                older = min((root / name).stat().st_mtime, stamp.stat().st_mtime - 1)
+                os.utime(root / name, (older, older))
+    shutil.copytree(REPO_ROOT / "scripts", root / "scripts")
+    return root
+
+
+def environment(venv: Path) -> dict[str, str]:
+    """The caller's environment with the venv first on PATH, the checkout importable first (an
+    editable install points there anyway), no W&B network."""
+    env = dict(os.environ)
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("WANDB_MODE", "offline")
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+@dataclass
+class Outcome:
+    documented: Documented
+    status: int | None
+    seconds: float
+    problem: str | None
+    cpu_seconds: float = 0.0
+
+
+def run_one(d: Documented, cwd: Path, env: dict[str, str], timeout: float) -> Outcome:
+    """Run one documented command in `cwd`; the problem (None when it did what the page says)."""
+    line = command_line(d)
+    start, cpu = time.monotonic(), _children_cpu()
+    # a session of its own: a command past its time is stopped with every process it started
+    # (make, python, a sweep's runs), not only its shell
+    with subprocess.Popen(["bash", "-c", line], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return Outcome(d, None, time.monotonic() - start, f"still running after {timeout:g} s")
+    seconds = time.monotonic() - start
+    printed = stdout + stderr
+    problem = judge(d, proc.returncode, stdout, stderr) or (
+        compare_output(d.output, printed, d.spread) if d.output is not None else None)
+    return Outcome(d, proc.returncode, seconds, problem, _children_cpu() - cpu)
+
+
+def _children_cpu() -> float:
+    """CPU seconds of the finished child processes: a command's cost on a loaded machine, where
+    its wall time is not."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def judge(d: Documented, status: int, stdout: str, stderr: str) -> str | None:
+    """What the exit status and output say against what the page promises."""
+    tail = " | ".join((stdout + stderr).strip().splitlines()[-3:])
+    if "Traceback (most recent call last)" in stdout + stderr:
+        return f"exit {status} with a traceback: {tail}"
+    if not d.error:
+        return None if status == 0 else f"exit {status}: {tail}"
+    errors = [ln for ln in (stdout + stderr).splitlines() if ln.startswith("pazo: error:")]
+    if status != 2 or len(errors) != 1:
+        return f"expected one `pazo: error:` line and exit 2, got exit {status} and {len(errors)} such lines: {tail}"
+    return None
+
+
+def compare_output(shown: list[str], printed: str, spread: float) -> str | None:
+    """None when every shown line matches a printed line (words the same, `...` and `<x>` anything,
+    numbers within `spread`), else the first line that does not, with the nearest printed one."""
+    lines = printed.splitlines()
+    for want in shown:
+        pattern, numbers = _pattern(want.strip())
+        candidates = [m for ln in lines if (m := pattern.search(ln))]
+        if not candidates:
+            return f"the page shows {want.strip()!r}; nothing printed matches it"
+        if not any(_close(numbers, [float(g) for g in m.groups()], spread) for m in candidates):
+            got = candidates[0].group(0)
+            return f"the page shows {want.strip()!r}, the command printed {got!r} (spread {spread:g})"
+    return None
+
+
+def _pattern(shown: str) -> tuple[re.Pattern, list[float]]:
+    parts, numbers, pos = [], [], 0
+    for m in re.finditer(f"{WILDCARD.pattern}|{NUMBER.pattern}", shown):
+        parts.append(re.escape(shown[pos:m.start()]))
+        if WILDCARD.fullmatch(m.group(0)):
+            parts.append(r".*?")
+        else:
+            parts.append(r"([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+            numbers.append(float(m.group(0)))
+        pos = m.end()
+    parts.append(re.escape(shown[pos:]))
+    return re.compile("".join(parts).replace(r"\ ", r"\s+")), numbers
+
+
+def _close(want: list[float], got: list[float], spread: float) -> bool:
+    return len(want) == len(got) and all(math.isclose(w, g, rel_tol=0, abs_tol=spread + 1e-12) or
+                                         (w == int(w) and g == w) for w, g in zip(want, got))
+
+
+def run_pages(pages: list[Path], venv: Path, timeout: float, keep: bool = False, say=print) -> list[str]:
+    """Run every command of `pages`; one `file:line: command: problem` per failure."""
+    env = environment(venv)
+    failures: list[str] = []
+    for page in pages:
+        documented = read_page(page)
+        if not documented:
+            continue
+        cwd = workspace(venv)
+        say(f"== {documented[0].command.where.split(':')[0]} ({len(documented)} commands) in {cwd}")
+        try:
+            for d in documented:
+                if d.skip:
+                    say(f"   skip  {d.where}: {d.command.text}  ({d.skip})")
+                    continue
+                outcome = run_one(d, cwd, env, timeout)
+                mark = "FAIL" if outcome.problem else "ok"
+                say(f"   {mark:4s}  {d.where} ({outcome.seconds:.0f} s, cpu {outcome.cpu_seconds:.0f} s): "
+                    f"{command_line(d)}")
+                if outcome.problem:
+                    failures.append(f"{d.where}: {d.command.text}: {outcome.problem}")
+                    say(f"         {outcome.problem}")
+        finally:
+            if not keep:
+                shutil.rmtree(cwd, ignore_errors=True)
+    return failures
+
+
+def _pages(only: list[str] | None) -> list[Path]:
+    pages = documented_pages()
+    if not only:
+        return pages
+    chosen = [p for p in pages if any(str(p).endswith(o) or p.name == o for o in only)]
+    missing = [o for o in only if not any(str(p).endswith(o) or p.name == o for p in pages)]
+    if missing:
+        raise SystemExit(f"pazo: error: no documented page {', '.join(missing)} (README.md or a page under docs/)")
+    return chosen
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(prog="pazo-report docs-run", description=(
+        "Run every command shown in README.md and docs/ from a temporary directory outside the "
+        "checkout, with the size each page's `<!-- docs-run: ... -->` comment gives; exit 1 if any "
+        "fails, with the page and line."))
+    parser.add_argument("--only", action="append", metavar="PAGE",
+                        help="only this page (README.md, getting-started.md, docs/guides/llm.md ...); repeatable")
+    parser.add_argument("--list", action="store_true", help="list the commands and what will be done, run nothing")
+    parser.add_argument("--keep", action="store_true", help="keep each page's temporary directory")
+    parser.add_argument("--venv", type=Path, default=Path(sys.prefix),
+                        help="the virtual environment whose entry points run (default: this Python's, %(default)s)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds one command may run (default 600)")
+    args = parser.parse_args(argv)
+    try:
+        pages = _pages(args.only)
+        if args.list:
+            for page in pages:
+                for d in read_page(page):
+                    print(f"{d.where}: {command_line(d)}  [{d.plan}]")
+            return 0
+    except ValueError as err:
+        print(f"pazo: error: {err}", file=sys.stderr)
+        return 2
+    if not (args.venv / "bin").is_dir():
+        print(f"pazo: error: no virtual environment at {args.venv} (--venv)", file=sys.stderr)
+        return 2
+    start = time.monotonic()
+    failures = run_pages(pages, args.venv.absolute(), args.timeout, args.keep)
+    print(f"docs-run: {len(failures)} failing command(s) in {time.monotonic() - start:.0f} s")
+    for failure in failures:
+        print(f"  {failure}")
+    return 1 if failures else 0
+
+
+def cli() -> None:
+    """`pazo-report docs-run`, `python -m pazo.report.docs_run`."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()
