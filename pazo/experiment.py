@@ -95,13 +95,15 @@ class Run:
 
     def describe(self) -> dict:
         """The set-up half of the run's summary (what ran, where, on what, with what guarantee)."""
+        method = self.method.describe()
+        engine = {**self.engine, **method.pop("engine", {})}  # the method's engine facts beside the ZO engine's
         return {"method": self.cfg.method.name, "dataset": self.cfg.dataset.name, "model": self.cfg.model.name,
                 "device": str(self.device), "dim": self.model.dim,
                 "parameter_devices": [str(d) for d in self.model.devices],
                 "privacy": self.plan.as_dict(), "data": self.data.describe(), "warm_start": self.warm_start,
-                "engine": self.engine, "method_departures": self.method_cfg.departures(),
+                "engine": engine, "method_departures": self.method_cfg.departures(),
                 "outside_guarantee": self.outside_guarantee(), "computation": self.computation,
-                **self.method.describe()}
+                **method}
 
     def outside_guarantee(self) -> list[str]:
         """What a private run computes from its private data and releases without noise, so outside
