@@ -97,6 +97,18 @@ class FirstOrderMethod(Method):
         if self.ghost is not None:
             self.ghost.check_deterministic()
 
+    def check_ghost_layers(self, x, y) -> None:
+        """The ghost engine's check of its layers on the first batch; where it finds parameters for
+        the per-example engine on a random forward, `auto` falls back to that engine (a request for
+        ghost is refused: `GhostClipper.check_deterministic`)."""
+        try:
+            self.ghost.check_layers(x, y)
+        except ConfigError:
+            if self.cfg.clip_engine != "auto":
+                raise
+            self.ghost, self.clip_engine = None, "per_example"
+            self.clip_engine_why = "parameters outside the ghost rules on a random (dropout) forward"
+
     def clip_engine_block(self) -> dict:
         """The summary's record of how the clipped sum is computed (its `engine` block)."""
         block = {"requested": self.cfg.clip_engine, "used": self.clip_engine, "why": self.clip_engine_why}
@@ -124,6 +136,8 @@ class FirstOrderMethod(Method):
         if not spec.private:
             loss, g = self.model.mean_loss_and_grad(x, y)
             return (g - shift if shift is not None else g), float(loss)
+        if self.ghost is not None and not self.ghost.checked and len(x):
+            self.check_ghost_layers(x, y)
         if self.ghost is not None:
             total, loss_sum = self.ghost(x, y, spec.clip, shift)
         else:
