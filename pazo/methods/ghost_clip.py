@@ -210,10 +210,9 @@ class GhostClipper:
         return [self.model.names[i] for i in self.fallback]
 
     # -- the covered layers' pass
-    def _forward_backward(self, x, y, param_grads: bool = False):
+    def _forward_backward(self, x, y):
         """Per covered parameter what its per-example gradients are made of, the per-example losses,
-        the layers not called exactly once (or changed in place); with `param_grads`, also the
-        parameters' gradients of the summed loss by autograd from the same forward."""
+        and the layers not called exactly once on the batch's examples (or changed in place)."""
         captures = {name: _Capture() for name in self.layers}
         handles = []
         for name, (module, _, _) in self.layers.items():
@@ -228,38 +227,52 @@ class GhostClipper:
         finally:
             for h in handles:
                 h.remove()
-        once = {n: c for n, c in captures.items()
-                if len(c.outputs) == 1 and c.outputs[0].requires_grad and c.outputs[0]._version == c.versions[0]}
+        n = len(x)
+        once = {name: c for name, c in captures.items()
+                if len(c.outputs) == 1 and c.outputs[0].requires_grad and c.outputs[0]._version == c.versions[0]
+                and c.outputs[0].shape[:1] == c.inputs[0].shape[:1] == (n,)}
         wanted = [c.outputs[0] for c in once.values()]
-        params = [p for _, _, own in self.layers.values() for p in own.values()] if param_grads else []
-        grads = torch.autograd.grad(losses.sum(), wanted + [self.model.params[i] for i in params],
-                                    allow_unused=True) if wanted or params else []
-        true = dict(zip(params, grads[len(wanted):]))
-        grads = grads[:len(wanted)]
+        grads = torch.autograd.grad(losses.sum(), wanted, allow_unused=True) if wanted else []
         parts = {}
         for (name, c), g in zip(once.items(), grads):
-            out = c.outputs[0]
-            g = torch.zeros_like(out) if g is None else g
+            g = torch.zeros_like(c.outputs[0]) if g is None else g
             module, rule, own = self.layers[name]
             for pname, part in rule(module, c.inputs[0], g.detach()).items():
                 parts[own[pname]] = part
-        odd = [n for n in self.layers if n not in once]
-        return (parts, losses.detach(), odd, true) if param_grads else (parts, losses.detach(), odd)
+        return parts, losses.detach(), [name for name in self.layers if name not in once]
 
-    def check_layers(self, x, y) -> None:
-        """Once, on the first batch: a covered layer's parameters are left to the fallback if the
-        layer was not called exactly once, its output was changed in place, or a parameter's
-        gradient is not what the layer's own use gives (a parameter also used elsewhere)."""
-        parts, losses, odd, true = self._forward_backward(x, y, param_grads=True)
-        self.layers = {n: v for n, v in self.layers.items() if n not in odd}
-        if parts:
-            ones = losses.new_ones(len(x))
-            mine = {i: _weighted_sum(part, ones) for i, part in parts.items()}
-            true = {i: torch.zeros_like(mine[i]) if true.get(i) is None else true[i] for i in parts}
-            # rounding of the two ways of summing, relative to the largest gradient entry
-            tol = 1e3 * torch.finfo(losses.dtype).eps * max(float(g.abs().max()) for g in true.values())
-            for i in parts:
-                if float((true[i] - mine[i]).abs().max()) > tol:
+    def check_layers(self, x, y, examples: int = 3) -> None:
+        """Once, on the first batch's first `examples`, in eval mode (no dropout): each covered
+        parameter's per-example squared norms and inner products with a random direction, by its
+        rule and by the per-example engine. A layer is left to the per-example engine where they
+        differ (a weight tied to another layer or also used outside its own, a layer whose first
+        dimension is not the batch's), or where it was not called exactly once, or its output was
+        changed in place. Then the fallback's forward must be deterministic (`check_deterministic`)."""
+        xs, ys = x[:examples], y[:examples]
+        was_training = self.model.module.training
+        self.model.set_training(False)
+        try:
+            parts, _, odd = self._forward_backward(xs, ys)
+            self.layers = {n: v for n, v in self.layers.items() if n not in odd}
+            keep, self.fallback = self.fallback, sorted(parts)
+            exact = [g for chunk in self._fallback_grads(xs, ys) for g in zip(*chunk)] if parts else []
+            self.fallback = keep
+        finally:
+            self.model.set_training(was_training)
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        compared = {}
+        for j, i in enumerate(sorted(parts)):
+            per_example = torch.stack([row[j] for row in exact])
+            direction = torch.randn(per_example.shape[1:], generator=gen, dtype=per_example.dtype)
+            direction = direction.to(per_example.device)
+            compared[i] = (torch.stack([_sq_norms(parts[i], self.chunk), _inner(parts[i], direction)]),
+                           torch.stack([_sq_norms(per_example, self.chunk), _inner(per_example, direction)]))
+        if compared:
+            # rounding of the two ways, relative to the largest quantity compared
+            scale = max(float(b.abs().max()) for _, b in compared.values())
+            tol = 1e4 * torch.finfo(self.model.params[0].dtype).eps * scale
+            for i, (mine, want) in compared.items():
+                if float((mine - want).abs().max()) > tol:
                     self.layers = {n: (m, r, o) for n, (m, r, o) in self.layers.items() if i not in o.values()}
         self._update_fallback()
         self.checked = True
@@ -322,7 +335,7 @@ class GhostClipper:
             raise RuntimeError(f"ghost clipping: layers {odd} were called other than once this step "
                                "(the model's structure changed since the first)")
         shifts = model.split_flat(shift) if shift is not None else None
-        sq = losses.new_zeros(len(x))
+        sq = model.zeros(len(x))   # (the parameters' dtype: a loss may be float32 beside float64 parameters)
         for i, part in parts.items():
             sq += _sq_norms(part, self.chunk)
             if shifts is not None:
