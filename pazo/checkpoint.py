@@ -55,7 +55,7 @@ STALE_AFTER_SECONDS = 4 * HEARTBEAT_SECONDS
 #: one after another, and checkpoints written before the key existed still resume)
 NOT_COMPARED = ("logger", "device", "privacy.cache_dir", "dataset.root", "dataset.cache_dir", "train.checkpoint_every",
                 "train.checkpoint_minutes", "train.keep_checkpoint", "train.save_model", "train.eval_batch_size",
-                "method.public_grads_together")
+                "method.public_grads_together", "train.threads")
 
 
 def config_fingerprint(cfg) -> str:

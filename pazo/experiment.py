@@ -30,6 +30,7 @@ from pazo.models.functional import cross_entropy_per_example
 from pazo.privacy.plan import PrivacyPlan, make_plan
 from pazo.privacy.sampling import SAMPLERS
 from pazo.rng import RandomStreams
+from pazo.threads import apply_threads
 from pazo.validate import validate_against_data
 from pazo.warm_start import warm_start
 
@@ -51,6 +52,7 @@ class Run:
     engine: dict           # {requested, name, reason}
     method: Method
     total_steps: int
+    threads: dict          # {count, requested, why}: the CPU threads (pazo.threads)
 
     @property
     def n(self) -> int:
@@ -101,7 +103,7 @@ class Run:
                 "device": str(self.device), "dim": self.model.dim,
                 "parameter_devices": [str(d) for d in self.model.devices],
                 "privacy": self.plan.as_dict(), "data": self.data.describe(), "warm_start": self.warm_start,
-                "engine": engine, "method_departures": self.method_cfg.departures(),
+                "engine": engine, "threads": self.threads, "method_departures": self.method_cfg.departures(),
                 "outside_guarantee": self.outside_guarantee(), "computation": self.computation,
                 **method}
 
@@ -141,8 +143,11 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
     earlier_engine: a resumed run's first-attempt engine choice, kept so that its steps stay those
     of one engine. time_engines: let `engine.name=auto` time the engines on CUDA (off in an audit).
     data, module, sigma: a benchmark's synthetic data and model, and a fixed noise multiplier
-    (nothing calibrated or accounted); a run never passes them.
+    (nothing calibrated or accounted); a run never passes them. A run sets its CPU threads
+    (`train.threads`, `pazo.threads`) once its model is built, before the warm start and the
+    calibration; a benchmark (given its data) keeps the threads it set itself.
     """
+    own_data = data is None
     method_cfg = method_config(cfg.method)
     info = method_info(method_cfg.name)
     streams = RandomStreams(cfg.seed, secure=cfg.privacy.secure_mode, fingerprint=computation_fingerprint(cfg))
@@ -151,6 +156,8 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
         validate_against_data(cfg, len(data.private), len(data.public))
     device = resolve_device(cfg.device)
     module, model, device = _model(cfg, data, streams, device, module)
+    threads = (apply_threads(cfg.train.threads, model.dim) if own_data else
+               {"count": torch.get_num_threads(), "requested": None, "why": "set by the benchmark"})
     warm = warm_start(model, data.public, cfg, streams, device)
     total_steps = planned_steps(cfg.train, len(data.private))
     release, sampler_cls = method_cfg.release(), SAMPLERS[cfg.privacy.sampling]
@@ -167,7 +174,8 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
                           device=model.device, engine=build_engine(cfg.engine, engine["name"]),
                           query_train_mode=bool(cfg.engine.query_dropout))
     return Run(cfg=cfg, method_cfg=method_cfg, info=info, streams=streams, data=data, module=module, model=model,
-               device=device, warm_start=warm, plan=plan, engine=engine, method=method, total_steps=total_steps)
+               device=device, warm_start=warm, plan=plan, engine=engine, method=method, total_steps=total_steps,
+               threads=threads)
 
 
 def _model(cfg, data: DataBundle, streams: RandomStreams, device: torch.device, module: nn.Module | None):
