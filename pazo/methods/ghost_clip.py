@@ -140,21 +140,43 @@ def _group_norm(layer: nn.GroupNorm, x, grad_out):
 
 
 def _rule(module: nn.Module):
-    """The rule for a layer of exactly a covered type and configuration, or None (a subclass may
-    transform its weight: timm's ScaledStdConv2d standardises it)."""
-    kind = type(module)
-    if kind is nn.Linear:
+    """The rule for a layer of a covered type and configuration, or None. Subclasses are taken (timm's
+    LayerNorm, Hugging Face's Linear layers), since the first batch's check (`check_layers`) leaves
+    one that computes otherwise to the per-example engine; not Conv2d's, whose best-known subclass
+    (timm's ScaledStdConv2d) standardises its weight."""
+    if isinstance(module, nn.Linear):
         return _linear
-    if kind is nn.Conv2d and module.groups == 1 and module.padding_mode == "zeros" \
+    if type(module) is nn.Conv2d and module.groups == 1 and module.padding_mode == "zeros" \
             and not isinstance(module.padding, str):
         return _conv2d
-    if kind is nn.Embedding and module.max_norm is None and not module.scale_grad_by_freq and not module.sparse:
+    if isinstance(module, nn.Embedding) and module.max_norm is None and not module.scale_grad_by_freq \
+            and not module.sparse:
         return _embedding
-    if kind is nn.LayerNorm and module.elementwise_affine:
+    if isinstance(module, nn.LayerNorm) and module.elementwise_affine:
         return _layer_norm
-    if kind is nn.GroupNorm and module.affine:
+    if isinstance(module, nn.GroupNorm) and module.affine:
         return _group_norm
     return None
+
+
+def _vit_prefix_rule(vit: nn.Module):
+    """timm's VisionTransformer adds `pos_embed` to [cls_token, patches] and passes the sum through
+    `pos_drop`: the gradient at that layer's input is, per example, pos_embed's gradient, and its
+    first position cls_token's. Where it applies (a class token, position embeddings over it, no
+    register tokens, a fixed image size, a pos_drop of rate 0), else None."""
+    drop = getattr(vit, "pos_drop", None)
+    if not (isinstance(getattr(vit, "cls_token", None), nn.Parameter) and isinstance(getattr(vit, "pos_embed", None),
+                                                                                     nn.Parameter)
+            and getattr(vit, "reg_token", None) is None and not getattr(vit, "no_embed_class", True)
+            and not getattr(vit, "dynamic_img_size", True) and isinstance(drop, (nn.Dropout, nn.Identity))
+            and float(getattr(drop, "p", 0.0)) == 0.0):
+        return None
+    cls_shape, pos_shape = vit.cls_token.shape, vit.pos_embed.shape
+
+    def rule(module, x, grad_out):
+        n = grad_out.shape[0]
+        return {"pos_embed": grad_out.reshape(n, *pos_shape), "cls_token": grad_out[:, :1].reshape(n, *cls_shape)}
+    return drop, rule
 
 
 def _sq_norms(part, chunk: int) -> torch.Tensor:
@@ -197,6 +219,10 @@ class GhostClipper:
             own = {n: index[id(p)] for n, p in module.named_parameters(recurse=False) if id(p) in index}
             if rule is not None and own:
                 self.layers[name] = (module, rule, own)
+            prefix = _vit_prefix_rule(module)
+            if prefix is not None and {"cls_token", "pos_embed"} <= own.keys():
+                self.layers[f"{name}.pos_drop" if name else "pos_drop"] = (
+                    prefix[0], prefix[1], {k: own[k] for k in ("cls_token", "pos_embed")})
         self.checked = False
         self._update_fallback()
 

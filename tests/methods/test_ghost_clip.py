@@ -1,7 +1,9 @@
 """The book-keeping (ghost) engine gives the per-example engine's clipped sum: on every covered layer
 kind over random shapes and clip bounds (with and without DOPE-SGD's shift), with parameters left to
 the per-example engine (uncovered layers, a layer used twice, a tied weight, an in-place change of a
-layer's output), and on the paper-setting models through a whole noisy DP-SGD step."""
+layer's output), and on the paper-setting models through a whole noisy DP-SGD step (ViT's cls_token
+and pos_embed by their own rule; NF-ResNet's standardised convolutions and the LSTM by the
+per-example engine)."""
 import pytest
 import torch
 from hypothesis import given, settings
@@ -151,10 +153,10 @@ def test_layers_the_rules_miss_go_to_the_per_example_engine(n, bound, shift, see
     x, y = torch.randint(0, 9, (n, 5)), torch.randint(0, 9, (n,))
     err, _, size, ghost = compare(Awkward(), x, y, bound, shift, chunk=2, seed=seed)
     assert err <= 1e-12 * max(size, 1)
-    assert set(ghost.fallback_names) == {"emb.weight", "shared.weight", "shared.bias", "inplace.weight",
-                                         "inplace.bias", "offset", "grouped.weight", "grouped.bias",
-                                         "reused.weight", "reused.bias"}
-
+    # (the tied embedding is book-kept only where its own path carries no gradient: the ReLU closed it,
+    # and the head's part is then each example's whole gradient, as the sum's check above confirms)
+    assert set(ghost.fallback_names) >= {"shared.weight", "shared.bias", "inplace.weight", "inplace.bias", "offset",
+                                         "grouped.weight", "grouped.bias", "reused.weight", "reused.bias"}
 
 def test_clipping_is_active_and_each_example_moves_the_sum_by_at_most_c():
     """The ghost sum is a clipped sum: dropping one example moves it by at most C."""
@@ -235,7 +237,7 @@ def test_a_noisy_dpsgd_step_is_the_per_example_engines_on_each_paper_model(which
     assert updates["ghost"].norm() > 0
     block = method.clip_engine_block()["engine"]["clip_engine"]
     assert block["used"] == "ghost"
-    expected_fallback = {"small_cnn": False, "nf_resnet": True, "vit": True, "lstm": True}[which]
+    expected_fallback = {"small_cnn": False, "nf_resnet": True, "vit": False, "lstm": True}[which]
     assert bool(block["per_example_parameters"]) == expected_fallback
 
 
@@ -257,7 +259,7 @@ def test_auto_picks_ghost_only_where_every_parameter_is_covered(make_method):
         method = make_method("dpsgd", FunctionalModel(make()[0].to(F64)),
                              {"lr": 0.1, "clip": 1.0, "clip_engine": "auto"}, sigma=1.0, b=4)
         picks[which] = method.clip_engine
-    assert picks == {"small_cnn": "ghost", "nf_resnet": "per_example", "vit": "per_example", "lstm": "per_example"}
+    assert picks == {"small_cnn": "ghost", "nf_resnet": "per_example", "vit": "ghost", "lstm": "per_example"}
     sgd = make_method("sgd", FunctionalModel(_small_cnn()[0]), {"lr": 0.1, "clip": 1.0})
     assert sgd.clip_engine == "none"
 
