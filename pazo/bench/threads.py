@@ -13,6 +13,7 @@ that is from the best count measured (`auto_over_best`: the goal is at most abou
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -92,7 +93,7 @@ def main():
                         help="every setting's batch size (default: each setting's own)")
     parser.add_argument("--no-train", action="store_true", help="skip timing the whole default run")
     parser.add_argument("--out", default=None)
-    parser.add_argument("--job", default=None, help="(internal) one job in this process")
+    parser.add_argument("--job", default=None, help=argparse.SUPPRESS)  # internal: one job in this process
     args = parser.parse_args()
     if args.job:
         job = json.loads(args.job)
