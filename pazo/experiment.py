@@ -112,7 +112,7 @@ class Run:
         the printed epsilon: the data set's own (`DataBundle.info`) and the step times."""
         if not self.plan.private:
             return []
-        return [*self.data.info.get("outside_guarantee", []),
+        return [*self.data.info.get("outside_guarantee", []), *self.method.outside_guarantee(),
                 "s_per_iter and the step times: the time of a step grows with its realised Poisson batch size"]
 
 

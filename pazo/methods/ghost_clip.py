@@ -243,9 +243,10 @@ class GhostClipper:
         handles = []
         for name, (module, _, _) in self.layers.items():
             def keep(mod, args, out, c=captures[name]):
-                c.inputs.append(args[0].detach())
+                first = args[0] if args else None   # (a call by keyword only is left to the fallback)
+                c.inputs.append(first.detach() if isinstance(first, torch.Tensor) else None)
                 c.outputs.append(out)
-                c.versions.append(out._version)
+                c.versions.append(getattr(out, "_version", None))
             handles.append(module.register_forward_hook(keep))
         try:
             with torch.enable_grad():
@@ -255,7 +256,8 @@ class GhostClipper:
                 h.remove()
         n = len(x)
         once = {name: c for name, c in captures.items()
-                if len(c.outputs) == 1 and c.outputs[0].requires_grad and c.outputs[0]._version == c.versions[0]
+                if len(c.outputs) == 1 and isinstance(c.outputs[0], torch.Tensor) and c.inputs[0] is not None
+                and c.outputs[0].requires_grad and c.outputs[0]._version == c.versions[0]
                 and c.outputs[0].shape[:1] == c.inputs[0].shape[:1] == (n,)}
         wanted = [c.outputs[0] for c in once.values()]
         grads = torch.autograd.grad(losses.sum(), wanted, allow_unused=True) if wanted else []

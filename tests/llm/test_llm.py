@@ -14,6 +14,7 @@ from fixtures import write_mnli_and_snli, write_tiny_roberta
 from llm_fixtures import write_squad, write_sst2, write_tiny_causal_lm
 from model_checks import check_engines_and_per_example_grads
 from pazo.data.prompt_tasks import encode_causal, encode_squad_example, load_prompt_bundle
+from pazo.data.base import TensorSplit
 from pazo.errors import ConfigError, DataMissingError
 from pazo.models.functional import FunctionalModel
 from pazo.models.hf_lm import build_hf_lm_task
@@ -384,7 +385,7 @@ def test_dpsgd_by_the_ghost_engine_equals_the_per_example_engine(root, make_meth
         model = FunctionalModel(module, loss_fn=module.loss_fn)
         before = model.flat_params().clone()
         method = make_method("dpsgd", model, {"lr": 0.1, "clip": 0.05, "per_example_chunk": 2,
-                                              "clip_engine": engine}, sigma=1.0, b=3, seed=4)
+                                              "clip_engine": engine}, sigma=1.0, b=3, seed=4, public=TensorSplit(x, y))
         method.step(x, y, 1)
         updates[engine], blocks[engine] = model.flat_params() - before, method.clip_engine_block()
     assert float((updates["ghost"] - updates["per_example"]).abs().max()) <= 1e-10

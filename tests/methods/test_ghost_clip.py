@@ -217,6 +217,8 @@ def noisy_update(make_method, module, x, y, engine, name="dpsgd", public=None):
     cfg = {"lr": 0.1, "clip": 0.3, "per_example_chunk": 3, "clip_engine": engine}
     if name != "dpsgd":
         cfg["public_batch_size"] = 2
+    if public is None:   # (the ghost engine checks its layers on public examples: here the batch's own)
+        public = TensorSplit(x, y)
     method = make_method(name, model, cfg, sigma=1.5, b=4, public=public, seed=7, total_steps=3)
     method.step(x, y, 1)
     return model.flat_params() - before, method
@@ -272,3 +274,23 @@ def test_gep_refuses_the_ghost_engine(make_method):
     gep = make_method("gep", FunctionalModel(_small_cnn()[0].float()), {**cfg, "clip_engine": "auto"},
                       sigma=1.0, b=4, public=public)
     assert gep.clip_engine == "per_example"
+
+
+def test_the_layer_check_reads_public_examples_or_is_listed_outside_the_guarantee(make_method):
+    """Which parameters go to the per-example engine is released in the summary: the check that decides it
+    reads public examples where there are any, else the private batch, and the summary says so."""
+    module, x, _ = _small_cnn()
+    y = torch.randint(0, 10, (len(x),))
+    cfg = {"lr": 0.1, "clip": 1.0, "clip_engine": "ghost"}
+    with_public = make_method("dpsgd", FunctionalModel(module.to(F64)), cfg, sigma=1.0, b=4,
+                              public=TensorSplit(torch.rand(5, 1, 8, 8, dtype=F64), torch.randint(0, 10, (5,))))
+    seen = []
+    original = with_public.ghost.check_layers
+    with_public.ghost.check_layers = lambda xs, ys: (seen.append(xs), original(xs, ys))
+    with_public.step(x, y, 1)
+    assert len(seen) == 1 and not any(torch.equal(seen[0][:1], x[i:i + 1]) for i in range(len(x)))
+    assert with_public.outside_guarantee() == []
+    without = make_method("dpsgd", FunctionalModel(_small_cnn()[0].to(F64)), cfg, sigma=1.0, b=4,
+                          public=TensorSplit(torch.zeros(0, 1, 8, 8, dtype=F64), torch.zeros(0, dtype=torch.long)))
+    without.step(x, y, 1)
+    assert any("first private batch" in line for line in without.outside_guarantee())
