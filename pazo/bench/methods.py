@@ -245,6 +245,7 @@ def main():
     parser.add_argument("--warmup", type=at_least(0), default=5)
     parser.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--note", default=None, help="a note for the result file (e.g. the machine's load)")
     parser.add_argument("--batch-size", type=at_least(1), default=None,
                         help="every setting's batch size (smoke runs; default: each setting's own)")
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)  # internal: run one job and print its row
@@ -290,7 +291,8 @@ def main():
             rows.append(row)
             print(json.dumps(row))
     out = Path(args.out or RESULTS_DIR / f"methods_{device.type}.json")
-    write_result(out, result_record(device, rows))   # threads: args.threads where given (set above)
+    note = {"note": args.note} if args.note else {}
+    write_result(out, {**result_record(device, rows), **note})   # threads: args.threads where given (set above)
     print("\n| setting | method | impl | engine | median s/iter | p25-p75 | floor s | x floor | x floor (paired) "
           "| x SGD (paired) | peak MB | x fwd mem |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -93,6 +93,7 @@ def main():
                         help="every setting's batch size (default: each setting's own)")
     parser.add_argument("--no-train", action="store_true", help="skip timing the whole default run")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--note", default=None, help="a note for the result file (e.g. the machine's load)")
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)  # internal: one job in this process
     args = parser.parse_args()
     if args.job:
@@ -144,7 +145,8 @@ def main():
     write_result(out, {"machine": machine_details(device=f"cpu x{os.cpu_count()}", usable_cores=usable_cores(),
                                                   load_averages=load,
                                                   load_average_median=float(np.median([a[0] for a in load]))),
-                       "counts": counts, "iters": args.iters, "results": rows, "default_run": train})
+                       **({"note": args.note} if args.note else {}), "counts": counts, "iters": args.iters,
+                       "results": rows, "default_run": train})
     for r in rows:
         meds = {n: v.get("median_s") for n, v in r["by_threads"].items()}
         print(f"{r['setting']:>18} {r['method']:>7} " + " ".join(
