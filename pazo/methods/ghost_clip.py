@@ -140,16 +140,16 @@ def _group_norm(layer: nn.GroupNorm, x, grad_out):
 
 
 def _rule(module: nn.Module):
-    """The rule for a layer of a covered type and configuration, or None. Subclasses are taken (timm's
-    LayerNorm, Hugging Face's Linear layers), since the first batch's check (`check_layers`) leaves
-    one that computes otherwise to the per-example engine; not Conv2d's, whose best-known subclass
-    (timm's ScaledStdConv2d) standardises its weight."""
+    """The rule for a layer of a covered type and configuration, or None. Subclasses of Linear and the
+    norms are taken (timm's LayerNorm), since the first batch's check (`check_layers`) leaves one
+    that computes otherwise to the per-example engine; not Conv2d's (timm's ScaledStdConv2d
+    standardises its weight) nor Embedding's (OPT's learned positions take the attention mask)."""
     if isinstance(module, nn.Linear):
         return _linear
     if type(module) is nn.Conv2d and module.groups == 1 and module.padding_mode == "zeros" \
             and not isinstance(module.padding, str):
         return _conv2d
-    if isinstance(module, nn.Embedding) and module.max_norm is None and not module.scale_grad_by_freq \
+    if type(module) is nn.Embedding and module.max_norm is None and not module.scale_grad_by_freq \
             and not module.sparse:
         return _embedding
     if isinstance(module, nn.LayerNorm) and module.elementwise_affine:
