@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-all lint docs docs-run setup bench-calibration bench-cpu bench-gpu demo clean
+.PHONY: run test test-all lint docs docs-run setup bench-calibration bench-cpu bench-gpu bench-threads bench-dpsgd-gpu demo clean
 
 ## The pinned requirements, then pazo itself in editable mode (entry points pazo-train, pazo-sweep, pazo-bench, pazo-report),
 ## and JAX-Privacy without its dependencies: its one-run f-DP estimator is the tests' independent
@@ -70,6 +70,15 @@ bench-cpu: $(STAMP)
 	  --out scripts/results/public_grads_cpu.json
 	$(PY) scripts/profile_zo_step.py --setting digits --threads 1
 	$(PY) scripts/count_step_ops.py --settings digits,cifar_shape,cifar10_nf224,tiny_imagenet_vit,imdb_lstm,mnli_roberta
+
+## CPU threads against step time, and the default run at each count and at train.threads=auto
+## (scripts/results/threads_cpu.json): the evidence for the auto rule (pazo/threads.py).
+bench-threads: $(STAMP)
+	$(PY) -m pazo.bench.threads
+
+## DP-SGD by each clip engine (per-example, ghost) against SGD on the four paper settings on CUDA.
+bench-dpsgd-gpu: $(STAMP)
+	$(PY) -m pazo.bench.methods --device cuda --settings cifar10_nf224,tiny_imagenet_vit,imdb_lstm,mnli_roberta --methods sgd,dpsgd --iters 30 --warmup 5 --out scripts/results/dpsgd_engines_cuda.json
 
 ## The same on a CUDA GPU for all four paper settings (scripts/results/methods_cuda_<setting>.json).
 bench-gpu: $(STAMP)

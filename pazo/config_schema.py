@@ -20,6 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
 
 from pazo.errors import ConfigError, one_of, positive, require
+from pazo.threads import valid_threads
 
 
 
@@ -64,8 +65,10 @@ class TrainSchema:
     keep_checkpoint: bool = False
     save_model: bool = True
     progress_seconds: float = 60
+    threads: Any = "auto"   # auto or an integer >= 1 (pazo.threads)
 
     def __post_init__(self):
+        require(valid_threads(self.threads), f"train.threads must be auto or an integer >= 1, got {self.threads!r}")
         positive(self.epochs, "train.epochs")
         optional(at_least_one, self.steps, "train.steps")
         at_least_one(self.batch_size, "train.batch_size")

@@ -33,6 +33,7 @@ from pazo.models.functional import cross_entropy_per_example
 from pazo.privacy.plan import PrivacyPlan, make_plan
 from pazo.privacy.sampling import SAMPLERS
 from pazo.rng import RandomStreams
+from pazo.threads import apply_threads
 from pazo.validate import typed_config, validate_against_data
 from pazo.warm_start import warm_start
 
@@ -54,6 +55,7 @@ class Run:
     engine: dict           # {requested, name, reason}
     method: Method
     total_steps: int
+    threads: dict          # {count, requested, why}: the CPU threads (pazo.threads)
     #: the private data's digest (`data_digest`), which keys the secret streams: never released
     data_digest: str = ""
 
@@ -96,13 +98,15 @@ class Run:
 
     def describe(self) -> dict:
         """The set-up half of the run's summary (what ran, where, on what, with what guarantee)."""
+        method = self.method.describe()
+        engine = {**self.engine, **method.pop("engine", {})}  # the method's engine facts beside the ZO engine's
         return {"method": self.cfg.method.name, "dataset": self.cfg.dataset.name, "model": self.cfg.model.name,
                 "device": str(self.device), "dim": self.model.dim,
                 "parameter_devices": [str(d) for d in self.model.devices],
                 "privacy": self.plan.as_dict(), "data": self.data.describe(), "warm_start": self.warm_start,
-                "engine": self.engine, "method_departures": self.method_cfg.departures(),
+                "engine": engine, "threads": self.threads, "method_departures": self.method_cfg.departures(),
                 "outside_guarantee": self.outside_guarantee(), "computation": self.computation,
-                **self.method.describe()}
+                **method}
 
     def outside_guarantee(self) -> list[str]:
         """What a private run computes from its private data and releases without noise, so outside
@@ -110,7 +114,7 @@ class Run:
         diagnostics (`pazo.outlets`)."""
         if not self.plan.private:
             return []
-        return [*self.data.info.get("outside_guarantee", []),
+        return [*self.data.info.get("outside_guarantee", []), *self.method.outside_guarantee(),
                 "s_per_iter and the step times: the time of a step grows with its realised Poisson batch size",
                 outlets.private_diagnostics_sentence()]
 
@@ -148,8 +152,11 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
     earlier_engine: a resumed run's first-attempt engine choice, kept so that its steps stay those
     of one engine. time_engines: let `engine.name=auto` time the engines on CUDA (off in an audit).
     data, module, sigma: a benchmark's synthetic data and model, and a fixed noise multiplier
-    (nothing calibrated or accounted); a run never passes them.
+    (nothing calibrated or accounted); a run never passes them. A run sets its CPU threads
+    (`train.threads`, `pazo.threads`) once its model is built, before the warm start and the
+    calibration; a benchmark (given its data) keeps the threads it set itself.
     """
+    own_data = data is None
     method_cfg = method_config(cfg.method)
     info = method_info(method_cfg.name)
     streams = RandomStreams(cfg.seed, secure=cfg.privacy.secure_mode,
@@ -161,6 +168,8 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
     streams.key_to_data(digest)  # (before the sampler and the noise generators draw anything)
     device = resolve_device(cfg.device)
     module, model, device = _model(cfg, data, streams, device, module)
+    threads = (apply_threads(cfg.train.threads, model.dim) if own_data else
+               {"count": torch.get_num_threads(), "requested": None, "why": "set by the benchmark"})
     warm = warm_start(model, data.public, cfg, streams, device)
     total_steps = planned_steps(cfg.train, len(data.private))
     release, sampler_cls = method_cfg.release(), SAMPLERS[cfg.privacy.sampling]
@@ -180,7 +189,7 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
                           query_train_mode=bool(cfg.engine.query_dropout))
     return Run(cfg=cfg, method_cfg=method_cfg, info=info, streams=streams, data=data, module=module, model=model,
                device=device, warm_start=warm, plan=plan, engine=engine, method=method, total_steps=total_steps,
-               data_digest=digest)
+               threads=threads, data_digest=digest)
 
 
 def data_digest(split) -> str:

@@ -31,9 +31,11 @@ HOW_KEYS = (
     "engine.name", "engine.chunk_size",        # vectorised or in place, copies per vmap call: the same losses
     "method.public_grads_together",            # the k public gradients in one pass or one by one
     "method.grad_memory_mb", "method.per_example_chunk",  # per-example gradients in chunks of some size
+    "method.clip_engine",                      # the clipped sum by per-example gradients or book-keeping
     "train.log_every", "train.evals_per_epoch", "train.eval_batch_size",  # when and how the loop reports
     "train.checkpoint_every", "train.checkpoint_minutes", "train.keep_checkpoint", "train.save_model",
     "train.progress_seconds",
+    "train.threads",                           # CPU threads: the same kernels, sums in another order
     "warm_start.cache",                        # a cached warm start is the warm start recomputed
     "privacy.cache_dir", "dataset.root", "dataset.cache_dir",  # where files are read and kept
     "dataset.download", "model.download",      # whether missing files are fetched first

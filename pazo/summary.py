@@ -84,9 +84,10 @@ def assumptions_line(assumptions: dict[str, str]) -> str:
 
 def print_header(summary: dict, plan) -> None:
     d = summary["data"]
+    threads = summary.get("threads", {}).get("count")
     log.info(f"pazo: {summary['method']} on {summary['dataset']} ({summary['model']}, d={summary['dim']}, "
-             f"device {summary['device']}); private {d['n_private']}, public {d['n_public']}, "
-             f"test {d['n_test']}")
+             f"device {summary['device']}, {threads} CPU thread{'s' if threads != 1 else ''}); "
+             f"private {d['n_private']}, public {d['n_public']}, test {d['n_test']}")
     if plan.private:
         log.info(f"privacy: {plan.guarantee}, target epsilon={plan.target_epsilon} delta={plan.delta:.3g} -> "
                  f"{plan.noise} sigma={plan.sigma:.4f} ({plan.sigma_source}), q={plan.sample_rate:.4f}, "

@@ -15,6 +15,7 @@ COMMANDS = {
     "step-ops": ("pazo.bench.step_ops", "tensor operations a ZO step issues besides its floor's"),
     "defaults": ("pazo.bench.defaults", "every method with its default hyperparameters on digits"),
     "dimension": ("pazo.bench.dimension", "DPZero's dimension experiment (its Figures 1-2) on a quadratic"),
+    "threads": ("pazo.bench.threads", "step time at 1, 2 and all CPU threads, and the default run (threads)"),
 }
 
 

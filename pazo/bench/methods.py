@@ -17,7 +17,11 @@ the peak resident set of the subprocess (VmHWM, reset after set-up; it includes 
 torch (with torch._dynamo, which some methods import on first use) and the data, about the same
 in every job). Our methods run from the real configs
 (configs/method/*.yaml) with sigma = 1 and a Poisson-size batch fixed at b; zeroth-order methods
-run under both engines (`engine`). Opacus (optional: `pip install -r requirements-bench.txt`) runs
+run under both engines (`engine`); DP-SGD, DPMD and DOPE-SGD under both clip engines (`clip_engine`:
+per-example gradients, or book-keeping, `pazo.methods.ghost_clip`), each with
+`paired_over_sgd`: the median, over `iters` pairs, of its step's time over an SGD step's run just
+before it (SGD built in the same subprocess once the method's peak memory is read). Opacus
+(optional: `pip install -r requirements-bench.txt`) runs
 DP-SGD with per-sample-gradient hooks and with ghost clipping, on a copy of the same model, batch
 and clip.
 
@@ -61,6 +65,9 @@ from pazo.models import build_model
 DEFAULT_SETTINGS = "digits,cifar_shape"
 METHODS = ["sgd", "dpsgd", "dpmd", "dope_sgd", "gep", "mezo", "dpzero", "dp_aggzo", "pazo_m", "pazo_p",
            "pazo_p_prime", "pazo_s"]
+#: first-order methods timed under each way of computing the clipped sum (`method.clip_engine`)
+CLIP_ENGINE_METHODS = {"dpsgd", "dpmd", "dope_sgd"}
+CLIP_ENGINES = ("per_example", "ghost")
 
 
 def forward_floor(setting, device, warmup, iters, model=None):
@@ -86,14 +93,19 @@ def public_floor(setting, device, warmup, iters, public_batch_size, batches=1, m
                       iters)
 
 
-def ours(name, setting, device, warmup, iters, extra=(), engine=None):
+def ours(name, setting, device, warmup, iters, extra=(), engine=None, clip_engine=None):
     b = SETTINGS[setting][3]
+    extra = [*extra, *([f"method.clip_engine={clip_engine}"] if clip_engine else [])]
     method, config, model = build_benchmark_method(name, setting, device, engine, extra)
     x, y = synthetic_inputs(setting, b, device)
     counter = iter(range(1, 10**9))
     step = lambda: method.step(x, y, next(counter))  # noqa: E731
     if name not in FORWARDS:
-        return time_steps(step, device, warmup, iters), model.dim
+        row = time_steps(step, device, warmup, iters)
+        if clip_engine:
+            row["clip_engine_used"] = method.clip_engine_block()["engine"]["clip_engine"]
+            row["paired_over_sgd"] = paired_over_sgd(step, setting, device, warmup, iters)
+        return row, model.dim
     # the bare passes: each timed alone, just before the method, and again interleaved with its steps
     n_fwd, n_pub = FORWARDS[name](config), PUBLIC_PASSES.get(name, lambda m: 0)(config)
     fwd = forward_floor(setting, device, warmup, iters, model)["median_s"]
@@ -122,6 +134,19 @@ def paired_speedup_over_dpsgd(step, setting, device, warmup, iters) -> float:
     for _ in range(warmup):
         baseline()
     return statistics.median(before / after for before, after in paired_times(baseline, step, device, iters))
+
+
+def paired_over_sgd(step, setting, device, warmup, iters) -> float:
+    """The median, over `iters` pairs, of the method's step time over an SGD step's run just before
+    it, in this process (SGD from its own config on its own copy of the model and batch): the
+    slowdown of private training that holds when the machine's speed drifts."""
+    sgd, _, _ = build_benchmark_method("sgd", setting, device)
+    x, y = synthetic_inputs(setting, SETTINGS[setting][3], device)
+    counter = iter(range(1, 10**9))
+    baseline = lambda: sgd.step(x, y, next(counter))  # noqa: E731
+    for _ in range(warmup):
+        baseline()
+    return statistics.median(after / before for before, after in paired_times(baseline, step, device, iters))
 
 
 def opacus_dpsgd(mode, setting, device, warmup, iters):
@@ -157,7 +182,8 @@ def run_job(job, device, warmup, iters, overrides):
     elif job["impl"].startswith("opacus-"):
         row = opacus_dpsgd(job["impl"].removeprefix("opacus-"), job["setting"], device, warmup, iters)
     else:
-        row, dim = ours(job["method"], job["setting"], device, warmup, iters, overrides, job.get("engine"))
+        row, dim = ours(job["method"], job["setting"], device, warmup, iters, overrides, job.get("engine"),
+                        job.get("clip_engine"))
         row = {"dim": dim, **row}
     return {**row, "batch_size": SETTINGS[job["setting"]][3]}
 
@@ -190,6 +216,9 @@ def job_failure(returncode: int, stderr: str) -> str:
 def jobs_for(setting, methods, opacus_modes):
     jobs = [{"setting": setting, "method": "forward", "impl": "floor"}]
     for name in methods:
+        if name in CLIP_ENGINE_METHODS:
+            jobs += [{"setting": setting, "method": name, "impl": "pazo", "clip_engine": e} for e in CLIP_ENGINES]
+            continue
         engines = ENGINE_NAMES if name in FORWARDS else (None,)
         jobs += [{"setting": setting, "method": name, "impl": "pazo", **({"engine": e} if e else {})} for e in engines]
     jobs += [{"setting": setting, "method": "dpsgd", "impl": f"opacus-{mode}"} for mode in opacus_modes]
@@ -216,6 +245,7 @@ def main():
     parser.add_argument("--warmup", type=at_least(0), default=5)
     parser.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--note", default=None, help="a note for the result file (e.g. the machine's load)")
     parser.add_argument("--batch-size", type=at_least(1), default=None,
                         help="every setting's batch size (smoke runs; default: each setting's own)")
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)  # internal: run one job and print its row
@@ -261,19 +291,21 @@ def main():
             rows.append(row)
             print(json.dumps(row))
     out = Path(args.out or RESULTS_DIR / f"methods_{device.type}.json")
-    write_result(out, result_record(device, rows))   # threads: args.threads where given (set above)
+    note = {"note": args.note} if args.note else {}
+    write_result(out, {**result_record(device, rows), **note})   # threads: args.threads where given (set above)
     print("\n| setting | method | impl | engine | median s/iter | p25-p75 | floor s | x floor | x floor (paired) "
-          "| peak MB | x fwd mem |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| x SGD (paired) | peak MB | x fwd mem |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
             print(f"| {r['setting']} | {r['method']} | {r['impl']} | {r.get('engine', '')} | "
                   f"failed: {r['error'][:80]} |")
             continue
         fmt = lambda key, f: format(r[key], f) if r.get(key) is not None else ""  # noqa: E731
-        print(f"| {r['setting']} | {r['method']} | {r['impl']} | {r.get('engine', '')} | {r['median_s']:.5f} | "
+        engine = r.get("engine") or r.get("clip_engine", "")
+        print(f"| {r['setting']} | {r['method']} | {r['impl']} | {engine} | {r['median_s']:.5f} | "
               f"{r['p25_s']:.5f}-{r['p75_s']:.5f} | {fmt('floor_s', '.5f')} | {fmt('floor_ratio', '.2f')} | "
-              f"{fmt('paired_floor_ratio', '.2f')} | "
+              f"{fmt('paired_floor_ratio', '.2f')} | {fmt('paired_over_sgd', '.2f')} | "
               f"{fmt('peak_mem_mb', '.0f')} | {fmt('mem_ratio', '.2f')} |")
 
 

@@ -130,6 +130,11 @@ class Method(ABC):
         """Fields this method adds to the run's summary when the run starts (none by default)."""
         return {}
 
+    def outside_guarantee(self) -> list[str]:
+        """What this method computes from the private data and releases without noise (the run's
+        summary lists it; nothing by default)."""
+        return []
+
     def outcome(self, stat_sums: dict[str, float], steps_done: int) -> dict:
         """Fields this method adds to the run's summary when it ends: how the engine ran
         half-precision queries, if it ran any (merged into the summary's `engine` block)."""

@@ -68,11 +68,23 @@ PAGES = (
          "MeZO-style perturbation in place) timed side by side in one process, and PAZO's public "
          "gradients computed together against one by one (`pazo-bench engines`, `--public-grads`); "
          "the evidence for `engine.name=auto` and the models' default way. The files under "
-         "`public_grads_default/` time the methods with each way of computing the public gradients.",
+         "`public_grads_default/` time the methods with each way of computing the public gradients. "
+         "`dpsgd_engines_*` time DP-SGD by each clip engine (`method.clip_engine`: per-example "
+         "gradients or book-keeping) beside SGD (`pazo-bench methods --methods sgd,dpsgd`); "
+         "`paired_over_sgd` is its step over an SGD step timed pair by pair.",
          ("engines_cpu.json", "engines_cuda.json", "public_grads_cpu.json", "public_grads_cuda.json",
-          "public_grads_default/*.json"),
-         summary=("file", "setting", "method", "paired_vectorised_over_inplace", "paired_together_over_one_by_one"),
-         summary_rows=lambda r: "paired_vectorised_over_inplace" in r or "paired_together_over_one_by_one" in r),
+          "public_grads_default/*.json", "dpsgd_engines_*.json"),
+         summary=("file", "setting", "method", "clip_engine", "paired_vectorised_over_inplace",
+                  "paired_together_over_one_by_one", "paired_over_sgd"),
+         summary_rows=lambda r: ("paired_vectorised_over_inplace" in r or "paired_together_over_one_by_one" in r
+                                 or "paired_over_sgd" in r)),
+    Page("threads", "CPU threads",
+         "Step times at 1, 2 and all cores (`OMP_NUM_THREADS` per subprocess) and the whole default run "
+         "at each count and at `train.threads=auto` (`pazo-bench threads`); `auto_threads` is what the "
+         "rule picks for the model, `auto_over_best` its time over the best count's.",
+         ("threads_cpu.json",),
+         ("setting", "method", "best_threads", "auto_threads", "auto_over_best"),
+         summary=("setting", "method", "best_threads", "auto_threads", "auto_over_best")),
     Page("memory", "Memory of a language model's step",
          "Peak memory of one no-grad forward and of one step of each zeroth-order method on an "
          "OPT-shaped causal language model with random weights (`pazo-bench memory`); `ratio` is the "

@@ -311,13 +311,14 @@ def speed_table(paths: list[Path], paper: pd.DataFrame):
             paper_setting = r.get("paper_setting")
             pv = ref[(ref.method == m) & (ref.setting == paper_setting)] if paper_setting else ref.iloc[0:0]
             paper_value = float(pv.value.iloc[0]) if len(pv) and not math.isnan(pv.value.iloc[0]) else None
-            text = f"{r['median_s']:.4f}" + (f" {r['engine']}" if len(hit) > 1 else "")
+            engine = r.get("engine") or r.get("clip_engine")   # a zeroth-order engine, or a clip engine
+            text = f"{r['median_s']:.4f}" + (f" {engine}" if len(hit) > 1 else "")
             if r.get("floor_ratio"):
                 text += f" [{r['floor_ratio']:.1f}x floor]"
             if paper_value is not None:
                 text += f" ({paper_value:.3f})"
             row[s] = text
-            long.append({"setting": s, "method": m, "engine": r.get("engine"), "median_s": r["median_s"],
+            long.append({"setting": s, "method": m, "engine": engine, "median_s": r["median_s"],
                          "p25_s": r.get("p25_s"),
                          "p75_s": r.get("p75_s"), "peak_mem_mb": r.get("peak_mem_mb"),
                          "floor_s": r.get("floor_s"), "floor_ratio": r.get("floor_ratio"),

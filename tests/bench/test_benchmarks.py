@@ -203,8 +203,9 @@ def test_the_gpu_benchmark_settings_run_on_cpu_at_a_tiny_batch(setting, tmp_path
                           capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(out.read_text())["results"]
-    assert [(r["method"], r.get("engine")) for r in rows] == [
-        ("forward", None), ("dpsgd", None), ("dpzero", "vectorised"), ("dpzero", "inplace"),
+    assert [(r["method"], r.get("engine") or r.get("clip_engine")) for r in rows] == [
+        ("forward", None), ("dpsgd", "per_example"), ("dpsgd", "ghost"), ("dpzero", "vectorised"),
+        ("dpzero", "inplace"),
         ("pazo_s", "vectorised"), ("pazo_s", "inplace")]
     assert all("error" not in r for r in rows), [r["error"] for r in rows if "error" in r]
     assert {r["batch_size"] for r in rows} == {2}   # as each job reports it: --batch-size reached the jobs
@@ -310,3 +311,17 @@ def test_defaults_check_names_every_number_that_differs():
     now[1]["best_val_accuracy"], now[0]["status"] = 0.3, "failed"
     assert differences(recorded, now) == ["a status: recorded 0.5, now failed",
                                           "b best_val_accuracy: recorded 0.25, now 0.3"]
+@pytest.mark.slow   # five job subprocesses: over two minutes on the shared 2-core machine
+def test_dpsgd_rows_time_each_clip_engine_against_sgd(tmp_path):
+    """DP-SGD's rows: one per clip engine, each run under it (the summary's engine block says so), with
+    its paired slowdown over SGD and its peak memory."""
+    out = tmp_path / "methods.json"
+    done = subprocess.run([sys.executable, "-m", "pazo.bench.methods", "--device", "cpu", "--settings", "digits",
+                           "--methods", "sgd,dpsgd", "--iters", "2", "--warmup", "0", "--batch-size", "4",
+                           "--threads", "1", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [r for r in json.loads(out.read_text())["results"] if r["method"] == "dpsgd"]
+    assert [r["clip_engine"] for r in rows] == ["per_example", "ghost"]
+    for r in rows:
+        assert r["clip_engine_used"]["used"] == r["clip_engine"]
+        assert r["paired_over_sgd"] > 0 and r["peak_mem_mb"] > 0 and r["median_s"] > 0

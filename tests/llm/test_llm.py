@@ -14,6 +14,7 @@ from fixtures import write_mnli_and_snli, write_tiny_roberta
 from llm_fixtures import write_squad, write_sst2, write_tiny_causal_lm
 from model_checks import check_engines_and_per_example_grads
 from pazo.data.prompt_tasks import encode_causal, encode_squad_example, load_prompt_bundle
+from pazo.data.base import TensorSplit
 from pazo.errors import ConfigError, DataMissingError
 from pazo.models.functional import FunctionalModel
 from pazo.models.hf_lm import build_hf_lm_task
@@ -395,3 +396,27 @@ def test_a_missing_model_is_one_message_for_its_own_family(tmp_path, monkeypatch
         assert (f"get it with {switch}=true" in message) != download
         assert (f"{switch}=true could not fetch it" in message) == download
         assert "\n" not in message
+@pytest.mark.parametrize("family,lora", [("opt", False), ("opt", True), ("llama", False)])
+def test_dpsgd_by_the_ghost_engine_equals_the_per_example_engine(root, make_method, family, lora):
+    """A noisy DP-SGD step of the tiny LMs in float64 (full parameters, or LoRA adapters): the book-keeping
+    engine's update is the per-example engine's to 1e-10; the tied head, OPT's learned positions and
+    LLaMA's RMSNorm go to the per-example engine, the adapters and projections are book-kept."""
+    tok = load_pretrained(str(root / family), "tokenizer")
+    data = load_prompt_bundle(data_cfg(root, n_train=8, n_val=0, test_size=4), RandomStreams(0), tok)
+    x, y = data.private.batch(np.arange(3))
+    updates, blocks = {}, {}
+    for engine in ("per_example", "ghost"):
+        torch.manual_seed(0)
+        adapters = {"enabled": lora, "rank": 2, "alpha": 4, "dropout": 0.0, "target_modules": None}
+        module = build_hf_lm_task(model_cfg(root / family, lora=adapters), "causal").double()
+        model = FunctionalModel(module, loss_fn=module.loss_fn)
+        before = model.flat_params().clone()
+        method = make_method("dpsgd", model, {"lr": 0.1, "clip": 0.05, "per_example_chunk": 2,
+                                              "clip_engine": engine}, sigma=1.0, b=3, seed=4, public=TensorSplit(x, y))
+        method.step(x, y, 1)
+        updates[engine], blocks[engine] = model.flat_params() - before, method.clip_engine_block()
+    assert float((updates["ghost"] - updates["per_example"]).abs().max()) <= 1e-10
+    ghost = blocks["ghost"]["engine"]["clip_engine"]
+    assert ghost["used"] == "ghost" and len(ghost["per_example_parameters"]) < len(model.names)
+    if lora:
+        assert ghost["per_example_parameters"] == []

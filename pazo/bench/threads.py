@@ -1,0 +1,167 @@
+"""CPU threads against step time: the evidence for `train.threads=auto` (`pazo.threads`).
+
+    pazo-bench threads [--settings digits,cifar_shape,cifar10_nf32,imdb_lstm,tiny_imagenet_vit]
+                       [--methods sgd,dpsgd,pazo_m] [--counts 1,2,<cores>] [--iters 10] [--warmup 2]
+                       [--batch-size B] [--no-train] [--out scripts/results/threads_cpu.json]
+
+For each setting, method and thread count, one subprocess (`OMP_NUM_THREADS` set, so torch starts
+with that many) times `iters` steps on synthetic inputs of the setting's shapes (the median and
+25th/75th percentiles). Then, unless `--no-train`, the whole default run (`make run`: PAZO-M on
+digits, `python -m pazo.train`) is timed end to end at each count and at `train.threads=auto` with
+no `OMP_NUM_THREADS`. Each row records what `auto` would pick for the setting's model and how far
+that is from the best count measured (`auto_over_best`: the goal is at most about 1.1).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pazo.bench.common import REPO_ROOT, RESULTS_DIR, at_least, machine_details, run_main, write_result
+from pazo.commands import ArgumentParser
+from pazo.errors import ConfigError
+
+DEFAULT_SETTINGS = "digits,cifar_shape,cifar10_nf32,imdb_lstm,tiny_imagenet_vit"
+
+
+def time_job(setting: str, method: str, iters: int, warmup: int, batch_size: int | None) -> dict:
+    """In this process (its threads from the environment): the method's step times on the setting."""
+    import torch
+
+    from pazo.bench.settings import SETTINGS, build_benchmark_method, set_batch_size, synthetic_inputs
+    from pazo.bench.timing import time_steps
+
+    if batch_size:
+        set_batch_size(batch_size)
+    m, _, model = build_benchmark_method(method, setting, torch.device("cpu"))
+    x, y = synthetic_inputs(setting, SETTINGS[setting][3], "cpu")
+    counter = iter(range(1, 10**9))
+    row = time_steps(lambda: m.step(x, y, next(counter)), torch.device("cpu"), warmup, iters)
+    return {**row, "threads": torch.get_num_threads(), "dim": model.dim, "batch_size": SETTINGS[setting][3]}
+
+
+def run_isolated(job: dict, threads: int, args) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    cmd = [sys.executable, "-m", "pazo.bench.threads", "--job", json.dumps(job), "--iters", str(args.iters),
+           "--warmup", str(args.warmup), *(["--batch-size", str(args.batch_size)] if args.batch_size else [])]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:300]}
+    return json.loads(lines[-1])
+
+
+def time_default_run(threads: int | None) -> dict:
+    """Seconds of the whole default run (`make run`), with OMP_NUM_THREADS=threads, or none and
+    train.threads=auto; what the run's summary says it used."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    if threads:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "pazo.train", "logger.mode=disabled", f"hydra.run.dir={tmp}/run",
+                               f"privacy.cache_dir={tmp}/cache"], capture_output=True, text=True, env=env,
+                              cwd=REPO_ROOT)
+        seconds = time.perf_counter() - t0
+        if done.returncode != 0:
+            return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1][:300]}
+        summary = json.loads((Path(tmp) / "run" / "summary.json").read_text())
+    return {"seconds": seconds, "threads_used": summary["threads"], "median_s_per_iter": summary["median_s_per_iter"]}
+
+
+def auto_pick(dim: int) -> int:
+    from pazo.threads import choose_threads
+
+    return choose_threads("auto", dim, environ={})[0]
+
+
+def main():
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--settings", default=DEFAULT_SETTINGS)
+    parser.add_argument("--methods", default="sgd,dpsgd,pazo_m")
+    parser.add_argument("--counts", default=None, help="thread counts (default: 1, 2 and the machine's cores)")
+    parser.add_argument("--iters", type=at_least(1), default=10)
+    parser.add_argument("--warmup", type=at_least(0), default=2)
+    parser.add_argument("--batch-size", type=at_least(1), default=None,
+                        help="every setting's batch size (default: each setting's own)")
+    parser.add_argument("--no-train", action="store_true", help="skip timing the whole default run")
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--note", default=None, help="a note for the result file (e.g. the machine's load)")
+    parser.add_argument("--job", default=None, help=argparse.SUPPRESS)  # internal: one job in this process
+    args = parser.parse_args()
+    if args.job:
+        job = json.loads(args.job)
+        print(json.dumps(time_job(job["setting"], job["method"], args.iters, args.warmup, args.batch_size)))
+        return
+    from pazo.bench.settings import SETTINGS
+    from pazo.threads import usable_cores
+
+    try:
+        counts = sorted({int(c) for c in args.counts.split(",")} if args.counts else {1, 2, usable_cores()})
+        if min(counts) < 1:
+            raise ValueError
+    except ValueError:
+        print(f"pazo: error: --counts must be integers >= 1, got {args.counts!r}", file=sys.stderr)
+        sys.exit(2)
+    unknown = sorted(set(args.settings.split(",")) - set(SETTINGS))
+    if unknown:
+        print(f"pazo: error: {ConfigError(f'unknown setting(s) {unknown}; choices: {list(SETTINGS)}')}",
+              file=sys.stderr)
+        sys.exit(2)
+    rows, load = [], [os.getloadavg()]
+    for setting in args.settings.split(","):
+        for method in args.methods.split(","):
+            by_count = {}
+            for n in counts:
+                by_count[n] = run_isolated({"setting": setting, "method": method}, n, args)
+                print(json.dumps({"setting": setting, "method": method, "threads": n, **by_count[n]}), flush=True)
+            medians = {n: r["median_s"] for n, r in by_count.items() if "median_s" in r}
+            row = {"setting": setting, "method": method, "by_threads": by_count}
+            if medians:
+                best = min(medians, key=medians.get)
+                dim = next(r["dim"] for r in by_count.values() if "dim" in r)
+                auto = auto_pick(dim)
+                row.update(best_threads=best, auto_threads=auto,
+                           auto_over_best=medians[auto] / medians[best] if auto in medians else None)
+            rows.append(row)
+        load.append(os.getloadavg())
+    train = None
+    if not args.no_train:
+        train = {str(n): time_default_run(n) for n in counts}
+        train["auto"] = time_default_run(None)
+        seconds = {k: v["seconds"] for k, v in train.items() if "seconds" in v}
+        if seconds:
+            best = min((k for k in seconds if k != "auto"), key=seconds.get, default=None)
+            train["auto_over_best"] = seconds["auto"] / seconds[best] if best and "auto" in seconds else None
+        load.append(os.getloadavg())
+    out = Path(args.out or RESULTS_DIR / "threads_cpu.json")
+    write_result(out, {"machine": machine_details(device=f"cpu x{os.cpu_count()}", usable_cores=usable_cores(),
+                                                  load_averages=load,
+                                                  load_average_median=float(np.median([a[0] for a in load]))),
+                       **({"note": args.note} if args.note else {}), "counts": counts, "iters": args.iters,
+                       "results": rows, "default_run": train})
+    for r in rows:
+        meds = {n: v.get("median_s") for n, v in r["by_threads"].items()}
+        print(f"{r['setting']:>18} {r['method']:>7} " + " ".join(
+            f"{n}t {m:.4f}s" if m else f"{n}t failed" for n, m in meds.items())
+            + (f"  best {r.get('best_threads')}, auto {r.get('auto_threads')} "
+               f"({r['auto_over_best']:.2f}x best)" if r.get("auto_over_best") else ""))
+    if train:
+        print("default run:", {k: (round(v["seconds"], 1) if isinstance(v, dict) and "seconds" in v else v)
+                               for k, v in train.items()})
+
+
+def cli() -> None:
+    """`pazo-bench threads`, `python -m pazo.bench.threads`."""
+    run_main("benchmark_threads", main)
+
+
+if __name__ == "__main__":
+    cli()
