@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from pazo import REPO_ROOT
+from pazo.rundir import write_text_atomic
 
 #: where the benchmarks write their result files by default (data, not code: beside the launchers)
 RESULTS_DIR = REPO_ROOT / "scripts" / "results"
@@ -84,12 +85,7 @@ def write_result(out: Path, result: dict) -> None:
     as it was."""
     result = with_provenance(result)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(result, indent=2) + "\n")
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text_atomic(out, json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
 
 

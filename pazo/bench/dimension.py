@@ -27,6 +27,7 @@ import pandas as pd  # noqa: E402
 from pazo import REPO_ROOT  # noqa: E402
 from pazo.bench.common import write_result  # noqa: E402
 from pazo.privacy.calibration import calibrate_sigma  # noqa: E402
+from pazo.rundir import save_figure_atomic, write_text_atomic  # noqa: E402
 from pazo.synthetic.quadratic import METHODS, MODES, best_over_lr, sweep  # noqa: E402
 
 LABELS = {"dpgd_0th": "DPGD-0th", "dpzero": "DPZero", "dpgd": "DP-GD"}
@@ -68,7 +69,7 @@ def figure(best: pd.DataFrame, metrics: list[tuple[str, str]], title: str):
 def plot(best: pd.DataFrame, metrics: list[tuple[str, str]], title: str, path: Path) -> None:
     fig = figure(best, metrics, title)
     for suffix in (".png", ".pdf"):
-        fig.savefig(path.with_suffix(suffix), dpi=120)
+        save_figure_atomic(fig, path.with_suffix(suffix), dpi=120)
     plt.close(fig)
 
 
@@ -94,9 +95,9 @@ def main(argv=None):
     rows = sweep([int(d) for d in args.dims.split(",")], args.modes.split(","),
                  [float(v) for v in args.lrs.split(",")], args.steps, args.n, args.n_test, sigma,
                  args.clip, args.smoothing, range(args.seeds))
-    pd.DataFrame(rows).to_csv(out / "runs.csv", index=False)
+    write_text_atomic(out / "runs.csv", pd.DataFrame(rows).to_csv(index=False))
     best = pd.DataFrame(best_over_lr(rows))
-    best.to_csv(out / "best.csv", index=False)
+    write_text_atomic(out / "best.csv", best.to_csv(index=False))
     setting = setting_text(args.epsilon, args.n, args.steps, sigma, args.clip)
     for name, (metrics, title) in FIGURES.items():
         plot(best, metrics, f"{title} ({setting})", out / name)
