@@ -7,7 +7,7 @@ import secrets
 from omegaconf import OmegaConf
 
 from pazo import CONFIG_DIR
-from pazo.errors import ConfigError
+from pazo.errors import ConfigError, unknown_key
 from pazo.privacy.accountants import BudgetError
 from pazo.registry import UnknownNameError
 
@@ -43,7 +43,13 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
     overrides = [a for a in argv if not a.startswith("hydra.")]
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose(config_name=config_name, overrides=overrides)
+            try:
+                cfg = compose(config_name=config_name, overrides=overrides)
+            except HydraException as err:
+                unknown = explain_unknown_key(err, overrides, lambda o: compose(config_name=config_name, overrides=o))
+                if unknown:
+                    return unknown
+                raise
         validate_config(cfg)
         if check is not None:
             check(cfg)
@@ -57,3 +63,46 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
             return f"{lines[0]}; choices: {', '.join(options)}"
         return "; ".join(dict.fromkeys(lines[:2])) or type(err).__name__
     return None
+
+
+def explain_unknown_key(err: Exception, overrides: list[str], compose) -> str | None:
+    """Hydra's "Could not override 'method.k'" as one line that names the close match and the keys
+    there are (`pazo.errors.unknown_key`), found by composing the config without that override
+    (`compose(overrides)`); None for another error of composition."""
+    import re
+
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+
+    found = re.match(r"Could not (?:override|append to config)[^']*'([^']+)'", str(err))
+    if not found:
+        return None
+    key = found.group(1)
+    rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
+    try:
+        cfg = compose(rest)
+    except HydraException:
+        return None
+    parts, node = key.split("."), cfg
+    for depth, part in enumerate(parts):
+        if not OmegaConf.is_dict(node):
+            return None
+        if part not in node:
+            missing = ".".join(parts[:depth + 1])
+            where = ".".join(parts[:depth]) or None
+            aliases = _method_aliases(cfg) if where == "method" else {}
+            if where == "method" and "name" in node:
+                where = f"method {node.name}"
+            return unknown_key(missing, list(node.keys()), aliases, where=where)
+        node = node[part]
+    return None
+
+
+def _method_aliases(cfg) -> dict[str, str]:
+    """The method's paper symbols for its keys (e.g. DP-AggZO's `k` for `q`)."""
+    from pazo.methods import method_info
+
+    try:
+        return dict(getattr(method_info(cfg.method.name).config, "ALIASES", {}))
+    except Exception:  # an unknown method is said elsewhere
+        return {}

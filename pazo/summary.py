@@ -70,6 +70,11 @@ def outcome(plan, tracker, loop: LoopState, total_steps: int, failure: str | Non
     return out
 
 
+SECURE_SEED_NOTE = ("note: privacy.secure_mode=true: the noise and the Poisson batches are drawn from the operating "
+                    "system's entropy and the seed is ignored for them (it still sets the splits, initialisation, "
+                    "directions and public batches): this run cannot be replayed from its seed")
+
+
 def print_header(summary: dict, plan) -> None:
     d = summary["data"]
     log.info(f"pazo: {summary['method']} on {summary['dataset']} ({summary['model']}, d={summary['dim']}, "
@@ -79,6 +84,8 @@ def print_header(summary: dict, plan) -> None:
         log.info(f"privacy: {plan.guarantee}, target epsilon={plan.target_epsilon} delta={plan.delta:.3g} -> "
                  f"{plan.noise} sigma={plan.sigma:.4f} ({plan.sigma_source}), q={plan.sample_rate:.4f}, "
                  f"T={plan.steps}, {plan.sampling} sampling")
+    if plan.noise_seed.startswith("os entropy"):   # said where the user looks: the seed does not replay the run
+        log.info(SECURE_SEED_NOTE)
     for name, assumption in plan.assumptions.items():
         log.info(f"assumes ({name}): {assumption}")
     for note in plan.notes + summary["method_departures"]:

@@ -14,6 +14,7 @@ as a SLURM array through submitit. W&B groups runs by `<sweep>/<setting>`.
 """
 from __future__ import annotations
 
+import difflib
 import itertools
 import json
 import logging
@@ -290,6 +291,8 @@ class _Checker:
             node = None
         where = (f"{parent or 'the top level'} has {', '.join(sorted(node))}" if OmegaConf.is_dict(node)
                  else f"there is no {parent!r}")
+        close = difflib.get_close_matches(key.rpartition(".")[2], list(node), n=1) if OmegaConf.is_dict(node) else []
+        where += "".join(f"; did you mean {parent + '.' if parent else ''}{match}?" for match in close)
         error = _UserOverrideError if line in self.extra else ConfigError
         raise error(f"unknown key {key!r} in override {line!r} ({where}; to add a key use +{line})")
 
