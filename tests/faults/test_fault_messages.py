@@ -11,7 +11,7 @@ import re
 import pytest
 from fault_inputs_helpers import assert_one_error, run_entry
 from fault_runtime_helpers import TINY, run_cli
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pazo import bench, sweep
