@@ -20,7 +20,6 @@ for `FunctionalModel.grads_together_by_default`.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 import torch
 
 from pazo.bench import common, settings, timing
+from pazo.commands import ArgumentParser
 
 ZEROTH_ORDER = ["mezo", "dpzero", "pazo_m", "pazo_p", "pazo_s"]
 
@@ -78,7 +78,7 @@ def compare_public_grads(setting: str, device: torch.device, warmup: int, iters:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--settings", default="digits,cifar_shape")
     parser.add_argument("--methods", default=",".join(ZEROTH_ORDER))
