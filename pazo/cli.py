@@ -3,6 +3,7 @@ in one `pazo: error:` line, and the check of a command line's overrides before a
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 
 from omegaconf import OmegaConf
 
@@ -25,13 +26,68 @@ def register_resolvers() -> None:
 register_resolvers()
 
 
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+@dataclass
+class MultirunJob:
+    """One job of a multirun as Hydra's basic sweeper expands it: its number (Hydra's `job.num`),
+    all its overrides, and the swept ones (what tells it from the other jobs)."""
+
+    num: int
+    overrides: list[str]
+    swept: list[str]
+
+    @property
+    def label(self) -> str:
+        return " ".join(self.swept) or f"job {self.num}"
+
+
+def multirun_jobs(argv: list[str]) -> list[MultirunJob] | None:
+    """The jobs of `pazo-train -m a=1,2 b=x,y`, in Hydra's order (`BasicSweeper.split_arguments`,
+    the sweeper pazo's configs use); None unless `argv` is a multirun with no other Hydra flag.
+    A sweep Hydra's grammar refuses is a ConfigError."""
+    flags = [a for a in argv if a.startswith("-")]
+    if not flags or any(f not in MULTIRUN_FLAGS for f in flags):
+        return None
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        overrides = OverridesParser.create().parse_overrides([a for a in argv if not a.startswith("-")])
+        batches = BasicSweeper.split_arguments(overrides, None)
+    except HydraException as err:
+        raise ConfigError(" ".join(str(err).split())) from None
+    swept = {o.key_or_group for o in overrides if o.is_sweep_override()}
+    jobs = [job for batch in batches for job in batch]
+    return [MultirunJob(num, list(job), [o for o in job if o.split("=", 1)[0].lstrip("+~") in swept])
+            for num, job in enumerate(jobs)]
+
+
+def check_multirun(argv: list[str], config_name: str = "config", check=None) -> str | None:
+    """Every job of a multirun checked as a single run is (`check_overrides`) before the first
+    starts: the first bad job's line (`job 3 of 4 (method=sgd2): ...`), or None."""
+    try:
+        jobs = multirun_jobs(argv)
+    except ConfigError as err:
+        return str(err)
+    for job in jobs or []:
+        problem = check_overrides(job.overrides, config_name, check)
+        if problem:
+            return f"job {job.num + 1} of {len(jobs)} ({job.label}) of the multirun: {problem}; no job was started"
+    return None
+
+
 def check_overrides(argv: list[str], config_name: str = "config", check=None) -> str | None:
     """Compose the config (`config_name`) with the command line's overrides as Hydra will and check
     its values (`pazo.validate.validate_config`: every key's type and range, then what spans
     groups): the first line of the error (an unknown key, a value of the wrong type or out of range,
     a missing config group option), or None. `check(cfg)`: the entry point's own checks (e.g. the
-    audit's settings), raising ConfigError. Multiruns and Hydra's own flags are left to Hydra (each
-    job of a multirun is checked when it starts)."""
+    audit's settings), raising ConfigError. A multirun (`-m`): each of its jobs (`check_multirun`);
+    Hydra's other flags (--help, --cfg, ...) are left to Hydra."""
+    if any(a in MULTIRUN_FLAGS for a in argv):
+        return check_multirun(argv, config_name, check)
     if any(a.startswith("-") for a in argv):
         return None
     from hydra import compose, initialize_config_dir
