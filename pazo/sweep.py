@@ -503,7 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show", type=int, default=5, help="override lines shown by --dry-run")
     parser.add_argument("--launcher", default="sequential", help="sequential | joblib | slurm, or a YAML path")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="launcher setting")
-    parser.add_argument("--out", default=str(ROOT / "outputs" / "sweeps"), help="sweeps folder")
+    parser.add_argument("--out", default=str(Path("outputs") / "sweeps"),
+                        help="sweeps folder (default: outputs/sweeps below the working directory)")
     parser.add_argument("--methods", default=None, help="only these methods (comma-separated)")
     parser.add_argument("--skip-failed", action="store_true", help="also skip runs that ended as failed")
     args = parser.parse_intermixed_args(argv)
