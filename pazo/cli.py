@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from pazo import CONFIG_DIR
 from pazo.errors import ConfigError, unknown_key
+from pazo.rundir import check_output_dir
 from pazo.privacy.accountants import BudgetError
 from pazo.registry import UnknownNameError
 
@@ -106,7 +108,10 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
                 if unknown:
                     return unknown
                 raise
-        validate_config(cfg)
+        try:
+            validate_config(cfg)
+        except ConfigError as err:   # the entry point's own rule, where it has one, says it better
+            return _own_check(check, cfg) or str(err)
         if check is not None:
             check(cfg)
     except ConfigError as err:
@@ -162,3 +167,44 @@ def _method_aliases(cfg) -> dict[str, str]:
         return dict(getattr(method_info(cfg.method.name).config, "ALIASES", {}))
     except Exception:  # an unknown method is said elsewhere
         return {}
+
+
+def _own_check(check, cfg) -> str | None:
+    """The entry point's own check of a config the general one refused (e.g. the audit's "an audit
+    needs a private method" rather than a training run's advice to use privacy=none), or None."""
+    if check is None:
+        return None
+    try:
+        check(cfg)
+    except ConfigError as err:
+        return str(err)
+    except Exception:  # the config is broken in a way only the general check names
+        return None
+    return None
+
+
+def _override_value(argv: list[str], key: str) -> str | None:
+    """The value of `key=...` on the command line as Hydra reads it (quotes removed), or None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for arg in reversed(argv):
+        if arg.split("=", 1)[0].lstrip("+~") == key:
+            try:
+                value = OverridesParser.create().parse_override(arg).value()
+            except Exception:  # Hydra itself says what is wrong with it
+                return None
+            return None if value is None else str(value)
+    return None
+
+
+def check_output_location(argv: list[str], config_name: str = "config") -> None:
+    """The run directory (`hydra.run.dir`, else the configured default), or the fixed folder above
+    a directory named per launch, checked before Hydra writes there: a file in its place, no write
+    access or a full disk is one line instead of Hydra's traceback."""
+    where = _override_value(argv, "hydra.run.dir")
+    if where is None:
+        where = str(OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / f"{config_name}.yaml").hydra.run)["dir"])
+    fixed = where.split("${", 1)[0]
+    if "${" in where:  # the launch's own directory is made below the part that does not vary
+        fixed = fixed.rsplit("/", 1)[0] if "/" in fixed else "."
+    check_output_dir(Path(fixed or ".").expanduser())

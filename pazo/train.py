@@ -31,7 +31,7 @@ from tqdm import tqdm
 from pazo import CONFIG_DIR
 from pazo.checkpoint import (CHECKPOINT, Heartbeat, LoopState, StopRequests, archive_attempt, config_differences,
                              config_fingerprint, prepare_run_dir, read_summary, restore_checkpoint)
-from pazo.cli import USER_ERRORS, check_overrides, multirun_jobs
+from pazo.cli import USER_ERRORS, check_output_location, check_overrides, multirun_jobs
 from pazo.experiment import Run, build_run, resolve_device
 from pazo.privacy.mechanisms import active_debug_break
 from pazo.privacy.plan import EpsilonTracker
@@ -467,33 +467,6 @@ def _interrupted_before_start(signum, frame):
     print("pazo: interrupted while the command line was read, before the run started: nothing was written",
           file=sys.stderr)
     raise SystemExit(EXIT_CODES["interrupted"])
-
-
-def _override_value(argv: list[str], key: str) -> str | None:
-    """The value of `key=...` on the command line as Hydra reads it (quotes removed), or None."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    for arg in reversed(argv):
-        if arg.split("=", 1)[0].lstrip("+~") == key:
-            try:
-                value = OverridesParser.create().parse_override(arg).value()
-            except Exception:  # Hydra itself says what is wrong with it
-                return None
-            return None if value is None else str(value)
-    return None
-
-
-def check_output_location(argv: list[str]) -> None:
-    """The run directory (`hydra.run.dir`, else the configured default), or the fixed folder above
-    a directory named per launch, checked before Hydra writes there: a file in its place, no write
-    access or a full disk is one line instead of Hydra's traceback."""
-    where = _override_value(argv, "hydra.run.dir")
-    if where is None:
-        where = str(OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "config.yaml").hydra.run)["dir"])
-    fixed = where.split("${", 1)[0]
-    if "${" in where:  # the launch's own directory is made below the part that does not vary
-        fixed = fixed.rsplit("/", 1)[0] if "/" in fixed else "."
-    check_output_dir(Path(fixed or ".").expanduser())
 
 
 def cli() -> None:
