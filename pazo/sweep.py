@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -426,6 +427,26 @@ def _report(i: int, n: int, run: Run, run_dir: Path, seconds: float) -> None:
     log.info(f"[{i}/{n}] {run.run_id}: {state}{acc} ({seconds:.0f} s)")
 
 
+def check_can_launch(launcher: dict, overrides: list[str]) -> None:
+    """What this machine must have before the first run starts: the device the overrides ask for
+    (`device=cuda` without CUDA), and SLURM's commands for a SLURM launcher; one ConfigError each,
+    instead of runs that fail one by one or submitit's traceback."""
+    from pazo.experiment import resolve_device
+
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+~") == "device":
+            try:
+                resolve_device(value)
+            except ConfigError as err:
+                raise ConfigError(f"{override}: {err}; no run was started") from None
+    if launcher.get("launcher") == "submitit" and launcher.get("cluster", "slurm") == "slurm" \
+            and shutil.which("sbatch") is None:
+        raise ConfigError("the SLURM launcher needs SLURM's sbatch, which is not on this machine's PATH; run the "
+                          "sweep on the cluster's login node, or use --launcher sequential or joblib; no run was "
+                          "started")
+
+
 def launch(todo: list[tuple[Run, Path, list[str]]], launcher: dict, sweep_dir: Path) -> None:
     kind = launcher.get("launcher", "sequential")
     if kind == "sequential":
@@ -545,6 +566,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not todo:
         return 0
+    try:
+        check_can_launch(launcher, args.overrides)
+    except ConfigError as err:
+        log.error(f"pazo: error: {err}")
+        return 2
     launch(todo, launcher, sweep_dir)
     if launcher.get("launcher") == "submitit" and not launcher.get("wait"):
         return 0

@@ -61,3 +61,19 @@ def test_a_sweeps_outputs_default_to_the_working_directory(tmp_path, monkeypatch
     code, out, err = run_entry(sweep.main, ["demo", "--dry-run"], capsys)
     assert code == 0, err
     assert f"in {tmp_path / 'outputs' / 'sweeps' / 'demo'}" in out + err, out + err
+
+
+@pytest.mark.parametrize("argv,word", [(["device=cuda"], "CUDA is not available"),
+                                       (["--launcher", "slurm"], "sbatch")])
+def test_a_sweep_that_cannot_run_here_is_one_line_before_the_first_run(argv, word, tmp_path, capsys, monkeypatch):
+    import shutil
+
+    import torch
+
+    from pazo import sweep
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(sweep, "launch", lambda *a, **k: pytest.fail("a run was launched"))
+    code, _, err = run_entry(sweep.main, ["demo", "--out", str(tmp_path), *argv], capsys)
+    assert code == 2
+    assert_one_error(code, err, word, "no run was started")
