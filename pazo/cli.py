@@ -3,11 +3,14 @@ in one `pazo: error:` line, and the check of a command line's overrides before a
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from pazo import CONFIG_DIR
-from pazo.errors import ConfigError
+from pazo.errors import ConfigError, unknown_key
+from pazo.rundir import check_output_dir
 from pazo.privacy.accountants import BudgetError
 from pazo.registry import UnknownNameError
 
@@ -36,13 +39,68 @@ def job_dir(override_dirname: str, overrides, num) -> str:
 register_resolvers()
 
 
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+@dataclass
+class MultirunJob:
+    """One job of a multirun as Hydra's basic sweeper expands it: its number (Hydra's `job.num`),
+    all its overrides, and the swept ones (what tells it from the other jobs)."""
+
+    num: int
+    overrides: list[str]
+    swept: list[str]
+
+    @property
+    def label(self) -> str:
+        return " ".join(self.swept) or f"job {self.num}"
+
+
+def multirun_jobs(argv: list[str]) -> list[MultirunJob] | None:
+    """The jobs of `pazo-train -m a=1,2 b=x,y`, in Hydra's order (`BasicSweeper.split_arguments`,
+    the sweeper pazo's configs use); None unless `argv` is a multirun with no other Hydra flag.
+    A sweep Hydra's grammar refuses is a ConfigError."""
+    flags = [a for a in argv if a.startswith("-")]
+    if not flags or any(f not in MULTIRUN_FLAGS for f in flags):
+        return None
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        overrides = OverridesParser.create().parse_overrides([a for a in argv if not a.startswith("-")])
+        batches = BasicSweeper.split_arguments(overrides, None)
+    except HydraException as err:
+        raise ConfigError(" ".join(str(err).split())) from None
+    swept = {o.key_or_group for o in overrides if o.is_sweep_override()}
+    jobs = [job for batch in batches for job in batch]
+    return [MultirunJob(num, list(job), [o for o in job if o.split("=", 1)[0].lstrip("+~") in swept])
+            for num, job in enumerate(jobs)]
+
+
+def check_multirun(argv: list[str], config_name: str = "config", check=None) -> str | None:
+    """Every job of a multirun checked as a single run is (`check_overrides`) before the first
+    starts: the first bad job's line (`job 3 of 4 (method=sgd2): ...`), or None."""
+    try:
+        jobs = multirun_jobs(argv)
+    except ConfigError as err:
+        return str(err)
+    for job in jobs or []:
+        problem = check_overrides(job.overrides, config_name, check)
+        if problem:
+            return f"job {job.num + 1} of {len(jobs)} ({job.label}) of the multirun: {problem}; no job was started"
+    return None
+
+
 def check_overrides(argv: list[str], config_name: str = "config", check=None) -> str | None:
     """Compose the config (`config_name`) with the command line's overrides as Hydra will and check
     its values (`pazo.validate.validate_config`: every key's type and range, then what spans
     groups): the first line of the error (an unknown key, a value of the wrong type or out of range,
     a missing config group option), or None. `check(cfg)`: the entry point's own checks (e.g. the
-    audit's settings), raising ConfigError. Multiruns and Hydra's own flags are left to Hydra (each
-    job of a multirun is checked when it starts)."""
+    audit's settings), raising ConfigError. A multirun (`-m`): each of its jobs (`check_multirun`);
+    Hydra's other flags (--help, --cfg, ...) are left to Hydra."""
+    if any(a in MULTIRUN_FLAGS for a in argv):
+        return check_multirun(argv, config_name, check)
     if any(a.startswith("-") for a in argv):
         return None
     from hydra import compose, initialize_config_dir
@@ -54,8 +112,17 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
     overrides = [a for a in argv if not a.startswith("hydra.")]
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose(config_name=config_name, overrides=overrides)
-        validate_config(cfg)
+            try:
+                cfg = compose(config_name=config_name, overrides=overrides)
+            except HydraException as err:
+                unknown = explain_unknown_key(err, overrides, lambda o: compose(config_name=config_name, overrides=o))
+                if unknown:
+                    return unknown
+                raise
+        try:
+            validate_config(cfg)
+        except ConfigError as err:   # the entry point's own rule, where it has one, says it better
+            return _own_check(check, cfg) or str(err)
         if check is not None:
             check(cfg)
     except ConfigError as err:
@@ -68,3 +135,87 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
             return f"{lines[0]}; choices: {', '.join(options)}"
         return "; ".join(dict.fromkeys(lines[:2])) or type(err).__name__
     return None
+
+
+def explain_unknown_key(err: Exception, overrides: list[str], compose) -> str | None:
+    """Hydra's "Could not override 'method.k'" as one line that names the close match and the keys
+    there are (`pazo.errors.unknown_key`), found by composing the config without that override
+    (`compose(overrides)`); None for another error of composition."""
+    import re
+
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+
+    found = re.match(r"Could not (?:override|append to config)[^']*'([^']+)'", str(err))
+    if not found:
+        return None
+    key = found.group(1)
+    rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
+    try:
+        cfg = compose(rest)
+    except HydraException:
+        return None
+    parts, node = key.split("."), cfg
+    for depth, part in enumerate(parts):
+        if not OmegaConf.is_dict(node):
+            return None
+        if part not in node:
+            missing = ".".join(parts[:depth + 1])
+            where = ".".join(parts[:depth]) or None
+            aliases = _method_aliases(cfg) if where == "method" else {}
+            if where == "method" and "name" in node:
+                where = f"method {node.name}"
+            return unknown_key(missing, list(node.keys()), aliases, where=where)
+        node = node[part]
+    return None
+
+
+def _method_aliases(cfg) -> dict[str, str]:
+    """The method's paper symbols for its keys (e.g. DP-AggZO's `k` for `q`)."""
+    from pazo.methods import method_info
+
+    try:
+        return dict(getattr(method_info(cfg.method.name).config, "ALIASES", {}))
+    except Exception:  # an unknown method is said elsewhere
+        return {}
+
+
+def _own_check(check, cfg) -> str | None:
+    """The entry point's own check of a config the general one refused (e.g. the audit's "an audit
+    needs a private method" rather than a training run's advice to use privacy=none), or None."""
+    if check is None:
+        return None
+    try:
+        check(cfg)
+    except ConfigError as err:
+        return str(err)
+    except Exception:  # the config is broken in a way only the general check names
+        return None
+    return None
+
+
+def _override_value(argv: list[str], key: str) -> str | None:
+    """The value of `key=...` on the command line as Hydra reads it (quotes removed), or None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for arg in reversed(argv):
+        if arg.split("=", 1)[0].lstrip("+~") == key:
+            try:
+                value = OverridesParser.create().parse_override(arg).value()
+            except Exception:  # Hydra itself says what is wrong with it
+                return None
+            return None if value is None else str(value)
+    return None
+
+
+def check_output_location(argv: list[str], config_name: str = "config") -> None:
+    """The run directory (`hydra.run.dir`, else the configured default), or the fixed folder above
+    a directory named per launch, checked before Hydra writes there: a file in its place, no write
+    access or a full disk is one line instead of Hydra's traceback."""
+    where = _override_value(argv, "hydra.run.dir")
+    if where is None:
+        where = str(OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / f"{config_name}.yaml").hydra.run)["dir"])
+    fixed = where.split("${", 1)[0]
+    if "${" in where:  # the launch's own directory is made below the part that does not vary
+        fixed = fixed.rsplit("/", 1)[0] if "/" in fixed else "."
+    check_output_dir(Path(fixed or ".").expanduser())

@@ -7,8 +7,12 @@ argparse usage says `pazo-bench methods`, and its result file's command is the o
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
+
+#: an OSError that is the user's input, not the machine refusing a write: exit 2, not 75
+_INPUT_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
 
 
 def usage(prog: str, title: str, commands: dict[str, tuple[str, str]]) -> str:
@@ -42,6 +46,9 @@ def dispatch(prog: str, title: str, commands: dict[str, tuple[str, str]], argv: 
             return code or 0
         print(code, file=sys.stderr)   # sys.exit("message"): the message and status 1, as Python does
         return 1
+    except OSError as err:  # an output the machine refused (full disk, read-only folder): one line, not a traceback
+        print(f"pazo: error: {os_error_line(err)}", file=sys.stderr)
+        return 2 if err.errno in _INPUT_ERRNOS else 75
     finally:
         sys.argv = saved
     return 0
@@ -52,6 +59,11 @@ def summary_of(doc: str | None) -> str:
     line alone stops mid-sentence where the paragraph wraps)."""
     paragraph = (doc or "").strip().split("\n\n", 1)[0]
     return " ".join(line.strip() for line in paragraph.splitlines())
+def os_error_line(err: OSError) -> str:
+    """An OSError as a user reads it: the file and the reason (a `pazo.rundir.WriteFault` says both)."""
+    if err.filename is None or err.strerror is None:
+        return str(err)
+    return f"{err.filename}: {err.strerror}"
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
 
-from pazo.errors import ConfigError, one_of, positive, require
+from pazo.errors import ConfigError, one_of, positive, require, unknown_key
 from pazo.threads import valid_threads
 
 
@@ -468,6 +468,9 @@ def typed(schema: type, values: dict, where: str, scope: str | None = None) -> N
                 and not (isinstance(value, str) and "${" in value):
             key = f"{where}.{f.name}" if where else f.name
             raise ConfigError(f"{key} must be true or false, got {value!r}")
+        if f.type in NUMBER_TYPES and isinstance(value, str) and "${" not in value:
+            kind = "an integer" if f.type in ("int", "int | None", int) else "a number"
+            raise ConfigError(string_for_number(f"{where}.{f.name}" if where else f.name, value, kind))
     try:
         OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
         _CHECKED[memo] = None
@@ -477,9 +480,22 @@ def typed(schema: type, values: dict, where: str, scope: str | None = None) -> N
         key = f"{where}.{key}" if where and key else (key or where)
         message = str(err).splitlines()[0]
         if isinstance(err, ConfigKeyError):
-            known = ", ".join(f.name for f in fields(schema))
-            raise ConfigError(f"unknown key {key}: {scope or where or 'the top level'} has {known}") from None
+            raise ConfigError(unknown_key(key, [f.name for f in fields(schema)], where=scope)) from None
         raise ConfigError(_type_message(key, message)) from None
+
+
+#: a field that takes a number: OmegaConf would turn the string '1' into 1.0 in the typed copy while
+#: the run reads the string, so a quoted number is refused by name instead
+NUMBER_TYPES = ("int", "float", "int | None", "float | None", int, float)
+
+
+def string_for_number(key: str, value: str, kind: str = "a number") -> str:
+    """A number given as a string (`privacy.epsilon='1'`): say it is a string, and how to write it."""
+    try:
+        float(value)
+    except ValueError:
+        return f"{key} must be {kind}, got the string {value!r}"
+    return f"{key} must be {kind}, got the string {value!r} (quoted): write {key}={value} without quotes"
 
 
 def _type_message(key: str, message: str) -> str:

@@ -1,6 +1,7 @@
 """Errors that mean "the user's input is wrong": reported as one message, never a traceback; and the
 small checks that raise them (the config schemas', `pazo/config_schema.py` and `pazo/methods/`)."""
 
+import difflib
 import math
 
 
@@ -36,3 +37,13 @@ def at_least_one(value, what: str) -> None:
 
 def one_of(value, choices, what: str) -> None:
     require(value in choices, f"unknown {what} {value!r}; choices: {', '.join(sorted(choices))}")
+
+
+def unknown_key(key: str, known, aliases: dict[str, str] | None = None, where: str | None = None) -> str:
+    """The message for a key that is not there: the close match (a paper's symbol in `aliases`,
+    e.g. DP-AggZO's K for `q`, else difflib's nearest name) and the keys there are."""
+    parent, _, name = key.rpartition(".")
+    known = sorted(str(k) for k in known)
+    match = (aliases or {}).get(name) or next(iter(difflib.get_close_matches(name, known, n=1, cutoff=0.6)), None)
+    hint = f"; did you mean {parent + '.' if parent else ''}{match}?" if match else ""
+    return f"unknown key {key}{hint} ({where or parent or 'the top level'} has: {', '.join(known)})"

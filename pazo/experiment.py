@@ -28,6 +28,7 @@ from pazo.errors import ConfigError
 from pazo.fingerprint import computation_fingerprint
 from pazo.methods import Method, MethodConfig, MethodInfo, build_method, method_config, method_info
 from pazo.zo.engines import build_engine, choose_engine
+from pazo.zo.memory import check_step_memory
 from pazo.models import FunctionalModel, build_model, check_no_batchnorm, dispatched, place
 from pazo.models.functional import cross_entropy_per_example
 from pazo.privacy.plan import PrivacyPlan, make_plan
@@ -182,6 +183,9 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
     if plan.private and not cfg.privacy.secure_mode and cfg.seed == TopSchema.seed:
         plan.notes.append(SHIPPED_SEED_NOTE)
     engine = _engine_choice(cfg, model, method_cfg, info, data, earlier_engine, time_engines)
+    if info.family == "zeroth_order":   # what a step holds grows with method.q and the batch: refused if it cannot fit
+        check_step_memory(method_cfg.release().queries, cfg.train.batch_size, model.dim,
+                          model.params[0].element_size(), engine["name"], cfg.engine.get("chunk_size"), model.device)
     # batches go to `device` (the input's); directions, noise and updates are made where the trainable
     # parameters start (model.device: with LoRA on a model spread over GPUs, possibly another GPU)
     method = build_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import io
 import os
 import secrets
 import shutil
@@ -96,6 +97,19 @@ def write_atomic(path: Path | str, content, mode: int | None = None, shared: boo
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: Path | str, text: str) -> None:
+    """A text output (a table, a csv, a report) written whole or not at all (`write_atomic`)."""
+    write_atomic(path, text.encode())
+
+
+def save_figure_atomic(fig, path: Path | str, **savefig_kwargs) -> None:
+    """A matplotlib figure saved whole or not at all: drawn into memory in the format of `path`'s
+    suffix, then written by `write_atomic`, so a kill or a full disk never leaves a 0-byte image."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=Path(path).suffix.lstrip("."), **savefig_kwargs)
+    write_atomic(path, buffer.getvalue())
 
 
 class _Sink:

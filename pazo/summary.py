@@ -82,6 +82,11 @@ def assumptions_line(assumptions: dict[str, str]) -> str:
     return f"assumes: {words} (each in full: summary.json's privacy.assumptions)"
 
 
+SECURE_SEED_NOTE = ("note: privacy.secure_mode=true: the noise and the Poisson batches are drawn from the operating "
+                    "system's entropy and the seed is ignored for them (it still sets the splits, initialisation, "
+                    "directions and public batches): this run cannot be replayed from its seed")
+
+
 def print_header(summary: dict, plan) -> None:
     d = summary["data"]
     threads = summary.get("threads", {}).get("count")
@@ -92,6 +97,8 @@ def print_header(summary: dict, plan) -> None:
         log.info(f"privacy: {plan.guarantee}, target epsilon={plan.target_epsilon} delta={plan.delta:.3g} -> "
                  f"{plan.noise} sigma={plan.sigma:.4f} ({plan.sigma_source}), q={plan.sample_rate:.4f}, "
                  f"T={plan.steps}, {plan.sampling} sampling")
+    if plan.noise_seed.startswith("os entropy"):   # said where the user looks: the seed does not replay the run
+        log.info(SECURE_SEED_NOTE)
     if plan.assumptions:
         log.info(assumptions_line(plan.assumptions))
     for note in plan.notes + summary["method_departures"]:

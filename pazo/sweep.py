@@ -15,11 +15,13 @@ as a SLURM array through submitit. W&B groups runs by `<sweep>/<setting>`.
 """
 from __future__ import annotations
 
+import difflib
 import itertools
 import json
 import logging
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -306,6 +308,8 @@ class _Checker:
             node = None
         where = (f"{parent or 'the top level'} has {', '.join(sorted(node))}" if OmegaConf.is_dict(node)
                  else f"there is no {parent!r}")
+        close = difflib.get_close_matches(key.rpartition(".")[2], list(node), n=1) if OmegaConf.is_dict(node) else []
+        where += "".join(f"; did you mean {parent + '.' if parent else ''}{match}?" for match in close)
         error = _UserOverrideError if line in self.extra else ConfigError
         raise error(f"unknown key {key!r} in override {line!r} ({where}; to add a key use +{line})")
 
@@ -458,6 +462,26 @@ def _report(i: int, n: int, run: Run, run_dir: Path, seconds: float) -> None:
         summary = json.loads((run_dir / "summary.json").read_text())
         acc = f" acc {summary.get('final_test_accuracy')}"
     log.info(f"[{i}/{n}] {run.run_id}: {state}{acc} ({seconds:.0f} s)")
+
+
+def check_can_launch(launcher: dict, overrides: list[str]) -> None:
+    """What this machine must have before the first run starts: the device the overrides ask for
+    (`device=cuda` without CUDA), and SLURM's commands for a SLURM launcher; one ConfigError each,
+    instead of runs that fail one by one or submitit's traceback."""
+    from pazo.experiment import resolve_device
+
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+~") == "device":
+            try:
+                resolve_device(value)
+            except ConfigError as err:
+                raise ConfigError(f"{override}: {err}; no run was started") from None
+    if launcher.get("launcher") == "submitit" and launcher.get("cluster", "slurm") == "slurm" \
+            and shutil.which("sbatch") is None:
+        raise ConfigError("the SLURM launcher needs SLURM's sbatch, which is not on this machine's PATH; run the "
+                          "sweep on the cluster's login node, or use --launcher sequential or joblib; no run was "
+                          "started")
 
 
 def launch(todo: list[tuple[Run, Path, list[str]]], launcher: dict, sweep_dir: Path, quiet: bool = False) -> None:
@@ -692,7 +716,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--show", type=int, default=5, help="override lines shown by --dry-run")
     parser.add_argument("--launcher", default="sequential", help="sequential | joblib | slurm, or a YAML path")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="launcher setting")
-    parser.add_argument("--out", default=str(ROOT / "outputs" / "sweeps"), help="sweeps folder")
+    parser.add_argument("--out", default=str(Path("outputs") / "sweeps"),
+                        help="sweeps folder (default: outputs/sweeps below the working directory)")
     parser.add_argument("--methods", default=None, help="only these methods (comma-separated)")
     parser.add_argument("--skip-failed", action="store_true", help="also skip runs that ended as failed")
     parser.add_argument("--selection", default=None, choices=SELECTION_MODES,
@@ -753,6 +778,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not todo:
         return 0
+    try:
+        check_can_launch(launcher, args.overrides)
+    except ConfigError as err:
+        log.error(f"pazo: error: {err}")
+        return 2
     launch(todo, launcher, sweep_dir)
     if launcher.get("launcher") == "submitit" and not launcher.get("wait"):
         return 0

@@ -20,19 +20,19 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import hydra
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from tqdm import tqdm
 
 from pazo import CONFIG_DIR
 from pazo.attempts import accept_launch, check_launch, plan_launch
 from pazo.checkpoint import (CHECKPOINT, Heartbeat, LoopState, StopRequests, config_fingerprint, read_summary,
                              restore_checkpoint)
-from pazo.cli import USER_ERRORS, check_overrides
+from pazo.cli import USER_ERRORS, check_output_location, check_overrides, multirun_jobs
 from pazo.experiment import Run, build_run, resolve_device
 from pazo.privacy.mechanisms import active_debug_break
 from pazo.privacy.plan import EpsilonTracker
@@ -338,62 +338,96 @@ def main(cfg: DictConfig) -> float | None:
     sweeping = hc.mode == RunMode.MULTIRUN
     if threading.current_thread() is threading.main_thread():   # (signals can be set only there)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # from here a Ctrl-C is the run's to record
+    job = hc.job.num if sweeping else None
     try:
         summary = run(cfg, run_dir, hydra_record=staged)
     except WriteFault as fault:  # a fault of the machine: one line, the status recorded where the disk took it
         _quiet_from_now(EXIT_CODES["fault"])
         log.error(f"pazo: error: {fault}; {_fault_where(run_dir)}")
-        if sweeping:
-            return None
+        _stop_multirun(job, "fault")   # (the next jobs would write to the same disk)
         sys.exit(EXIT_CODES["fault"])
     except USER_ERRORS as err:
         _quiet_from_now(2)
         log.error(f"pazo: error: {err}")
         if sweeping:
-            return None  # one bad job does not stop the rest of the sweep
+            _job_ended(job, "refused")
+            return None  # one bad job does not stop the rest of the sweep; the multirun's exit says so
         sys.exit(2)
     except KeyboardInterrupt:  # a second Ctrl-C in the loop (the summary says at which step), or one in set-up
         _quiet_from_now(EXIT_CODES["interrupted"])
         log.error(f"pazo: {_interrupted_where(run_dir)}")
+        _stop_multirun(job, "interrupted")
         sys.exit(EXIT_CODES["interrupted"])
     code = EXIT_CODES.get(summary["status"], 1)
     _quiet_from_now(code)
-    if code and not sweeping:
+    if sweeping:
+        _job_ended(job, summary["status"])
+        if summary["status"] in ("preempted", "interrupted"):   # a signal stops the whole multirun
+            _stop_multirun(job, summary["status"])
+            sys.exit(code)
+    elif code:
         sys.exit(code)
     return summary["final_test_accuracy"]
+
+
+@dataclass
+class MultirunProgress:
+    """The jobs of the multirun in progress (`cli`) and how each ended, for the lines that say
+    what finished and what did not when a signal stops it, or when it ends with a job unfinished."""
+
+    jobs: list
+    ended: dict = field(default_factory=dict)   # job num -> status
+
+    def report(self, stopped: str | None = None) -> str:
+        done = [j.label for j in self.jobs if self.ended.get(j.num) == "finished"]
+        other = [f"{j.label} ({self.ended[j.num]})" for j in self.jobs
+                 if j.num in self.ended and self.ended[j.num] != "finished"]
+        waiting = [j.label for j in self.jobs if j.num not in self.ended]
+        head = f"multirun {stopped}" if stopped else "multirun ended"
+        parts = [f"{len(done)} of {len(self.jobs)} jobs finished" + (f" ({', '.join(done)})" if done else "")]
+        if other:
+            parts.append(f"not finished: {', '.join(other)}")
+        if waiting:
+            parts.append(f"not started: {', '.join(waiting)}")
+        return (f"pazo: {head}: {'; '.join(parts)}; the same command continues it (finished jobs have "
+                "nothing to do, stopped ones resume from their checkpoints)")
+
+    @property
+    def all_finished(self) -> bool:
+        return all(self.ended.get(j.num) == "finished" for j in self.jobs)
+
+
+_MULTIRUN: MultirunProgress | None = None
+
+
+def _job_ended(job: int | None, status: str) -> None:
+    if _MULTIRUN is not None and job is not None:
+        _MULTIRUN.ended[job] = status
+        if threading.current_thread() is threading.main_thread():   # a Ctrl-C between jobs stops the multirun
+            signal.signal(signal.SIGINT, _stop_between_jobs)
+
+
+def _stop_multirun(job: int | None, status: str) -> None:
+    """A signal (or a fault of the machine) in job `job` stops the multirun: say what finished and
+    what did not (the caller exits with the job's status)."""
+    if _MULTIRUN is None or job is None:
+        return
+    _MULTIRUN.ended[job] = status
+    log.error(_MULTIRUN.report(stopped=f"stopped ({status} in job {job + 1} of {len(_MULTIRUN.jobs)})"))
+
+
+def _stop_between_jobs(signum, frame):
+    """SIGINT or SIGTERM while no job runs (between two, or in Hydra's set-up of the next)."""
+    name = "interrupted" if signum == signal.SIGINT else "preempted"
+    if _MULTIRUN is not None:   # (no logging in a handler: it takes locks)
+        os.write(2, (_MULTIRUN.report(stopped=f"stopped ({name} between jobs)") + "\n").encode())
+    raise SystemExit(EXIT_CODES[name])
 
 
 def _interrupted_before_start(signum, frame):
     print("pazo: interrupted while the command line was read, before the run started: nothing was written",
           file=sys.stderr)
     raise SystemExit(EXIT_CODES["interrupted"])
-
-
-def _override_value(argv: list[str], key: str) -> str | None:
-    """The value of `key=...` on the command line as Hydra reads it (quotes removed), or None."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    for arg in reversed(argv):
-        if arg.split("=", 1)[0].lstrip("+~") == key:
-            try:
-                value = OverridesParser.create().parse_override(arg).value()
-            except Exception:  # Hydra itself says what is wrong with it
-                return None
-            return None if value is None else str(value)
-    return None
-
-
-def check_output_location(argv: list[str]) -> None:
-    """The run directory (`hydra.run.dir`, else the configured default), or the fixed folder above
-    a directory named per launch, checked before Hydra writes there: a file in its place, no write
-    access or a full disk is one line instead of Hydra's traceback."""
-    where = _override_value(argv, "hydra.run.dir")
-    if where is None:
-        where = str(OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "config.yaml").hydra.run)["dir"])
-    fixed = where.split("${", 1)[0]
-    if "${" in where:  # the launch's own directory is made below the part that does not vary
-        fixed = fixed.rsplit("/", 1)[0] if "/" in fixed else "."
-    check_output_dir(Path(fixed or ".").expanduser())
 
 
 def cli() -> None:
@@ -430,7 +464,28 @@ def cli() -> None:
         sys.exit(2)
     if single and "hydra.output_subdir" not in keys:
         sys.argv.append(f"hydra.output_subdir={staging_subdir()}")
-    main()
+    jobs = multirun_jobs(argv)
+    if jobs is None:
+        main()
+        return
+    run_multirun(jobs)
+
+
+def run_multirun(jobs) -> None:
+    """`pazo-train -m ...` (every job checked by `check_overrides` already): Hydra runs the jobs one
+    after another; a signal in one (or between two) stops the multirun, a job that does not finish
+    makes its exit non-zero, and either way one line says what finished and what did not."""
+    global _MULTIRUN
+    _MULTIRUN = MultirunProgress(jobs)
+    previous = signal.signal(signal.SIGTERM, _stop_between_jobs)
+    try:
+        main()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        progress, _MULTIRUN = _MULTIRUN, None
+    if not progress.all_finished:   # (Hydra's job logging is gone by now: straight to the terminal)
+        print(progress.report(), file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from pazo.data.validation import check_validation_size
 from pazo.errors import ConfigError
 from pazo.methods import METHODS, method_config, method_info
 from pazo.models import MODELS
-from pazo.privacy.accountants import check_delta
+from pazo.privacy.accountants import BudgetError, check_delta, check_target_epsilon
 from pazo.privacy.sampling import SAMPLERS
 from pazo.zo.engines import ENGINES
 
@@ -56,6 +56,10 @@ def validate_config(cfg) -> None:
 
     _choice(p.sampling, SAMPLERS, "privacy.sampling")
     if p.epsilon is not None:
+        try:   # the accountant's range, checked with the config (a multirun's every job before the first)
+            check_target_epsilon(p.epsilon, "privacy.epsilon")
+        except BudgetError as err:
+            raise ConfigError(str(err)) from None
         if not method_info(m.name).private:
             raise ConfigError(f"method {m.name!r} is non-private; run it with privacy=none "
                               "(or privacy.epsilon=null)")

@@ -25,9 +25,10 @@ from pazo.audit.metrics import membership_metrics
 from pazo.audit.noise_check import attach_noise_probe, noise_check, probe_statistic
 from pazo.audit.canaries import (CodedScalarCanaries, FixedRatePoissonSampler, ScalarCanaries, VectorCanaries,
                                  black_box_scores, example_canaries, public_seeds, with_examples)
-from pazo.cli import USER_ERRORS, check_overrides
+from pazo.cli import USER_ERRORS, check_output_location, check_overrides
 from pazo.errors import ConfigError
 from pazo.experiment import build_run, resolve_device
+from pazo.methods import METHODS, method_info
 from pazo.privacy.mechanisms import DEBUG_BREAKS, JointClipPrivatizer, ScalarPrivatizer, VectorPrivatizer, debug_break
 from pazo.privacy.plan import epsilon_spent
 from pazo.recorder import write_json_atomic
@@ -83,6 +84,10 @@ class AuditConfig:
 
 
 def _check_run(cfg, a: AuditConfig) -> None:
+    if not method_info(cfg.method.name).private:
+        private = sorted(n for n in METHODS.names() if method_info(n).private)
+        raise ConfigError(f"method {cfg.method.name!r} is non-private: the audit attacks a private method's "
+                          f"release; choices: {', '.join(private)}")
     if cfg.privacy.epsilon is None:
         raise ConfigError("an audit needs a private run: set privacy.epsilon (privacy=none has nothing to audit)")
     if cfg.privacy.sampling != "poisson":
@@ -290,6 +295,15 @@ def cli() -> None:
     problem = check_overrides(sys.argv[1:], config_name="audit",
                               check=lambda cfg: (resolve_device(cfg.device),
                                                  _check_run(cfg, AuditConfig.from_cfg(cfg.audit))))
+    if not problem and not any(a.startswith("-") for a in sys.argv[1:]):
+        try:   # a read-only parent or a full disk: one line before Hydra writes there
+            check_output_location(sys.argv[1:], config_name="audit")
+        except ConfigError as err:
+            problem = str(err)
+        except OSError as fault:   # (a WriteFault)
+            print(f"pazo: error: {fault}; nothing was written: free space and run the same command again",
+                  file=sys.stderr)
+            sys.exit(75)
     if problem:
         print(f"pazo: error: {problem}", file=sys.stderr)
         sys.exit(2)

@@ -22,10 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from pazo.bench.common import RESULTS_DIR, command_line, git_commit, write_result
-from pazo.privacy.accountants import BudgetError, GaussianAccountant, default_eps_error
+from pazo.bench.common import (RESULTS_DIR, at_least, comma_separated, command_line, git_commit, positive_number,
+                               write_result)
+from pazo.commands import ArgumentParser, summary_of
+from pazo.privacy.accountants import BudgetError, GaussianAccountant, check_target_epsilon, default_eps_error
 from pazo.privacy.calibration import calibrate_sigma
-from pazo.commands import summary_of
 
 N, B = 48000, 256
 
@@ -39,17 +40,30 @@ def plain_bisection(epsilon, delta, q, steps, eps_error, rel_tol=2e-3):
     return hi
 
 
+def epsilon_steps(text: str) -> tuple[float, int]:
+    """An argparse type: one `epsilon:steps` case, an epsilon the accountant takes and a step count >= 1."""
+    fields = text.split(":")
+    if len(fields) != 2:
+        raise argparse.ArgumentTypeError(f"a case is epsilon:steps (two fields), got {text!r}")
+    epsilon, steps = positive_number(fields[0]), at_least(1)(fields[1])
+    try:
+        check_target_epsilon(epsilon)
+    except BudgetError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return epsilon, steps
+
+
 def main():
-    parser = argparse.ArgumentParser(description=summary_of(__doc__))
+    parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("--out", default=str(RESULTS_DIR / "calibration_cpu.json"))
     parser.add_argument("--no-baseline", action="store_true", help="skip the slow plain bisection")
-    parser.add_argument("--cases", default="1:18750,0.1:18750,1:100000,0.1:100000,2:100000",
+    parser.add_argument("--cases", type=comma_separated(epsilon_steps),
+                        default="1:18750,0.1:18750,1:100000,0.1:100000,2:100000",
                         help="comma-separated epsilon:steps pairs")
     args = parser.parse_args()
     q, delta = B / N, 1 / N
     rows = []
-    for case in args.cases.split(","):
-        epsilon, steps = float(case.split(":")[0]), int(case.split(":")[1])
+    for epsilon, steps in args.cases:
         err = default_eps_error(epsilon)
         with tempfile.TemporaryDirectory() as cache:
             t0 = time.perf_counter()

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from pazo import REPO_ROOT
+from pazo.rundir import write_text_atomic
 
 #: where the benchmarks write their result files by default (data, not code: beside the launchers)
 RESULTS_DIR = REPO_ROOT / "scripts" / "results"
@@ -84,12 +85,7 @@ def write_result(out: Path, result: dict) -> None:
     as it was."""
     result = with_provenance(result)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(result, indent=2) + "\n")
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text_atomic(out, json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
 
 
@@ -120,8 +116,48 @@ def run_main(name: str, main) -> None:
 def at_least(low: int):
     """An argparse type: an integer >= low (else argparse's one-line error)."""
     def integer(text: str) -> int:
-        value = int(text)
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
         return value
     return integer
+
+
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number > 0 (else argparse's one-line error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def comma_separated(item):
+    """An argparse type: a comma-separated list of `item` (an argparse type), none of them empty;
+    a bad element is argparse's one-line error naming it."""
+    def items(text: str) -> list:
+        parts = text.split(",")
+        if not text.strip() or any(not p.strip() for p in parts):
+            raise argparse.ArgumentTypeError(f"an empty element in {text!r} (comma-separated values)")
+        out = []
+        for part in parts:
+            try:
+                out.append(item(part.strip()))
+            except (argparse.ArgumentTypeError, ValueError) as err:
+                raise argparse.ArgumentTypeError(f"{part.strip()!r} in {text!r}: {err}") from None
+        return out
+    return items
+
+
+def one_of(choices):
+    """An argparse type: one of `choices` (for an element of a comma-separated list)."""
+    def choice(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"unknown {text!r}; choices: {', '.join(choices)}")
+        return text
+    return choice

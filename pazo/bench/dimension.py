@@ -14,7 +14,6 @@ effective rank is small, like DP-GD.
 """
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
@@ -25,10 +24,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from pazo import REPO_ROOT  # noqa: E402
-from pazo.bench.common import write_result  # noqa: E402
+from pazo.bench.common import at_least, comma_separated, one_of, positive_number, write_result  # noqa: E402
+from pazo.commands import ArgumentParser, summary_of  # noqa: E402
 from pazo.privacy.calibration import calibrate_sigma  # noqa: E402
+from pazo.rundir import save_figure_atomic, write_text_atomic  # noqa: E402
 from pazo.synthetic.quadratic import METHODS, MODES, best_over_lr, sweep  # noqa: E402
-from pazo.commands import summary_of
 
 LABELS = {"dpgd_0th": "DPGD-0th", "dpzero": "DPZero", "dpgd": "DP-GD"}
 
@@ -69,22 +69,22 @@ def figure(best: pd.DataFrame, metrics: list[tuple[str, str]], title: str):
 def plot(best: pd.DataFrame, metrics: list[tuple[str, str]], title: str, path: Path) -> None:
     fig = figure(best, metrics, title)
     for suffix in (".png", ".pdf"):
-        fig.savefig(path.with_suffix(suffix), dpi=120)
+        save_figure_atomic(fig, path.with_suffix(suffix), dpi=120)
     plt.close(fig)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=summary_of(__doc__))
-    p.add_argument("--dims", default="10,30,100,300,1000")
-    p.add_argument("--modes", default=",".join(MODES))
-    p.add_argument("--lrs", default="0.001,0.003,0.01,0.03,0.1,0.3,1.0")
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--n", type=int, default=500)
-    p.add_argument("--n-test", type=int, default=500)
-    p.add_argument("--epsilon", type=float, default=2.0)
-    p.add_argument("--clip", type=float, default=1.0)
-    p.add_argument("--smoothing", type=float, default=1e-3)
-    p.add_argument("--seeds", type=int, default=2)
+    p = ArgumentParser(description=summary_of(__doc__))
+    p.add_argument("--dims", type=comma_separated(at_least(1)), default="10,30,100,300,1000")
+    p.add_argument("--modes", type=comma_separated(one_of(list(MODES))), default=",".join(MODES))
+    p.add_argument("--lrs", type=comma_separated(positive_number), default="0.001,0.003,0.01,0.03,0.1,0.3,1.0")
+    p.add_argument("--steps", type=at_least(1), default=100)
+    p.add_argument("--n", type=at_least(2), default=500)
+    p.add_argument("--n-test", type=at_least(1), default=500)
+    p.add_argument("--epsilon", type=positive_number, default=2.0)
+    p.add_argument("--clip", type=positive_number, default=1.0)
+    p.add_argument("--smoothing", type=positive_number, default=1e-3)
+    p.add_argument("--seeds", type=at_least(1), default=2)
     p.add_argument("--out", default=str(REPO_ROOT / "outputs" / "dpzero_dimension"))
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -92,12 +92,11 @@ def main(argv=None):
     delta = 1.0 / args.n
     sigma = calibrate_sigma(args.epsilon, delta, 1.0, args.steps)
     t0 = time.perf_counter()
-    rows = sweep([int(d) for d in args.dims.split(",")], args.modes.split(","),
-                 [float(v) for v in args.lrs.split(",")], args.steps, args.n, args.n_test, sigma,
+    rows = sweep(args.dims, args.modes, args.lrs, args.steps, args.n, args.n_test, sigma,
                  args.clip, args.smoothing, range(args.seeds))
-    pd.DataFrame(rows).to_csv(out / "runs.csv", index=False)
+    write_text_atomic(out / "runs.csv", pd.DataFrame(rows).to_csv(index=False))
     best = pd.DataFrame(best_over_lr(rows))
-    best.to_csv(out / "best.csv", index=False)
+    write_text_atomic(out / "best.csv", best.to_csv(index=False))
     setting = setting_text(args.epsilon, args.n, args.steps, sigma, args.clip)
     for name, (metrics, title) in FIGURES.items():
         plot(best, metrics, f"{title} ({setting})", out / name)

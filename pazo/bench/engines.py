@@ -20,7 +20,6 @@ for `FunctionalModel.grads_together_by_default`.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -30,7 +29,7 @@ from pathlib import Path
 import torch
 
 from pazo.bench import common, settings, timing
-from pazo.commands import summary_of
+from pazo.commands import ArgumentParser, summary_of
 
 ZEROTH_ORDER = ["mezo", "dpzero", "pazo_m", "pazo_p", "pazo_s"]
 
@@ -79,7 +78,7 @@ def compare_public_grads(setting: str, device: torch.device, warmup: int, iters:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=summary_of(__doc__))
+    parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("--device", default="auto")
     parser.add_argument("--settings", default="digits,cifar_shape")
     parser.add_argument("--methods", default=",".join(ZEROTH_ORDER))

@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 
 from pazo import REPO_ROOT
-from pazo.bench.common import RESULTS_DIR, command_line, write_result
-from pazo.commands import summary_of
+from pazo.bench.common import RESULTS_DIR, at_least, comma_separated, command_line, write_result
+from pazo.commands import ArgumentParser, summary_of
 
 SHAPES = {  # hidden, layers, heads, ffn
     "opt-125m": (768, 12, 12, 3072), "opt-350m": (1024, 24, 16, 4096), "opt-1.3b": (2048, 24, 32, 8192),
@@ -122,43 +122,51 @@ def earlier_results(out: Path) -> list[dict]:
     return [previous, *old.get("history", [])]
 
 
-def device_problem(name: str) -> str | None:
-    """Why `--device name` cannot be measured on this machine (no CUDA, an index past its devices),
-    or None: said in one line before the first measurement's subprocess, not as its traceback."""
+def zeroth_order_method(name: str) -> str:
+    """An argparse type: a zeroth-order method's name (the steps this benchmark measures)."""
+    from pazo.methods import METHODS, method_info
+
+    choices = sorted(n for n in METHODS.names() if method_info(n).family == "zeroth_order")
+    if name not in choices:
+        raise argparse.ArgumentTypeError(f"unknown zeroth-order method {name!r}; choices: {', '.join(choices)}")
+    return name
+
+
+def check_memory_device(name: str) -> None:
+    """The device, checked in this process before any measuring one starts (a CUDA device without
+    a driver or a GPU is one line, not each subprocess' traceback)."""
+    from pazo.bench.settings import check_device
     from pazo.errors import ConfigError
-    from pazo.experiment import resolve_device
 
     try:
-        resolve_device(name)
-    except (ConfigError, RuntimeError) as err:
-        reason = str(err).replace(f"device={name} ", "").replace("device=auto or cpu", "--device cpu")
-        return f"--device {name}: {reason.splitlines()[0]}"
-    return None
+        check_device(name)
+    except ConfigError as err:
+        print(f"pazo: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=summary_of(__doc__))
+    p = ArgumentParser(description=summary_of(__doc__))
     p.add_argument("--shape", default="opt-125m", choices=sorted(SHAPES))
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--device", default="cpu")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--length", type=int, default=64)
-    p.add_argument("--methods", default="mezo,dpzero,dp_zo")
+    p.add_argument("--batch", type=at_least(1), default=8)
+    p.add_argument("--length", type=at_least(1), default=64)
+    p.add_argument("--methods", type=comma_separated(zeroth_order_method), default="mezo,dpzero,dp_zo")
     p.add_argument("--out", default=None)
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
         print(json.dumps(one(args.one, args)))
         return
-    problem = device_problem(args.device)
-    if problem:
-        p.exit(2, f"pazo: error: {problem}\n")
+    check_memory_device(args.device)
     rows = []
-    for what in ["forward", *args.methods.split(",")]:
+    for what in ["forward", *args.methods]:
         cmd = [sys.executable, "-m", "pazo.bench.memory", "--one", what, *sys.argv[1:]]
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT)
         if out.returncode:
-            sys.exit(f"benchmark_memory: {what} failed:\n{out.stderr[-2000:]}")
+            last = next((line for line in reversed(out.stderr.splitlines()) if line.strip()), "no message")
+            sys.exit(f"pazo: error: pazo-bench memory: measuring {what} failed (exit {out.returncode}): {last}")
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         kept = (f"; exact restore kept {rows[-1]['kept_fraction']:.2%} of the entries at most "
                 f"({rows[-1]['kept_peak_mib']:.1f} MiB)" if rows[-1].get("kept_peak_entries") else "")

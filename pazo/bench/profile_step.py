@@ -23,7 +23,6 @@ goes, on a GPU too (the forwards' operators are in it, so compare with the floor
 """
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
@@ -34,9 +33,9 @@ import numpy as np
 import torch
 
 from pazo.bench.common import RESULTS_DIR, at_least, command_line, git_commit, machine_details, run_main, write_result
+from pazo.commands import ArgumentParser, summary_of
 from pazo.bench.settings import SETTINGS, build_benchmark_method, synthetic_inputs
 from pazo.bench.timing import device_name, sync
-from pazo.commands import summary_of
 OPS = ["seed", "manual_seed", "draw", "perturb", "forward+", "move", "forward-", "restore", "clip_sum", "noise",
        "update"]
 
@@ -101,7 +100,7 @@ def profiled_ops(fn, device, steps: int, top: int = 40) -> list[dict]:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=summary_of(__doc__))
+    parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("--setting", default="digits", choices=list(SETTINGS))
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--pairs", type=at_least(1), default=300)

@@ -78,6 +78,7 @@ def check_overrides_for(methods, settings, extra) -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from pazo.cli import explain_unknown_key
     from pazo.config_schema import check_config_values
     from pazo.methods import method_config
 
@@ -90,6 +91,10 @@ def check_overrides_for(methods, settings, extra) -> None:
             except ConfigError as err:
                 raise ConfigError(f"--override {' '.join(extra)}: {err} (method {name}, setting {setting})") from None
             except (HydraException, OmegaConfBaseException) as err:
+                unknown = explain_unknown_key(err, [f"method={name}", *SETTINGS[setting][2], *extra], compose_cfg)
+                if unknown:
+                    raise ConfigError(f"--override {' '.join(extra)}: {unknown} (method {name}, setting {setting})"
+                                      ) from None
                 line = " ".join(str(err).split("\n")[0].split())
                 cause = f"; {str(err.__cause__).splitlines()[0]}" if err.__cause__ else ""
                 raise ConfigError(f"--override {' '.join(extra)}: {line}{cause} (method {name}, setting {setting}; "
@@ -106,6 +111,8 @@ def check_device(name: str) -> torch.device:
         raise ConfigError(f"unknown device {name!r}; choices: auto, cpu, cuda, cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"--device {name}: CUDA is not available here; use --device cpu or auto")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return device
 
 

@@ -22,7 +22,6 @@ the best of five `timeit` runs of a switch to eval mode and back, by `module.tra
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import timeit
 from pathlib import Path
@@ -31,10 +30,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pazo.bench.common import RESULTS_DIR, run_main, write_result
+from pazo.commands import ArgumentParser, summary_of
 from pazo.bench.settings import (FORWARDS, PUBLIC_PASSES, SETTINGS, bare_passes, build_benchmark_method,
                                  set_batch_size, synthetic_inputs)
 from pazo.bench.timing import result_record
-from pazo.commands import summary_of
 BATCH = 2
 
 
@@ -82,7 +81,7 @@ def step_ops(setting: str, name: str, engine: str) -> dict:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=summary_of(__doc__))
+    parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("--settings", default="digits,cifar_shape,cifar10_nf224,tiny_imagenet_vit,imdb_lstm")
     parser.add_argument("--methods", default="mezo,dpzero,pazo_m,pazo_p,pazo_s")
     parser.add_argument("--engine", default="inplace", choices=["inplace", "vectorised"])

@@ -7,14 +7,15 @@ and the tests all read the facts from here."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from dataclasses import dataclass
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from pazo.errors import ConfigError
+from pazo.errors import ConfigError, unknown_key
 from pazo.methods.base import Method, MethodConfig, MethodContext
 from pazo.privacy.plan import PrivacyPlan
 from pazo.registry import Registry
@@ -75,6 +76,10 @@ def method_config(cfg) -> MethodConfig:
     if key not in _TYPED:
         try:
             typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(info.config), data))
+        except ConfigKeyError as err:
+            fields = [f.name for f in dataclasses.fields(info.config)]
+            raise ConfigError(unknown_key(f"method.{err.key}", fields, getattr(info.config, "ALIASES", {}),
+                                          where=f"method {info.name}")) from None
         except OmegaConfBaseException as err:
             msg = str(err).splitlines()[0]
             raise ConfigError(f"method {info.name}: {msg}") from None

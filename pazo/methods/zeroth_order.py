@@ -109,6 +109,7 @@ class HybridZOGD(TwoPointMethod):
 class DPAggZOConfig(RandomDirectionConfig):
     q: int = 16   # K directions per step, the same for the whole batch
 
+    ALIASES = {"k": "q", "K": "q"}   # the paper's symbol, for the message on a mistyped key
     DEFINING = ("direction",)   # Gaussian directions N(0, I_d), as in the authors' code
 
     def release(self) -> Release:

@@ -20,6 +20,7 @@ from pathlib import Path
 from pazo.commands import ArgumentParser, summary_of
 from pazo.audit.run import read_audits
 from pazo.methods import METHODS
+from pazo.rundir import write_text_atomic
 
 ORDER = {name: i for i, name in enumerate(METHODS.names())}
 THREAT = {"white_box": "white box", "black_box": "black box"}
@@ -78,7 +79,7 @@ def main(argv=None) -> int:
     text = table(summaries)
     print(text)
     if args.out:
-        Path(args.out).write_text(text + "\n")
+        write_text_atomic(args.out, text + "\n")
     return 0
 
 

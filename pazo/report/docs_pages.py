@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pazo import REPO_ROOT
 from pazo.commands import summary_of
+from pazo.rundir import write_text_atomic
 
 #: the folders under docs/ this generator owns
 GENERATED = ("reference", "results")
@@ -148,7 +149,7 @@ def write(docs: Path, wanted: dict[str, str]) -> list[str]:
         path = docs / name
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists() or not same_page(name, path.read_text(), text):
-            path.write_text(text)
+            write_text_atomic(path, text)
     return changed
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pazo import REPO_ROOT
+from pazo.rundir import save_figure_atomic
 
 RESULTS = REPO_ROOT / "scripts" / "results"
 #: subfolders of scripts/results/ that hold run directories (each run's summary.json records it), not result files
@@ -253,7 +254,7 @@ def speed_figure(rows: list[dict], title: str, out: Path) -> bool:
 
 def _deterministic_svg(fig, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="svg", metadata={"Date": None, "Creator": None})
+    save_figure_atomic(fig, out, metadata={"Date": None, "Creator": None})
 
 
 def dimension_figures(best_csv: Path, settings: dict, figure_dir: Path) -> list[str]:

@@ -36,6 +36,7 @@ from pazo import REPO_ROOT as ROOT  # noqa: E402
 from pazo.errors import ConfigError  # noqa: E402
 from pazo.results import (FIRST_ORDER, LABELS, METHOD_ORDER, SELECTIONS, USES_PUBLIC, load_runs,  # noqa: E402
                           missing_dirs, select_configs, skipped)
+from pazo.rundir import save_figure_atomic  # noqa: E402
 
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
 PROTOCOL = {"val": "selected on validation accuracy; test accuracy, mean over seeds",
@@ -51,7 +52,7 @@ def settings_of(runs):
 def save(fig, out: Path, name: str, written: list) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for ext in ("png", "pdf"):
-        fig.savefig(out / f"{name}.{ext}", bbox_inches="tight", dpi=150)
+        save_figure_atomic(fig, out / f"{name}.{ext}", bbox_inches="tight", dpi=150)
     plt.close(fig)
     written.append(name)
 

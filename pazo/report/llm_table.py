@@ -24,6 +24,7 @@ import pandas as pd
 from pazo.commands import ArgumentParser, summary_of
 from pazo.errors import ConfigError
 from pazo.results import load_runs, missing_dirs, read_json_object
+from pazo.rundir import write_text_atomic
 
 SEED_KEYS = ("dataset.data_seed",)
 
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
     text = table.to_markdown(index=False, floatfmt=".4f")
     print(text)
     if args.out:
-        Path(args.out).write_text(text + "\n")
+        write_text_atomic(args.out, text + "\n")
     return 0
 
 

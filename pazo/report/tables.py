@@ -34,6 +34,7 @@ import pandas as pd
 from pazo.commands import ArgumentParser, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.errors import ConfigError
+from pazo.rundir import write_text_atomic
 from pazo.results import (BENCHMARK_PAPER_SETTING, LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs,
                           missing_dirs, paper_values, private_contribution, select_configs)
 
@@ -414,16 +415,16 @@ def notes_for(best: pd.DataFrame, selection: str, metric: str) -> list[str]:
 def write(out: Path, name: str, title: str, frame: pd.DataFrame, long: list[dict], notes: list[str],
           excluded: pd.DataFrame | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(long).to_csv(out / f"{name}.csv", index=False)
+    write_text_atomic(out / f"{name}.csv", pd.DataFrame(long).to_csv(index=False))
     md = (f"### {title}\n\n" + frame.to_markdown(index=False, disable_numparse=True) + "\n\n"
           + "\n".join(f"- {n}" for n in notes) + "\n")
     if excluded is not None:
         md += "\n#### Excluded runs\n\n" + ("none\n" if excluded.empty else (
             f"Not in any epsilon column ({len(excluded)} run{'s' * (len(excluded) > 1)}; also in excluded.csv):\n\n"
             + excluded[["run_dir", "method", "epsilon", "reason"]].to_markdown(index=False) + "\n"))
-    (out / f"{name}.md").write_text(md)
+    write_text_atomic(out / f"{name}.md", md)
     latex = frame.to_latex(index=False, escape=True, caption=title, label=f"tab:{name}")
-    (out / f"{name}.tex").write_text(latex)
+    write_text_atomic(out / f"{name}.tex", latex)
     print(md)
 
 
@@ -488,7 +489,7 @@ def main(argv=None) -> int:
         print(f"pazo: error: {err}", file=sys.stderr)
         return 2
     if args.sweeps:
-        pd.concat(all_excluded).to_csv(out / "excluded.csv", index=False)
+        write_text_atomic(out / "excluded.csv", pd.concat(all_excluded).to_csv(index=False))
     if args.benchmark:
         paths = [Path(p) for p in args.benchmark]
         long, frame, note = speed_table(paths, paper)

@@ -100,7 +100,6 @@ class VectorisedEngine:
         if len(model.devices) > 1:
             raise ConfigError("the vectorised engine needs the parameters on one device; they are on "
                               f"{len(model.devices)} (model.device_map): use engine.name=inplace")
-        vectors = {j: directions.vector(j) for j in sorted({j for j, _ in points})}
         base = model.packed()                  # read only: the blocks below are new tensors
         if base is None:
             base = model.flat_params()
@@ -109,6 +108,8 @@ class VectorisedEngine:
         with query_mode(model, train):
             for start in range(0, len(points), chunk):
                 part = points[start:start + chunk]
+                # the chunk's directions only (each regenerated from its seed): memory bounded by the chunk
+                vectors = {j: directions.vector(j) for j in sorted({j for j, _ in part})}
                 scales = base.new_tensor([s for _, s in part])[:, None]
                 block = base + scales * torch.stack([vectors[j] for j, _ in part])  # [P, d]
                 stacked = model.split_flat(block)  # per parameter [P, *shape] views

@@ -7,6 +7,16 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from pazo.bench import memory
+from pazo.bench.settings import check_device
+from pazo.errors import ConfigError
+
+
+def device_problem(name):
+    try:
+        check_device(name)
+    except ConfigError as err:
+        return str(err)
+    return None
 
 
 @settings(deadline=None)
@@ -14,12 +24,12 @@ from pazo.bench import memory
 def test_a_cuda_device_this_machine_lacks_is_named_and_one_present_is_not(index):
     name = "cuda" if index is None else f"cuda:{index}"
     present = torch.cuda.is_available() and (index is None or index < torch.cuda.device_count())
-    problem = memory.device_problem(name)
+    problem = device_problem(name)
     assert (problem is None) == present
     if problem:
         assert problem.startswith(f"--device {name}:") and "\n" not in problem
-    assert memory.device_problem("cpu") is None
-    assert memory.device_problem("no_such_device") is not None
+    assert device_problem("cpu") is None
+    assert device_problem("no_such_device") is not None
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

@@ -1,0 +1,110 @@
+"""Multiruns (`pazo-train -m ...`), round two: every job's composed config is checked before the
+first starts (one `pazo: error:` line naming the job, exit 2, nothing run or written); a signal in
+one job stops the multirun, which says what finished and what did not, and the same command
+continues it; a job that does not finish makes the multirun's exit non-zero."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+from fault_runtime_helpers import TINY, one_error_line, run_cli
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+import pazo.experiment
+import pazo.train
+from pazo.cli import multirun_jobs
+from pazo.errors import DataMissingError
+from pazo.methods.two_point import TwoPointMethod
+
+BAD = {"method": ["sgd2", "dp_agzo"], "privacy.epsilon": ["0", "-1", "abc", "1000"], "train.steps": ["0", "x"],
+       "seed": ["-1", "1.5"]}
+GOOD = {"method": ["dpzero", "dp_aggzo", "dp_zo"], "privacy.epsilon": ["0.5", "1", "2"], "train.steps": ["1", "2", "3"],
+        "seed": ["0", "1", "2"]}
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          phases=[Phase.explicit, Phase.reuse, Phase.generate])   # (no shrinking: each example composes configs)
+@given(data=st.data(), key=st.sampled_from(sorted(BAD)))
+def test_a_bad_value_among_good_ones_stops_the_multirun_before_any_job(data, key, tmp_path, capsys, monkeypatch):
+    values = data.draw(st.lists(st.sampled_from(GOOD[key]), min_size=1, max_size=3, unique=True))
+    at = data.draw(st.integers(0, len(values)))
+    bad = data.draw(st.sampled_from(BAD[key]))
+    values.insert(at, bad)
+    monkeypatch.setattr(pazo.train, "run", lambda *a, **k: pytest.fail("a job was started"))
+    other = [a for a in [*TINY, "train.steps=2"] if a.split("=")[0] != key and not a.startswith("method=")]
+    method = [] if key == "method" else ["method=dpzero"]
+    sweep_dir = tmp_path / "sweep"
+    code, _, err = run_cli(["-m", *method, *other, f"{key}={','.join(values)}", f"hydra.sweep.dir={sweep_dir}"],
+                           capsys)
+    assert code == 2
+    line = one_error_line(err)
+    assert f"job {at + 1} of {len(values)} ({key}={bad})" in line and "no job was started" in line, line
+    assert not sweep_dir.exists()
+
+
+def test_the_jobs_are_expanded_as_hydras_sweeper_numbers_them():
+    jobs = multirun_jobs(["-m", "method=dpzero,mezo", "seed=range(0,2)", "train.steps=3"])
+    assert [(j.num, j.label) for j in jobs] == [(0, "method=dpzero seed=0"), (1, "method=dpzero seed=1"),
+                                                (2, "method=mezo seed=0"), (3, "method=mezo seed=1")]
+    assert all("train.steps=3" in j.overrides for j in jobs)
+    assert multirun_jobs(["method=dpzero"]) is None and multirun_jobs(["-m", "--cfg", "job"]) is None
+
+
+def _sigterm_in_call(monkeypatch, n: int) -> list:
+    """SIGTERM (a scheduler's preemption) during the `n`-th step of the process, whichever job runs it."""
+    original, calls = TwoPointMethod.step, []
+
+    def step(self, x, y, t):
+        out = original(self, x, y, t)
+        calls.append(t)
+        if len(calls) == n:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    monkeypatch.setattr(TwoPointMethod, "step", step)
+    return calls
+
+
+def test_a_signal_in_one_job_stops_the_multirun_and_a_relaunch_continues_it(tmp_path, capsys, monkeypatch):
+    sweep_dir = tmp_path / "sweep"
+    argv = ["-m", *TINY, "seed=0,1,2", "train.checkpoint_every=2", f"hydra.sweep.dir={sweep_dir}"]
+    jobs = {seed: sweep_dir / f"method=dpzero,seed={seed},train.checkpoint_every=2,train.log_every=2,train.steps=4"
+            for seed in (0, 1, 2)}
+    with monkeypatch.context() as m:
+        _sigterm_in_call(m, 6)   # step 2 of the second job
+        code, out, err = run_cli(argv, capsys)
+    assert code == pazo.train.EXIT_CODES["preempted"], err
+    report = [line for line in (out + err).splitlines() if line.startswith("pazo: multirun stopped")]
+    assert len(report) == 1 and "Traceback" not in err, out + err
+    assert "1 of 3 jobs finished (seed=0)" in report[0] and "seed=1 (preempted)" in report[0]
+    assert "not started: seed=2" in report[0] and "the same command continues it" in report[0]
+    assert json.loads((jobs[0] / "summary.json").read_text())["status"] == "finished"
+    assert json.loads((jobs[1] / "summary.json").read_text())["status"] == "preempted"
+    assert not jobs[2].exists()
+
+    code, out, err = run_cli(argv, capsys)
+    assert code == 0, err
+    summaries = {seed: json.loads((d / "summary.json").read_text()) for seed, d in jobs.items()}
+    assert all(s["status"] == "finished" for s in summaries.values())
+    assert summaries[1]["resumed_from_step"] == 2 and summaries[0]["attempt"] == 1
+
+
+def test_a_job_refused_at_its_start_makes_the_multirun_fail_and_says_which(tmp_path, capsys, monkeypatch):
+    original = pazo.train.build_run
+
+    def build_run(cfg, **kwargs):
+        if cfg.seed == 1:
+            raise DataMissingError("digits data are not where we looked (a test)")
+        return original(cfg, **kwargs)
+
+    monkeypatch.setattr(pazo.train, "build_run", build_run)
+    code, out, err = run_cli(["-m", *TINY, "train.steps=1", "seed=0,1,2", f"hydra.sweep.dir={tmp_path / 's'}"],
+                             capsys)
+    assert code == 1, err
+    lines = (out + err).splitlines()
+    assert sum(line.startswith("pazo: error:") for line in lines) == 1
+    ended = [line for line in lines if line.startswith("pazo: multirun ended")]
+    assert len(ended) == 1 and "2 of 3 jobs finished (seed=0, seed=2)" in ended[0] and "seed=1 (refused)" in ended[0]
