@@ -138,13 +138,26 @@ def test_an_interrupted_benchmark_is_one_line_and_keeps_the_earlier_result(tmp_p
                                        "is as it was)\n")
     out = tmp_path / "result.json"
     out.write_text('{"earlier": 1}')
-    write_text = Path.write_text
+    import pazo.rundir
 
-    def half_then_interrupted(path, text):
-        write_text(path, text[: len(text) // 2])
-        raise KeyboardInterrupt
+    real_open = pazo.rundir.open_file
 
-    monkeypatch.setattr(Path, "write_text", half_then_interrupted)
+    class HalfThenInterrupted:   # the result file's write is cut by a Ctrl-C halfway through
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            self.f.write(bytes(data)[: len(data) // 2])
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(pazo.rundir, "open_file", lambda path, mode=None, append=False:
+                        HalfThenInterrupted(real_open(path, mode, append)))
     with pytest.raises(KeyboardInterrupt):
         bench.write_result(out, {"results": list(range(100))})
     monkeypatch.undo()
