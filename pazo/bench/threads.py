@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from pazo.bench.common import REPO_ROOT, RESULTS_DIR, at_least, machine_details, run_main, write_result
-from pazo.commands import ArgumentParser
+from pazo.commands import ArgumentParser, summary_of
 from pazo.errors import ConfigError
 
 DEFAULT_SETTINGS = "digits,cifar_shape,cifar10_nf32,imdb_lstm,tiny_imagenet_vit"
@@ -83,7 +83,7 @@ def auto_pick(dim: int) -> int:
 
 
 def main():
-    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("--settings", default=DEFAULT_SETTINGS)
     parser.add_argument("--methods", default="sgd,dpsgd,pazo_m")
     parser.add_argument("--counts", default=None, help="thread counts (default: 1, 2 and the machine's cores)")

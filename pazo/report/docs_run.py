@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pazo import REPO_ROOT
-from pazo.commands import ArgumentParser
+from pazo.commands import ArgumentParser, summary_of
 from pazo.report.docs_commands import FENCE, SHELL_FENCES, Command, _commands, classify, documented_pages
 
 DIRECTIVE = re.compile(r"^[ \t]*<!--\s*docs-run(?:\s+`(?P<select>[^`]+)`)?\s*:\s*(?P<what>.*?)\s*-->", re.S | re.M)
@@ -353,10 +353,7 @@ def _pages(only: list[str] | None) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="pazo-report docs-run", description=(
-        "Run every command shown in README.md and docs/ from a temporary directory outside the "
-        "checkout, with the size each page's `<!-- docs-run: ... -->` comment gives; exit 1 if any "
-        "fails, with the page and line."))
+    parser = ArgumentParser(prog="pazo-report docs-run", description=summary_of(__doc__))
     parser.add_argument("--only", action="append", metavar="PAGE",
                         help="only this page (README.md, getting-started.md, docs/guides/llm.md ...); repeatable")
     parser.add_argument("--list", action="store_true", help="list the commands and what will be done, run nothing")

@@ -19,7 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from pazo.commands import ArgumentParser  # noqa: E402
+from pazo.commands import ArgumentParser, summary_of  # noqa: E402
 from pazo.rundir import write_atomic  # noqa: E402
 
 #: the panels: title -> the metrics drawn in it (those a run does not log are left out)
@@ -76,9 +76,7 @@ def draw(rows: list[dict], title: str) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="pazo-report run", description=(
-        "Draw one run's curves (test and validation accuracy, losses, epsilon spent, against the "
-        f"step) from its metrics.jsonl into {FILE} in the run directory; offline, no W&B."))
+    parser = ArgumentParser(prog="pazo-report run", description=summary_of(__doc__))
     parser.add_argument("run", type=Path, help="the run directory (it holds metrics.jsonl)")
     parser.add_argument("--out", type=Path, help=f"where to write the PNG (default: <run>/{FILE})")
     args = parser.parse_args(argv)

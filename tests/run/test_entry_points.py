@@ -42,7 +42,7 @@ def test_pazo_train_from_another_directory_logs_to_train_log_and_keeps_wandb_qui
     assert out.returncode == 0, out.stderr
     run_dir = _run_dir(cwd)  # Hydra's run dir is relative to the working directory; configs are not
     stdout = out.stdout.splitlines()
-    assert stdout[0].startswith("pazo: pazo_m on digits (small_cnn, d=9930, device cpu)")
+    assert stdout[0].startswith("pazo: pazo_m on digits (small_cnn, d=9930, device cpu, 1 CPU thread)")
     assert "FINISHED" in stdout and stdout[-1] == f"  results: {run_dir}"
     assert not any(TIMESTAMPED.match(line) for line in stdout)  # the terminal gets plain lines
     assert "wandb" not in (out.stdout + out.stderr).lower()  # logger.verbose=false: none of W&B's lines
@@ -124,8 +124,9 @@ def test_pyproject_declares_the_pinned_requirements():
 
 
 @pytest.mark.parametrize("package,names", [
-    ("bench", ["methods", "engines", "memory", "calibration", "profile", "step-ops", "defaults", "dimension"]),
-    ("report", ["tables", "figures", "audit-table", "llm-table", "docs"]),
+    ("bench", ["methods", "engines", "memory", "calibration", "profile", "step-ops", "defaults", "dimension",
+               "threads"]),
+    ("report", ["tables", "figures", "audit-table", "llm-table", "docs", "docs-run", "run"]),
 ])
 def test_bench_and_report_list_their_commands_and_refuse_an_unknown_one(package, names, tmp_path):
     """`pazo-bench --help` / `pazo-report --help` (here `python -m pazo.bench`, the same function,
