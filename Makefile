@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-all lint docs docs-run setup bench-calibration bench-cpu bench-gpu bench-threads bench-dpsgd-gpu demo clean
+.PHONY: run test test-all lint docs docs-run check-defaults setup bench-calibration bench-cpu bench-gpu bench-threads bench-dpsgd-gpu demo clean
 
 ## The pinned requirements, then pazo itself in editable mode (entry points pazo-train, pazo-sweep, pazo-bench, pazo-report),
 ## and JAX-Privacy without its dependencies: its one-run f-DP estimator is the tests' independent
@@ -51,6 +51,11 @@ docs: $(STAMP)
 ## `$(PY) -m pazo.report docs-run --list`; one page: `--only PAGE`.
 docs-run: $(STAMP)
 	$(PY) -m pazo.report docs-run --venv $(VENV)
+
+## Re-run every method's digits default and compare with scripts/results/defaults_digits_cpu.json
+## (seeded, one thread per run: every number must come out the same; about 2 minutes on 2 cores).
+check-defaults: $(STAMP)
+	$(PY) -m pazo.bench.defaults --check scripts/results/defaults_digits_cpu.json --runs $(or $(TMPDIR),/tmp)/pazo-check-defaults
 
 ## Time sigma calibration (writes scripts/results/calibration_<host>.json).
 bench-calibration: $(STAMP)
