@@ -96,10 +96,8 @@ PAGES = (
          summary=("file", "what", "ratio", "peak_bytes")),
     Page("defaults", "Every method with its defaults",
          "Every method trained on the bundled digits data set with its default hyperparameters "
-         "(`pazo-bench defaults`): a check that the defaults train, not a comparison of methods. Each run "
-         "is new and runs on one CPU thread (its command is in its row), so the numbers are the same on "
-         "every re-run of this version on any machine; `make check-defaults` (a CI step: "
-         "`pazo-bench defaults --check`) re-runs every method and fails on any number that differs.",
+         "(`pazo-bench defaults`, one CPU thread per run): a check that the defaults train, not a "
+         "comparison of methods. CI re-runs it (`make check-defaults`) and fails on any number that differs.",
          ("defaults_digits_cpu.json",),
          ("method", "status", "engine", "epsilon_spent", "final_val_accuracy", "final_test_accuracy",
           "best_test_accuracy", "warnings"),

@@ -70,24 +70,24 @@ def _sigterm_in_call(monkeypatch, n: int) -> list:
 
 def test_a_signal_in_one_job_stops_the_multirun_and_a_relaunch_continues_it(tmp_path, capsys, monkeypatch):
     sweep_dir = tmp_path / "sweep"
-    argv = ["-m", *TINY, "seed=0,1,2", "train.checkpoint_every=2", f"hydra.sweep.dir={sweep_dir}"]
-    jobs = {seed: sweep_dir / f"method=dpzero,seed={seed},train.checkpoint_every=2,train.log_every=2,train.steps=4"
-            for seed in (0, 1, 2)}
+    argv = ["-m", *TINY, "method.lr=0.01,0.02,0.03", "train.checkpoint_every=2", f"hydra.sweep.dir={sweep_dir}"]
+    jobs = {i: sweep_dir / f"method.lr={lr},method=dpzero,train.checkpoint_every=2,train.log_every=2,train.steps=4"
+            for i, lr in enumerate(("0.01", "0.02", "0.03"))}
     with monkeypatch.context() as m:
         _sigterm_in_call(m, 6)   # step 2 of the second job
         code, out, err = run_cli(argv, capsys)
     assert code == pazo.train.EXIT_CODES["preempted"], err
     report = [line for line in (out + err).splitlines() if line.startswith("pazo: multirun stopped")]
     assert len(report) == 1 and "Traceback" not in err, out + err
-    assert "1 of 3 jobs finished (seed=0)" in report[0] and "seed=1 (preempted)" in report[0]
-    assert "not started: seed=2" in report[0] and "the same command continues it" in report[0]
+    assert "1 of 3 jobs finished (method.lr=0.01)" in report[0] and "method.lr=0.02 (preempted)" in report[0]
+    assert "not started: method.lr=0.03" in report[0] and "the same command continues it" in report[0]
     assert json.loads((jobs[0] / "summary.json").read_text())["status"] == "finished"
     assert json.loads((jobs[1] / "summary.json").read_text())["status"] == "preempted"
     assert not jobs[2].exists()
 
     code, out, err = run_cli(argv, capsys)
     assert code == 0, err
-    summaries = {seed: json.loads((d / "summary.json").read_text()) for seed, d in jobs.items()}
+    summaries = {i: json.loads((d / "summary.json").read_text()) for i, d in jobs.items()}
     assert all(s["status"] == "finished" for s in summaries.values())
     assert summaries[1]["resumed_from_step"] == 2 and summaries[0]["attempt"] == 1
 
