@@ -281,6 +281,16 @@ class _UserOverrideError(ConfigError):
     """The user's own override is wrong: one message for the whole sweep, not one per run."""
 
 
+def _composition_groups(runs) -> dict:
+    """Runs by what Hydra composes differently (setting, experiment, method, private or not, the
+    config-group choices): each group is composed once and its runs' own values set on a copy."""
+    groups: dict = {}
+    for run in runs:
+        choices = tuple((k, v) for k, v in run.params if "." not in k)
+        groups.setdefault((run.setting, run.experiment, run.method, run.epsilon is None, choices), []).append(run)
+    return groups
+
+
 class _Checker:
     """Composes the real config tree and sets a run's values as its command line would."""
 
@@ -343,10 +353,7 @@ def check(runs: list[Run], extra: list[str], entry: str = "train") -> int:
     from pazo.validate import validate_config  # imports torch (seconds): not needed by --help
 
     errors = (ValueError, KeyError, AttributeError, OmegaConfBaseException, HydraException)
-    checker, groups, problems = _Checker(extra, ENTRIES[entry]), {}, {}
-    for run in runs:
-        choices = tuple((k, v) for k, v in run.params if "." not in k)
-        groups.setdefault((run.setting, run.experiment, run.method, run.epsilon is None, choices), []).append(run)
+    checker, groups, problems = _Checker(extra, ENTRIES[entry]), _composition_groups(runs), {}
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         for members in groups.values():
             try:
@@ -541,10 +548,7 @@ def composed_configs(runs: list[Run], extra: list[str], entry: str = "train") ->
     method, config-group choices) composed once, as `check` does."""
     import copy
 
-    checker, groups, out = _Checker(extra, ENTRIES[entry]), {}, {}
-    for run in runs:
-        choices = tuple((k, v) for k, v in run.params if "." not in k)
-        groups.setdefault((run.setting, run.experiment, run.method, run.epsilon is None, choices), []).append(run)
+    checker, groups, out = _Checker(extra, ENTRIES[entry]), _composition_groups(runs), {}
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         for members in groups.values():
             plain = _view(OmegaConf.to_container(checker.compose([*members[0].overrides(), *extra]), resolve=True))

@@ -127,26 +127,26 @@ def paired_speedup_over_dpsgd(step, setting, device, warmup, iters) -> float:
     it, in this process (DP-SGD from its own config on its own copy of the model and batch, built
     after the method's memory was measured): a speedup that holds when the machine's speed drifts
     between subprocesses, which a ratio of two jobs' medians does not."""
-    dpsgd, _, _ = build_benchmark_method("dpsgd", setting, device)
+    pairs = _paired_with(build_benchmark_method("dpsgd", setting, device)[0], step, setting, device, warmup, iters)
+    return statistics.median(before / after for before, after in pairs)
+
+
+def _paired_with(baseline_method, step, setting, device, warmup, iters) -> list:
+    """(baseline step time, `step` time) pairs, the baseline method stepping on its own batch just before."""
     x, y = synthetic_inputs(setting, SETTINGS[setting][3], device)
     counter = iter(range(1, 10**9))
-    baseline = lambda: dpsgd.step(x, y, next(counter))  # noqa: E731
+    baseline = lambda: baseline_method.step(x, y, next(counter))  # noqa: E731
     for _ in range(warmup):
         baseline()
-    return statistics.median(before / after for before, after in paired_times(baseline, step, device, iters))
+    return list(paired_times(baseline, step, device, iters))
 
 
 def paired_over_sgd(step, setting, device, warmup, iters) -> float:
     """The median, over `iters` pairs, of the method's step time over an SGD step's run just before
     it, in this process (SGD from its own config on its own copy of the model and batch): the
     slowdown of private training that holds when the machine's speed drifts."""
-    sgd, _, _ = build_benchmark_method("sgd", setting, device)
-    x, y = synthetic_inputs(setting, SETTINGS[setting][3], device)
-    counter = iter(range(1, 10**9))
-    baseline = lambda: sgd.step(x, y, next(counter))  # noqa: E731
-    for _ in range(warmup):
-        baseline()
-    return statistics.median(after / before for before, after in paired_times(baseline, step, device, iters))
+    pairs = _paired_with(build_benchmark_method("sgd", setting, device)[0], step, setting, device, warmup, iters)
+    return statistics.median(after / before for before, after in pairs)
 
 
 def opacus_dpsgd(mode, setting, device, warmup, iters):
