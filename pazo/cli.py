@@ -1,8 +1,12 @@
 """What the command lines share (`pazo-train`, `pazo-audit`): the user's mistakes that end a run
-in one `pazo: error:` line, and the check of a command line's overrides before anything starts."""
+in one `pazo: error:` line, the check of a command line's overrides before anything starts, and
+Hydra's own writes of a launch's record turned into one line where the disk refuses them."""
 from __future__ import annotations
 
+import os
 import secrets
+import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,7 +14,7 @@ from omegaconf import OmegaConf
 
 from pazo import CONFIG_DIR
 from pazo.errors import ConfigError, unknown_key
-from pazo.rundir import check_output_dir
+from pazo.rundir import STAGING_PREFIX, WriteFault, check_output_dir
 from pazo.privacy.accountants import BudgetError
 from pazo.registry import UnknownNameError
 
@@ -36,7 +40,35 @@ def job_dir(override_dirname: str, overrides, num) -> str:
     return f"{override_dirname},job={num}" if override_dirname else f"job={num}"
 
 
+def guard_hydra_record_writes() -> None:
+    """Hydra writes a launch's record (`.hydra/config.yaml`, `hydra.yaml`, `overrides.yaml`) itself,
+    before any of pazo's code runs; a disk that fills up during those writes (the check before the
+    launch found room for a probe, not for the record) or refuses them ends in one `pazo: error:`
+    line and exit 75, the fault status, instead of Hydra's traceback, and the launch's staging
+    folder is removed, so the directory keeps the record it had."""
+    import hydra.core.utils as hydra_utils
+
+    save = hydra_utils._save_config
+    if getattr(save, "pazo_guarded", False):
+        return
+
+    def save_config(cfg, filename: str, output_dir) -> None:
+        try:
+            save(cfg, filename, output_dir)
+        except OSError as err:
+            fault = WriteFault(Path(output_dir) / filename, err)
+            if Path(output_dir).name.startswith(STAGING_PREFIX):
+                shutil.rmtree(output_dir, ignore_errors=True)
+            print(f"pazo: error: {fault}; nothing of this launch was recorded: free space (or fix the "
+                  "permissions), then run the same command again", file=sys.stderr)
+            raise SystemExit(os.EX_TEMPFAIL) from None   # (Hydra reports every Exception, not an exit)
+
+    save_config.pazo_guarded = True
+    hydra_utils._save_config = save_config
+
+
 register_resolvers()
+guard_hydra_record_writes()
 
 
 MULTIRUN_FLAGS = ("-m", "--multirun")

@@ -7,8 +7,10 @@ with m canaries added to the private data (`pazo.audit.canaries`); it writes sum
 """
 from __future__ import annotations
 
+import errno
 import logging
 import math
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -33,6 +35,7 @@ from pazo.privacy.mechanisms import DEBUG_BREAKS, JointClipPrivatizer, ScalarPri
 from pazo.privacy.plan import epsilon_spent
 from pazo.recorder import write_json_atomic
 from pazo.results import read_json_object, skipped
+from pazo.rundir import WriteFault
 from pazo.validate import validate_config
 
 log = logging.getLogger("pazo.audit")
@@ -288,7 +291,24 @@ def main(cfg: DictConfig) -> float | None:
         log.error(f"pazo: interrupted; the audit in {hc.runtime.output_dir} did not finish and wrote no result "
                   "(run it again)")
         sys.exit(130)
+    except OSError as err:
+        fault = disk_fault(err, hc.runtime.output_dir)
+        if fault is None:
+            raise
+        log.error(f"pazo: error: {fault}; the audit wrote no result: free space (or fix the permissions), "
+                  "then run it again")
+        sys.exit(os.EX_TEMPFAIL)
     return summary["audit"]["epsilon_audited"]
+
+
+def disk_fault(err: OSError, run_dir) -> WriteFault | None:
+    """The audit's files refused by the disk (full, over quota, read-only) as a WriteFault naming
+    the file; None for another OSError (a data file that cannot be read is not a disk fault)."""
+    if isinstance(err, WriteFault):
+        return err
+    if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        return WriteFault(err.filename or run_dir, err)
+    return None
 
 
 def cli() -> None:

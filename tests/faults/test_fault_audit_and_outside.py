@@ -5,17 +5,21 @@ which the audit then refuses); `pazo-train` typed from a directory outside the c
 hydra.run.dir writes below that directory."""
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from fault_inputs_helpers import assert_one_error, run_entry
 from fault_runtime_helpers import Disk
 
 from pazo import REPO_ROOT
 from pazo.audit import run as audit_run
 from pazo.methods import METHODS, method_info
+from pazo.rundir import WriteFault
 
 NON_PRIVATE = sorted(n for n in METHODS.names() if not method_info(n).private)
 
@@ -41,6 +45,30 @@ def test_an_audit_onto_a_full_disk_is_one_line_before_hydra_writes(tmp_path, cap
     code, _, err = run_entry(audit_run.cli, ["method=dpzero", f"hydra.run.dir={run_dir}"], capsys)
     assert_one_error(code, err, "disk is full")
     assert code == 75 and not (run_dir / ".hydra").exists()
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EROFS])
+def test_an_audit_whose_own_files_the_disk_refuses_is_one_line(code, tmp_path, capsys, monkeypatch):
+    """The disk fills up (or turns read-only) after Hydra's record, while the audit writes its own
+    files: one line, exit 75, no traceback."""
+    def refused(cfg, run_dir):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(audit_run, "run_audit", refused)
+    code_, _, err = run_entry(audit_run.cli, ["method=dpzero", f"hydra.run.dir={tmp_path / 'audit'}"], capsys)
+    assert_one_error(code_, err, "the audit wrote no result")
+    assert code_ == 75 and "Traceback" not in err
+
+
+@given(st.sampled_from(sorted(errno.errorcode)))
+def test_only_a_disk_that_refuses_writes_is_called_a_disk_fault(code):
+    """A data file the audit cannot read (EACCES, ENOENT, EIO on a read, ...) is not reported as a
+    disk that refused a write; a full, over-quota or read-only disk, or a WriteFault, is."""
+    err = OSError(code, os.strerror(code))
+    fault = audit_run.disk_fault(err, "/runs/a")
+    assert (fault is not None) == (code in (errno.ENOSPC, errno.EDQUOT, errno.EROFS))
+    wrapped = WriteFault("/runs/a/audit.json", err)
+    assert audit_run.disk_fault(wrapped, "/runs/a") is wrapped
 
 
 @pytest.mark.slow

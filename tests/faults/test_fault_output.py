@@ -279,3 +279,27 @@ def test_cli_full_disk_mid_run_says_what_is_recorded(tmp_path, capsys, monkeypat
     assert code == 75 and "records status fault after step 4" in line and "resumes from its checkpoint" in line
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "fault"
     assert (tmp_path / ".hydra" / "overrides.yaml").exists() and not list((tmp_path / ".hydra").glob("launch-*"))
+
+
+@pytest.mark.parametrize("failing", ["config.yaml", "hydra.yaml", "overrides.yaml"])
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EACCES, errno.EROFS, errno.EIO])
+def test_cli_hydras_own_record_writes_refused_are_one_line_and_leave_no_staging(failing, code, tmp_path, capsys,
+                                                                               monkeypatch):
+    """The disk fills up (or refuses) while Hydra writes the launch's record, after the check before
+    the launch found room: one line, exit 75, and the directory keeps no staging folder."""
+    import builtins
+
+    import hydra.core.utils
+
+    def refusing_open(path, *args, **kwargs):
+        if Path(path).name == failing:
+            raise OSError(code, os.strerror(code))
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(hydra.core.utils, "open", refusing_open, raising=False)
+    code_, _, err = run_cli([*TINY, f"hydra.run.dir={tmp_path / 'run'}"], capsys)
+    line = one_error_line(err)
+    assert code_ == 75 and "Traceback" not in err
+    assert f"could not write {tmp_path / 'run'}" in line and failing in line and "nothing of this launch" in line
+    assert not list((tmp_path / "run" / ".hydra").glob("launch-*"))
+    assert not (tmp_path / "run" / "summary.json").exists()
