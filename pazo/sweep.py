@@ -744,11 +744,19 @@ def main(argv: list[str] | None = None) -> int:
         check_launcher(launcher)
         t0 = time.time()
         composed = check(runs, args.overrides, spec["entry"])
-        missing = missing_data(runs, args.overrides, spec["entry"]) if spec["skip_missing_data"] else {}
+        missing = missing_data(runs, args.overrides, spec["entry"])
+        if missing and not spec["skip_missing_data"] and not args.dry_run:
+            (setting, message), *others = missing.items()
+            also = f" (and the data of {len(others)} other setting(s))" if others else ""
+            raise ConfigError(f"setting {setting}: {message.rstrip('.')}{also}; no run was started (or set skip_missing_data: "
+                              "true in the spec to leave such settings out)")
     except ConfigError as err:
         log.error(f"pazo: error: {err}")
         return 2
     for setting, message in missing.items():
+        if not spec["skip_missing_data"]:   # (a dry run: the plan is shown whole, the gap said)
+            log.info(f"sweep {spec['name']}: setting {setting} cannot run here, its data are missing: {message}")
+            continue
         log.info(f"sweep {spec['name']}: setting {setting} skipped, its data are missing: {message}")
         runs = [r for r in runs if r.setting != setting]
     if not runs:

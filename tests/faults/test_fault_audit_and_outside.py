@@ -105,3 +105,19 @@ def test_a_sweep_that_cannot_run_here_is_one_line_before_the_first_run(argv, wor
     code, _, err = run_entry(sweep.main, ["demo", "--out", str(tmp_path), *argv], capsys)
     assert code == 2
     assert_one_error(code, err, word, "no run was started")
+
+
+def test_a_sweep_whose_data_are_missing_is_one_line_before_the_first_run(tmp_path, capsys, monkeypatch):
+    """Without `skip_missing_data` in the spec, a setting whose data are absent refuses the sweep
+    before any run starts (the loader's own line: what is missing, where, how to get it); a dry run
+    shows the plan and says which settings cannot run here."""
+    from pazo import sweep
+    monkeypatch.setattr(sweep, "launch", lambda *a, **k: pytest.fail("a run was launched"))
+    argv = ["table1_cifar10", "--methods", "dpzero", "--out", str(tmp_path / "sweeps"),
+            f"dataset.root={tmp_path / 'nodata'}"]
+    code, _, err = run_entry(sweep.main, argv, capsys)
+    line = assert_one_error(code, err, "CIFAR-10 is missing", str(tmp_path / "nodata"), "no run was started",
+                            "skip_missing_data")
+    assert code == 2 and ".;" not in line and not (tmp_path / "sweeps").exists()
+    code, out, err = run_entry(sweep.main, [*argv, "--dry-run"], capsys)
+    assert code == 0 and "setting cifar10 cannot run here" in out + err
