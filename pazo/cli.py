@@ -85,7 +85,13 @@ class MultirunJob:
 
     @property
     def label(self) -> str:
-        return " ".join(self.swept) or f"job {self.num}"
+        """The swept overrides but the seed (which goes to config.yaml only, the seed_secret
+        assumption: not to the terminal or a scheduler's log); a seeded job is named by its number,
+        `job=<n>`, as its directory is (`job_dir`)."""
+        shown = [o for o in self.swept if o.split("=", 1)[0].lstrip("+~") != "seed"]
+        if len(shown) < len(self.swept):
+            shown.append(f"job={self.num}")
+        return " ".join(shown) or f"job {self.num}"
 
 
 def multirun_jobs(argv: list[str]) -> list[MultirunJob] | None:

@@ -41,15 +41,17 @@ def test_a_bad_value_among_good_ones_stops_the_multirun_before_any_job(data, key
                            capsys)
     assert code == 2
     line = one_error_line(err)
-    assert f"job {at + 1} of {len(values)} ({key}={bad})" in line and "no job was started" in line, line
+    label = f"job={at}" if key == "seed" else f"{key}={bad}"   # (the seed is named by the job's number)
+    assert f"job {at + 1} of {len(values)} ({label})" in line and "no job was started" in line, line
     assert not sweep_dir.exists()
 
 
 def test_the_jobs_are_expanded_as_hydras_sweeper_numbers_them():
     jobs = multirun_jobs(["-m", "method=dpzero,mezo", "seed=range(0,2)", "train.steps=3"])
-    assert [(j.num, j.label) for j in jobs] == [(0, "method=dpzero seed=0"), (1, "method=dpzero seed=1"),
-                                                (2, "method=mezo seed=0"), (3, "method=mezo seed=1")]
+    assert [(j.num, j.label) for j in jobs] == [(0, "method=dpzero job=0"), (1, "method=dpzero job=1"),
+                                                (2, "method=mezo job=2"), (3, "method=mezo job=3")]
     assert all("train.steps=3" in j.overrides for j in jobs)
+    assert multirun_jobs(["-m", "seed=1,2"])[1].label == "job=1"
     assert multirun_jobs(["method=dpzero"]) is None and multirun_jobs(["-m", "--cfg", "job"]) is None
 
 
@@ -107,4 +109,5 @@ def test_a_job_refused_at_its_start_makes_the_multirun_fail_and_says_which(tmp_p
     lines = (out + err).splitlines()
     assert sum(line.startswith("pazo: error:") for line in lines) == 1
     ended = [line for line in lines if line.startswith("pazo: multirun ended")]
-    assert len(ended) == 1 and "2 of 3 jobs finished (seed=0, seed=2)" in ended[0] and "seed=1 (refused)" in ended[0]
+    assert len(ended) == 1 and "2 of 3 jobs finished (job=0, job=2)" in ended[0] and "job=1 (refused)" in ended[0]
+    assert "seed=" not in ended[0]   # the seed goes to config.yaml only
