@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from scipy.stats import binom
 
 from pazo.audit.fdp import epsilon_lower_bound_fdp
@@ -46,11 +47,9 @@ def p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> float:
     if delta == 0:
         return min(tail, 1.0)
     # max over i of P[v - i <= W <= v - 1] / i, the window growing downwards from v - 1
-    pmf = binom.pmf(range(v - 1, -1, -1), r, p)  # P[W = v - 1], P[W = v - 2], ..., P[W = 0]
-    window, worst = 0.0, 0.0
-    for i, mass in enumerate(pmf, start=1):
-        window += float(mass)
-        worst = max(worst, window / i)
+    pmf = binom.pmf(np.arange(v - 1, -1, -1), r, p)  # P[W = v - 1], P[W = v - 2], ..., P[W = 0]
+    windows = np.add.accumulate(pmf)   # (sequential sums, as a loop adds them: the same floats)
+    worst = max(0.0, float(np.max(windows / np.arange(1, v + 1))))
     return min(tail + 2 * m * delta * worst, 1.0)
 
 
@@ -96,12 +95,15 @@ def audit_guesses(scores, included, beta: float, delta: float,
     if m != len(included) or m < 2:
         raise ConfigError(f"need at least 2 canaries with one score each, got {m} scores, {len(included)} flags")
     grid = grid or guess_grid(m)
-    order = sorted(range(m), key=lambda i: scores[i])  # ascending; ties broken by index
+    # ascending, ties broken by index (a stable sort); numpy arrays, not Python lists: an audit of
+    # millions of canaries would hold ~100 bytes a canary in lists
+    order = np.argsort(np.asarray(scores, dtype=np.float64), kind="stable")
+    included = np.asarray(included, dtype=bool)
     level = beta / len(grid)
     best, best_fdp = None, None
     for k_in, k_out in grid:
         guess_in, guess_out = order[m - k_in:], order[:k_out]
-        correct = sum(bool(included[i]) for i in guess_in) + sum(not included[i] for i in guess_out)
+        correct = int(np.count_nonzero(included[guess_in])) + int(np.count_nonzero(~included[guess_out]))
         r = k_in + k_out
         bound = epsilon_lower_bound(m, r, correct, delta, level)
         row = {"epsilon_lower_bound": bound, "guesses": r, "correct": correct, "guesses_in": k_in,

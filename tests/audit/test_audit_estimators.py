@@ -11,6 +11,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 import torch
 from scipy.stats import binomtest, norm
 from sklearn.metrics import roc_auc_score, roc_curve
@@ -227,3 +229,43 @@ def test_worst_case_hook_passes_only_the_canaries_through_the_privatiser():
     got = hook.release([[123.0, -7.0]])  # real values: ignored
     assert got == [(0.5 * (0.5 + 0.125) + 0.5) / 4]
     assert decode_quiet(float(hook.releases[0][0]) / 0.5) == [0, 2]
+
+
+def _p_value_by_the_loop(m, r, v, epsilon, delta):
+    """Theorem 3.1's p-value, its window maximum written as the plain loop over i."""
+    from scipy.stats import binom
+
+    from pazo.audit.bound import guess_accuracy
+    if v == 0:
+        return 1.0
+    p = guess_accuracy(epsilon)
+    tail = float(binom.sf(v - 1, r, p))
+    if delta == 0:
+        return min(tail, 1.0)
+    window, worst = 0.0, 0.0
+    for i, mass in enumerate(binom.pmf(range(v - 1, -1, -1), r, p), start=1):
+        window += float(mass)
+        worst = max(worst, window / i)
+    return min(tail + 2 * m * delta * worst, 1.0)
+
+
+@given(st.integers(2, 3000).flatmap(lambda m: st.tuples(st.just(m), st.integers(0, m)).flatmap(
+    lambda mr: st.tuples(st.just(mr[0]), st.just(mr[1]), st.integers(0, mr[1])))),
+    st.floats(0, 10), st.sampled_from([0.0, 1e-6, 1e-5, 1e-3, 0.3]))
+def test_the_vectorised_p_value_is_the_loops_to_the_bit(mrv, epsilon, delta):
+    from pazo.audit.bound import p_value
+    m, r, v = mrv
+    assert p_value(m, r, v, epsilon, delta) == _p_value_by_the_loop(m, r, v, epsilon, delta)
+
+
+@given(st.lists(st.tuples(st.integers(-3, 3).map(float), st.booleans()), min_size=2, max_size=300))
+def test_guesses_count_the_same_from_lists_and_arrays_ties_broken_by_index(pairs):
+    """Scores with many ties: the guesses are the highest and lowest scores, ties broken by the
+    canary's index, whether the audit passes Python lists or numpy arrays."""
+    scores, included = [s for s, _ in pairs], [i for _, i in pairs]
+    by_lists = audit_guesses(scores, included, beta=0.05, delta=1e-5)
+    assert by_lists == audit_guesses(np.array(scores), np.array(included), beta=0.05, delta=1e-5)
+    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    k_in, k_out = by_lists["guesses_in"], by_lists["guesses_out"]
+    right = sum(included[i] for i in order[len(order) - k_in:]) + sum(not included[i] for i in order[:k_out])
+    assert by_lists["correct"] == right
