@@ -748,8 +748,8 @@ def main(argv: list[str] | None = None) -> int:
         if missing and not spec["skip_missing_data"] and not args.dry_run:
             (setting, message), *others = missing.items()
             also = f" (and the data of {len(others)} other setting(s))" if others else ""
-            raise ConfigError(f"setting {setting}: {message.rstrip('.')}{also}; no run was started (or set skip_missing_data: "
-                              "true in the spec to leave such settings out)")
+            raise ConfigError(f"setting {setting}: {message.rstrip('.')}{also}; no run was started (or set "
+                              "skip_missing_data: true in the spec to leave such settings out)")
     except ConfigError as err:
         log.error(f"pazo: error: {err}")
         return 2

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pazo import CONFIG_DIR
 from pazo.audit.bound import audit_guesses
+from pazo.audit.memory import bytes_per_canary, check_canary_memory
 from pazo.audit.metrics import membership_metrics
 from pazo.audit.noise_check import attach_noise_probe, noise_check, probe_statistic
 from pazo.audit.canaries import (CodedScalarCanaries, FixedRatePoissonSampler, ScalarCanaries, VectorCanaries,
@@ -30,13 +31,14 @@ from pazo.audit.canaries import (CodedScalarCanaries, FixedRatePoissonSampler, S
 from pazo.cli import USER_ERRORS, check_output_location, check_overrides
 from pazo.errors import ConfigError
 from pazo.experiment import build_run, resolve_device
-from pazo.methods import METHODS, method_info
+from pazo.methods import METHODS, method_config, method_info
 from pazo.privacy.mechanisms import DEBUG_BREAKS, JointClipPrivatizer, ScalarPrivatizer, VectorPrivatizer, debug_break
 from pazo.privacy.plan import epsilon_spent
 from pazo.recorder import write_json_atomic
 from pazo.results import read_json_object, skipped
 from pazo.rundir import WriteFault
 from pazo.validate import validate_config
+from pazo.zo.memory import available_bytes
 
 log = logging.getLogger("pazo.audit")
 THREATS = ("black_box", "white_box")
@@ -108,6 +110,17 @@ def _check_run(cfg, a: AuditConfig) -> None:
                           f"audit.canaries >= {2 * queries}")
 
 
+def check_canaries_fit(cfg, a: AuditConfig, r) -> None:
+    """The canaries' memory (`pazo.audit.memory`) against what this machine has available, before
+    any canary is drawn."""
+    private = r.data.private
+    example_bytes = private.inputs[:1].numel() * private.inputs.element_size()
+    per_canary = bytes_per_canary(a.threat, a.worst_case, method_info(cfg.method.name).zeroth_order,
+                                  r.total_steps, method_config(cfg.method).release().queries,
+                                  r.plan.sample_rate, example_bytes)
+    check_canary_memory(a.canaries, per_canary, available_bytes(r.device)[1], r.total_steps)
+
+
 def attach_white_box(method, m: int, scale: float, design: np.random.Generator, worst_case: bool = False,
                      sample_rate: float | None = None):
     """Put the white-box canaries between `method` and its privatiser; returns the hook. Worst case:
@@ -154,13 +167,14 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
     inclusion_rng = np.random.default_rng([AUDIT_ENTROPY, cfg.seed, 0])
     design_rng = np.random.default_rng([AUDIT_ENTROPY, cfg.seed, 1])
     m = a.canaries
-    included = inclusion_rng.random(m) < 0.5  # never passed to the scoring code
 
     with debug_break(a.debug_break):
         # the run without canaries, as training builds it: q = b / n, sigma, T and the printed epsilon
         r = build_run(cfg, time_engines=False)  # no engine start-up timing in an audit
         method, data, plan, model, total_steps = r.method, r.data, r.plan, r.model, r.total_steps
         device, n, streams = r.device, r.n, r.streams
+        check_canaries_fit(cfg, a, r)
+        included = inclusion_rng.random(m) < 0.5  # never passed to the scoring code
         hook, private, canary_examples = None, data.private, None
         if a.threat == "black_box":
             canary_examples = example_canaries(data.private, m, data.num_classes, design_rng)
@@ -184,7 +198,7 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
         scores, score_info = black_box_scores(model, canary_examples, device), {}
     else:
         scores, score_info = hook.scores(seeds, device)
-    result = audit_guesses(scores.tolist(), included.tolist(), beta=1 - a.confidence, delta=delta)
+    result = audit_guesses(scores, included, beta=1 - a.confidence, delta=delta)
     noise = None
     if a.threat == "white_box":  # the run's steps again with nothing added: the releases are its noise
         with debug_break(a.debug_break):

@@ -91,3 +91,55 @@ def test_the_vectorised_engine_draws_only_the_chunks_directions(monkeypatch):
     chunked = VectorisedEngine(chunk_size=8).losses(model, x, y, directions, points)
     assert torch.equal(whole, chunked)
     assert sorted(drawn) == list(range(40)) and max(map(len, [drawn])) == 40   # each once, a chunk at a time
+
+
+# --- the audit's canaries ------------------------------------------------------------------------------
+
+canary_settings = dict(threat=st.sampled_from(["white_box", "black_box"]), worst_case=st.booleans(),
+                       zeroth_order=st.booleans(), steps=st.integers(1, 10**5), queries=st.integers(1, 1000),
+                       rate=st.floats(1e-6, 1.0), example=st.integers(4, 10**6))
+
+
+@given(**canary_settings, more_steps=st.integers(1, 1000))
+def test_a_canary_costs_at_least_its_inclusion_draw_and_more_steps_never_cost_less(
+        threat, worst_case, zeroth_order, steps, queries, rate, example, more_steps):
+    from pazo.audit.memory import bytes_per_canary
+    per = bytes_per_canary(threat, worst_case, zeroth_order, steps, queries, rate, example)
+    assert per >= 9   # (a float64 draw and a flag, at least)
+    assert bytes_per_canary(threat, worst_case, zeroth_order, steps + more_steps, queries, rate, example) >= per
+    if threat == "black_box":   # each canary is an example, held by the canaries and the data set
+        assert per >= 2 * example
+
+
+@given(**canary_settings, canaries=st.integers(2, 10**12), available=st.integers(2**20, 2**40))
+def test_canaries_are_refused_exactly_when_they_cannot_fit_and_the_line_names_a_count_that_fits(
+        threat, worst_case, zeroth_order, steps, queries, rate, example, canaries, available):
+    import re
+
+    from pazo.audit.memory import bytes_per_canary, check_canary_memory
+    per = bytes_per_canary(threat, worst_case, zeroth_order, steps, queries, rate, example)
+    try:
+        check_canary_memory(canaries, per, available, steps)
+    except ConfigError as err:
+        assert canaries * per > SHARE_OF_AVAILABLE * available and "\n" not in str(err)
+        most = int(re.search(r"audit.canaries <= (\d+)", str(err)).group(1))
+        assert most < canaries and (most == 2 or most * per <= SHARE_OF_AVAILABLE * available)
+    else:
+        assert canaries * per <= SHARE_OF_AVAILABLE * available
+    check_canary_memory(canaries, per, None, steps)   # memory that cannot be read refuses nothing
+
+
+@pytest.mark.parametrize("threat", ["white_box", "black_box"])
+def test_an_audit_with_more_canaries_than_fit_is_one_line_before_any_canary_is_drawn(threat, tmp_path, capsys,
+                                                                                   monkeypatch):
+    from fault_inputs_helpers import run_entry
+
+    from pazo.audit import run as audit_run
+    monkeypatch.setattr(audit_run, "available_bytes", lambda device: (None, GIB))
+    monkeypatch.setattr(audit_run, "train_with_canaries", lambda *a, **k: pytest.fail("the audit trained"))
+    argv = ["method=dpzero", "audit.canaries=200000000", f"audit.threat={threat}", "train.steps=2",
+            "logger.mode=disabled", f"hydra.run.dir={tmp_path / 'a'}"]
+    code, _, err = run_entry(audit_run.cli, argv, capsys)
+    assert code == 2
+    line = one_error_line(err)
+    assert "audit.canaries=200000000" in line and "GiB" in line and "audit.canaries <=" in line, line
