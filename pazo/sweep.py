@@ -42,6 +42,7 @@ from pazo.commands import ArgumentParser, summary_of
 from pazo.config_schema import integer_at_least, optional, typed
 from pazo.console import use_console
 from pazo.errors import ConfigError
+from pazo.plugins import load_plugins
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "configs" / "sweeps"
@@ -735,6 +736,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="private selection: the truncated negative binomial's shape eta > 0")
     args = parser.parse_intermixed_args(argv)
     use_console()
+    load_plugins()   # (its runs' subprocesses load them too: the entry points, and PAZO_PLUGINS inherited)
     try:
         spec = load_spec(args.spec)
         if args.methods is not None:

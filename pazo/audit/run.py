@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from pazo.plugins import load_plugins
 from pazo import CONFIG_DIR
 from pazo.audit.bound import audit_guesses
 from pazo.audit.metrics import membership_metrics
@@ -292,6 +293,7 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def cli() -> None:
+    load_plugins()   # (before any config is composed: a plugin's names are choices too)
     problem = check_overrides(sys.argv[1:], config_name="audit",
                               check=lambda cfg: (resolve_device(cfg.device),
                                                  _check_run(cfg, AuditConfig.from_cfg(cfg.audit))))

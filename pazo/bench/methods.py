@@ -52,6 +52,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from pazo.plugins import load_plugins
 from pazo.commands import ArgumentParser, summary_of
 from pazo.bench.common import RESULTS_DIR, at_least, run_main, write_result
 from pazo.bench.settings import (ENGINE_NAMES, FORWARDS, PAPER_SETTING, PUBLIC_PASSES, SETTINGS, bare_model,
@@ -311,6 +312,7 @@ def main():
 
 def cli() -> None:
     """`pazo-bench methods`, `python -m pazo.bench.methods`, `python scripts/benchmark_methods.py`."""
+    load_plugins()
     run_main("benchmark_methods", main)
 
 

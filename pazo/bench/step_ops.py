@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from pazo.plugins import load_plugins
 from pazo.bench.common import RESULTS_DIR, run_main, write_result
 from pazo.commands import ArgumentParser, summary_of
 from pazo.bench.settings import (FORWARDS, PUBLIC_PASSES, SETTINGS, bare_passes, build_benchmark_method,
@@ -109,6 +110,7 @@ def main():
 
 def cli() -> None:
     """`pazo-bench step-ops`, `python -m pazo.bench.step_ops`, `python scripts/count_step_ops.py`."""
+    load_plugins()
     run_main("count_step_ops", main)
 
 

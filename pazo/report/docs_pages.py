@@ -17,6 +17,7 @@ import re
 import sys
 from pathlib import Path
 
+from pazo.plugins import load_plugins
 from pazo import REPO_ROOT
 from pazo.commands import summary_of
 from pazo.rundir import write_text_atomic
@@ -179,6 +180,7 @@ def main(argv=None) -> int:
 
 def cli() -> None:
     """`pazo-report docs`, `python -m pazo.report.docs_pages`."""
+    load_plugins()
     sys.exit(main())
 
 
