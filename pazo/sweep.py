@@ -227,6 +227,16 @@ def check_launcher(launcher: dict) -> None:
         raise ConfigError(f"launcher {kind}: {err}") from None
 
 
+def registered_grid(method: str, setting: str, grid: dict) -> dict:
+    """The grid of a method the setting's grid file does not name: what its registration says it
+    sweeps (`MethodInfo.sweeps`; none: one run at its defaults). An unknown method is an error."""
+    from pazo.methods import METHODS, method_info  # imports torch: not needed by --help
+
+    if method not in METHODS:
+        raise ConfigError(f"grid {setting} has no method {method!r}; it has {', '.join(grid['methods'])}")
+    return {key: list(values) for key, values in method_info(method).sweeps.items()}
+
+
 def enumerate_runs(spec: dict) -> list[Run]:
     runs = []
     for setting in spec["settings"]:
@@ -234,9 +244,7 @@ def enumerate_runs(spec: dict) -> list[Run]:
         grid = (load_grid(setting) if spec.get("grid", True)
                 else {"experiment": None, "methods": {m: {} for m in spec["methods"]}})
         for method in spec["methods"]:
-            if method not in grid["methods"]:
-                raise ConfigError(f"grid {setting} has no method {method!r}; it has {', '.join(grid['methods'])}")
-            axes = {**grid["methods"][method], **spec["extra"]}
+            axes = {**grid["methods"].get(method, registered_grid(method, setting, grid)), **spec["extra"]}
             for key, values in axes.items():
                 if not isinstance(values, list) or not values:
                     raise ConfigError(f"grid {setting}/{method}: {key} must be a non-empty list, got {values!r}")
