@@ -74,9 +74,22 @@ def api_page() -> str:
         lines += module_block(module, why, show_source=False)
     lines += ["## The algorithms", "", "Each method's class with its source (the pseudo-code is in "
               "[the algorithms](../concepts/algorithms.md)).", ""]
-    for module, why in ALGORITHM_MODULES.items():
+    for module, why in algorithm_modules().items():
         lines += module_block(module, why, show_source=True, level=3)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def algorithm_modules() -> dict[str, str]:
+    """ALGORITHM_MODULES, then every other module of pazo's that registers a method (its labels): a
+    new in-tree method appears with its module alone; a plugin's (`pazo.plugins`) does not."""
+    from pazo.methods import METHODS
+
+    out = dict(ALGORITHM_MODULES)
+    for name, info in METHODS.items():
+        if METHODS.builtin(name) and info.cls.__module__ not in ALGORITHM_MODULES:
+            labels = out.get(info.cls.__module__, "").removesuffix(".")
+            out[info.cls.__module__] = f"{labels + ', ' if labels else ''}{info.label}."
+    return out
 
 
 def outlets_page() -> str:

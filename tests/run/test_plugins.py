@@ -82,3 +82,26 @@ def test_every_entry_point_loads_plugins_first(tmp_path, command):
                           text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert done.stderr == "pazo: error: plugin plug_broken (from PAZO_PLUGINS): ValueError: bad plugin\n"
+
+
+def test_registrations_record_their_module_and_the_docs_show_pazos_own(monkeypatch):
+    """Every registration of pazo's is `builtin`; one from another module is not, and the generated
+    reference (the algorithm modules) leaves it out."""
+    import dataclasses
+
+    from pazo.catalog import DATASETS, MODELS
+    from pazo.methods import METHODS
+    from pazo.registry import Registry
+    from pazo.report.docs_pages import ALGORITHM_MODULES, algorithm_modules
+
+    for registry in (METHODS, DATASETS, MODELS):
+        assert all(registry.builtin(n) and registry.origin(n).startswith("pazo.") for n in registry.names())
+    other = Registry("thing")
+    other.register("mine", origin="my_pazo_plugin")(object())
+    other.register("pazos", origin="pazo.methods.x")(object())
+    assert [other.builtin(n) for n in ("mine", "pazos")] == [False, True]
+
+    plugin = dataclasses.replace(METHODS.get("dpzero"), name="plugged", cls=type("Plugged", (), {"__module__": "plug"}))
+    monkeypatch.setitem(METHODS._items, "plugged", plugin)
+    monkeypatch.setitem(METHODS._origins, "plugged", "plug")
+    assert algorithm_modules() == ALGORITHM_MODULES   # pazo's own method modules, and no plugin's
