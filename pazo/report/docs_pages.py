@@ -33,6 +33,8 @@ API_MODULES = {
     "pazo.selection": "A sweep's private hyperparameter selection: each cell's cost, the draw of K, the release.",
     "pazo.methods.registry": "Methods by name, their facts and typed configs.",
     "pazo.methods.base": "What every method implements.",
+    "pazo.catalog": "Data sets and models by name, with their facts (schema, input kinds).",
+    "pazo.plugins": "Your own methods, data sets and models, loaded from your package's entry points.",
     "pazo.privacy.plan": "The privacy plan of a run: what is accounted and how.",
     "pazo.privacy.accountants": "The accountants (PRV) and the budget checks.",
     "pazo.privacy.calibration": "Noise calibration for a target epsilon.",
