@@ -252,7 +252,7 @@ def registered_grid(method: str, setting: str, grid: dict) -> dict:
 
     if method not in METHODS:
         raise ConfigError(f"grid {setting} has no method {method!r}; it has {', '.join(grid['methods']) or 'none'}")
-    return {key: list(values) for key, values in method_info(method).sweeps.items()}
+    return {key: list(values) for key, values in method_info(method).sweeps}
 
 
 def enumerate_runs(spec: dict) -> list[Run]:

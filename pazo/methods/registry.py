@@ -46,9 +46,9 @@ class MethodInfo:
     public_passes: Callable[[MethodConfig], int] = field(default=lambda cfg: 0)
     #: what one step releases through `Method.privatizer` (RELEASES): what the audit's white box hooks
     release: str = "scalar"
-    #: the sweep's grid for this method where a setting's grid file does not name it: override key ->
-    #: values (empty: one run at the method's defaults)
-    sweeps: Mapping[str, tuple] = field(default_factory=dict)
+    #: the sweep's grid for this method where a setting's grid file does not name it: (override key,
+    #: values) pairs (none: one run at the method's defaults); pairs, so that the facts stay hashable
+    sweeps: tuple[tuple[str, tuple], ...] = ()
 
     @property
     def zeroth_order(self) -> bool:
@@ -97,7 +97,7 @@ def register_method(name: str, *, config: type[MethodConfig], label: str, family
         info = MethodInfo(name, cls, config, label, family, uses_public, private, reference, privacy_note,
                           forwards=forwards if zeroth else None,
                           public_passes=public_passes or MethodInfo.public_passes,
-                          release=release, sweeps={k: tuple(v) for k, v in (sweeps or {}).items()})
+                          release=release, sweeps=tuple((k, tuple(v)) for k, v in (sweeps or {}).items()))
         METHODS.register(name, origin=cls.__module__)(info)
         store = ConfigStore.instance()
         store.store(group="method", name=f"{name}_schema", node=config)

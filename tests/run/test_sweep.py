@@ -267,7 +267,8 @@ def test_a_method_a_grid_does_not_name_runs_its_registered_grid(methods, grid_fi
 
     setting = "digits" if grid_file else "torchvision"
     named = sweep.load_grid("digits")["methods"] if grid_file else {}
-    infos = {m: dataclasses.replace(method_info(m), sweeps={k: tuple(v) for k, v in sweeps.items()}) for m in methods}
+    pairs = tuple((key, tuple(values)) for key, values in sweeps.items())
+    infos = {m: dataclasses.replace(method_info(m), sweeps=pairs) for m in methods}
     with pytest.MonkeyPatch.context() as patch:
         for m, info in infos.items():
             patch.setitem(METHODS._items, m, info)
