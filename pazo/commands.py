@@ -11,6 +11,8 @@ import errno
 import importlib
 import sys
 
+from pazo.plugins import load_plugins
+
 #: an OSError that is the user's input, not the machine refusing a write: exit 2, not 75
 _INPUT_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
 
@@ -36,6 +38,7 @@ def dispatch(prog: str, title: str, commands: dict[str, tuple[str, str]], argv: 
     if name not in commands:
         print(f"pazo: error: unknown {prog} command {name!r}; choices: {', '.join(commands)}", file=sys.stderr)
         return 2
+    load_plugins()   # (a plugin's methods, data sets and models are names the command may be given)
     module = importlib.import_module(commands[name][0])
     saved, sys.argv = sys.argv, [f"{prog} {name}", *rest]
     try:

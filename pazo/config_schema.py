@@ -19,7 +19,9 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
 
-from pazo.errors import ConfigError, one_of, positive, require, unknown_key
+from pazo.catalog import DATASETS, MODELS
+from pazo.errors import ConfigError, at_least_one, one_of, positive, require, unknown_key
+from pazo.registry import UnknownNameError
 from pazo.threads import valid_threads
 
 
@@ -27,12 +29,6 @@ from pazo.threads import valid_threads
 def integer_at_least(value, low: int, what: str) -> None:
     require(isinstance(value, int) and not isinstance(value, bool) and value >= low,
             f"{what} must be an integer >= {low}, got {value!r}")
-
-
-def at_least_one(value, what: str) -> None:
-    """A count or size: an integer >= 1."""
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-            f"{what} must be a positive integer, got {value!r}")
 
 
 def fraction(value, what: str, *, low_open: bool = True, high_open: bool = True) -> None:
@@ -315,12 +311,6 @@ class PromptTaskSchema(DatasetSchema):
         one_of(self.public_source, ("none", "split", "folder"), "dataset.public_source")
 
 
-DATASET_SCHEMAS = {"digits": DigitsSchema, "cifar10": Cifar10Schema, "tiny_imagenet": TinyImagenetSchema,
-                   "image_folder": ImageFolderSchema, "torchvision": TorchvisionSchema, "imdb": ImdbSchema,
-                   "hf_text": HfTextSchema, "mnli": MnliSchema, "glue_prompt": PromptTaskSchema,
-                   "sst2": PromptTaskSchema, "squad": PromptTaskSchema}
-
-
 # ---------------------------------------------------------------------------- models
 
 def dropout_rate(value, what: str) -> None:
@@ -442,8 +432,9 @@ class HfCausalLmSchema(HfLmSchema):
         at_least_one(self.max_new_tokens, "model.max_new_tokens")
 
 
-MODEL_SCHEMAS = {"small_cnn": SmallCnnSchema, "lstm": LstmSchema, "nf_resnet18": NfResnetSchema, "vit": VitSchema,
-                 "roberta_prompt": RobertaPromptSchema, "hf_masked_lm": HfLmSchema, "hf_causal_lm": HfCausalLmSchema}
+#: the groups whose schema is their option's: `dataset.name` / `model.name` -> the registration's schema
+#: (`pazo.catalog`; pazo's own are registered in `pazo.data` and `pazo.models`, a plugin's in its module)
+NAMED_GROUPS = {"dataset": DATASETS, "model": MODELS}
 
 #: config section -> its schema (dataset and model: by their `name`)
 SECTIONS = {"train": TrainSchema, "warm_start": WarmStartSchema, "engine": EngineSchema, "privacy": PrivacySchema,
@@ -549,10 +540,14 @@ def check_config_values(cfg) -> None:
     for name, schema in SECTIONS.items():
         if name in data:
             typed(schema, data[name] or {}, name)
-    for group, schemas in (("dataset", DATASET_SCHEMAS), ("model", MODEL_SCHEMAS)):
+    for group, registry in NAMED_GROUPS.items():
         values = data.get(group)
-        if isinstance(values, dict) and values.get("name") in schemas:
-            typed(schemas[values["name"]], values, group)
+        if isinstance(values, dict):   # an unregistered name is refused, not left unchecked
+            try:
+                schema = registry.get(values.get("name")).schema
+            except UnknownNameError as err:
+                raise ConfigError(str(err)) from None
+            typed(schema, values, group)
 
 
 def typed_values(cfg, extra: dict[str, type] | None = None) -> dict:
@@ -563,10 +558,10 @@ def typed_values(cfg, extra: dict[str, type] | None = None) -> dict:
     is left as it is (validation says why)."""
     data = resolvable(cfg) if isinstance(cfg, DictConfig) else _plain(cfg)
     schemas = {name: schema for name, schema in SECTIONS.items()}
-    for group, by_name in (("dataset", DATASET_SCHEMAS), ("model", MODEL_SCHEMAS)):
+    for group, registry in NAMED_GROUPS.items():
         values = data.get(group)
-        if isinstance(values, dict) and values.get("name") in by_name:
-            schemas[group] = by_name[values["name"]]
+        if isinstance(values, dict) and values.get("name") in registry:
+            schemas[group] = registry.get(values["name"]).schema
     schemas.update(extra or {})
     top = {k: v for k, v in data.items() if k not in SECTIONS and k not in CHECKED_ELSEWHERE}
     out = {**data, **_cast(TopSchema, top)}

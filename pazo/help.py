@@ -58,8 +58,23 @@ def config_summary(path: Path) -> str:
 def group_lines(group: str) -> list[str]:
     """`name  summary` for each user-facing option of a config group (not the tuning files or schemas)."""
     files = sorted((CONFIG_DIR / group).glob("*.yaml"))
-    width = max((len(f.stem) for f in files), default=0)
-    return [f"  {f.stem:{width}s}  {config_summary(f) or '-'}" for f in files]
+    extra = yamlless_options(group, {f.stem for f in files})
+    width = max((len(n) for n in [f.stem for f in files] + list(extra)), default=0)
+    return ([f"  {f.stem:{width}s}  {config_summary(f) or '-'}" for f in files]
+            + [f"  {name:{width}s}  {what}" for name, what in extra.items()])
+
+
+def yamlless_options(group: str, yamls: set[str]) -> dict[str, str]:
+    """The data sets or models registered without a yaml (a plugin's, `pazo.plugins`): name -> who
+    registered it."""
+    if group not in ("dataset", "model"):
+        return {}
+    from pazo.catalog import DATASETS, MODELS
+    import pazo.data  # noqa: F401  (registers pazo's own)
+    import pazo.models  # noqa: F401
+
+    registry = DATASETS if group == "dataset" else MODELS
+    return {n: f"registered by {registry.origin(n)}" for n in registry.names() if n not in yamls}
 
 
 def method_lines() -> list[str]:

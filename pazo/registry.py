@@ -13,15 +13,28 @@ class UnknownNameError(ValueError):
 
 class Registry(Generic[T]):
     def __init__(self, kind: str):
-        self.kind, self._items = kind, {}
+        self.kind, self._items, self._origins = kind, {}, {}
 
-    def register(self, name: str) -> Callable[[T], T]:
+    def register(self, name: str, origin: str | None = None) -> Callable[[T], T]:
+        """Decorator: add `item` under `name`; `origin` is the module that registers it (default the
+        item's own `__module__`), which tells pazo's own registrations from a plugin's."""
         def add(item: T) -> T:
             if name in self._items:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
             self._items[name] = item
+            self._origins[name] = origin or getattr(item, "__module__", None) or ""
             return item
         return add
+
+    def origin(self, name: str) -> str:
+        """The module that registered `name`."""
+        self.get(name)
+        return self._origins[name]
+
+    def builtin(self, name: str) -> bool:
+        """Whether pazo itself registered `name` (not a plugin): what the generated docs show."""
+        origin = self.origin(name)
+        return origin == "pazo" or origin.startswith("pazo.")
 
     def get(self, name: str) -> T:
         if name not in self._items:

@@ -42,6 +42,7 @@ from pazo.commands import ArgumentParser, summary_of
 from pazo.config_schema import integer_at_least, optional, typed
 from pazo.console import use_console
 from pazo.errors import ConfigError
+from pazo.plugins import load_plugins
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "configs" / "sweeps"
@@ -226,16 +227,40 @@ def check_launcher(launcher: dict) -> None:
         raise ConfigError(f"launcher {kind}: {err}") from None
 
 
+def setting_grid(spec: dict, setting: str) -> dict:
+    """The grid a setting's runs come from: `grid: false`, every method at its own defaults (the
+    setting is the data set), only the spec's axes; a grid file, `configs/sweeps/grids/<setting>.yaml`;
+    none for a registered data set, each method's registered grid (`registered_grid`)."""
+    if not spec.get("grid", True):
+        return {"experiment": None, "methods": {m: {} for m in spec["methods"]}}
+    if not (SWEEPS / "grids" / f"{setting}.yaml").is_file() and registered_dataset(setting):
+        return {"experiment": None, "methods": {}}
+    return load_grid(setting)
+
+
+def registered_dataset(setting: str) -> bool:
+    """Whether a setting with no grid file is a registered data set (its runs: `dataset=<setting>`)."""
+    from pazo.data import DATASETS  # imports torch: not needed by --help
+
+    return setting in DATASETS
+
+
+def registered_grid(method: str, setting: str, grid: dict) -> dict:
+    """The grid of a method the setting's grid file does not name: what its registration says it
+    sweeps (`MethodInfo.sweeps`; none: one run at its defaults). An unknown method is an error."""
+    from pazo.methods import METHODS, method_info  # imports torch: not needed by --help
+
+    if method not in METHODS:
+        raise ConfigError(f"grid {setting} has no method {method!r}; it has {', '.join(grid['methods']) or 'none'}")
+    return {key: list(values) for key, values in method_info(method).sweeps}
+
+
 def enumerate_runs(spec: dict) -> list[Run]:
     runs = []
     for setting in spec["settings"]:
-        # grid: false = every method at its own defaults (the setting is the data set), only the spec's axes
-        grid = (load_grid(setting) if spec.get("grid", True)
-                else {"experiment": None, "methods": {m: {} for m in spec["methods"]}})
+        grid = setting_grid(spec, setting)
         for method in spec["methods"]:
-            if method not in grid["methods"]:
-                raise ConfigError(f"grid {setting} has no method {method!r}; it has {', '.join(grid['methods'])}")
-            axes = {**grid["methods"][method], **spec["extra"]}
+            axes = {**grid["methods"].get(method, registered_grid(method, setting, grid)), **spec["extra"]}
             for key, values in axes.items():
                 if not isinstance(values, list) or not values:
                     raise ConfigError(f"grid {setting}/{method}: {key} must be a non-empty list, got {values!r}")
@@ -735,6 +760,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="private selection: the truncated negative binomial's shape eta > 0")
     args = parser.parse_intermixed_args(argv)
     use_console()
+    load_plugins()   # (its runs' subprocesses load them too: the entry points, and PAZO_PLUGINS inherited)
     try:
         spec = load_spec(args.spec)
         if args.methods is not None:

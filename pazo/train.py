@@ -28,6 +28,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from pazo.plugins import load_plugins
 from pazo import CONFIG_DIR
 from pazo.attempts import accept_launch, check_launch, plan_launch
 from pazo.checkpoint import (CHECKPOINT, Heartbeat, LoopState, StopRequests, config_fingerprint, read_summary,
@@ -436,6 +437,7 @@ def cli() -> None:
     starts, and so is a Ctrl-C before `main`; everything else is `main`. Hydra writes this
     launch's record into `.hydra/launch-<pid>-<token>/`, which `run` moves into `.hydra/` once the
     launch is accepted (a refused launch leaves the directory's record as it was)."""
+    load_plugins()   # (before any config is composed: a plugin's names are choices too)
     signal.signal(signal.SIGINT, _interrupted_before_start)
     argv = sys.argv[1:]
     if "--help" in argv or "-h" in argv:   # pazo's own (Hydra's: --hydra-help)

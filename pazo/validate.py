@@ -2,12 +2,14 @@
 
 Every key's type and range is checked by the typed schema (`pazo/config_schema.py`), each method's
 fields by its typed config (`pazo/methods/`); what is checked here spans several config groups or
-needs a registry (data set, model, method and engine names) or the data set's sizes."""
+needs a registry (data set, model, method and engine names, and their facts: the kind of input a data
+set produces against the kinds a model accepts) or the data set's sizes."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 from pazo.config_schema import check_config_values, typed_values
+from pazo.catalog import pairing_problem
 from pazo.data import DATASETS
 from pazo.data.validation import check_validation_size
 from pazo.errors import ConfigError
@@ -34,23 +36,15 @@ def validate_config(cfg) -> None:
     method = method_config(m)  # the method's own checks (its typed config)
     d = cfg.dataset
     check_validation_size(d)
-    if d.name == "mnli" and cfg.model.name != "roberta_prompt":
-        raise ConfigError(f"dataset=mnli is a prompt task for model=roberta_prompt, not model={cfg.model.name}")
-    prompted = ("sst2", "squad", "glue_prompt")
-    if d.name in prompted and cfg.model.name not in ("hf_causal_lm", "hf_masked_lm"):
-        raise ConfigError(f"dataset={d.name} is a prompted task for model=hf_causal_lm or hf_masked_lm, "
-                          f"not model={cfg.model.name}")
-    if cfg.model.name in ("hf_causal_lm", "hf_masked_lm") and d.name not in prompted:
-        raise ConfigError(f"model={cfg.model.name} runs prompted tasks (dataset=sst2, squad, glue_prompt), "
-                          f"not dataset={d.name}")
-    if d.name == "squad" and cfg.model.name != "hf_causal_lm":
-        raise ConfigError("dataset=squad is answered by generation: use model=hf_causal_lm")
-    if cfg.model.name in ("hf_causal_lm", "hf_masked_lm"):
+    pairing = pairing_problem(d.name, cfg.model.name)   # the data set's input kind, the model's accepted ones
+    if pairing:
+        raise ConfigError(pairing)
+    if "device_map" in cfg.model:
         if cfg.model.device_map not in (None, "auto") and not isinstance(cfg.model.device_map, Mapping):
             raise ConfigError(f"model.device_map must be null, auto or a mapping of modules to devices, "
                               f"got {cfg.model.device_map!r}")
-    if d.name in ("imdb", "hf_text") and cfg.model.name != "lstm":
-        raise ConfigError(f"dataset={d.name} is token ids for model=lstm, not model={cfg.model.name}")
+    if method_info(m.name).uses_public and not DATASETS.get(d.name).public_split:
+        raise ConfigError(f"method {m.name!r} needs public data but dataset={d.name} has no public split")
     if d.get("public_source") == "folder" and not d.public_folder:
         raise ConfigError("dataset.public_source=folder needs dataset.public_folder=<folder of class sub-folders>")
 

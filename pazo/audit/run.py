@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from pazo.plugins import load_plugins
 from pazo import CONFIG_DIR
 from pazo.audit.bound import audit_guesses
 from pazo.audit.memory import bytes_per_canary, check_canary_memory
@@ -100,11 +101,12 @@ def _check_run(cfg, a: AuditConfig) -> None:
                           "guarantee; use privacy.sampling=poisson")
     if cfg.privacy.secure_mode:
         raise ConfigError("privacy.secure_mode=true: the audit needs the run reproducible from its seed")
-    if a.threat == "white_box" and cfg.method.name == "gep":
-        raise ConfigError("audit.threat=white_box does not cover gep (its release is two noisy sums in a public "
-                          "subspace, not one privatiser call); use audit.threat=black_box")
+    info = method_info(cfg.method.name)
+    if a.threat == "white_box" and not info.white_box:
+        raise ConfigError(f"audit.threat=white_box does not cover {info.name} (its releases do not pass through one "
+                          "privatiser call; registered with release='other'); use audit.threat=black_box")
     queries = cfg.method.get("q")
-    if a.threat == "white_box" and a.worst_case and cfg.method.name == "dp_aggzo" and a.canaries < 2 * queries:
+    if a.threat == "white_box" and a.worst_case and info.release == "joint_scalar" and a.canaries < 2 * queries:
         raise ConfigError(f"audit.canaries={a.canaries} is too few for the coded white box of dp_aggzo's joint clip "
                           f"over method.q={queries} queries (disjoint groups of at least 2 a query): use "
                           f"audit.canaries >= {2 * queries}")
@@ -126,7 +128,7 @@ def attach_white_box(method, m: int, scale: float, design: np.random.Generator, 
     """Put the white-box canaries between `method` and its privatiser; returns the hook. Worst case:
     the real examples' contributions to each release are neutralised (the canaries are the whole
     private data set as far as the release goes), zeroth-order canaries coded digit by digit."""
-    privatizer = getattr(method, "privatizer", None)
+    privatizer = method.privatizer   # (the contract `Method` declares)
     if isinstance(privatizer, (ScalarPrivatizer, JointClipPrivatizer)):   # DP-AggZO's joint clip too
         queries = method.cfg.release().queries
         method.privatizer = (CodedScalarCanaries(privatizer, m, scale, design, sample_rate, queries) if worst_case
@@ -326,6 +328,7 @@ def disk_fault(err: OSError, run_dir) -> WriteFault | None:
 
 
 def cli() -> None:
+    load_plugins()   # (before any config is composed: a plugin's names are choices too)
     problem = check_overrides(sys.argv[1:], config_name="audit",
                               check=lambda cfg: (resolve_device(cfg.device),
                                                  _check_run(cfg, AuditConfig.from_cfg(cfg.audit))))

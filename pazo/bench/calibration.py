@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from pazo.plugins import load_plugins
 from pazo.bench.common import (RESULTS_DIR, at_least, comma_separated, command_line, git_commit, positive_number,
                                write_result)
 from pazo.commands import ArgumentParser, summary_of
@@ -106,6 +107,7 @@ def main():
 
 def cli() -> None:
     """`pazo-bench calibration`, `python -m pazo.bench.calibration`, `python scripts/benchmark_calibration.py`."""
+    load_plugins()
     main()
 
 

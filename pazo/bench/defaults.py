@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from pazo.plugins import load_plugins
 from pazo.commands import ArgumentParser, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.bench.common import RESULTS_DIR, at_least, command_line, git_commit, write_result
@@ -131,6 +132,7 @@ def main():
 
 def cli() -> None:
     """`pazo-bench defaults`, `python -m pazo.bench.defaults`, `python scripts/check_defaults.py`."""
+    load_plugins()
     main()
 
 

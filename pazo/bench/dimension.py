@@ -23,6 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from pazo.plugins import load_plugins
 from pazo import REPO_ROOT  # noqa: E402
 from pazo.bench.common import at_least, comma_separated, one_of, positive_number, write_result  # noqa: E402
 from pazo.commands import ArgumentParser, summary_of  # noqa: E402
@@ -108,6 +109,7 @@ def main(argv=None):
 
 def cli() -> None:
     """`pazo-bench dimension`, `python -m pazo.bench.dimension`, `python scripts/dpzero_dimension.py`."""
+    load_plugins()
     main()
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from pazo.plugins import load_plugins
 from pazo.bench import common, settings, timing
 from pazo.commands import ArgumentParser, summary_of
 
@@ -131,6 +132,7 @@ def main():
 
 def cli() -> None:
     """`pazo-bench engines`, `python -m pazo.bench.engines`, `python scripts/benchmark_engines.py`."""
+    load_plugins()
     common.run_main("benchmark_engines", main)
 
 

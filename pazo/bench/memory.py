@@ -34,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+from pazo.plugins import load_plugins
 from pazo import REPO_ROOT
 from pazo.bench.common import RESULTS_DIR, at_least, comma_separated, command_line, write_result
 from pazo.commands import ArgumentParser, summary_of
@@ -192,6 +193,7 @@ def main() -> None:
 
 def cli() -> None:
     """`pazo-bench memory`, `python -m pazo.bench.memory`, `python scripts/benchmark_memory.py`."""
+    load_plugins()
     main()
 
 

@@ -41,6 +41,7 @@ paper's Table 5 a setting matches (`pazo-report tables --benchmark` reads this f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import signal
@@ -52,22 +53,27 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from pazo.plugins import load_plugins
 from pazo.commands import ArgumentParser, summary_of
 from pazo.bench.common import RESULTS_DIR, at_least, run_main, write_result
-from pazo.bench.settings import (ENGINE_NAMES, FORWARDS, PAPER_SETTING, PUBLIC_PASSES, SETTINGS, bare_model,
+from pazo.bench.settings import (ENGINE_NAMES, PAPER_SETTING, SETTINGS, bare_model,
                                  bare_passes, build_benchmark_method, check_device, check_overrides_for, compose_cfg,
-                                 public_passes, set_batch_size, synthetic_inputs)
+                                 public_passes, set_batch_size, step_passes, synthetic_inputs)
 from pazo.bench.timing import paired_times, result_record, time_steps
 from pazo.errors import ConfigError
+from pazo.methods import method_info, method_names
 from pazo.methods.base import public_grads_batched
 from pazo.models import build_model
 
 DEFAULT_SETTINGS = "digits,cifar_shape"
-METHODS = ["sgd", "dpsgd", "dpmd", "dope_sgd", "gep", "mezo", "dpzero", "dp_aggzo", "pazo_m", "pazo_p",
-           "pazo_p_prime", "pazo_s"]
-#: first-order methods timed under each way of computing the clipped sum (`method.clip_engine`)
-CLIP_ENGINE_METHODS = {"dpsgd", "dpmd", "dope_sgd"}
 CLIP_ENGINES = ("per_example", "ghost")
+
+
+def clip_engine_timed(name: str) -> bool:
+    """Whether a method is timed under each way of computing the clipped sum (`method.clip_engine`):
+    a private method whose one release is a noisy sum of clipped vectors (DP-SGD, DPMD, DOPE-SGD)."""
+    info = method_info(name)
+    return info.release == "vector" and "clip_engine" in {f.name for f in dataclasses.fields(info.config)}
 
 
 def forward_floor(setting, device, warmup, iters, model=None):
@@ -100,14 +106,14 @@ def ours(name, setting, device, warmup, iters, extra=(), engine=None, clip_engin
     x, y = synthetic_inputs(setting, b, device)
     counter = iter(range(1, 10**9))
     step = lambda: method.step(x, y, next(counter))  # noqa: E731
-    if name not in FORWARDS:
+    if not method_info(name).zeroth_order:
         row = time_steps(step, device, warmup, iters)
         if clip_engine:
             row["clip_engine_used"] = method.clip_engine_block()["engine"]["clip_engine"]
             row["paired_over_sgd"] = paired_over_sgd(step, setting, device, warmup, iters)
         return row, model.dim
     # the bare passes: each timed alone, just before the method, and again interleaved with its steps
-    n_fwd, n_pub = FORWARDS[name](config), PUBLIC_PASSES.get(name, lambda m: 0)(config)
+    n_fwd, n_pub = step_passes(name, config)
     fwd = forward_floor(setting, device, warmup, iters, model)["median_s"]
     pub = (public_floor(setting, device, warmup, iters, config.public_batch_size, n_pub, model,
                         public_grads_batched(config, model))["median_s"]
@@ -216,10 +222,10 @@ def job_failure(returncode: int, stderr: str) -> str:
 def jobs_for(setting, methods, opacus_modes):
     jobs = [{"setting": setting, "method": "forward", "impl": "floor"}]
     for name in methods:
-        if name in CLIP_ENGINE_METHODS:
+        if clip_engine_timed(name):
             jobs += [{"setting": setting, "method": name, "impl": "pazo", "clip_engine": e} for e in CLIP_ENGINES]
             continue
-        engines = ENGINE_NAMES if name in FORWARDS else (None,)
+        engines = ENGINE_NAMES if method_info(name).zeroth_order else (None,)
         jobs += [{"setting": setting, "method": name, "impl": "pazo", **({"engine": e} if e else {})} for e in engines]
     jobs += [{"setting": setting, "method": "dpsgd", "impl": f"opacus-{mode}"} for mode in opacus_modes]
     return jobs
@@ -227,7 +233,7 @@ def jobs_for(setting, methods, opacus_modes):
 
 def check_arguments(args) -> None:
     """Settings, methods, device and overrides, before any job: one ConfigError for the first problem."""
-    for what, given, known in (("setting", args.settings, SETTINGS), ("method", args.methods, METHODS)):
+    for what, given, known in (("setting", args.settings, SETTINGS), ("method", args.methods, method_names())):
         names = [n for n in given.split(",") if n]
         unknown = sorted(set(names) - set(known))
         if unknown or not names:
@@ -240,7 +246,7 @@ def main():
     parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("--device", default="auto")
     parser.add_argument("--settings", default=DEFAULT_SETTINGS, help=f"from {', '.join(SETTINGS)}")
-    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--methods", default=",".join(method_names()), help="default: every registered method")
     parser.add_argument("--iters", type=at_least(1), default=30)
     parser.add_argument("--warmup", type=at_least(0), default=5)
     parser.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads (0: torch's default)")
@@ -311,6 +317,7 @@ def main():
 
 def cli() -> None:
     """`pazo-bench methods`, `python -m pazo.bench.methods`, `python scripts/benchmark_methods.py`."""
+    load_plugins()
     run_main("benchmark_methods", main)
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pazo.plugins import load_plugins
 from pazo.bench.common import RESULTS_DIR, at_least, command_line, git_commit, machine_details, run_main, write_result
 from pazo.commands import ArgumentParser, summary_of
 from pazo.bench.settings import SETTINGS, build_benchmark_method, synthetic_inputs
@@ -167,6 +168,7 @@ def main():
 
 def cli() -> None:
     """`pazo-bench profile`, `python -m pazo.bench.profile_step`, `python scripts/profile_zo_step.py`."""
+    load_plugins()
     run_main("profile_zo_step", main)
 
 

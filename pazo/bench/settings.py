@@ -12,6 +12,7 @@ from pazo import CONFIG_DIR
 from pazo.data.base import DataBundle, TensorSplit
 from pazo.errors import ConfigError
 from pazo.experiment import build_run
+from pazo.methods import method_info
 from pazo.methods.base import public_grads_batched
 from pazo.models import build_model
 from pazo.results import BENCHMARK_PAPER_SETTING
@@ -35,15 +36,14 @@ TEXT_VOCAB = {"imdb_lstm": 10002, "mnli_roberta": 50265}
 MASK_ID = 50264  # roberta-base's <mask>
 # which column of the paper's Table 5 a setting corresponds to (pazo.results)
 PAPER_SETTING = BENCHMARK_PAPER_SETTING
-# private forward passes per step of each zeroth-order method: its floor is that many bare forwards
-FORWARDS = {"mezo": lambda m: 2 * m.q, "dpzero": lambda m: 2 * m.q, "dp_aggzo": lambda m: 2 * m.q,
-            "pazo_m": lambda m: 2 * m.q,
-            "pazo_p": lambda m: 2 * m.q, "pazo_p_prime": lambda m: 2 * m.q,
-            "pazo_s": lambda m: m.k + int(m.noisy_candidate)}
-# public forward-and-backward passes (of b' examples each) per step
-PUBLIC_PASSES = {"pazo_m": lambda m: int(m.alpha > 0), "pazo_p": lambda m: m.k, "pazo_p_prime": lambda m: m.k,
-                 "pazo_s": lambda m: m.k}
 ENGINE_NAMES = ("vectorised", "inplace")
+
+
+def step_passes(name: str, config) -> tuple[int, int]:
+    """A zeroth-order method's private forwards and public passes per step, from its registration
+    (`MethodInfo.forwards`, `public_passes`): the passes its floor is made of."""
+    info = method_info(name)
+    return info.forwards(config), info.public_passes(config)
 
 
 def set_batch_size(b: int) -> None:
@@ -177,7 +177,7 @@ def bare_passes(setting, device, name, config, model, x, y):
     """The bare passes of one step of zeroth-order method `name` (its floor), back to back: its
     private no-grad forwards of (x, y), switching to eval mode and back only where the engines do
     too (`train_mode_matters`) and as they do, then its public passes (`public_passes`)."""
-    n_fwd, n_pub = FORWARDS[name](config), PUBLIC_PASSES.get(name, lambda m: 0)(config)
+    n_fwd, n_pub = step_passes(name, config)
     public_pass = public_passes(setting, device, config.public_batch_size, n_pub, model,
                                 public_grads_batched(config, model)) if n_pub else None
 

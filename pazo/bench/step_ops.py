@@ -29,11 +29,13 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from pazo.plugins import load_plugins
 from pazo.bench.common import RESULTS_DIR, run_main, write_result
 from pazo.commands import ArgumentParser, summary_of
-from pazo.bench.settings import (FORWARDS, PUBLIC_PASSES, SETTINGS, bare_passes, build_benchmark_method,
+from pazo.bench.settings import (SETTINGS, bare_passes, build_benchmark_method,
                                  set_batch_size, synthetic_inputs)
 from pazo.bench.timing import result_record
+from pazo.methods import method_info, method_names
 BATCH = 2
 
 
@@ -59,7 +61,7 @@ def step_ops(setting: str, name: str, engine: str) -> dict:
     """One row: the step's operations, its floor's, and the difference by operation."""
     method, config, model = build_benchmark_method(name, setting, "cpu", engine,
                                                    extra=(f"method.public_batch_size={BATCH}",)
-                                                   if name in PUBLIC_PASSES else ())
+                                                   if method_info(name).uses_public else ())
     x, y = synthetic_inputs(setting, BATCH)
     for step in (1, 2):
         method.step(x, y, step)
@@ -88,7 +90,7 @@ def main():
     parser.add_argument("--out", default=str(RESULTS_DIR / "step_ops_cpu.json"))
     args = parser.parse_args()
     settings, methods = args.settings.split(","), args.methods.split(",")
-    for value, known, what in ((settings, SETTINGS, "setting"), (methods, FORWARDS, "method")):
+    for value, known, what in ((settings, SETTINGS, "setting"), (methods, method_names("zeroth_order"), "method")):
         unknown = [v for v in value if v not in known]
         if unknown:
             parser.error(f"unknown {what} {unknown[0]!r}; choices: {', '.join(known)}")
@@ -109,6 +111,7 @@ def main():
 
 def cli() -> None:
     """`pazo-bench step-ops`, `python -m pazo.bench.step_ops`, `python scripts/count_step_ops.py`."""
+    load_plugins()
     run_main("count_step_ops", main)
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pazo.plugins import load_plugins
 from pazo.bench.common import REPO_ROOT, RESULTS_DIR, at_least, machine_details, run_main, write_result
 from pazo.commands import ArgumentParser, summary_of
 from pazo.errors import ConfigError
@@ -160,6 +161,7 @@ def main():
 
 def cli() -> None:
     """`pazo-bench threads`, `python -m pazo.bench.threads`."""
+    load_plugins()
     run_main("benchmark_threads", main)
 
 

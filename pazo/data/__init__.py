@@ -1,6 +1,8 @@
-"""Data sets by name. Each builder takes its config node and the run's random streams (splits
-draw from the `split` stream, public augmentation from a substream of `public`); `build_dataset`
-then carves the validation split from the private set (`validation` stream, `pazo.data.validation`)."""
+"""Data sets by name, registered with their facts (`pazo.catalog.register_dataset`: schema, the kind
+of input, shape and classes where fixed, public split). Each loader takes its config node and the
+run's random streams (splits draw from the `split` stream, public augmentation from a substream of
+`public`); `build_dataset` then carves the validation split from the private set (`validation`
+stream, `pazo.data.validation`)."""
 from __future__ import annotations
 
 from pazo.data.base import DataBundle, TensorSplit
@@ -12,13 +14,13 @@ from pazo.data.imdb import load_imdb_bundle
 from pazo.data.mnli import load_mnli_bundle
 from pazo.data.tiny_imagenet import load_tiny_imagenet_bundle
 from pazo.data.torchvision_data import load_torchvision_bundle
+from pazo.catalog import DATASETS, register_dataset
+from pazo.config_schema import (Cifar10Schema, DigitsSchema, HfTextSchema, ImageFolderSchema, ImdbSchema, MnliSchema,
+                                PromptTaskSchema, TinyImagenetSchema, TorchvisionSchema)
 from pazo.data.validation import carve_validation
-from pazo.registry import Registry
-
-DATASETS: Registry = Registry("dataset")
 
 
-@DATASETS.register("digits")
+@register_dataset("digits", schema=DigitsSchema, produces="image", input_shape=(1, 8, 8), classes=10)
 def _digits(cfg, streams) -> DataBundle:
     return load_digits_bundle(streams.numpy["split"], test_fraction=cfg.test_fraction,
                               public_fraction=cfg.public_fraction,
@@ -39,14 +41,17 @@ def _text_loader(load):
     return build
 
 
-for _name, _load in {"cifar10": load_cifar10_bundle, "tiny_imagenet": load_tiny_imagenet_bundle,
-                     "torchvision": load_torchvision_bundle, "image_folder": load_image_folder_bundle}.items():
-    DATASETS.register(_name)(_image_loader(_load))
-for _name, _load in {"imdb": load_imdb_bundle, "hf_text": load_hf_text_bundle}.items():
-    DATASETS.register(_name)(_text_loader(_load))
+register_dataset("cifar10", schema=Cifar10Schema, produces="image", input_shape=(3, 32, 32),
+                 classes=10)(_image_loader(load_cifar10_bundle))
+register_dataset("tiny_imagenet", schema=TinyImagenetSchema, produces="image",
+                 classes=200)(_image_loader(load_tiny_imagenet_bundle))
+register_dataset("torchvision", schema=TorchvisionSchema, produces="image")(_image_loader(load_torchvision_bundle))
+register_dataset("image_folder", schema=ImageFolderSchema, produces="image")(_image_loader(load_image_folder_bundle))
+register_dataset("imdb", schema=ImdbSchema, produces="tokens", classes=2)(_text_loader(load_imdb_bundle))
+register_dataset("hf_text", schema=HfTextSchema, produces="tokens")(_text_loader(load_hf_text_bundle))
 
 
-@DATASETS.register("mnli")
+@register_dataset("mnli", schema=MnliSchema, produces="mlm_prompt", classes=3)
 def _mnli(cfg, streams) -> DataBundle:
     from pazo.pretrained import load_pretrained
 
@@ -65,8 +70,10 @@ def _prompt_task(cfg, streams) -> DataBundle:
     return load_prompt_bundle(cfg, streams, tokenizer)
 
 
-for _name in ("sst2", "squad", "glue_prompt"):   # prompted tasks for language models (pazo.data.prompt_tasks)
-    DATASETS.register(_name)(_prompt_task)
+# prompted tasks for language models (pazo.data.prompt_tasks); SQuAD is answered by generation
+register_dataset("sst2", schema=PromptTaskSchema, produces="lm_prompt", classes=2)(_prompt_task)
+register_dataset("glue_prompt", schema=PromptTaskSchema, produces="lm_prompt")(_prompt_task)
+register_dataset("squad", schema=PromptTaskSchema, produces="lm_generation")(_prompt_task)
 
 
 def build_dataset(cfg, streams) -> DataBundle:
@@ -75,4 +82,4 @@ def build_dataset(cfg, streams) -> DataBundle:
     return carve_validation(data, cfg.val_fraction, streams.numpy["validation"])
 
 
-__all__ = ["DATASETS", "DataBundle", "TensorSplit", "build_dataset"]
+__all__ = ["DATASETS", "DataBundle", "TensorSplit", "build_dataset", "register_dataset"]

@@ -12,7 +12,7 @@ from omegaconf import MISSING
 from pazo.data.base import TensorSplit
 from pazo.errors import ConfigError, at_least_one, one_of, positive, require  # noqa: F401 (the methods' checks)
 from pazo.models.functional import FunctionalModel
-from pazo.privacy.mechanisms import NoiseSpec, Release
+from pazo.privacy.mechanisms import JointClipPrivatizer, NoiseSpec, Release, ScalarPrivatizer, VectorPrivatizer
 from pazo.rng import RandomStreams
 
 
@@ -89,7 +89,16 @@ class MethodContext:
 
 
 class Method(ABC):
-    """One optimisation method. `step` consumes a private batch and updates the model in place."""
+    """One optimisation method. `step` consumes a private batch and updates the model in place.
+
+    The contract the audit relies on: a private method whose registration says its release is
+    `scalar`, `joint_scalar` or `vector` (`MethodInfo.release`) makes every release of a step through
+    `self.privatizer`, of that kind, read anew at each call (the white-box audit replaces it with one
+    that adds its canaries' contributions)."""
+
+    #: the one object a step's noisy release passes through (None: a non-private method, or one
+    #: whose releases do not pass through one privatiser)
+    privatizer: ScalarPrivatizer | JointClipPrivatizer | VectorPrivatizer | None = None
 
     def __init__(self, cfg: MethodConfig, ctx: MethodContext):
         self.cfg, self.ctx, self.model = cfg, ctx, ctx.model

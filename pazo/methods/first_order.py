@@ -296,7 +296,8 @@ class GEPConfig(PublicFirstOrderConfig):
 
 
 @register_method("gep", config=GEPConfig, label="GEP", family="first_order", uses_public=True,
-                 reference="Yu et al. 2021 (gradient embedding perturbation)")
+                 reference="Yu et al. 2021 (gradient embedding perturbation)",
+                 release="other")   # two noisy sums in a public subspace, not one privatiser call
 class GEP(FirstOrderMethod):
     """Gradient embedding perturbation (Yu et al. 2021).
 

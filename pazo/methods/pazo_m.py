@@ -28,7 +28,8 @@ class PazoMConfig(RandomDirectionConfig):
 
 
 @register_method("pazo_m", config=PazoMConfig, label="PAZO-M", family="zeroth_order", uses_public=True,
-                 reference="PAZO paper, Algorithm 1")
+                 reference="PAZO paper, Algorithm 1",
+                 public_passes=lambda cfg: int(cfg.alpha > 0))   # one public gradient, unless alpha = 0
 class PazoM(TwoPointMethod):
     cfg: PazoMConfig
 

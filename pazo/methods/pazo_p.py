@@ -35,7 +35,8 @@ class PazoPConfig(ZerothOrderConfig):
 
 
 @register_method("pazo_p", config=PazoPConfig, label="PAZO-P", family="zeroth_order", uses_public=True,
-                 reference="PAZO paper, Algorithm 2 (orthonormalised G)")
+                 reference="PAZO paper, Algorithm 2 (orthonormalised G)",
+                 public_passes=lambda cfg: cfg.k)   # k public gradients span the subspace
 class PazoP(TwoPointMethod):
     cfg: PazoPConfig
     orthonormalize = True
@@ -71,6 +72,7 @@ class PazoP(TwoPointMethod):
 
 
 @register_method("pazo_p_prime", config=PazoPConfig, label="PAZO-P'", family="zeroth_order", uses_public=True,
-                 reference="PAZO paper, Algorithm 2 with normalised (not orthonormalised) G")
+                 reference="PAZO paper, Algorithm 2 with normalised (not orthonormalised) G",
+                 public_passes=lambda cfg: cfg.k)
 class PazoPNormalized(PazoP):
     orthonormalize = False

@@ -41,7 +41,9 @@ class PazoSConfig(MethodConfig):
 
 
 @register_method("pazo_s", config=PazoSConfig, label="PAZO-S", family="zeroth_order", uses_public=True,
-                 reference="PAZO paper, Algorithm 3")
+                 reference="PAZO paper, Algorithm 3",
+                 forwards=lambda cfg: cfg.k + int(cfg.noisy_candidate),   # one per candidate (+ the noisy step's)
+                 public_passes=lambda cfg: cfg.k)
 class PazoS(Method):
     cfg: PazoSConfig
 

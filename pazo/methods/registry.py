@@ -1,20 +1,26 @@
 """Methods by name, with their facts, and the one way to build a method for a run.
 
 `@register_method(...)` records a method's class, typed config and facts (label, zeroth- or
-first-order, uses public data, private, paper reference) and registers the config as the Hydra
-schema of `configs/method/<name>.yaml`. The training loop, the benchmark, the tables, the figures
-and the tests all read the facts from here."""
+first-order, uses public data, private, paper reference; what a step costs: its private forwards
+and public passes; what it releases: the kind of privatiser the audit's white box hooks; the grid
+a sweep runs where a setting's grid file does not name it) and stores the config in Hydra's
+ConfigStore twice: as `method=<name>` (a method needs no yaml) and as `<name>_schema`, the schema
+of `configs/method/<name>.yaml`. The training loop, the benchmark, the audit, the tables, the
+figures, the generated docs and the tests all read the facts from here; a plugin's method
+(`pazo.plugins`) registers with the same decorator."""
 from __future__ import annotations
 
 import copy
 import dataclasses
 import json
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from pazo import CONFIG_DIR
 from pazo.errors import ConfigError, unknown_key
 from pazo.methods.base import Method, MethodConfig, MethodContext
 from pazo.privacy.plan import PrivacyPlan
@@ -33,25 +39,72 @@ class MethodInfo:
     private: bool              # False: runs only with privacy=none (MeZO, SGD)
     reference: str             # where the algorithm is defined
     privacy_note: str | None = None  # what the printed epsilon means, where it needs saying
+    #: private no-grad forward passes of one step, from the typed config (zeroth-order: the
+    #: benchmark's floor); None for a first-order method
+    forwards: Callable[[MethodConfig], int] | None = None
+    #: public forward-and-backward passes (of b' examples each) of one step, from the typed config
+    public_passes: Callable[[MethodConfig], int] = field(default=lambda cfg: 0)
+    #: what one step releases through `Method.privatizer` (RELEASES): what the audit's white box hooks
+    release: str = "scalar"
+    #: the sweep's grid for this method where a setting's grid file does not name it: (override key,
+    #: values) pairs (none: one run at the method's defaults); pairs, so that the facts stay hashable
+    sweeps: tuple[tuple[str, tuple], ...] = ()
 
     @property
     def zeroth_order(self) -> bool:
         return self.family == "zeroth_order"
+
+    @property
+    def white_box(self) -> bool:
+        """Whether the audit's white box can hook every release (one privatiser call per step)."""
+        return self.release in WHITE_BOX_RELEASES
+
+
+#: what a step releases: `scalar`, the noisy sum of clipped scalars of each query (ScalarPrivatizer);
+#: `joint_scalar`, the q scalars of an example clipped together (JointClipPrivatizer); `vector`, the
+#: noisy sum of clipped vectors (VectorPrivatizer); `other`, releases that do not pass through one
+#: privatiser (GEP's two sums in a public subspace); `none`, a non-private method
+RELEASES = ("scalar", "joint_scalar", "vector", "other", "none")
+WHITE_BOX_RELEASES = ("scalar", "joint_scalar", "vector")
+
+
+def two_point_forwards(cfg) -> int:
+    """A two-point estimate's q queries: two forwards each."""
+    return 2 * cfg.q
 
 
 METHODS: Registry[MethodInfo] = Registry("method")
 
 
 def register_method(name: str, *, config: type[MethodConfig], label: str, family: str, reference: str,
-                    uses_public: bool = False, private: bool = True, privacy_note: str | None = None):
-    """Class decorator: register a method under `name` with its facts and config schema."""
+                    uses_public: bool = False, private: bool = True, privacy_note: str | None = None,
+                    forwards: Callable[[MethodConfig], int] | None = None,
+                    public_passes: Callable[[MethodConfig], int] | None = None, release: str | None = None,
+                    sweeps: Mapping[str, list] | None = None):
+    """Class decorator: register a method under `name` with its facts and config schema. Derived
+    where not given: a zeroth-order method's forwards are a two-point estimate's (2q), its release
+    `scalar`; a first-order method's release `vector`; a non-private method releases `none`."""
     if family not in ("zeroth_order", "first_order"):
         raise ValueError(f"family must be zeroth_order or first_order, got {family!r}")
+    zeroth = family == "zeroth_order"
+    release = release or ("none" if not private else "scalar" if zeroth else "vector")
+    if release not in RELEASES:
+        raise ValueError(f"release must be one of {', '.join(RELEASES)}, got {release!r}")
+    if zeroth and forwards is None:
+        forwards = two_point_forwards
 
     def add(cls: type[Method]) -> type[Method]:
-        METHODS.register(name)(MethodInfo(name, cls, config, label, family, uses_public, private, reference,
-                                          privacy_note))
-        ConfigStore.instance().store(group="method", name=f"{name}_schema", node=config)
+        info = MethodInfo(name, cls, config, label, family, uses_public, private, reference, privacy_note,
+                          forwards=forwards if zeroth else None,
+                          public_passes=public_passes or MethodInfo.public_passes,
+                          release=release, sweeps=tuple((k, tuple(v)) for k, v in (sweeps or {}).items()))
+        METHODS.register(name, origin=cls.__module__)(info)
+        store = ConfigStore.instance()
+        store.store(group="method", name=f"{name}_schema", node=config)
+        if not (CONFIG_DIR / "method" / f"{name}.yaml").exists():   # (Hydra would match the two up)
+            node = OmegaConf.structured(config)
+            node.name = name
+            store.store(group="method", name=name, node=node)
         return cls
     return add
 

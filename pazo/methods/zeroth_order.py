@@ -130,7 +130,8 @@ class DPAggZOConfig(RandomDirectionConfig):
                  reference="Bao et al. 2025 (DP-AggZO, USENIX Security), Algorithm 1",
                  privacy_note="dp_aggzo: each example's K directional derivatives (divided by K) are clipped "
                               "together to L2 norm C; the K noisy sums are one Gaussian mechanism of "
-                              "sensitivity C, noise C sigma on each")
+                              "sensitivity C, noise C sigma on each",
+                 release="joint_scalar")
 class DPAggZO(TwoPointMethod):
     """DP-AggZO: K directions u_1..u_K ~ N(0, I_d), shared by the batch; for each example i its
     K finite differences, divided by K, form one vector

@@ -1,4 +1,5 @@
-"""Models by name. Builders take the model config node and the data set's shape facts."""
+"""Models by name, registered with their facts (`pazo.catalog.register_model`: schema, the kinds of
+input they accept). Builders take the model config node and the data set's shape facts."""
 from __future__ import annotations
 
 from torch import nn
@@ -10,33 +11,33 @@ from pazo.models.nf_resnet import NFResNet18
 from pazo.models.prompt_mlm import build_prompt_mlm
 from pazo.models.small_cnn import SmallCNN
 from pazo.models.vit import build_vit
-from pazo.registry import Registry
-
-MODELS: Registry = Registry("model")
+from pazo.catalog import MODELS, register_model
+from pazo.config_schema import (HfCausalLmSchema, HfLmSchema, LstmSchema, NfResnetSchema, RobertaPromptSchema,
+                                SmallCnnSchema, VitSchema)
 
 _BATCHNORM = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
 
-@MODELS.register("small_cnn")
+@register_model("small_cnn", schema=SmallCnnSchema, accepts="image")
 def _small_cnn(cfg, input_shape, num_classes) -> nn.Module:
     return SmallCNN(in_channels=input_shape[0], num_classes=num_classes,
                     image_size=input_shape[-1], width=cfg.width, dropout=cfg.dropout)
 
 
-@MODELS.register("nf_resnet18")
+@register_model("nf_resnet18", schema=NfResnetSchema, accepts="image")
 def _nf_resnet18(cfg, input_shape, num_classes) -> nn.Module:
     stem = cfg.stem if cfg.stem != "auto" else ("cifar" if input_shape[-1] <= 64 else "imagenet")
     return NFResNet18(num_classes, in_channels=input_shape[0], width=cfg.width, stem=stem,
                       alpha=cfg.alpha, beta=cfg.beta)
 
 
-@MODELS.register("lstm")
+@register_model("lstm", schema=LstmSchema, accepts="tokens")
 def _lstm(cfg, input_shape, num_classes) -> nn.Module:
     return LSTMClassifier(cfg.vocab_size + 2, num_classes, embed=cfg.embed, hidden=cfg.hidden,
                           layers=cfg.layers, dropout=cfg.dropout)
 
 
-@MODELS.register("vit")
+@register_model("vit", schema=VitSchema, accepts="image")
 def _vit(cfg, input_shape, num_classes) -> nn.Module:
     overrides = {k: cfg[k] for k in ("patch_size", "depth", "embed_dim", "num_heads") if cfg.get(k) is not None}
     return build_vit(cfg.variant, num_classes, image_size=input_shape[-1], in_channels=input_shape[0],
@@ -44,7 +45,7 @@ def _vit(cfg, input_shape, num_classes) -> nn.Module:
                      overrides=overrides)
 
 
-@MODELS.register("roberta_prompt")
+@register_model("roberta_prompt", schema=RobertaPromptSchema, accepts="mlm_prompt")
 def _roberta_prompt(cfg, input_shape, num_classes) -> nn.Module:
     if not cfg.label_words or len(cfg.label_words) != num_classes:
         raise ConfigError(f"model roberta_prompt needs one label word per class ({num_classes}) from the "
@@ -52,14 +53,14 @@ def _roberta_prompt(cfg, input_shape, num_classes) -> nn.Module:
     return build_prompt_mlm(cfg.path, list(cfg.label_words), download=cfg.download, dropout=cfg.dropout)
 
 
-@MODELS.register("hf_causal_lm")
+@register_model("hf_causal_lm", schema=HfCausalLmSchema, accepts=("lm_prompt", "lm_generation"))
 def _hf_causal_lm(cfg, input_shape, num_classes) -> nn.Module:
     from pazo.models.hf_lm import build_hf_lm_task
 
     return build_hf_lm_task(cfg, "causal")
 
 
-@MODELS.register("hf_masked_lm")
+@register_model("hf_masked_lm", schema=HfLmSchema, accepts="lm_prompt")
 def _hf_masked_lm(cfg, input_shape, num_classes) -> nn.Module:
     from pazo.models.hf_lm import build_hf_lm_task
 
@@ -92,4 +93,4 @@ def build_model(cfg, input_shape, num_classes) -> nn.Module:
     return MODELS.get(cfg.name)(cfg, input_shape, num_classes)
 
 
-__all__ = ["MODELS", "FunctionalModel", "build_model", "check_no_batchnorm", "dispatched", "place"]
+__all__ = ["MODELS", "FunctionalModel", "build_model", "check_no_batchnorm", "dispatched", "place", "register_model"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from pazo.plugins import load_plugins
 from pazo.commands import ArgumentParser, summary_of
 from pazo.audit.run import read_audits
 from pazo.methods import METHODS
@@ -85,6 +86,7 @@ def main(argv=None) -> int:
 
 def cli() -> None:
     """`pazo-report audit-table`, `python -m pazo.report.audit_table`, `python scripts/make_audit_table.py`."""
+    load_plugins()
     sys.exit(main())
 
 

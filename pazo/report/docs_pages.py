@@ -17,6 +17,7 @@ import re
 import sys
 from pathlib import Path
 
+from pazo.plugins import load_plugins
 from pazo import REPO_ROOT
 from pazo.commands import summary_of
 from pazo.rundir import write_text_atomic
@@ -32,6 +33,8 @@ API_MODULES = {
     "pazo.selection": "A sweep's private hyperparameter selection: each cell's cost, the draw of K, the release.",
     "pazo.methods.registry": "Methods by name, their facts and typed configs.",
     "pazo.methods.base": "What every method implements.",
+    "pazo.catalog": "Data sets and models by name, with their facts (schema, input kinds).",
+    "pazo.plugins": "Your own methods, data sets and models, loaded from your package's entry points.",
     "pazo.privacy.plan": "The privacy plan of a run: what is accounted and how.",
     "pazo.privacy.accountants": "The accountants (PRV) and the budget checks.",
     "pazo.privacy.calibration": "Noise calibration for a target epsilon.",
@@ -73,9 +76,22 @@ def api_page() -> str:
         lines += module_block(module, why, show_source=False)
     lines += ["## The algorithms", "", "Each method's class with its source (the pseudo-code is in "
               "[the algorithms](../concepts/algorithms.md)).", ""]
-    for module, why in ALGORITHM_MODULES.items():
+    for module, why in algorithm_modules().items():
         lines += module_block(module, why, show_source=True, level=3)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def algorithm_modules() -> dict[str, str]:
+    """ALGORITHM_MODULES, then every other module of pazo's that registers a method (its labels): a
+    new in-tree method appears with its module alone; a plugin's (`pazo.plugins`) does not."""
+    from pazo.methods import METHODS
+
+    out = dict(ALGORITHM_MODULES)
+    for name, info in METHODS.items():
+        if METHODS.builtin(name) and info.cls.__module__ not in ALGORITHM_MODULES:
+            labels = out.get(info.cls.__module__, "").removesuffix(".")
+            out[info.cls.__module__] = f"{labels + ', ' if labels else ''}{info.label}."
+    return out
 
 
 def outlets_page() -> str:
@@ -179,6 +195,7 @@ def main(argv=None) -> int:
 
 def cli() -> None:
     """`pazo-report docs`, `python -m pazo.report.docs_pages`."""
+    load_plugins()
     sys.exit(main())
 
 

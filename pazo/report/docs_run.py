@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pazo.plugins import load_plugins
 from pazo import REPO_ROOT
 from pazo.commands import ArgumentParser, summary_of
 from pazo.report.docs_commands import FENCE, SHELL_FENCES, Command, _commands, classify, documented_pages
@@ -385,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def cli() -> None:
     """`pazo-report docs-run`, `python -m pazo.report.docs_run`."""
+    load_plugins()
     sys.exit(main())
 
 

@@ -31,6 +31,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from pazo.plugins import load_plugins
 from pazo.commands import ArgumentParser, summary_of
 from pazo import REPO_ROOT as ROOT  # noqa: E402
 from pazo.errors import ConfigError  # noqa: E402
@@ -227,6 +228,7 @@ def main(argv=None) -> int:
 
 def cli() -> None:
     """`pazo-report figures`, `python -m pazo.report.figures`, `python scripts/make_figures.py`."""
+    load_plugins()
     sys.exit(main())
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pazo.plugins import load_plugins
 from pazo.commands import ArgumentParser, summary_of
 from pazo.errors import ConfigError
 from pazo.results import load_runs, missing_dirs, read_json_object
@@ -92,6 +93,7 @@ def main(argv=None) -> int:
 
 def cli() -> None:
     """`pazo-report llm-table`, `python -m pazo.report.llm_table`, `python scripts/llm_table.py`."""
+    load_plugins()
     sys.exit(main())
 
 

@@ -19,6 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from pazo.plugins import load_plugins
 from pazo.commands import ArgumentParser, summary_of  # noqa: E402
 from pazo.rundir import write_atomic  # noqa: E402
 
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def cli() -> None:
     """`pazo-report run`, `python -m pazo.report.run_figure`."""
+    load_plugins()
     sys.exit(main())
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pazo.plugins import load_plugins
 from pazo.commands import ArgumentParser, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.errors import ConfigError
@@ -514,6 +515,7 @@ def main(argv=None) -> int:
 
 def cli() -> None:
     """`pazo-report tables`, `python -m pazo.report.tables`, `python scripts/make_tables.py`."""
+    load_plugins()
     sys.exit(main())
 
 

@@ -143,7 +143,11 @@ def test_batchnorm_is_refused_under_a_private_method(hydra_cfg, tmp_path, monkey
         def forward(self, x):
             return self.net(x)
 
-    monkeypatch.setitem(models.MODELS._items, "bn_test", lambda cfg, shape, k: WithBN())
+    from pazo.catalog import ModelInfo
+    from pazo.config_schema import SmallCnnSchema
+
+    monkeypatch.setitem(models.MODELS._items, "bn_test",
+                        ModelInfo("bn_test", lambda cfg, shape, k: WithBN(), SmallCnnSchema, ("image",)))
     with pytest.raises(ConfigError, match="BatchNorm"):
         run(hydra_cfg("method=dpsgd", "model.name=bn_test"), tmp_path)
     summary = run(hydra_cfg("method=sgd", "privacy=none", "model.name=bn_test"), tmp_path / "np")

@@ -1,5 +1,6 @@
 """Methods are registered with their facts and typed configs; every noise draw lives in
 pazo/privacy/."""
+import dataclasses
 import re
 
 import pytest
@@ -9,16 +10,21 @@ from conftest import ROOT
 from pazo.errors import ConfigError
 from pazo.methods import METHODS, method_config, method_info, method_names
 from pazo.methods.pazo_m import PazoMConfig
-from pazo.privacy.mechanisms import Release
+from pazo.privacy.mechanisms import JointClipPrivatizer, Release, ScalarPrivatizer, VectorPrivatizer
 from pazo.train import run
 
 
-def test_every_method_yaml_composes_into_its_registered_schema(hydra_cfg):
+def test_every_method_composes_by_name_into_its_registered_schema(hydra_cfg):
+    """`method=<name>` is its yaml where it has one, else the node its registration stored in Hydra's
+    ConfigStore; either way the method's typed config. Every yaml is a registered method's."""
     yamls = sorted(p.stem for p in (ROOT / "configs" / "method").glob("*.yaml"))
-    assert yamls == METHODS.names()
-    for name in yamls:
-        config = method_config(hydra_cfg(f"method={name}").method)
-        assert type(config) is method_info(name).config and config.name == name
+    assert set(yamls) <= set(METHODS.names())
+    for name in METHODS.names():
+        composed = hydra_cfg(f"method={name}").method
+        assert composed.name == name
+        if name in yamls:   # (a yaml-less method's lr and clip may be the user's to give)
+            config = method_config(composed)
+            assert type(config) is method_info(name).config and config.name == name
 
 
 def test_unknown_method_key_is_refused_at_compose_time(hydra_cfg):
@@ -76,12 +82,42 @@ def test_facts_come_from_the_registry():
     from pazo.results import FIRST_ORDER, LABELS, METHOD_ORDER, USES_PUBLIC
 
     assert LABELS["pazo_p_prime"] == "PAZO-P'" and LABELS["dope_sgd"] == "DOPE-SGD"
-    assert FIRST_ORDER == {"sgd", "public_only", "dpsgd", "dpmd", "dope_sgd", "gep"}
-    assert USES_PUBLIC == {"public_only", "dpmd", "dope_sgd", "gep", "pazo_m", "pazo_p", "pazo_p_prime", "pazo_s"}
-    assert METHOD_ORDER[:3] == ["sgd", "public_only", "mezo"]  # the non-private references first
-    assert set(METHOD_ORDER) == set(METHODS.names())
-    assert {n for n in method_names() if not method_info(n).private} == {"sgd", "public_only", "mezo"}
+    assert LABELS == {n: method_info(n).label for n in METHODS.names()}
+    assert FIRST_ORDER == {n for n in METHODS.names() if method_info(n).family == "first_order"}
+    assert USES_PUBLIC == {n for n in METHODS.names() if method_info(n).uses_public}
+    private = [method_info(n).private for n in METHOD_ORDER]   # the non-private references first
+    assert private == sorted(private) and set(METHOD_ORDER) == set(METHODS.names())
     assert all(method_info(n).reference for n in method_names())
+    assert all(method_info(n).release == "none" for n in METHODS.names() if not method_info(n).private)
+    assert all((method_info(n).forwards is None) != method_info(n).zeroth_order for n in METHODS.names())
+
+
+_KIND = {"scalar": ScalarPrivatizer, "joint_scalar": JointClipPrivatizer, "vector": VectorPrivatizer}
+
+
+@pytest.mark.parametrize("name", METHODS.names())
+def test_registered_passes_and_privatiser_are_what_a_step_does(name):
+    """The facts the benchmark and the audit read: a zeroth-order step makes exactly its registered
+    private forwards and public passes (the benchmark's floor), and a private method whose release
+    passes through one privatiser holds it as `privatizer`, of its registered kind (what the
+    audit's white box replaces)."""
+    from pazo.bench.settings import build_benchmark_method, step_passes, synthetic_inputs
+
+    info = method_info(name)
+    one_by_one = ["method.public_grads_together=false"] if "public_grads_together" in {
+        f.name for f in dataclasses.fields(info.config)} else []
+    method, config, model = build_benchmark_method(name, "digits", "cpu", extra=one_by_one)
+    if info.white_box:
+        assert type(method.privatizer) is _KIND[info.release]
+    if not info.zeroth_order:
+        return
+    calls = []
+    model.module.register_forward_hook(lambda *args: calls.append(1))
+    x, y = synthetic_inputs("digits", 64)
+    method.step(x, y, 1)
+    calls.clear()
+    method.step(x, y, 2)
+    assert len(calls) == sum(step_passes(name, config))
 
 
 def test_every_noise_draw_lives_in_the_privacy_folder():

@@ -5,10 +5,13 @@ import json
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 import pazo.sweep as sweep
 from pazo.errors import ConfigError
+from pazo.methods import METHODS
 from pazo.sweep import enumerate_runs, load_spec, load_yaml, status
 
 # Table 9 by hand: sizes of each method's CIFAR-10 grid
@@ -140,7 +143,7 @@ def test_dry_run_prints_under_python_m(tmp_path):
     (["method.lrr=0.1"], "unknown key 'method.lrr' in override 'method.lrr=0.1' (method has clip,"),
     (["foo=1"], "unknown key 'foo' in override 'foo=1' (the top level has dataset,"),
     (["model=resnet"], "Could not find 'model/resnet'; choices: hf_causal_lm, hf_masked_lm, lstm, nf_resnet18,"),
-    (["train.batch_size=0"], "train.batch_size must be a positive integer, got 0 (4 of 4 runs, e.g. digits/dpzero"),
+    (["train.batch_size=0"], "train.batch_size must be an integer >= 1, got 0 (4 of 4 runs, e.g. digits/dpzero"),
     (["method.lr=[1"], "bad override in 'method.lr=[1'"),
     (["--methods", "pazo_m,adam"],
      "--methods 'pazo_m,adam' has unknown method(s) 'adam'; sweep mini has dpzero, pazo_m"),
@@ -247,3 +250,33 @@ def test_a_slurm_job_requeues_itself_with_the_same_command(tmp_path):
     cmd, run_dir = ["python", "-m", "pazo.train", "method=dpzero"], str(tmp_path / "r")
     again = TrainJob().checkpoint(cmd, run_dir)
     assert isinstance(again.function, TrainJob) and again.args == (cmd, run_dir)
+
+
+@settings(max_examples=20, deadline=None)
+@given(methods=st.lists(st.sampled_from(METHODS.names()), min_size=1, max_size=4, unique=True),
+       grid_file=st.booleans(), epsilons=st.integers(1, 3), seeds=st.integers(1, 2),
+       sweeps=st.dictionaries(st.sampled_from(["method.lr", "train.batch_size"]),
+                              st.lists(st.integers(1, 9), min_size=1, max_size=3, unique=True), max_size=2))
+def test_a_method_a_grid_does_not_name_runs_its_registered_grid(methods, grid_file, epsilons, seeds, sweeps):
+    """A method missing from the setting's grid file, or every method on a registered data set with no
+    grid file (torchvision has none), runs the grid its registration declares (`sweeps`), at each
+    epsilon and seed; a method the grid file names runs that grid instead."""
+    import dataclasses
+
+    from pazo.methods import method_info
+
+    setting = "digits" if grid_file else "torchvision"
+    named = sweep.load_grid("digits")["methods"] if grid_file else {}
+    pairs = tuple((key, tuple(values)) for key, values in sweeps.items())
+    infos = {m: dataclasses.replace(method_info(m), sweeps=pairs) for m in methods}
+    with pytest.MonkeyPatch.context() as patch:
+        for m, info in infos.items():
+            patch.setitem(METHODS._items, m, info)
+        runs = enumerate_runs({"name": "t", "settings": [setting], "methods": methods, "nonprivate": [],
+                               "epsilons": list(range(1, epsilons + 1)), "seeds": list(range(seeds)), "extra": {}})
+    for m in methods:
+        axes = named.get(m, sweeps)
+        mine = [r for r in runs if r.method == m]
+        assert len(mine) == math.prod(len(v) for v in axes.values()) * epsilons * seeds
+        assert {tuple(k for k, _ in r.params) for r in mine} == {tuple(axes)}
+        assert all(r.experiment is None and r.setting == setting for r in mine)

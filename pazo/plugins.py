@@ -1,0 +1,71 @@
+"""Plugins: a user's own methods, data sets and models, in modules of their own package, registered
+with the decorators pazo's own code uses (`register_method`, `register_dataset`, `register_model`).
+
+A plugin module is named by the `pazo.plugins` entry-point group of an installed package (the
+standard Python plugin mechanism: `[project.entry-points."pazo.plugins"] mine = "my_package.pazo"`)
+or by the environment variable `PAZO_PLUGINS` (comma-separated module names, for a plain module on
+the path; a sweep's subprocesses inherit it). Every entry point calls `load_plugins()` first,
+before Hydra composes a config, so that the names the plugins register are choices like pazo's
+own; it imports each module once per process. A plugin that fails to import is the user's mistake:
+one line `pazo: error: plugin X (from ...): ...` and exit 2, before anything runs."""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from importlib.metadata import entry_points
+
+GROUP = "pazo.plugins"
+ENVIRONMENT = "PAZO_PLUGINS"
+
+#: module name -> where it was named ("entry point <name>" or the variable), in loading order
+LOADED: dict[str, str] = {}
+_DONE = False
+
+
+class PluginError(ImportError):
+    """A plugin module that could not be imported (or whose import raised)."""
+
+
+def plugin_modules(environ=None) -> list[tuple[str, str, object]]:
+    """(module, where it is named, loader) for every plugin: the entry points' first (sorted by
+    name, so that every process registers in one order), then `PAZO_PLUGINS`'s, each module once."""
+    environ = os.environ if environ is None else environ
+    found: dict[str, tuple[str, object]] = {}
+    for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
+        found.setdefault(ep.value, (f"entry point {ep.name}", ep.load))
+    for name in (n.strip() for n in environ.get(ENVIRONMENT, "").split(",")):
+        if name:
+            found.setdefault(name, (ENVIRONMENT, lambda name=name: importlib.import_module(name)))
+    return [(module, where, load) for module, (where, load) in found.items()]
+
+
+def import_plugins(environ=None) -> list[str]:
+    """Import every plugin not imported yet; the modules imported now. A failure is a PluginError
+    that names the plugin, where it was named and what went wrong."""
+    imported = []
+    for module, where, load in plugin_modules(environ):
+        if module in LOADED:
+            continue
+        try:
+            load()
+        except Exception as err:   # anything its import raises is the plugin's fault, said in one line
+            raise PluginError(f"plugin {module} (from {where}): {type(err).__name__}: "
+                              f"{' '.join(str(err).split())}") from err
+        LOADED[module] = where
+        imported.append(module)
+    return imported
+
+
+def load_plugins() -> None:
+    """Every entry point's first call: import the plugins once per process; a plugin that fails is
+    one `pazo: error:` line and exit 2."""
+    global _DONE
+    if _DONE:
+        return
+    try:
+        import_plugins()
+    except PluginError as err:
+        print(f"pazo: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    _DONE = True
