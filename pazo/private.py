@@ -198,7 +198,7 @@ def as_split(data, what: str) -> TensorSplit:
         return data
     if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
         inputs, labels = data
-    elif hasattr(data, "__getitem__") and hasattr(data, "__len__"):
+    elif hasattr(data, "__getitem__") and hasattr(data, "__len__") and not isinstance(data, (str, bytes, dict)):
         require(len(data) > 0, f"{what} is empty")
         pairs = [data[i] for i in range(len(data))]
         require(all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs),

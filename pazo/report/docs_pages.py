@@ -27,6 +27,7 @@ GENERATED = ("reference", "results")
 #: the public modules of the Python API page, each with why a reader would open it
 API_MODULES = {
     "pazo.experiment": "Assemble a run from a config (`build_run`): data, model, privacy plan, engine, method.",
+    "pazo.private": "The library entry: a private zeroth-order optimiser in your own loop (`private_zo`).",
     "pazo.train": "The training entry point and loop.",
     "pazo.sweep": "Sweeps over the paper's grids.",
     "pazo.selection": "A sweep's private hyperparameter selection: each cell's cost, the draw of K, the release.",
