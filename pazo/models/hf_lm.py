@@ -30,7 +30,7 @@ from torch import nn
 from pazo.errors import ConfigError
 from pazo.pretrained import missing_pretrained
 from pazo.text.prompts import resolve_label_words, task_spec
-from pazo.text.tokens import pad_token_id
+from pazo.text.tokens import label_word_ids, pad_token_id
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.msgpack", "*.h5")
@@ -117,19 +117,6 @@ def add_lora(model: nn.Module, rank: int, alpha: float, dropout: float = 0.0, ta
     return model
 
 
-def token_ids_of_words(tokenizer, words: list[str]) -> list[int]:
-    """One token id per label word (words keep their leading space, " great")."""
-    ids = []
-    for word in words:
-        toks = tokenizer.encode(word, add_special_tokens=False)
-        if len(toks) != 1:
-            raise ConfigError(f"label word {word!r} is {len(toks)} tokens for this tokenizer; it must be one")
-        ids.append(toks[0])
-    if len(set(ids)) != len(ids):
-        raise ConfigError(f"label words {words} map to repeated token ids {ids}")
-    return ids
-
-
 def label_word_columns(head: nn.Module, h: torch.Tensor, word_ids: torch.Tensor, device) -> torch.Tensor:
     """[B, C] float32 label-word columns of the output layer's [B, V] logits for hidden states h
     [B, H] (one position per example). The layer is called as a module, so that its weights are
@@ -161,7 +148,7 @@ class CausalLMTask(nn.Module):
             elif not label_words:
                 raise ConfigError("a classification task needs label words (dataset.label_words)")
             else:
-                ids = token_ids_of_words(tokenizer, list(label_words))
+                ids = label_word_ids(tokenizer, list(label_words))
             self.register_buffer("label_word_ids", torch.tensor(ids, dtype=torch.long), persistent=False)
 
     @property
@@ -252,7 +239,7 @@ class MaskedLMTask(nn.Module):
         self.pad_id, self.mask_id = tokenizer.pad_token_id, tokenizer.mask_token_id
         if self.mask_id is None:
             raise ConfigError("the tokenizer has no mask token: model=hf_masked_lm needs a masked LM's tokenizer")
-        ids = token_ids_of_words(tokenizer, list(label_words))
+        ids = label_word_ids(tokenizer, list(label_words))
         self.register_buffer("label_word_ids", torch.tensor(ids, dtype=torch.long), persistent=False)
         head = getattr(mlm, "lm_head", None)
         self.roberta_head = head is not None and all(hasattr(head, a) for a in ("dense", "layer_norm", "decoder"))

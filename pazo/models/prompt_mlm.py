@@ -15,6 +15,7 @@ from torch import nn
 
 from pazo.errors import ConfigError
 from pazo.pretrained import load_pretrained
+from pazo.text.tokens import label_word_ids
 
 
 class PromptMaskedLM(nn.Module):
@@ -57,16 +58,3 @@ def build_prompt_mlm(path: str, label_words: list[str], download: bool = False,
                 module.p = dropout
     ids = label_word_ids(tokenizer, label_words)
     return PromptMaskedLM(mlm, ids, tokenizer.pad_token_id, tokenizer.mask_token_id)
-
-
-def label_word_ids(tokenizer, label_words: list[str]) -> list[int]:
-    """One token id per label word; words keep their leading space (" Yes"), as in LM-BFF/MeZO."""
-    ids = []
-    for word in label_words:
-        toks = tokenizer.encode(word, add_special_tokens=False)
-        if len(toks) != 1:
-            raise ConfigError(f"label word {word!r} is {len(toks)} tokens for this tokenizer; it must be one")
-        ids.append(toks[0])
-    if len(set(ids)) != len(ids):
-        raise ConfigError(f"label words {label_words} map to repeated token ids {ids}")
-    return ids
