@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
 
-from pazo.errors import ConfigError, one_of, positive, require, unknown_key
+from pazo.errors import ConfigError, at_least_one, one_of, positive, require, unknown_key
 from pazo.threads import valid_threads
 
 
@@ -27,12 +27,6 @@ from pazo.threads import valid_threads
 def integer_at_least(value, low: int, what: str) -> None:
     require(isinstance(value, int) and not isinstance(value, bool) and value >= low,
             f"{what} must be an integer >= {low}, got {value!r}")
-
-
-def at_least_one(value, what: str) -> None:
-    """A count or size: an integer >= 1."""
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-            f"{what} must be a positive integer, got {value!r}")
 
 
 def fraction(value, what: str, *, low_open: bool = True, high_open: bool = True) -> None:

@@ -32,7 +32,9 @@ def positive(value, what: str) -> None:
 
 
 def at_least_one(value, what: str) -> None:
-    require(isinstance(value, int) and value >= 1, f"{what} must be an integer >= 1, got {value!r}")
+    """A count or size: an integer >= 1 (not a bool, which Python counts as an int)."""
+    require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+            f"{what} must be an integer >= 1, got {value!r}")
 
 
 def one_of(value, choices, what: str) -> None:

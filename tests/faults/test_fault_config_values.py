@@ -32,7 +32,7 @@ BAD_VALUES = [
     ("device=cuda:7", ["device=cuda:7"]),   # no CUDA here, or fewer than 8 devices
     ("+bogus=1", ["bogus"]),
     # train
-    ("train.eval_batch_size=0", ["train.eval_batch_size", "positive integer"]),
+    ("train.eval_batch_size=0", ["train.eval_batch_size", "integer >= 1"]),
     ("train.batch_size=0", ["train.batch_size"]),
     ("train.batch_size=abc", ["train.batch_size", "abc"]),
     ("train.batch_size=2.5", ["train.batch_size"]),
@@ -53,7 +53,7 @@ BAD_VALUES = [
     ("warm_start.batch_size=0", ["warm_start.batch_size"]),
     ("warm_start.cache=sometimes", ["warm_start.cache"]),
     # engine
-    ("engine.chunk_size=0", ["engine.chunk_size", "positive integer"]),
+    ("engine.chunk_size=0", ["engine.chunk_size", "integer >= 1"]),
     ("engine.chunk_size=-2", ["engine.chunk_size"]),
     ("engine.chunk_size=many", ["engine.chunk_size"]),
     ("engine.name=turbo", ["engine", "turbo"]),
