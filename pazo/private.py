@@ -20,6 +20,7 @@ and fingerprint give bit for bit the model of the framework's run (tests/run/tes
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import secrets
 from collections.abc import Iterator
@@ -69,8 +70,12 @@ class PrivateZO:
     steps_done: int = 0
 
     def __post_init__(self):
-        self._tracker = EpsilonTracker(self.plan)   # one accountant, built once, for every epsilon()
         self._pending: tuple | None = None
+
+    @functools.cached_property
+    def _tracker(self) -> EpsilonTracker:
+        """One accountant for every `epsilon()`, built at the first."""
+        return EpsilonTracker(self.plan)
 
     def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """(inputs, labels) of a fresh Poisson batch for each step the budget has left, on the
