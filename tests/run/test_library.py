@@ -140,7 +140,7 @@ def run_all(engine) -> torch.Tensor:
 FAST = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@FAST
+@settings(FAST, max_examples=2)
 @given(steps=st.integers(1, 6), method=st.sampled_from(["dpzero", "dp_zo", "pazo_m", "pazo_p"]))
 def test_epsilon_is_the_accountants_at_every_step_and_no_step_beyond_the_budget(steps, method):
     engine = tiny_engine(steps=steps, method=method)
@@ -191,8 +191,8 @@ def test_a_secure_run_does_not_assume_a_secret_seed():
 def test_a_dataset_and_its_tensors_train_the_same_model(seed, n):
     x, y = tiny_data(seed, n=n)
     pairs = [(x[i], int(y[i])) for i in range(n)]
-    common = {"method": "dpzero", "epsilon": 2.0, "steps": 3, "batch_size": 8, "seed": seed, "verbose": False,
-              "lr": 0.1, "clip": 1.0, "cache_dir": SIGMA_CACHE}
+    common = {"method": "dpzero", "epsilon": None, "steps": 3, "batch_size": 8, "seed": seed, "verbose": False,
+              "lr": 0.1, "clip": 1.0}   # (the same Poisson batches and directions, without an accountant to build)
     from_tensors = private_zo(Tiny(1), cross_entropy_per_example, (x, y), **common)
     from_dataset = private_zo(Tiny(1), cross_entropy_per_example, pairs, **common)
     assert from_tensors.streams.fingerprint == from_dataset.streams.fingerprint
