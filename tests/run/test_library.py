@@ -20,6 +20,7 @@ from torch import nn
 
 from pazo.data import build_dataset
 from pazo.errors import ConfigError
+from pazo.methods import method_info, method_names
 from pazo.models import build_model
 from pazo.models.functional import cross_entropy_per_example
 from pazo.privacy.plan import make_accountant
@@ -272,3 +273,14 @@ def test_the_facts_are_those_of_the_plan_and_name_what_is_outside_the_guarantee(
     assert any("step() returns" in s for s in facts["outside_guarantee"])
     assert json.loads(json.dumps(facts)) == facts   # plain data: nothing private, nothing opaque
     assert np.isfinite(params(engine).numpy()).all()
+
+
+@pytest.mark.parametrize("method", method_names("zeroth_order"))
+def test_every_registered_zeroth_order_method_steps_in_your_loop(method):
+    private = method_info(method).private
+    engine = tiny_engine(method=method, steps=2, epsilon=2.0 if private else None, public=tiny_data(1, n=40))
+    before = params(engine).clone()
+    stats = [engine.step(batch) for batch in engine.batches()]
+    assert engine.steps_done == 2 and all(np.isfinite(s["loss"]) for s in stats)
+    assert not torch.equal(before, params(engine))
+    assert (engine.epsilon() is not None) == private
