@@ -163,7 +163,8 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
     require(engine in ENGINES, f"unknown engine {engine!r}; choices: {', '.join(sorted(ENGINES))}")
     require(seed is None or (isinstance(seed, int) and 0 <= seed < 2 ** 63),
             f"seed must be an integer in [0, 2**63), got {seed!r}")
-    private, public_split = as_split(train_data, "train_data"), _public_split(public, train_data)
+    private = as_split(train_data, "train_data")
+    public_split = as_split(public, "public") if public is not None else private.subset(np.empty(0, dtype=np.int64))
     validate_against_data(OmegaConf.create({"train": {"batch_size": batch_size},
                                             "method": dataclasses.asdict(method_cfg)}),
                           len(private), len(public_split))
@@ -216,13 +217,6 @@ def as_split(data, what: str) -> TensorSplit:
     require(len(inputs) == len(labels), f"{what}: {len(inputs)} inputs but {len(labels)} labels")
     require(not labels.is_floating_point(), f"{what}: labels must be integer class indices, got {labels.dtype}")
     return TensorSplit(inputs, labels)
-
-
-def _public_split(public, train_data) -> TensorSplit:
-    if public is not None:
-        return as_split(public, "public")
-    inputs, labels = as_split(train_data, "train_data").batch(np.empty(0, dtype=np.int64))
-    return TensorSplit(inputs, labels)   # no public data
 
 
 def _method_config(name: str, settings: dict) -> MethodConfig:
