@@ -183,17 +183,26 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
     if plan.private and not cfg.privacy.secure_mode and cfg.seed == TopSchema.seed:
         plan.notes.append(SHIPPED_SEED_NOTE)
     engine = _engine_choice(cfg, model, method_cfg, info, data, earlier_engine, time_engines)
-    if info.family == "zeroth_order":   # what a step holds grows with method.q and the batch: refused if it cannot fit
-        check_step_memory(method_cfg.release().queries, cfg.train.batch_size, model.dim,
-                          model.params[0].element_size(), engine["name"], cfg.engine.get("chunk_size"), model.device)
-    # batches go to `device` (the input's); directions, noise and updates are made where the trainable
-    # parameters start (model.device: with LoRA on a model spread over GPUs, possibly another GPU)
-    method = build_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public,
-                          device=model.device, engine=build_engine(cfg.engine, engine["name"]),
-                          query_train_mode=bool(cfg.engine.query_dropout))
+    method = assemble_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public,
+                             engine_cfg=cfg.engine, engine_name=engine["name"], batch_size=cfg.train.batch_size)
     return Run(cfg=cfg, method_cfg=method_cfg, info=info, streams=streams, data=data, module=module, model=model,
                device=device, warm_start=warm, plan=plan, engine=engine, method=method, total_steps=total_steps,
                threads=threads, data_digest=digest)
+
+
+def assemble_method(method_cfg: MethodConfig, *, model: FunctionalModel, plan: PrivacyPlan, streams: RandomStreams,
+                    public, engine_cfg, engine_name: str, batch_size: int) -> Method:
+    """The method on its engine, once what its step holds is known to fit (a zeroth-order step
+    grows with method.q and the batch: refused in one line if it cannot). A run's method and a
+    library user's (`pazo.private`) are assembled here."""
+    if method_info(method_cfg.name).zeroth_order:
+        check_step_memory(method_cfg.release().queries, batch_size, model.dim, model.params[0].element_size(),
+                          engine_name, engine_cfg.get("chunk_size"), model.device)
+    # batches go to the input's device; directions, noise and updates are made where the trainable
+    # parameters start (model.device: with LoRA on a model spread over GPUs, possibly another GPU)
+    return build_method(method_cfg, model=model, plan=plan, streams=streams, public=public, device=model.device,
+                        engine=build_engine(engine_cfg, engine_name),
+                        query_train_mode=bool(engine_cfg.get("query_dropout")))
 
 
 def data_digest(split) -> str:
@@ -206,15 +215,24 @@ def data_digest(split) -> str:
 
 
 def _model(cfg, data: DataBundle, streams: RandomStreams, device: torch.device, module: nn.Module | None):
-    """The model from the run's init stream, placed on `device` (unless accelerate spread it over
-    devices), with its own per-example loss; returns (module, functional model, input device)."""
+    """The model from the run's init stream (unless given), placed, with its own per-example loss."""
     if module is None:
         torch.manual_seed(streams.seeds["init"])
         module = build_model(cfg.model, data.input_shape, data.num_classes)
+    return functional_model(module, device, private=cfg.privacy.epsilon is not None, name=cfg.model.name)
+
+
+def functional_model(module: nn.Module, device: torch.device, *, private: bool, name: str, loss_fn=None):
+    """`module` placed on `device` (unless accelerate spread it over devices), refused under a
+    private method if it has BatchNorm, and seen as a function of its parameters with its
+    per-example loss (`loss_fn`, else the module's own `loss_fn`, else cross-entropy); returns
+    (module, functional model, input device). A run's model and a library user's
+    (`pazo.private`) go through here."""
     module = place(module, device)
-    if cfg.privacy.epsilon is not None:
-        check_no_batchnorm(module, cfg.model.name)
-    model = FunctionalModel(module, loss_fn=getattr(module, "loss_fn", cross_entropy_per_example))
+    if private:
+        check_no_batchnorm(module, name)
+    loss_fn = loss_fn or getattr(module, "loss_fn", cross_entropy_per_example)
+    model = FunctionalModel(module, loss_fn=loss_fn)
     if dispatched(module):  # model.device_map: batches go to the first module's device, as accelerate expects
         if any(d.type == "meta" for d in model.devices):
             raise ConfigError("model.device_map offloads parameters to the CPU or disk (accelerate keeps them on "

@@ -44,23 +44,27 @@ def write_json_atomic(path: Path, data: dict) -> None:
 
 class Recorder:
     """config.yaml, metrics.jsonl (one row per logged step), summary.json and checkpoint.pt of one
-    run, mirrored to W&B. `resume_bytes`: continue an interrupted attempt, dropping any rows it wrote
-    after its checkpoint; `wandb_id`: the W&B run to continue; `fingerprint`: the config's, stored
-    in every checkpoint so that only the same run resumes from it."""
+    run, mirrored to W&B, and any other record of it (`write_record`: the audit's audit.json).
+    `resume_bytes`: continue an interrupted attempt, dropping any rows it wrote after its checkpoint;
+    `wandb_id`: the W&B run to continue; `fingerprint`: the config's, stored in every checkpoint so
+    that only the same run resumes from it; `rows`: False for a run that logs no rows (the audit),
+    which then has no metrics.jsonl."""
 
     def __init__(self, run_dir: str | Path, cfg, wandb_cfg, resume_bytes: int | None = None,
-                 wandb_id: str | None = None, fingerprint: str = ""):
+                 wandb_id: str | None = None, fingerprint: str = "", rows: bool = True):
         self.dir, self.fingerprint = Path(run_dir), fingerprint
         with writing(self.dir):
             self.dir.mkdir(parents=True, exist_ok=True)
         self.resolved = OmegaConf.to_container(cfg, resolve=True)
         write_atomic(self.dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True).encode())
-        metrics = self.dir / "metrics.jsonl"
-        with writing(metrics):
-            if resume_bytes is not None and metrics.exists():
-                os.truncate(metrics, min(resume_bytes, metrics.stat().st_size))
-            self._metrics = rundir.open_file(metrics, append=resume_bytes is not None)  # (one place opens run files)
-            self._offset = metrics.stat().st_size
+        self._metrics, self._offset = None, 0
+        if rows:
+            metrics = self.dir / "metrics.jsonl"
+            with writing(metrics):
+                if resume_bytes is not None and metrics.exists():
+                    os.truncate(metrics, min(resume_bytes, metrics.stat().st_size))
+                self._metrics = rundir.open_file(metrics, append=resume_bytes is not None)  # (one place opens files)
+                self._offset = metrics.stat().st_size
         self.summary: dict = {}
         #: a heartbeat the machine refused to write (the run goes on; its next summary write tells)
         self.beat_fault: WriteFault | None = None
@@ -109,6 +113,11 @@ class Recorder:
     def metrics_bytes(self) -> int:
         """Bytes of metrics.jsonl written so far (where a resumed attempt continues)."""
         return self._offset
+
+    def write_record(self, name: str, record: dict) -> None:
+        """Another JSON record of the run, `name` in its directory beside the summary (the audit's
+        audit.json), written whole or not at all."""
+        write_json_atomic(self.dir / name, record)
 
     def write_summary(self, summary: dict) -> None:
         with self._lock:
@@ -162,7 +171,7 @@ class Recorder:
         return refused
 
     def close(self, failed: bool) -> None:
-        if not self._metrics.closed:
+        if self._metrics is not None and not self._metrics.closed:
             self._metrics.close()
         if self.wandb is not None:
             flat = {k: v for k, v in self.summary.items() if not isinstance(v, (dict, list))}

@@ -87,22 +87,30 @@ SECURE_SEED_NOTE = ("note: privacy.secure_mode=true: the noise and the Poisson b
                     "directions and public batches): this run cannot be replayed from its seed")
 
 
+def privacy_lines(plan, notes: list[str] = (), secure_note: str = SECURE_SEED_NOTE) -> list[str]:
+    """The guarantee as it is printed once, before the first step: target, sigma and sampling; that
+    the seed does not replay the noise (secure mode); what the guarantee assumes; the plan's notes
+    and `notes`. A run's header (`print_header`) and a library user's engine (`pazo.private`) print it."""
+    lines = []
+    if plan.private:
+        lines.append(f"privacy: {plan.guarantee}, target epsilon={plan.target_epsilon} delta={plan.delta:.3g} -> "
+                     f"{plan.noise} sigma={plan.sigma:.4f} ({plan.sigma_source}), q={plan.sample_rate:.4f}, "
+                     f"T={plan.steps}, {plan.sampling} sampling")
+    if plan.noise_seed.startswith("os entropy"):   # said where the user looks: the seed does not replay the run
+        lines.append(secure_note)
+    if plan.assumptions:
+        lines.append(assumptions_line(plan.assumptions))
+    return lines + [f"note: {note}" for note in [*plan.notes, *notes]]
+
+
 def print_header(summary: dict, plan) -> None:
     d = summary["data"]
     threads = summary.get("threads", {}).get("count")
     log.info(f"pazo: {summary['method']} on {summary['dataset']} ({summary['model']}, d={summary['dim']}, "
              f"device {summary['device']}, {threads} CPU thread{'s' if threads != 1 else ''}); "
              f"private {d['n_private']}, public {d['n_public']}, test {d['n_test']}")
-    if plan.private:
-        log.info(f"privacy: {plan.guarantee}, target epsilon={plan.target_epsilon} delta={plan.delta:.3g} -> "
-                 f"{plan.noise} sigma={plan.sigma:.4f} ({plan.sigma_source}), q={plan.sample_rate:.4f}, "
-                 f"T={plan.steps}, {plan.sampling} sampling")
-    if plan.noise_seed.startswith("os entropy"):   # said where the user looks: the seed does not replay the run
-        log.info(SECURE_SEED_NOTE)
-    if plan.assumptions:
-        log.info(assumptions_line(plan.assumptions))
-    for note in plan.notes + summary["method_departures"]:
-        log.info(f"note: {note}")
+    for line in privacy_lines(plan, summary["method_departures"]):
+        log.info(line)
 
 
 def print_summary(s: dict) -> None:

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,11 @@ def fmt(value) -> str:
 
 
 @dataclass(frozen=True)
-class Run:
+class PlannedRun:
+    """One run a sweep plans (`enumerate_runs`): its setting, method, epsilon, seed and grid values,
+    which `command` turns into a training (or audit) command. Not `pazo.experiment.Run`, the
+    assembled run a training process is made of."""
+
     sweep: str
     setting: str
     experiment: str | None
@@ -255,7 +259,7 @@ def registered_grid(method: str, setting: str, grid: dict) -> dict:
     return {key: list(values) for key, values in method_info(method).sweeps}
 
 
-def enumerate_runs(spec: dict) -> list[Run]:
+def enumerate_runs(spec: dict) -> list[PlannedRun]:
     runs = []
     for setting in spec["settings"]:
         grid = setting_grid(spec, setting)
@@ -267,7 +271,7 @@ def enumerate_runs(spec: dict) -> list[Run]:
             epsilons = [None] if method in spec["nonprivate"] else spec["epsilons"]
             replicates = list(enumerate(spec["seeds"]))
             for eps, combo, (i, seed) in itertools.product(epsilons, itertools.product(*axes.values()), replicates):
-                runs.append(Run(spec["name"], setting, grid.get("experiment"), method,
+                runs.append(PlannedRun(spec["name"], setting, grid.get("experiment"), method,
                                 None if eps is None else float(eps), int(seed), tuple(zip(axes, combo)), i))
     ids = [r.run_id for r in runs]
     if len(set(ids)) != len(ids):
@@ -348,7 +352,7 @@ class _Checker:
         error = _UserOverrideError if line in self.extra else ConfigError
         raise error(f"unknown key {key!r} in override {line!r} ({where}; to add a key use +{line})")
 
-    def apply(self, plain: _View, run: Run) -> None:
+    def apply(self, plain: _View, run: PlannedRun) -> None:
         """Set the run's seed, epsilon and grid values in `plain`, parsed by Hydra's grammar from
         the `key=value` the run's command line carries; the user's overrides come last and win."""
         values = [("seed", run.seed), *([] if run.epsilon is None else [("privacy.epsilon", run.epsilon)]),
@@ -366,7 +370,7 @@ class _Checker:
             node[name] = self._values[line]
 
 
-def check(runs: list[Run], extra: list[str], entry: str = "train") -> int:
+def check(runs: list[PlannedRun], extra: list[str], entry: str = "train") -> int:
     """Compose and validate every run's config (Hydra, then `pazo.validate.validate_config`) before
     any run starts; raise one ConfigError naming the commonest problem and how many runs have it.
 
@@ -403,7 +407,7 @@ def check(runs: list[Run], extra: list[str], entry: str = "train") -> int:
     return len(groups)
 
 
-def missing_data(runs: list[Run], extra: list[str], entry: str = "train") -> dict[str, str]:
+def missing_data(runs: list[PlannedRun], extra: list[str], entry: str = "train") -> dict[str, str]:
     """The settings whose data cannot be read, each with the loader's one-line message (what is
     missing, where it was looked for, how to get it): each setting's data set is read once, as its
     first run would read it, with the user's overrides (`dataset.root=...`)."""
@@ -426,7 +430,7 @@ def missing_data(runs: list[Run], extra: list[str], entry: str = "train") -> dic
     return out
 
 
-def check_replicates(planned: list[tuple[Run, Path]]) -> None:
+def check_replicates(planned: list[tuple[PlannedRun, Path]]) -> None:
     """A run directory is named by its seed's place in the spec (`rep=<i>`): one that an earlier
     sweep ran with another seed (a spec whose seeds list changed order) is refused, rather than
     skipped as finished or continued under another seed."""
@@ -452,7 +456,7 @@ def status(run_dir: Path) -> str:
     return "incomplete" if run_dir.exists() else "new"
 
 
-def command(run: Run, run_dir: Path, extra: list[str], entry: str = "train") -> list[str]:
+def command(run: PlannedRun, run_dir: Path, extra: list[str], entry: str = "train") -> list[str]:
     return [sys.executable, "-m", f"pazo.{entry}", *run.overrides(), f"sweep_name={run.sweep}",
             f"logger.group={run.sweep}/{run.setting}", f"logger.name='{run.run_id}'",
             f"hydra.run.dir='{run_dir}'", *extra]
@@ -487,7 +491,7 @@ class TrainJob(submitit.helpers.Checkpointable):
         return run_one(cmd, run_dir)
 
 
-def _report(i: int, n: int, run: Run, run_dir: Path, seconds: float) -> None:
+def _report(i: int, n: int, run: PlannedRun, run_dir: Path, seconds: float) -> None:
     state = status(run_dir)
     acc = ""
     if state == "finished":
@@ -516,7 +520,8 @@ def check_can_launch(launcher: dict, overrides: list[str]) -> None:
                           "started")
 
 
-def launch(todo: list[tuple[Run, Path, list[str]]], launcher: dict, sweep_dir: Path, quiet: bool = False) -> None:
+def launch(todo: list[tuple[PlannedRun, Path, list[str]]], launcher: dict, sweep_dir: Path,
+           quiet: bool = False) -> None:
     """Run `todo` with the launcher; `quiet`: no line per run (a private selection's runs: their number
     and scores stay private)."""
     kind = launcher.get("launcher", "sequential")
@@ -568,7 +573,7 @@ def launch_submitit(todo, launcher: dict, sweep_dir: Path, quiet: bool = False) 
                 _report(i, len(todo), run, run_dir, 0.0)
 
 
-def composed_configs(runs: list[Run], extra: list[str], entry: str = "train") -> list:
+def composed_configs(runs: list[PlannedRun], extra: list[str], entry: str = "train") -> list:
     """Each run's config as its command line composes it (plain, attribute access), each (setting,
     method, config-group choices) composed once, as `check` does."""
     import copy
@@ -591,7 +596,7 @@ class Cell:
     setting: str
     method: str
     epsilon: float
-    configurations: list[Run]
+    configurations: list[PlannedRun]
     seeds: list[int]
 
     @property
@@ -599,7 +604,7 @@ class Cell:
         return f"{self.setting}/{self.method}/eps={fmt(self.epsilon)}"
 
 
-def selection_cells(runs: list[Run]) -> list[Cell]:
+def selection_cells(runs: list[PlannedRun]) -> list[Cell]:
     """The private runs of a sweep as cells: (setting, method, epsilon), each configuration once."""
     cells: dict[tuple, Cell] = {}
     for run in runs:
@@ -641,7 +646,7 @@ def _k_of(spec: dict, args):
     return k_distribution(merged["distribution"], merged["mean"], merged.get("shape"))
 
 
-def private_selection(spec: dict, runs: list[Run], args, launcher: dict, sweep_dir: Path) -> int:
+def private_selection(spec: dict, runs: list[PlannedRun], args, launcher: dict, sweep_dir: Path) -> int:
     """`--selection private`: the ordinary runs (non-private methods) as usual; per private cell and
     seed, the K drawn runs under `<sweep>/.private/` (W&B off), then the best of each released to
     `<setting>/<method>/eps=<e>/selected,seed=<s>`. Prints each cell's cost; K and the runs' scores
@@ -680,8 +685,7 @@ def private_selection(spec: dict, runs: list[Run], args, launcher: dict, sweep_d
             dirs = []
             for draw in drawn["draws"]:
                 grid_run = cell.configurations[draw["configuration"]]
-                run = Run(grid_run.sweep, grid_run.setting, grid_run.experiment, grid_run.method, grid_run.epsilon,
-                          int(draw["seed"]), grid_run.params)
+                run = replace(grid_run, seed=int(draw["seed"]), replicate=0)
                 run_dir = sel.private_dir(folder / draw["name"])
                 dirs.append(run_dir)
                 if status(run_dir) not in done:

@@ -3,7 +3,8 @@ on its epsilon (`pazo.audit.bound`), next to the epsilon it prints.
 
 The run is the training run of the same overrides (same data, model, method, sigma, q, T, seed),
 with m canaries added to the private data (`pazo.audit.canaries`); it writes summary.json (with an
-`audit` block), audit.json and config.yaml to its directory (outputs/audits/...).
+`audit` block), audit.json and config.yaml to its directory (outputs/audits/...), through the
+run's `pazo.recorder.Recorder` as a training run writes its files.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from pazo.experiment import build_run, resolve_device
 from pazo.methods import METHODS, method_config, method_info
 from pazo.privacy.mechanisms import DEBUG_BREAKS, JointClipPrivatizer, ScalarPrivatizer, VectorPrivatizer, debug_break
 from pazo.privacy.plan import epsilon_spent
-from pazo.recorder import write_json_atomic
+from pazo.recorder import Recorder
 from pazo.results import read_json_object, skipped
 from pazo.rundir import WriteFault
 from pazo.validate import validate_config
@@ -163,8 +164,8 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
     validate_config(cfg)
     _check_run(cfg, a)
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    # config.yaml now, audit.json and summary.json at the end; no rows, and nothing to W&B
+    recorder = Recorder(run_dir, cfg, OmegaConf.create({"mode": "disabled"}), rows=False)
     started = time.perf_counter()
     inclusion_rng = np.random.default_rng([AUDIT_ENTROPY, cfg.seed, 0])
     design_rng = np.random.default_rng([AUDIT_ENTROPY, cfg.seed, 1])
@@ -224,8 +225,9 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
                "model": cfg.model.name, "device": str(device), "run_dir": str(run_dir),  # the seed: config.yaml only
                "privacy": plan.as_dict(), "final_test_accuracy": final["accuracy"] if final else None,
                "audit": audit}
-    write_json_atomic(run_dir / "audit.json", audit)
-    write_json_atomic(run_dir / "summary.json", summary)
+    recorder.write_record("audit.json", audit)
+    recorder.write_summary(summary)
+    recorder.close(failed=False)
     log.info(f"audit: epsilon lower bound {result['epsilon_lower_bound']:.4f} at {a.confidence:.0%} confidence "
              f"({result['correct']} of {result['guesses']} guesses correct: {result['guesses_in']} in, "
              f"{result['guesses_out']} out; ceiling {result['ceiling']:.3f} with {m} canaries, delta {delta:.3g}); "

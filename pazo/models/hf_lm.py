@@ -29,8 +29,8 @@ from torch import nn
 
 from pazo.errors import ConfigError
 from pazo.pretrained import missing_pretrained
-from pazo.text.prompts import label_word_ids as label_token_ids  # (its __init__ has a label_word_ids)
 from pazo.text.prompts import resolve_label_words, task_spec
+from pazo.text import tokens
 from pazo.text.tokens import pad_token_id
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -149,7 +149,7 @@ class CausalLMTask(nn.Module):
             elif not label_words:
                 raise ConfigError("a classification task needs label words (dataset.label_words)")
             else:
-                ids = label_token_ids(tokenizer, list(label_words))
+                ids = tokens.label_word_ids(tokenizer, list(label_words))
             self.register_buffer("label_word_ids", torch.tensor(ids, dtype=torch.long), persistent=False)
 
     @property
@@ -240,7 +240,7 @@ class MaskedLMTask(nn.Module):
         self.pad_id, self.mask_id = tokenizer.pad_token_id, tokenizer.mask_token_id
         if self.mask_id is None:
             raise ConfigError("the tokenizer has no mask token: model=hf_masked_lm needs a masked LM's tokenizer")
-        ids = label_token_ids(tokenizer, list(label_words))
+        ids = tokens.label_word_ids(tokenizer, list(label_words))
         self.register_buffer("label_word_ids", torch.tensor(ids, dtype=torch.long), persistent=False)
         head = getattr(mlm, "lm_head", None)
         self.roberta_head = head is not None and all(hasattr(head, a) for a in ("dense", "layer_norm", "decoder"))

@@ -15,7 +15,7 @@ from torch import nn
 
 from pazo.errors import ConfigError
 from pazo.pretrained import load_pretrained
-from pazo.text.prompts import label_word_ids
+from pazo.text.tokens import label_word_ids
 
 
 class PromptMaskedLM(nn.Module):
@@ -58,4 +58,3 @@ def build_prompt_mlm(path: str, label_words: list[str], download: bool = False,
                 module.p = dropout
     ids = label_word_ids(tokenizer, label_words)
     return PromptMaskedLM(mlm, ids, tokenizer.pad_token_id, tokenizer.mask_token_id)
-

@@ -28,7 +28,9 @@ GENERATED = ("reference", "results")
 #: the public modules of the Python API page, each with why a reader would open it
 API_MODULES = {
     "pazo.experiment": "Assemble a run from a config (`build_run`): data, model, privacy plan, engine, method.",
-    "pazo.train": "The training entry point and loop.",
+    "pazo.private": "The library entry: a private zeroth-order optimiser in your own loop (`private_zo`).",
+    "pazo.train": "The training entry point: a run's launch, attempts, replay and exits.",
+    "pazo.loop": "The training loop: Poisson batches, steps, rows, evaluations, checkpoints.",
     "pazo.sweep": "Sweeps over the paper's grids.",
     "pazo.selection": "A sweep's private hyperparameter selection: each cell's cost, the draw of K, the release.",
     "pazo.methods.registry": "Methods by name, their facts and typed configs.",

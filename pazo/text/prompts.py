@@ -65,19 +65,6 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in [
 ]}
 
 
-def label_word_ids(tokenizer, label_words: list[str]) -> list[int]:
-    """One token id per label word; words keep their leading space (" Yes"), as in LM-BFF/MeZO."""
-    ids = []
-    for word in label_words:
-        toks = tokenizer.encode(word, add_special_tokens=False)
-        if len(toks) != 1:
-            raise ConfigError(f"label word {word!r} is {len(toks)} tokens for this tokenizer; it must be one")
-        ids.append(toks[0])
-    if len(set(ids)) != len(ids):
-        raise ConfigError(f"label words {label_words} map to repeated token ids {ids}")
-    return ids
-
-
 def task_spec(name: str) -> TaskSpec:
     if name not in TASKS:
         raise ConfigError(f"unknown dataset.task {name!r}; choices: {', '.join(TASKS)}")

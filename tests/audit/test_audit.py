@@ -236,6 +236,11 @@ def test_audit_command_writes_its_result(tmp_path, monkeypatch):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     audit = json.loads((tmp_path / "run" / "audit.json").read_text())
     assert summary["audit"] == audit and summary["kind"] == "audit"
+    # its files as the Recorder writes a run's (no rows file: an audit logs none)
+    assert {p.name for p in (tmp_path / "run").iterdir() if not p.name.startswith(".")} >= \
+        {"config.yaml", "audit.json", "summary.json"}
+    assert not (tmp_path / "run" / "metrics.jsonl").exists() and "heartbeat" in summary
+    assert "seed" not in summary and "seed: " in (tmp_path / "run" / "config.yaml").read_text()
     assert audit["debug_break"] == "noise_div10" and audit["canaries"] == 50
     assert 0 <= audit["correct"] <= audit["guesses"] <= 50
     assert audit["printed_epsilon"] == pytest.approx(summary["privacy"]["target_epsilon"], abs=0.01)

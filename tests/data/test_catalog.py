@@ -82,6 +82,7 @@ def test_at_least_one_is_an_integer_from_one(value):
 
 def test_the_label_word_lookup_is_one_function():
     from pazo.models import hf_lm, prompt_mlm
-    from pazo.text.prompts import label_word_ids
+    from pazo.text import prompts, tokens
 
-    assert hf_lm.label_token_ids is label_word_ids and prompt_mlm.label_word_ids is label_word_ids
+    assert hf_lm.tokens.label_word_ids is tokens.label_word_ids
+    assert prompt_mlm.label_word_ids is tokens.label_word_ids and not hasattr(prompts, "label_word_ids")

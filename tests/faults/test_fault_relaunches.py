@@ -33,6 +33,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
+import pazo.loop as training_loop
 import pazo.train as train
 from conftest import CONFIG_DIR
 from fault_runtime_helpers import snapshot
@@ -103,7 +104,7 @@ def dead_pid() -> int:
 def launch(cfg, run_dir: Path, kill: str | None, after: int, monkeypatch) -> str:
     """Run `cfg` into `run_dir`, stopped by `kill` after `after` steps of this launch (None: to its
     end); returns how it ended: "refused", "ran" or the kill."""
-    real_step, real_fail = train.timed_step, Recorder.fail
+    real_step, real_fail = training_loop.timed_step, Recorder.fail
     done = []
 
     def step(r, sampler, loop, t):
@@ -124,7 +125,7 @@ def launch(cfg, run_dir: Path, kill: str | None, after: int, monkeypatch) -> str
         return real_fail(self, summary)
 
     with monkeypatch.context() as patch:
-        patch.setattr(train, "timed_step", step)
+        patch.setattr(training_loop, "timed_step", step)
         patch.setattr(Recorder, "fail", fail)
         try:
             train.run(cfg, run_dir)

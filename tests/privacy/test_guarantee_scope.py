@@ -12,6 +12,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+import pazo.loop as training_loop
 import pazo.train as train
 from pazo.attempts import plan_launch, same_computation
 from pazo.checkpoint import CHECKPOINT
@@ -22,13 +23,13 @@ from conftest import CONFIG_DIR
 
 def crash_at(monkeypatch, bad_step: int) -> None:
     """The step `bad_step` of the next run raises (a crash after rows were written)."""
-    real = train.timed_step
+    real = training_loop.timed_step
 
     def step(r, sampler, loop, t):
         if t == bad_step:
             raise RuntimeError("injected fault")
         return real(r, sampler, loop, t)
-    monkeypatch.setattr(train, "timed_step", step)
+    monkeypatch.setattr(training_loop, "timed_step", step)
 
 
 def test_a_secure_mode_run_that_released_rows_is_not_started_over(hydra_cfg, tmp_path, monkeypatch):
@@ -137,13 +138,13 @@ def test_dpzero_opt_setting_uses_dpzero_adjacency_and_delta():
 
 def interrupt_at(monkeypatch, bad_step: int) -> None:
     """A second Ctrl-C during step `bad_step`: the run is recorded as interrupted and resumable."""
-    real = train.timed_step
+    real = training_loop.timed_step
 
     def step(r, sampler, loop, t):
         if t == bad_step:
             raise KeyboardInterrupt
         return real(r, sampler, loop, t)
-    monkeypatch.setattr(train, "timed_step", step)
+    monkeypatch.setattr(training_loop, "timed_step", step)
 
 
 def test_a_resume_that_changes_the_computation_is_refused(hydra_cfg, tmp_path, monkeypatch):

@@ -19,6 +19,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import pazo.fingerprint as fingerprint
+import pazo.loop as training_loop
 import pazo.train as train
 from pazo.checkpoint import NOT_COMPARED
 from pazo.errors import ConfigError
@@ -146,16 +147,16 @@ def test_a_resume_whose_fingerprint_changed_is_refused(hydra_cfg, tmp_path, monk
     """The checkpoint records the fingerprint its streams were keyed by: an attempt that would key
     them otherwise (here: a version of pazo that counts log_every as a computing key) is refused."""
     cfg = hydra_cfg("method=dpzero", "train.steps=6", "train.checkpoint_every=2")
-    real = train.timed_step
+    real = training_loop.timed_step
 
     def step(r, sampler, loop, t):
         if t == 5:
             raise KeyboardInterrupt
         return real(r, sampler, loop, t)
-    monkeypatch.setattr(train, "timed_step", step)
+    monkeypatch.setattr(training_loop, "timed_step", step)
     with pytest.raises(KeyboardInterrupt):
         train.run(cfg, tmp_path)
-    monkeypatch.setattr(train, "timed_step", real)
+    monkeypatch.setattr(training_loop, "timed_step", real)
     monkeypatch.setattr(fingerprint, "HOW_KEYS", tuple(k for k in HOW_KEYS if k != "train.log_every"))
     with pytest.raises(ConfigError, match="fingerprint: "):
         train.run(cfg, tmp_path)
@@ -169,13 +170,13 @@ def test_a_failed_run_started_over_with_another_learning_rate_is_refused(hydra_c
     Under another fingerprint (here another lr) a start over would draw independent noise, which
     the printed epsilon would not compose with the earlier attempt's releases: it is refused, and
     nothing is moved."""
-    real = train.timed_step
+    real = training_loop.timed_step
 
     def step(r, sampler, loop, t):
         if t == 3:
             raise RuntimeError("injected fault")
         return real(r, sampler, loop, t)
-    monkeypatch.setattr(train, "timed_step", step)
+    monkeypatch.setattr(training_loop, "timed_step", step)
     with pytest.raises(RuntimeError):
         train.run(hydra_cfg("method=pazo_p", "train.steps=6", "method.public_grads_together=true"), tmp_path)
     monkeypatch.undo()

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from pazo import outlets, train
 from pazo.experiment import SHIPPED_SEED_NOTE
 from pazo.summary import print_summary
-from pazo.sweep import Run, command, without_seed
+from pazo.sweep import PlannedRun, command, without_seed
 from wandb_log import wandb_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,7 +160,8 @@ def test_the_printed_lines_show_no_private_diagnostic(seeded_run, caplog, sentin
 
 @given(st.integers(10**9, 2**63 - 1), st.lists(st.integers(0, 5), max_size=3))
 def test_a_sweep_names_its_runs_and_commands_without_the_seed(seed, values):
-    run = Run("s", "digits", None, "dpzero", 1.0, seed, tuple((f"method.k{i}", v) for i, v in enumerate(values)), 2)
+    run = PlannedRun("s", "digits", None, "dpzero", 1.0, seed,
+                     tuple((f"method.k{i}", v) for i, v in enumerate(values)), 2)
     assert str(seed) not in run.run_id and run.run_id.endswith("rep=2")
     cmd = command(run, Path("/tmp/out") / run.run_id, [])
     assert f"seed={seed}" in cmd  # the run is given its seed ...
@@ -200,7 +201,7 @@ def test_a_sweep_refuses_a_run_directory_of_another_seed_without_naming_either(t
     from pazo.errors import ConfigError
     from pazo.sweep import check_replicates
     then = now if same else then
-    run = Run("s", "digits", None, "dpzero", 1.0, now, (), replicate)
+    run = PlannedRun("s", "digits", None, "dpzero", 1.0, now, (), replicate)
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / run.run_id
         check_replicates([(run, run_dir)])  # not run yet
