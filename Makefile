@@ -49,7 +49,7 @@ docs: $(STAMP)
 ## Every command shown in README.md and docs/, run from a temporary directory outside the checkout
 ## through .venv's entry points, with the size each page's `<!-- docs-run: ... -->` comment gives;
 ## commands that need absent data must end in their one `pazo: error:` line. The list, without running:
-## `$(PY) -m pazo.report docs-run --list`; one page: `--only PAGE`.
+## `$(PY) -m pazo.report docs-run --list`; one page: `--only PAGE`, one command: `--only PAGE:LINE`.
 docs-run: $(STAMP)
 	$(PY) -m pazo.report docs-run --venv $(VENV)
 
