@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-all lint docs docs-run check-defaults setup bench-calibration bench-cpu bench-gpu bench-threads bench-dpsgd-gpu demo clean
+.PHONY: run test test-slow test-all lint docs docs-run check-defaults setup bench-calibration bench-cpu bench-gpu bench-threads bench-dpsgd-gpu demo clean
 
 ## The pinned requirements, then pazo itself in editable mode (entry points pazo-train, pazo-sweep, pazo-bench, pazo-report),
 ## and JAX-Privacy without its dependencies: its one-run f-DP estimator is the tests' independent
@@ -22,15 +22,13 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(PY) -m pazo.train $(ARGS)
 
-## Fast test suite (slow tests are marked and skipped), on 2 worker processes (pytest-xdist).
-## Each file of tests/faults runs in a pytest process of its own (two at a time, each file's output
-## kept together): their in-process commands change process-wide state (logging, signal handlers,
-## Hydra) and, mixed in one process with other such tests, leave pytest's capture files closed for
-## the tests after them (the state that does it is not yet pinned down).
+## Fast test suite (slow tests are marked and skipped) in one pytest session on 2 worker processes
+## (pytest-xdist); `make test-slow` runs the rest, `make test-all` everything.
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 -m "not slow" --ignore=tests/faults $(PYTEST_ARGS)
-	ls tests/faults/test_*.py | xargs -P 2 -I{} sh -c 'out=$$($(PY) -m pytest -q -p no:xdist -m "not slow" {} \
-	  $(PYTEST_ARGS) 2>&1); rc=$$?; printf "%s\n" "$$out"; exit $$rc'
+	$(PY) -m pytest -q -n 2 -m "not slow" $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m slow $(PYTEST_ARGS)
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
@@ -51,7 +49,7 @@ docs: $(STAMP)
 ## Every command shown in README.md and docs/, run from a temporary directory outside the checkout
 ## through .venv's entry points, with the size each page's `<!-- docs-run: ... -->` comment gives;
 ## commands that need absent data must end in their one `pazo: error:` line. The list, without running:
-## `$(PY) -m pazo.report docs-run --list`; one page: `--only PAGE`.
+## `$(PY) -m pazo.report docs-run --list`; one page: `--only PAGE`, one command: `--only PAGE:LINE`.
 docs-run: $(STAMP)
 	$(PY) -m pazo.report docs-run --venv $(VENV)
 

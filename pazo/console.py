@@ -33,6 +33,19 @@ def use_console(name: str = "pazo") -> None:
         logger.addHandler(ConsoleHandler())
 
 
+def spare_absl_stream() -> None:
+    """absl (which dp-accounting imports) makes one handler at its import, on the `sys.stderr` of that
+    moment, and closes that stream when the handler is closed unless it is then `sys.stderr` or
+    `sys.stdout`. Hydra's logging set-up (logging.config) closes every handler the process ever made,
+    so a run started in-process after stderr was put back (pytest's capture, a notebook's stream,
+    `contextlib.redirect_stderr`) closed the stream absl came in under. Pointed at `sys.__stderr__`,
+    which absl never closes; it writes its records to the current `sys.stderr` all the same."""
+    absl_logging = sys.modules.get("absl.logging")
+    handler = absl_logging and absl_logging.get_absl_handler()
+    if handler is not None and sys.__stderr__ is not None:
+        handler.python_handler.stream = sys.__stderr__
+
+
 class RunLogFile(logging.FileHandler):
     """The run directory's `train.log`, opened at its first line. A write the machine refuses (a
     full disk, a read-only directory) is said once on stderr, and the lines go on to the terminal

@@ -789,9 +789,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         log.info(f"sweep {spec['name']}: setting {setting} skipped, its data are missing: {message}")
         runs = [r for r in runs if r.setting != setting]
-    if not runs:
-        log.info(f"sweep {spec['name']}: nothing to run, the data of every setting are missing")
-        return 0
+    if not runs:  # a sweep that ran nothing has not done what was asked: the user's one line, exit 2
+        log.error(f"pazo: error: sweep {spec['name']}: nothing to run, the data of every setting are missing "
+                  "(each setting's line above says what is missing and how to get it)")
+        return 2
     sweep_dir = Path(args.out).resolve() / spec["name"]
     if (args.selection or spec["selection"]) == "private":
         try:

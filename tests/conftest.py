@@ -17,18 +17,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import absl.logging  # noqa: F401  (here, so that its one handler is made now and spared below)
 import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from torch import nn
 
+from pazo.console import spare_absl_stream
 from pazo.data.base import TensorSplit
 from pazo.methods import build_method, method_config
 from pazo.models.functional import FunctionalModel
 from pazo.privacy.plan import PrivacyPlan
 from pazo.rng import RandomStreams
 from pazo.zo.engines import InPlaceEngine, VectorisedEngine
+
+# absl's handler holds the sys.stderr of its import, pytest's capture file here, and an in-process
+# run's logging set-up (Hydra's, which closes every handler) would close it for every test after it
+spare_absl_stream()
 
 #: the repository root: test files import it (`from conftest import ROOT`) instead of counting their own depth
 ROOT = Path(__file__).resolve().parents[1]

@@ -108,7 +108,11 @@ PAGES = (
          "the audits give the CPU's verdicts. CUDA's random draws differ from the CPU's, so the "
          "accuracies are not the CPU defaults' numbers, and CUDA's kernels are not deterministic: "
          "three runs of the script on one H100 gave PAZO-M a final accuracy of 0.9192, 0.9164 and "
-         "0.9192, and PAZO-P 0.8914, 0.8914 and 0.8969 (epsilon, sigma and the audits never moved).",
+         "0.9192, and PAZO-P 0.8914, 0.8914 and 0.8969 (epsilon, sigma and the audits never moved). "
+         "Recorded at an earlier version (the file's commit below), before the digits defaults were "
+         "re-recorded on one thread per run with the canonical fingerprints and before the audit's "
+         "noise check read real batches: every accuracy here, and the CPU numbers it was checked "
+         "against, are that version's; it has not been re-run since.",
          ("cuda_check_digits.json",),
          ("kind", "method", "debug_break", "device", "status", "final_test_accuracy", "best_test_accuracy",
           "epsilon_spent", "sigma", "median_s_per_iter", "engine", "epsilon_at_audit_delta",

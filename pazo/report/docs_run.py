@@ -1,10 +1,11 @@
 """Every command in README.md and the docs, run: the docs check (`docs_commands`) composes and
 parses them; this runs them, as a new user would, and says which page and line fail.
 
-    pazo-report docs-run [--only PAGE ...] [--list] [--keep] [--venv DIR] [--timeout S]
+    pazo-report docs-run [--only PAGE[:LINE] ...] [--list] [--keep] [--venv DIR] [--timeout S]
 
 Each page's commands run in order, in one fresh temporary directory outside the checkout (a later
-command may read what an earlier one wrote, as the page tells the reader), through the installed
+command may read what an earlier one wrote, as the page tells the reader; `--only PAGE:LINE` runs
+the one command starting on that line, alone in its directory), through the installed
 entry points (the venv's `bin/` first on PATH, `.venv` a link to it, copies of the checkout's
 `Makefile`, `pyproject.toml`, requirements and `scripts/` beside it, so that `make run` and
 `scripts/...` paths mean what they mean in a clone; `make` never re-installs the venv, as the copies
@@ -314,12 +315,14 @@ def _close(want: list[float], got: list[float], spread: float) -> bool:
                                          (w == int(w) and g == w) for w, g in zip(want, got))
 
 
-def run_pages(pages: list[Path], venv: Path, timeout: float, keep: bool = False, say=print) -> list[str]:
-    """Run every command of `pages`; one `file:line: command: problem` per failure."""
+def run_pages(pages: list[Path], venv: Path, timeout: float, keep: bool = False, say=print,
+              lines: dict[Path, set[int]] | None = None) -> list[str]:
+    """Run every command of `pages` (of a page in `lines`, only those starting on its lines); one
+    `file:line: command: problem` per failure."""
     env = environment(venv)
     failures: list[str] = []
     for page in pages:
-        documented = read_page(page)
+        documented = chosen_commands(page, (lines or {}).get(page))
         if not documented:
             continue
         cwd = workspace(venv)
@@ -342,21 +345,50 @@ def run_pages(pages: list[Path], venv: Path, timeout: float, keep: bool = False,
     return failures
 
 
-def _pages(only: list[str] | None) -> list[Path]:
+def chosen_commands(page: Path, lines: set[int] | None) -> list[Documented]:
+    """The page's commands, or only those starting on `lines` (None: all); a line where no command
+    starts is a ValueError naming the lines where one does."""
+    documented = read_page(page)
+    if lines is None:
+        return documented
+    starts = {d.command.line for d in documented}
+    if lines - starts:
+        where = ", ".join(map(str, sorted(starts))) or "none"
+        raise ValueError(f"no command of {page.name} starts on line {', '.join(map(str, sorted(lines - starts)))} "
+                         f"(its commands start on lines {where})")
+    return [d for d in documented if d.command.line in lines]
+
+
+def _pages(only: list[str] | None) -> tuple[list[Path], dict[Path, set[int]]]:
+    """The pages `--only` names (all without it), and for a page named as PAGE:LINE its lines."""
     pages = documented_pages()
     if not only:
-        return pages
-    chosen = [p for p in pages if any(str(p).endswith(o) or p.name == o for o in only)]
-    missing = [o for o in only if not any(str(p).endswith(o) or p.name == o for p in pages)]
+        return pages, {}
+    named: list[tuple[str, int | None]] = []
+    for o in only:
+        page, _, line = o.rpartition(":") if re.fullmatch(r".+:\d+", o) else (o, "", "")
+        named.append((page, int(line) if line else None))
+
+    def matches(p: Path, name: str) -> bool:
+        return str(p).endswith(name) or p.name == name
+
+    missing = [name for name, _ in named if not any(matches(p, name) for p in pages)]
     if missing:
-        raise SystemExit(f"pazo: error: no documented page {', '.join(missing)} (README.md or a page under docs/)")
-    return chosen
+        raise ValueError(f"no documented page {', '.join(missing)} (README.md or a page under docs/)")
+    chosen = [p for p in pages if any(matches(p, name) for name, _ in named)]
+    lines: dict[Path, set[int]] = {}
+    for p in chosen:
+        wanted = [line for name, line in named if matches(p, name)]
+        if None not in wanted:  # a page named without a line runs whole
+            lines[p] = set(wanted)
+    return chosen, lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="pazo-report docs-run", description=summary_of(__doc__))
-    parser.add_argument("--only", action="append", metavar="PAGE",
-                        help="only this page (README.md, getting-started.md, docs/guides/llm.md ...); repeatable")
+    parser.add_argument("--only", action="append", metavar="PAGE[:LINE]",
+                        help="only this page (README.md, getting-started.md, docs/guides/llm.md ...), or only its "
+                             "command starting on LINE (docs/guides/auditing.md:23); repeatable")
     parser.add_argument("--list", action="store_true", help="list the commands and what will be done, run nothing")
     parser.add_argument("--keep", action="store_true", help="keep each page's temporary directory")
     parser.add_argument("--venv", type=Path, default=Path(sys.prefix),
@@ -364,10 +396,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one command may run (default 600)")
     args = parser.parse_args(argv)
     try:
-        pages = _pages(args.only)
+        pages, lines = _pages(args.only)
+        for page in pages:  # a line where no command starts is refused before anything runs
+            chosen_commands(page, lines.get(page))
         if args.list:
             for page in pages:
-                for d in read_page(page):
+                for d in chosen_commands(page, lines.get(page)):
                     print(f"{d.where}: {command_line(d)}  [{d.plan}]")
             return 0
     except ValueError as err:
@@ -377,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pazo: error: no virtual environment at {args.venv} (--venv)", file=sys.stderr)
         return 2
     start = time.monotonic()
-    failures = run_pages(pages, args.venv.absolute(), args.timeout, args.keep)
+    failures = run_pages(pages, args.venv.absolute(), args.timeout, args.keep, lines=lines)
     print(f"docs-run: {len(failures)} failing command(s) in {time.monotonic() - start:.0f} s")
     for failure in failures:
         print(f"  {failure}")

@@ -226,6 +226,9 @@ def test_an_interrupted_audit_is_one_line_and_exit_130(tmp_path, monkeypatch):
     assert not (tmp_path / "run" / "audit.json").exists()
 
 
+@pytest.mark.slow   # the audit command in a subprocess (about 20 s); in the quick suite the same audit in-process:
+# tests/audit/test_noise_check.py's test_the_audit_command_catches_too_little_noise_on_digits[dpzero-noise_div10-True],
+# and the installed command: tests/run/test_entry_points.py's test_pazo_audit_from_another_directory_audits_...
 def test_audit_command_writes_its_result(tmp_path, monkeypatch):
     monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))
     cmd = [sys.executable, "-m", "pazo.audit", "method=dpsgd", "privacy.epsilon=1", "audit.canaries=50",

@@ -111,14 +111,18 @@ def test_public_gradients_benchmark_alternates_the_two_ways_on_the_methods_batch
 
 @pytest.mark.parametrize("name,argument", [("methods", "--iters=0"), ("engines", "--warmup=-1"),
                                            ("profile_step", "--pairs=0")])
-def test_benchmark_counts_are_checked_before_any_job(name, argument, tmp_path):
+def test_benchmark_counts_are_checked_before_any_job(name, argument, tmp_path, monkeypatch, capsys):
     """A count below its least value is argparse's one line and exit 2, before any job runs or any
-    result file is written."""
+    result file is written (the command line in-process: `python -m pazo.bench.<name> ...`)."""
+    import importlib
+
     out = tmp_path / "result.json"
-    done = subprocess.run([sys.executable, "-m", f"pazo.bench.{name}", argument, "--out", str(out)],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.splitlines()[-1].endswith(f"error: argument {argument.split('=')[0]}: must be an integer >= "
+    monkeypatch.setattr(sys, "argv", [f"pazo.bench.{name}", argument, "--out", str(out)])
+    with pytest.raises(SystemExit) as stop:
+        importlib.import_module(f"pazo.bench.{name}").cli()
+    done_out, done_err = capsys.readouterr()
+    assert stop.value.code == 2 and done_out == ""
+    assert done_err.splitlines()[-1].endswith(f"error: argument {argument.split('=')[0]}: must be an integer >= "
                                                  f"{1 if name != 'engines' else 0}, got "
                                                  f"{argument.split('=')[1]}")
     assert not out.exists()

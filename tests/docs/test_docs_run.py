@@ -159,3 +159,43 @@ def test_a_command_past_its_time_is_stopped_with_every_process_it_started(tmp_pa
     assert len(failures) == 1 and "still running after 1 s" in failures[0]
     left = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout
     assert left.strip() == "", left
+
+
+@given(count=st.integers(1, 6), data=st.data())
+def test_only_page_line_chooses_the_commands_starting_on_those_lines_and_refuses_any_other(
+        tmp_path_factory, count, data):
+    """`--only PAGE:LINE`: any set of a page's command lines selects exactly those commands, in page
+    order; a line where no command starts is refused, naming the lines where one does."""
+    from pazo.report.docs_run import chosen_commands
+
+    path = tmp_path_factory.mktemp("p") / "p.md"
+    path.write_text("# A page\n\n```bash\n" + "".join(f"pazo-report --help  # {i}\n" for i in range(count)) + "```\n")
+    starts = [d.command.line for d in read_page(path)]
+    assert starts == list(range(4, 4 + count))
+    wanted = data.draw(st.sets(st.sampled_from(starts), min_size=1))
+    assert [d.command.line for d in chosen_commands(path, wanted)] == sorted(wanted)
+    assert chosen_commands(path, None) == read_page(path)
+    stray = data.draw(st.integers(1, 4 + count + 3).filter(lambda n: n not in starts))
+    with pytest.raises(ValueError, match=f"starts on line {stray} .*start on lines {', '.join(map(str, starts))}"):
+        chosen_commands(path, wanted | {stray})
+
+
+def test_only_names_pages_and_lines_of_the_docs(capsys):
+    """PAGE:LINE on the real pages, a page without a line whole, and a line or page that does not
+    exist one `pazo: error:` line (exit 2) before anything runs."""
+    from pazo.report.docs_run import main
+
+    guide = REPO_ROOT / "docs" / "guides" / "auditing.md"
+    lines = {d.command.text.split()[3]: d.command.line for d in read_page(guide) if "pazo.sweep" in d.command.text}
+    no_clip = next(d.command.line for d in read_page(guide) if "no_clip" in d.command.text)
+    images = lines["audit_table_images"]
+    assert main(["--list", "--only", f"docs/guides/auditing.md:{no_clip}", "--only", f"auditing.md:{images}"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split(": ", 1)[0] for line in listed] == [f"docs/guides/auditing.md:{n}" for n in (no_clip, images)]
+    assert "audit.debug_break=no_clip" in listed[0] and "[error line expected]" in listed[1]
+    assert main(["--list", "--only", "auditing.md"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) > 2
+    for wrong in (f"auditing.md:{no_clip + 1}", "nosuch.md", "nosuch.md:3"):
+        assert main(["--list", "--only", wrong]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("pazo: error: no "), err

@@ -136,6 +136,8 @@ def test_after_the_run_a_ctrl_c_exits_quietly_with_the_runs_status(sigint_is_our
     assert stop.value.code == 3
 
 
+@pytest.mark.slow   # a real run in a subprocess (about a minute on 2 loaded cores); in the quick suite the same
+# path runs in-process: test_a_third_ctrl_c_while_the_interruption_is_recorded_does_not_break_the_record
 def test_ctrl_c_three_times_in_a_real_run_ends_interrupted_without_traceback(tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, "WANDB_SILENT": "true", "PAZO_CACHE_DIR": str(tmp_path / "cache")}
@@ -218,6 +220,8 @@ def test_a_lock_held_by_another_process_names_it(tmp_path):
         pass
 
 
+@pytest.mark.slow   # two real runs in subprocesses (about a minute on 2 loaded cores); in the quick suite the lock's
+# path: test_a_launch_into_a_locked_directory_is_refused_before_compute, test_a_lock_held_by_another_process_names_it
 def test_two_launches_at_once_into_one_directory_one_trains_the_other_is_refused(tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, "WANDB_SILENT": "true", "PAZO_CACHE_DIR": str(tmp_path / "cache")}

@@ -276,6 +276,8 @@ def test_a_benchmark_mistake_is_one_line_before_any_job(argv, word, tmp_path, ca
     assert not (tmp_path / "r.json").exists()
 
 
+@pytest.mark.slow   # a subprocess that imports the report stack (about 25 s on 2 loaded cores); in the quick suite
+# the same command in-process: test_a_missing_folder_is_one_line
 def test_pazo_report_tables_on_a_missing_folder_as_a_user_runs_it(tmp_path):
     """One subprocess: `python -m pazo.report tables /nonexistent`."""
     done = subprocess.run([sys.executable, "-m", "pazo.report", "tables", str(tmp_path / "nonexistent")],

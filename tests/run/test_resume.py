@@ -72,6 +72,9 @@ def _cli(run_dir, *extra):
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow   # two real runs in subprocesses, one killed (about 25 CPU-s); in the quick suite the same resume
+# path: test_a_signal_checkpoints_and_the_relaunch_continues_exactly, and tests/faults/test_fault_checkpoints.py's
+# test_a_kill_during_a_checkpoint_write_leaves_the_previous_one_and_the_run_resumes
 def test_sigkill_then_relaunch_gives_the_uninterrupted_run(tmp_path):
     whole = _cli(tmp_path / "whole")
     killed = _cli(tmp_path / "killed")
@@ -149,6 +152,8 @@ def test_how_the_public_gradients_are_taken_is_not_part_of_a_runs_identity(hydra
     assert config_fingerprint(default) != config_fingerprint(hydra_cfg("method=pazo_p", "method.lr=0.5"))
 
 
+@pytest.mark.slow   # two runs in subprocesses (about 20 CPU-s); in the quick suite the resolver that keeps them
+# apart: tests/run/test_entry_points.py's test_each_hydra_entry_point_resolves_its_own_run_dir
 def test_two_runs_started_together_get_two_directories(tmp_path):
     env = {**os.environ, "WANDB_SILENT": "true", "PAZO_CACHE_DIR": str(tmp_path / "cache")}
     cmd = [sys.executable, "-m", "pazo.train", "train.steps=2", "logger.mode=disabled", "device=cpu",

@@ -121,6 +121,28 @@ def test_a_setting_whose_data_are_missing_is_left_out_with_the_loaders_line(tmp_
     assert not load_spec("audit_table")["skip_missing_data"]
 
 
+@pytest.mark.parametrize("present", [(), ("MNIST",), ("FashionMNIST",), ("MNIST", "FashionMNIST")])
+def test_a_sweep_runs_the_settings_whose_data_are_there_and_refuses_when_none_are(tmp_path, capsys, present):
+    """skip_missing_data: whichever sets are under dataset.root, exactly the others are left out; a
+    sweep left with no setting has nothing to do and says so in one `pazo: error:` line (exit 2),
+    writing nothing, instead of ending as a sweep that succeeded."""
+    from fixtures import write_mnist_raw
+    for name in present:
+        write_mnist_raw(tmp_path / "data", name, n_train=60, n_test=20)
+    out_dir = tmp_path / "out"
+    code = sweep.main(["audit_table_images", "--dry-run", "--out", str(out_dir), f"dataset.root={tmp_path / 'data'}"])
+    out, err = capsys.readouterr()
+    errors = [line for line in err.splitlines() if line.startswith("pazo: error:")]
+    setting = {"MNIST": "mnist", "FashionMNIST": "fashion_mnist"}
+    for folder, name in setting.items():
+        assert (f"setting {name} skipped" in out) == (folder not in present)
+    if present:
+        assert code == 0 and not errors and f"sweep audit_table_images: {24 * len(present)} runs" in out
+    else:
+        assert code == 2 and len(errors) == 1 and "nothing to run" in errors[0] and "Traceback" not in err
+    assert not out_dir.exists()
+
+
 def test_dry_run_prints_and_trains_nothing(tmp_path, capsys):
     assert sweep.main(["demo", "--dry-run", "--show", "2", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -189,6 +189,8 @@ def test_cli_bad_input_exits_with_one_clear_message(tmp_path):
     assert "[ERROR] - pazo: error: train.batch_size=100000 exceeds" in (tmp_path / "train.log").read_text()
 
 
+@pytest.mark.slow   # a four-job multirun in a subprocess (about 22 CPU-s); in the quick suite, in-process:
+# tests/faults/test_fault_multiruns.py's test_a_job_refused_at_its_start_makes_the_multirun_fail_and_says_which
 def test_cli_multirun_deterministic_dirs_and_failures_do_not_stop_the_sweep(tmp_path):
     """A failed job does not stop the others; the multirun then exits 1 and says which did not finish."""
     sweep = tmp_path / "sweep"
