@@ -45,7 +45,8 @@ def guard_hydra_record_writes() -> None:
     before any of pazo's code runs; a disk that fills up during those writes (the check before the
     launch found room for a probe, not for the record) or refuses them ends in one `pazo: error:`
     line and exit 75, the fault status, instead of Hydra's traceback, and the launch's staging
-    folder is removed, so the directory keeps the record it had."""
+    folder is removed, so the directory keeps the record it had. The record holds the seed, which
+    the guarantee assumes secret: its files are readable by their owner only (0600)."""
     import hydra.core.utils as hydra_utils
 
     save = hydra_utils._save_config
@@ -55,6 +56,7 @@ def guard_hydra_record_writes() -> None:
     def save_config(cfg, filename: str, output_dir) -> None:
         try:
             save(cfg, filename, output_dir)
+            os.chmod(Path(output_dir) / filename, 0o600)   # (the record holds the seed, assumed secret)
         except OSError as err:
             fault = WriteFault(Path(output_dir) / filename, err)
             if Path(output_dir).name.startswith(STAGING_PREFIX):

@@ -56,7 +56,8 @@ class Recorder:
         with writing(self.dir):
             self.dir.mkdir(parents=True, exist_ok=True)
         self.resolved = OmegaConf.to_container(cfg, resolve=True)
-        write_atomic(self.dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True).encode())
+        # (readable by its owner only: it holds the seed, which the guarantee assumes secret)
+        write_atomic(self.dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True).encode(), mode=0o600)
         self._metrics, self._offset = None, 0
         if rows:
             metrics = self.dir / "metrics.jsonl"

@@ -303,3 +303,19 @@ def test_cli_hydras_own_record_writes_refused_are_one_line_and_leave_no_staging(
     assert f"could not write {tmp_path / 'run'}" in line and failing in line and "nothing of this launch" in line
     assert not list((tmp_path / "run" / ".hydra").glob("launch-*"))
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_every_file_of_a_run_that_holds_its_seed_is_readable_by_its_owner_only(tmp_path, capsys):
+    """The guarantee assumes the seed secret: whatever file of the run directory holds it (the run's
+    config.yaml, Hydra's record, a kept checkpoint) is 0600; the seed is in no file others may read."""
+    import stat
+
+    seed = 918273645
+    code, _, err = run_cli([*TINY, f"seed={seed}", "train.keep_checkpoint=true", f"hydra.run.dir={tmp_path}"], capsys)
+    assert code == 0, err
+    holding = [p for p in tmp_path.rglob("*") if p.is_file() and (str(seed).encode() in p.read_bytes()
+                                                                   or p.name == CHECKPOINT)]
+    assert {p.relative_to(tmp_path).as_posix() for p in holding} >= {"config.yaml", ".hydra/config.yaml",
+                                                                      ".hydra/overrides.yaml"}
+    for p in holding:
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
