@@ -56,11 +56,11 @@ from torch import nn
 from pazo.plugins import load_plugins
 from pazo.commands import ArgumentParser, summary_of
 from pazo.bench.common import RESULTS_DIR, at_least, run_main, write_result
-from pazo.bench.settings import (ENGINE_NAMES, PAPER_SETTING, SETTINGS, bare_model,
+from pazo.bench.settings import (ENGINE_NAMES, PAPER_SETTING, SETTINGS, add_dataset_setting, bare_model,
                                  bare_passes, build_benchmark_method, check_device, check_overrides_for, compose_cfg,
                                  public_passes, set_batch_size, step_passes, synthetic_inputs)
 from pazo.bench.timing import paired_times, result_record, time_steps
-from pazo.errors import ConfigError
+from pazo.errors import ConfigError, DataMissingError
 from pazo.methods import method_info, method_names
 from pazo.methods.base import public_grads_batched
 from pazo.models import build_model
@@ -233,11 +233,18 @@ def jobs_for(setting, methods, opacus_modes):
 
 def check_arguments(args) -> None:
     """Settings, methods, device and overrides, before any job: one ConfigError for the first problem."""
-    for what, given, known in (("setting", args.settings, SETTINGS), ("method", args.methods, method_names())):
+    from pazo.data import DATASETS
+
+    for what, given, known, is_known in (
+            ("setting", args.settings, [*SETTINGS, "or a registered data set"], SETTINGS.known),
+            ("method", args.methods, method_names(), lambda n: n in method_names())):
         names = [n for n in given.split(",") if n]
-        unknown = sorted(set(names) - set(known))
+        unknown = sorted(n for n in set(names) if not is_known(n))
         if unknown or not names:
             raise ConfigError(f"unknown {what}(s) {', '.join(unknown) or '(none given)'}; choices: {', '.join(known)}")
+    for setting in args.settings.split(","):
+        if setting in DATASETS:   # read now: a data set whose files are missing is its loader's one line
+            add_dataset_setting(setting, args.override)
     check_device(args.device)
     check_overrides_for(args.methods.split(","), args.settings.split(","), args.override)
 
@@ -245,7 +252,9 @@ def check_arguments(args) -> None:
 def main():
     parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--settings", default=DEFAULT_SETTINGS, help=f"from {', '.join(SETTINGS)}")
+    parser.add_argument("--settings", default=DEFAULT_SETTINGS,
+                        help=f"from {', '.join(SETTINGS)}, or any registered data set (its own examples; "
+                             "--override model=... picks the model)")
     parser.add_argument("--methods", default=",".join(method_names()), help="default: every registered method")
     parser.add_argument("--iters", type=at_least(1), default=30)
     parser.add_argument("--warmup", type=at_least(0), default=5)
@@ -261,7 +270,7 @@ def main():
     if not args.job:   # (a job's arguments were checked by the parent)
         try:
             check_arguments(args)
-        except ConfigError as err:
+        except (ConfigError, DataMissingError) as err:
             print(f"pazo: error: {err}", file=sys.stderr)
             sys.exit(2)
     device = check_device(args.device)
@@ -270,6 +279,7 @@ def main():
     if args.batch_size:
         set_batch_size(args.batch_size)
     if args.job:
+        add_dataset_setting(json.loads(args.job)["setting"], args.override)   # (a paper setting: nothing)
         # torch.func.grad (per-example and batched public gradients) imports torch._dynamo on first use,
         # 150-160 MB of peak resident set on CPU (508 -> 658 MB after `import torch`); loaded in every job
         # up front, so the peak resident sets compare the steps' memory, not which jobs happened to

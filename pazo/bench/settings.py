@@ -1,7 +1,7 @@
-"""The benchmarks' settings and what runs on them: synthetic inputs of each setting's shapes (no
-data set needed), its model with random weights, a method built from its real config
-(configs/method/*.yaml), and the bare passes of a zeroth-order step (its floor). Shared by
-`pazo.bench.methods`, `engines`, `profile_step` and `step_ops`."""
+"""The benchmarks' settings and what runs on them: synthetic inputs of each paper setting's shapes
+(no data set needed) or a registered data set's own examples, its model with random weights, a
+method built from its real config (configs/method/*.yaml), and the bare passes of a zeroth-order
+step (its floor). Shared by `pazo.bench.methods`, `engines`, `profile_step` and `step_ops`."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,7 +17,19 @@ from pazo.methods.base import public_grads_batched
 from pazo.models import build_model
 from pazo.results import BENCHMARK_PAPER_SETTING
 
-SETTINGS = {  # input shape, classes, config overrides, expected batch size
+class Settings(dict):
+    """Setting name -> (input shape, classes, config overrides, expected batch size): the paper's
+    settings (synthetic inputs of their shapes) and, once `add_dataset_setting` read them, registered
+    data sets (a plugin's too) under their own names."""
+
+    def known(self, name: str) -> bool:
+        """A paper setting or a registered data set."""
+        from pazo.data import DATASETS
+
+        return name in self or name in DATASETS
+
+
+SETTINGS = Settings({  # input shape, classes, config overrides, expected batch size
     "digits": ((1, 8, 8), 10, ["model=small_cnn"], 64),
     "cifar_shape": ((3, 32, 32), 10, ["model=small_cnn", "model.width=32"], 256),
     # the paper's CIFAR-10 setting (experiment=cifar10: NF-ResNet18, per-method defaults), at the
@@ -31,7 +43,25 @@ SETTINGS = {  # input shape, classes, config overrides, expected batch size
     # the paper's MNLI setting: RoBERTa-base prompt model (random weights of roberta-base's shape,
     # so no download), prompts of 128 tokens with one <mask>
     "mnli_roberta": ((128,), 3, ["experiment=mnli"], 64),
-}
+})
+#: a data set setting's examples, read once per process
+_EXAMPLES: dict[str, DataBundle] = {}
+
+
+def add_dataset_setting(name: str, overrides=()) -> None:
+    """Registered data set `name` as a setting of its own name: its examples at its defaults (seed
+    0), read once per process, with the model and the data set's settings the overrides name
+    (`model=...`, `dataset.root=...`; else the config's);
+    a paper setting keeps its own meaning. A data set whose files are missing is its loader's error."""
+    if name in SETTINGS:
+        return
+    from pazo.data import build_dataset
+    from pazo.rng import RandomStreams
+
+    own = [o for o in overrides if o.split("=", 1)[0] in ("model", "model.name") or o.startswith("dataset.")]
+    _EXAMPLES[name] = build_dataset(compose_cfg([f"dataset={name}", *own]).dataset, RandomStreams(0))
+    data = _EXAMPLES[name]
+    SETTINGS[name] = (tuple(data.input_shape), data.num_classes, [f"dataset={name}", *own], 64)
 TEXT_VOCAB = {"imdb_lstm": 10002, "mnli_roberta": 50265}
 MASK_ID = 50264  # roberta-base's <mask>
 # which column of the paper's Table 5 a setting corresponds to (pazo.results)
@@ -55,6 +85,10 @@ def set_batch_size(b: int) -> None:
 def synthetic_inputs(setting, n, device="cpu"):
     """Random inputs of a setting's shapes: images in [0, 1), or token ids for text settings."""
     shape, classes, _, _ = SETTINGS[setting]
+    if setting in _EXAMPLES:   # a data set setting: its own examples, drawn with replacement
+        private = _EXAMPLES[setting].private
+        idx = torch.randint(0, len(private), (n,), generator=torch.Generator().manual_seed(n))
+        return private.batch(idx.numpy(), device)
     if setting in TEXT_VOCAB:
         x = torch.randint(5, TEXT_VOCAB[setting], (n, *shape), device=device)
         if setting == "mnli_roberta":

@@ -74,6 +74,8 @@ def test_the_guides_plugin_runs_through_every_command(installed):
 
     rows = json.loads((work / "bench.json").read_text())["results"]
     ours = [r for r in rows if r["method"] == "dpzero_decay"]
+    assert {r["setting"] for r in rows} == {"blobs"}   # the plugin's data set, with its model
+    assert all(r["dim"] == 8 * 16 + 16 + 16 * 3 + 3 for r in ours)   # mlp: 8 features -> 16 -> 3 classes
     assert {r["engine"] for r in ours} == {"vectorised", "inplace"}
     assert all(r["forwards"] == 2 and r["public_passes"] == 0 and r["floor_s"] > 0 for r in ours)
 
