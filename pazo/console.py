@@ -26,11 +26,28 @@ class ConsoleHandler(logging.StreamHandler):
 
 def use_console(name: str = "pazo") -> None:
     """Show the INFO lines of logger `name` (and its children) on the terminal; adds no second
-    handler where one is already in place (an earlier call, or Hydra's job logging on the root)."""
+    handler where one already shows them (an earlier call for it or a logger above it, whose
+    handlers its lines reach too, or Hydra's job logging on the root)."""
     logger = logging.getLogger(name)
     logger.setLevel(logging.INFO)
-    if not any(isinstance(h, ConsoleHandler) for h in logger.handlers + logging.getLogger().handlers):
-        logger.addHandler(ConsoleHandler())
+    if _shown_on_console(logger):
+        return
+    logger.addHandler(ConsoleHandler())
+    for below in list(logging.root.manager.loggerDict.values()):   # (their lines now reach this one)
+        if isinstance(below, logging.Logger) and below.name.startswith(f"{name}.") and below.propagate \
+                and _shown_on_console(below.parent):
+            below.handlers[:] = [h for h in below.handlers if not isinstance(h, ConsoleHandler)]
+
+
+def _shown_on_console(logger: logging.Logger) -> bool:
+    """Whether a ConsoleHandler on `logger` or on a logger its records propagate to shows them."""
+    while logger is not None:
+        if any(isinstance(h, ConsoleHandler) for h in logger.handlers):
+            return True
+        if not logger.propagate:
+            return False
+        logger = logger.parent
+    return False
 
 
 def spare_absl_stream() -> None:

@@ -13,6 +13,8 @@ import textwrap
 
 import pytest
 from conftest import ROOT
+from hypothesis import given
+from hypothesis import strategies as st
 
 #: a logging set-up as Hydra's `configure_log` makes it (dictConfig with a console handler)
 HYDRA_LIKE = {"version": 1, "disable_existing_loggers": False,
@@ -57,3 +59,35 @@ def test_pytest_capture_survives_an_in_process_run_logging_setup(redirected):
         assert not any(s.closed for s in streams)
     finally:
         logging.config.dictConfig({"version": 1, "disable_existing_loggers": False})
+
+
+NAMES = ["pazo", "pazo.private", "pazo.sweep", "pazo.private.deep"]
+
+
+@given(st.lists(st.sampled_from(NAMES), min_size=1, max_size=6), st.sampled_from(NAMES))
+def test_whatever_loggers_asked_for_the_console_each_line_is_shown_once(calls, speaker):
+    """`use_console` for a logger and for one above it (the library's `pazo.private` after a sweep's
+    `pazo`, in one process) shows each line once, not once per handler on the way up."""
+    import logging
+
+    from pazo.console import ConsoleHandler, use_console
+
+    loggers = [logging.getLogger(), *(logging.getLogger(n) for n in NAMES)]
+    saved = [(lg, list(lg.handlers), lg.level) for lg in loggers]
+    emitted = []
+    try:
+        for lg in loggers:
+            lg.handlers[:] = [h for h in lg.handlers if not isinstance(h, ConsoleHandler)]
+        for name in calls:
+            use_console(name)
+        for lg in loggers:
+            for h in lg.handlers:
+                if isinstance(h, ConsoleHandler):
+                    h.emit = lambda record, lg=lg: emitted.append(lg.name)
+        logger = logging.getLogger(speaker)
+        shown = any(speaker == c or speaker.startswith(c + ".") for c in calls)
+        logger.info("a line")
+        assert len(emitted) == (1 if shown else 0), (calls, speaker, emitted)
+    finally:
+        for lg, handlers, level in saved:
+            lg.handlers[:], lg.level = handlers, level
