@@ -130,25 +130,26 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
                device: str | torch.device | None = None, verbose: bool = True, **method_settings) -> PrivateZO:
     """A private zeroth-order optimiser for `model` on `train_data`.
 
-    Args:
-        model: the `nn.Module` to train (its trainable parameters are updated in place).
-        loss_fn: `loss_fn(outputs, targets) -> [B]` per-example losses (`reduction="none"`).
-        train_data: the private examples: `(inputs, labels)` tensors or a map-style Dataset of pairs.
-        method: a registered zeroth-order method (`pazo.methods.method_names("zeroth_order")`);
-            its settings (lr, clip, q, k, ...) as keywords, defaults from `configs/method/<name>.yaml`.
-        epsilon, delta: the target guarantee for `steps` steps (delta None: 1 / n); epsilon None:
-            non-private (MeZO).
-        steps, batch_size: the number of steps the budget covers and the expected Poisson batch size.
-        public: public examples (tensors or a Dataset), from which PAZO-M/P/S sample public batches.
-        sigma: a noise multiplier to use as given (it must meet epsilon); None: calibrated.
-        seed: seeds the streams; the secret ones (noise, Poisson batches) from it with `fingerprint`
-            and the private data's digest. Keep it secret. None: a fresh seed, and secure mode.
-        secure_mode: the secret streams from the operating system's entropy.
-        fingerprint: the computation's public fingerprint (hex), mixed into the secret streams' seeds
-            (a framework run's is its summary's `computation.fingerprint`); None: a hash of these settings.
-        engine, chunk_size, query_dropout: the zeroth-order engine (`engine.*` of a run).
-        device: where the model is put and batches go; None: where its parameters are.
-        verbose: print the guarantee, what it assumes and the plan's notes once.
+    Its arguments:
+
+    - `model`: the `nn.Module` to train (its trainable parameters are updated in place).
+    - `loss_fn`: `loss_fn(outputs, targets) -> [B]` per-example losses (`reduction="none"`).
+    - `train_data`: the private examples: `(inputs, labels)` tensors or a map-style Dataset of pairs.
+    - `method`: a registered zeroth-order method (`pazo.methods.method_names("zeroth_order")`);
+      its settings (lr, clip, q, k, ...) as keywords, defaults from `configs/method/<name>.yaml`.
+    - `epsilon, delta`: the target guarantee for `steps` steps (delta None: 1 / n); epsilon None:
+      non-private (MeZO).
+    - `steps, batch_size`: the number of steps the budget covers and the expected Poisson batch size.
+    - `public`: public examples (tensors or a Dataset), from which PAZO-M/P/S sample public batches.
+    - `sigma`: a noise multiplier to use as given (it must meet epsilon); None: calibrated.
+    - `seed`: seeds the streams; the secret ones (noise, Poisson batches) from it with `fingerprint`
+      and the private data's digest. Keep it secret. None: a fresh seed, and secure mode.
+    - `secure_mode`: the secret streams from the operating system's entropy.
+    - `fingerprint`: the computation's public fingerprint (hex), mixed into the secret streams' seeds
+      (a framework run's is its summary's `computation.fingerprint`); None: a hash of these settings.
+    - `engine, chunk_size, query_dropout`: the zeroth-order engine (`engine.*` of a run).
+    - `device`: where the model is put and batches go; None: where its parameters are.
+    - `verbose`: print the guarantee, what it assumes and the plan's notes once.
     """
     method_cfg = _method_config(method, method_settings)
     info = method_info(method_cfg.name)
