@@ -9,6 +9,7 @@ recorded in summary.json where the disk still takes it (exit 75).
 """
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -156,11 +157,32 @@ def _fault_where(run_dir: Path) -> str:
 
 
 def _quiet_from_now(code: int) -> None:
-    """The run's files are written: a Ctrl-C from here on ends the process with `code`, quietly."""
+    """The run's files are written: a Ctrl-C from here on ends the process with `code` at once and
+    quietly, wherever the interpreter is. (A SystemExit raised in its shutdown, while threads are
+    joined, was printed as a traceback; and once the interpreter had reset its handlers, at the very
+    end, a Ctrl-C killed the process by SIGINT instead of its status: from the exit handlers on, it
+    is ignored.)"""
     def leave(signum, frame):
-        raise SystemExit(code)
+        _leave(code)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, leave)
+        if not _CTRL_C_IGNORED_AT_EXIT:
+            atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
+            _CTRL_C_IGNORED_AT_EXIT.append(True)
+
+
+#: whether the exit handler that ignores Ctrl-C is registered (once per process)
+_CTRL_C_IGNORED_AT_EXIT: list = []
+
+
+def _leave(code: int) -> None:
+    """End the process now with `code` (the run's files are written; what is printed is flushed)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):   # a closed or broken stream: nothing more to say
+            pass
+    os._exit(code)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")

@@ -129,11 +129,41 @@ def test_stop_requests_turn_signals_into_a_stop_then_an_interrupt_then_silence(c
     assert capfd.readouterr().err.count("already stopping") == 1
 
 
-def test_after_the_run_a_ctrl_c_exits_quietly_with_the_runs_status(sigint_is_ours):
+def test_after_the_run_a_ctrl_c_exits_quietly_with_the_runs_status(sigint_is_ours, monkeypatch):
+    ended = []
+    monkeypatch.setattr(pazo.train, "_leave", ended.append)   # (the real one ends the process: os._exit)
     pazo.train._quiet_from_now(3)
-    with pytest.raises(SystemExit) as stop:
-        os.kill(os.getpid(), signal.SIGINT)
-    assert stop.value.code == 3
+    os.kill(os.getpid(), signal.SIGINT)
+    assert ended == [3]
+
+
+@pytest.mark.slow   # four real runs (about a minute); in the quick suite: the test above and
+# test_a_ctrl_c_while_a_finished_run_writes_its_files_keeps_it_finished
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.15, 0.3])
+def test_two_ctrl_c_as_a_real_run_finishes_end_it_with_its_status_and_no_traceback(delay, tmp_path):
+    """Two Ctrl-C pressed as a real run writes its last files, or while the interpreter shuts
+    down: the process exits 0 (finished), not by SIGINT, with its files whole and no traceback."""
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(Path(pazo.train.__file__).parents[1]), "WANDB_SILENT": "true"}
+    proc = subprocess.Popen([sys.executable, "-m", "pazo.train", "method=dpzero", "train.steps=200",
+                             "train.log_every=50", "logger.mode=disabled", "device=cpu", f"hydra.run.dir={run_dir}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    rows = run_dir / "metrics.jsonl"
+    deadline = time.time() + 300
+    while proc.poll() is None and time.time() < deadline:
+        if rows.exists() and '"step": 200' in rows.read_text():
+            break
+        time.sleep(0.005)
+    time.sleep(delay)
+    for _ in range(2):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.02)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, (proc.returncode, err[-2000:])
+    assert "Traceback" not in err
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "finished"
+    assert (run_dir / "model.pt").exists() and not list(run_dir.glob("*.tmp"))
 
 
 @pytest.mark.slow   # a real run in a subprocess (about a minute on 2 loaded cores); in the quick suite the same
