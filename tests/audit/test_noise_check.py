@@ -157,6 +157,20 @@ def test_the_audit_command_catches_too_little_noise_on_digits(tmp_path, monkeypa
         assert audit["epsilon_audited"] == check["epsilon_at_sigma_upper"]
 
 
+@pytest.mark.slow   # two audits on digits (about 40 s each); the breaks' white box on the quadratic model runs in
+# the quick suite for the Gaussian methods (test_audit.test_white_box_catches_each_break)
+@pytest.mark.parametrize("brk", ["no_clip", "noise_from_direction_seed"])
+def test_laplace_dp_zos_breaks_the_noise_check_cannot_see_are_caught_by_the_canaries(tmp_path, monkeypatch, brk):
+    """Laplace DP-ZO with its clip gone, or its noise drawn from the public direction seed: the noise
+    check sees the right scale, the canaries read the release, and the verdict says so."""
+    monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))
+    overrides = [*DIGITS["dp_zo_laplace"], "train.steps=30", "audit.canaries=200", f"audit.debug_break={brk}"]
+    audit = run_audit(audit_cfg(*overrides), tmp_path / "run")["audit"]
+    assert not audit["noise_check"]["exceeds_printed"]
+    assert audit["exceeds_printed"] and audit["epsilon_audited"] > audit["epsilon_at_audit_delta"]
+    assert audit["exceeds_printed_canaries"] or audit["exceeds_printed_fdp"]
+
+
 def test_every_privatiser_is_probed():
     """Gaussian and Laplace scalar releases, DP-AggZO's joint clip and the vector release each get
     the probe; a method without a privatiser gets none."""
