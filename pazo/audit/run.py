@@ -33,7 +33,7 @@ from pazo.audit.canaries import (CodedScalarCanaries, FixedRatePoissonSampler, S
 from pazo.cli import USER_ERRORS, check_output_location, check_overrides
 from pazo.errors import ConfigError
 from pazo.experiment import build_run, resolve_device
-from pazo.methods import METHODS, method_config, method_info
+from pazo.methods import METHODS, method_info
 from pazo.privacy.mechanisms import DEBUG_BREAKS, JointClipPrivatizer, ScalarPrivatizer, VectorPrivatizer, debug_break
 from pazo.privacy.plan import epsilon_spent
 from pazo.recorder import Recorder
@@ -119,8 +119,7 @@ def check_canaries_fit(cfg, a: AuditConfig, r) -> None:
     private = r.data.private
     example_bytes = private.inputs[:1].numel() * private.inputs.element_size()
     per_canary = bytes_per_canary(a.threat, a.worst_case, method_info(cfg.method.name).zeroth_order,
-                                  r.total_steps, method_config(cfg.method).release().queries,
-                                  r.plan.sample_rate, example_bytes)
+                                  r.total_steps, r.method_cfg.release().queries, r.plan.sample_rate, example_bytes)
     check_canary_memory(a.canaries, per_canary, available_bytes(r.device)[1], r.total_steps)
 
 
