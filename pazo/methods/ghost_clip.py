@@ -8,7 +8,9 @@ sum_t b_t a_t^T over positions t. Its squared norm is taken without forming it w
 else formed per example for that layer only. The clip factors then weight the same output gradients
 into the clipped sum (book-keeping: no second backward). Conv2d is a Linear over unfolded patches,
 an Embedding sums output gradients by token id, LayerNorm/GroupNorm have cheap per-example
-gradients (the normalised input times the output gradient); attention's projections are Linears.
+gradients (the normalised input times the output gradient); attention's projections are Linears;
+NF-ResNet's weight-standardised convolutions (timm's ScaledStdConv2d) are a Conv2d followed by the
+standardisation's Jacobian, and ViT's cls_token and pos_embed read the gradient at `pos_drop`.
 
 Every other trainable parameter (a layer type not covered, a covered layer called twice or whose
 output is changed in place, a parameter also used outside its layer, such as a tied head) gets its
@@ -94,6 +96,74 @@ def _conv2d(layer: nn.Conv2d, x, grad_out):
 
 
 @dataclass
+class StandardisedWeight:
+    """Per-example gradients of a weight-standardised convolution's raw weight (timm's ScaledStdConv2d:
+    each output channel's row v of length n becomes gain * scale * (v - mean) / sqrt(var + eps)).
+    The conv gives, per example, the gradient G of the standardised weight (`conv`, factored); the
+    raw weight's is J G, with J = c (I - 11^T/n - s s^T/n) per channel (s the standardised row, c =
+    gain scale / sqrt(var + eps)), linear and symmetric: so sums and inner products go through J once,
+    and norms are c^2 (|G|^2 - n m1^2 - n m2^2 (2 - |s|^2/n)), m1 = mean(G), m2 = mean(G s), or J G
+    formed per example where the Gram trick does not pay."""
+    conv: Factored        # G_i = sum_t b_t a_t^T over the unfolded patches, [out, n]
+    s: torch.Tensor       # [out, n] the standardised rows
+    c: torch.Tensor       # [out]
+    shape: torch.Size
+
+    def _apply_j(self, g: torch.Tensor) -> torch.Tensor:
+        """J g for g [..., out, n]."""
+        n = self.s.shape[1]
+        m1 = g.mean(-1, keepdim=True)
+        m2 = (g * self.s).sum(-1, keepdim=True) / n
+        return self.c[:, None] * (g - m1 - self.s * m2)
+
+    def channel_means(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(m1, m2) [c, out] of G_i for a chunk, without forming G_i."""
+        n = self.s.shape[1]
+        return (torch.einsum("btp,bt->bp", b, a.sum(2)) / n,
+                torch.einsum("btp,btp->bp", b, a @ self.s.T) / n)
+
+    def sq_norms(self, chunk: int) -> torch.Tensor:
+        n_ex, t, d = self.conv.a.shape
+        p = self.conv.b.shape[2]
+        if t * t >= p * d:
+            return torch.cat([torch.linalg.vector_norm(self._apply_j(torch.bmm(b.transpose(1, 2), a)).flatten(1),
+                                                       dim=1).square()
+                              for a, b in zip(self.conv.a.split(chunk), self.conv.b.split(chunk))])
+        n = self.s.shape[1]
+        r = self.s.square().sum(1) / n
+        scaled = Factored(self.conv.a, self.conv.b * self.c, self.conv.shape).sq_norms(chunk)
+        m1, m2 = self.channel_means(self.conv.a, self.conv.b)
+        return scaled - (self.c.square() * n * (m1.square() + m2.square() * (2 - r))).sum(1)
+
+    def inner(self, shift: torch.Tensor) -> torch.Tensor:
+        return self.conv.inner(self._apply_j(shift.reshape(self.s.shape)))
+
+    def weighted_sum(self, w: torch.Tensor) -> torch.Tensor:
+        summed = self.conv.weighted_sum(w).reshape(self.s.shape)
+        return self._apply_j(summed).reshape(self.shape)
+
+
+def _scaled_std_conv2d(layer: nn.Conv2d, x, grad_out):
+    """timm's ScaledStdConv2d: a Conv2d of the standardised weight, whose gain has per-example
+    gradients scale <G_i, s> per channel."""
+    conv = _conv2d(layer, x, grad_out)
+    with torch.no_grad():
+        v = layer.weight.reshape(layer.out_channels, -1)
+        var = v.var(1, unbiased=False, keepdim=True)
+        root = (var + layer.eps).sqrt()
+        s = (v - v.mean(1, keepdim=True)) / root
+        c = (layer.gain.reshape(-1) * layer.scale) / root.reshape(-1)
+    weight = StandardisedWeight(conv["weight"], s, c, layer.weight.shape)
+    parts = {"weight": weight}
+    n = s.shape[1]
+    _, m2 = weight.channel_means(conv["weight"].a, conv["weight"].b)
+    parts["gain"] = (layer.scale * n * m2).reshape(len(m2), *layer.gain.shape)
+    if "bias" in conv:
+        parts["bias"] = conv["bias"]
+    return parts
+
+
+@dataclass
 class EmbeddingRows:
     """Per-example gradients of an embedding table: output gradients added at their token ids."""
     ids: torch.Tensor    # [B, T]
@@ -139,13 +209,24 @@ def _group_norm(layer: nn.GroupNorm, x, grad_out):
     return {"weight": (grad_out * normalised).sum(over), "bias": grad_out.sum(over)}
 
 
+def _is_scaled_std_conv(module: nn.Module) -> bool:
+    """timm's ScaledStdConv2d (by name: timm is imported only by the models that use it), plain
+    otherwise (no groups, zero padding of fixed size)."""
+    return (type(module).__name__ == "ScaledStdConv2d" and isinstance(module, nn.Conv2d)
+            and isinstance(getattr(module, "gain", None), nn.Parameter) and module.groups == 1
+            and module.padding_mode == "zeros" and not isinstance(module.padding, str))
+
+
 def _rule(module: nn.Module):
     """The rule for a layer of a covered type and configuration, or None. Subclasses of Linear and the
     norms are taken (timm's LayerNorm), since the first batch's check (`check_layers`) leaves one
-    that computes otherwise to the per-example engine; not Conv2d's (timm's ScaledStdConv2d
-    standardises its weight) nor Embedding's (OPT's learned positions take the attention mask)."""
+    that computes otherwise to the per-example engine; not other Conv2d subclasses (a standardised
+    weight has its own rule, `StandardisedWeight`) nor Embedding's (OPT's learned positions take the
+    attention mask)."""
     if isinstance(module, nn.Linear):
         return _linear
+    if _is_scaled_std_conv(module):
+        return _scaled_std_conv2d
     if type(module) is nn.Conv2d and module.groups == 1 and module.padding_mode == "zeros" \
             and not isinstance(module.padding, str):
         return _conv2d
