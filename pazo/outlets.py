@@ -64,7 +64,7 @@ SUMMARY = {
     "data": (PUBLIC, "sizes, the public class histogram; what a loader reads without noise is in "
                      "outside_guarantee"),
     "engine": (PUBLIC, "the engine chosen (timed on test examples only)"),
-    "threads": (PUBLIC, "the CPU threads: from train.threads, the environment and the model's size"),
+    "threads": (PUBLIC, "the CPU threads: from train.threads, the environment, the model's size and the idle cores"),
     "warm_start": (PUBLIC, "trained on public examples only (no cache file name: it hashes the seed)"),
     "method_departures": (PUBLIC, "the config"), "public_grads": (PUBLIC, "the config and the devices"),
     "outside_guarantee": (PUBLIC, "what the epsilon does not cover"),

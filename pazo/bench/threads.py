@@ -2,7 +2,7 @@
 
     pazo-bench threads [--settings digits,cifar_shape,cifar10_nf32,imdb_lstm,tiny_imagenet_vit]
                        [--methods sgd,dpsgd,pazo_m] [--counts 1,2,<cores>] [--iters 10] [--warmup 2]
-                       [--batch-size B] [--no-train] [--out scripts/results/threads_cpu.json]
+                       [--batch-size B] [--no-train] [--train-runs 3] [--out scripts/results/threads_cpu.json]
 
 For each setting, method and thread count, one subprocess (`OMP_NUM_THREADS` set, so torch starts
 with that many) times `iters` steps on synthetic inputs of the setting's shapes (the median and
@@ -78,9 +78,31 @@ def time_default_run(threads: int | None) -> dict:
 
 
 def auto_pick(dim: int) -> int:
+    """What `train.threads=auto` picks for a model of `dim` parameters on this machine now (between
+    jobs: the bench itself idle)."""
     from pazo.threads import choose_threads
 
     return choose_threads("auto", dim, environ={})[0]
+
+
+def time_default_runs(counts: list[int], runs: int) -> dict:
+    """The default run `runs` times at each count and at auto, interleaved (1, 2, ..., auto, 1, 2,
+    ...) so that a drift of the machine's speed falls on every column alike: per column the median,
+    min and max seconds, and the thread counts auto used."""
+    columns = [str(n) for n in counts] + ["auto"]
+    timed: dict[str, list[dict]] = {c: [] for c in columns}
+    for _ in range(runs):
+        for c in columns:
+            timed[c].append(time_default_run(None if c == "auto" else int(c)))
+    out = {}
+    for c, rows in timed.items():
+        seconds = [r["seconds"] for r in rows if "seconds" in r]
+        errors = [r["error"] for r in rows if "error" in r]
+        out[c] = {"runs": len(seconds), **({"errors": errors} if errors else {})}
+        if seconds:
+            out[c].update(seconds=float(np.median(seconds)), min_s=min(seconds), max_s=max(seconds),
+                          threads_used=sorted({r["threads_used"]["count"] for r in rows if "threads_used" in r}))
+    return out
 
 
 def main():
@@ -93,6 +115,8 @@ def main():
     parser.add_argument("--batch-size", type=at_least(1), default=None,
                         help="every setting's batch size (default: each setting's own)")
     parser.add_argument("--no-train", action="store_true", help="skip timing the whole default run")
+    parser.add_argument("--train-runs", type=at_least(1), default=3,
+                        help="how many times the default run is timed at each count and at auto (interleaved)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--note", default=None, help="a note for the result file (e.g. the machine's load)")
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)  # internal: one job in this process
@@ -135,8 +159,7 @@ def main():
         load.append(os.getloadavg())
     train = None
     if not args.no_train:
-        train = {str(n): time_default_run(n) for n in counts}
-        train["auto"] = time_default_run(None)
+        train = time_default_runs(counts, args.train_runs)
         seconds = {k: v["seconds"] for k, v in train.items() if "seconds" in v}
         if seconds:
             best = min((k for k in seconds if k != "auto"), key=seconds.get, default=None)

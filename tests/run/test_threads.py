@@ -1,6 +1,6 @@
 """CPU threads are chosen, not inherited: OMP_NUM_THREADS in the environment wins, then train.threads,
-then the auto rule (one thread for a small model, else min(cores, 4)); the run says how many in its
-header line and summary."""
+then the auto rule (one thread for a small model, else the cores idle at the start, at least 1 and at
+most min(cores, 4)); the run says how many in its header line and summary."""
 from __future__ import annotations
 
 import logging
@@ -10,33 +10,84 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pazo.threads import MAX_AUTO_THREADS, SMALL_MODEL_PARAMETERS, choose_threads, usable_cores, valid_threads
+from pazo.threads import (MAX_AUTO_THREADS, SMALL_MODEL_PARAMETERS, auto_threads, choose_threads, core_times,
+                          idle_between, idle_cores, usable_cores, valid_threads)
 from pazo.train import run
 
 parameters = st.integers(0, 10**10)
+large = st.integers(SMALL_MODEL_PARAMETERS, 10**10)
 requests = st.one_of(st.just("auto"), st.integers(1, 64))
+idles = st.one_of(st.none(), st.floats(0, 64))
+
+
+def never_measured():
+    raise AssertionError("the idle cores are measured only for auto")
 
 
 @given(parameters=parameters, requested=requests, env=st.integers(1, 64))
 def test_omp_num_threads_in_the_environment_wins(parameters, requested, env):
-    assert choose_threads(requested, parameters, {"OMP_NUM_THREADS": str(env)}) == (
+    assert choose_threads(requested, parameters, {"OMP_NUM_THREADS": str(env)}, idle=never_measured) == (
         env, "OMP_NUM_THREADS from the environment")
 
 
-@given(parameters=parameters, requested=st.integers(1, 64), env=st.sampled_from([{}, {"OMP_NUM_THREADS": ""},
-                                                                                   {"OMP_NUM_THREADS": "x"}]))
+@given(parameters=parameters, requested=st.integers(1, 64),
+       env=st.sampled_from([{}, {"OMP_NUM_THREADS": ""}, {"OMP_NUM_THREADS": "x"}]))
 def test_a_number_asked_for_is_taken_without_a_usable_environment_value(parameters, requested, env):
-    assert choose_threads(requested, parameters, env)[0] == requested
+    assert choose_threads(requested, parameters, env, idle=never_measured)[0] == requested
 
 
-@given(parameters=parameters)
-def test_auto_gives_one_thread_to_a_small_model_and_a_few_cores_to_a_large_one(parameters):
-    count, why = choose_threads("auto", parameters, {})
-    if parameters < SMALL_MODEL_PARAMETERS:
-        assert count == 1
+@given(parameters=st.integers(0, SMALL_MODEL_PARAMETERS - 1))
+def test_auto_gives_a_small_model_one_thread_without_watching_the_cores(parameters):
+    assert choose_threads("auto", parameters, {}, idle=never_measured)[0] == 1
+
+
+@given(cores=st.integers(1, 128), idle=idles, more=st.floats(0, 4), parameters=large)
+def test_auto_gives_a_larger_model_the_idle_cores_between_one_and_its_bound(cores, idle, more, parameters):
+    """Never below 1 or above min(cores, 4); all of them where the idle cores are unknown; a busy
+    machine (under half a core idle) gets 1; more idle cores never give fewer threads."""
+    count = auto_threads(cores, idle, parameters)
+    top = min(cores, MAX_AUTO_THREADS)
+    assert 1 <= count <= top
+    if idle is None:
+        assert count == top
     else:
-        assert count == min(usable_cores(), MAX_AUTO_THREADS) and 1 <= count <= MAX_AUTO_THREADS
-    assert why.startswith("auto")
+        assert auto_threads(cores, idle + more, parameters) >= count
+        if idle < 0.5:
+            assert count == 1
+        if idle >= top:
+            assert count == top
+
+
+@given(idle=idles, parameters=large)
+def test_choose_threads_says_what_auto_saw(idle, parameters):
+    count, why = choose_threads("auto", parameters, {}, idle=lambda: idle)
+    assert count == auto_threads(usable_cores(), idle, parameters)
+    assert why.startswith("auto") and (("not known" in why) if idle is None else f"{idle:.1f} of" in why)
+
+
+ticks = st.integers(0, 10**6)
+
+
+@given(cores=st.dictionaries(st.integers(0, 7), st.tuples(ticks, ticks, ticks), min_size=1))
+def test_idle_cores_are_each_cores_idle_share_of_its_ticks_summed(cores):
+    """From two /proc/stat texts: a core that only idled counts 1, one that only worked 0, and the
+    sum lies between 0 and the number of cores; cores outside the process's set are not read."""
+    def stat(snapshot):
+        return "cpu  9 9 9 9 9 9 9 9 0 0\n" + "".join(
+            f"cpu{c} {u} 0 0 {i} {w} 0 0 0 0 0\n" for c, (u, i, w) in snapshot.items()) + "intr 1 2 3\n"
+
+    before = {c: (1, 2, 3) for c in cores}
+    after = {c: (1 + busy, 2 + idle, 3 + wait) for c, (busy, idle, wait) in cores.items()}
+    seen = idle_between(core_times(stat(before), set(cores)), core_times(stat(after), set(cores) | {99}))
+    want = sum(((idle + wait) / (busy + idle + wait)) if busy + idle + wait else 1.0
+               for busy, idle, wait in cores.values())
+    assert seen == pytest.approx(want) and 0 <= seen <= len(cores)
+    assert core_times(stat(after), set()) == {}
+
+
+def test_idle_cores_measures_this_machine():
+    seen = idle_cores(0.05)
+    assert seen is None or 0 <= seen <= usable_cores()
 
 
 @given(value=st.one_of(st.integers(-5, 0), st.booleans(), st.text(max_size=5).filter(lambda s: s != "auto"),
