@@ -4,7 +4,8 @@ layer's activations and output gradients, without the per-example gradients of t
 One forward of the module (hooks keep each covered layer's input and output) and one backward to the
 layers' outputs give, per layer, what its per-example gradient is made of: a Linear's is
 sum_t b_t a_t^T over positions t. Its squared norm is taken without forming it where that is cheaper
-(the Gram trick, sum_{t,s} (a_t . a_s)(b_t . b_s), when T^2 < p d; Li et al. 2022, Bu et al. 2023),
+(the Gram trick, sum_{t,s} (a_t . a_s)(b_t . b_s), when its T^2 (p + d) multiply-adds are fewer
+than forming it, T p d: T (p + d) < p d, which also bounds its memory; Li et al. 2022, Bu et al. 2023),
 else formed per example for that layer only. The clip factors then weight the same output gradients
 into the clipped sum (book-keeping: no second backward). Conv2d is a Linear over unfolded patches,
 an Embedding sums output gradients by token id, LayerNorm/GroupNorm have cheap per-example
@@ -63,7 +64,7 @@ class Factored:
         p = self.b.shape[2]
         if t == 1:
             return self.a[:, 0].square().sum(1) * self.b[:, 0].square().sum(1)
-        if t * t < p * d:   # Gram trick
+        if t * (p + d) < p * d:   # Gram trick (fewer operations, and then T^2 < p d too)
             return torch.cat([(torch.bmm(a, a.transpose(1, 2)) * torch.bmm(b, b.transpose(1, 2))).sum((1, 2))
                               for a, b in zip(self.a.split(chunk), self.b.split(chunk))])
         return torch.cat([torch.linalg.vector_norm(torch.bmm(b.transpose(1, 2), a).flatten(1), dim=1).square()
@@ -125,7 +126,7 @@ class StandardisedWeight:
     def sq_norms(self, chunk: int) -> torch.Tensor:
         n_ex, t, d = self.conv.a.shape
         p = self.conv.b.shape[2]
-        if t * t >= p * d:
+        if t * (p + d) >= p * d:
             return torch.cat([torch.linalg.vector_norm(self._apply_j(torch.bmm(b.transpose(1, 2), a)).flatten(1),
                                                        dim=1).square()
                               for a, b in zip(self.conv.a.split(chunk), self.conv.b.split(chunk))])

@@ -129,12 +129,13 @@ class StandardisedImages(nn.Module):
 
 
 @settings(max_examples=15, deadline=None)
-@given(n=batches, cin=st.integers(2, 3), cout=st.integers(1, 5), kernel=st.integers(1, 3),
-       stride=st.integers(1, 2), padding=st.integers(0, 1), bias=st.booleans(), size=st.sampled_from([3, 9]),
+@given(n=batches, cin=st.integers(2, 3), cout=st.integers(1, 16), kernel=st.integers(1, 3),
+       stride=st.integers(1, 2), padding=st.integers(0, 1), bias=st.booleans(), size=st.sampled_from([3, 4, 9]),
        bound=bounds, shift=st.sampled_from([0.0, 0.1]), seed=st.integers(0, 2**16))
 def test_weight_standardised_conv2d(n, cin, cout, kernel, stride, padding, bias, size, bound, shift, seed):
-    """Both ways to its norms: the Gram trick less the standardisation's means (few positions, size 3)
-    and the per-example gradient formed and standardised (many positions, size 9)."""
+    """Every way to its norms: the Gram trick less the standardisation's means (one or a few output
+    positions and many channels: sizes 3 and 4) and the per-example gradient formed and standardised
+    (many positions: size 9)."""
     torch.manual_seed(seed)
     module = StandardisedImages(cin, cout, kernel, stride, padding, bias, size, 3)
     x, y = torch.randn(n, cin, size, size, dtype=F64), torch.randint(0, 3, (n,))
