@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-slow test-all lint docs docs-run check-defaults setup bench-calibration bench-cpu bench-gpu bench-threads bench-dpsgd-gpu demo clean
+.PHONY: run test test-slow test-all lint docs docs-run check-defaults setup bench-calibration bench-cpu bench-gpu bench-threads bench-dpsgd-cpu bench-dpsgd-gpu demo clean
 
 ## The pinned requirements, then pazo itself in editable mode (entry points pazo-train, pazo-sweep, pazo-bench, pazo-report),
 ## and JAX-Privacy without its dependencies: its one-run f-DP estimator is the tests' independent
@@ -76,6 +76,12 @@ bench-cpu: $(STAMP)
 	  --out scripts/results/public_grads_cpu.json
 	$(PY) scripts/profile_zo_step.py --setting digits --threads 1
 	$(PY) scripts/count_step_ops.py --settings digits,cifar_shape,cifar10_nf224,tiny_imagenet_vit,imdb_lstm,mnli_roberta
+
+## DP-SGD by each clip engine (per-example, book-keeping) beside SGD on every CPU-sized paper shape
+## (scripts/results/dpsgd_engines_cpu.json; about 10 minutes on 2 cores).
+bench-dpsgd-cpu: $(STAMP)
+	$(PY) -m pazo.bench.methods --device cpu --settings digits,cifar_shape,cifar10_nf32,imdb_lstm,tiny_imagenet_vit \
+	  --methods sgd,dpsgd --iters 5 --warmup 1 --threads 1 --batch-size 16 --out scripts/results/dpsgd_engines_cpu.json
 
 ## CPU threads against step time, and the default run at each count and at train.threads=auto
 ## (scripts/results/threads_cpu.json): the evidence for the auto rule (pazo/threads.py).
