@@ -343,3 +343,21 @@ def test_dpsgd_rows_time_each_clip_engine_against_sgd(tmp_path):
     for r in rows:
         assert r["clip_engine_used"]["used"] == r["clip_engine"]
         assert r["paired_over_sgd"] > 0 and r["peak_mem_mb"] > 0 and r["median_s"] > 0
+
+
+def test_the_threads_benchmark_times_each_column_of_the_default_run_interleaved(monkeypatch):
+    """`--train-runs N`: every count and auto in turn, N rounds, so that a drift falls on all alike;
+    each column's median, min and max, and what auto used."""
+    from pazo.bench import threads as bench
+
+    calls = []
+
+    def fake(threads):
+        calls.append(threads)
+        seconds = {1: 10.0, 2: 20.0, None: 30.0}[threads] + len(calls)
+        return {"seconds": seconds, "threads_used": {"count": threads or 2}}
+    monkeypatch.setattr(bench, "time_default_run", fake)
+    out = bench.time_default_runs([1, 2], 3)
+    assert calls == [1, 2, None] * 3
+    assert out["1"] == {"runs": 3, "seconds": 14.0, "min_s": 11.0, "max_s": 17.0, "threads_used": [1]}
+    assert out["auto"]["seconds"] == 36.0 and out["auto"]["threads_used"] == [2]
