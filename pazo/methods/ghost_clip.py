@@ -54,10 +54,14 @@ def is_random_in_training(module: nn.Module) -> bool:
 
 @dataclass
 class Factored:
-    """Per-example gradients sum_t b[i, t] a[i, t]^T of a weight [p, d], never formed unless cheaper."""
+    """Per-example gradients sum_t b[i, t] a[i, t]^T of a weight [p, d], never formed unless cheaper;
+    where the norms form them and one chunk holds the batch, the clipped sum reuses them (no second
+    pass over the positions; they take no more memory than the per-example engine's chunk)."""
     a: torch.Tensor   # [B, T, d]
     b: torch.Tensor   # [B, T, p]
     shape: torch.Size
+    #: the per-example gradients [B, p, d], where the norms formed them in one chunk (the sum reuses them)
+    formed: torch.Tensor | None = None
 
     def sq_norms(self, chunk: int) -> torch.Tensor:
         n, t, d = self.a.shape
@@ -67,14 +71,21 @@ class Factored:
         if t * (p + d) < p * d:   # Gram trick (fewer operations, and then T^2 < p d too)
             return torch.cat([(torch.bmm(a, a.transpose(1, 2)) * torch.bmm(b, b.transpose(1, 2))).sum((1, 2))
                               for a, b in zip(self.a.split(chunk), self.b.split(chunk))])
-        return torch.cat([torch.linalg.vector_norm(torch.bmm(b.transpose(1, 2), a).flatten(1), dim=1).square()
-                          for a, b in zip(self.a.split(chunk), self.b.split(chunk))])
+        norms = []
+        for a, b in zip(self.a.split(chunk), self.b.split(chunk)):
+            grads = torch.bmm(b.transpose(1, 2), a)
+            norms.append(torch.linalg.vector_norm(grads.flatten(1), dim=1).square())
+        if n <= chunk:
+            self.formed = grads
+        return torch.cat(norms)
 
     def inner(self, shift: torch.Tensor) -> torch.Tensor:
         """<g_i, S> = sum_t b_t . (S a_t)."""
         return torch.einsum("btp,btp->b", self.a @ shift.reshape(self.b.shape[2], -1).T, self.b)
 
     def weighted_sum(self, w: torch.Tensor) -> torch.Tensor:
+        if self.formed is not None:
+            return torch.tensordot(w, self.formed, dims=1).reshape(self.shape)
         return torch.einsum("btp,btd->pd", self.b * w[:, None, None], self.a).reshape(self.shape)
 
 
@@ -127,9 +138,13 @@ class StandardisedWeight:
         n_ex, t, d = self.conv.a.shape
         p = self.conv.b.shape[2]
         if t * (p + d) >= p * d:
-            return torch.cat([torch.linalg.vector_norm(self._apply_j(torch.bmm(b.transpose(1, 2), a)).flatten(1),
-                                                       dim=1).square()
-                              for a, b in zip(self.conv.a.split(chunk), self.conv.b.split(chunk))])
+            norms = []
+            for a, b in zip(self.conv.a.split(chunk), self.conv.b.split(chunk)):
+                grads = torch.bmm(b.transpose(1, 2), a)
+                norms.append(torch.linalg.vector_norm(self._apply_j(grads).flatten(1), dim=1).square())
+            if n_ex <= chunk:
+                self.conv.formed = grads   # (G, before J: the sum goes through J once)
+            return torch.cat(norms)
         n = self.s.shape[1]
         r = self.s.square().sum(1) / n
         scaled = Factored(self.conv.a, self.conv.b * self.c, self.conv.shape).sq_norms(chunk)
