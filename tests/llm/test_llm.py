@@ -396,20 +396,26 @@ def test_a_missing_model_is_one_message_for_its_own_family(tmp_path, monkeypatch
         assert (f"get it with {switch}=true" in message) != download
         assert (f"{switch}=true could not fetch it" in message) == download
         assert "\n" not in message
-@pytest.mark.parametrize("family,lora", [("opt", False), ("opt", True), ("llama", False)])
+@pytest.mark.parametrize("family,lora", [("opt", False), ("opt", True), ("llama", False), ("roberta", False)])
 def test_dpsgd_by_the_ghost_engine_equals_the_per_example_engine(root, make_method, family, lora):
-    """A noisy DP-SGD step of the tiny LMs in float64 (full parameters, or LoRA adapters): the book-keeping
-    engine's update is the per-example engine's to 1e-10; the tied head, OPT's learned positions and
-    LLaMA's RMSNorm go to the per-example engine, the adapters and projections are book-kept."""
+    """A noisy DP-SGD step of the tiny LMs in float64 (full parameters, or LoRA adapters; RoBERTa as
+    the MNLI setting's masked LM, its dropout 0: with dropout its fallback's second forward is refused)
+    the book-keeping engine's update is the per-example engine's to 1e-10; the tied heads, OPT's
+    learned positions and LLaMA's RMSNorm go to the per-example engine, the adapters and projections
+    are book-kept."""
     tok = load_pretrained(str(root / family), "tokenizer")
-    data = load_prompt_bundle(data_cfg(root, n_train=8, n_val=0, test_size=4), RandomStreams(0), tok)
+    masked = family == "roberta"
+    task = {"task": "mnli", "model_kind": "hf_masked_lm", "k_shot": 2, "n_train": None} if masked else {"n_train": 8}
+    data = load_prompt_bundle(data_cfg(root, n_val=0, test_size=4, **task), RandomStreams(0), tok)
     x, y = data.private.batch(np.arange(3))
     updates, blocks = {}, {}
     for engine in ("per_example", "ghost"):
         torch.manual_seed(0)
         adapters = {"enabled": lora, "rank": 2, "alpha": 4, "dropout": 0.0, "target_modules": None}
-        module = build_hf_lm_task(model_cfg(root / family, lora=adapters), "causal").double()
-        model = FunctionalModel(module, loss_fn=module.loss_fn)
+        own = {"task": "mnli", "dropout": 0.0} if masked else {}
+        module = build_hf_lm_task(model_cfg(root / family, lora=adapters, **own), "masked" if masked else "causal")
+        module = module.double()
+        model = FunctionalModel(module, **({"loss_fn": module.loss_fn} if hasattr(module, "loss_fn") else {}))
         before = model.flat_params().clone()
         method = make_method("dpsgd", model, {"lr": 0.1, "clip": 0.05, "per_example_chunk": 2,
                                               "clip_engine": engine}, sigma=1.0, b=3, seed=4, public=TensorSplit(x, y))
