@@ -93,9 +93,21 @@ def make_method():
     return build
 
 
+@pytest.fixture(scope="session")
+def shared_sigma_cache(tmp_path_factory):
+    """One sigma cache for the session's (the xdist worker's) runs: calibration is 1-2 s a run, and
+    most runs ask for the same few sigmas. Sharing it cannot change a result: an entry is keyed by
+    every input of the calibration and used only if the run's own accountant reproduces its epsilon
+    (pazo.privacy.sigma_cache), so a run reads exactly the sigma it would compute."""
+    return tmp_path_factory.mktemp("sigma_cache")
+
+
 @pytest.fixture
-def hydra_cfg(tmp_path, monkeypatch):
-    """Compose the real configs with overrides; runs are tiny and W&B is disabled."""
+def hydra_cfg(tmp_path, monkeypatch, shared_sigma_cache):
+    """Compose the real configs with overrides; runs are tiny and W&B is disabled. The run's cache
+    directory is its own (warm starts, decoded images), but for the session's shared sigma cache."""
+    (tmp_path / "cache").mkdir(exist_ok=True)
+    (tmp_path / "cache" / "sigma").symlink_to(shared_sigma_cache, target_is_directory=True)
     monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))
 
     def build(*overrides):
