@@ -190,7 +190,7 @@ FLOAT_KEYS = ["privacy.epsilon", "method.lr", "method.clip", "train.epochs", "wa
               "dataset.public_imbalance"]
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)
+@settings(max_examples=10, deadline=None, derandomize=True)   # three Hydra composes an example (about 1.4 s)
 @given(key=st.sampled_from(FLOAT_KEYS), value=st.integers(0, 50))
 def test_one_value_spelt_as_an_integer_or_a_float_is_one_computation(key, value):
     """Values are cast to their schema types before hashing: `key=3` and `key=3.0` are one config,

@@ -53,6 +53,10 @@ def test_pazo_train_from_another_directory_logs_to_train_log_and_keeps_wandb_qui
     assert [m.group(1) for m in logged] == stdout  # the same lines as on the terminal
 
 
+@pytest.mark.slow   # two audit subprocesses (about 30 s); in the quick suite:
+# test_each_hydra_entry_point_resolves_its_own_run_dir[pazo.audit.run-audit] (no hydra.run.dir),
+# tests/audit/test_audit.py::test_audit_refuses_bad_settings_before_compute and the in-process audits of
+# test_noise_check.py
 def test_pazo_audit_from_another_directory_audits_and_refuses_a_bad_override_in_one_line(tmp_path):
     out = subprocess.run([_console_script("pazo-audit"), "method=nope"], cwd=tmp_path, env=_env(tmp_path),
                          capture_output=True, text=True, timeout=600)
