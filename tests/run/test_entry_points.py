@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_cache
 
 BIN = Path(sys.executable).parent
 TIMESTAMPED = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]\[pazo\.train\]\[INFO\] - (.*)$")
@@ -19,7 +19,8 @@ TIMESTAMPED = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]\[pazo\.trai
 
 def _env(tmp_path, **extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}  # W&B's defaults, as a user has them
-    return {**env, "PAZO_CACHE_DIR": str(tmp_path / "cache"), "WANDB_DIR": str(tmp_path / "wandb_home"), **extra}
+    return {**env, "PAZO_CACHE_DIR": str(run_cache(tmp_path / "cache")), "WANDB_DIR": str(tmp_path / "wandb_home"),
+            **extra}
 
 
 def _console_script(name):
