@@ -93,10 +93,35 @@ def make_method():
     return build
 
 
+#: the session's (the xdist worker's) sigma cache, set by `shared_sigma_cache`
+SHARED_SIGMA: Path | None = None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_sigma_cache(tmp_path_factory):
+    """One sigma cache for the session's (the xdist worker's) runs: calibration is 1-2 s a run, and
+    most runs ask for the same few sigmas. Sharing it cannot change a result: an entry is keyed by
+    every input of the calibration and used only if the run's own accountant reproduces its epsilon
+    (pazo.privacy.sigma_cache), so a run reads exactly the sigma it would compute."""
+    global SHARED_SIGMA
+    SHARED_SIGMA = tmp_path_factory.mktemp("sigma_cache")
+    return SHARED_SIGMA
+
+
+def run_cache(folder: Path) -> Path:
+    """`folder` as a run's PAZO_CACHE_DIR (warm starts, decoded images: its own) whose sigma/ is the
+    session's shared sigma cache; for runs in-process and in subprocesses alike."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if SHARED_SIGMA is not None and not (folder / "sigma").exists():
+        (folder / "sigma").symlink_to(SHARED_SIGMA, target_is_directory=True)
+    return folder
+
+
 @pytest.fixture
 def hydra_cfg(tmp_path, monkeypatch):
-    """Compose the real configs with overrides; runs are tiny and W&B is disabled."""
-    monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))
+    """Compose the real configs with overrides; runs are tiny and W&B is disabled. The run's cache
+    directory is its own, but for the session's shared sigma cache (`run_cache`)."""
+    monkeypatch.setenv("PAZO_CACHE_DIR", str(run_cache(tmp_path / "cache")))
 
     def build(*overrides):
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):

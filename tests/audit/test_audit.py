@@ -208,6 +208,9 @@ def test_every_scalar_release_of_the_white_box_hook_carries_the_sampled_canaries
 # --- the command, end to end on digits ----------------------------------------------------------
 
 
+@pytest.mark.slow   # an audit subprocess interrupted (about 16 s); in the quick suite the signal handling it uses,
+# in-process:
+# tests/faults/test_fault_signals.py::test_stop_requests_turn_signals_into_a_stop_then_an_interrupt_then_silence
 def test_an_interrupted_audit_is_one_line_and_exit_130(tmp_path, monkeypatch):
     """Ctrl-C during the training run of an audit: one line that says nothing was written, no traceback."""
     import signal

@@ -21,6 +21,8 @@ from pazo.bench import settings as bench_settings
 from pazo.bench import step_ops
 
 
+@pytest.mark.slow   # three profiled steps with traces (about 20 s); in the quick suite:
+# test_step_ops_count_what_a_step_does_besides_its_floor
 def test_the_step_profile_pairs_three_steps_with_their_floor_and_traces_ours(tmp_path):
     """`profile_zo_step.py` on digits: our step (packed, unpacked) and the minimal one, each with a
     paired floor ratio, the minimal step's operations, and our step's operators under the profiler;

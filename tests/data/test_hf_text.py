@@ -105,6 +105,8 @@ def test_text_needs_the_lstm(hydra_cfg, text_root, tmp_path):
         run(hydra_cfg("dataset=hf_text", f"dataset.root={text_root}", "dataset.hf_name=sst"), tmp_path)
 
 
+@pytest.mark.slow   # a whole run (about 16 s); in the quick suite: the loader's tests above and
+# tests/models/test_imdb.py::test_lstm_under_vmap_both_engines_and_per_example_grads
 def test_tiny_pazo_m_run_of_the_lstm(text_root, hydra_cfg, tmp_path):
     s = run(hydra_cfg("dataset=hf_text", "model=lstm", f"dataset.root={text_root}", "dataset.hf_name=sst",
                       "dataset.text_column=sentence", "dataset.test_split=validation", "dataset.max_length=16",

@@ -103,6 +103,8 @@ def test_another_folder_as_public_data(folder_cfg, tmp_path):
     assert len(data.private) == 30 and data.describe()["public"] == str(tmp_path / "ood")
 
 
+@pytest.mark.slow   # a whole run (about 18 s); in the quick suite: the loader's tests above and the digits runs of
+# tests/run/test_train.py::test_every_method_runs_end_to_end
 def test_tiny_pazo_m_run(folder, hydra_cfg, tmp_path):
     s = run(hydra_cfg("dataset=image_folder", f"dataset.root={folder}", "method=pazo_m", "dataset.public_per_class=3",
                       "train.batch_size=8", "method.public_batch_size=4"), tmp_path)

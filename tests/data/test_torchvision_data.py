@@ -135,6 +135,8 @@ def test_every_listed_name_is_a_torchvision_class_with_train_and_test():
         assert issubclass(getattr(tvd, name), tvd.MNIST) or "train" in params or "split" in params, name
 
 
+@pytest.mark.slow   # a whole run (about 18 s); in the quick suite: the loader's tests above and the digits runs of
+# tests/run/test_train.py::test_every_method_runs_end_to_end
 def test_tiny_pazo_m_run_on_fashion_mnist(tv_root, hydra_cfg, tmp_path):
     s = run(hydra_cfg("dataset=torchvision", "dataset.torchvision_name=FashionMNIST", f"dataset.root={tv_root}",
                       "method=pazo_m", "dataset.public_fraction=0.2", "train.batch_size=16",

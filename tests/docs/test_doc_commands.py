@@ -2,6 +2,8 @@
 config key, group option, command or flag fails the build with the page and line that show it."""
 import textwrap
 
+import pytest
+
 from pazo.report.docs_commands import check_pages, documented_pages, extract, split
 
 
@@ -11,6 +13,9 @@ def page(tmp_path, text, name="page.md"):
     return path
 
 
+@pytest.mark.slow   # composes every documented command twice (about a minute); `make docs-run` (CI) runs them all; in
+# the quick suite: the check's rules on pages of random commands (the tests below) and
+# test_entry_points.py::test_each_hydra_entry_point_resolves_its_own_run_dir
 def test_every_command_in_the_readme_and_the_docs_composes_or_parses():
     pages = documented_pages()
     count, problems = check_pages(pages)

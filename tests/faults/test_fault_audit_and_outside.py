@@ -13,6 +13,7 @@ import sys
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from conftest import run_cache
 from fault_inputs_helpers import assert_one_error, run_entry
 from fault_runtime_helpers import Disk
 
@@ -73,7 +74,7 @@ def test_only_a_disk_that_refuses_writes_is_called_a_disk_fault(code):
 
 @pytest.mark.slow
 def test_a_run_typed_outside_the_checkout_without_a_run_dir_writes_below_the_working_directory(tmp_path):
-    env = {**os.environ, "WANDB_SILENT": "true", "PAZO_CACHE_DIR": str(tmp_path / "cache"),
+    env = {**os.environ, "WANDB_SILENT": "true", "PAZO_CACHE_DIR": str(run_cache(tmp_path / "cache")),
            "PYTHONPATH": str(REPO_ROOT)}
     done = subprocess.run([sys.executable, "-m", "pazo.train", "method=dpzero", "train.steps=1", "device=cpu",
                            "logger.mode=disabled"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)

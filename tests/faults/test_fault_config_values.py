@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import run_cache
 from fault_inputs_helpers import assert_one_error, run_entry
 from hydra import compose, initialize_config_dir
 
@@ -177,7 +178,7 @@ def test_validate_config_takes_plain_dicts_as_the_sweep_gives_them():
 
 def test_the_real_entry_point_refuses_in_one_line(tmp_path):
     """One subprocess: `python -m pazo.train seed=abc` as a user types it."""
-    env = {**os.environ, "WANDB_MODE": "disabled", "PAZO_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "WANDB_MODE": "disabled", "PAZO_CACHE_DIR": str(run_cache(tmp_path / "cache"))}
     done = subprocess.run([sys.executable, "-m", "pazo.train", "seed=abc", f"hydra.run.dir={tmp_path / 'r'}"],
                           capture_output=True, text=True, env=env, timeout=300)
     assert_one_error(done.returncode, done.stderr, "seed", "abc")

@@ -125,6 +125,7 @@ def test_prompt_model_under_vmap_both_engines_and_per_example_grads(prompt_model
     check_engines_and_per_example_grads(model, x, y, chunk=3)
 
 
+@pytest.mark.slow   # a whole run (about 18 s); in the quick suite: the loader, template and prompt-model tests above
 def test_tiny_run_of_the_mnli_experiment(nli_root, hydra_cfg, tmp_path):
     c = hydra_cfg("experiment=mnli", "method=pazo_m")
     assert c.model.path == "FacebookAI/roberta-base" and c.dataset.k_shot == 512

@@ -135,6 +135,8 @@ def test_experiment_config_composes_with_per_method_defaults(hydra_cfg):
     assert hydra_cfg("method=pazo_p").method.k == 3  # the digits default is untouched
 
 
+@pytest.mark.slow   # a whole run (about 14 s); in the quick suite: test_tiny_cifar_run_with_cached_warm_start (CIFAR-10
+# and the NF-ResNet end to end) and test_experiment_config_composes_with_per_method_defaults
 def test_tiny_run_of_the_cifar10_experiment(cifar_root, hydra_cfg, tmp_path):
     s = run(hydra_cfg("experiment=cifar10", "method=pazo_s", f"dataset.root={cifar_root}",
                       "dataset.public_fraction=0.2", "model.width=4", "train.batch_size=16",

@@ -212,6 +212,7 @@ def test_lstm_takes_the_fused_path_outside_vmap_only(monkeypatch):
     assert len(calls) == 1
 
 
+@pytest.mark.slow   # a whole run (about 15 s); in the quick suite: the loader and LSTM tests above
 def test_tiny_run_of_the_imdb_experiment(text_root, hydra_cfg, tmp_path):
     c = hydra_cfg("experiment=imdb", "method=pazo_m")
     assert c.model.vocab_size == 10000 and c.method.lr == 2.0 and c.train.epochs == 100

@@ -18,6 +18,7 @@ from pazo import outlets, train
 from pazo.experiment import SHIPPED_SEED_NOTE
 from pazo.summary import print_summary
 from pazo.sweep import PlannedRun, command, without_seed
+from conftest import run_cache
 from wandb_log import wandb_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +54,7 @@ def seeded_run(tmp_path_factory):
     """A real seeded private run through the command line (W&B offline, validation split, a row
     every step), as a user launches it: its directory and its printed output."""
     run_dir = tmp_path_factory.mktemp("outlets") / "run"
-    env = {**os.environ, "PAZO_CACHE_DIR": str(run_dir.parent / "cache"), "WANDB_SILENT": "true"}
+    env = {**os.environ, "PAZO_CACHE_DIR": str(run_cache(run_dir.parent / "cache")), "WANDB_SILENT": "true"}
     done = subprocess.run([sys.executable, "-m", "pazo.train", f"seed={SEED}", "train.steps=3", "train.log_every=1",
                            "warm_start.epochs=1", "logger.mode=offline", "device=cpu", f"hydra.run.dir={run_dir}"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -183,7 +184,7 @@ def test_an_audit_writes_the_seed_to_config_yaml_only_and_its_table_reads_it_the
     from test_audit import audit_cfg
 
     from pazo.audit.run import read_audits, run_audit
-    monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PAZO_CACHE_DIR", str(run_cache(tmp_path / "cache")))
     cfg = audit_cfg("method=dpzero", "train.steps=4", "audit.canaries=10", "audit.threat=black_box", f"seed={SEED}")
     summary = run_audit(cfg, tmp_path / "audits" / "run")
     assert outlets.unlisted("audit_summary", summary) == []

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_cache
 
 BIN = Path(sys.executable).parent
 TIMESTAMPED = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]\[pazo\.train\]\[INFO\] - (.*)$")
@@ -19,7 +19,8 @@ TIMESTAMPED = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]\[pazo\.trai
 
 def _env(tmp_path, **extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}  # W&B's defaults, as a user has them
-    return {**env, "PAZO_CACHE_DIR": str(tmp_path / "cache"), "WANDB_DIR": str(tmp_path / "wandb_home"), **extra}
+    return {**env, "PAZO_CACHE_DIR": str(run_cache(tmp_path / "cache")), "WANDB_DIR": str(tmp_path / "wandb_home"),
+            **extra}
 
 
 def _console_script(name):
@@ -53,6 +54,10 @@ def test_pazo_train_from_another_directory_logs_to_train_log_and_keeps_wandb_qui
     assert [m.group(1) for m in logged] == stdout  # the same lines as on the terminal
 
 
+@pytest.mark.slow   # two audit subprocesses (about 30 s); in the quick suite:
+# test_each_hydra_entry_point_resolves_its_own_run_dir[pazo.audit.run-audit] (no hydra.run.dir),
+# tests/audit/test_audit.py::test_audit_refuses_bad_settings_before_compute and the in-process audits of
+# test_noise_check.py
 def test_pazo_audit_from_another_directory_audits_and_refuses_a_bad_override_in_one_line(tmp_path):
     out = subprocess.run([_console_script("pazo-audit"), "method=nope"], cwd=tmp_path, env=_env(tmp_path),
                          capture_output=True, text=True, timeout=600)

@@ -11,7 +11,7 @@ import pazo.audit.run as audit_run
 import pazo.experiment as experiment
 import pazo.train as train
 from pazo.models.functional import cross_entropy_per_example
-from conftest import CONFIG_DIR
+from conftest import CONFIG_DIR, run_cache
 from llm_fixtures import write_sst2, write_tiny_causal_lm
 
 
@@ -52,7 +52,7 @@ def assert_same_run(a: dict, b: dict) -> None:
 
 @pytest.mark.parametrize("method", ["dpzero", "dpsgd"])
 def test_audit_and_training_build_the_same_run_on_digits(method, tmp_path, monkeypatch):
-    monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PAZO_CACHE_DIR", str(run_cache(tmp_path / "cache")))
     seen = spy_on_build_run(monkeypatch)
     train_cfg, audit_cfg = compose_both(f"method={method}")
     train.run(train_cfg, tmp_path / "train")
@@ -67,7 +67,7 @@ def test_audit_and_training_build_the_same_run_on_digits(method, tmp_path, monke
 def test_audit_keeps_a_language_models_own_loss(tmp_path, monkeypatch):
     """A prompt model scores label words with its own per-example loss: the audit, which once built
     its model without it (and so attacked a different loss than training minimised), gets it too."""
-    monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PAZO_CACHE_DIR", str(run_cache(tmp_path / "cache")))
     write_tiny_causal_lm(tmp_path / "opt")
     write_sst2(tmp_path)
     seen = spy_on_build_run(monkeypatch)

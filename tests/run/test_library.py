@@ -12,7 +12,7 @@ import tempfile
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, run_cache
 from hydra import compose, initialize_config_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -70,7 +70,7 @@ def _setting(overrides) -> dict:
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == "pazo_m" else pytest.mark.slow) for n in ZO_CASES])
 def test_the_loop_equals_the_framework_run_bit_for_bit(name, tmp_path, monkeypatch, float64):
-    monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PAZO_CACHE_DIR", str(run_cache(tmp_path / "cache")))
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[*GOLDEN.COMMON, *GOLDEN.CASES[name]])
     summary = run(cfg, tmp_path / "run")

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from conftest import ROOT
 import pazo.experiment as experiment
 from pazo.train import run
@@ -52,6 +54,8 @@ def test_over_budget_run_ends_failed_and_says_so(hydra_cfg, tmp_path, monkeypatc
     assert on_disk["status"] == "failed" and on_disk["privacy"]["over_budget"] is True
 
 
+@pytest.mark.slow   # a run in a subprocess (about 17 s); in the quick suite the same run in-process:
+# test_over_budget_run_ends_failed_and_says_so
 def test_over_budget_run_exits_1_from_the_command_line(tmp_path):
     env = {**os.environ, "WANDB_SILENT": "true", "PAZO_CACHE_DIR": str(tmp_path / "cache")}
     out = subprocess.run([sys.executable, "-c", HALVE_SIGMA, "method=dpzero", "train.steps=4", "device=cpu",

@@ -7,6 +7,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from conftest import run_cache
 from omegaconf import OmegaConf
 
 import pazo.sweep as sweep
@@ -222,7 +223,7 @@ def test_relaunch_skips_finished_runs(tmp_path, monkeypatch):
 
 
 def test_a_real_sequential_sweep_then_relaunch(tmp_path, monkeypatch):
-    monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path / "cache"))  # not the shared ~/.cache/pazo
+    monkeypatch.setenv("PAZO_CACHE_DIR", str(run_cache(tmp_path / "cache")))  # not the shared ~/.cache/pazo
     args = [mini_spec(tmp_path, "[pazo_m]", "{train.epochs: [2]}"), "--out", str(tmp_path), "train.steps=3",
             "logger.mode=disabled", "device=cpu"]
     assert sweep.main(args) == 0

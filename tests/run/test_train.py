@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_cache
 from pazo.methods import METHODS, method_info, method_names
 from pazo.train import run
 from pazo.validate import ConfigError
@@ -178,11 +178,11 @@ def test_cli_bad_input_exits_with_one_clear_message(tmp_path):
     """A value out of range is refused before Hydra makes the run directory; one that only the data
     can refuse (a batch larger than the private set) is refused before compute and also logged."""
     out = _cli("privacy.epsilon=0", "logger.mode=disabled", f"hydra.run.dir={tmp_path}/early",
-               env_extra={"PAZO_CACHE_DIR": str(tmp_path / "c")})
+               env_extra={"PAZO_CACHE_DIR": str(run_cache(tmp_path / "c"))})
     assert out.returncode == 2 and not (tmp_path / "early").exists()
     assert out.stderr.strip() == "pazo: error: privacy.epsilon must be a positive number, got 0.0"
     out = _cli("train.batch_size=100000", "logger.mode=disabled", f"hydra.run.dir={tmp_path}",
-               env_extra={"PAZO_CACHE_DIR": str(tmp_path / "c")})
+               env_extra={"PAZO_CACHE_DIR": str(run_cache(tmp_path / "c"))})
     assert out.returncode == 2
     assert "pazo: error: train.batch_size=100000 exceeds the" in out.stderr
     assert "Traceback" not in out.stderr and "pazo: error" not in out.stdout
@@ -196,7 +196,7 @@ def test_cli_multirun_deterministic_dirs_and_failures_do_not_stop_the_sweep(tmp_
     sweep = tmp_path / "sweep"
     out = _cli("-m", "method=pazo_m,dpsgd", "method.lr=0.1,1e30", "train.steps=3", "train.log_every=1",
                "logger.mode=disabled", f"hydra.sweep.dir={sweep}",
-               env_extra={"PAZO_CACHE_DIR": str(tmp_path / "c")})
+               env_extra={"PAZO_CACHE_DIR": str(run_cache(tmp_path / "c"))})
     assert out.returncode == 1, out.stderr
     assert "pazo: multirun ended: " in out.stderr and "not finished: " in out.stderr
     dirs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
