@@ -169,7 +169,9 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
     streams.key_to_data(digest)  # (before the sampler and the noise generators draw anything)
     device = resolve_device(cfg.device)
     module, model, device = _model(cfg, data, streams, device, module)
-    threads = (apply_threads(cfg.train.threads, model.dim) if own_data else
+    # by the whole model's size, frozen weights included: a LoRA step's cost is the full forward
+    size = sum(p.numel() for p in module.parameters())
+    threads = (apply_threads(cfg.train.threads, size) if own_data else
                {"count": torch.get_num_threads(), "requested": None, "why": "set by the benchmark"})
     warm = warm_start(model, data.public, cfg, streams, device)
     total_steps = planned_steps(cfg.train, len(data.private))

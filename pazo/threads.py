@@ -22,8 +22,8 @@ import time
 
 import torch
 
-#: below this many trainable parameters `auto` uses one thread (digits' CNN; the CIFAR shape, at
-#: 183,242, was already faster at two: scripts/results/threads_cpu.json)
+#: below this many parameters (the whole model's, frozen ones included) `auto` uses one thread
+#: (digits' CNN; the CIFAR shape, at 183,242, was already faster at two: scripts/results/threads_cpu.json)
 SMALL_MODEL_PARAMETERS = 100_000
 #: the most threads `auto` takes (more rarely pays on a shared machine)
 MAX_AUTO_THREADS = 4

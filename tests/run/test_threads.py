@@ -113,3 +113,33 @@ def test_a_bad_thread_count_is_one_line_before_compute(hydra_cfg, tmp_path):
 
     with pytest.raises(ConfigError, match="train.threads must be auto or an integer >= 1"):
         run(hydra_cfg("method=sgd", "privacy=none", "train.threads=0"), tmp_path)
+
+
+def test_auto_sizes_the_threads_by_the_whole_model_frozen_weights_included(hydra_cfg, monkeypatch):
+    """A LoRA step costs the frozen model's forward: a small trainable part on a large frozen one is
+    not a small model."""
+    from torch import nn
+
+    from pazo.experiment import build_run
+    from pazo.models.small_cnn import SmallCNN
+
+    class FrozenBody(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cnn = SmallCNN(1, 10, 8)
+            self.frozen = nn.Linear(1000, SMALL_MODEL_PARAMETERS // 1000)
+            self.frozen.requires_grad_(False)
+
+        def forward(self, x):
+            return self.cnn(x)
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    try:
+        cfg = hydra_cfg("method=sgd", "privacy=none", "train.steps=1")
+        small = build_run(cfg, module=SmallCNN(1, 10, 8)).threads
+        frozen = build_run(cfg, module=FrozenBody()).threads
+    finally:
+        torch.set_num_threads(before)
+    assert small["count"] == 1 and "under 100,000 parameters" in small["why"]
+    assert "cores idle" in frozen["why"] or "not known" in frozen["why"]
