@@ -120,6 +120,7 @@ class StandardisedWeight:
     s: torch.Tensor       # [out, n] the standardised rows
     c: torch.Tensor       # [out]
     shape: torch.Size
+    m2: torch.Tensor      # [B, out] mean(G_i s) per channel (the gain's per-example gradient needs it too)
 
     def _apply_j(self, g: torch.Tensor) -> torch.Tensor:
         """J g for g [..., out, n]."""
@@ -128,11 +129,6 @@ class StandardisedWeight:
         m2 = (g * self.s).sum(-1, keepdim=True) / n
         return self.c[:, None] * (g - m1 - self.s * m2)
 
-    def channel_means(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(m1, m2) [c, out] of G_i for a chunk, without forming G_i."""
-        n = self.s.shape[1]
-        return (torch.einsum("btp,bt->bp", b, a.sum(2)) / n,
-                torch.einsum("btp,btp->bp", b, a @ self.s.T) / n)
 
     def sq_norms(self, chunk: int) -> torch.Tensor:
         n_ex, t, d = self.conv.a.shape
@@ -148,8 +144,8 @@ class StandardisedWeight:
         n = self.s.shape[1]
         r = self.s.square().sum(1) / n
         scaled = Factored(self.conv.a, self.conv.b * self.c, self.conv.shape).sq_norms(chunk)
-        m1, m2 = self.channel_means(self.conv.a, self.conv.b)
-        return scaled - (self.c.square() * n * (m1.square() + m2.square() * (2 - r))).sum(1)
+        m1 = torch.einsum("btp,bt->bp", self.conv.b, self.conv.a.sum(2)) / n   # mean(G_i) per channel
+        return scaled - (self.c.square() * n * (m1.square() + self.m2.square() * (2 - r))).sum(1)
 
     def inner(self, shift: torch.Tensor) -> torch.Tensor:
         return self.conv.inner(self._apply_j(shift.reshape(self.s.shape)))
@@ -169,11 +165,11 @@ def _scaled_std_conv2d(layer: nn.Conv2d, x, grad_out):
         root = (var + layer.eps).sqrt()
         s = (v - v.mean(1, keepdim=True)) / root
         c = (layer.gain.reshape(-1) * layer.scale) / root.reshape(-1)
-    weight = StandardisedWeight(conv["weight"], s, c, layer.weight.shape)
-    parts = {"weight": weight}
+    a, b = conv["weight"].a, conv["weight"].b
     n = s.shape[1]
-    _, m2 = weight.channel_means(conv["weight"].a, conv["weight"].b)
-    parts["gain"] = (layer.scale * n * m2).reshape(len(m2), *layer.gain.shape)
+    m2 = torch.einsum("btp,btp->bp", b, a @ s.T) / n   # mean(G_i s) per channel, without forming G_i
+    parts = {"weight": StandardisedWeight(conv["weight"], s, c, layer.weight.shape, m2),
+             "gain": (layer.scale * n * m2).reshape(len(m2), *layer.gain.shape)}
     if "bias" in conv:
         parts["bias"] = conv["bias"]
     return parts
