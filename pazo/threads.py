@@ -84,9 +84,9 @@ def auto_threads(cores: int, idle: float | None, parameters: int) -> int:
     """The rule for `auto`: one thread for a model under `SMALL_MODEL_PARAMETERS`, else the idle
     cores, rounded, between 1 and min(cores, MAX_AUTO_THREADS) (all of them up to that bound where
     the idle cores are not known)."""
-    top = max(1, min(cores, MAX_AUTO_THREADS))
     if parameters < SMALL_MODEL_PARAMETERS:
         return 1
+    top = max(1, min(cores, MAX_AUTO_THREADS))
     if idle is None:
         return top
     return max(1, min(top, int(idle + 0.5)))
@@ -102,9 +102,9 @@ def choose_threads(requested, parameters: int, environ: dict | None = None, idle
         return int(given), "OMP_NUM_THREADS from the environment"
     if requested != "auto":
         return int(requested), "train.threads"
-    if parameters < SMALL_MODEL_PARAMETERS:
-        return 1, f"auto: under {SMALL_MODEL_PARAMETERS:,} parameters, one thread"
     cores = usable_cores()
+    if parameters < SMALL_MODEL_PARAMETERS:   # (the rule needs no look at the cores)
+        return auto_threads(cores, None, parameters), f"auto: under {SMALL_MODEL_PARAMETERS:,} parameters, one thread"
     seen = idle()
     count = auto_threads(cores, seen, parameters)
     if seen is None:
