@@ -4,6 +4,8 @@ import logging
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 
@@ -207,6 +209,26 @@ def test_prv_grid_predicts_the_grid_prv_accountant_builds():
                                                                        noise_multiplier=sigma)],
                               eps_error=err, delta_error=1e-8, max_self_compositions=[steps])
         assert abs(len(built.composer.self_composers[0].domain) - points) <= 4  # alignment
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(sigma=st.floats(0.4, 40.0), q=st.floats(1e-4, 0.95), steps=st.integers(1, 10 ** 5),
+       eps_error=st.sampled_from([0.005, 0.01, 0.1]), delta=st.sampled_from([1e-4, 1e-5, 1e-8]))
+def test_the_safe_domain_and_the_rdp_bound_are_prv_accountants_to_the_bit(sigma, q, steps, eps_error, delta):
+    """Our domain (RDP values computed once per process) is the library's formula, bit for bit: the
+    grid every account builds, and so every epsilon and calibrated sigma, is what prv-accountant's
+    own `compute_safe_domain_size` and `RDP` would give."""
+    import numpy as np
+    from prv_accountant import PoissonSubsampledGaussianMechanism
+    from prv_accountant.accountant import compute_safe_domain_size
+    from prv_accountant.other_accountants import RDP
+    mechanism = PoissonSubsampledGaussianMechanism(sampling_probability=q, noise_multiplier=sigma)
+    with np.errstate(all="ignore"):
+        domain = float(compute_safe_domain_size([mechanism], [steps], eps_error=eps_error, delta_error=delta / 1000))
+        bound = float(RDP(prvs=[mechanism]).compute_epsilon(delta=delta, num_self_compositions=[steps])[2])
+    assert acc.prv_grid(sigma, q, steps, delta, eps_error)[0] == domain
+    assert rdp_epsilon(sigma, q, steps, delta) == bound
+    assert acc.step_rdp(q, sigma) is acc.step_rdp(q, sigma) and not acc.step_rdp(q, sigma).flags.writeable
 
 
 def test_accountant_widens_prvs_own_domain_to_a_fast_fft_length_and_agrees_with_it():
