@@ -36,12 +36,15 @@ import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from prv_accountant import PoissonSubsampledGaussianMechanism, PRVAccountant
-from prv_accountant.discrete_privacy_random_variable import DiscretePrivacyRandomVariable
-from scipy.fft import irfft, next_fast_len
-from scipy.special import expit, gammaln, logsumexp
-from scipy.stats import binom, norm
+
+if TYPE_CHECKING:
+    from prv_accountant.discrete_privacy_random_variable import DiscretePrivacyRandomVariable
+
+# prv-accountant and scipy (1.3 s of imports, most of a command's start-up besides torch) are
+# imported where an account is computed, so that `--help` and a refused input answer without them
 
 SIGMA_MAX = 1e4  # beyond this the budget is impossible in practice (noise swamps any signal)
 EPSILON_MIN, EPSILON_MAX = 1e-3, 50.0  # supported targets (module docstring)
@@ -111,6 +114,8 @@ def effective_noise_multiplier(sigma: float, mechanisms: int = 1) -> float:
 
 def _gaussian_delta(epsilon: float, mu: float) -> float:
     """Exact delta(epsilon) of a Gaussian mechanism with mu = sensitivity / std (Balle & Wang 2018)."""
+    from scipy.stats import norm
+
     second = math.exp(min(epsilon + norm.logcdf(-epsilon / mu - mu / 2), 700.0))
     return float(norm.cdf(-epsilon / mu + mu / 2) - second)
 
@@ -138,6 +143,8 @@ def step_rdp(sample_rate: float, sigma: float, orders: tuple[float, ...] = PRV_R
     `rdp` (bit for bit its values). Kept per process: a run builds its account twice (the plan and
     the tracker), a relaunch once per attempt, and the domain formula needs the same values twice,
     while each costs 150 Python series (about half a second)."""
+    from prv_accountant import PoissonSubsampledGaussianMechanism
+
     mechanism = PoissonSubsampledGaussianMechanism(sampling_probability=sample_rate, noise_multiplier=sigma)
     with np.errstate(all="ignore"):
         values = np.array([mechanism.rdp(alpha) for alpha in np.array(orders)])
@@ -165,6 +172,8 @@ def rdp_epsilon_integer_orders(sigma: float, sample_rate: float, steps: int, del
                                 orders=WIDE_RDP_ORDERS) -> float:
     """The same RDP bound for integer orders only (Mironov et al. 2019's finite sum, as in
     prv-accountant/TF Privacy), vectorised: high orders cost one numpy call, not a Python loop."""
+    from scipy.special import gammaln, logsumexp
+
     q, best = sample_rate, math.inf
     for alpha in orders:
         i = np.arange(alpha + 1)
@@ -211,6 +220,8 @@ def fast_fft_half_width(half_width: float, steps: int, delta: float, eps_error: 
     """A half width >= `half_width` for which prv-accountant's aligned domain (2 ceil(L/mesh) + 2
     points) has a length whose FFT is fast (only factors 2, 3, 5): an FFT of a length with a large
     prime factor is 5-20x slower, and the account is one inverse FFT per evaluation."""
+    from scipy.fft import next_fast_len
+
     mesh = eps_error / math.sqrt(steps / 2 * math.log(12 / (delta / 1000)))
     points = 2 * math.ceil(half_width / mesh) + 2
     fast = next_fast_len(points, real=True)
@@ -236,6 +247,8 @@ def gaussian_one_step_delta(sigma_eff: float, sample_rate: float, epsilon: float
     """Exact delta(epsilon) of ONE Poisson-subsampled Gaussian step, for the pair prv-accountant
     composes (P = (1-q) N(0, s^2) + q N(1, s^2) against Q = N(0, s^2)). T steps spend at least this,
     so it refuses a far-too-small given sigma without building a grid."""
+    from scipy.stats import norm
+
     s, q = sigma_eff, sample_rate
     log_c = epsilon + math.log1p((q - 1) * math.exp(-epsilon))  # log(e^epsilon - 1 + q)
     x = s * s * (log_c - math.log(q)) + 0.5  # the privacy loss exceeds epsilon iff X > x
@@ -272,6 +285,7 @@ class GaussianAccountant:
             if not points <= PRV_GRID_MAX:
                 raise grid_refusal(f"sigma={sigma:g} with sample rate {sample_rate:.4g}, {steps} steps "
                                     f"and eps_error {eps_error:g}", points, eps_error, steps)
+            from prv_accountant import PoissonSubsampledGaussianMechanism, PRVAccountant
             mechanism = PoissonSubsampledGaussianMechanism(
                 sampling_probability=sample_rate, noise_multiplier=self.multiplier)
             # eps_max: prv-accountant's own safe domain (prv_grid), widened by less than 1% so that
@@ -300,6 +314,9 @@ class GaussianAccountant:
         F^t is raised by repeated squaring (about 2 log2(t) complex products, a few times cheaper
         than numpy's general complex power): a function of t alone, so a resumed run logs the
         same bits as an uninterrupted one."""
+        from prv_accountant.discrete_privacy_random_variable import DiscretePrivacyRandomVariable
+        from scipy.fft import irfft
+
         fourier = self._fourier
         pmf = irfft(_integer_power(fourier.F, t), n=len(fourier.domain))
         pmf = np.roll(pmf, t - 1 + (len(pmf) // 2 if t % 2 == 0 else 0))
@@ -348,6 +365,9 @@ class PureDPComposition:
     """
 
     def __init__(self, step_epsilon: float, steps: int):
+        from scipy.special import expit
+        from scipy.stats import binom
+
         self.step_epsilon, self.steps = step_epsilon, steps
         p = float(expit(-step_epsilon))  # probability of a step's loss being -eps0
         mean, sd = steps * p, math.sqrt(steps * p * (1 - p))
