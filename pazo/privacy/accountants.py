@@ -34,11 +34,12 @@ import math
 import numbers
 import warnings
 from dataclasses import dataclass
-from functools import lru_cache
 
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from pazo.privacy.rdp import PRV_RDP_ORDERS, rdp_bound, step_rdp
 
 if TYPE_CHECKING:
     from prv_accountant.discrete_privacy_random_variable import DiscretePrivacyRandomVariable
@@ -131,34 +132,6 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if _gaussian_delta(mid, mu) > delta else (lo, mid)
     return hi
-
-
-#: prv-accountant's default RDP orders (`other_accountants.RDP`): its safe PRV domain and our RDP bracket
-PRV_RDP_ORDERS = tuple(1.0 + x / 10.0 for x in range(1, 100)) + tuple(float(a) for a in range(12, 64))
-
-
-@lru_cache(maxsize=1024)
-def step_rdp(sample_rate: float, sigma: float, orders: tuple[float, ...] = PRV_RDP_ORDERS) -> np.ndarray:
-    """The RDP of one Poisson-subsampled Gaussian step at each order, by prv-accountant's own
-    `rdp` (bit for bit its values). Kept per process: a run builds its account twice (the plan and
-    the tracker), a relaunch once per attempt, and the domain formula needs the same values twice,
-    while each costs 150 Python series (about half a second)."""
-    from prv_accountant import PoissonSubsampledGaussianMechanism
-
-    mechanism = PoissonSubsampledGaussianMechanism(sampling_probability=sample_rate, noise_multiplier=sigma)
-    with np.errstate(all="ignore"):
-        values = np.array([mechanism.rdp(alpha) for alpha in np.array(orders)])
-    values.setflags(write=False)
-    return values
-
-
-def rdp_bound(rdp: np.ndarray, steps: int, delta: float, orders: tuple[float, ...] = PRV_RDP_ORDERS) -> float:
-    """The RDP accountant's epsilon after `steps` compositions (prv-accountant's `RDP.compute_epsilon`,
-    the same arithmetic: the best order's bound)."""
-    alphas = np.array(orders)
-    with np.errstate(all="ignore"):
-        eps = rdp * steps - np.log(delta * alphas) / (alphas - 1) + np.log1p(- 1 / alphas)
-    return float(eps[np.nanargmin(eps)])
 
 
 def rdp_epsilon(sigma: float, sample_rate: float, steps: int, delta: float, orders=None) -> float:

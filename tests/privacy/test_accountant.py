@@ -10,7 +10,7 @@ from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 
 from pazo.privacy import accountants as acc
-from pazo.privacy import calibration
+from pazo.privacy import calibration, rdp
 from pazo.privacy.accountants import BudgetError, GaussianAccountant, rdp_epsilon
 from pazo.privacy.calibration import calibrate_sigma
 
@@ -229,6 +229,20 @@ def test_the_safe_domain_and_the_rdp_bound_are_prv_accountants_to_the_bit(sigma,
     assert acc.prv_grid(sigma, q, steps, delta, eps_error)[0] == domain
     assert rdp_epsilon(sigma, q, steps, delta) == bound
     assert acc.step_rdp(q, sigma) is acc.step_rdp(q, sigma) and not acc.step_rdp(q, sigma).flags.writeable
+
+
+@settings(max_examples=60, deadline=None)
+@given(sigma=st.floats(0.1, 100.0), q=st.floats(1e-6, 0.999),
+       alpha=st.one_of(st.floats(1.01, 80.0), st.integers(2, 200).map(float), st.sampled_from(rdp.PRV_RDP_ORDERS)))
+def test_each_orders_rdp_is_prv_accountants_to_the_bit(sigma, q, alpha):
+    """`pazo.privacy.rdp` sums prv-accountant's series with its special functions a block at a time:
+    the same value, bit for bit, at any order (fractional or integer), rate and noise."""
+    import numpy as np
+    from prv_accountant import PoissonSubsampledGaussianMechanism
+    mechanism = PoissonSubsampledGaussianMechanism(sampling_probability=q, noise_multiplier=sigma)
+    with np.errstate(all="ignore"):
+        want, got = mechanism.rdp(np.float64(alpha)), rdp.order_rdp(q, sigma, np.float64(alpha))
+    assert got == want or (math.isnan(got) and math.isnan(want)), (got, want)
 
 
 def test_accountant_widens_prvs_own_domain_to_a_fast_fft_length_and_agrees_with_it():

@@ -4,7 +4,7 @@ either accounted or refused with one BudgetError line.
 Each case runs in its own process (numpy's memory is only visible to ru_maxrss), under an address
 space cap so that a regression fails the test instead of the machine, and reports its time and peak
 memory growth over the imports. The process is forked from one that has imported the accountant
-(3-4 s of torch and pazo imports, against under a second for the hardest case): a forked child's
+and what it imports when it accounts (3-4 s of torch, scipy and pazo imports, against under a second for the hardest case): a forked child's
 ru_maxrss starts at its own resident size, so its growth is its case's alone."""
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ CASE_TIMEOUT_S = 120
 HARNESS = textwrap.dedent("""
     import json, os, resource, signal, sys, time
     from types import SimpleNamespace
+    import prv_accountant, scipy.fft, scipy.special, scipy.stats  # what the accountant imports when it accounts
     from pazo.privacy.accountants import BudgetError
     from pazo.privacy.plan import epsilon_spent, make_plan
     from pazo.privacy.sampling import SAMPLERS
