@@ -4,8 +4,9 @@ either accounted or refused with one BudgetError line.
 Each case runs in its own process (numpy's memory is only visible to ru_maxrss), under an address
 space cap so that a regression fails the test instead of the machine, and reports its time and peak
 memory growth over the imports. The process is forked from one that has imported the accountant
-and what it imports when it accounts (3-4 s of torch, scipy and pazo imports, against under a second for the hardest case): a forked child's
-ru_maxrss starts at its own resident size, so its growth is its case's alone."""
+and what it imports when it accounts (3-4 s of torch, scipy and pazo imports, against under a
+second for the hardest case): a forked child's ru_maxrss starts at its own resident size, so its
+growth is its case's alone."""
 from __future__ import annotations
 
 import json
