@@ -46,7 +46,10 @@ def check_canary_memory(canaries: int, per_canary: float, available: int | None,
     need = canaries * per_canary
     if available is None or need <= SHARE_OF_AVAILABLE * available:
         return
-    most = max(2, math.floor(SHARE_OF_AVAILABLE * available / per_canary))
+    most = math.floor(SHARE_OF_AVAILABLE * available / per_canary)
+    remedy = (f"use audit.canaries <= {most}" if most >= 2 else
+              f"not even the fewest, audit.canaries=2, fit: audit fewer steps than {steps} or on a machine "
+              "with more memory")
     raise ConfigError(f"audit.canaries={canaries} needs about {need / 2**30:.1f} GiB for {steps} step(s) "
                       f"(about {per_canary:.0f} bytes a canary), more than {SHARE_OF_AVAILABLE:.0%} of the "
-                      f"{available / 2**30:.1f} GiB available on this machine: use audit.canaries <= {most}")
+                      f"{available / 2**30:.1f} GiB available on this machine: {remedy}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from fault_runtime_helpers import TINY, one_error_line, run_cli
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import pazo.zo.memory
@@ -112,6 +112,8 @@ def test_a_canary_costs_at_least_its_inclusion_draw_and_more_steps_never_cost_le
 
 
 @given(**canary_settings, canaries=st.integers(2, 10**12), available=st.integers(2**20, 2**40))
+@example(threat="white_box", worst_case=False, zeroth_order=False, steps=46593, queries=1, rate=1.0, example=4,
+         canaries=2, available=2**20)   # not even two canaries fit (the line once told to use <= 2)
 def test_canaries_are_refused_exactly_when_they_cannot_fit_and_the_line_names_a_count_that_fits(
         threat, worst_case, zeroth_order, steps, queries, rate, example, canaries, available):
     import re
@@ -122,8 +124,14 @@ def test_canaries_are_refused_exactly_when_they_cannot_fit_and_the_line_names_a_
         check_canary_memory(canaries, per, available, steps)
     except ConfigError as err:
         assert canaries * per > SHARE_OF_AVAILABLE * available and "\n" not in str(err)
-        most = int(re.search(r"audit.canaries <= (\d+)", str(err)).group(1))
-        assert most < canaries and (most == 2 or most * per <= SHARE_OF_AVAILABLE * available)
+        named = re.search(r"use audit.canaries <= (\d+)$", str(err))
+        if named is None:   # the line says that not even the fewest fit, and is right
+            assert "not even the fewest, audit.canaries=2, fit" in str(err)
+            assert 2 * per > SHARE_OF_AVAILABLE * available
+        else:               # the count it names fits, one more would not, and it is fewer than asked
+            most = int(named.group(1))
+            assert 2 <= most < canaries
+            assert most * per <= SHARE_OF_AVAILABLE * available < (most + 1) * per
     else:
         assert canaries * per <= SHARE_OF_AVAILABLE * available
     check_canary_memory(canaries, per, None, steps)   # memory that cannot be read refuses nothing
