@@ -34,7 +34,6 @@ import math
 import numbers
 import warnings
 from dataclasses import dataclass
-
 from typing import TYPE_CHECKING
 
 import numpy as np
