@@ -3,11 +3,11 @@
 prv-accountant sizes every PRV grid from RDP values (its safe domain, Gopi et al. 2021, remark 5.6)
 and our calibration brackets sigma with the RDP bound, so a new account costs a few hundred of the
 series of Mironov et al. 2019 (TF Privacy's `_compute_log_a`). prv-accountant sums each series term
-by term with scipy's special functions called on one number at a time, about half a second for its
+by term with scipy's special functions called on one number at a time, up to half a second for its
 151 orders. Here the same terms are summed in the same order with the same floating-point
 operations, but scipy's functions (`binom`, `log_ndtr`, `gammaln`: the same kernel for an array as
 for a number) are evaluated for a block of terms at once, so the values are the library's to the bit
-(tests/privacy/test_accountant.py checks them against it) at a fraction of the time. The values of a
+(tests/privacy/test_accountant.py checks them against it) in about a third of the time. The values of a
 (sample rate, sigma) are kept for the process: a run builds its account twice (the plan and the
 tracker), a relaunch once per attempt, and the domain formula needs them twice.
 """
