@@ -13,13 +13,18 @@ import sys
 
 class ConsoleHandler(logging.StreamHandler):
     """Info and below to the current `sys.stdout`, warnings and up to the current `sys.stderr`,
-    looked up at each record (so that redirections made after set-up, e.g. pytest's, apply)."""
+    looked up at each record (so that redirections made after set-up, e.g. pytest's, apply). A
+    record is shown once however many console handlers it reaches: in one process an entry point's
+    job logging (a console on the root) can come after `use_console` (a sweep's, the library's)."""
 
     def __init__(self) -> None:
         super().__init__(sys.stdout)
         self.setFormatter(logging.Formatter("%(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "pazo_on_console", False):
+            return   # a console handler lower on its way up showed it (`use_console`'s, then Hydra's on the root)
+        record.pazo_on_console = True
         self.stream = sys.stderr if record.levelno >= logging.WARNING else sys.stdout
         super().emit(record)
 
