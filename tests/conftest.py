@@ -53,7 +53,7 @@ class Quadratic(nn.Module):
 
     def forward(self, x):
         diff = self.w - x
-        return 0.5 * ((diff * diff) @ self.a)   # (two temporaries and a matrix-vector product: 2.4x faster)
+        return 0.5 * ((diff * diff) @ self.a)   # (two temporaries and one matrix-vector product: the audit tests' hot path)
 
 
 def identity_loss(outputs, targets):
