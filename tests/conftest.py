@@ -53,7 +53,7 @@ class Quadratic(nn.Module):
 
     def forward(self, x):
         diff = self.w - x
-        return 0.5 * ((diff * diff) @ self.a)   # (two temporaries and one matrix-vector product: the audit tests' hot path)
+        return 0.5 * ((diff * diff) @ self.a)   # (two temporaries, one matrix-vector product: the audit's hot path)
 
 
 def identity_loss(outputs, targets):
