@@ -129,7 +129,6 @@ class StandardisedWeight:
         m2 = (g * self.s).sum(-1, keepdim=True) / n
         return self.c[:, None] * (g - m1 - self.s * m2)
 
-
     def sq_norms(self, chunk: int) -> torch.Tensor:
         n_ex, t, d = self.conv.a.shape
         p = self.conv.b.shape[2]
