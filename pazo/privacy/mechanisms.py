@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pazo.privacy.device_sum import exact_row_sums, to_device
 from pazo.rng import RandomStreams
 
 
@@ -174,6 +175,12 @@ class ScalarRelease:
         """`release` of the rows of a [Q, B] tensor, rounded to its dtype, as Python floats."""
         return rounded_to(self.release(values.tolist()), values.dtype)
 
+    def release_tensor(self, values: torch.Tensor) -> torch.Tensor:
+        """`release` of the rows of a [Q, B] float64 tensor as a [Q] float64 tensor on its device.
+        Here through the host (a wrapper that sees the rows, such as the audit's, keeps seeing
+        them); the privatisers themselves compute it on the device (`device_release`)."""
+        return torch.tensor(self.release(values.tolist()), dtype=torch.float64, device=values.device)
+
     def __call__(self, values: torch.Tensor) -> torch.Tensor:
         """values: [Q, B] per-example scalars -> [Q] privatised means (`means`, as a tensor)."""
         return torch.tensor(self.means(values), dtype=values.dtype, device=values.device)
@@ -186,7 +193,8 @@ class ScalarPrivatizer(ScalarRelease):
     (`exact_sum`): the release does not depend on the order of the examples, nor on how a machine
     vectorises a sum, and a zeroth-order step of a small model pays a tensor operation only for the
     noise draw (each costs tens of microseconds between its forward passes), a float64 tensor from
-    the noise stream."""
+    the noise stream. `release_tensor` is the same release kept on a CUDA device (the design note
+    on exact releases)."""
 
     def __init__(self, spec: NoiseSpec, queries: int, generator: torch.Generator | None):
         if queries < 1:
@@ -204,8 +212,7 @@ class ScalarPrivatizer(ScalarRelease):
     def _noise(self, count: int) -> list[float]:
         """`count` draws of the noise on a sum (std or scale `noise_scale`)."""
         if self.spec.mechanism == "laplace":  # inverse CDF, so that our seeded generator drives it
-            u = torch.rand(count, generator=self.generator, dtype=torch.float64) - 0.5
-            return (-self.noise_scale * torch.sign(u) * torch.log1p(-2 * u.abs())).tolist()
+            return self._noise_tensor(count).tolist()
         scale = self.noise_scale
         return [scale * z for z in torch.randn(count, generator=self.generator, dtype=torch.float64).tolist()]
 
@@ -225,6 +232,24 @@ class ScalarPrivatizer(ScalarRelease):
         sums = [exact_sum(self.clipped(row)) for row in finite_examples(rows)]
         b, divisor = self.spec.expected_batch_size, _batch_divisor(rows)
         return [(s + z / divisor) / b for s, z in zip(sums, self._noise(len(sums)))]
+
+    def release_tensor(self, values: torch.Tensor) -> torch.Tensor:
+        """`release` on the rows' device: the same clip, the same noise draws, each sum within
+        one ulp of the host's (`device_sum`), no copy to the host."""
+        if not self.spec.private:
+            return plain_means(values)
+        if _debug_break == "no_clip":  # debug break: no clipping
+            clipped = finite_columns(values)
+        else:
+            clipped = finite_columns(values).clamp(-self.spec.clip, self.spec.clip)
+        return noisy_means(exact_row_sums(clipped), self._noise_tensor(len(values)), self.spec, values)
+
+    def _noise_tensor(self, count: int) -> torch.Tensor:
+        """`_noise` as a float64 tensor on the host (the same draws, the same products)."""
+        if self.spec.mechanism == "laplace":
+            u = torch.rand(count, generator=self.generator, dtype=torch.float64) - 0.5
+            return -self.noise_scale * torch.sign(u) * torch.log1p(-2 * u.abs())
+        return torch.randn(count, generator=self.generator, dtype=torch.float64) * self.noise_scale
 
 
 class JointClipPrivatizer(ScalarRelease):
@@ -276,6 +301,38 @@ class JointClipPrivatizer(ScalarRelease):
         scale, b, divisor = self.noise_scale, self.spec.expected_batch_size, _batch_divisor(rows)
         noise = [scale * z for z in torch.randn(len(sums), generator=self.generator, dtype=torch.float64).tolist()]
         return [(s + z / divisor) / b for s, z in zip(sums, noise)]
+
+    def release_tensor(self, values: torch.Tensor) -> torch.Tensor:
+        """`release` on the rows' device: the same draws; each column's norm is torch's (within a
+        few ulps of `math.hypot`), each sum within one ulp of the host's (`device_sum`)."""
+        if not self.spec.private:
+            return plain_means(values)
+        clipped = values
+        if _debug_break != "no_clip":  # debug break: no clipping
+            norms = torch.linalg.vector_norm(values, dim=0)   # NaN or inf where a column is not finite
+            c = self.spec.clip
+            clipped = values.where(norms <= c, c * (values / norms)).where(torch.isfinite(norms), 0.0)
+        noise = torch.randn(len(values), generator=self.generator, dtype=torch.float64) * self.noise_scale
+        return noisy_means(exact_row_sums(clipped), noise, self.spec, values)
+
+
+def finite_columns(values: torch.Tensor) -> torch.Tensor:
+    """[Q, B] values with each example that has a NaN or infinite value in any row set to 0 (the
+    tensor form of `finite_examples`)."""
+    return values.where(torch.isfinite(values).all(dim=0), 0.0)
+
+
+def plain_means(values: torch.Tensor) -> torch.Tensor:
+    """A non-private release: each row's mean over the realised batch (0 for an empty one)."""
+    count = values.shape[1]
+    return exact_row_sums(values) / count if count else values.new_zeros(len(values))
+
+
+def noisy_means(sums: torch.Tensor, noise: torch.Tensor, spec: NoiseSpec, values: torch.Tensor) -> torch.Tensor:
+    """(sums + noise) / b on the sums' device, `noise` drawn on the host (copied without waiting
+    for the device), b the expected batch size; the debug break `noise_div_batch` as `release`."""
+    divisor = max(values.shape[1], 1) if _debug_break == "noise_div_batch" and len(values) else 1  # debug break
+    return (sums + to_device(noise, sums.device) / divisor) / spec.expected_batch_size
 
 
 def exact_sum(values: Iterable[float]) -> float:
