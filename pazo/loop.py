@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from pazo.checkpoint import LoopState, StopRequests
 from pazo.experiment import Run
+from pazo.methods.base import host_stats
 from pazo.privacy.plan import EpsilonTracker
 from pazo.progress import Progress
 from pazo.recorder import Recorder
@@ -125,7 +126,8 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
 
 
 def timed_step(r: Run, sampler, loop: LoopState, step: int) -> dict:
-    """One step of the method on a fresh Poisson batch, its time recorded (CUDA synchronised)."""
+    """One step of the method on a fresh Poisson batch, its time recorded (CUDA synchronised); its
+    statistics as Python floats, read after the timing."""
     _sync(r.device)
     t0 = time.perf_counter()
     x, y = r.data.private.batch(sampler.sample(), r.device)
@@ -133,7 +135,7 @@ def timed_step(r: Run, sampler, loop: LoopState, step: int) -> dict:
     _sync(r.device)
     loop.step_times.append(time.perf_counter() - t0)
     loop.step = step
-    return stats
+    return host_stats(stats)
 
 
 def metrics_row(r: Run, loop: LoopState, window: dict, step: int, epsilon: float | None) -> dict:

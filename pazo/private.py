@@ -38,6 +38,7 @@ from pazo.errors import ConfigError, require
 from pazo.experiment import assemble_method, data_digest, functional_model, resolve_device
 from pazo.fingerprint import computation_fingerprint
 from pazo.methods import Method, MethodConfig, method_config, method_info, method_names
+from pazo.methods.base import host_stats
 from pazo.models.functional import FunctionalModel
 from pazo.privacy.plan import EpsilonTracker, PrivacyPlan, make_plan
 from pazo.privacy.sampling import PoissonSampler
@@ -98,7 +99,7 @@ class PrivateZO:
                               "on a fresh Poisson sample of the private data, not on a batch of one's own")
         self._pending = None
         x, y = batch
-        stats = self.method.step(x, y, self.steps_done + 1)
+        stats = host_stats(self.method.step(x, y, self.steps_done + 1))
         self.steps_done += 1
         return stats
 

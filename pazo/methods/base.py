@@ -76,6 +76,30 @@ class PublicBatches:
         return self.split.batch(np.sort(idx), self.device)
 
 
+def releases_on_device(model: FunctionalModel, device: torch.device) -> bool:
+    """Whether a zeroth-order step keeps its per-example values, release, update and statistics on
+    the device, never waiting for it: on CUDA, for parameters on that one device in float32 or
+    float64 (a half-precision model's update scales in float32, which a 0-dim tensor of its dtype
+    would not; MPS has no float64). On CPU the step works on Python floats, which is faster there."""
+    return (device.type == "cuda" and len(model.devices) == 1
+            and all(p.dtype in (torch.float32, torch.float64) for p in model.params))
+
+
+def release_block(on_device: bool) -> dict:
+    """The summary's engine fact on where a zeroth-order step's release is computed."""
+    return {"engine": {"release": "device" if on_device else "host"}}
+
+
+def host_stats(stats: dict) -> dict:
+    """A step's statistics as Python floats: its tensors read in one copy (on an accelerator one
+    wait for the device, once the step is done)."""
+    keys = [k for k, v in stats.items() if isinstance(v, torch.Tensor)]
+    if not keys:
+        return stats
+    values = torch.stack([stats[k].detach().double().reshape(()) for k in keys]).tolist()
+    return {**stats, **dict(zip(keys, values))}
+
+
 @dataclass
 class MethodContext:
     model: FunctionalModel

@@ -47,9 +47,11 @@ class PazoM(TwoPointMethod):
         # lines 8-11: s_j = (1/b)(sum_i clip_C((f+ - f-) / 2 lam) + N(0, q C^2 sigma^2)); g~ = sum_j s_j u_j
         estimate = self.noisy_directional_derivatives(x, y, u)
         # line 13: x <- x - eta ((1 - alpha) g~/q + alpha g_pub)
-        self.descend(u, [(1 - alpha) * c for c in estimate.mean_coefficients()])
-        stats = self.stats(estimate)
+        coefs = estimate.mean_coefficients()
+        self.descend(u, coefs.double() * (1 - alpha) if self.on_device else [(1 - alpha) * c for c in coefs])
+        stats = estimate.stats()
         if g_pub is not None:
             apply_flat_update(self.model, g_pub, self.lr * alpha)   # alpha in the step size: no scaled copy
-            stats["public_grad_norm"] = float(g_pub.norm())
+            norm = g_pub.norm()
+            stats["public_grad_norm"] = norm if self.on_device else float(norm)
         return stats

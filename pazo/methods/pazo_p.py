@@ -47,7 +47,7 @@ class PazoP(TwoPointMethod):
         self.coef_gen = ctx.streams.torch_generator("directions")
 
     def describe(self) -> dict:
-        return {"public_grads": self.public_grads_choice()}
+        return {**super().describe(), "public_grads": self.public_grads_choice()}
 
     def public_basis(self) -> torch.Tensor:
         """Line 4-5: G, the k public gradients (ortho)normalised, as rows [rank, d]; gradients
@@ -68,7 +68,7 @@ class PazoP(TwoPointMethod):
         estimate = self.noisy_directional_derivatives(x, y, u)
         # line 13: x <- x - eta g~/q, g~ = sum_j s_j G u_j
         self.descend(u, estimate.mean_coefficients())
-        return {**self.stats(estimate), "subspace_rank": float(rank)}
+        return {**estimate.stats(), "subspace_rank": float(rank)}
 
 
 @register_method("pazo_p_prime", config=PazoPConfig, label="PAZO-P'", family="zeroth_order", uses_public=True,

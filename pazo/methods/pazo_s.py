@@ -11,7 +11,8 @@ from typing import Any
 import torch
 
 from pazo.errors import ConfigError
-from pazo.methods.base import Method, MethodConfig, at_least_one, boolean_or_auto
+from pazo.methods.base import (Method, MethodConfig, at_least_one, boolean_or_auto, host_stats, release_block,
+                               releases_on_device)
 from pazo.methods.registry import register_method
 from pazo.privacy.mechanisms import Release, ScalarPrivatizer, noise_generator
 from pazo.zo.directions import FlatDirections, SeededDirections
@@ -51,9 +52,10 @@ class PazoS(Method):
         super().__init__(cfg, ctx)
         self.public = self.public_batches()
         self.privatizer = ScalarPrivatizer(ctx.noise, cfg.release().queries, noise_generator(ctx.streams))
+        self.on_device = releases_on_device(self.model, ctx.device)
 
     def describe(self) -> dict:
-        return {"public_grads": self.public_grads_choice()}
+        return {**release_block(self.on_device), "public_grads": self.public_grads_choice()}
 
     def outcome(self, stat_sums, steps_done):
         """The share of steps the noisy candidate g_best + z' won, beside the engine's facts."""
@@ -70,6 +72,8 @@ class PazoS(Method):
         seed = self.ctx.streams.draw_seeds("directions", 1)[0] if self.ctx.query_train_mode else None
         losses = self.ctx.engine.losses(self.model, x, y, directions, points,
                                         train=self.ctx.query_train_mode, seed=seed)
+        if self.on_device:
+            return self.privatizer.release_tensor(losses.double()).to(losses.dtype), losses
         return self.privatizer(losses), losses
 
     def perturbed(self, g: torch.Tensor) -> torch.Tensor:
@@ -84,19 +88,21 @@ class PazoS(Method):
         # lines 6-9: noisy private losses f_j at x - eta g_j
         f, losses = self.noisy_losses(x, y, g)
         nonfinite = ~torch.isfinite(losses).all(dim=0)   # examples that contribute zero (a private diagnostic)
-        # line 10: the best public candidate
-        best = int(torch.argmin(f))
-        chosen, chosen_losses, won = g[best], losses[best], 0.0
+        # line 10: the best public candidate (chosen on the device: nothing is read back during the step)
+        best = torch.argmin(f).reshape(1)
+        chosen, chosen_losses = g.index_select(0, best)[0], losses.index_select(0, best)[0]
+        won = torch.zeros((), dtype=torch.bool, device=f.device)
         if self.cfg.noisy_candidate:
             # lines 11-13: g_{k+1} = g_best + z' and its noisy private loss f_{k+1}
-            g_extra = self.perturbed(g[best])
+            g_extra = self.perturbed(chosen)
             f_extra, extra_losses = self.noisy_losses(x, y, g_extra[None])
             nonfinite |= ~torch.isfinite(extra_losses).all(dim=0)
-            # line 14: j* = argmin over all k + 1
-            if float(f_extra[0]) < float(f[best]):
-                chosen, chosen_losses, won = g_extra, extra_losses[0], 1.0
+            # line 14: j* = argmin over all k + 1 (the public candidate on a tie)
+            won = f_extra[0] < f.index_select(0, best)[0]
+            chosen, chosen_losses = torch.where(won, g_extra, chosen), torch.where(won, extra_losses[0], chosen_losses)
         # line 15: x <- x - eta g_{j*}
         apply_flat_update(self.model, chosen, self.lr)
-        loss = float(chosen_losses.mean()) if chosen_losses.numel() else float("nan")
-        return {"loss": loss, "noisy_candidate_won": won, "chosen_public_index": float(best),
-                "nonfinite_examples": float(nonfinite.sum()) if self.ctx.noise.private else None}
+        stats = {"loss": chosen_losses.mean() if chosen_losses.numel() else float("nan"),
+                 "noisy_candidate_won": won, "chosen_public_index": best[0],
+                 "nonfinite_examples": nonfinite.sum() if self.ctx.noise.private else None}
+        return stats if self.on_device else host_stats(stats)

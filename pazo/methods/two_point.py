@@ -17,7 +17,8 @@ from typing import NamedTuple
 
 import torch
 
-from pazo.methods.base import Method, MethodConfig, at_least_one, one_of, positive, require
+from pazo.methods.base import (Method, MethodConfig, at_least_one, one_of, positive, release_block, releases_on_device,
+                               require)
 from pazo.privacy.mechanisms import (NoiseSpec, Release, ScalarPrivatizer, ScalarRelease, exact_sum, noise_generator,
                                      nonfinite_examples, rounded_to)
 from pazo.zo.directions import Directions, SeededDirections, orthogonal_directions, resolve_radius
@@ -69,14 +70,23 @@ class TwoPointMethod(Method):
         require(getattr(cfg, "direction", None) != "orthogonal" or cfg.q <= dim,
                 f"method.q={cfg.q} orthogonal directions do not fit in the model's {dim} parameters: use q <= {dim}")
         self.privatizer = self.make_privatizer(self.noise_spec(ctx.noise), noise_generator(ctx.streams))
+        self.on_device = releases_on_device(self.model, ctx.device)
+
+    def describe(self) -> dict:
+        """Where the release is computed: `device` (on CUDA, nothing read back during the
+        step: `releases_on_device`) or `host` (Python floats)."""
+        return release_block(self.on_device)
 
     def make_privatizer(self, spec: NoiseSpec, generator: torch.Generator) -> ScalarRelease:
         """The release of a step's rows of per-example scalars: each clipped alone, the noise split
         over the q rows (DP-AggZO clips each example's q values together)."""
         return ScalarPrivatizer(spec, self.cfg.q, generator)
 
-    def privatize(self, finite_differences: list[list[float]]) -> list[float]:
-        """The q noisy s_j from the per-example finite differences (rows: directions)."""
+    def privatize(self, finite_differences: list[list[float]] | torch.Tensor) -> list[float] | torch.Tensor:
+        """The q noisy s_j from the per-example finite differences (rows: directions), as Python
+        floats, or from a float64 tensor as one on its device."""
+        if isinstance(finite_differences, torch.Tensor):
+            return self.privatizer.release_tensor(finite_differences)
         return self.privatizer.release(finite_differences)
 
     def noise_spec(self, spec: NoiseSpec) -> NoiseSpec:
@@ -92,15 +102,18 @@ class TwoPointMethod(Method):
             return orthogonal_directions(model.dim, seeds[0], cfg.q, resolve_radius(cfg.radius, model.dim),
                                          model.split_flat, self.ctx.device, dtype)
         radius = resolve_radius(cfg.radius, model.dim) if cfg.direction == "sphere" else None
-        return SeededDirections(model.shapes, seeds, cfg.direction, radius, device=self.ctx.device, dtype=dtype)
+        return SeededDirections(model.shapes, seeds, cfg.direction, radius, device=self.ctx.device, dtype=dtype,
+                                norm_on_device=self.on_device)
 
-    def noisy_directional_derivatives(self, x, y, u: Directions) -> Estimate:
+    def noisy_directional_derivatives(self, x, y, u: Directions) -> Estimate | DeviceEstimate:
         """The privatised s_j for each direction u_j, the per-example losses they came from, and in
         a private run how many examples had a non-finite finite difference (they contribute zero)."""
         lam = self.cfg.smoothing
         points = [(j, s) for j in range(u.count) for s in (lam, -lam)]
         seed = self.ctx.streams.draw_seeds("directions", 1)[0] if self.ctx.query_train_mode else None
         rows = self.ctx.engine.loss_rows(self.model, x, y, u, points, train=self.ctx.query_train_mode, seed=seed)
+        if self.on_device:
+            return self.device_estimate(rows)
         losses = host_lists(rows)
         plus, minus = losses[0::2], losses[1::2]
         finite_differences = [[(p - m) / (2 * lam) for p, m in zip(fp, fm)] for fp, fm in zip(plus, minus)]
@@ -108,25 +121,26 @@ class TwoPointMethod(Method):
         nonfinite = len(nonfinite_examples(finite_differences)) if self.ctx.noise.private else None
         return Estimate(s, losses, rows[0].dtype, rows[0].device, nonfinite)
 
-    def descend(self, u: Directions, coefs: list[float]) -> None:
+    def device_estimate(self, rows: list[torch.Tensor]) -> DeviceEstimate:
+        """`noisy_directional_derivatives` kept on the losses' device: the same finite differences
+        in float64, the privatiser's device release, nothing read back to the host."""
+        losses = torch.stack(rows)
+        wide = losses.double()
+        finite_differences = (wide[0::2] - wide[1::2]) / (2 * self.cfg.smoothing)
+        s = self.privatize(finite_differences).to(losses.dtype)
+        nonfinite = (~torch.isfinite(finite_differences)).any(dim=0).sum() if self.ctx.noise.private else None
+        return DeviceEstimate(s, losses, nonfinite)
+
+    def descend(self, u: Directions, coefs: list[float] | torch.Tensor) -> None:
         """x <- x - lr * sum_j coefs[j] u_j (each u_j regenerated, never stored whole)."""
         apply_directional_update(self.model, u, coefs, self.lr)
-
-    @staticmethod
-    def stats(estimate: Estimate) -> dict[str, float]:
-        """The step's mean query loss over all its per-example losses, mean |s_j| and (private
-        runs) the examples that contributed zero for a non-finite value."""
-        count = sum(map(len, estimate.losses))
-        loss = exact_sum(itertools.chain.from_iterable(estimate.losses)) / count if count else float("nan")
-        return {"loss": loss, "projected_grad": math.fsum(map(abs, estimate.s)) / len(estimate.s),
-                "nonfinite_examples": None if estimate.nonfinite is None else float(estimate.nonfinite)}
 
     def step(self, x, y, step):
         """Zeroth-order SGD: x <- x - lr * (1/q) sum_j s_j u_j."""
         u = self.random_directions()
         estimate = self.noisy_directional_derivatives(x, y, u)
         self.descend(u, estimate.mean_coefficients())
-        return self.stats(estimate)
+        return estimate.stats()
 
 
 class Estimate(NamedTuple):
@@ -144,6 +158,35 @@ class Estimate(NamedTuple):
     def mean_coefficients(self) -> list[float]:
         """s_j / q (`mean_coefficients`)."""
         return mean_coefficients(self.s, len(self.s), self.dtype, self.device)
+
+    def stats(self) -> dict[str, float | None]:
+        """The step's mean query loss over all its per-example losses, mean |s_j| and (private
+        runs) the examples that contributed zero for a non-finite value."""
+        count = sum(map(len, self.losses))
+        loss = exact_sum(itertools.chain.from_iterable(self.losses)) / count if count else float("nan")
+        return {"loss": loss, "projected_grad": math.fsum(map(abs, self.s)) / len(self.s),
+                "nonfinite_examples": None if self.nonfinite is None else float(self.nonfinite)}
+
+
+class DeviceEstimate(NamedTuple):
+    """`Estimate` as tensors on the losses' device: s [q] in the losses' dtype, the losses [2q, B]
+    (rows in the same order), the non-finite count as a 0-dim tensor (None in a non-private run)."""
+
+    s: torch.Tensor
+    losses: torch.Tensor
+    nonfinite: torch.Tensor | None = None
+
+    def mean_coefficients(self) -> torch.Tensor:
+        """s_j / q as the device divides (the host path's CUDA division)."""
+        return self.s if len(self.s) == 1 else self.s / len(self.s)
+
+    def stats(self) -> dict[str, torch.Tensor | float | None]:
+        """`Estimate.stats` as 0-dim tensors, read once the step is done (`host_stats`); the means
+        in float64 as the device sums them (diagnostics: the release's sum is the exact one)."""
+        count = self.losses.numel()
+        return {"loss": self.losses.double().mean() if count else float("nan"),
+                "projected_grad": self.s.double().abs().mean(),
+                "nonfinite_examples": None if self.nonfinite is None else self.nonfinite.double()}
 
 
 def host_lists(rows: list[torch.Tensor]) -> list[list[float]]:

@@ -96,13 +96,22 @@ class HybridZOGD(TwoPointMethod):
         self.isotropic.add_to(self.model.params, self.lr, self.model.dim)  # - lr/sqrt(d) G2
         radius = self.cfg.projection_radius
         if radius is not None:                                            # Pi_R
-            with torch.no_grad():
-                norm = self.model.flat_params().norm().item()
-                if norm > radius:
-                    for p in self.model.params:
-                        p.mul_(radius / norm)
-            stats["param_norm"] = min(norm, float(radius))
+            stats["param_norm"] = self.project(float(radius))
         return stats
+
+    @torch.no_grad()
+    def project(self, radius: float) -> float | torch.Tensor:
+        """Pi_R: the parameters scaled onto the ball of radius R if outside it; their norm after
+        (on the device, without reading it, where the step stays there)."""
+        norm = self.model.flat_params().norm()
+        if self.on_device:
+            torch._foreach_mul_(self.model.params, torch.where(norm > radius, radius / norm, 1.0))
+            return norm.clamp(max=radius)
+        norm = norm.item()
+        if norm > radius:
+            for p in self.model.params:
+                p.mul_(radius / norm)
+        return min(norm, radius)
 
 
 @dataclass
@@ -146,14 +155,16 @@ class DPAggZO(TwoPointMethod):
     def make_privatizer(self, spec: NoiseSpec, generator: torch.Generator) -> JointClipPrivatizer:
         return JointClipPrivatizer(spec, generator)
 
-    def privatize(self, finite_differences: list[list[float]]) -> list[float]:
+    def privatize(self, finite_differences: list[list[float]] | torch.Tensor) -> list[float] | torch.Tensor:
         """s = (sum_i clip_C(v_i) + N(0, C^2 sigma^2 I_K)) / b, v_i example i's K finite differences / K."""
         k = self.cfg.q
-        return self.privatizer.release([[g / k for g in row] for row in finite_differences])
+        if isinstance(finite_differences, torch.Tensor):
+            return super().privatize(finite_differences / k)
+        return super().privatize([[g / k for g in row] for row in finite_differences])
 
     def step(self, x, y, step):
         """x <- x - lr * sum_k s_k u_k (the 1/K is inside each example's vector)."""
         u = self.random_directions()
         estimate = self.noisy_directional_derivatives(x, y, u)
         self.descend(u, estimate.s)
-        return self.stats(estimate)
+        return estimate.stats()

@@ -27,6 +27,15 @@ MODE_FREE_LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear, nn.Embedding, nn
                     nn.AdaptiveAvgPool2d, nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
 
+def add_scaled_(target: torch.Tensor, tensor: torch.Tensor, alpha: float | torch.Tensor) -> None:
+    """target += alpha * tensor, in place; alpha a Python number or a 0-dim tensor on the target's
+    device (a scale computed there, not read back to the host; taken in the target's dtype)."""
+    if isinstance(alpha, torch.Tensor):
+        target.addcmul_(tensor, alpha)
+    else:
+        target.add_(tensor, alpha=alpha)
+
+
 def train_mode_matters(module: nn.Module) -> bool:
     """Whether switching `module` between train and eval mode can change its outputs. False only
     when every submodule is a layer of `MODE_FREE_LAYERS`, a dropout of p = 0, or a class that
@@ -131,7 +140,7 @@ class FunctionalModel:
             self._packed = None                      # for good: the parameters live elsewhere now
         return self._packed
 
-    def add_to_packed(self, flat: torch.Tensor, alpha: float, bump_versions: bool = True) -> bool:
+    def add_to_packed(self, flat: torch.Tensor, alpha: float | torch.Tensor, bump_versions: bool = True) -> bool:
         """x <- x + alpha * flat with one operation on the packed buffer, if the parameters are
         packed (else False, and nothing done). Their autograd versions are bumped, as the
         per-parameter in-place add would, so a graph that saved them still sees the change
@@ -140,12 +149,12 @@ class FunctionalModel:
         packed = self.packed()
         if packed is None:
             return False
-        packed.add_(flat, alpha=alpha)
+        add_scaled_(packed, flat, alpha)
         if bump_versions:
             increment_version(self.params)
         return True
 
-    def add_groups_to_packed(self, groups, alpha: float, bump_versions: bool = True) -> bool:
+    def add_groups_to_packed(self, groups, alpha: float | torch.Tensor, bump_versions: bool = True) -> bool:
         """x <- x + alpha * u for u given as (lo, hi, flat entries of parameters lo..hi-1) groups
         (`Directions.flat_groups`), one operation a group on the packed buffer, if the parameters
         are packed (else False, and `groups` not consumed); versions as `add_to_packed`."""
@@ -154,7 +163,7 @@ class FunctionalModel:
             return False
         starts = self._starts
         for lo, hi, flat in groups:
-            packed[starts[lo]:starts[hi]].add_(flat, alpha=alpha)
+            add_scaled_(packed[starts[lo]:starts[hi]], flat, alpha)
         if bump_versions:
             increment_version(self.params)
         return True

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from pazo.privacy.device_sum import to_device
 from pazo.zo.bases import orthonormal_basis
 from pazo.zo.layout import PIECE_NUMEL, draws_per_parameter, model_layout, piece_bounds
 
@@ -138,6 +139,13 @@ def _seeded_generator(device: torch.device, seed: int) -> torch.Generator:
     return gen
 
 
+def _scaled_(draw: torch.Tensor, factor: float | torch.Tensor) -> torch.Tensor:
+    """draw *= factor in place (skipped for a Python 1.0; a tensor factor is never read)."""
+    if isinstance(factor, torch.Tensor) or factor != 1.0:
+        draw.mul_(factor)
+    return draw
+
+
 class SeededDirections(Directions):
     """Gaussian N(0, I_d) directions, or uniform on the sphere of a given radius, from seeds.
 
@@ -156,16 +164,17 @@ class SeededDirections(Directions):
 
     def __init__(self, shapes: Sequence[torch.Size], seeds: Sequence[int], distribution: str = "gaussian",
                  radius: float | None = None, scale: float = 1.0, device="cpu", dtype=torch.float32,
-                 group_numel: int | None = None):
+                 group_numel: int | None = None, norm_on_device: bool = False):
         if distribution not in ("gaussian", "sphere"):
             raise ValueError(f"unknown direction distribution {distribution!r}; choices: gaussian, sphere")
         if distribution == "sphere" and radius is None:
             raise ValueError("a sphere distribution needs a radius")
         self.seeds, self.distribution = list(seeds), distribution
         self.radius, self.scale, self.dtype = radius, scale, dtype
+        self.norm_on_device = norm_on_device   # a sphere's norm as a tensor, never read (`_factor`)
         self.device = device if isinstance(device, torch.device) else torch.device(device)
         self.shapes, self.numels, self.groups, self._cpu_draws = model_layout(shapes, group_numel)
-        self._norms: dict[int, float] = {}
+        self._norms: dict[int, float | torch.Tensor] = {}
         self._kept: tuple[int, torch.Tensor, list[torch.Tensor] | None] | None = None  # (j, buffer, its views)
         self._states: tuple[int, list[torch.Tensor]] | None = None    # (j, generator state before each draw)
         self._last_draw: tuple[int, int, torch.Tensor] | None = None  # (j, draw index, its scaled numbers)
@@ -228,14 +237,19 @@ class SeededDirections(Directions):
     def _views(self, lo: int, hi: int, buf: torch.Tensor) -> list[torch.Tensor]:
         return [piece.view(shape) for piece, shape in zip(buf.split(self.numels[lo:hi]), self.shapes[lo:hi])]
 
-    def _factor(self, j: int, first: torch.Tensor | None = None) -> float:
+    def _factor(self, j: int, first: torch.Tensor | None = None) -> float | torch.Tensor:
+        """The scale of direction j's raw N(0, I) draws: `scale`, or for the sphere scale * radius /
+        norm, as a float64 0-dim tensor with `norm_on_device` (a step kept on the device,
+        `releases_on_device`: the norm is never read back), else as a Python float. Either scales
+        a float32 or float64 draw to the same numbers."""
         if self.distribution == "gaussian":
             return self.scale
         if j not in self._norms:  # with several groups, one extra pass, a piece at a time, to learn the norm
             if first is not None:
-                self._norms[j] = float(torch.linalg.vector_norm(first, dtype=torch.float64))   # one pass, no copy
+                norm = torch.linalg.vector_norm(first, dtype=torch.float64)   # one pass, no copy
             else:                 # the pass records the generator's states too (`parameter_pieces`)
-                self._norms[j] = math.sqrt(self._record_states(j, norm=True))
+                norm = self._record_states(j, norm=True).sqrt()
+            self._norms[j] = norm if self.norm_on_device else float(norm)
         return self.scale * self.radius / self._norms[j]
 
     def iter_groups(self, j: int) -> Iterator[tuple[int, int, list[torch.Tensor]]]:
@@ -253,9 +267,7 @@ class SeededDirections(Directions):
         at a time, a fresh buffer each."""
         factor = self._factor(j)
         for lo, hi, buf in self._raw_groups(j):
-            if factor != 1.0:
-                buf.mul_(factor)
-            yield lo, hi, buf
+            yield lo, hi, _scaled_(buf, factor)
 
     def flat_groups(self, j: int) -> Iterator[tuple[int, int, torch.Tensor]]:
         if len(self.groups) == 1:
@@ -267,10 +279,7 @@ class SeededDirections(Directions):
         until another direction is asked for; its per-parameter views only when asked for."""
         if self._kept is None or self._kept[0] != j:
             buf = self._draw_group(_seeded_generator(self.device, self.seeds[j]), *self.groups[0])
-            factor = self._factor(j, buf)
-            if factor != 1.0:
-                buf.mul_(factor)
-            self._kept = (j, buf, None)
+            self._kept = (j, _scaled_(buf, self._factor(j, buf)), None)
         return self._kept[1]
 
     def iter_pieces(self, j: int, max_numel: int | None = None,
@@ -284,7 +293,7 @@ class SeededDirections(Directions):
             return
         factor = self._factor(j)
         for i, lo, piece in self._raw_pieces(j, reuse):
-            yield i, lo, piece.mul_(factor) if factor != 1.0 else piece
+            yield i, lo, _scaled_(piece, factor)
 
     def flat(self, j: int) -> torch.Tensor | None:
         return self._whole(j) if len(self.groups) == 1 else None
@@ -317,9 +326,7 @@ class SeededDirections(Directions):
                 buf = self._last_draw[2] if self._last_draw is not None else None
                 if buf is None or buf.numel() < b - a:
                     buf = torch.empty(max(b - a, PIECE_NUMEL + 15), device=self.device, dtype=self.dtype)
-                draw = buf[:b - a].normal_(generator=gen)
-                if factor != 1.0:
-                    draw.mul_(factor)
+                _scaled_(buf[:b - a].normal_(generator=gen), factor)
                 self._last_draw = (j, index, buf)
             yield at, self._last_draw[2][lo:hi]
 
@@ -339,16 +346,21 @@ class SeededDirections(Directions):
             self._record_states(j)
         return self._states[1]
 
-    def _record_states(self, j: int, norm: bool = False) -> float:
+    def _record_states(self, j: int, norm: bool = False) -> torch.Tensor | None:
         """One pass over direction j's draws (`_raw_draws`) that records the generator's state
         before each; with `norm`, returns the squared norm of the unscaled direction, summed draw
-        by draw in order (one sync)."""
+        by draw in order (a float64 0-dim tensor on the directions' device)."""
         states: list[torch.Tensor] = []
         draws = (draw for *_, draw in self._raw_draws(j, reuse=True, states=states))
-        total = float(sum(torch.linalg.vector_norm(draw, dtype=torch.float64) ** 2 for draw in draws)) if norm \
-            else deque(draws, maxlen=0)
+        total = None
+        if norm:
+            total = torch.zeros((), dtype=torch.float64, device=self.device)
+            for draw in draws:
+                total = total + torch.linalg.vector_norm(draw, dtype=torch.float64) ** 2
+        else:
+            deque(draws, maxlen=0)
         self._states = (j, states)
-        return total or 0.0
+        return total
 
 
 class FlatDirections(_HeldVectorPieces, Directions):
@@ -387,10 +399,12 @@ def orthogonal_directions(dim: int, seed: int, count: int, radius: float, split_
 
 class SubspaceDirections(_HeldVectorPieces, Directions):
     """Directions G^T u_j in the span of the rows of a basis G [k, d] (PAZO-P), u_j = coeffs[j]:
-    one [k] x [k, d] product per direction, the last one kept."""
+    one [k] x [k, d] product per direction, the last one kept. The coefficients (drawn on the host)
+    go to the basis's device in one copy that does not wait for it."""
 
     def __init__(self, basis: torch.Tensor, coeffs: torch.Tensor, split_flat):
-        self.basis, self.coeffs, self.split_flat = basis, coeffs, split_flat
+        self.basis, self.split_flat = basis, split_flat
+        self.coeffs = to_device(coeffs, basis.device).to(basis.dtype)
         self._kept: tuple[int, torch.Tensor] | None = None
 
     @property
@@ -399,7 +413,7 @@ class SubspaceDirections(_HeldVectorPieces, Directions):
 
     def vector(self, j: int) -> torch.Tensor:
         if self._kept is None or self._kept[0] != j:
-            self._kept = (j, self.coeffs[j].to(self.basis) @ self.basis)
+            self._kept = (j, self.coeffs[j] @ self.basis)
         return self._kept[1]
 
     def iter_groups(self, j: int) -> Iterator[tuple[int, int, list[torch.Tensor]]]:

@@ -50,6 +50,7 @@ import torch
 
 from pazo.errors import ConfigError
 from pazo.models.functional import FunctionalModel
+from pazo.privacy.device_sum import to_device
 from pazo.zo.half_precision import ExactShift, PerturbedForward, Workspace, has_low_precision, parameter_pieces
 from pazo.zo.placement import to_param_devices
 
@@ -110,7 +111,7 @@ class VectorisedEngine:
                 part = points[start:start + chunk]
                 # the chunk's directions only (each regenerated from its seed): memory bounded by the chunk
                 vectors = {j: directions.vector(j) for j in sorted({j for j, _ in part})}
-                scales = base.new_tensor([s for _, s in part])[:, None]
+                scales = to_device(torch.tensor([s for _, s in part], dtype=base.dtype), base.device)[:, None]
                 block = base + scales * torch.stack([vectors[j] for j, _ in part])  # [P, d]
                 stacked = model.split_flat(block)  # per parameter [P, *shape] views
                 out.append(_forward(model, x, y, train, seed, lambda: model.stacked_losses(
@@ -122,12 +123,13 @@ class VectorisedEngine:
         return list(self.losses(*args, **kwargs).unbind())
 
 
-def shift(model: FunctionalModel, directions, j: int, alpha: float, bump_versions: bool = True) -> None:
+def shift(model: FunctionalModel, directions, j: int, alpha: float | torch.Tensor, bump_versions: bool = True) -> None:
     """x <- x + alpha * u_j on the live parameters, one fused add per group of parameters (each
     tensor first put on its parameter's device: a no-op on one device). A half-precision model is
     moved a piece of the direction at a time (`parameter_pieces`), as its queries are, so that
     its update never holds a group of the direction either. `bump_versions`: see
-    `FunctionalModel.add_to_packed`."""
+    `FunctionalModel.add_to_packed`. alpha may be a 0-dim tensor on the parameters' one device
+    (an update computed there, `apply_directional_update`), not on a half-precision model."""
     flat = directions.flat(j)                  # held whole anyway, or None
     if flat is not None and model.add_to_packed(flat, alpha, bump_versions):   # one add for the whole model
         return
@@ -141,7 +143,11 @@ def shift(model: FunctionalModel, directions, j: int, alpha: float, bump_version
         return
     for lo, hi, tensors in directions.iter_groups(j):
         group = params[lo:hi]
-        torch._foreach_add_(group, to_param_devices(tensors, group) if spread else tensors, alpha=alpha)
+        tensors = to_param_devices(tensors, group) if spread else tensors
+        if isinstance(alpha, torch.Tensor):
+            torch._foreach_add_(group, torch._foreach_mul(tensors, alpha))
+        else:
+            torch._foreach_add_(group, tensors, alpha=alpha)
 
 
 class InPlaceEngine:
@@ -317,8 +323,15 @@ def build_engine(cfg, choice: str | None = None):
 
 
 @torch.no_grad()
-def apply_directional_update(model: FunctionalModel, directions, coefs: Sequence[float], lr: float) -> None:
-    """x <- x - lr * sum_j coefs[j] * u_j, regenerating each u_j (or reusing the kept one)."""
+def apply_directional_update(model: FunctionalModel, directions, coefs: Sequence[float] | torch.Tensor,
+                             lr: float) -> None:
+    """x <- x - lr * sum_j coefs[j] * u_j, regenerating each u_j (or reusing the kept one). coefs
+    as a tensor on the parameters' device: each scale -lr * c_j is formed there in float64, as the
+    Python one is, and never read back (every u_j is added, a zero coefficient too)."""
+    if isinstance(coefs, torch.Tensor):
+        for j, alpha in enumerate((coefs.double() * -lr).unbind()):
+            shift(model, directions, j, alpha)
+        return
     for j, c in enumerate(coefs):
         if c != 0.0:
             shift(model, directions, j, -lr * c)

@@ -144,13 +144,19 @@ def test_release_of_non_finite_scalars_is_nan_or_infinite_not_an_exception():
 def test_step_statistics_are_the_exact_mean_loss_and_mean_absolute_scalar():
     """A two-point step's `loss` is the exactly summed mean of all its per-example losses (an
     infinite loss gives inf, not an exception) and `projected_grad` the mean |s_j|."""
-    from pazo.methods.two_point import Estimate, TwoPointMethod
+    from pazo.methods.base import host_stats
+    from pazo.methods.two_point import DeviceEstimate, Estimate
     losses = [[1e16, 1.0, 1.0], [-1e16, 0.5, 0.25]]   # summed in order in float64: 0.75, not 2.75
-    stats = TwoPointMethod.stats(Estimate([0.5, -1.25, 3.0], losses, torch.float32, torch.device("cpu")))
+    s = [0.5, -1.25, 3.0]
+    stats = Estimate(s, losses, torch.float32, torch.device("cpu")).stats()
     assert stats == {"loss": 2.75 / 6, "projected_grad": 4.75 / 3, "nonfinite_examples": None}
-    diverged = TwoPointMethod.stats(Estimate([1.0], [[math.inf, 1.0], [2.0, 3.0]], torch.float32,
-                                             torch.device("cpu")))
+    plain = [[1.5, 1.0, 1.0], [-0.25, 0.5, 0.25]]    # the device's float64 means: exact for these
+    on_device = host_stats(DeviceEstimate(torch.tensor(s), torch.tensor(plain, dtype=torch.float64)).stats())
+    assert on_device == {"loss": 4.0 / 6, "projected_grad": 4.75 / 3, "nonfinite_examples": None}
+    diverged = Estimate([1.0], [[math.inf, 1.0], [2.0, 3.0]], torch.float32, torch.device("cpu")).stats()
     assert diverged["loss"] == math.inf
+    assert host_stats(DeviceEstimate(torch.tensor([1.0]), torch.tensor([[math.inf, 1.0], [2.0, 3.0]])).stats()) \
+        == diverged
 
 
 @pytest.mark.parametrize("mechanism,sigma", [("gaussian", 1.7), ("laplace", 1.7), ("gaussian", None)])
