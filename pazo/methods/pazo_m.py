@@ -48,7 +48,8 @@ class PazoM(TwoPointMethod):
         estimate = self.noisy_directional_derivatives(x, y, u)
         # line 13: x <- x - eta ((1 - alpha) g~/q + alpha g_pub)
         coefs = estimate.mean_coefficients()
-        self.descend(u, coefs.double() * (1 - alpha) if self.on_device else [(1 - alpha) * c for c in coefs])
+        if alpha < 1:   # alpha = 1: the public gradient alone (a device step cannot skip zero coefficients)
+            self.descend(u, coefs.double() * (1 - alpha) if self.on_device else [(1 - alpha) * c for c in coefs])
         stats = estimate.stats()
         if g_pub is not None:
             apply_flat_update(self.model, g_pub, self.lr * alpha)   # alpha in the step size: no scaled copy

@@ -71,6 +71,7 @@ def test_the_read_detector_catches_each_kind_of_read():
 
 
 BASE = {"lr": 0.05, "clip": 0.5}
+#: every zeroth-order method (a key's `:suffix` names a second configuration of the same method)
 METHODS = {
     "mezo": {"q": 2, "direction": "gaussian", "smoothing": 2e-2},
     "dpzero": {"q": 3, "direction": "sphere", "radius": "sqrt_d"},
@@ -78,6 +79,7 @@ METHODS = {
     "dp_zogd": {"q": 2, "projection_radius": 1.0},
     "dp_aggzo": {"q": 3},
     "pazo_m": {"q": 2, "alpha": 0.5, "public_batch_size": 4},
+    "pazo_m:public_only": {"q": 2, "alpha": 1.0, "public_batch_size": 4},
     "pazo_p": {"q": 2, "k": 2, "public_batch_size": 4},
     "pazo_p_prime": {"q": 2, "k": 3, "public_batch_size": 4},
     "pazo_s": {"k": 3, "public_batch_size": 4, "perturbation": 0.05},
@@ -95,8 +97,8 @@ def _steps(name, make_method, on_device: bool, engine: str, steps: int = 3, b: i
     gen = torch.Generator().manual_seed(7)
     public = TensorSplit(torch.rand(20, 1, 8, 8, generator=gen), torch.randint(0, 10, (20,), generator=gen))
     private = None if name == "mezo" else 1.3
-    method = make_method(name, model, {**BASE, **METHODS[name]}, sigma=private, b=b, public=public, engine=engine,
-                         seed=4)
+    method = make_method(name.split(":")[0], model, {**BASE, **METHODS[name]}, sigma=private, b=b, public=public,
+                         engine=engine, seed=4)
     method.on_device = on_device
     mode = NoHostReads()
     if on_device:   # public values read at the start of a step by design: the public basis, orthogonal directions
@@ -159,8 +161,8 @@ def test_a_cuda_step_makes_no_synchronising_call(make_method, name, engine):
     model = FunctionalModel(SmallCNN(1, 10, 8, width=4).to(device))
     gen = torch.Generator().manual_seed(7)
     public = TensorSplit(torch.rand(20, 1, 8, 8, generator=gen).to(device), torch.randint(0, 10, (20,)).to(device))
-    method = make_method(name, model, {**BASE, **METHODS[name]}, sigma=None if name == "mezo" else 1.3, b=6,
-                         public=public, engine=engine, seed=4, device=device)
+    method = make_method(name.split(":")[0], model, {**BASE, **METHODS[name]}, sigma=None if name == "mezo" else 1.3,
+                         b=6, public=public, engine=engine, seed=4, device=device)
     assert method.on_device
     x, y = torch.rand(6, 1, 8, 8, device=device), torch.randint(0, 10, (6,), device=device)
     method.step(x, y, 1)
