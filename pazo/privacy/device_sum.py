@@ -84,16 +84,6 @@ def _limb_scales(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     return scales[0], scales[1]
 
 
-def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A host tensor on `device`; on CUDA through pinned memory, so the copy does not wait for the
-    device's queue (a plain copy from pageable memory does)."""
-    if device.type == "cpu":
-        return host
-    if device.type == "cuda":
-        return host.pin_memory().to(device, non_blocking=True)
-    return host.to(device)
-
-
 def _rounded(digits: torch.Tensor) -> torch.Tensor:
     """[R, LIMBS] balanced digits -> [R] their value rounded to float64 (see the module)."""
     first, second = _limb_scales(digits.device)
@@ -107,3 +97,13 @@ def _rounded(digits: torch.Tensor) -> torch.Tensor:
     back = total - high
     error = (high - (total - back)) + (below - back)
     return total + (error + rest)
+
+
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device`; on CUDA through pinned memory, so the copy does not wait for the
+    device's queue (a plain copy from pageable memory does)."""
+    if device.type == "cpu":
+        return host
+    if device.type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
