@@ -178,7 +178,7 @@ class ScalarRelease:
     def release_tensor(self, values: torch.Tensor) -> torch.Tensor:
         """`release` of the rows of a [Q, B] float64 tensor as a [Q] float64 tensor on its device.
         Here through the host (a wrapper that sees the rows, such as the audit's, keeps seeing
-        them); the privatisers themselves compute it on the device (`device_release`)."""
+        them); `ScalarPrivatizer` and `JointClipPrivatizer` compute it on the device."""
         return torch.tensor(self.release(values.tolist()), dtype=torch.float64, device=values.device)
 
     def __call__(self, values: torch.Tensor) -> torch.Tensor:
