@@ -186,7 +186,29 @@ def replay_scalar_noise(spec, releases: list[torch.Tensor], seeds: dict[str, int
     return draws
 
 
-class ScalarCanaries(_WhiteBox, ScalarRelease):
+class ScalarHook(ScalarRelease):
+    """A hook on a scalar release, on the path the method takes: `release` (Python floats, a step
+    on CPU) passes its rows to the privatiser's `release`, `release_tensor` (a step kept on CUDA,
+    `releases_on_device`) to the privatiser's `release_tensor`, so that the audit checks the code
+    the audited run uses."""
+
+    def hooked(self, rows: list[list[float]], release) -> list[float]:
+        """The hook's release of `rows`, its rows for the privatiser passed to `release`."""
+        raise NotImplementedError
+
+    def release(self, rows):
+        return self.hooked(rows, self.inner.release)
+
+    def release_tensor(self, values: torch.Tensor) -> torch.Tensor:
+        device = values.device
+
+        def on_device(rows: list[list[float]]) -> list[float]:
+            return self.inner.release_tensor(torch.tensor(rows, dtype=torch.float64, device=device)).tolist()
+
+        return torch.tensor(self.hooked(values.tolist(), on_device), dtype=torch.float64, device=device)
+
+
+class ScalarCanaries(_WhiteBox, ScalarHook):
     """Wraps a zeroth-order method's `ScalarPrivatizer`: appends the sampled canaries' scalars to
     each release's rows of per-example values, lets the privatiser clip, sum and noise them, and
     records the noisy sums (`means` and the call go through `release`, with the canaries)."""
@@ -195,13 +217,13 @@ class ScalarCanaries(_WhiteBox, ScalarRelease):
         super().__init__(inner, m, scale, design)
         self.signs: list[torch.Tensor] = []  # per call, [queries, m] in {-1, +1}
 
-    def release(self, rows):
+    def hooked(self, rows, release):
         queries = len(rows)
         signs = torch.as_tensor(self.design.integers(0, 2, size=(queries, self.m), dtype=np.int8) * 2 - 1)
         self.signs.append(signs)
         present = torch.as_tensor(self.present, dtype=torch.long)
         raw = (self.scale * self.inner.spec.clip * signs[:, present].double()).tolist()  # [queries, sampled]
-        out = self.inner.release([[*row, *extra] for row, extra in zip(rows, raw)])
+        out = release([[*row, *extra] for row, extra in zip(rows, raw)])
         self.releases.append(torch.tensor(out, dtype=torch.float64) * self.inner.spec.expected_batch_size)
         self.steps.append(self.step)
         return out
@@ -302,7 +324,7 @@ def decode_loud(value: float, bits: int = LOUD_BITS) -> list[int] | None:
     return [rank for rank in range(bits) if k >> rank & 1]
 
 
-class CodedScalarCanaries(_WhiteBox, ScalarRelease):
+class CodedScalarCanaries(_WhiteBox, ScalarHook):
     """The worst-case white box of a zeroth-order method: the real examples' scalars are neutralised
     (each query's sum holds only the sampled canaries' values) and every released value carries a
     public group of canaries, each on its own binary digit, so that a release whose noise is gone
@@ -344,7 +366,7 @@ class CodedScalarCanaries(_WhiteBox, ScalarRelease):
         self.cursor = (self.cursor + size) % self.m
         return self.order[idx]
 
-    def release(self, rows):
+    def hooked(self, rows, release):
         clip = self.inner.spec.clip
         present = set(self.present.tolist())
         values: list[dict[int, float]] = []   # per query, canary id -> its value there
@@ -355,7 +377,7 @@ class CodedScalarCanaries(_WhiteBox, ScalarRelease):
             row.update({i: self.scale * clip * 2.0 ** g for g, i in enumerate(group[self.quiet:]) if i in present})
             values.append(row)
         columns = sorted(set().union(*values))   # the call's sampled canaries, one example each
-        out = self.inner.release([[row.get(i, 0.0) for i in columns] for row in values])
+        out = release([[row.get(i, 0.0) for i in columns] for row in values])
         self.releases.append(torch.tensor(out, dtype=torch.float64) * self.inner.spec.expected_batch_size)
         self.steps.append(self.step)
         return out

@@ -34,10 +34,10 @@ from dataclasses import replace
 import torch
 from scipy.stats import chi2, gamma
 
-from pazo.audit.canaries import PrivatizerHook, nominal_noise_scale
+from pazo.audit.canaries import PrivatizerHook, ScalarHook, nominal_noise_scale
 from pazo.privacy.accountants import (BudgetError, amplified_pure_epsilon, effective_noise_multiplier,
                                       gaussian_one_step_delta)
-from pazo.privacy.mechanisms import JointClipPrivatizer, ScalarPrivatizer, ScalarRelease, VectorPrivatizer
+from pazo.privacy.mechanisms import JointClipPrivatizer, ScalarPrivatizer, VectorPrivatizer
 from pazo.privacy.plan import PrivacyPlan, make_accountant
 
 
@@ -62,12 +62,12 @@ class _NoiseProbe(PrivatizerHook):
         self.values += z.numel()
 
 
-class ScalarNoiseProbe(_NoiseProbe, ScalarRelease):
+class ScalarNoiseProbe(_NoiseProbe, ScalarHook):
     """A zeroth-order method's scalar release (`ScalarPrivatizer`, DP-AggZO's `JointClipPrivatizer`)
     given the step's rows with every value 0: the batch is the step's, each query's sum its noise."""
 
-    def release(self, rows):
-        out = self.inner.release([[0.0] * len(row) for row in rows])
+    def hooked(self, rows, release):
+        out = release([[0.0] * len(row) for row in rows])
         self._collect(torch.tensor(out, dtype=torch.float64) * self.inner.spec.expected_batch_size
                       / nominal_noise_scale(self.inner))
         return out

@@ -121,9 +121,11 @@ def test_audit_refuses_bad_settings_before_compute(tmp_path, monkeypatch):
 N, B, STEPS, SIGMA, DELTA = 200, 100, 100, 12.0, 1e-5
 
 
-def white_box_audit(make_method, method: str, cfg: dict, brk: str | None, seed: int, m: int = 100):
+def white_box_audit(make_method, method: str, cfg: dict, brk: str | None, seed: int, m: int = 100,
+                    on_device: bool = False):
     """A white-box audit of `method` on a quadratic model whose private examples sit near the
-    optimum (small real gradients): (lower bound, the run's epsilon at DELTA, audit details)."""
+    optimum (small real gradients): (lower bound, the run's epsilon at DELTA, audit details).
+    `on_device`: a zeroth-order step takes the path it takes on CUDA (`releases_on_device`)."""
     with debug_break(brk):
         model = quadratic_model(d=500, seed=seed)
         w = model.module.w.detach()
@@ -135,6 +137,8 @@ def white_box_audit(make_method, method: str, cfg: dict, brk: str | None, seed: 
         public = TensorSplit(w + 0.01 * torch.randn(N, 500, generator=gen, dtype=torch.float64), torch.zeros(N))
         meth = make_method(method, model, {"lr": 1e-3, "clip": 1.0, **cfg}, sigma=SIGMA, b=B, seed=seed,
                            public=public)
+        if on_device:
+            meth.on_device = True
         design = np.random.default_rng([seed, 1])
         included = np.random.default_rng([seed, 0]).random(m) < 0.5
         hook = attach_white_box(meth, m, 10.0, design)
@@ -162,6 +166,17 @@ CASES = [("dpsgd", {}), ("dpzero", {"q": 32}), ("pazo_m", {"q": 32, "public_batc
 def test_white_box_catches_each_break(make_method, method, cfg, brk):
     bound, eps, info = white_box_audit(make_method, method, cfg, brk, seed=0)
     assert bound > eps, f"{method} {brk}: audited {bound:.3f} <= the run's epsilon {eps:.3f} ({info})"
+    assert info["noise_replayed"] == (brk == "noise_from_direction_seed")
+
+
+@pytest.mark.parametrize("brk", [None, "noise_div10", "no_clip", "noise_from_direction_seed"])
+@pytest.mark.parametrize("method,cfg", CASES[1:], ids=[c[0] for c in CASES[1:]])
+def test_white_box_audits_the_release_a_cuda_step_makes(make_method, method, cfg, brk):
+    """The zeroth-order steps kept on the device (on CUDA) release through the privatiser's
+    `release_tensor`, which the hooks wrap too: each break is caught there, a correct run is not
+    flagged."""
+    bound, eps, info = white_box_audit(make_method, method, cfg, brk, seed=0, on_device=True)
+    assert (bound > eps) == (brk is not None), f"{method} {brk}: audited {bound:.3f}, the run's epsilon {eps:.3f}"
     assert info["noise_replayed"] == (brk == "noise_from_direction_seed")
 
 
@@ -197,12 +212,16 @@ def test_every_scalar_release_of_the_white_box_hook_carries_the_sampled_canaries
     hook = ScalarCanaries(inner, 6, 10.0, np.random.default_rng(1))
     hook.present = np.array([0, 2, 5])
     zeros = torch.zeros(2, 3)
-    for call in (lambda: hook.release(zeros.tolist()), lambda: hook.means(zeros), lambda: hook(zeros).tolist()):
+    device_calls = []
+    inner.release_tensor = lambda values, own=inner.release_tensor: device_calls.append(values.shape) or own(values)
+    for call in (lambda: hook.release(zeros.tolist()), lambda: hook.means(zeros), lambda: hook(zeros).tolist(),
+                 lambda: hook.release_tensor(zeros.double()).tolist()):
         got = call()
         signs = hook.signs[-1][:, [0, 2, 5]].double()
         assert got == (signs.sum(dim=1) * 0.5 / 4).tolist() and any(v != 0 for v in got)
         assert torch.equal(hook.releases[-1], signs.sum(dim=1) * 0.5)
-    assert len(hook.releases) == 3
+    assert len(hook.releases) == 4
+    assert device_calls == [(2, 6)]   # the device step's release reached the privatiser's own, with the canaries
 
 
 # --- the command, end to end on digits ----------------------------------------------------------
