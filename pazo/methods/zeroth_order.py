@@ -104,7 +104,8 @@ class HybridZOGD(TwoPointMethod):
         """Pi_R: the parameters scaled onto the ball of radius R if outside it; their norm after
         (on the device, without reading it, where the step stays there)."""
         norm = self.model.flat_params().norm()
-        if self.on_device:
+        if self.on_device:   # in float64, as the host's Python floats
+            norm = norm.double()
             torch._foreach_mul_(self.model.params, torch.where(norm > radius, radius / norm, 1.0))
             return norm.clamp(max=radius)
         norm = norm.item()

@@ -12,9 +12,11 @@ any order, only decides the last bit in a near-tie:
     sum = round(F_h + F_{h-1} + sum_{k < h-1} F_k),   F_k = d_k 2^(32 k - 1074), h the top non-zero digit
 
 The result differs from `fsum` only where the exact sum lies within about 2^-25 ulp of the midpoint
-between two floats (then by one ulp). A row with a NaN or infinite value, or whose exact sum
-overflows, gets the plain sum, as `exact_sum` gives it (which also falls back where fsum's partial
-sums overflow and the exact sum does not: here that sum is exact). Rows of up to 2^31 values.
+between two floats (then by one ulp). A row with a NaN or infinite value, or whose exact sum lies
+within 2^1005 of overflowing (its top digit's term overflows, over 99.9998% of the largest float),
+gets the plain sum, as `exact_sum` gives it (which also falls back where fsum's partial sums
+overflow and the exact sum does not: below that margin, here that sum is exact). Rows of fewer
+than 2^31 values.
 """
 from __future__ import annotations
 
@@ -75,8 +77,8 @@ def _balanced_digits(limbs: torch.Tensor) -> torch.Tensor:
 
 @functools.cache
 def _limb_scales(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """2^(32 k - 1074) per limb as two float64 factors, each finite (the product overflows only
-    where the sum does)."""
+    """2^(32 k - 1074) per limb as two float64 factors, each finite (a term overflows only for a sum
+    within 2^1005 of overflowing)."""
     exponents = [LIMB_BITS * k - 1074 for k in range(LIMBS)]
     first = [min(e, 960) for e in exponents]
     scales = to_device(torch.tensor([[2.0 ** e for e in first], [2.0 ** (e - f) for e, f in zip(exponents, first)]],

@@ -35,7 +35,8 @@ its white-box audit catches them; `python -m pazo.train` refuses them): `noise_d
 noise scale here by 10 without changing sigma or the printed epsilon; `no_clip` turns clipping into
 the identity; `noise_from_direction_seed` draws the noise from the run's *direction* stream, whose
 seed is public (the directions of a zeroth-order run are regenerated from it), instead of the
-secret noise stream. Each is one line at the spot it breaks.
+secret noise stream. Each is one line at the spot it breaks, in a release on Python floats and
+again in its device form (`release_tensor`) where that has its own.
 """
 from __future__ import annotations
 
@@ -303,15 +304,19 @@ class JointClipPrivatizer(ScalarRelease):
         return [(s + z / divisor) / b for s, z in zip(sums, noise)]
 
     def release_tensor(self, values: torch.Tensor) -> torch.Tensor:
-        """`release` on the rows' device: the same draws; each column's norm is torch's (within a
-        few ulps of `math.hypot`), each sum within one ulp of the host's (`device_sum`)."""
+        """`release` on the rows' device: the same draws; each column's norm is torch's of the
+        column scaled by its largest entry (within a few ulps of `math.hypot`, which does not
+        overflow either), each sum within one ulp of the host's (`device_sum`)."""
         if not self.spec.private:
             return plain_means(values)
         clipped = values
         if _debug_break != "no_clip":  # debug break: no clipping
-            norms = torch.linalg.vector_norm(values, dim=0)   # NaN or inf where a column is not finite
+            finite = finite_columns(values)
+            largest = finite.abs().amax(dim=0)
+            norms = largest * torch.linalg.vector_norm(finite / largest.where(largest > 0, 1.0), dim=0)
+            usable = torch.isfinite(values).all(dim=0) & torch.isfinite(norms)   # else the column is 0
             c = self.spec.clip
-            clipped = values.where(norms <= c, c * (values / norms)).where(torch.isfinite(norms), 0.0)
+            clipped = finite.where(norms <= c, c * (finite / norms)).where(usable, 0.0)
         noise = torch.randn(len(values), generator=self.generator, dtype=torch.float64) * self.noise_scale
         return noisy_means(exact_row_sums(clipped), noise, self.spec, values)
 

@@ -184,8 +184,10 @@ def test_a_cuda_step_makes_no_synchronising_call(make_method, name, engine):
 
 
 def _synchronising_allowed(fn):
+    """fn() with synchronising calls allowed, then the mode it found (calls of it may nest)."""
+    mode = torch.cuda.get_sync_debug_mode()
     torch.cuda.set_sync_debug_mode(0)
     try:
         return fn()
     finally:
-        torch.cuda.set_sync_debug_mode("error")
+        torch.cuda.set_sync_debug_mode(mode)

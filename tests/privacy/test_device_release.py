@@ -67,15 +67,21 @@ def test_sums_keep_the_leading_shape_and_an_empty_row_is_zero():
 
 
 ENTRY = st.one_of(st.floats(-3, 3, allow_nan=False), st.sampled_from([math.inf, -math.inf, math.nan]),
-                  st.floats(-1e-30, 1e-30))
-BLOCKS = st.integers(1, 4).flatmap(lambda q: st.integers(0, 12).flatmap(
-    lambda b: st.lists(st.lists(ENTRY, min_size=b, max_size=b), min_size=q, max_size=q)))
+                  st.floats(-1e-30, 1e-30), st.floats(-1e300, 1e300))
 
 
-def _same_release(got: list[float], want: list[float], rows, b: int, ulps: int) -> None:
-    """Each value the host's, to the rounding of sums of terms no larger than the rows' finite
-    values, the clip, the noise or the result (a non-finite value: the same one)."""
-    terms = max([abs(v) for row in rows for v in row if math.isfinite(v)] + [1.0]) * max(len(rows[0]), 1)
+def blocks(entry=ENTRY):
+    """[Q, B] rows of per-example values, Q in 1..4, B in 0..12."""
+    return st.integers(1, 4).flatmap(lambda q: st.integers(0, 12).flatmap(
+        lambda b: st.lists(st.lists(entry, min_size=b, max_size=b), min_size=q, max_size=q)))
+
+
+def _same_release(got: list[float], want: list[float], rows, spec: NoiseSpec, clipped: bool, ulps: int) -> None:
+    """Each value the host's, to the rounding of sums of terms no larger than the clip (or the
+    rows' finite values, unclipped), the noise or the result (a non-finite value: the same one)."""
+    finite = [abs(v) for row in rows for v in row if math.isfinite(v)]
+    term = spec.clip if clipped else max([*finite, 1.0])
+    terms, b = term * max(len(rows[0]), 1), spec.expected_batch_size
     for g, w in zip(got, want):
         if not math.isfinite(w):
             assert (math.isnan(g) and math.isnan(w)) or g == w, (got, want)
@@ -84,7 +90,7 @@ def _same_release(got: list[float], want: list[float], rows, b: int, ulps: int) 
 
 
 @settings(max_examples=150, deadline=None)
-@given(BLOCKS, st.sampled_from(["gaussian", "laplace"]), st.sampled_from([0.7, None]),
+@given(blocks(), st.sampled_from(["gaussian", "laplace"]), st.sampled_from([0.7, None]),
        st.sampled_from(["add_remove", "replace_one"]), st.sampled_from([None, "no_clip", "noise_div_batch"]))
 def test_the_scalar_release_on_the_device_is_the_host_release(rows, mechanism, sigma, adjacency, breaks):
     spec = NoiseSpec(sigma=sigma, clip=0.5, expected_batch_size=7, adjacency=adjacency, mechanism=mechanism)
@@ -92,12 +98,13 @@ def test_the_scalar_release_on_the_device_is_the_host_release(rows, mechanism, s
     with debug_break(breaks):
         want = host.release(rows)
         got = device.release_tensor(torch.tensor(rows, dtype=torch.float64)).tolist()
-    _same_release(got, want, rows, spec.expected_batch_size, ulps=4)
+    _same_release(got, want, rows, spec, clipped=sigma is not None and breaks != "no_clip", ulps=4)
     assert torch.equal(host.generator.get_state(), device.generator.get_state())   # the same draws
 
 
 @settings(max_examples=150, deadline=None)
-@given(BLOCKS, st.sampled_from([0.7, None]), st.sampled_from([None, "no_clip", "noise_div_batch"]))
+@given(blocks(), st.sampled_from([0.7, None]), st.sampled_from([None, "no_clip", "noise_div_batch"]))
+@example([[1e200, 0.1], [1.0, 0.2]], 0.7, None)          # a norm whose squares overflow: clipped, not dropped
 def test_the_jointly_clipped_release_on_the_device_is_the_host_release(rows, sigma, breaks):
     """Norms are torch's on the device, math.hypot's on the host: the sums agree to a few ulps of
     their terms."""
@@ -106,7 +113,7 @@ def test_the_jointly_clipped_release_on_the_device_is_the_host_release(rows, sig
     with debug_break(breaks):
         want = host.release(rows)
         got = device.release_tensor(torch.tensor(rows, dtype=torch.float64)).tolist()
-    _same_release(got, want, rows, spec.expected_batch_size, ulps=64)
+    _same_release(got, want, rows, spec, clipped=sigma is not None and breaks != "no_clip", ulps=64)
     assert torch.equal(host.generator.get_state(), device.generator.get_state())
 
 
