@@ -20,7 +20,10 @@ in every job). Our methods run from the real configs
 run under both engines (`engine`); DP-SGD, DPMD and DOPE-SGD under both clip engines (`clip_engine`:
 per-example gradients, or book-keeping, `pazo.methods.ghost_clip`), each with
 `paired_over_sgd`: the median, over `iters` pairs, of its step's time over an SGD step's run just
-before it (SGD built in the same subprocess once the method's peak memory is read). Opacus
+before it (SGD built in the same subprocess once the method's peak memory is read). A clip engine
+the setting's model refuses (book-keeping where layers it does not cover need a second forward and
+the training forward has dropout: the IMDB LSTM, RoBERTa) is a row with `not_applicable`, the
+refusal's reason, instead of times. Opacus
 (optional: `pip install -r requirements-bench.txt`) runs
 DP-SGD with per-sample-gradient hooks and with ghost clipping, on a copy of the same model, batch
 and clip.
@@ -188,8 +191,13 @@ def run_job(job, device, warmup, iters, overrides):
     elif job["impl"].startswith("opacus-"):
         row = opacus_dpsgd(job["impl"].removeprefix("opacus-"), job["setting"], device, warmup, iters)
     else:
-        row, dim = ours(job["method"], job["setting"], device, warmup, iters, overrides, job.get("engine"),
-                        job.get("clip_engine"))
+        try:
+            row, dim = ours(job["method"], job["setting"], device, warmup, iters, overrides, job.get("engine"),
+                            job.get("clip_engine"))
+        except ConfigError as err:   # a clip engine the setting's model refuses (ghost under dropout): said, not failed
+            if not job.get("clip_engine"):
+                raise
+            return {"not_applicable": str(err), "batch_size": SETTINGS[job["setting"]][3]}
         row = {"dim": dim, **row}
     return {**row, "batch_size": SETTINGS[job["setting"]][3]}
 
@@ -313,9 +321,10 @@ def main():
           "| x SGD (paired) | peak MB | x fwd mem |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        if "error" in r:
-            print(f"| {r['setting']} | {r['method']} | {r['impl']} | {r.get('engine', '')} | "
-                  f"failed: {r['error'][:80]} |")
+        if "error" in r or "not_applicable" in r:
+            why = f"failed: {r['error'][:80]}" if "error" in r else f"not applicable: {r['not_applicable'][:80]}"
+            print(f"| {r['setting']} | {r['method']} | {r['impl']} | {r.get('engine') or r.get('clip_engine', '')} | "
+                  f"{why} |")
             continue
         fmt = lambda key, f: format(r[key], f) if r.get(key) is not None else ""  # noqa: E731
         engine = r.get("engine") or r.get("clip_engine", "")
