@@ -38,6 +38,26 @@ def _clean(value):
     return value
 
 
+def _whole_rows_kept(metrics: Path, checkpoint_bytes: int) -> int:
+    """Cut metrics.jsonl after its last whole row (a row a killed attempt left half written goes;
+    the rows up to the checkpoint's offset stay in any case) and return the step of that row."""
+    data = metrics.read_bytes()
+    end, last_step = min(checkpoint_bytes, len(data)), 0
+    for line in data[end:].splitlines(keepends=True):
+        try:
+            step = json.loads(line)["step"] if line.endswith(b"\n") else None
+        except (ValueError, KeyError, TypeError):
+            step = None
+        if step is None:
+            break
+        end, last_step = end + len(line), step
+    os.truncate(metrics, end)
+    if last_step == 0 and end > 0:   # no row after the checkpoint: the last row before it
+        rows = data[:end].splitlines()
+        last_step = json.loads(rows[-1]).get("step", 0) if rows else 0
+    return last_step
+
+
 def write_json_atomic(path: Path, data: dict) -> None:
     write_atomic(path, json.dumps(_clean(data), indent=2, sort_keys=True).encode())
 
@@ -45,7 +65,10 @@ def write_json_atomic(path: Path, data: dict) -> None:
 class Recorder:
     """config.yaml, metrics.jsonl (one row per logged step), summary.json and checkpoint.pt of one
     run, mirrored to W&B, and any other record of it (`write_record`: the audit's audit.json).
-    `resume_bytes`: continue an interrupted attempt, dropping any rows it wrote after its checkpoint;
+    `resume_bytes`: continue an interrupted attempt; the rows it wrote after its checkpoint stay
+    (they left the process: the directory's last row must keep covering them), and the resumed
+    attempt, which computes those steps again from the checkpoint's noise stream, does not write
+    them twice (`released_through`);
     `wandb_id`: the W&B run to continue; `fingerprint`: the config's, stored in every checkpoint so
     that only the same run resumes from it; `rows`: False for a run that logs no rows (the audit),
     which then has no metrics.jsonl."""
@@ -59,11 +82,13 @@ class Recorder:
         # (readable by its owner only: it holds the seed, which the guarantee assumes secret)
         write_atomic(self.dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True).encode(), mode=0o600)
         self._metrics, self._offset = None, 0
+        #: the last step an earlier attempt wrote a row for; a resumed attempt's rows up to it are not written again
+        self.released_through = 0
         if rows:
             metrics = self.dir / "metrics.jsonl"
             with writing(metrics):
                 if resume_bytes is not None and metrics.exists():
-                    os.truncate(metrics, min(resume_bytes, metrics.stat().st_size))
+                    self.released_through = _whole_rows_kept(metrics, resume_bytes)
                 self._metrics = rundir.open_file(metrics, append=resume_bytes is not None)  # (one place opens files)
                 self._offset = metrics.stat().st_size
         self.summary: dict = {}
@@ -93,6 +118,10 @@ class Recorder:
         return self.wandb.id if self.wandb is not None else None
 
     def log(self, row: dict) -> None:
+        """A row of metrics.jsonl and W&B; not one a resumed attempt computes again for a step an
+        earlier attempt already wrote (the same noise, the same values: released once)."""
+        if row["step"] <= self.released_through:
+            return
         row = _clean(row)
         self._append((json.dumps(row) + "\n").encode())
         if self.wandb is not None:

@@ -34,15 +34,19 @@ def chance_level_warning(accuracy: float | None, test_histogram: list[int], z: f
 
 
 def outcome(plan, tracker, loop: LoopState, total_steps: int, failure: str | None,
-             test_histogram: list[int]) -> dict:
-    """Status, accuracies, s/iter and the privacy spent by the steps done (whatever the status);
+             test_histogram: list[int], released_through: int = 0) -> dict:
+    """Status, accuracies, s/iter and the privacy spent by the steps done (whatever the status), or
+    by the steps an earlier attempt released rows for (`released_through`), if further: a resumed
+    attempt stopped before it computed them again has still released them;
     `warnings` holds a chance-level warning (`chance_level_warning`) when the final accuracy is one.
     What the method adds of its own comes from `Method.outcome`."""
     steps_done = loop.step
     priv = plan.as_dict()
     priv["steps_done"] = steps_done
+    if released_through > steps_done:
+        priv["steps_released"] = released_through
     if plan.private:
-        spent = tracker.final(steps_done)
+        spent = tracker.final(max(steps_done, released_through))
         within = spent <= plan.target_epsilon + 1e-12
         priv.update(epsilon_spent=spent, within_budget=within, over_budget=not within,
                     guarantee_holds=within and plan.sampling_matches_accountant)

@@ -64,6 +64,41 @@ def test_a_signal_checkpoints_and_the_relaunch_continues_exactly(method, signum,
     assert not (tmp_path / "split" / CHECKPOINT).exists()  # it holds the noise stream: gone when finished
 
 
+def test_a_resumed_attempt_keeps_the_rows_an_earlier_attempt_released_after_its_checkpoint(hydra_cfg, tmp_path,
+                                                                                              monkeypatch):
+    """Rows written after the checkpoint left the process: a resumed attempt stopped before it
+    reaches them again keeps them as the directory's last rows and counts them in its epsilon, and
+    one that goes on does not write them twice (the same noise gives the same rows)."""
+    cfg = hydra_cfg("method=dpzero", "train.steps=12", "train.log_every=1", "train.checkpoint_every=4")
+    run(cfg, tmp_path / "whole")
+    whole = rows(tmp_path / "whole")
+    original = TwoPointMethod.step
+
+    def stopping_at(when, how):
+        def step(self, x, y, t):
+            if t == when and how == "kill":   # a second Ctrl-C: no checkpoint written, the one at step 4 stays
+                raise KeyboardInterrupt
+            out = original(self, x, y, t)
+            if t == when:
+                os.kill(os.getpid(), signal.SIGTERM)   # honoured after this step
+            return out
+        return step
+
+    monkeypatch.setattr(TwoPointMethod, "step", stopping_at(7, "kill"))
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, tmp_path / "split")
+    assert rows(tmp_path / "split") == whole[:6]            # steps 5 and 6 released after the checkpoint
+    monkeypatch.setattr(TwoPointMethod, "step", stopping_at(5, "sigterm"))
+    stopped = run(cfg, tmp_path / "split")
+    assert stopped["resumed_from_step"] == 4 and stopped["steps_done"] == 5
+    assert rows(tmp_path / "split") == whole[:6]            # step 6's row stays, step 5's not written twice
+    assert stopped["privacy"]["steps_released"] == 6
+    assert stopped["privacy"]["epsilon_spent"] == pytest.approx(whole[5]["epsilon"], rel=1e-12)
+    monkeypatch.setattr(TwoPointMethod, "step", original)
+    run(cfg, tmp_path / "split")
+    same_outcome(tmp_path / "whole", tmp_path / "split")
+
+
 def _cli(run_dir, *extra):
     env = {**os.environ, "WANDB_SILENT": "true", "PAZO_CACHE_DIR": str(Path(run_dir).parent / "cache")}
     return subprocess.Popen([sys.executable, "-m", "pazo.train", "method=dpzero", "train.steps=300",
