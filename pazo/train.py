@@ -34,7 +34,7 @@ from pazo.loop import train_loop
 from pazo.privacy.mechanisms import active_debug_break
 from pazo.recorder import Recorder
 from pazo.rundir import (RunDirLock, WriteFault, accept_hydra_record, check_output_dir, drop_hydra_record, is_staging,
-                         remove_broken_writes, staging_subdir)
+                         remove_broken_writes, staging_subdir, write_atomic)
 from pazo.summary import print_header, print_summary
 from pazo.validate import ConfigError, typed_config, validate_config
 
@@ -76,7 +76,9 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record) -> dict:
                                    path=run_dir / CHECKPOINT) if resuming else LoopState())
         accept_launch(run_dir, start, r)
         accept_hydra_record(run_dir, hydra_record, archive_to=start.moved_to)
-        recorder = Recorder(run_dir, cfg, cfg.logger, resume_bytes=loop.metrics_bytes if resuming else None,
+        replayed_rows = carry_released_rows(run_dir, start)
+        recorder = Recorder(run_dir, cfg, cfg.logger,
+                            resume_bytes=loop.metrics_bytes if resuming else replayed_rows,
                             wandb_id=previous.get("wandb_run_id") if resuming else None, fingerprint=fingerprint)
         summary = {"status": "running", **r.describe(), "run_dir": str(run_dir),
                    "attempt": previous.get("attempt", 0) + 1 if resuming else 1,
@@ -111,6 +113,18 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record) -> dict:
                 raise
     print_summary(summary)
     return summary
+
+
+def carry_released_rows(run_dir: Path, start) -> int | None:
+    """A replay draws the earlier attempt's noise again from step 1: the rows that attempt released
+    (archived to attempts/<n>/) are copied back to the directory's metrics.jsonl, so that its last
+    row keeps covering them, and the replay does not write them twice (`Recorder.released_through`).
+    Returns the byte offset the recorder continues from (None: not a replay, or no rows)."""
+    earlier = Path(start.moved_to or "") / "metrics.jsonl"
+    if not start.replaying or not start.moved_to or not earlier.exists():
+        return None
+    write_atomic(run_dir / "metrics.jsonl", earlier.read_bytes())
+    return 0
 
 
 DEBUG_ONLY = ("pazo: audit.debug_break is a debug-only switch that breaks the privacy guarantee on purpose; "

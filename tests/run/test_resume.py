@@ -64,11 +64,13 @@ def test_a_signal_checkpoints_and_the_relaunch_continues_exactly(method, signum,
     assert not (tmp_path / "split" / CHECKPOINT).exists()  # it holds the noise stream: gone when finished
 
 
-def test_a_resumed_attempt_keeps_the_rows_an_earlier_attempt_released_after_its_checkpoint(hydra_cfg, tmp_path,
-                                                                                              monkeypatch):
-    """Rows written after the checkpoint left the process: a resumed attempt stopped before it
-    reaches them again keeps them as the directory's last rows and counts them in its epsilon, and
-    one that goes on does not write them twice (the same noise gives the same rows)."""
+@pytest.mark.parametrize("how,resumed_from", [("kill", 4), ("crash", None)])
+def test_a_later_attempt_keeps_the_rows_an_earlier_one_released(hydra_cfg, tmp_path, monkeypatch, how,
+                                                                  resumed_from):
+    """Rows an attempt wrote left the process: a later attempt that computes those steps again, by
+    resuming the checkpoint at step 4 (after a kill) or by replaying from step 1 (after a crash), and
+    is stopped before it passes them keeps them as the directory's last rows and counts them in its
+    epsilon; one that goes on does not write them twice (the same noise gives the same rows)."""
     cfg = hydra_cfg("method=dpzero", "train.steps=12", "train.log_every=1", "train.checkpoint_every=4")
     run(cfg, tmp_path / "whole")
     whole = rows(tmp_path / "whole")
@@ -78,19 +80,21 @@ def test_a_resumed_attempt_keeps_the_rows_an_earlier_attempt_released_after_its_
         def step(self, x, y, t):
             if t == when and how == "kill":   # a second Ctrl-C: no checkpoint written, the one at step 4 stays
                 raise KeyboardInterrupt
+            if t == when and how == "crash":  # status failed: the relaunch replays from step 1
+                raise RuntimeError("a crash at step 7")
             out = original(self, x, y, t)
             if t == when:
                 os.kill(os.getpid(), signal.SIGTERM)   # honoured after this step
             return out
         return step
 
-    monkeypatch.setattr(TwoPointMethod, "step", stopping_at(7, "kill"))
-    with pytest.raises(KeyboardInterrupt):
+    monkeypatch.setattr(TwoPointMethod, "step", stopping_at(7, how))
+    with pytest.raises(KeyboardInterrupt if how == "kill" else RuntimeError):
         run(cfg, tmp_path / "split")
     assert rows(tmp_path / "split") == whole[:6]            # steps 5 and 6 released after the checkpoint
     monkeypatch.setattr(TwoPointMethod, "step", stopping_at(5, "sigterm"))
     stopped = run(cfg, tmp_path / "split")
-    assert stopped["resumed_from_step"] == 4 and stopped["steps_done"] == 5
+    assert stopped["resumed_from_step"] == resumed_from and stopped["steps_done"] == 5
     assert rows(tmp_path / "split") == whole[:6]            # step 6's row stays, step 5's not written twice
     assert stopped["privacy"]["steps_released"] == 6
     assert stopped["privacy"]["epsilon_spent"] == pytest.approx(whole[5]["epsilon"], rel=1e-12)
