@@ -16,8 +16,9 @@ attempt's noise, and cannot be taken back. A launch into a directory
   A replay is a seeded (not secure-mode) launch of the same config, seed and computation: it draws
   the earlier attempt's noise and batches again from step 1, so its releases are the earlier
   ones again and the steps count once (the earlier rows are copied back to metrics.jsonl, so the
-  directory's last row keeps covering them, and the replay writes rows only past them). Everything else is refused with one line that names what
-  differs and suggests a new `hydra.run.dir`, and nothing is moved: an earlier secure-mode attempt
+  directory's last row keeps covering them, and the replay writes rows only past them).
+  Everything else is refused with one line that names what differs and suggests a new
+  `hydra.run.dir`, and nothing is moved: an earlier secure-mode attempt
   (its noise came from the operating system and cannot be drawn again), a secure-mode launch after
   a seeded attempt, another config (any compared key, the seed included), another spelling of one
   that hashes differently, another device, data or sigma, and an earlier attempt whose summary or
