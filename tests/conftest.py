@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from hypothesis import HealthCheck, settings
 from torch import nn
 
 from pazo.console import spare_absl_stream
@@ -32,6 +33,37 @@ from pazo.models.functional import FunctionalModel
 from pazo.privacy.plan import PrivacyPlan
 from pazo.rng import RandomStreams
 from pazo.zo.engines import InPlaceEngine, VectorisedEngine
+
+#: the suite's one Hypothesis profile: a test's outcome must not depend on how loaded the machine is,
+#: so no per-example deadline and no health check that times data generation (`too_slow`); a test's
+#: own `@settings` inherits both, and `pytest_collection_modifyitems` refuses one that turns either back on
+LOAD_DEPENDENT_CHECKS = (HealthCheck.too_slow,)
+settings.register_profile("pazo", deadline=None, suppress_health_check=LOAD_DEPENDENT_CHECKS)
+settings.load_profile("pazo")
+
+
+def load_dependent_settings(test_settings: settings) -> list[str]:
+    """What in a Hypothesis test's settings depends on the machine's load: a deadline, or a
+    health check that times generation left on (a test's `suppress_health_check` replaces the
+    profile's list, so one that names only `function_scoped_fixture` turns `too_slow` back on)."""
+    problems = [f"deadline={test_settings.deadline}"] if test_settings.deadline is not None else []
+    problems += [f"health check {check.name} on" for check in LOAD_DEPENDENT_CHECKS
+                 if check not in test_settings.suppress_health_check]
+    return problems
+
+
+def pytest_collection_modifyitems(config, items):
+    """Refuse, before any test runs, a Hypothesis test whose settings depend on the load."""
+    bad = {}
+    for item in items:
+        test_settings = getattr(getattr(item, "obj", None), "_hypothesis_internal_use_settings", None)
+        if test_settings is not None and (problems := load_dependent_settings(test_settings)):
+            bad[item.nodeid.split("[")[0]] = problems
+    if bad:
+        listed = "; ".join(f"{node}: {', '.join(problems)}" for node, problems in sorted(bad.items()))
+        raise pytest.UsageError(f"Hypothesis settings that depend on the machine's load ({listed}): keep the "
+                                "suite's profile (tests/conftest.py), or add HealthCheck.too_slow to the list")
+
 
 # absl's handler holds the sys.stderr of its import, pytest's capture file here, and an in-process
 # run's logging set-up (Hydra's, which closes every handler) would close it for every test after it

@@ -25,7 +25,7 @@ GOOD = {"method": ["dpzero", "dp_aggzo", "dp_zo"], "privacy.epsilon": ["0.5", "1
         "seed": ["0", "1", "2"]}
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+@settings(max_examples=10, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
           phases=[Phase.explicit, Phase.reuse, Phase.generate])   # (no shrinking: each example composes configs)
 @given(data=st.data(), key=st.sampled_from(sorted(BAD)))
 def test_a_bad_value_among_good_ones_stops_the_multirun_before_any_job(data, key, tmp_path, capsys, monkeypatch):

@@ -38,7 +38,7 @@ def test_a_report_on_a_disk_that_fills_keeps_its_earlier_outputs_whole(command, 
     assert all((out / name).stat().st_size > 0 for name in outputs)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(old=st.text(min_size=1, max_size=200), new=st.text(max_size=400), free=st.integers(0, 400))
 def test_a_text_output_is_the_old_or_the_new_text_never_a_part(old, new, free, tmp_path_factory):
     """The rule over random texts and disk room: after a write, the file holds the old text or the new."""

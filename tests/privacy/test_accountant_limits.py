@@ -19,7 +19,9 @@ import pytest
 from conftest import ROOT
 
 N, B, T = 1294, 64, 607  # the digits defaults: q = 64/1294, T = 607 (30 epochs), delta = 1/n
-MAX_SECONDS, MAX_GROWTH_MB = 20, 2048
+#: a bound against a blow-up (a grid of 1e7 steps takes minutes), not a speed check: the hardest case takes
+#: under a second, so a loaded machine's tenfold slow-down still passes
+MAX_SECONDS, MAX_GROWTH_MB = 60, 2048
 CASE_TIMEOUT_S = 120
 
 #: reads one case (JSON) a line; for each, a forked child runs it and writes one JSON line

@@ -103,7 +103,7 @@ METHODS = [("dpsgd", {}), ("dpmd", {"public_batch_size": 4}), ("dope_sgd", {"pub
 
 
 @pytest.mark.parametrize("method,cfg", METHODS, ids=[m for m, _ in METHODS])
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(batch=poisoned_batches())
 def test_a_step_moves_the_model_as_the_batch_without_the_non_finite_examples_does(make_method, method, cfg, batch):
     """Same seed, same public data: one private step on the poisoned batch and one on the batch

@@ -141,7 +141,7 @@ def test_the_wandb_config_never_holds_the_seed(config, seed):
     assert "seed" not in outlets.without_secrets({**config, "seed": seed})
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(st.floats(0.01, 0.99), min_size=4, max_size=4, unique=True))
 def test_the_printed_lines_show_no_private_diagnostic(seeded_run, caplog, sentinels):
     """print_summary on the real run's summary with its private values set to two sets of

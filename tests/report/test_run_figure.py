@@ -20,7 +20,7 @@ def write_rows(path, rows, torn: str = ""):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + torn)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rows=st.lists(row, min_size=1, max_size=40), torn=st.sampled_from(["", '{"step": 9', '{"st']))
 def test_each_step_is_read_once_its_last_row_kept_and_a_torn_last_line_left(tmp_path, rows, torn):
     path = tmp_path / "metrics.jsonl"

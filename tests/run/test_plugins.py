@@ -25,7 +25,7 @@ def fresh(monkeypatch):
     monkeypatch.setattr(plugins, "_DONE", False)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(by_entry=names, by_env=names)
 def test_every_named_module_once_entry_points_first(tmp_path_factory, monkeypatch, by_entry, by_env):
     root = tmp_path_factory.mktemp("site")
