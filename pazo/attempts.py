@@ -99,7 +99,7 @@ def plan_launch(run_dir: Path, cfg) -> Start:
         return _start_over(run_dir, cfg, None)
     status = effective_status(summary)
     if status == "finished":
-        changed = differences(earlier_config(run_dir), cfg)
+        changed = config_changes(run_dir, cfg)
         if changed:
             raise ConfigError(f"run directory {run_dir} holds a finished run of another config ({shown(changed)}); "
                               "its files are kept as they are: give another hydra.run.dir")
@@ -143,11 +143,10 @@ def _start_over(run_dir: Path, cfg, summary: dict | None) -> Start:
     if secure_run(cfg):
         _refuse(run_dir, "of a seeded run", "this launch is in secure mode: it would draw new noise, and the "
                 "printed epsilon would not count the earlier releases")
-    changed = differences(earlier, cfg)
-    if changed or config_fingerprint(typed_config(earlier)) != config_fingerprint(typed_config(cfg)):
-        what = shown(changed) if changed else "keys added or removed"
-        _refuse(run_dir, f"of another config ({what})", "this launch would draw other noise, and the printed "
-                "epsilon would not count the earlier releases (relaunch it as it ran to replay it)")
+    changed = config_changes(run_dir, cfg)
+    if changed:
+        _refuse(run_dir, f"of another config ({shown(changed)})", "this launch would draw other noise, and the "
+                "printed epsilon would not count the earlier releases (relaunch it as it ran to replay it)")
     return Start("replay", summary=summary, pending_archive=True)
 
 
@@ -207,6 +206,18 @@ def earlier_config(run_dir: Path) -> dict | None:
     except Exception:  # no readable config.yaml (an older or hand-made run): nothing to compare with
         return None
     return then if isinstance(then, dict) else None
+
+
+def config_changes(run_dir: Path, cfg) -> list[str]:
+    """How `cfg` differs from the config of the run the directory holds (`differences`, or "keys
+    added or removed" where only the fingerprints tell them apart); [] where it holds none."""
+    earlier = earlier_config(run_dir)
+    if earlier is None:
+        return []
+    changed = differences(earlier, cfg)
+    if not changed and config_fingerprint(typed_config(earlier)) != config_fingerprint(typed_config(cfg)):
+        changed = ["keys added or removed"]
+    return changed
 
 
 def differences(then: dict | None, cfg) -> list[str]:

@@ -86,8 +86,9 @@ class PlannedRun:
         return "/".join([self.setting, self.method, eps, last])
 
     def overrides(self) -> list[str]:
+        """The config overrides of the run's command line (those the run's config.yaml records)."""
         out = [f"experiment={self.experiment}"] if self.experiment else [f"dataset={self.setting}"]
-        out += [f"method={self.method}", f"seed={self.seed}"]
+        out += [f"method={self.method}", f"seed={self.seed}", f"sweep_name={self.sweep}"]
         out += ["privacy=none"] if self.epsilon is None else [f"privacy.epsilon={fmt(self.epsilon)}"]
         return out + [f"{k}={fmt(v)}" for k, v in self.params]
 
@@ -445,6 +446,29 @@ def check_replicates(planned: list[tuple[PlannedRun, Path]]) -> None:
                               "seed's place in the list, or give another --out")
 
 
+def check_earlier_runs(planned: list[tuple[PlannedRun, Path]], extra: list[str], skipped: set[str],
+                       entry: str = "train") -> None:
+    """Refuse the sweep, before any run starts, where a run directory holds a run of another
+    configuration (another extra override, grid value or default: `pazo.attempts.config_changes`,
+    the rule a launch into it applies) that the sweep would skip (`skipped` states) or that released
+    rows: its numbers would stand in the tables under this command."""
+    from pazo.attempts import config_changes, released_rows  # imports torch: not needed by --help
+    from pazo.checkpoint import read_summary
+
+    existing = [(run, run_dir) for run, run_dir in planned if (run_dir / "config.yaml").exists()]
+    configs = composed_configs([run for run, _ in existing], extra, entry) if existing else []
+    refused = {}
+    for (run, run_dir), cfg in zip(existing, configs):
+        if status(run_dir) in skipped or released_rows(run_dir, read_summary(run_dir / "summary.json")):
+            if changed := config_changes(run_dir, cfg):
+                refused[run.run_id] = changed
+    if refused:
+        first, changed = next(iter(refused.items()))
+        raise ConfigError(f"{len(refused)} of {len(planned)} runs of this sweep were run with another config "
+                          f"(e.g. {first}: {'; '.join(changed[:3])}); their results would stand for this command: "
+                          "relaunch with the overrides they ran with, or give another --out")
+
+
 def status(run_dir: Path) -> str:
     """finished | failed | incomplete (started, no summary) | new."""
     summary = run_dir / "summary.json"
@@ -457,7 +481,7 @@ def status(run_dir: Path) -> str:
 
 
 def command(run: PlannedRun, run_dir: Path, extra: list[str], entry: str = "train") -> list[str]:
-    return [sys.executable, "-m", f"pazo.{entry}", *run.overrides(), f"sweep_name={run.sweep}",
+    return [sys.executable, "-m", f"pazo.{entry}", *run.overrides(),
             f"logger.group={run.sweep}/{run.setting}", f"logger.name='{run.run_id}'",
             f"hydra.run.dir='{run_dir}'", *extra]
 
@@ -496,7 +520,8 @@ def _report(i: int, n: int, run: PlannedRun, run_dir: Path, seconds: float) -> N
     acc = ""
     if state == "finished":
         summary = json.loads((run_dir / "summary.json").read_text())
-        acc = f" acc {summary.get('final_test_accuracy')}"
+        accuracy = summary.get("final_test_accuracy")
+        acc = f" acc {accuracy:.4f}" if isinstance(accuracy, (int, float)) else ""
     log.info(f"[{i}/{n}] {run.run_id}: {state}{acc} ({seconds:.0f} s)")
 
 
@@ -801,13 +826,14 @@ def main(argv: list[str] | None = None) -> int:
             log.error(f"pazo: error: {err}")
             return 2
     planned = [(r, sweep_dir / r.run_id) for r in runs]
+    done = {"finished", "failed"} if args.skip_failed else {"finished"}
     try:
         check_replicates(planned)
+        check_earlier_runs(planned, args.overrides, done, spec["entry"])
     except ConfigError as err:
         log.error(f"pazo: error: {err}")
         return 2
     states = {d: status(d) for _, d in planned}
-    done = {"finished", "failed"} if args.skip_failed else {"finished"}
     todo = [(r, d, command(r, d, args.overrides, spec["entry"])) for r, d in planned if states[d] not in done]
     counts = {s: list(states.values()).count(s) for s in ("finished", "failed", "incomplete", "new")}
     log.info(f"sweep {spec['name']}: {len(runs)} runs in {sweep_dir} "

@@ -5,7 +5,7 @@ import json
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from conftest import run_cache
 from omegaconf import OmegaConf
@@ -246,6 +246,9 @@ def test_a_real_sequential_sweep_then_relaunch(tmp_path, monkeypatch):
     again = json.loads((dirs[1] / "summary.json").read_text())
     assert again["status"] == "finished" and again["earlier_attempt_moved_to"].endswith("attempts/1")
     assert rows() == before   # the same noise: the same rows, counted once
+    # the same sweep with another extra override: refused, not reported as finished
+    assert sweep.main([a.replace("train.steps=3", "train.steps=4") for a in args]) == 2
+    assert json.loads((dirs[1] / "summary.json").read_text()) == again
 
 
 def test_submitit_launcher_runs_the_array(tmp_path, monkeypatch):
@@ -303,3 +306,45 @@ def test_a_method_a_grid_does_not_name_runs_its_registered_grid(methods, grid_fi
         assert len(mine) == math.prod(len(v) for v in axes.values()) * epsilons * seeds
         assert {tuple(k for k, _ in r.params) for r in mine} == {tuple(axes)}
         assert all(r.experiment is None and r.setting == setting for r in mine)
+
+
+#: extra overrides a relaunch may add: key -> (values, whether the key decides a run's result);
+#: the first value is the one the finished runs had
+RELAUNCH_KEYS = {"train.steps": (["5", "6"], True), "train.batch_size": (["64", "32"], True),
+                 "method.clip": (["1.0", "2.0"], True),
+                 "logger.mode": (["disabled", "offline"], False), "train.threads": (["1", "2"], False),
+                 "train.progress_seconds": (["60", "5"], False), "device": (["cpu", "cpu"], False)}
+
+
+def _finished_sweep(tmp_path, extra: list[str]) -> str:
+    """A mini sweep whose every run finished with the config `extra` composes (as its runs record it)."""
+    spec = mini_spec(tmp_path, "[dpzero]")
+    runs = enumerate_runs(load_spec(spec))
+    for run, cfg in zip(runs, sweep.composed_configs(runs, extra)):
+        run_dir = tmp_path / "mini" / run.run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(json.loads(json.dumps(cfg)))))
+        (run_dir / "summary.json").write_text(json.dumps({"status": "finished", "final_test_accuracy": 0.5}))
+    return spec
+
+
+@settings(max_examples=6, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(changes=st.dictionaries(st.sampled_from(sorted(RELAUNCH_KEYS)), st.integers(0, 1), max_size=3))
+def test_a_relaunch_with_other_overrides_never_reuses_finished_runs(changes, tmp_path_factory, capsys):
+    """A finished run is skipped only if the relaunch composes its config (or differs only in where
+    and how keys: logging, threads, device); any other changed, added or removed override refuses
+    the whole sweep with one line before anything runs, and the finished files stay as they were."""
+    tmp_path = tmp_path_factory.mktemp("relaunch")
+    base = [f"{k}={v[0]}" for k, (v, _) in RELAUNCH_KEYS.items()]
+    spec = _finished_sweep(tmp_path, base)
+    chosen = {k: RELAUNCH_KEYS[k][0][i] for k, i in changes.items()}
+    extra = [f"{k}={chosen.get(k, v[0])}" for k, (v, _) in RELAUNCH_KEYS.items()]
+    before = sorted((p, p.stat().st_mtime_ns) for p in (tmp_path / "mini").rglob("*"))
+    capsys.readouterr()
+    code = sweep.main([spec, "--out", str(tmp_path), "--dry-run", *extra])
+    err = capsys.readouterr().err
+    differs = any(RELAUNCH_KEYS[k][1] and i != 0 for k, i in changes.items())
+    assert code == (2 if differs else 0), err
+    if differs:
+        assert err.count("pazo: error:") == 1 and "were run with another config" in err
+    assert sorted((p, p.stat().st_mtime_ns) for p in (tmp_path / "mini").rglob("*")) == before
