@@ -1,0 +1,196 @@
+"""Privacy arithmetic before any compute: sigma for a target epsilon, the epsilon of a sigma, and
+the steps a budget allows, for T steps of the Poisson-subsampled Gaussian mechanism (sample rate q,
+noise multiplier sigma, delta), by one of three accountants:
+
+- `prv`: pazo's own (prv-accountant's PRV upper bound, what every run calibrates and checks with);
+- `pld`: dp-accounting's privacy loss distribution (its pessimistic estimate, an upper bound);
+- `rdp`: dp-accounting's Renyi accountant (an upper bound, looser than the other two).
+
+All three bound the same true epsilon from above; PRV and PLD also give a lower bound, so their
+intervals must overlap and RDP must lie above both lower bounds (the tests check it). A plan is
+public arithmetic on public numbers: it reads no data and costs no privacy.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from dataclasses import dataclass
+
+from pazo.privacy.accountants import (BudgetError, GaussianAccountant, check_delta, check_run,
+                                      check_target_epsilon, default_eps_error)
+from pazo.privacy.calibration import calibrate_sigma
+
+ACCOUNTANTS = ("prv", "pld", "rdp")
+#: the most steps a plan considers (the PRV grid of more would not fit in memory; pazo's runs refuse them too)
+MAX_STEPS = 10_000_000
+#: dp-accounting's PLD grid step on the privacy loss: 1e-4 keeps its pessimistic bound within about 1e-3
+PLD_INTERVAL = 1e-4
+#: the smallest sigma PLD is asked about: one step's privacy loss spans about 1/sigma^2, so its grid
+#: holds about 1/(sigma^2 * PLD_INTERVAL) points (4 million at 0.05; 1e-3 would ask for 38 GiB)
+PLD_MIN_SIGMA = 0.05
+
+
+@dataclass(frozen=True)
+class Account:
+    """Epsilon by one accountant: `upper` is the guarantee; `lower` a lower bound where the
+    accountant gives one (RDP does not: its lower is 0)."""
+    accountant: str
+    lower: float
+    upper: float
+
+
+@contextlib.contextmanager
+def _quiet_rdp():
+    """dp-accounting's RDP warns through absl for every order its series leaves out (small alpha at
+    large q): the orders it keeps still bound epsilon, so the warnings tell a user nothing."""
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        absl.setLevel(level)
+
+
+def _dp_event(sigma: float, sample_rate: float, steps: int):
+    from dp_accounting import dp_event
+
+    one = dp_event.GaussianDpEvent(sigma)
+    step = one if sample_rate >= 1 else dp_event.PoissonSampledDpEvent(sample_rate, one)
+    return dp_event.SelfComposedDpEvent(step, steps)
+
+
+def _dp_accounting_epsilon(accountant: str, sigma: float, sample_rate: float, steps: int, delta: float,
+                           pessimistic: bool = True) -> float:
+    """dp-accounting's epsilon: its RDP accountant, or its PLD of the subsampled Gaussian composed T
+    times (`pessimistic`: an upper bound; else its optimistic estimate, a lower bound)."""
+    if accountant == "rdp":
+        from dp_accounting.rdp import RdpAccountant
+        with _quiet_rdp():
+            return float(RdpAccountant().compose(_dp_event(sigma, sample_rate, steps)).get_epsilon(delta))
+    from dp_accounting.pld import privacy_loss_distribution
+
+    one = privacy_loss_distribution.from_gaussian_mechanism(
+        sigma, pessimistic_estimate=pessimistic, value_discretization_interval=PLD_INTERVAL,
+        sampling_prob=min(sample_rate, 1.0), use_connect_dots=pessimistic)
+    return float(one.self_compose(steps).get_epsilon_for_delta(delta))
+
+
+def check_inputs(sample_rate, steps, delta, accountant: str, sigma=None) -> None:
+    """The inputs every plan needs, each refused in one BudgetError line."""
+    if accountant not in ACCOUNTANTS:
+        raise BudgetError(f"unknown accountant {accountant!r}; choices: {', '.join(ACCOUNTANTS)}")
+    check_run(sigma, sample_rate, steps)
+    check_delta(delta)
+    if accountant == "pld" and sigma is not None and sigma < PLD_MIN_SIGMA:
+        raise BudgetError(f"sigma={sigma:g}: the PLD accountant's grid would not fit in memory below sigma "
+                          f"{PLD_MIN_SIGMA:g}; use --accountant prv or rdp")
+    if steps > MAX_STEPS:
+        raise BudgetError(f"{steps} steps: a plan considers at most {MAX_STEPS:,} steps")
+
+
+def epsilon_of(sigma: float, sample_rate: float, steps: int, delta: float, accountant: str = "prv",
+               eps_error: float | None = None) -> Account:
+    """The epsilon T steps at noise multiplier `sigma` spend, by `accountant` (PRV to `eps_error`:
+    a run's is that of its target epsilon, `default_eps_error`; None: from a rough RDP estimate)."""
+    check_inputs(sample_rate, steps, delta, accountant, sigma)
+    if accountant == "prv":
+        error = eps_error or _eps_error(sigma, sample_rate, steps, delta)
+        bounds = GaussianAccountant(sigma, sample_rate, steps, delta, eps_error=error).epsilon(steps)
+        return Account("prv", bounds.lower, bounds.upper)
+    upper = _dp_accounting_epsilon(accountant, sigma, sample_rate, steps, delta)
+    lower = 0.0 if accountant == "rdp" else _dp_accounting_epsilon("pld", sigma, sample_rate, steps, delta,
+                                                                   pessimistic=False)
+    return Account(accountant, min(lower, upper), upper)
+
+
+def _eps_error(sigma: float, sample_rate: float, steps: int, delta: float) -> float:
+    """PRV's accuracy for an epsilon not known in advance: 1% of the RDP epsilon (above the true
+    one), at most 0.01, as a run's own accounting uses for its target."""
+    rough = _dp_accounting_epsilon("rdp", sigma, sample_rate, steps, delta)
+    return default_eps_error(max(rough, 1e-3))
+
+
+def sigma_for(epsilon: float, sample_rate: float, steps: int, delta: float, accountant: str = "prv") -> float:
+    """The smallest noise multiplier (to about 0.2%) whose epsilon by `accountant` is at most the target."""
+    epsilon = check_target_epsilon(epsilon)
+    check_inputs(sample_rate, steps, delta, accountant)
+    if accountant == "prv":
+        return calibrate_sigma(epsilon, delta, sample_rate, int(steps))
+    from dp_accounting import mechanism_calibration as calibration
+    from dp_accounting.pld import PLDAccountant
+    from dp_accounting.rdp import RdpAccountant
+
+    def event(s: float):
+        return _dp_event(s, sample_rate, int(steps))
+
+    try:
+        with _quiet_rdp():
+            rdp = calibration.calibrate_dp_mechanism(RdpAccountant, event, epsilon, delta,
+                                                     bracket_interval=calibration.LowerEndpointAndGuess(1e-2, 1.0),
+                                                     tol=1e-4)
+        if accountant == "rdp":
+            return float(rdp)
+        # RDP's sigma meets the target by PLD too (RDP bounds it from above); PLD's is rarely under
+        # 0.7 of it, and a bracket that misses is widened down to half (each PLD account costs seconds)
+        pld = lambda: PLDAccountant(value_discretization_interval=PLD_INTERVAL)  # noqa: E731
+        for low in (0.7, 0.5):
+            bracket = calibration.ExplicitBracketInterval(max(rdp * low, PLD_MIN_SIGMA), rdp * 1.001)
+            with contextlib.suppress(ValueError):
+                return float(calibration.calibrate_dp_mechanism(pld, event, epsilon, delta,
+                                                                bracket_interval=bracket, tol=1e-3 * rdp))
+        raise ValueError(f"no sigma in [{max(rdp / 2, PLD_MIN_SIGMA):.4g}, {rdp:.4g}]")
+    except (ValueError, RuntimeError, calibration.NoBracketIntervalFoundError) as err:   # none found
+        raise BudgetError(f"no noise multiplier meets epsilon {epsilon:g} at delta {delta:g} ({err})") from None
+
+
+def steps_for(epsilon: float, sigma: float, sample_rate: float, delta: float, accountant: str = "prv") -> int:
+    """The most steps whose epsilon by `accountant` is at most the target (0 when one step is over it),
+    at most MAX_STEPS (a BudgetError says when the budget allows more)."""
+    epsilon = check_target_epsilon(epsilon)
+    check_inputs(sample_rate, 1, delta, accountant, sigma)
+
+    def within(t: int) -> bool:
+        return epsilon_of(sigma, sample_rate, t, delta, accountant, default_eps_error(epsilon)).upper <= epsilon
+
+    if not within(1):
+        return 0
+    low, high = 1, 2
+    while high <= MAX_STEPS and within(high):
+        low, high = high, high * 2
+    if high > MAX_STEPS:
+        if within(MAX_STEPS):
+            raise BudgetError(f"the budget allows more than {MAX_STEPS:,} steps at sigma {sigma:g}")
+        high = MAX_STEPS
+    while high - low > 1:   # within(low), not within(high)
+        middle = (low + high) // 2
+        low, high = (middle, high) if within(middle) else (low, middle)
+    return low
+
+
+def sample_rate_of(sample_rate: float | None, batch_size: int | None, n: int | None) -> float:
+    """q from the command line: given, or batch size / n (a run's Poisson rate)."""
+    if sample_rate is not None:
+        if batch_size is not None:
+            raise BudgetError("give the sample rate, or the batch size and n, not both")
+        return sample_rate
+    if batch_size is None or n is None:
+        raise BudgetError("give the sample rate (--sample-rate), or the expected batch size and the private "
+                          "set's size (--batch-size and --n)")
+    if not (isinstance(n, int) and n >= 1 and isinstance(batch_size, int) and 1 <= batch_size <= n):
+        raise BudgetError(f"the batch size must be an integer in [1, n], got batch size {batch_size} and n {n}")
+    return batch_size / n
+
+
+def steps_of(steps: int | None, epochs: float | None, sample_rate: float) -> int:
+    """T from the command line: given, or epochs / q rounded, as a run plans its steps."""
+    if steps is not None:
+        if epochs is not None:
+            raise BudgetError("give the steps or the epochs, not both")
+        return steps
+    if epochs is None:
+        raise BudgetError("give the steps (--steps) or the epochs (--epochs)")
+    if not (math.isfinite(epochs) and epochs > 0):
+        raise BudgetError(f"epochs must be a positive number, got {epochs!r}")
+    return max(1, round(epochs / sample_rate))

@@ -1,0 +1,84 @@
+"""Privacy planning before a run (`pazo-privacy`, pazo.privacy.planner): the three accountants bound
+the same epsilon as the theory says (PRV's and PLD's intervals overlap; RDP lies above both lower
+bounds), a calibrated sigma meets its target and 1% less noise does not, the steps a budget allows
+are the last ones within it, the plan of the default run is the run's own sigma, and a mistake on
+the command line is one line."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pazo.privacy.accountants import default_eps_error
+from pazo.privacy.cli import main
+from pazo.privacy.planner import ACCOUNTANTS, epsilon_of, sigma_for, steps_for
+
+DELTAS = st.sampled_from([1e-5, 1e-3])
+
+
+@settings(max_examples=4)
+@given(sigma=st.floats(0.6, 5.0), q=st.floats(1e-3, 0.2), steps=st.integers(1, 400), delta=DELTAS)
+def test_the_accountants_bound_one_epsilon_as_the_theory_says(sigma, q, steps, delta):
+    prv, pld, rdp = (epsilon_of(sigma, q, steps, delta, a) for a in ("prv", "pld", "rdp"))
+    assert prv.lower <= prv.upper and pld.lower <= pld.upper
+    slack = 2e-3 * max(1.0, prv.upper)   # the grids' own error
+    assert max(prv.lower, pld.lower) <= min(prv.upper, pld.upper) + slack
+    assert rdp.upper >= max(prv.lower, pld.lower) - slack
+
+
+@pytest.mark.parametrize("accountant", ACCOUNTANTS)
+@settings(max_examples=2)
+@given(epsilon=st.floats(0.5, 8.0), q=st.floats(5e-3, 0.1), steps=st.integers(10, 300), delta=DELTAS)
+def test_a_calibrated_sigma_meets_its_target_and_one_percent_less_does_not(accountant, epsilon, q, steps, delta):
+    sigma, error = sigma_for(epsilon, q, steps, delta, accountant), default_eps_error(epsilon)   # (a run's)
+    assert epsilon_of(sigma, q, steps, delta, accountant, error).upper <= epsilon
+    assert epsilon_of(sigma * 0.99, q, steps, delta, accountant, error).upper > epsilon
+
+
+@settings(max_examples=4)
+@given(epsilon=st.floats(0.5, 8.0), sigma=st.floats(0.8, 4.0), q=st.floats(5e-3, 0.2), delta=DELTAS)
+def test_the_steps_a_budget_allows_are_the_last_within_it(epsilon, sigma, q, delta):
+    steps = steps_for(epsilon, sigma, q, delta, "rdp")
+    if steps:
+        assert epsilon_of(sigma, q, steps, delta, "rdp").upper <= epsilon
+    assert epsilon_of(sigma, q, steps + 1, delta, "rdp").upper > epsilon
+
+
+def test_the_steps_by_prv_are_those_a_run_of_that_sigma_may_take():
+    steps = steps_for(1.0, 3.5057, 64 / 1165, 1 / 1165, "prv")
+    assert steps >= 546   # the default run's T at its calibrated sigma
+    error = default_eps_error(1.0)
+    assert epsilon_of(3.5057, 64 / 1165, steps, 1 / 1165, "prv", error).upper <= 1.0
+    assert epsilon_of(3.5057, 64 / 1165, steps + 1, 1 / 1165, "prv", error).upper > 1.0
+
+
+def test_the_plan_of_the_default_run_is_its_sigma_and_steps(capsys):
+    """`make run`: epsilon 1, delta 1/1165, 64 of 1165 a batch, 30 epochs -> sigma 3.5057, T 546."""
+    args = ["--delta", repr(1 / 1165), "--batch-size", "64", "--n", "1165"]
+    assert main(["sigma", "--epsilon", "1", "--epochs", "30", *args]) == 0
+    out = capsys.readouterr().out
+    assert "sigma = 3.5057 for epsilon 1 " in out and "T 546;" in out
+
+
+GOOD = {"--epsilon": "1", "--sigma": "1.2", "--delta": "1e-5", "--sample-rate": "0.01", "--steps": "100",
+        "--accountant": "rdp"}
+BAD_VALUES = ["0", "-1", "nan", "inf", "x", "1e400", "2", "1e-300", "100000000000"]
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(answer=st.sampled_from(["sigma", "epsilon", "steps"]), key=st.sampled_from(sorted(GOOD)),
+       value=st.sampled_from(BAD_VALUES) | st.none(), extra=st.sampled_from([[], ["--n", "10"], ["--epochs", "3"],
+                                                                              ["--accountant", "xyz"]]))
+def test_a_bad_command_line_is_one_line_and_exit_2(answer, key, value, extra, capsys):
+    given_args = {**GOOD, key: value}
+    argv = [answer, *[a for k, v in given_args.items() if v is not None for a in (k, v)], *extra]
+    try:
+        code = main(argv)
+    except SystemExit as stop:   # argparse's own refusals (a bad float, an unknown choice)
+        code = stop.code
+    out, err = capsys.readouterr()
+    if code == 0:   # the values were good ones after all (e.g. a sigma of 2)
+        assert out.count("\n") == 1 and not err
+        return
+    assert code == 2 and err.count("\n") == 1 and err.startswith("pazo: error: "), err
+    assert "Traceback" not in err and not out
