@@ -386,6 +386,32 @@ def test_defaults_check_re_runs_to_the_recorded_numbers_and_names_a_difference(t
     assert moved.returncode == 1 and "differs: sgd final_test_accuracy: recorded" in moved.stdout
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(accuracies=st.lists(st.none() | st.floats(0, 1), min_size=2, max_size=2),
+       status=st.sampled_from(["finished", "failed"]))
+def test_defaults_print_accuracies_as_the_summary_does_not_at_full_precision(accuracies, status, tmp_path_factory,
+                                                                             monkeypatch, capsys):
+    """`pazo-bench defaults` prints each method's accuracies with 4 decimals ("-" for none), as the
+    run's summary does; its result file keeps every digit (before: `val 0.43333333333333335`)."""
+    import re
+
+    from pazo.bench import defaults
+
+    row = {"method": "dpzero", "status": status, "final_val_accuracy": accuracies[0],
+           "final_test_accuracy": accuracies[1], "warnings": []}
+    out = tmp_path_factory.mktemp("defaults") / "defaults.json"
+    monkeypatch.setattr(defaults, "train", lambda method, seed, runs, threads: dict(row))
+    monkeypatch.setattr(sys, "argv", ["pazo-bench defaults", "--methods", "dpzero", "--out", str(out),
+                                      "--runs", str(out.parent / "runs")])
+    capsys.readouterr()
+    defaults.main()
+    line = capsys.readouterr().out.splitlines()[0]
+    shown = [("-" if a is None else format(a, ".4f")) for a in accuracies]
+    assert line.split() == ["dpzero", status, "val", shown[0], "test", shown[1]]
+    assert not re.search(r"\d\.\d{5}", line)
+    assert json.loads(out.read_text())["results"][0]["final_test_accuracy"] == accuracies[1]
+
+
 def test_defaults_check_names_every_number_that_differs():
     from pazo.bench.defaults import CHECKED, differences
 
