@@ -50,11 +50,11 @@ def _whole_rows_kept(metrics: Path, checkpoint_bytes: int) -> int:
     last = None
     for line in lines_of(data[end:]):
         row = whole_row(line)
-        if row is None:
+        if row is None and not (line.endswith(b"\n") and not line.strip()):   # (a blank line: passed over)
             break
-        end, last = end + len(line), row
-    if last is None and end:   # no row after the checkpoint: the last line before it
-        last = whole_row(data[data.rfind(b"\n", 0, end - 1) + 1:end])
+        end, last = end + len(line), row or last
+    if last is None:   # no row after the checkpoint: the last one before it
+        last = next(filter(None, map(whole_row, reversed(lines_of(data[:end])))), None)
     os.truncate(metrics, end)
     return last["step"] if last else 0
 
