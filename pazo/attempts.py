@@ -43,6 +43,7 @@ from pazo.checkpoint import (CHECKPOINT, NOT_COMPARED, RESUMABLE, archive_files,
                              effective_status, heartbeat_age, read_checkpoint, read_summary, remove_tmp_checkpoint)
 from pazo.errors import ConfigError
 from pazo.fingerprint import canonical_json
+from pazo.metrics_file import FILE as METRICS, CorruptMetrics, read_metric_rows
 from pazo.rundir import write_atomic
 from pazo.validate import typed_config
 
@@ -115,6 +116,7 @@ def plan_launch(run_dir: Path, cfg) -> Start:
                               f"{f' ({shown(changed)})' if changed else ''}; resume it with the same overrides, "
                               "or give another hydra.run.dir")
         remove_tmp_checkpoint(run_dir)  # a write a kill broke off: never resumed from
+        refuse_corrupt_rows(run_dir)
         return Start("resume", summary=summary, checkpoint=checkpoint)
     return _start_over(run_dir, cfg, summary)
 
@@ -147,7 +149,24 @@ def _start_over(run_dir: Path, cfg, summary: dict | None) -> Start:
     if changed:
         _refuse(run_dir, f"of another config ({shown(changed)})", "this launch would draw other noise, and the "
                 "printed epsilon would not count the earlier releases (relaunch it as it ran to replay it)")
+    refuse_corrupt_rows(run_dir)
     return Start("replay", summary=summary, pending_archive=True)
+
+
+def refuse_corrupt_rows(run_dir: Path) -> None:
+    """A resume or a replay carries the directory's metrics.jsonl on (its rows were released): one
+    with a bad line before its last (`pazo.metrics_file`: edited or damaged) is refused before any
+    compute, as the reports refuse it, rather than cut at the bad line with the released rows after
+    it. A torn last row (what a kill leaves) is no reason: the recorder cuts it."""
+    metrics = Path(run_dir) / METRICS
+    try:
+        if metrics.exists():
+            read_metric_rows(metrics)
+    except CorruptMetrics as err:
+        raise ConfigError(f"{err}; nothing was moved: restore the file to relaunch this run, or give another "
+                          "hydra.run.dir") from None
+    except OSError as err:
+        raise ConfigError(f"{metrics} cannot be read ({err.strerror}); {NEW_DIRECTORY}") from None
 
 
 def check_launch(run_dir: Path, start: Start, run) -> None:

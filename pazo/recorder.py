@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 
 from pazo import outlets, rundir
 from pazo.checkpoint import LoopState, discard_checkpoint, save_checkpoint
+from pazo.metrics_file import lines_of, whole_row
 from pazo.rundir import WriteFault, write_atomic, writing
 
 
@@ -39,23 +40,23 @@ def _clean(value):
 
 
 def _whole_rows_kept(metrics: Path, checkpoint_bytes: int) -> int:
-    """Cut metrics.jsonl after its last whole row (a row a killed attempt left half written goes;
-    the rows up to the checkpoint's offset stay in any case) and return the step of that row."""
+    """Cut metrics.jsonl after its last whole row (`pazo.metrics_file.whole_row`: a row a killed
+    attempt left half written goes) and return that row's step (0: none). The rows up to the
+    checkpoint's offset stay in any case (a relaunch refused a file with a bad row before its last
+    line: `pazo.attempts`); a file cut below that offset is cut back to its last whole line, so that
+    the next row never follows half of one."""
     data = metrics.read_bytes()
-    end, last_step = min(checkpoint_bytes, len(data)), 0
-    for line in data[end:].splitlines(keepends=True):
-        try:
-            step = json.loads(line)["step"] if line.endswith(b"\n") else None
-        except (ValueError, KeyError, TypeError):
-            step = None
-        if step is None:
+    end = data.rfind(b"\n", 0, min(checkpoint_bytes, len(data))) + 1
+    last = None
+    for line in lines_of(data[end:]):
+        row = whole_row(line)
+        if row is None and not (line.endswith(b"\n") and not line.strip()):   # (a blank line: passed over)
             break
-        end, last_step = end + len(line), step
+        end, last = end + len(line), row or last
+    if last is None:   # no row after the checkpoint: the last one before it
+        last = next(filter(None, map(whole_row, reversed(lines_of(data[:end])))), None)
     os.truncate(metrics, end)
-    if last_step == 0 and end > 0:   # no row after the checkpoint: the last row before it
-        rows = data[:end].splitlines()
-        last_step = json.loads(rows[-1]).get("step", 0) if rows else 0
-    return last_step
+    return last["step"] if last else 0
 
 
 def write_json_atomic(path: Path, data: dict) -> None:

@@ -82,6 +82,14 @@ def differences(recorded: list[dict], now: list[dict]) -> list[str]:
             for row in now for key in CHECKED if by_method[row["method"]].get(key) != row.get(key)]
 
 
+def result_line(row: dict) -> str:
+    """A method's line on the terminal: its status and final accuracies as the run's summary prints
+    them (4 decimals, "-" for none), and its warnings; the file keeps every digit."""
+    accuracy = lambda key: "-" if row.get(key) is None else format(row[key], ".4f")  # noqa: E731
+    return (f"{row['method']:14s} {row['status']:9s} val {accuracy('final_val_accuracy')} "
+            f"test {accuracy('final_test_accuracy')} {'; '.join(row.get('warnings') or [])}").rstrip()
+
+
 def _methods(text: str | None, known: list[str]) -> list[str]:
     methods = [m for m in (text or ",".join(known)).split(",") if m]
     unknown = [m for m in methods if m not in known]
@@ -115,8 +123,7 @@ def main():
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda m: train(m, seed, runs, THREADS), methods))
     for row in rows:
-        print(f"{row['method']:14s} {row['status']:9s} val {row.get('final_val_accuracy')} "
-              f"test {row.get('final_test_accuracy')} {'; '.join(row.get('warnings') or [])}")
+        print(result_line(row))
     if recorded is not None:
         wrong = differences(recorded["results"], rows)
         for line in wrong:

@@ -40,6 +40,10 @@ one no-grad forward of the private batch (the `floor` job); `paired_speedup_over
 over `iters` pairs, of a DP-SGD step's time over the method's step run just after it (DP-SGD built
 in the same subprocess once the method's peak memory is read). `paper_setting` names the column of the
 paper's Table 5 a setting matches (`pazo-report tables --benchmark` reads this file).
+
+The rows go to the result file (`--out`); the terminal gets one line per job done (stderr) and, at
+the end, one Markdown table of the same values: every number of a row has its column (`TABLE`) but
+the run's size and the floor's parts (`IN_FILE_ONLY`), which the file holds.
 """
 from __future__ import annotations
 
@@ -300,11 +304,23 @@ def main():
         opacus_modes = ["hooks", "ghost"]
     except ImportError:
         opacus_modes = []
-        print("opacus is not installed (pip install -r requirements-bench.txt): skipping it")
+        print("pazo-bench methods: opacus is not installed (pip install -r requirements-bench.txt): skipping it",
+              file=sys.stderr)
+    rows = run_jobs(args, device, opacus_modes)
+    out = Path(args.out or RESULTS_DIR / f"methods_{device.type}.json")
+    note = {"note": args.note} if args.note else {}
+    print("\n".join(table_lines(rows)))
+    write_result(out, {**result_record(device, rows), **note})   # threads: args.threads where given (set above)
+
+
+def run_jobs(args, device, opacus_modes) -> list[dict]:
+    """Every job of every setting, each in its own subprocess: the result rows (what the result file
+    holds), with one line on stderr per job done (a run takes minutes)."""
     rows = []
     for setting in args.settings.split(","):
         forward_peak = None
-        for job in jobs_for(setting, args.methods.split(","), opacus_modes):
+        jobs = jobs_for(setting, args.methods.split(","), opacus_modes)
+        for number, job in enumerate(jobs, 1):
             base = {**job, "batch_size": SETTINGS[setting][3],
                     **({"paper_setting": PAPER_SETTING[setting]} if setting in PAPER_SETTING else {})}
             row = {**base, **run_isolated(job, args, device)}
@@ -313,25 +329,44 @@ def main():
             elif forward_peak and row.get("peak_mem_mb"):
                 row["mem_ratio"] = row["peak_mem_mb"] / forward_peak
             rows.append(row)
-            print(json.dumps(row))
-    out = Path(args.out or RESULTS_DIR / f"methods_{device.type}.json")
-    note = {"note": args.note} if args.note else {}
-    write_result(out, {**result_record(device, rows), **note})   # threads: args.threads where given (set above)
-    print("\n| setting | method | impl | engine | median s/iter | p25-p75 | floor s | x floor | x floor (paired) "
-          "| x SGD (paired) | peak MB | x fwd mem |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+            what = " ".join(str(w) for w in (setting, job["method"], job.get("engine") or job.get("clip_engine")) if w)
+            print(f"pazo-bench methods: job {number}/{len(jobs)} done ({what})", file=sys.stderr)
+    return rows
+
+
+#: the printed table: header -> the result row's values it shows (one, the first of several present
+#: for a text, or a p25-p75 range) and their format (None: text); every number a row holds is in a
+#: column or in IN_FILE_ONLY (a test holds the two to it)
+TABLE = (("setting", ("setting",), None), ("method", ("method",), None), ("impl", ("impl",), None),
+         ("engine", ("engine", "clip_engine"), None), ("median s/iter", ("median_s",), ".5f"),
+         ("p25-p75", ("p25_s", "p75_s"), ".5f"), ("floor s", ("floor_s",), ".5f"), ("x floor", ("floor_ratio",), ".2f"),
+         ("x floor (paired)", ("paired_floor_ratio",), ".2f"), ("x SGD (paired)", ("paired_over_sgd",), ".2f"),
+         ("speedup over DP-SGD (paired)", ("paired_speedup_over_dpsgd",), ".2f"), ("peak MB", ("peak_mem_mb",), ".0f"),
+         ("x fwd mem", ("mem_ratio",), ".2f"))
+#: the numbers of a result row the table leaves to the file: the run's size and the floor's parts
+IN_FILE_ONLY = ("batch_size", "iters", "dim", "forwards", "forward_s", "public_passes", "public_s")
+
+
+def table_cell(row: dict, keys: tuple[str, ...], fmt: str | None) -> str:
+    """One cell, from the row's own values ("" where it has none)."""
+    if fmt is None:
+        return str(next((row[k] for k in keys if row.get(k) not in (None, "")), ""))
+    values = [row.get(k) for k in keys]
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+        return ""
+    return "-".join(format(v, fmt) for v in values)
+
+
+def table_lines(rows: list[dict]) -> list[str]:
+    """The Markdown table printed at the end: a failed or not applicable job says so after its engine."""
+    lines = ["| " + " | ".join(header for header, _, _ in TABLE) + " |", "|" + "---|" * len(TABLE)]
     for r in rows:
+        cells = [table_cell(r, keys, fmt) for _, keys, fmt in TABLE]
         if "error" in r or "not_applicable" in r:
             why = f"failed: {r['error'][:80]}" if "error" in r else f"not applicable: {r['not_applicable'][:80]}"
-            print(f"| {r['setting']} | {r['method']} | {r['impl']} | {r.get('engine') or r.get('clip_engine', '')} | "
-                  f"{why} |")
-            continue
-        fmt = lambda key, f: format(r[key], f) if r.get(key) is not None else ""  # noqa: E731
-        engine = r.get("engine") or r.get("clip_engine", "")
-        print(f"| {r['setting']} | {r['method']} | {r['impl']} | {engine} | {r['median_s']:.5f} | "
-              f"{r['p25_s']:.5f}-{r['p75_s']:.5f} | {fmt('floor_s', '.5f')} | {fmt('floor_ratio', '.2f')} | "
-              f"{fmt('paired_floor_ratio', '.2f')} | {fmt('paired_over_sgd', '.2f')} | "
-              f"{fmt('peak_mem_mb', '.0f')} | {fmt('mem_ratio', '.2f')} |")
+            cells = [*cells[:4], why]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def cli() -> None:

@@ -107,14 +107,21 @@ def outlets_page() -> str:
             f"{intro.strip()}\n\n{outlets.as_markdown()}")
 
 
-def pages() -> dict[str, str]:
-    """Every generated file: its path under docs/ -> its text."""
+def reference_pages() -> dict[str, str]:
+    """docs/reference/: its path under docs/ -> its text, the same wherever pazo runs (a path of the
+    checkout is written `<repo>`, a default that depends on the running Python is named, not shown)."""
     from pazo.report.docs_cli import cli_page
     from pazo.report.docs_configs import configs_page
+
+    return {"reference/configs.md": configs_page(), "reference/cli.md": cli_page(), "reference/api.md": api_page(),
+            "reference/outlets.md": outlets_page()}
+
+
+def pages() -> dict[str, str]:
+    """Every generated file: its path under docs/ -> its text."""
     from pazo.report.docs_results import results_pages
 
-    out = {"reference/configs.md": configs_page(), "reference/cli.md": cli_page(), "reference/api.md": api_page(),
-           "reference/outlets.md": outlets_page()}
+    out = reference_pages()
     out.update({f"results/{name}": text for name, text in results_pages().items()})
     return out
 

@@ -391,10 +391,12 @@ def main(argv: list[str] | None = None) -> int:
                              "command starting on LINE (docs/guides/auditing.md:23); repeatable")
     parser.add_argument("--list", action="store_true", help="list the commands and what will be done, run nothing")
     parser.add_argument("--keep", action="store_true", help="keep each page's temporary directory")
-    parser.add_argument("--venv", type=Path, default=Path(sys.prefix),
-                        help="the virtual environment whose entry points run (default: this Python's, %(default)s)")
+    parser.add_argument("--venv", type=Path, default=None,   # (sys.prefix: not shown, the page is the same anywhere)
+                        help="the virtual environment whose entry points run (default: the one of the Python "
+                             "running this command, sys.prefix)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one command may run (default 600)")
     args = parser.parse_args(argv)
+    args.venv = args.venv or Path(sys.prefix)
     try:
         pages, lines = _pages(args.only)
         for page in pages:  # a line where no command starts is refused before anything runs

@@ -20,7 +20,6 @@ holds (`pazo-report tables` lists the others). A figure whose runs are absent is
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -35,8 +34,9 @@ from pazo.plugins import load_plugins
 from pazo.commands import ArgumentParser, summary_of
 from pazo import REPO_ROOT as ROOT  # noqa: E402
 from pazo.errors import ConfigError  # noqa: E402
+from pazo.metrics_file import FILE, CorruptMetrics, read_metric_rows, torn_note  # noqa: E402
 from pazo.results import (FIRST_ORDER, LABELS, METHOD_ORDER, SELECTIONS, USES_PUBLIC, load_runs,  # noqa: E402
-                          missing_dirs, select_configs, skipped)
+                          missing_dirs, select_configs)
 from pazo.rundir import save_figure_atomic  # noqa: E402
 
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
@@ -108,26 +108,20 @@ def figure3(best, note, out, written):
 
 
 def metric_rows(run_dir: Path) -> list[dict]:
-    """The rows of a run's metrics.jsonl; a line that does not parse as an object (a run killed
-    mid-write, an edited file) is left out, and the file named on stderr once."""
+    """The rows of a run's metrics.jsonl by the rule every report shares (`pazo.metrics_file`): a torn
+    last line is left out and said on stderr; a file with a bad line before it (corrupt), or that
+    cannot be read, gives no rows: the run's curve is left out, with one line naming the file and
+    the line (as `load_runs` skips a run whose files do not parse)."""
+    path = run_dir / FILE
     try:
-        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        skipped(run_dir, f"metrics.jsonl is unreadable ({type(err).__name__})")
+        read = read_metric_rows(path)
+    except (CorruptMetrics, OSError) as err:
+        why = str(err) if isinstance(err, CorruptMetrics) else f"{path} is unreadable ({err.strerror})"
+        print(f"pazo: left out the curve of {run_dir}: {why}", file=sys.stderr)
         return []
-    rows, bad = [], 0
-    for line in filter(None, lines):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            row = None
-        if isinstance(row, dict) and isinstance(row.get("step"), (int, float)):
-            rows.append(row)
-        else:
-            bad += 1
-    if bad:
-        print(f"pazo: {run_dir}/metrics.jsonl: {bad} line(s) that are not metric rows left out", file=sys.stderr)
-    return rows
+    if read.torn:
+        print(torn_note(path), file=sys.stderr)
+    return read.rows
 
 
 def figure4(best, epsilon, note, out, written):
@@ -145,7 +139,8 @@ def figure4(best, epsilon, note, out, written):
                 steps, acc = zip(*points)
                 ax.plot(steps, 100 * np.asarray(acc), label=LABELS[row.method])
         ax.set(xlabel="step", ylabel="test accuracy (%)", title=f"{s}, epsilon {epsilon:g}")
-    grid[-1][0].legend(fontsize=8)
+    if grid[-1][0].get_legend_handles_labels()[0]:   # (no curve, as when every run's file was refused: no legend)
+        grid[-1][0].legend(fontsize=8)
     save(fig, out, "figure4_accuracy_vs_steps", written)
 
 

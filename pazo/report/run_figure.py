@@ -5,12 +5,13 @@ spent, each against the step, read from the run directory's `metrics.jsonl` and 
     pazo-report run outputs/runs/digits/pazo_m/<time>_<token> [--out FILE]
 
 (or `python -m pazo.report.run_figure`). The PNG is written atomically (a half-drawn file never
-replaces a whole one), so it may be drawn while the run is still going: a metrics line the run is
-writing at that moment (the file's last, without its newline) is left for the next drawing."""
+replaces a whole one), so it may be drawn while the run is still going. The file is read by the
+rule every report shares (`pazo.metrics_file`): a last line that is not a whole row (the row the run
+is writing at that moment, or one a kill cut short) is left out and said on stderr; a bad line before
+it is corruption, one error line naming it."""
 from __future__ import annotations
 
 import io
-import json
 import sys
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from pazo.plugins import load_plugins
 from pazo.commands import ArgumentParser, summary_of  # noqa: E402
+from pazo.metrics_file import CorruptMetrics, read_metric_rows, torn_note  # noqa: E402
 from pazo.rundir import write_atomic  # noqa: E402
 
 #: the panels: title -> the metrics drawn in it (those a run does not log are left out)
@@ -30,20 +32,6 @@ PANELS = {
     "epsilon spent": ("epsilon",),
 }
 FILE = "curves.png"
-
-
-def read_metrics(path: Path) -> list[dict]:
-    """The rows of `metrics.jsonl`, one per step (a resumed run's repeated step: its last row)."""
-    text = path.read_text()
-    lines = text.split("\n")
-    if not text.endswith("\n"):
-        lines = lines[:-1]          # being written: not a whole row yet
-    rows: dict[int, dict] = {}
-    for line in lines:
-        if line.strip():
-            row = json.loads(line)
-            rows[row["step"]] = row
-    return [rows[step] for step in sorted(rows)]
 
 
 def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -86,9 +74,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no metrics.jsonl in {args.run} "
                      "(a run directory is outputs/runs/<dataset>/<method>/<time>_<token>)")
     try:
-        rows = read_metrics(metrics)
-        png = draw(rows, f"{args.run.resolve().name}: {len(rows)} logged steps")
-    except (ValueError, KeyError) as err:
+        read = read_metric_rows(metrics)
+    except CorruptMetrics as err:
+        parser.error(str(err))
+    except OSError as err:
+        parser.error(f"{metrics} is unreadable ({err.strerror or type(err).__name__})")
+    if read.torn:
+        print(torn_note(metrics), file=sys.stderr)
+    try:
+        png = draw(read.rows, f"{args.run.resolve().name}: {len(read.rows)} logged steps")
+    except ValueError as err:
         parser.error(f"{metrics}: {err}")
     out = args.out or args.run / FILE
     write_atomic(out, png)

@@ -371,8 +371,14 @@ def floor_table(paths: list[Path]):
     return long, pd.DataFrame(wide, columns=columns), note
 
 
-def notes_for(best: pd.DataFrame, selection: str, metric: str) -> list[str]:
-    """What a reader needs to read the cells: the selection protocol and the marks used."""
+def shows_paper(long: list[dict]) -> bool:
+    """Whether a table's cells show the paper's values (a cell beside one has it in its CSV row)."""
+    return any(row.get("paper", "") != "" for row in long)
+
+
+def notes_for(best: pd.DataFrame, selection: str, metric: str, paper: bool = True) -> list[str]:
+    """What a reader needs to read the cells: the selection protocol and the marks used (the paper's
+    values only where the cells show them, `paper`)."""
     what = "final" if metric == "final_accuracy" else "best during training"
     seeds = usual(best)
     count = f"{seeds} seed{'s' * (seeds > 1)}; [n]: n seeds"
@@ -384,8 +390,9 @@ def notes_for(best: pd.DataFrame, selection: str, metric: str) -> list[str]:
              if selection == "val" else
              f"Each cell: the configuration with the best test accuracy ({what}; mean over its seeds if "
              f"several, {count}): selected on the test set, as in the paper, which is not itself private.",
-             "Cells: ours (paper, ours - paper); '—' no configuration could be selected (every one failed "
-             "or was excluded); 'not run' no run of ours."]
+             ("Cells: ours (paper, ours - paper); '—' no configuration could be selected (every one failed "
+              "or was excluded); 'not run' no run of ours." if paper else
+              "Cells: ours; '—' no configuration could be selected (every one failed or was excluded).")]
     if "selection_outside_epsilon" not in best or best.selection_outside_epsilon.any():
         notes.append("Privacy of the selection: a private cell without ‡ is the best of its configurations (the "
                      "configs column of the long table), each trained on the same private data, so the number shown "
@@ -473,7 +480,7 @@ def main(argv=None) -> int:
                                       args.include_shuffle)
                 long, frame = q_table(best, paper)
                 write(out, name, f"Table 8: accuracy (%) at q = 1 and q = 5; {PROTOCOL[args.selection]}", frame,
-                      long, notes_for(best, args.selection, args.metric), excluded)
+                      long, notes_for(best, args.selection, args.metric, shows_paper(long)), excluded)
                 continue
             best = select_configs(runs, args.metric, args.selection, include_shuffle=args.include_shuffle)
             settings = [s for s in SETTING_ORDER if s in set(runs.setting)]
@@ -484,7 +491,7 @@ def main(argv=None) -> int:
                          f"{PROTOCOL[args.selection]}")
                 counts = runs[runs.setting == setting].status.value_counts().to_dict()
                 write(out, f"{name}_{setting}", title, frame, long,
-                      [*notes_for(best[best.setting == setting], args.selection, args.metric),
+                      [*notes_for(best[best.setting == setting], args.selection, args.metric, shows_paper(long)),
                        f"Runs: {counts}; source: {sweep_dir}."], excluded[excluded.setting == setting])
     except ConfigError as err:
         print(f"pazo: error: {err}", file=sys.stderr)

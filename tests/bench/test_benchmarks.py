@@ -12,6 +12,8 @@ import time
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import ROOT
 from pazo.bench import common as bench_common
@@ -229,6 +231,10 @@ def test_the_gpu_benchmark_settings_run_on_cpu_at_a_tiny_batch(setting, tmp_path
         ("pazo_s", "vectorised"), ("pazo_s", "inplace")]
     assert all("error" not in r for r in rows), [r["error"] for r in rows if "error" in r]
     assert {r["batch_size"] for r in rows} == {2}   # as each job reports it: --batch-size reached the jobs
+    for r in rows:   # the printed table shows every figure of the real rows (the rest is left to the file)
+        numbers = {k for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        assert numbers <= shown_by_table(numbers) | set(bench_methods.IN_FILE_ONLY), r
+    assert not [line for line in done.stdout.splitlines() if line.startswith("{")]   # no JSON on stdout
     # book-keeping is refused where uncovered layers need a second forward under dropout: said, not timed
     refused = [r for r in rows if "not_applicable" in r]
     assert [(r["method"], r["clip_engine"]) for r in refused] == \
@@ -247,6 +253,57 @@ def test_the_gpu_benchmark_settings_run_on_cpu_at_a_tiny_batch(setting, tmp_path
             assert r["forwards"] == 2 and r["public_passes"] == 0
         if r["method"] == "pazo_s":
             assert r["forwards"] >= 3 and r["public_passes"] >= 2 and r["public_s"] > 0
+
+
+#: the numbers a job's row may hold (`time_steps`, `ours`, `run_job`; `mem_ratio` is the parent's)
+JOB_NUMBERS = ("median_s", "p25_s", "p75_s", "iters", "peak_mem_mb", "dim", "forwards", "forward_s", "public_passes",
+               "public_s", "floor_s", "floor_ratio", "paired_floor_ratio", "paired_speedup_over_dpsgd",
+               "paired_over_sgd")
+job_row = (st.dictionaries(st.sampled_from(JOB_NUMBERS), st.floats(1e-6, 1e4), min_size=1)
+           | st.builds(lambda why: {"error": why}, st.text("abc xyz:", min_size=1, max_size=100))
+           | st.builds(lambda why: {"not_applicable": why}, st.text("abc xyz:", min_size=1, max_size=100)))
+
+
+def printed_cells(stdout: str) -> list[dict]:
+    """The printed Markdown table's rows, header -> cell."""
+    lines = [line for line in stdout.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [dict(zip(header, (c.strip() for c in line.strip("|").split("|")))) for line in lines[2:]]
+
+
+def shown_by_table(keys) -> set:
+    """The result keys some column of the printed table shows."""
+    return {k for _, column_keys, _ in bench_methods.TABLE for k in column_keys} & set(keys)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_methods_table_shows_every_figure_its_result_file_holds(data, tmp_path_factory, monkeypatch, capsys):
+    """`pazo-bench methods` prints its table only (the rows go to the result file, not to stdout as
+    JSON lines), and every cell of a column whose value the row's result holds is that value, formatted;
+    every number of a row is in a column or one the table leaves to the file. Before: JSON lines before
+    the table, and the zeroth-order rows' paired speedup over DP-SGD, in the file, in no column."""
+    out = tmp_path_factory.mktemp("bench") / "methods.json"
+    monkeypatch.setattr(bench_methods, "run_isolated", lambda job, args, device: data.draw(job_row))
+    monkeypatch.setattr(sys, "argv", ["pazo-bench methods", "--device", "cpu", "--settings", "digits",
+                                      "--methods", "sgd,dpsgd,dpzero", "--out", str(out)])
+    capsys.readouterr()
+    bench_methods.main()
+    stdout = capsys.readouterr().out
+    assert [line for line in stdout.splitlines() if not line.startswith("|")] == [f"wrote {out}"]
+    results = json.loads(out.read_text())["results"]
+    printed = printed_cells(stdout)
+    assert len(printed) == len(results)
+    for shown, row in zip(printed, results):
+        numbers = {k for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        assert numbers <= shown_by_table(numbers) | set(bench_methods.IN_FILE_ONLY), row
+        if "error" in row or "not_applicable" in row:
+            continue
+        for header, keys, fmt in bench_methods.TABLE:
+            if fmt is not None and all(k in row for k in keys):
+                assert shown[header] == "-".join(format(row[k], fmt) for k in keys), (header, row)
+            elif fmt is not None:
+                assert shown[header] == "", (header, row)
 
 
 @pytest.mark.parametrize("returncode,stderr,expected", [
@@ -327,6 +384,32 @@ def test_defaults_check_re_runs_to_the_recorded_numbers_and_names_a_difference(t
     recorded.write_text(json.dumps(data))
     moved = subprocess.run([*base, "--check", str(recorded)], capture_output=True, text=True, timeout=900)
     assert moved.returncode == 1 and "differs: sgd final_test_accuracy: recorded" in moved.stdout
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(accuracies=st.lists(st.none() | st.floats(0, 1), min_size=2, max_size=2),
+       status=st.sampled_from(["finished", "failed"]))
+def test_defaults_print_accuracies_as_the_summary_does_not_at_full_precision(accuracies, status, tmp_path_factory,
+                                                                             monkeypatch, capsys):
+    """`pazo-bench defaults` prints each method's accuracies with 4 decimals ("-" for none), as the
+    run's summary does; its result file keeps every digit (before: `val 0.43333333333333335`)."""
+    import re
+
+    from pazo.bench import defaults
+
+    row = {"method": "dpzero", "status": status, "final_val_accuracy": accuracies[0],
+           "final_test_accuracy": accuracies[1], "warnings": []}
+    out = tmp_path_factory.mktemp("defaults") / "defaults.json"
+    monkeypatch.setattr(defaults, "train", lambda method, seed, runs, threads: dict(row))
+    monkeypatch.setattr(sys, "argv", ["pazo-bench defaults", "--methods", "dpzero", "--out", str(out),
+                                      "--runs", str(out.parent / "runs")])
+    capsys.readouterr()
+    defaults.main()
+    line = capsys.readouterr().out.splitlines()[0]
+    shown = [("-" if a is None else format(a, ".4f")) for a in accuracies]
+    assert line.split() == ["dpzero", status, "val", shown[0], "test", shown[1]]
+    assert not re.search(r"\d\.\d{5}", line)
+    assert json.loads(out.read_text())["results"][0]["final_test_accuracy"] == accuracies[1]
 
 
 def test_defaults_check_names_every_number_that_differs():

@@ -1,10 +1,16 @@
 """The generated pages (docs/reference/, docs/results/) are what `python -m pazo.report docs` makes
-from the code, configs/ and scripts/results/ now: regenerating them changes nothing."""
+from the code, configs/ and scripts/results/ now: regenerating them changes nothing, wherever pazo
+runs (another interpreter, virtual environment or working directory)."""
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
+import sysconfig
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pazo import REPO_ROOT
@@ -21,6 +27,50 @@ def test_regenerating_the_pages_changes_nothing(tmp_path):
     assert docs_pages.differences(docs, wanted) == [], "run `python -m pazo.report docs` and commit the pages"
     assert docs_pages.write(docs, wanted) == []     # (the committed figures came from another process: deterministic)
     assert (docs / "results" / "figures").is_dir() and any((docs / "results" / "figures").glob("*.svg"))
+
+
+folder = st.text("abcdefghijklmnopqrstuvwxyz0123456789._-", min_size=1, max_size=8).filter(lambda t: t.strip("."))
+#: where a Python may run from: any absolute path, or one inside the checkout (a `.venv` of it, as `make setup` makes)
+python_home = (st.lists(folder, min_size=1, max_size=4).map(lambda parts: "/" + "/".join(parts))
+               | st.sampled_from([str(REPO_ROOT / ".venv"), str(REPO_ROOT / "venvs" / "py311"), sys.prefix]))
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prefix=python_home, cwd=st.sampled_from(["/", "tmp", "repo", "docs"]))
+@example(prefix=str(REPO_ROOT / ".venv"), cwd="repo")           # the checkout's own venv: the page as committed
+@example(prefix="/opt/conda/envs/pazo", cwd="tmp")              # the report: --venv showed this path
+def test_the_reference_pages_are_the_same_wherever_pazo_runs(prefix, cwd, tmp_path_factory):
+    """The interpreter, its virtual environment and the working directory change no byte of a page
+    (before, docs-run's --venv default printed the running venv's path: `docs --check` failed in
+    every environment but <repo>/.venv)."""
+    where = {"/": "/", "tmp": str(tmp_path_factory.mktemp("cwd")), "repo": str(REPO_ROOT),
+             "docs": str(REPO_ROOT / "docs")}[cwd]
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("prefix", "exec_prefix", "base_prefix", "base_exec_prefix"):
+            mp.setattr(sys, name, prefix)
+        mp.setattr(sys, "executable", f"{prefix}/bin/python")
+        mp.setenv("VIRTUAL_ENV", prefix)
+        mp.chdir(where)
+        generated = docs_pages.reference_pages()
+    assert {name: (REPO_ROOT / "docs" / name).read_text() for name in generated} == generated
+
+
+@pytest.mark.slow   # a whole `pazo-report docs --check` in a fresh process (about 15 s on the shared machine)
+def test_docs_check_passes_from_another_virtual_environment_and_directory(tmp_path):
+    """`pazo-report docs --check` run by an interpreter of another virtual environment (its own
+    prefix, pazo and its packages reached by PYTHONPATH), from a folder outside the checkout."""
+    venv = tmp_path / "elsewhere" / "env"
+    (venv / "bin").mkdir(parents=True)
+    base = os.path.realpath(sys._base_executable)
+    (venv / "bin" / "python").symlink_to(base)
+    (venv / "pyvenv.cfg").write_text(f"home = {os.path.dirname(base)}\ninclude-system-site-packages = false\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), sysconfig.get_paths()["purelib"]])}
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys; print(sys.prefix)"], env=env,
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.stdout.strip() == str(venv)                     # (it is another environment indeed)
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pazo.report", "docs", "--check"], env=env,
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_a_stale_or_stray_page_is_named_and_check_fails(tmp_path, capsys):

@@ -168,13 +168,35 @@ def test_a_missing_folder_is_one_line(command, tmp_path, capsys):
     assert_one_error(code, err, "nonexistent")
 
 
-def test_figures_skip_metric_lines_that_do_not_parse(tmp_path, capsys):
+@pytest.mark.parametrize("command", ["run", "figures"])
+@pytest.mark.parametrize("damage", ["torn last row", "row 3 cut short"])
+def test_every_report_reads_metrics_by_one_rule(command, damage, tmp_path, capsys):
+    """A torn last row (a run killed mid-write) is left out, and said once, by every report; a bad
+    row before it is corruption, named by the file's line: the run's curve is refused (`pazo-report
+    run`: its one error line; `figures`: the run's curve is left out, the rest drawn). Before, `run`
+    said "line 1 column 29" (a place in the row) and `figures` counted the bad rows and drew the rest."""
     root = tmp_path / "table1_demo"
     run_dir = good_run(root)
-    with open(run_dir / "metrics.jsonl", "a") as f:
-        f.write('{"step": 5, "test_acc')   # a run killed mid-write
-    code, _, err = run_entry(report.main, ["figures", str(root), "--out", str(tmp_path / "out")], capsys)
-    assert code == 0 and "Traceback" not in err and "1 line(s)" in err
+    metrics = run_dir / "metrics.jsonl"
+    lines = metrics.read_text().splitlines(keepends=True)
+    if damage == "torn last row":
+        lines.append('{"step": 5, "test_acc')
+    else:
+        lines[2] = lines[2][:20] + "\n"
+    metrics.write_text("".join(lines))
+    argv = [command, str(run_dir)] if command == "run" else [command, str(root), "--out", str(tmp_path / "out")]
+    code, _, err = run_entry(report.main, argv, capsys)
+    assert "Traceback" not in err
+    if damage == "torn last row":
+        assert code == 0 and err.splitlines() == [f"pazo: {metrics}: its last line is not a whole row (cut short by a "
+                                                  "run killed while writing it, or still being written): left out"]
+    elif command == "run":
+        assert_one_error(code, err, f"{metrics} line 3 is not a metrics row (not JSON")
+    else:
+        assert code == 0 and err.splitlines() == [f"pazo: left out the curve of {run_dir}: {metrics} line 3 is not a "
+                                                  "metrics row (not JSON: Unterminated string starting at column 13): "
+                                                  "the file is corrupt (only its last line may be cut short, as a "
+                                                  "killed run leaves it)"]
 
 
 AUDIT_FIELDS = {"threat": "white_box", "debug_break": None, "target_epsilon": 1.0, "printed_epsilon": 0.99,

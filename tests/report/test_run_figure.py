@@ -6,7 +6,8 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from pazo.report.run_figure import FILE, main, read_metrics, series
+from pazo.metrics_file import read_metric_rows
+from pazo.report.run_figure import FILE, main, series
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -25,7 +26,9 @@ def write_rows(path, rows, torn: str = ""):
 def test_each_step_is_read_once_its_last_row_kept_and_a_torn_last_line_left(tmp_path, rows, torn):
     path = tmp_path / "metrics.jsonl"
     write_rows(path, rows, torn)
-    read = read_metrics(path)
+    got = read_metric_rows(path)
+    assert got.torn == bool(torn)
+    read = got.rows
     last = {r["step"]: r for r in rows}
     assert [r["step"] for r in read] == sorted(last)
     assert read == [last[s] for s in sorted(last)]

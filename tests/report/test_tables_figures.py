@@ -13,12 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pazo.report import figures as make_figures
 from pazo.report import tables as make_tables
-from pazo.results import load_runs, select_configs
+from pazo.results import load_runs, paper_values, select_configs
 
 
 def fake_run(root: Path, setting, method, epsilon, status, accuracy, steps=4, seed=0, val="same", privacy=None,
@@ -107,6 +107,31 @@ def test_selection_test_is_the_papers_protocol_and_says_so(sweep, tmp_path):
     assert row.ours == 49.0 and row.paper == 48.2 and row["diff"] == pytest.approx(0.8) and row.seeds == 1
     assert "\\begin{tabular}" in (out / "table1_cifar10_cifar10.tex").read_text()
     assert "#### Excluded runs\n\nnone" in md and pd.read_csv(out / "excluded.csv").empty
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(setting=st.sampled_from(["cifar10", "imdb", "digits", "blobs"]),
+       methods=st.sets(st.sampled_from(["dpzero", "pazo_m", "public_only", "sgd"]), min_size=1),
+       selection=st.sampled_from(["val", "test"]))
+@example(setting="digits", methods={"dpzero", "pazo_m", "public_only"}, selection="val")   # the demo's table
+def test_a_table_mentions_the_papers_values_only_where_its_cells_show_them(tmp_path_factory, setting, methods,
+                                                                           selection):
+    """A setting (or a choice of methods) the paper has no values for gets no "ours (paper, ...)"
+    note and no paper in its cells; one with values gets both (before, digits' table explained cells
+    beside the paper's values it did not have)."""
+    root = tmp_path_factory.mktemp("sweep") / "demo"
+    for method in methods:
+        fake_run(root, setting, method, None if method in ("sgd", "public_only") else 1, "finished", 0.5)
+    out = tmp_path_factory.mktemp("tables")
+    assert make_tables.main([str(root), "--out", str(out), "--selection", selection]) == 0
+    md = (out / f"demo_{setting}.md").read_text()
+    paper = paper_values()
+    has_values = bool(methods & set(paper[paper.setting == setting].method))
+    assert ("ours (paper, ours - paper)" in md) == has_values
+    assert has_values or "paper" not in md.replace("as in the paper", "")       # (the protocol's name aside)
+    beside_paper = [c for label, row in cells(md).items() if label != make_tables.CONTRIBUTION for c in row
+                    if c.endswith(")")]                                       # "ours (paper, diff)", "not run (paper)"
+    assert bool(beside_paper) == has_values
 
 
 def test_public_only_is_the_non_private_reference_row(sweep, tmp_path):
