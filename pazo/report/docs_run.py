@@ -16,7 +16,8 @@ code block (or the block of shown output), read here and invisible in the render
     <!-- docs-run: train.steps=5 -->                    appended to the block's pazo commands (its size)
     <!-- docs-run `make bench-gpu`: skip because needs CUDA -->     not run, with the reason
     <!-- docs-run `dataset.root=/data`: error -->       ends in its one `pazo: error:` line, exit 2
-    <!-- docs-run `make run`: output below -->                the next block is that command's output (", within 0.003": a spread)
+    <!-- docs-run `make run`: output below -->         the next block is that command's output (exactly;
+                                                        `output below, within 0.003`: each number within 0.003)
 
 A backquoted selector limits a comment to the block's commands containing that text; several
 comments may precede one block, and the first that matches a command (skip, error, output) wins
