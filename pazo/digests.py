@@ -24,6 +24,9 @@ _PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.
 #: values hashed by their qualified name: the library's code, not the user's
 _NAMED = (types.BuiltinFunctionType, types.MethodWrapperType, types.WrapperDescriptorType,
           types.MethodDescriptorType, types.ClassMethodDescriptorType, types.ModuleType, type, np.ufunc)
+#: the flags that say what kind of code it is (generator, varargs, ...); the ones above are `__future__`
+#: imports of the defining module, which change no value computed
+_CODE_KIND_FLAGS = 0xFFFF
 #: how deep a callable's values are followed (closures of closures ...) before a part counts as unhashed
 MAX_DEPTH = 24
 
@@ -165,7 +168,7 @@ class _Hasher:
 
     def _code(self, code: types.CodeType, where: str, depth: int) -> None:
         self.tag("code", getattr(code, "co_qualname", code.co_name), code.co_names, code.co_varnames,
-                 code.co_freevars, code.co_argcount, code.co_kwonlyargcount, code.co_flags)
+                 code.co_freevars, code.co_argcount, code.co_kwonlyargcount, code.co_flags & _CODE_KIND_FLAGS)
         self.digest.update(code.co_code)
         self.add(code.co_consts, f"{where} constants", depth)
 
