@@ -216,9 +216,7 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
                engine: str = "auto", chunk_size: int | None = None, query_dropout: bool = False,
                adjacency: str = "add_remove", eps_error: float | None = None, cache_dir: str | None = None,
                device: str | torch.device | None = None, verbose: bool = True, **method_settings) -> PrivateZO:
-    """A private zeroth-order optimiser for `model` on `train_data`.
-
-    Its arguments:
+    """A private zeroth-order optimiser for `model` on `train_data`. Its arguments:
 
     - `model`: the `nn.Module` to train (its trainable parameters are updated in place).
     - `loss_fn`: `loss_fn(outputs, targets) -> [B]` per-example losses (`reduction="none"`).
@@ -230,34 +228,27 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
     - `steps, batch_size`: the number of steps the budget covers and the expected Poisson batch size.
     - `public`: public examples (tensors or a Dataset), from which PAZO-M/P/S sample public batches.
     - `sigma`: a noise multiplier to use as given (it must meet epsilon); None: calibrated.
-    - `seed`: seeds the streams; the secret ones (noise, Poisson batches) from it with the key of
-      the computation (`library_key`) and the private data's digest. Keep it secret. None: a fresh
-      seed, and secure mode.
+    - `seed`: seeds the streams; the secret ones (noise, Poisson batches) with the computation's key
+      (`library_key`) and the private data's digest. Keep it secret. None: secure mode.
     - `secure_mode`: the secret streams from the operating system's entropy.
     - `fingerprint`: the computation's public fingerprint (hex), used as the key in place of
       pazo's hash (a framework run's is its summary's `computation.fingerprint`): give it only
       where it names the whole computation; None: pazo's hash of everything that decides it.
-    - `engine, chunk_size, query_dropout`: the zeroth-order engine (`engine.*` of a run).
-    - `device`: where the model is put and batches go; None: where its parameters are.
+    - `engine, chunk_size, query_dropout, device`: the zeroth-order engine (`engine.*` of a run);
+      where the model is put and batches go (None: where its parameters are).
     - `verbose`: print the guarantee, what it assumes and the plan's notes once.
 
-    The user's mistakes are one ConfigError (BudgetError for an unreachable target; UserCodeError
-    for an error inside `model` or `loss_fn`) naming these arguments, before any step.
+    A mistake is one ConfigError naming these arguments before any step (BudgetError: a target out
+    of reach; UserCodeError: an error inside `model` or `loss_fn`).
     """
     with in_library_terms():
         method_cfg = _method_config(method, method_settings, epsilon, sigma)
         _check_arguments(steps=steps, batch_size=batch_size, engine=engine, seed=seed, secure_mode=secure_mode,
                          query_dropout=query_dropout, device=device, cache_dir=cache_dir)
-        private = as_split(train_data, "train_data")
-        public_split = as_split(public, "public") if public is not None else private.subset(np.empty(0, np.int64))
-        validate_against_data(OmegaConf.create({"train": {"batch_size": batch_size},
-                                                "method": dataclasses.asdict(method_cfg)}),
-                              len(private), len(public_split))
+        private, public_split = _splits(train_data, public, batch_size, method_cfg)
         secure = secure_mode or seed is None
         privacy = PrivacySchema(epsilon=epsilon, delta=delta, sigma=sigma, adjacency=adjacency, eps_error=eps_error,
                                 secure_mode=secure, cache_dir=cache_dir)
-        engine_cfg = OmegaConf.structured(EngineSchema(name=engine, chunk_size=chunk_size,
-                                                       query_dropout=query_dropout))
         device = resolve_device(str(device)) if device is not None else _parameter_device(model)
         module, fmodel, input_device = functional_model(model, device, private=epsilon is not None,
                                                         name=type(model).__name__, loss_fn=loss_fn)
@@ -265,21 +256,45 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
         settings = {"method": dataclasses.asdict(method_cfg), "privacy": dataclasses.asdict(privacy), "steps": steps,
                     "batch_size": batch_size, "engine": {"query_dropout": query_dropout}}
         key = library_key(fingerprint, settings, module, fmodel.loss_fn, public_split, secure)
-        streams = RandomStreams(secrets.randbits(62) if seed is None else seed, secure=secure,
-                                fingerprint=key.fingerprint)
-        streams.key_to_data(data_digest(private))   # (before the sampler and the noise draw anything)
+        streams = _keyed_streams(seed, secure, key, private)
         plan = _library_plan(privacy, len(private), batch_size, steps, method_cfg, key, seeded=not secure)
-        name, reason = choose_engine(engine_cfg, fmodel, zeroth_order=True, queries=method_cfg.release().queries)
-        zo_method = assemble_method(method_cfg, model=fmodel, plan=plan, streams=streams, public=public_split,
-                                    engine_cfg=engine_cfg, engine_name=name, batch_size=batch_size)
+        engine_cfg = OmegaConf.structured(EngineSchema(name=engine, chunk_size=chunk_size,
+                                                       query_dropout=query_dropout))
+        zo_method, engine_facts = _method_on_engine(method_cfg, fmodel, plan, streams, public_split, engine_cfg,
+                                                    batch_size)
     module.train()
     optimiser = PrivateZO(method=zo_method, plan=plan, model=fmodel, streams=streams,
                           sampler=PoissonSampler(len(private), batch_size, streams.numpy["data"]), data=private,
-                          device=input_device, engine={"requested": engine, "name": name, "reason": reason},
-                          key=key.facts)
+                          device=input_device, engine=engine_facts, key=key.facts)
     if verbose:
         _announce(optimiser, len(public_split))
     return optimiser
+
+
+def _splits(train_data, public, batch_size: int, method_cfg: MethodConfig) -> tuple[TensorSplit, TensorSplit]:
+    """The private and public examples as splits (no public data: an empty split), checked against
+    the batch sizes and the method's need of public data."""
+    private = as_split(train_data, "train_data")
+    public_split = as_split(public, "public") if public is not None else private.subset(np.empty(0, np.int64))
+    validate_against_data(OmegaConf.create({"train": {"batch_size": batch_size},
+                                            "method": dataclasses.asdict(method_cfg)}), len(private), len(public_split))
+    return private, public_split
+
+
+def _keyed_streams(seed: int | None, secure: bool, key: LibraryKey, private: TensorSplit) -> RandomStreams:
+    """The loop's streams: the secret ones keyed to `key` and the private data (or from OS entropy)."""
+    streams = RandomStreams(secrets.randbits(62) if seed is None else seed, secure=secure, fingerprint=key.fingerprint)
+    streams.key_to_data(data_digest(private))   # (before the sampler and the noise draw anything)
+    return streams
+
+
+def _method_on_engine(method_cfg: MethodConfig, model: FunctionalModel, plan: PrivacyPlan, streams: RandomStreams,
+                      public: TensorSplit, engine_cfg, batch_size: int) -> tuple[Method, dict]:
+    """The method on the zeroth-order engine asked for (or the one `auto` picks), and that choice."""
+    name, reason = choose_engine(engine_cfg, model, zeroth_order=True, queries=method_cfg.release().queries)
+    method = assemble_method(method_cfg, model=model, plan=plan, streams=streams, public=public,
+                             engine_cfg=engine_cfg, engine_name=name, batch_size=batch_size)
+    return method, {"requested": engine_cfg.name, "name": name, "reason": reason}
 
 
 def _library_plan(privacy: PrivacySchema, n: int, batch_size: int, steps: int, method_cfg: MethodConfig,
