@@ -124,8 +124,8 @@ def check_statistic(key, value, method: str | None) -> None:
     else:
         what = f"a {type(value).__name__}"
     who = f"method {method!r}" if method else "the method"
-    raise UserCodeError(f"{who}'s step returned statistic {key!r} as {what}: each statistic of a step must be "
-                        "one real number (a float, None, or a real tensor of one element, shape ())")
+    raise UserCodeError(f"the step of {who} returned statistic {key!r} as {what}: each statistic of a step must "
+                        "be one real number (a float, None, or a real tensor of one element, shape ())")
 
 
 @dataclass

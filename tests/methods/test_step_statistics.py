@@ -68,7 +68,7 @@ def test_a_statistic_is_one_real_number_or_one_error_naming_the_method_and_the_s
     with pytest.raises(UserCodeError) as err:
         host_stats(stats, method)
     message = str(err.value)
-    assert f"method {method!r}'s step returned statistic {key!r}" in message and "\n" not in message
+    assert f"the step of method {method!r} returned statistic {key!r}" in message and "\n" not in message
     assert "one real number" in message and "shape ()" in message
     if isinstance(value, torch.Tensor):
         assert f"{value.dtype} tensor of shape {tuple(value.shape)}" in message
