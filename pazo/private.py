@@ -127,7 +127,8 @@ class PrivateZO:
         self._pending = self._pending_digest = None
         self.steps_done += 1
         try:
-            stats = self.method.step(*batch, self.steps_done)
+            with in_library_terms():
+                stats = self.method.step(*batch, self.steps_done)
         except ConfigError:
             raise
         except Exception as err:
