@@ -9,6 +9,12 @@ class ConfigError(ValueError):
     pass
 
 
+class UserCodeError(ConfigError):
+    """Code of the user's own (a library user's `model`, `loss_fn` or `data`; a plugin's method)
+    failed, or gave what pazo cannot use: one line that names the object (and the step), the
+    original error chained as its cause for debugging."""
+
+
 class DataMissingError(FileNotFoundError):
     """A data set or weights file is not where we looked: the message says what, where and how to
     get it."""

@@ -13,7 +13,6 @@ batches): computed here, they are the same for a run, its audit and its benchmar
 from __future__ import annotations
 
 import functools
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +21,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from pazo.data import DataBundle, build_dataset
+from pazo.digests import tensors_digest
 from pazo import outlets
 from pazo.config_schema import TopSchema
 from pazo.errors import ConfigError
@@ -209,11 +209,7 @@ def assemble_method(method_cfg: MethodConfig, *, model: FunctionalModel, plan: P
 
 def data_digest(split) -> str:
     """The hex sha256 of a split's inputs and labels (shapes and dtypes included): private, never released."""
-    digest = hashlib.sha256()
-    for tensor in (split.inputs, split.labels):
-        digest.update(repr((tuple(tensor.shape), str(tensor.dtype))).encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy())
-    return digest.hexdigest()
+    return tensors_digest(split.inputs, split.labels)
 
 
 def _model(cfg, data: DataBundle, streams: RandomStreams, device: torch.device, module: nn.Module | None):

@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from pazo.checkpoint import LoopState, StopRequests
 from pazo.experiment import Run
-from pazo.methods.base import host_stats
+from pazo.methods.base import check_statistics, host_stats
 from pazo.privacy.plan import EpsilonTracker
 from pazo.progress import Progress
 from pazo.recorder import Recorder
@@ -133,10 +133,11 @@ def timed_step(r: Run, sampler, loop: LoopState, step: int) -> dict:
     t0 = time.perf_counter()
     x, y = r.data.private.batch(sampler.sample(), r.device)
     stats = r.method.step(x, y, step)
+    check_statistics(stats, r.cfg.method.name)   # (statistics it cannot read: the step failed, at `step`)
     _sync(r.device)
     loop.step_times.append(time.perf_counter() - t0)
     loop.step = step
-    return host_stats(stats)
+    return host_stats(stats, r.cfg.method.name)
 
 
 def metrics_row(r: Run, loop: LoopState, window: dict, step: int, epsilon: float | None) -> dict:

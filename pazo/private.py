@@ -13,15 +13,23 @@ What it returns is made of the pieces a `pazo-train` run is made of (`pazo.exper
 registered method by name on its engine (`assemble_method`), the functional model
 (`functional_model`), the privacy plan (sigma calibrated to epsilon and delta for `steps` steps),
 the Poisson sampler and accountant the plan was made for, and the run's random streams
-(`pazo.rng`: the secret ones from the seed and the computation's fingerprint, keyed to the private
-data's digest, or from the operating system's entropy in secure mode). So the same settings, seed
-and fingerprint give bit for bit the model of the framework's run (tests/run/test_library.py).
+(`pazo.rng`). The secret ones (noise, Poisson batches) are keyed, beside the seed, to everything
+that decides a released value (`library_key`): the settings, the model's structure and initial
+values, the public data and the loss (a public fingerprint), and the private data's digest (kept
+inside the process); or drawn from the operating system's entropy in secure mode. Two loops that
+differ in any of these draw independent noise, so two released models never reveal a noise-free
+difference; the same loop with the same seed is replayed bit for bit. Given a framework run's
+fingerprint, the loop gives bit for bit that run's model (tests/run/test_library.py).
+
+The user's objects are checked before the first step (`pazo.library_checks`), and every message
+names the library's own arguments.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import logging
+import os
 import secrets
 from collections.abc import Iterator
 
@@ -31,12 +39,15 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from pazo import CONFIG_DIR
-from pazo.config_schema import EngineSchema, PrivacySchema
+from pazo.config_schema import DEVICE, EngineSchema, PrivacySchema
 from pazo.console import use_console
 from pazo.data.base import TensorSplit
-from pazo.errors import ConfigError, require
+from pazo.digests import callable_digest, module_digest, tensors_digest
+from pazo.errors import ConfigError, UserCodeError, at_least_one, require
 from pazo.experiment import assemble_method, data_digest, functional_model, resolve_device
 from pazo.fingerprint import computation_fingerprint
+from pazo.library_checks import (check_model_and_loss, first_line, in_library_terms, library_terms,
+                                 user_culprit)
 from pazo.methods import Method, MethodConfig, method_config, method_info, method_names
 from pazo.methods.base import host_stats
 from pazo.models.functional import FunctionalModel
@@ -53,6 +64,21 @@ SECURE_NOTE = ("note: secure mode (secure_mode=True, or no seed given): the nois
                "from the operating system's entropy: this loop cannot be replayed from a seed")
 STATS_OUTSIDE = ("the statistics step() returns (the loss and the method's diagnostics) are computed on the private "
                  "batch without noise: outside the guarantee if you release them")
+#: the library's counterpart of the framework's note on its shipped default seed (`SHIPPED_SEED_NOTE`)
+SEED_NOTE = ("a seed was given: anyone who learns it can regenerate this loop's noise and Poisson batches (the rest "
+             "of their key follows from the model, the data and the loss); keep it secret (draw it with "
+             "secrets.randbits(62)), or give secure_mode=True (or no seed) to draw them from the operating system's "
+             "entropy")
+#: the library's words for the seed_secret assumption (the framework's names config.yaml)
+SEED_SECRET = ("the seed stays secret: the noise and the Poisson batches follow from it and the key of the "
+               "computation (describe()['key']); secure_mode=True (or no seed) draws them from OS entropy instead")
+#: where the library's assumptions are written in full (a run's: summary.json)
+ASSUMPTIONS_IN = "engine.describe()['privacy']['assumptions']"
+#: what the key of the secret streams covers when pazo computes it (the private data beside it, in the process)
+KEY_COVERS = ["the method's settings, the privacy target, steps, batch_size and query_dropout",
+              "the model's structure and the initial values of all its parameters and buffers",
+              "the public data", "loss_fn (its code and the values it holds)",
+              "the private data (its digest, beside the public fingerprint: never released)"]
 
 
 @dataclasses.dataclass
@@ -68,10 +94,12 @@ class PrivateZO:
     data: TensorSplit
     device: torch.device     # where batches go (the model's input device)
     engine: dict             # {requested, name, reason}: the zeroth-order engine
+    key: dict = dataclasses.field(default_factory=dict)   # what keys the secret streams (`LibraryKey.facts`)
     steps_done: int = 0
 
     def __post_init__(self):
         self._pending: tuple | None = None
+        self._pending_digest: str | None = None
 
     @functools.cached_property
     def _tracker(self) -> EpsilonTracker:
@@ -80,28 +108,50 @@ class PrivateZO:
 
     def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """(inputs, labels) of a fresh Poisson batch for each step the budget has left, on the
-        model's input device; hand each to `step`."""
+        model's input device; hand each to `step`, unchanged (its content is checked there)."""
         for _ in range(self.plan.steps - self.steps_done):
             self._pending = self.data.batch(self.sampler.sample(), self.device)
+            self._pending_digest = tensors_digest(*self._pending)
             yield self._pending
 
     def step(self, batch: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, float]:
         """One private step of the method on `batch` (the one `batches` just gave; None: a fresh
         Poisson batch drawn here); updates the model's parameters in place. The statistics it
-        returns are computed on the private batch without noise (`outside_guarantee`)."""
+        returns are computed on the private batch without noise (`outside_guarantee`). An error
+        the step meets in the user's model or loss is a UserCodeError naming it and the step
+        (which counts as taken: its batch was drawn and its outcome depends on it)."""
         if self.steps_done >= self.plan.steps:
             raise ConfigError(f"the privacy budget covers {self.plan.steps} steps, all taken: a further step would "
                               f"spend more than epsilon={self.plan.target_epsilon}; make a new engine with more steps")
+        batch = self._checked_batch(batch)
+        self._pending = self._pending_digest = None
+        self.steps_done += 1
+        try:
+            with in_library_terms():
+                stats = self.method.step(*batch, self.steps_done)
+        except ConfigError:
+            raise
+        except Exception as err:
+            culprit = user_culprit(err, self.model.module, self.model.loss_fn)
+            if culprit is None:
+                raise
+            raise UserCodeError(f"step {self.steps_done}: {culprit} raised {type(err).__name__} on the step's "
+                                f"Poisson batch of train_data: {first_line(err)}") from err
+        return host_stats(stats, self.method.cfg.name)
+
+    def _checked_batch(self, batch):
+        """`batch` if it is the one `batches` just gave and unchanged since (its digest then), or a
+        fresh Poisson batch for None."""
         if batch is None:
-            batch = self.data.batch(self.sampler.sample(), self.device)
-        elif batch is not self._pending:
+            return self.data.batch(self.sampler.sample(), self.device)
+        if batch is not self._pending:
             raise ConfigError("step() takes the batch batches() just gave (or none): the accountant counts each step "
                               "on a fresh Poisson sample of the private data, not on a batch of one's own")
-        self._pending = None
-        x, y = batch
-        stats = host_stats(self.method.step(x, y, self.steps_done + 1))
-        self.steps_done += 1
-        return stats
+        if tensors_digest(*batch) != self._pending_digest:
+            raise ConfigError("step(): the batch batches() gave was changed in place after it was drawn: the "
+                              "accountant counts a step on a Poisson sample as drawn; step on an unchanged batch "
+                              "(work on a copy, e.g. x.clone()) or on none")
+        return batch
 
     def epsilon(self) -> float | None:
         """Epsilon spent by the steps taken so far (the accountant's upper bound at the plan's delta;
@@ -115,12 +165,50 @@ class PrivateZO:
         return [*self.method.outside_guarantee(), STATS_OUTSIDE]
 
     def describe(self) -> dict:
-        """The facts of the optimiser, as a run's summary gives them (no private data, no seed)."""
+        """The facts of the optimiser, as a run's summary gives them (no private data, no seed): the
+        guarantee with its assumptions and notes in full, and what keys its noise (`key`)."""
         method = self.method.describe()
         return {"method": self.method.cfg.name, "dim": self.model.dim, "device": str(self.device),
                 "privacy": {**self.plan.as_dict(), "steps_done": self.steps_done, "epsilon_spent": self.epsilon()},
                 "engine": {**self.engine, **method.pop("engine", {})}, "fingerprint": self.streams.fingerprint,
-                "method_departures": self.method.cfg.departures(), "outside_guarantee": self.outside_guarantee()}
+                "key": self.key, "method_departures": [library_terms(d) for d in self.method.cfg.departures()],
+                "outside_guarantee": self.outside_guarantee()}
+
+
+@dataclasses.dataclass
+class LibraryKey:
+    """What keys the secret streams beside the seed: the public fingerprint, and its facts."""
+
+    fingerprint: str
+    facts: dict
+
+    @property
+    def replayable(self) -> bool:
+        return self.facts["replayable"]
+
+
+def library_key(given: str | None, settings: dict, module: nn.Module, loss_fn, public: TensorSplit,
+                secure: bool) -> LibraryKey:
+    """The fingerprint that keys the secret streams (with the seed, and the private data's digest):
+    as given (hex: you vouch that it names the whole computation, as a framework run's does), or a
+    hash of `settings`, the model's structure and initial values, the public data and the loss. A
+    part of the loss that cannot be hashed deterministically is replaced by fresh OS entropy: the
+    loop then draws noise no other loop shares, and cannot be replayed from its seed."""
+    if given is not None:
+        try:
+            int(given, 16)
+        except (TypeError, ValueError):
+            raise ConfigError(f"fingerprint must be a hex string, got {given!r}") from None
+        return LibraryKey(given, {"fingerprint": given, "source": "given: it names the whole computation",
+                                  "covers": ["what the given fingerprint names", KEY_COVERS[-1]],
+                                  "replayable": not secure, "unhashed": []})
+    loss = callable_digest(loss_fn, "loss_fn")
+    parts = {**settings, "model": module_digest(module), "public_data": data_digest(public), "loss_fn": loss.hex}
+    if loss.unhashed:
+        parts["entropy"] = secrets.token_hex(32)
+    fingerprint = computation_fingerprint(parts)
+    return LibraryKey(fingerprint, {"fingerprint": fingerprint, "source": "computed", "covers": KEY_COVERS,
+                                    "replayable": not secure and not loss.unhashed, "unhashed": loss.unhashed})
 
 
 def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m", epsilon: float | None = 1.0,
@@ -129,9 +217,7 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
                engine: str = "auto", chunk_size: int | None = None, query_dropout: bool = False,
                adjacency: str = "add_remove", eps_error: float | None = None, cache_dir: str | None = None,
                device: str | torch.device | None = None, verbose: bool = True, **method_settings) -> PrivateZO:
-    """A private zeroth-order optimiser for `model` on `train_data`.
-
-    Its arguments:
+    """A private zeroth-order optimiser for `model` on `train_data`. Its arguments:
 
     - `model`: the `nn.Module` to train (its trainable parameters are updated in place).
     - `loss_fn`: `loss_fn(outputs, targets) -> [B]` per-example losses (`reduction="none"`).
@@ -143,60 +229,119 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
     - `steps, batch_size`: the number of steps the budget covers and the expected Poisson batch size.
     - `public`: public examples (tensors or a Dataset), from which PAZO-M/P/S sample public batches.
     - `sigma`: a noise multiplier to use as given (it must meet epsilon); None: calibrated.
-    - `seed`: seeds the streams; the secret ones (noise, Poisson batches) from it with `fingerprint`
-      and the private data's digest. Keep it secret. None: a fresh seed, and secure mode.
+    - `seed`: seeds the streams; the secret ones (noise, Poisson batches) with the computation's key
+      (`library_key`) and the private data's digest. Keep it secret. None: secure mode.
     - `secure_mode`: the secret streams from the operating system's entropy.
-    - `fingerprint`: the computation's public fingerprint (hex), mixed into the secret streams' seeds
-      (a framework run's is its summary's `computation.fingerprint`); None: a hash of these settings.
-    - `engine, chunk_size, query_dropout`: the zeroth-order engine (`engine.*` of a run).
-    - `device`: where the model is put and batches go; None: where its parameters are.
+    - `fingerprint`: the computation's public fingerprint (hex), used as the key in place of
+      pazo's hash (a framework run's is its summary's `computation.fingerprint`): give it only
+      where it names the whole computation; None: pazo's hash of everything that decides it.
+    - `engine, chunk_size, query_dropout, device`: the zeroth-order engine (`engine.*` of a run);
+      where the model is put and batches go (None: where its parameters are).
     - `verbose`: print the guarantee, what it assumes and the plan's notes once.
+
+    A mistake is one ConfigError naming these arguments before any step (BudgetError: a target out
+    of reach; UserCodeError: an error inside `model` or `loss_fn`).
     """
-    method_cfg = _method_config(method, method_settings)
-    info = method_info(method_cfg.name)
-    require(info.zeroth_order, f"method {method!r} is first-order; private_zo takes a zeroth-order method: "
-            f"{', '.join(method_names('zeroth_order'))}")
-    require(epsilon is None or info.private, f"method {method!r} is non-private: give epsilon=None")
-    require(sigma is None or epsilon is not None, "sigma is set but epsilon is None: give the target epsilon the "
-            "given sigma must meet")
-    for value, what in ((steps, "steps"), (batch_size, "batch_size")):
-        require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                f"{what} must be an integer >= 1, got {value!r}")
-    require(engine in ENGINES, f"unknown engine {engine!r}; choices: {', '.join(sorted(ENGINES))}")
-    require(seed is None or (isinstance(seed, int) and 0 <= seed < 2 ** 63),
-            f"seed must be an integer in [0, 2**63), got {seed!r}")
-    private = as_split(train_data, "train_data")
-    public_split = as_split(public, "public") if public is not None else private.subset(np.empty(0, dtype=np.int64))
-    validate_against_data(OmegaConf.create({"train": {"batch_size": batch_size},
-                                            "method": dataclasses.asdict(method_cfg)}),
-                          len(private), len(public_split))
-    secure = secure_mode or seed is None
-    privacy = PrivacySchema(epsilon=epsilon, delta=delta, sigma=sigma, adjacency=adjacency, eps_error=eps_error,
-                            secure_mode=secure, cache_dir=cache_dir)
-    device = resolve_device(str(device)) if device is not None else _parameter_device(model)
-    module, fmodel, input_device = functional_model(model, device, private=epsilon is not None,
-                                                    name=type(model).__name__, loss_fn=loss_fn)
-    _check_per_example(fmodel, private, input_device)
-    fingerprint = _fingerprint(fingerprint, method_cfg, privacy, steps, batch_size, fmodel)
-    streams = RandomStreams(secrets.randbits(62) if seed is None else seed, secure=secure, fingerprint=fingerprint)
-    streams.key_to_data(data_digest(private))   # (before the sampler and the noise draw anything)
-    plan = make_plan(privacy, len(private), batch_size, steps, method_cfg.release(), PoissonSampler,
-                     info.privacy_note)
-    engine_cfg = OmegaConf.structured(EngineSchema(name=engine, chunk_size=chunk_size, query_dropout=query_dropout))
-    name, reason = choose_engine(engine_cfg, fmodel, zeroth_order=True, queries=method_cfg.release().queries)
-    zo_method = assemble_method(method_cfg, model=fmodel, plan=plan, streams=streams, public=public_split,
-                                engine_cfg=engine_cfg, engine_name=name, batch_size=batch_size)
+    with in_library_terms():
+        method_cfg = _method_config(method, method_settings, epsilon, sigma)
+        _check_arguments(steps=steps, batch_size=batch_size, engine=engine, seed=seed, secure_mode=secure_mode,
+                         query_dropout=query_dropout, device=device, cache_dir=cache_dir)
+        private, public_split = _splits(train_data, public, batch_size, method_cfg)
+        secure = secure_mode or seed is None
+        privacy = PrivacySchema(epsilon=epsilon, delta=delta, sigma=sigma, adjacency=adjacency, eps_error=eps_error,
+                                secure_mode=secure, cache_dir=cache_dir)
+        device = resolve_device(str(device)) if device is not None else _parameter_device(model)
+        module, fmodel, input_device = functional_model(model, device, private=epsilon is not None,
+                                                        name=type(model).__name__, loss_fn=loss_fn)
+        check_model_and_loss(fmodel, {"train_data": private, "public": public_split}, input_device)
+        settings = {"method": dataclasses.asdict(method_cfg), "privacy": dataclasses.asdict(privacy), "steps": steps,
+                    "batch_size": batch_size, "engine": {"query_dropout": query_dropout}}
+        key = library_key(fingerprint, settings, module, fmodel.loss_fn, public_split, secure)
+        streams = _keyed_streams(seed, secure, key, private)
+        plan = _library_plan(privacy, len(private), batch_size, steps, method_cfg, key, seeded=not secure)
+        engine_cfg = OmegaConf.structured(EngineSchema(name=engine, chunk_size=chunk_size,
+                                                       query_dropout=query_dropout))
+        zo_method, engine_facts = _method_on_engine(method_cfg, fmodel, plan, streams, public_split, engine_cfg,
+                                                    batch_size)
     module.train()
     optimiser = PrivateZO(method=zo_method, plan=plan, model=fmodel, streams=streams,
                           sampler=PoissonSampler(len(private), batch_size, streams.numpy["data"]), data=private,
-                          device=input_device, engine={"requested": engine, "name": name, "reason": reason})
+                          device=input_device, engine=engine_facts, key=key.facts)
     if verbose:
-        use_console(log.name)
-        log.info(f"pazo: {method_cfg.name} on your model (d={fmodel.dim}, device {input_device}); "
-                 f"private {len(private)}, public {len(public_split)}")
-        for line in privacy_lines(plan, method_cfg.departures(), secure_note=SECURE_NOTE):
-            log.info(line)
+        _announce(optimiser, len(public_split))
     return optimiser
+
+
+def _splits(train_data, public, batch_size: int, method_cfg: MethodConfig) -> tuple[TensorSplit, TensorSplit]:
+    """The private and public examples as splits (no public data: an empty split), checked against
+    the batch sizes and the method's need of public data."""
+    private = as_split(train_data, "train_data")
+    public_split = as_split(public, "public") if public is not None else private.subset(np.empty(0, np.int64))
+    validate_against_data(OmegaConf.create({"train": {"batch_size": batch_size},
+                                            "method": dataclasses.asdict(method_cfg)}), len(private), len(public_split))
+    return private, public_split
+
+
+def _keyed_streams(seed: int | None, secure: bool, key: LibraryKey, private: TensorSplit) -> RandomStreams:
+    """The loop's streams: the secret ones keyed to `key` and the private data (or from OS entropy)."""
+    streams = RandomStreams(secrets.randbits(62) if seed is None else seed, secure=secure, fingerprint=key.fingerprint)
+    streams.key_to_data(data_digest(private))   # (before the sampler and the noise draw anything)
+    return streams
+
+
+def _method_on_engine(method_cfg: MethodConfig, model: FunctionalModel, plan: PrivacyPlan, streams: RandomStreams,
+                      public: TensorSplit, engine_cfg, batch_size: int) -> tuple[Method, dict]:
+    """The method on the zeroth-order engine asked for (or the one `auto` picks), and that choice."""
+    name, reason = choose_engine(engine_cfg, model, zeroth_order=True, queries=method_cfg.release().queries)
+    method = assemble_method(method_cfg, model=model, plan=plan, streams=streams, public=public,
+                             engine_cfg=engine_cfg, engine_name=name, batch_size=batch_size)
+    return method, {"requested": engine_cfg.name, "name": name, "reason": reason}
+
+
+def _library_plan(privacy: PrivacySchema, n: int, batch_size: int, steps: int, method_cfg: MethodConfig,
+                  key: LibraryKey, seeded: bool) -> PrivacyPlan:
+    """The privacy plan, in the library's terms: its notes as the library's arguments name them, the
+    seed_secret assumption in the library's words, a note that a given seed must stay secret, and
+    one where the key holds fresh entropy."""
+    plan = make_plan(privacy, n, batch_size, steps, method_cfg.release(), PoissonSampler,
+                     method_info(method_cfg.name).privacy_note)
+    plan.notes = [library_terms(note) for note in plan.notes]
+    if "seed_secret" in plan.assumptions:
+        plan.assumptions["seed_secret"] = SEED_SECRET
+    if seeded and plan.private:
+        plan.notes.append(SEED_NOTE)
+    if seeded and key.facts["unhashed"]:
+        plan.notes.append(f"loss_fn could not be hashed deterministically ({'; '.join(key.facts['unhashed'])}): "
+                          "fresh entropy from the operating system is mixed into the key of the noise and the "
+                          "Poisson batches, so this loop cannot be replayed from its seed")
+    return plan
+
+
+def _announce(optimiser: PrivateZO, n_public: int) -> None:
+    """The guarantee, what it assumes and the plan's notes, once (the library's header)."""
+    use_console(log.name)
+    log.info(f"pazo: {optimiser.method.cfg.name} on your model (d={optimiser.model.dim}, device {optimiser.device}); "
+             f"private {len(optimiser.data)}, public {n_public}")
+    departures = [library_terms(d) for d in optimiser.method.cfg.departures()]
+    for line in privacy_lines(optimiser.plan, departures, secure_note=SECURE_NOTE, assumptions_in=ASSUMPTIONS_IN):
+        log.info(line)
+
+
+def _check_arguments(*, steps, batch_size, engine, seed, secure_mode, query_dropout, device, cache_dir) -> None:
+    """The library's own arguments (the method's settings are its config's to check)."""
+    at_least_one(steps, "steps")
+    at_least_one(batch_size, "batch_size")
+    require(engine in ENGINES, f"unknown engine {engine!r}; choices: {', '.join(sorted(ENGINES))}")
+    require(seed is None or (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2 ** 63),
+            f"seed must be an integer in [0, 2**63), got {seed!r}")
+    for value, what in ((secure_mode, "secure_mode"), (query_dropout, "query_dropout")):
+        require(isinstance(value, bool), f"{what} must be True or False, got {value!r}")
+    require(device is None or isinstance(device, torch.device) or
+            (isinstance(device, str) and DEVICE.fullmatch(device) is not None),
+            f"unknown device {device!r}; choices: None (where the model's parameters are), auto, cpu, cuda, "
+            "cuda:N, mps, or a torch.device")
+    require(cache_dir is None or isinstance(cache_dir, (str, os.PathLike)),
+            f"cache_dir must be a folder's path or None, got {cache_dir!r}")
 
 
 def as_split(data, what: str) -> TensorSplit:
@@ -221,9 +366,16 @@ def as_split(data, what: str) -> TensorSplit:
     return TensorSplit(inputs, labels)
 
 
-def _method_config(name: str, settings: dict) -> MethodConfig:
-    """The method's typed config: its yaml's values (configs/method/<name>.yaml), `settings` over them."""
+def _method_config(name: str, settings: dict, epsilon, sigma) -> MethodConfig:
+    """The method's typed config: its yaml's values (configs/method/<name>.yaml), `settings` over them;
+    a zeroth-order method, private where `epsilon` is given."""
     require(name in method_names(), f"unknown method {name!r}; choices: {', '.join(method_names('zeroth_order'))}")
+    info = method_info(name)
+    require(info.zeroth_order, f"method {name!r} is first-order; private_zo takes a zeroth-order method: "
+            f"{', '.join(method_names('zeroth_order'))}")
+    require(epsilon is None or info.private, f"method {name!r} is non-private: give epsilon=None")
+    require(sigma is None or epsilon is not None, "sigma is set but epsilon is None: give the target epsilon the "
+            "given sigma must meet")
     path = CONFIG_DIR / "method" / f"{name}.yaml"
     defaults = OmegaConf.to_container(OmegaConf.load(path)) if path.exists() else {}
     defaults.pop("defaults", None)
@@ -234,31 +386,3 @@ def _parameter_device(model: nn.Module) -> torch.device:
     first = next((p for p in model.parameters() if p.requires_grad), None)
     require(first is not None, "the model has no trainable parameters")
     return first.device
-
-
-def _check_per_example(model: FunctionalModel, private: TensorSplit, device) -> None:
-    """The loss gives one value per example (a mean would not be clipped per example); checked on two
-    examples in eval mode (no dropout draw), before any step."""
-    x, y = private.batch(np.arange(min(2, len(private))), device)
-    was_training = model.module.training
-    model.module.eval()
-    with torch.no_grad():
-        losses = model.current_losses(x, y)
-    model.module.train(was_training)
-    require(tuple(losses.shape) == (len(y),), f"loss_fn must return one loss per example (reduction='none'): "
-            f"got shape {tuple(losses.shape)} for {len(y)} examples")
-
-
-def _fingerprint(given: str | None, method_cfg: MethodConfig, privacy: PrivacySchema, steps: int, batch_size: int,
-                 model: FunctionalModel) -> str:
-    """The computation's fingerprint: as given (hex), or a hash of what decides the numbers here (the
-    method's settings, the privacy target, steps, batch size, the parameters' names and shapes)."""
-    if given is not None:
-        try:
-            int(given, 16)
-        except (TypeError, ValueError):
-            raise ConfigError(f"fingerprint must be a hex string, got {given!r}") from None
-        return given
-    settings = {"method": dataclasses.asdict(method_cfg), "privacy": dataclasses.asdict(privacy), "steps": steps,
-                "batch_size": batch_size, "parameters": [[n, list(s)] for n, s in zip(model.names, model.shapes)]}
-    return computation_fingerprint(settings)   # (less privacy.cache_dir: where sigma is cached, not what is computed)

@@ -80,10 +80,15 @@ ASSUMPTION_WORDS = {"n_private_public": "n is public", "no_selection": "no best-
                     "seed_secret": "the seed stays secret"}
 
 
-def assumptions_line(assumptions: dict[str, str]) -> str:
-    """One line for what the guarantee assumes, printed once per run (a sweep's log has one per run)."""
+#: where a run's guarantee's assumptions are written in full
+RUN_ASSUMPTIONS = "summary.json's privacy.assumptions"
+
+
+def assumptions_line(assumptions: dict[str, str], in_full: str = RUN_ASSUMPTIONS) -> str:
+    """One line for what the guarantee assumes, printed once per run (a sweep's log has one per run);
+    `in_full` says where each is written out (a library user's: `describe()`)."""
     words = ", ".join(ASSUMPTION_WORDS.get(name, name) for name in assumptions)
-    return f"assumes: {words} (each in full: summary.json's privacy.assumptions)"
+    return f"assumes: {words} (each in full: {in_full})"
 
 
 SECURE_SEED_NOTE = ("note: privacy.secure_mode=true: the noise and the Poisson batches are drawn from the operating "
@@ -91,10 +96,12 @@ SECURE_SEED_NOTE = ("note: privacy.secure_mode=true: the noise and the Poisson b
                     "directions and public batches): this run cannot be replayed from its seed")
 
 
-def privacy_lines(plan, notes: list[str] = (), secure_note: str = SECURE_SEED_NOTE) -> list[str]:
+def privacy_lines(plan, notes: list[str] = (), secure_note: str = SECURE_SEED_NOTE,
+                  assumptions_in: str = RUN_ASSUMPTIONS) -> list[str]:
     """The guarantee as it is printed once, before the first step: target, sigma and sampling; that
-    the seed does not replay the noise (secure mode); what the guarantee assumes; the plan's notes
-    and `notes`. A run's header (`print_header`) and a library user's engine (`pazo.private`) print it."""
+    the seed does not replay the noise (secure mode); what the guarantee assumes (in full in
+    `assumptions_in`); the plan's notes and `notes`. A run's header (`print_header`) and a library
+    user's engine (`pazo.private`) print it."""
     lines = []
     if plan.private:
         lines.append(f"privacy: {plan.guarantee}, target epsilon={plan.target_epsilon} delta={plan.delta:.3g} -> "
@@ -103,7 +110,7 @@ def privacy_lines(plan, notes: list[str] = (), secure_note: str = SECURE_SEED_NO
     if plan.noise_seed.startswith("os entropy"):   # said where the user looks: the seed does not replay the run
         lines.append(secure_note)
     if plan.assumptions:
-        lines.append(assumptions_line(plan.assumptions))
+        lines.append(assumptions_line(plan.assumptions, assumptions_in))
     return lines + [f"note: {note}" for note in [*plan.notes, *notes]]
 
 

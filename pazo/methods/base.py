@@ -3,6 +3,7 @@ releases, the context a method runs in, and the interface `step(x, y, t) -> stat
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+import numbers
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 from omegaconf import MISSING
 
 from pazo.data.base import TensorSplit
-from pazo.errors import ConfigError, at_least_one, one_of, positive, require  # noqa: F401 (the methods' checks)
+from pazo.errors import ConfigError, UserCodeError, at_least_one, one_of, positive, require  # noqa: F401 (the methods' checks)
 from pazo.models.functional import FunctionalModel
 from pazo.privacy.mechanisms import JointClipPrivatizer, NoiseSpec, Release, ScalarPrivatizer, VectorPrivatizer
 from pazo.rng import RandomStreams
@@ -90,14 +91,41 @@ def release_block(on_device: bool) -> dict:
     return {"engine": {"release": "device" if on_device else "host"}}
 
 
-def host_stats(stats: dict) -> dict:
+def host_stats(stats: dict, method: str | None = None) -> dict:
     """A step's statistics as Python floats: its tensors read in one copy (on an accelerator one
-    wait for the device, once the step is done)."""
+    wait for the device, once the step is done). Each must be one real number (a number, None, or
+    a real tensor of one element): a plugin's step that returns more is refused by `method`'s name
+    and the statistic's (`check_statistics`), not deep inside the copy."""
+    check_statistics(stats, method)
+    plain = {k: float(v) for k, v in stats.items() if isinstance(v, numbers.Real) and not isinstance(v, (int, float))}
     keys = [k for k, v in stats.items() if isinstance(v, torch.Tensor)]
     if not keys:
-        return stats
+        return {**stats, **plain}
     values = torch.stack([stats[k].detach().double().reshape(()) for k in keys]).tolist()
-    return {**stats, **dict(zip(keys, values))}
+    return {**stats, **plain, **dict(zip(keys, values))}
+
+
+def check_statistics(stats: dict, method: str | None = None) -> None:
+    """Each of a step's statistics is one real number (`check_statistic`): read without waiting for
+    the device (shapes and dtypes only)."""
+    for key, value in stats.items():
+        check_statistic(key, value, method)
+
+
+def check_statistic(key, value, method: str | None) -> None:
+    """A step's statistic is one real number: None (not measured), a real number, or a real tensor
+    of one element; anything else is the step's author's mistake, named as such (UserCodeError)."""
+    if value is None or isinstance(value, numbers.Real):
+        return
+    if isinstance(value, torch.Tensor):
+        if value.numel() == 1 and not value.is_complex():
+            return
+        what = f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    else:
+        what = f"a {type(value).__name__}"
+    who = f"method {method!r}" if method else "the method"
+    raise UserCodeError(f"the step of {who} returned statistic {key!r} as {what}: each statistic of a step must "
+                        "be one real number (a float, None, or a real tensor of one element, shape ())")
 
 
 @dataclass

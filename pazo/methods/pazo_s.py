@@ -105,4 +105,4 @@ class PazoS(Method):
         stats = {"loss": chosen_losses.mean() if chosen_losses.numel() else float("nan"),
                  "noisy_candidate_won": won, "chosen_public_index": best[0],
                  "nonfinite_examples": nonfinite.sum() if self.ctx.noise.private else None}
-        return stats if self.on_device else host_stats(stats)
+        return stats if self.on_device else host_stats(stats, self.cfg.name)

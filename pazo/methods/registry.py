@@ -135,7 +135,8 @@ def method_config(cfg) -> MethodConfig:
                                           where=f"method {info.name}")) from None
         except OmegaConfBaseException as err:
             msg = str(err).splitlines()[0]
-            raise ConfigError(f"method {info.name}: {msg}") from None
+            where = f"method.{err.full_key}" if getattr(err, "full_key", None) else f"method {info.name}"
+            raise ConfigError(f"{where}: {msg}") from None
         if len(_TYPED) >= 4096:
             _TYPED.clear()
         _TYPED[key] = typed

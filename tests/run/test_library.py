@@ -244,7 +244,7 @@ class WithBatchNorm(nn.Module):
     ({"seed": -1}, "seed must be an integer"),
     ({"model": WithBatchNorm}, "BatchNorm"),
     ({"sigma": 1.0, "epsilon": None}, "sigma is set but epsilon is None"),
-    ({"lr": -1.0}, "method.lr"),
+    ({"lr": -1.0}, "lr must be a positive number"),
     ({"data": "text"}, "train_data must be"),
 ])
 def test_a_users_mistake_is_one_config_error_before_any_step(change, message):

@@ -1,0 +1,225 @@
+"""Stable digests of the objects a computation is made of: tensors, a module's structure and
+values, a callable's code and the values it closes over.
+
+The library entry (`pazo.private`) keys its secret streams (noise, Poisson batches) with them, so
+that two loops differ in their noise whenever they differ in what decides a released value: the
+initial weights, the public data, the loss. A digest is the same in any process of one Python and
+torch for the same object (no `id`, no `hash()` of a string, no set's order), and differs when a
+value it covers differs. What cannot be hashed so (an object of an unknown class in a loss's
+closure) is named in `CallableDigest.unhashed`, for the caller to mix in fresh entropy instead.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import types
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+#: values hashed by their type and repr (a repr that is the same in every process)
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, type(Ellipsis))
+#: values hashed by their qualified name: the library's code, not the user's
+_NAMED = (types.BuiltinFunctionType, types.MethodWrapperType, types.WrapperDescriptorType,
+          types.MethodDescriptorType, types.ClassMethodDescriptorType, types.ModuleType, type, np.ufunc)
+#: the flags that say what kind of code it is (generator, varargs, ...); the ones above are `__future__`
+#: imports of the defining module, which change no value computed
+_CODE_KIND_FLAGS = 0xFFFF
+#: how deep a callable's values are followed (closures of closures ...) before a part counts as unhashed
+MAX_DEPTH = 24
+
+
+def update_with_tensors(digest, tensors) -> None:
+    """Feed each tensor's shape, dtype and bytes to `digest` (a hashlib object), one host copy at a time."""
+    for tensor in tensors:
+        tensor = tensor.detach()
+        if tensor.layout != torch.strided:   # (a sparse tensor: its values as a dense one)
+            tensor = tensor.to_dense()
+        digest.update(repr((tuple(tensor.shape), str(tensor.dtype))).encode())
+        digest.update(tensor.cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+
+
+def tensors_digest(*tensors: torch.Tensor) -> str:
+    """The hex sha256 of tensors' shapes, dtypes and values."""
+    digest = hashlib.sha256()
+    update_with_tensors(digest, tensors)
+    return digest.hexdigest()
+
+
+def module_digest(module: nn.Module) -> str:
+    """The hex sha256 of a module's structure (each submodule's name, class, forward code and
+    `extra_repr`) and of the values of all its parameters and buffers (frozen ones included)."""
+    digest = hashlib.sha256()
+    for name, sub in module.named_modules():
+        cls = type(sub)
+        digest.update(repr((name, cls.__module__, cls.__qualname__, _forward_code_digest(cls),
+                            sub.extra_repr())).encode())
+    for kind, named in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):
+        for name, tensor in named:
+            digest.update(f"{kind} {name}".encode())
+            update_with_tensors(digest, [tensor])
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=1024)
+def _forward_code_digest(cls: type) -> str:
+    """The digest of a module class's forward code (its bytecode, constants and names)."""
+    forward = getattr(cls, "forward", None)
+    code = getattr(forward, "__code__", None)
+    return callable_digest(code).hex if code is not None else f"{cls.__module__}.{cls.__qualname__}.forward"
+
+
+@dataclass
+class CallableDigest:
+    """The hex sha256 of a callable and what it holds, and the parts that could not be hashed
+    deterministically (empty: the digest is the same for the same callable in any process)."""
+
+    hex: str
+    unhashed: list[str] = field(default_factory=list)
+
+
+def callable_digest(fn, what: str = "the callable") -> CallableDigest:
+    """A function's (or lambda's, partial's, bound method's, module's, callable object's) digest:
+    its qualified name, its code (bytecode, constants, names; nested code too), and the values of
+    its closure cells, defaults and attributes where they are tensors, arrays, numbers, strings,
+    containers of them, or callables hashed the same way. Anything else is listed as unhashed."""
+    hasher = _Hasher()
+    hasher.add(fn, what, 0)
+    return CallableDigest(hasher.digest.hexdigest(), hasher.unhashed)
+
+
+class _Hasher:
+    """One walk over a callable's parts, in a fixed order, into one sha256."""
+
+    def __init__(self):
+        self.digest = hashlib.sha256()
+        self.unhashed: list[str] = []
+        self._open: list[int] = []   # ids of the objects being walked now (a cycle is hashed as a back reference)
+
+    def tag(self, *parts) -> None:
+        self.digest.update(repr(parts).encode())
+
+    def add(self, value, where: str, depth: int) -> None:
+        if isinstance(value, _PLAIN):
+            return self.tag(type(value).__name__, repr(value))
+        if id(value) in self._open:
+            return self.tag("cycle", self._open.index(id(value)))
+        if depth > MAX_DEPTH:
+            return self._unhashed(value, where, "nested too deep")
+        self._open.append(id(value))
+        try:
+            self._add_object(value, where, depth + 1)
+        finally:
+            self._open.pop()
+
+    def _add_object(self, value, where: str, depth: int) -> None:
+        for kinds, add in self._handlers():
+            if isinstance(value, kinds):
+                return add(value, where, depth)
+        if callable(value) and hasattr(value, "__dict__"):
+            return self._callable_object(value, where, depth)
+        self._unhashed(value, where, "an object pazo cannot hash deterministically")
+
+    def _handlers(self):
+        return ((torch.Tensor, self._tensor), (np.ndarray, self._array), ((tuple, list), self._sequence),
+                (dict, self._mapping), ((set, frozenset), self._set), (types.CodeType, self._code),
+                (types.FunctionType, self._function), (types.MethodType, self._bound),
+                (functools.partial, self._partial), (nn.Module, self._module), (slice, self._slice),
+                (_NAMED, self._named),
+                ((np.generic,), self._numpy_scalar))
+
+    def _unhashed(self, value, where: str, why: str) -> None:
+        self.unhashed.append(f"{where} ({type(value).__name__}: {why})")
+        self.tag("unhashed", where)
+
+    def _tensor(self, value: torch.Tensor, where: str, depth: int) -> None:
+        self.tag("tensor")
+        update_with_tensors(self.digest, [value])
+
+    def _array(self, value: np.ndarray, where: str, depth: int) -> None:
+        if value.dtype.hasobject:
+            return self._unhashed(value, where, "an array of Python objects")
+        self.tag("ndarray", value.shape, str(value.dtype))
+        self.digest.update(np.ascontiguousarray(value).tobytes())
+
+    def _numpy_scalar(self, value, where: str, depth: int) -> None:
+        self._array(np.asarray(value), where, depth)
+
+    def _sequence(self, value, where: str, depth: int) -> None:
+        self.tag(type(value).__name__, len(value))
+        for i, item in enumerate(value):
+            self.add(item, f"{where}[{i}]", depth)
+
+    def _mapping(self, value: dict, where: str, depth: int) -> None:
+        """In sorted key order where the keys are strings, else in the dict's own (insertion) order."""
+        keys = sorted(value) if all(isinstance(k, str) for k in value) else list(value)
+        self.tag("dict", len(value))
+        for key in keys:
+            self.add(key, f"{where} key", depth)
+            self.add(value[key], f"{where}[{key!r}]", depth)
+
+    def _set(self, value, where: str, depth: int) -> None:
+        """By its members' own digests, sorted (a set's order varies between processes)."""
+        members = sorted((callable_digest(item, f"{where} member") for item in value), key=lambda m: m.hex)
+        self.tag(type(value).__name__, [m.hex for m in members])
+        self.unhashed.extend(u for m in members for u in m.unhashed)
+
+    def _code(self, code: types.CodeType, where: str, depth: int) -> None:
+        self.tag("code", getattr(code, "co_qualname", code.co_name), code.co_names, code.co_varnames,
+                 code.co_freevars, code.co_argcount, code.co_kwonlyargcount, code.co_flags & _CODE_KIND_FLAGS)
+        self.digest.update(code.co_code)
+        self.add(code.co_consts, f"{where} constants", depth)
+
+    def _function(self, fn: types.FunctionType, where: str, depth: int) -> None:
+        self.tag("function", fn.__module__, fn.__qualname__)
+        self.add(fn.__code__, f"{where} code", depth)
+        self.add(fn.__defaults__, f"{where} defaults", depth)
+        self.add(fn.__kwdefaults__, f"{where} keyword defaults", depth)
+        cells = fn.__closure__ or ()
+        for name, cell in zip(fn.__code__.co_freevars, cells):
+            try:
+                contents = cell.cell_contents
+            except ValueError:   # an empty cell (a name the function assigns later)
+                self.tag("empty cell", name)
+                continue
+            self.add(contents, f"{where}'s closure cell {name!r}", depth)
+
+    def _bound(self, method: types.MethodType, where: str, depth: int) -> None:
+        self.tag("bound method")
+        self.add(method.__func__, where, depth)
+        self.add(method.__self__, f"{where}'s object", depth)
+
+    def _partial(self, part: functools.partial, where: str, depth: int) -> None:
+        self.tag("partial")
+        self.add(part.func, f"{where}'s function", depth)
+        self.add(part.args, f"{where}'s arguments", depth)
+        self.add(part.keywords, f"{where}'s keywords", depth)
+
+    def _module(self, module: nn.Module, where: str, depth: int) -> None:
+        """Its class, its forward (code and what it closes over) and its attributes (settings,
+        parameters, buffers, submodules, hooks)."""
+        cls = type(module)
+        self.tag("module", cls.__module__, cls.__qualname__)
+        self.add(getattr(cls, "forward", None), f"{where}'s forward", depth)
+        self.add(vars(module), f"{where}'s attributes", depth)
+
+    def _slice(self, value: slice, where: str, depth: int) -> None:
+        self.add((value.start, value.stop, value.step), where, depth)
+
+    def _named(self, value, where: str, depth: int) -> None:
+        """A builtin function, a module, a class or a ufunc: by its qualified name (its code is the
+        library's); a builtin bound to an object other than a module also by that object."""
+        name = getattr(value, "__qualname__", None) or getattr(value, "__name__", "")
+        self.tag("named", type(value).__name__, getattr(value, "__module__", None), name)
+        owner = getattr(value, "__self__", None)
+        if not isinstance(value, (types.ModuleType, type)) and not isinstance(owner, (types.ModuleType, type(None))):
+            self.add(owner, f"{where}'s object", depth)
+
+    def _callable_object(self, value, where: str, depth: int) -> None:
+        """An object of a class with `__call__`: its class, that `__call__` and its attributes."""
+        cls = type(value)
+        self.tag("callable object", cls.__module__, cls.__qualname__)
+        self.add(getattr(cls, "__call__", None), f"{where}'s __call__", depth)
+        self.add(vars(value), f"{where}'s attributes", depth)

@@ -1,0 +1,221 @@
+"""The library entry's faults (`pazo.private`, `pazo.library_checks`): what a user's model, loss or
+data would break is one pazo error naming the library's own argument before any step; an error a
+step still meets inside the user's model or loss names it and the step; every message names the
+library's arguments, never the framework's config keys; a drawn batch changed in place is refused."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from test_library import SIGMA_CACHE, Tiny, tiny_data, tiny_engine
+from torch import nn
+
+from pazo.errors import ConfigError, UserCodeError
+from pazo.models.functional import cross_entropy_per_example
+from pazo.privacy.accountants import BudgetError
+from pazo.private import private_zo
+
+#: an engine with no accountant to build (the faults are before it, or in the step)
+QUICK = {"method": "dpzero", "epsilon": None, "steps": 3, "batch_size": 16, "seed": 0, "verbose": False,
+         "lr": 0.1, "clip": 1.0}
+FEW = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def params_of(model) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def unchanged(model, before) -> bool:
+    return all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+# ----------------------------------------------------------------------- before any step
+
+@FEW
+@given(classes=st.integers(2, 5), position=st.integers(0, 59), offset=st.integers(0, 4), below=st.booleans(),
+       which=st.sampled_from(["train_data", "public"]))
+@example(classes=3, position=59, offset=4, below=False, which="train_data")   # the reported case: label 7 of 3
+def test_a_label_outside_the_models_outputs_is_refused_before_any_step(classes, position, offset, below, which):
+    x, y = tiny_data(0, classes=classes)
+    public = tiny_data(1, n=60, classes=classes)
+    bad = -1 - offset if below else classes + offset
+    target = y if which == "train_data" else public[1]
+    target[position] = bad
+    model = Tiny(0, classes=classes)
+    before = params_of(model)
+    with pytest.raises(ConfigError) as err:
+        private_zo(model, cross_entropy_per_example, (x, y), public=public, **QUICK)
+    assert str(err.value) == (f"{which}: label {bad} (example {position}) is outside the model's {classes} outputs: "
+                              f"labels must be class indices in [0, {classes})")
+    assert unchanged(model, before)
+
+
+def as_list(outputs, targets):
+    return list(cross_entropy_per_example(outputs, targets))
+
+
+@pytest.mark.parametrize("loss, expected", [
+    (as_list, "got a list"),   # the reported case (an AttributeError in the per-example check before)
+    (lambda o, t: tuple(cross_entropy_per_example(o, t)), "got a tuple"),
+    (lambda o, t: cross_entropy_per_example(o, t).sum().item(), "got a float"),
+    (lambda o, t: cross_entropy_per_example(o, t).detach().numpy(), "got a ndarray"),
+    (lambda o, t: t, "floating-point losses, got torch.int64"),
+    (lambda o, t: cross_entropy_per_example(o, t).mean(), "one loss per example"),
+])
+def test_a_loss_that_gives_no_tensor_of_per_example_losses_is_refused_naming_loss_fn(loss, expected):
+    with pytest.raises(ConfigError, match=re.escape(expected)) as err:
+        private_zo(Tiny(0), loss, tiny_data(0), **QUICK)
+    assert str(err.value).startswith("loss_fn must return") and "\n" not in str(err.value)
+
+
+FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+@FEW
+@given(model_dtype=st.sampled_from(FLOATS), data_dtype=st.sampled_from(FLOATS))
+@example(model_dtype=torch.float16, data_dtype=torch.float32)   # the reported case
+def test_data_of_another_dtype_than_the_model_is_one_error_naming_model_and_data(model_dtype, data_dtype):
+    x, y = tiny_data(0)
+    model = Tiny(0).to(model_dtype)
+    if model_dtype == data_dtype:
+        private_zo(model, cross_entropy_per_example, (x.to(data_dtype), y), **QUICK)
+        return
+    with pytest.raises(UserCodeError) as err:
+        private_zo(model, cross_entropy_per_example, (x.to(data_dtype), y), **QUICK)
+    message = str(err.value)
+    assert message.startswith("model raised RuntimeError on 2 examples of train_data, before any step: ")
+    assert f"train_data's inputs are {data_dtype} but the model's parameters {model_dtype}" in message
+    assert "\n" not in message and isinstance(err.value.__cause__, RuntimeError)
+
+
+class Raising(nn.Module):
+    """Tiny's model, whose forward raises on a batch of more than `limit` examples."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.inner, self.limit = Tiny(0), limit
+
+    def forward(self, x):
+        if len(x) > self.limit:
+            raise ValueError(f"{len(x)} examples, more than {self.limit}")
+        return self.inner(x)
+
+
+def raising_loss(limit: int):
+    def loss_fn(outputs, targets):
+        if len(targets) > limit:
+            raise KeyError("too many targets")
+        return cross_entropy_per_example(outputs, targets)
+    return loss_fn
+
+
+@pytest.mark.parametrize("engine", ["inplace", "vectorised"])
+@pytest.mark.parametrize("culprit", ["model", "loss_fn"])
+@pytest.mark.parametrize("limit", [0, 2])   # 0: at the check before any step; 2: at the first step
+def test_an_error_inside_the_users_model_or_loss_names_it(culprit, limit, engine):
+    model = Raising(limit) if culprit == "model" else Tiny(0)
+    loss = raising_loss(limit) if culprit == "loss_fn" else cross_entropy_per_example
+    kind = "ValueError" if culprit == "model" else "KeyError"
+    if limit == 0:
+        with pytest.raises(UserCodeError, match=f"^{culprit} raised {kind} on 2 examples of train_data, before any "
+                                                "step: "):
+            private_zo(model, loss, tiny_data(0), engine=engine, **QUICK)
+        return
+    optimiser = private_zo(model, loss, tiny_data(0), engine=engine, **QUICK)
+    with pytest.raises(UserCodeError, match=f"^step 1: {culprit} raised {kind} on the step's Poisson batch of "
+                                            "train_data: ") as err:
+        optimiser.step(next(optimiser.batches()))
+    assert "\n" not in str(err.value) and type(err.value.__cause__).__name__ == kind
+    assert optimiser.steps_done == 1   # the failed step counts: its batch was drawn and its outcome told
+
+
+# ------------------------------------------------------------- the library's own words
+
+#: framework config keys (`train.batch_size`, `privacy.sigma=null`, `privacy=none`) a library user never typed
+FRAMEWORK_WORDS = re.compile(r"\b(?:train|privacy|engine|method|dataset|model|logger|warm_start)\.[a-z_]|"
+                             r"=(?:null|true|false)\b|\bprivacy=")
+floats_at_most_0 = st.floats(max_value=0, allow_nan=False)
+BAD_ARGUMENTS = st.one_of(
+    st.integers(61, 10**4).map(lambda b: {"batch_size": b}),
+    st.integers(-3, 0).map(lambda b: {"batch_size": b}),
+    st.sampled_from([0, -2, 2.5, "3"]).map(lambda t: {"steps": t}),
+    floats_at_most_0.map(lambda v: {"lr": v}),
+    floats_at_most_0.map(lambda v: {"clip": v}),
+    st.sampled_from(["lrr", "clp", "qq", "radious", "momentum", "name2"]).map(lambda k: {k: 1}),
+    st.sampled_from(["x", "one", "?"]).map(lambda v: {"q": v}),
+    st.integers(-3, 0).map(lambda q: {"q": q}),
+    st.integers(10**8, 10**9).map(lambda q: {"q": q}),   # more memory than any machine: lower q or batch_size
+    st.sampled_from(["x", "-1", "0"]).map(lambda r: {"method": "pazo_m", "public": tiny_data(1, n=40), "radius": r}),
+    st.just({"method": "pazo_m"}),
+    st.integers(41, 400).map(lambda b: {"method": "pazo_m", "public": tiny_data(1, n=40), "public_batch_size": b}),
+    st.just({"method": "mezo", "epsilon": 1.0}),
+    st.floats(-5, 0).map(lambda e: {"epsilon": e}),
+    st.floats(51, 1e6).map(lambda e: {"epsilon": e}),
+    st.floats(1, 10).map(lambda d: {"epsilon": 1.0, "delta": d}),
+    st.floats(1e-4, 1e-2).map(lambda s: {"epsilon": 1.0, "sigma": s}),   # far too small: a step spends more
+    st.floats(0.1, 5).map(lambda s: {"sigma": s}),                         # no target to meet
+    st.sampled_from(["x", "replace"]).map(lambda a: {"epsilon": 1.0, "adjacency": a}),
+    floats_at_most_0.map(lambda e: {"epsilon": 1.0, "eps_error": e}),
+    st.sampled_from([0, -1, "a"]).map(lambda c: {"chunk_size": c}),
+    st.sampled_from(["yes", 1, None]).map(lambda q: {"query_dropout": q}),
+    st.sampled_from(["yes", 1, None]).map(lambda s: {"secure_mode": s}),
+    st.sampled_from(["gpu", "cuda0", "tpu"]).map(lambda d: {"device": d}),
+    st.sampled_from(["vmap", "fast"]).map(lambda e: {"engine": e}),
+    st.sampled_from([-1, 2**63, "7", True]).map(lambda s: {"seed": s}),
+    st.sampled_from(["dpsgd", "no_such"]).map(lambda m: {"method": m}),
+    st.just({"fingerprint": "not hex"}),
+    st.just({"cache_dir": 3}),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(bad=BAD_ARGUMENTS)
+@example(bad={"batch_size": 100})   # the reported case: train.batch_size=100 exceeds ...
+def test_every_message_names_the_librarys_arguments_not_the_frameworks_keys(bad):
+    options = {**QUICK, "cache_dir": SIGMA_CACHE, **bad}
+    with pytest.raises((ConfigError, BudgetError)) as err:
+        private_zo(Tiny(0), cross_entropy_per_example, tiny_data(0), **options)
+    message = str(err.value)
+    assert "\n" not in message
+    assert not FRAMEWORK_WORDS.search(message), message
+
+
+# ------------------------------------------------------------------ a batch changed in place
+
+def _mutated(batch, which: int, position: int, how: str, value: float):
+    """Change one entry of the drawn batch's inputs (0) or labels (1) in place, as a user might."""
+    tensor = batch[which]
+    flat_index = position % tensor.numel()
+    new = torch.tensor(value).to(tensor.dtype)
+    if how == "index":
+        tensor.view(-1)[flat_index] = new
+    elif how == "data":   # through .data: no version counter sees it
+        tensor.data.view(-1)[flat_index] = new
+    elif how == "numpy":  # through a numpy view of the same memory
+        tensor.numpy().reshape(-1)[flat_index] = new.numpy()
+    else:
+        tensor.mul_(new)
+
+
+@FEW
+@given(seed=st.integers(0, 2**20), which=st.integers(0, 1), position=st.integers(0, 10**4),
+       how=st.sampled_from(["index", "data", "numpy", "mul_"]), value=st.sampled_from([0.0, 1.0, 2.0, -3.0]))
+@example(seed=0, which=0, position=0, how="mul_", value=0.0)   # the reported case: the inputs zeroed in place
+def test_a_batch_changed_after_it_was_drawn_is_refused_and_an_unchanged_one_steps(seed, which, position, how, value):
+    optimiser = tiny_engine(seed=seed, epsilon=None)
+    batch = next(optimiser.batches())
+    drawn = [t.clone() for t in batch]
+    _mutated(batch, which, position, how, value)
+    if all(torch.equal(a, b) for a, b in zip(drawn, batch)):   # the same content (e.g. a label set to itself)
+        optimiser.step(batch)
+        assert optimiser.steps_done == 1
+        return
+    before = params_of(optimiser.model.module)
+    with pytest.raises(ConfigError, match="^step\\(\\): the batch batches\\(\\) gave was changed in place"):
+        optimiser.step(batch)
+    assert optimiser.steps_done == 0 and unchanged(optimiser.model.module, before)
+    optimiser.step(next(optimiser.batches()))   # a fresh one steps
+    assert optimiser.steps_done == 1
