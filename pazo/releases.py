@@ -34,7 +34,8 @@ SUMMARY_STEPS = ("steps_done", "stopped_at_step", "resumed_from_step", "steps_re
 #: the console lines that name a step: `Progress.update`'s, `print_summary`'s epsilon line and the
 #: resume line of `pazo.train` (with or without train.log's timestamp before them)
 CONSOLE_STEPS = (re.compile(rb"progress: step (\d+)/\d+ \("),
-                 re.compile(rb"epsilon spent \S+ / target \S+ \(delta \S+, sigma \S+, (\d+) steps\)"),
+                 re.compile(rb"epsilon spent \S+ / target \S+ \(delta \S+, sigma \S+, (\d+) steps"
+                            rb"(?:, (\d+) released by earlier attempts)?\)"),
                  re.compile(rb"resumed: .* from its checkpoint at step (\d+) of \d+"))
 #: the start of a row of metrics.jsonl as the recorder writes it (a row cut short still shows it)
 ROW_START = re.compile(rb'^\s*\{\s*"step"\s*:\s*(\d+)')
@@ -155,7 +156,7 @@ def console_step(path: Path) -> int:
     for line in pieces(path):
         for pattern in CONSOLE_STEPS:
             for match in pattern.finditer(line):
-                best = max(best, int(match.group(1)))
+                best = max(best, *(int(n) for n in match.groups() if n is not None))
     return best
 
 

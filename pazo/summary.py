@@ -137,8 +137,9 @@ def print_summary(s: dict) -> None:
     log.info(f"{s['status'].upper()}" + (f" ({s['failure']})" if s["failure"] else ""))
     log.info(f"  test accuracy: final {fmt(s['final_test_accuracy'])}, best {fmt(s['best_test_accuracy'])}")
     if p["private"]:
+        earlier = f", {p['steps_released']} released by earlier attempts" if p.get("steps_released") else ""
         log.info(f"  epsilon spent {fmt(p['epsilon_spent'])} / target {p['target_epsilon']} "
-                 f"(delta {p['delta']:.3g}, sigma {p['sigma']:.4f}, {p['steps_done']} steps) "
+                 f"(delta {p['delta']:.3g}, sigma {p['sigma']:.4f}, {p['steps_done']} steps{earlier}) "
                  f"{'within budget' if p['within_budget'] else 'OVER BUDGET'}; {p['guarantee']}")
         if p.get("pure_epsilon_spent") is not None:
             log.info(f"  pure epsilon-DP bound (Laplace, basic composition): {p['pure_epsilon_spent']:.4f}")

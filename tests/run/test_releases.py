@@ -117,24 +117,28 @@ def test_a_damaged_wandb_log_still_shows_the_steps_of_its_undamaged_blocks(k, co
 
 
 @CHECKS
-@given(step=st.integers(1, 10**6), extra=st.integers(0, 10**6), epsilon=st.floats(0, 50), stamp=st.booleans())
-def test_the_console_lines_a_run_prints_name_the_steps_it_ran(step, extra, epsilon, stamp, tmp_path_factory):
-    """The progress line, the summary's epsilon line and the resume line, as pazo prints them (and
-    as train.log keeps them, timestamped), are read back as the step they name."""
+@given(step=st.integers(1, 10**6), extra=st.integers(0, 10**6), epsilon=st.floats(0, 50), stamp=st.booleans(),
+       earlier=st.one_of(st.none(), st.integers(1, 10**6)))
+def test_the_console_lines_a_run_prints_name_the_steps_it_ran(step, extra, epsilon, stamp, earlier,
+                                                              tmp_path_factory):
+    """The progress line, the summary's epsilon line (with the steps earlier attempts released,
+    `earlier`, where it counts them) and the resume line, as pazo prints them (and as train.log
+    keeps them, timestamped), are read back as the highest step they name."""
     total, said = step + extra + 1, []
     progress = Progress(said.append, total, 17.3, 0, every_seconds=1, quiet=False, clock=iter([0, 5]).__next__)
     progress.update(step, epsilon)
-    lines = [*said, resumed_line("/runs/a b", step, total), *summary_lines(step, epsilon)]
+    lines = [*said, resumed_line("/runs/a b", step, total), *summary_lines(step, epsilon, earlier)]
     prefix = STAMP if stamp else ""
     for line in lines:
         path = tmp_path_factory.mktemp("log") / "train.log"
         path.write_text(f"{prefix}{line}\n{prefix}  results: /runs/a b\n")
-        expected = step if "step" in line else 0
+        expected = max(step, earlier or 0) if "released by" in line else step if "step" in line else 0
         assert console_step(path) == expected, line
 
 
-def summary_lines(step: int, epsilon: float) -> list[str]:
-    """The lines `print_summary` prints for a private run stopped after `step` steps."""
+def summary_lines(step: int, epsilon: float, earlier: int | None) -> list[str]:
+    """The lines `print_summary` prints for a private run stopped after `step` steps (`earlier`:
+    the steps earlier attempts released, where further)."""
     said: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: said.append(record.getMessage())
@@ -146,7 +150,8 @@ def summary_lines(step: int, epsilon: float) -> list[str]:
                        "mean_s_per_iter": 0.01, "median_s_per_iter": 0.01, "run_dir": "/runs/a b",
                        "privacy": {"private": True, "epsilon_spent": epsilon, "target_epsilon": 50, "delta": 1e-5,
                                    "sigma": 1.2, "steps_done": step, "within_budget": True,
-                                   "guarantee": "(epsilon, delta)-DP"}})
+                                   "guarantee": "(epsilon, delta)-DP",
+                                   **({"steps_released": earlier} if earlier else {})}})
     finally:
         logger.removeHandler(handler)
         logger.level = level
