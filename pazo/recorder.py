@@ -40,22 +40,30 @@ def _clean(value):
 
 def _whole_rows_kept(metrics: Path, checkpoint_bytes: int) -> int:
     """Cut metrics.jsonl after its last whole row (a row a killed attempt left half written goes;
-    the rows up to the checkpoint's offset stay in any case) and return the step of that row."""
+    the rows up to the checkpoint's offset stay, but for a row a file cut short before that offset
+    ends in) and return the step of that row (0 where it cannot be read: what earlier attempts
+    released is counted from every outlet all the same, `pazo.releases`)."""
     data = metrics.read_bytes()
-    end, last_step = min(checkpoint_bytes, len(data)), 0
+    end = data.rfind(b"\n", 0, min(checkpoint_bytes, len(data))) + 1
+    last_step = 0
     for line in data[end:].splitlines(keepends=True):
-        try:
-            step = json.loads(line)["step"] if line.endswith(b"\n") else None
-        except (ValueError, KeyError, TypeError):
-            step = None
+        step = _row_step(line) if line.endswith(b"\n") else None
         if step is None:
             break
         end, last_step = end + len(line), step
     os.truncate(metrics, end)
     if last_step == 0 and end > 0:   # no row after the checkpoint: the last row before it
-        rows = data[:end].splitlines()
-        last_step = json.loads(rows[-1]).get("step", 0) if rows else 0
+        last_step = _row_step(data[:end].splitlines()[-1]) or 0
     return last_step
+
+
+def _row_step(line: bytes) -> int | None:
+    """The step of a row of metrics.jsonl (None: not a row, e.g. one edited or cut short)."""
+    try:
+        step = json.loads(line).get("step")
+    except (ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
