@@ -3,7 +3,11 @@ launch may do, so that the printed epsilon covers every attempt of the directory
 
 An attempt *released* something when it wrote a row of metrics.jsonl (mirrored to W&B and the
 terminal) or a summary of steps done: those rows were computed from the private data with that
-attempt's noise, and cannot be taken back. A launch into a directory
+attempt's noise, and cannot be taken back. What earlier attempts released is read from every outlet
+the directory holds (`pazo.releases.earlier_releases`: metrics.jsonl, summary.json, W&B's local
+files, train.log and stdout.log, the archived attempts), so that a file deleted, cut short or edited
+hides no release another still shows; the highest step among them is what a later attempt's epsilon
+covers (`privacy.steps_released`). A launch into a directory
 
 - that holds nothing, or only an attempt that released nothing, starts afresh (the earlier files,
   if any, go to `attempts/<n>/`);
@@ -44,6 +48,7 @@ from pazo.checkpoint import (CHECKPOINT, NOT_COMPARED, RESUMABLE, archive_files,
 from pazo.errors import ConfigError
 from pazo.fingerprint import canonical_json
 from pazo.metrics_file import FILE as METRICS, CorruptMetrics, read_metric_rows
+from pazo.releases import Release, earlier_releases, summary_step
 from pazo.rundir import write_atomic
 from pazo.validate import typed_config
 
@@ -65,6 +70,8 @@ class Start:
     moved_to: str | None = None
     #: earlier files wait to be moved to attempts/<n>/ (`accept_launch`, once the launch is checked)
     pending_archive: bool = False
+    #: what the directory's earlier attempts released (this attempt's epsilon covers it)
+    released: Release = Release()
 
     @property
     def resuming(self) -> bool:
@@ -88,8 +95,9 @@ def plan_launch(run_dir: Path, cfg) -> Start:
     run_dir = Path(run_dir)
     summary_path, ckpt_path = run_dir / "summary.json", run_dir / CHECKPOINT
     if not summary_path.exists():
-        if (run_dir / "metrics.jsonl").exists():  # written by an attempt that never wrote a summary
-            return _start_over(run_dir, cfg, None)
+        released = earlier_releases(run_dir)
+        if released or (run_dir / "metrics.jsonl").exists():  # by an attempt that never wrote a summary
+            return _start_over(run_dir, cfg, None, released)
         return Start("fresh")
     summary = read_summary(summary_path)
     if summary is None:
@@ -97,7 +105,7 @@ def plan_launch(run_dir: Path, cfg) -> Start:
             raise ConfigError(f"{summary_path} cannot be read (truncated or not a pazo summary), and {run_dir} "
                               f"holds a checkpoint: restore summary.json to resume, or move {ckpt_path} away to "
                               "start the run over (the earlier files then go to attempts/<n>/)")
-        return _start_over(run_dir, cfg, None)
+        return _start_over(run_dir, cfg, None, earlier_releases(run_dir))
     status = effective_status(summary)
     if status == "finished":
         changed = config_changes(run_dir, cfg)
@@ -117,40 +125,39 @@ def plan_launch(run_dir: Path, cfg) -> Start:
                               "or give another hydra.run.dir")
         remove_tmp_checkpoint(run_dir)  # a write a kill broke off: never resumed from
         refuse_corrupt_rows(run_dir)
-        return Start("resume", summary=summary, checkpoint=checkpoint)
-    return _start_over(run_dir, cfg, summary)
+        return Start("resume", summary=summary, checkpoint=checkpoint, released=earlier_releases(run_dir))
+    return _start_over(run_dir, cfg, summary, earlier_releases(run_dir))
 
 
-def released_rows(run_dir: Path, summary: dict | None) -> bool:
-    """Whether an attempt in `run_dir` released anything computed from the private data: a row of
-    metrics.jsonl (mirrored to W&B and the terminal) or a summary (`summary`, as read) of steps done."""
-    metrics = Path(run_dir) / "metrics.jsonl"
-    return (metrics.exists() and metrics.stat().st_size > 0) or bool((summary or {}).get("steps_done"))
+def released_rows(run_dir: Path, summary: dict | None = None) -> bool:
+    """Whether an attempt in `run_dir` released anything computed from the private data, as any of
+    its outlets shows (`earlier_releases`) or `summary` (a summary of steps done the caller holds)."""
+    return bool(earlier_releases(run_dir)) or summary_step(summary) > 0
 
 
-def _start_over(run_dir: Path, cfg, summary: dict | None) -> Start:
-    """A launch over an attempt that cannot be resumed: afresh if it released nothing, a replay if
-    this launch is its computation again, seeded; refused otherwise."""
-    if not released_rows(run_dir, summary):
+def _start_over(run_dir: Path, cfg, summary: dict | None, released: Release) -> Start:
+    """A launch over an attempt that cannot be resumed: afresh if no outlet shows a release
+    (`released`), a replay if this launch is its computation again, seeded; refused otherwise."""
+    if not released:
         return Start("fresh", summary=summary, pending_archive=True)
     earlier = earlier_config(run_dir)
     if secure_run(earlier or {}):
-        _refuse(run_dir, "of a secure-mode run", "its noise came from the operating system and cannot be drawn "
-                "again, so a start over would release new noise that the printed epsilon does not count with the "
-                "earlier releases")
+        _refuse(run_dir, released, "of a secure-mode run", "its noise came from the operating system and cannot "
+                "be drawn again, so a start over would release new noise that the printed epsilon does not count "
+                "with the earlier releases")
     if summary is None or earlier is None:
         missing = "summary.json" if summary is None else "config.yaml"
-        _refuse(run_dir, "", f"its {missing} cannot be read, so whether this launch computes the same cannot be "
-                "told, and its releases would not be counted")
+        _refuse(run_dir, released, "", f"its {missing} cannot be read, so whether this launch computes the same "
+                "cannot be told, and its releases would not be counted")
     if secure_run(cfg):
-        _refuse(run_dir, "of a seeded run", "this launch is in secure mode: it would draw new noise, and the "
-                "printed epsilon would not count the earlier releases")
+        _refuse(run_dir, released, "of a seeded run", "this launch is in secure mode: it would draw new noise, and "
+                "the printed epsilon would not count the earlier releases")
     changed = config_changes(run_dir, cfg)
     if changed:
-        _refuse(run_dir, f"of another config ({shown(changed)})", "this launch would draw other noise, and the "
-                "printed epsilon would not count the earlier releases (relaunch it as it ran to replay it)")
+        _refuse(run_dir, released, f"of another config ({shown(changed)})", "this launch would draw other noise, "
+                "and the printed epsilon would not count the earlier releases (relaunch it as it ran to replay it)")
     refuse_corrupt_rows(run_dir)
-    return Start("replay", summary=summary, pending_archive=True)
+    return Start("replay", summary=summary, pending_archive=True, released=released)
 
 
 def refuse_corrupt_rows(run_dir: Path) -> None:
@@ -179,8 +186,8 @@ def check_launch(run_dir: Path, start: Start, run) -> None:
     elif start.kind == "replay":
         then = (start.summary or {}).get("computation")
         if not then:
-            _refuse(run_dir, "", "it recorded no computation (an older run), so whether this launch replays "
-                    "its noise cannot be told")
+            _refuse(run_dir, start.released, "", "it recorded no computation (an older run), so whether this launch "
+                    "replays its noise cannot be told")
         same_computation(then, run.computation, run_dir)
         same_computation(read_private_record(run_dir), run.private_computation, run_dir)
 
@@ -265,6 +272,6 @@ def shown(changed: list[str]) -> str:
     return "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
 
 
-def _refuse(run_dir: Path, whose: str, why: str) -> None:
-    raise ConfigError(f"run directory {run_dir} holds an attempt {whose + ' ' if whose else ''}that released rows: "
-                      f"{why}; {NEW_DIRECTORY}")
+def _refuse(run_dir: Path, released: Release, whose: str, why: str) -> None:
+    raise ConfigError(f"run directory {run_dir} holds an attempt {whose + ' ' if whose else ''}that released rows "
+                      f"({released.said()}): {why}; {NEW_DIRECTORY}")

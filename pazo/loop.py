@@ -68,7 +68,7 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
     def record_outcome(failure: str | None) -> None:
         test_histogram = r.data.test.class_histogram(r.data.num_classes)
         summary.update(outcome(r.plan, tracker, sync_loop(), r.total_steps, failure, test_histogram,
-                               recorder.released_through))
+                               recorder.steps_released))
         merge_into(summary, r.method.outcome(stat_sums, loop.step))
 
     r.module.train()

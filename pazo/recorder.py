@@ -70,13 +70,15 @@ class Recorder:
     (they left the process: the directory's last row must keep covering them), and the resumed
     attempt, which computes those steps again from the checkpoint's noise stream, does not write
     them twice (`released_through`);
+    `released_before`: the highest step the directory's earlier attempts released, as any of its
+    outlets shows (`pazo.releases`), which this attempt's epsilon covers (`steps_released`);
     `wandb_id`: the W&B run to continue; `fingerprint`: the config's, stored in every checkpoint so
     that only the same run resumes from it; `rows`: False for a run that logs no rows (the audit),
     which then has no metrics.jsonl."""
 
     def __init__(self, run_dir: str | Path, cfg, wandb_cfg, resume_bytes: int | None = None,
-                 wandb_id: str | None = None, fingerprint: str = "", rows: bool = True):
-        self.dir, self.fingerprint = Path(run_dir), fingerprint
+                 wandb_id: str | None = None, fingerprint: str = "", rows: bool = True, released_before: int = 0):
+        self.dir, self.fingerprint, self.released_before = Path(run_dir), fingerprint, released_before
         with writing(self.dir):
             self.dir.mkdir(parents=True, exist_ok=True)
         self.resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -113,6 +115,11 @@ class Recorder:
                 config=outlets.without_secrets(self.resolved),
                 reinit="finish_previous", settings=settings,
                 **({"id": wandb_id, "resume": "allow"} if wandb_id else {}))
+
+    @property
+    def steps_released(self) -> int:
+        """The steps released before this attempt ran them, by metrics.jsonl's rows or any other outlet."""
+        return max(self.released_through, self.released_before)
 
     @property
     def wandb_id(self) -> str | None:

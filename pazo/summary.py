@@ -36,17 +36,14 @@ def chance_level_warning(accuracy: float | None, test_histogram: list[int], z: f
 def outcome(plan, tracker, loop: LoopState, total_steps: int, failure: str | None,
              test_histogram: list[int], released_through: int = 0) -> dict:
     """Status, accuracies, s/iter and the privacy spent by the steps done (whatever the status), or
-    by the steps an earlier attempt released rows for (`released_through`), if further: a resumed
-    attempt stopped before it computed them again has still released them;
+    by the steps earlier attempts released (`released_through`, as any outlet shows: `released_beyond`),
+    if further: a resumed attempt stopped before it computed them again has still released them;
     `warnings` holds a chance-level warning (`chance_level_warning`) when the final accuracy is one.
     What the method adds of its own comes from `Method.outcome`."""
     steps_done = loop.step
-    priv = plan.as_dict()
-    priv["steps_done"] = steps_done
-    if released_through > steps_done:
-        priv["steps_released"] = released_through
+    priv = {**plan.as_dict(), "steps_done": steps_done, **released_beyond(plan, released_through, steps_done)}
     if plan.private:
-        spent = tracker.final(max(steps_done, released_through))
+        spent = tracker.final(max(steps_done, priv.get("steps_released", 0)))
         within = spent <= plan.target_epsilon + 1e-12
         priv.update(epsilon_spent=spent, within_budget=within, over_budget=not within,
                     guarantee_holds=within and plan.sampling_matches_accountant)
@@ -72,6 +69,17 @@ def outcome(plan, tracker, loop: LoopState, total_steps: int, failure: str | Non
     chance = chance_level_warning(out["final_test_accuracy"], test_histogram)
     out["warnings"] = [chance] if chance else []
     return out
+
+
+def released_beyond(plan, steps_released: int, steps_done: int, spent=None) -> dict:
+    """`privacy.steps_released`, where earlier attempts released further than the `steps_done` of
+    this one: at most the plan's steps (an outlet edited to show more cannot have been released by
+    this computation, whose attempts each run at most that many); with `spent` (the accountant's
+    epsilon after t steps), also the epsilon they spent."""
+    steps = min(steps_released, plan.steps)
+    if steps <= steps_done:
+        return {}
+    return {"steps_released": steps, **({"epsilon_spent": spent(steps)} if spent and plan.private else {})}
 
 
 #: each assumption of the guarantee in a few words, for the one line a run prints (the whole text is
@@ -124,6 +132,11 @@ def print_header(summary: dict, plan) -> None:
         log.info(line)
 
 
+def resumed_line(run_dir, step: int, total_steps: int) -> str:
+    """The line a resumed attempt prints first (`pazo.releases` reads the step back from train.log)."""
+    return f"resumed: {run_dir} from its checkpoint at step {step} of {total_steps}"
+
+
 def print_summary(s: dict) -> None:
     p = s["privacy"]
     fmt = lambda v, f=".4f": "-" if v is None else format(v, f)  # noqa: E731
@@ -131,8 +144,9 @@ def print_summary(s: dict) -> None:
     log.info(f"{s['status'].upper()}" + (f" ({s['failure']})" if s["failure"] else ""))
     log.info(f"  test accuracy: final {fmt(s['final_test_accuracy'])}, best {fmt(s['best_test_accuracy'])}")
     if p["private"]:
+        earlier = f", {p['steps_released']} released by earlier attempts" if p.get("steps_released") else ""
         log.info(f"  epsilon spent {fmt(p['epsilon_spent'])} / target {p['target_epsilon']} "
-                 f"(delta {p['delta']:.3g}, sigma {p['sigma']:.4f}, {p['steps_done']} steps) "
+                 f"(delta {p['delta']:.3g}, sigma {p['sigma']:.4f}, {p['steps_done']} steps{earlier}) "
                  f"{'within budget' if p['within_budget'] else 'OVER BUDGET'}; {p['guarantee']}")
         if p.get("pure_epsilon_spent") is not None:
             log.info(f"  pure epsilon-DP bound (Laplace, basic composition): {p['pure_epsilon_spent']:.4f}")

@@ -18,6 +18,7 @@ import socket
 import sys
 import threading
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import hydra
@@ -35,7 +36,8 @@ from pazo.privacy.mechanisms import active_debug_break
 from pazo.recorder import Recorder
 from pazo.rundir import (RunDirLock, WriteFault, accept_hydra_record, check_output_dir, drop_hydra_record, is_staging,
                          remove_broken_writes, staging_subdir, write_atomic)
-from pazo.summary import print_header, print_summary
+from pazo.privacy.plan import epsilon_spent
+from pazo.summary import print_header, print_summary, released_beyond, resumed_line
 from pazo.validate import ConfigError, typed_config, validate_config
 
 log = logging.getLogger("pazo.train")  # not __name__: that is "__main__" under `python -m pazo.train`
@@ -79,17 +81,9 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record) -> dict:
         replayed_rows = carry_released_rows(run_dir, start)
         recorder = Recorder(run_dir, cfg, cfg.logger,
                             resume_bytes=loop.metrics_bytes if resuming else replayed_rows,
-                            wandb_id=previous.get("wandb_run_id") if resuming else None, fingerprint=fingerprint)
-        summary = {"status": "running", **r.describe(), "run_dir": str(run_dir),
-                   "attempt": previous.get("attempt", 0) + 1 if resuming else 1,
-                   "resumed_from_step": loop.step if resuming else None,
-                   "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": recorder.wandb_id,
-                   "host": socket.gethostname(), "pid": os.getpid()}
-        if start.replaying and r.device.type == "cuda" and r.plan.private:
-            summary["outside_guarantee"].append(
-                f"the steps after step {loop.step} were run again with an earlier attempt's noise on CUDA, whose "
-                "kernels need not be deterministic: rows that attempt released for them (W&B cannot retract "
-                "them) may differ from this attempt's by more than the noise covers")
+                            wandb_id=previous.get("wandb_run_id") if resuming else None, fingerprint=fingerprint,
+                            released_before=start.released.step)
+        summary = launch_summary(run_dir, r, start, loop, recorder)
         try:
             recorder.write_summary(summary)
         except WriteFault:
@@ -97,7 +91,7 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record) -> dict:
             raise
         print_header(summary, r.plan)
         if resuming:
-            log.info(f"resumed: {run_dir} from its checkpoint at step {loop.step} of {r.total_steps}")
+            log.info(resumed_line(run_dir, loop.step, r.total_steps))
         with StopRequests() as stop:
             with Heartbeat(recorder.beat):
                 _, stopped = train_loop(r, sampler, loop, recorder, summary, stop)
@@ -112,6 +106,26 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record) -> dict:
                 recorder.fail(summary)
                 raise
     print_summary(summary)
+    return summary
+
+
+def launch_summary(run_dir: Path, r, start, loop: LoopState, recorder: Recorder) -> dict:
+    """The summary an attempt writes as it starts (status running). From then on it covers what
+    earlier attempts released (`privacy.steps_released` and its epsilon), as a kill may come before
+    this attempt's first row."""
+    previous = start.summary or {}
+    summary = {"status": "running", **r.describe(), "run_dir": str(run_dir),
+               "attempt": previous.get("attempt", 0) + 1 if start.resuming else 1,
+               "resumed_from_step": loop.step if start.resuming else None,
+               "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": recorder.wandb_id,
+               "host": socket.gethostname(), "pid": os.getpid()}
+    summary["privacy"].update(released_beyond(r.plan, recorder.steps_released, loop.step,
+                                              partial(epsilon_spent, r.plan)))
+    if start.replaying and r.device.type == "cuda" and r.plan.private:
+        summary["outside_guarantee"].append(
+            f"the steps after step {loop.step} were run again with an earlier attempt's noise on CUDA, whose "
+            "kernels need not be deterministic: rows that attempt released for them (W&B cannot retract "
+            "them) may differ from this attempt's by more than the noise covers")
     return summary
 
 

@@ -31,3 +31,28 @@ def wandb_records(path):
             record.ParseFromString(buf)
             buf = b""
             yield record
+
+
+def wandb_log_bytes(records, block: int = 32768) -> bytes:
+    """A W&B transaction log holding `records` (protobuf `Record`s), as wandb-core writes one: the
+    header, then each record in chunks (FULL, or FIRST, MIDDLE..., LAST across blocks), a block's
+    last bytes padded with zeros where a chunk header no longer fits."""
+    import struct
+    import zlib
+
+    out = bytearray(b":W&B\xe1\xbe\x00")
+    for record in records:
+        data, first = record.SerializeToString(), True
+        while True:
+            left = block - len(out) % block
+            if left < 7:
+                out += bytes(left)
+                continue
+            piece, data = data[:left - 7], data[left - 7:]
+            kind = (1 if not data else 2) if first else (4 if not data else 3)
+            out += struct.pack("<IHB", zlib.crc32(piece, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF, len(piece), kind)
+            out += piece
+            first = False
+            if not data:
+                break
+    return bytes(out)

@@ -11,14 +11,21 @@ attempts are one computation when their rows agree at every step both released (
 two computations' losses differ), so a replay of the same noise counts once and a relaunch that
 drew other noise adds its own term.
 
+A second walk (`Tampered`) logs to W&B (offline) and train.log and, between launches, deletes,
+cuts short or edits one file of an outlet (metrics.jsonl, summary.json, train.log, a W&B log, an
+archived attempt's): a launch with another config is refused whenever an outlet still shows a
+release, and the epsilon summarised covers every step one shows.
+
 Launches run in this process (`pazo.train.run`); a SIGKILL is played by an exception that skips
 every write the killed process could not have made, and a dead process's pid in its summary."""
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -37,6 +44,8 @@ import pazo.loop as training_loop
 import pazo.train as train
 from conftest import CONFIG_DIR
 from fault_runtime_helpers import snapshot
+from outlet_damage import DAMAGE, damage
+from wandb_log import wandb_records
 from pazo.config_schema import LoggerSchema, PrivacySchema, TrainSchema
 from pazo.errors import ConfigError
 from pazo.methods import method_config
@@ -119,8 +128,11 @@ def launch(cfg, run_dir: Path, kill: str | None, after: int, monkeypatch) -> str
         return stats
 
     def fail(self, summary):
-        if kill == "SIGKILL":  # a killed process records nothing
+        if kill == "SIGKILL":  # a killed process records nothing; what W&B was sent reached it (its service flushes)
             self._metrics.close()
+            if self.wandb is not None:
+                self.wandb.finish(exit_code=1)
+                self.wandb = None
             return None
         return real_fail(self, summary)
 
@@ -268,3 +280,194 @@ def test_every_relaunch_is_refused_replayed_or_counted(monkeypatch):
 def test_every_relaunch_is_refused_replayed_or_counted_on_longer_walks(monkeypatch):
     hit = check_relaunches(monkeypatch, False, max_examples=25, stateful_step_count=15)
     assert hit == set(CHANGES)
+
+
+#: the walk over damaged outlets: W&B offline, a progress line in train.log after every step
+TAMPERED_BASE = [*BASE[:-1], "logger.mode=offline", "train.steps=6", "train.progress_seconds=0.000001"]
+TAMPERED_CHANGE = "method.lr=0.5"
+PROGRESS = re.compile(r"progress: step (\d+)/\d+ \(")
+#: the outlets the bounded walk damages in turn (each file of that kind, the archived attempts' too)
+OUTLET_KINDS = ("metrics.jsonl", ".wandb", "summary.json", "train.log")
+
+
+def outlet_files(run_dir: Path) -> list[Path]:
+    """The files of the directory's outlets (its own and its archived attempts'), which a rule damages."""
+    names = ("metrics.jsonl", "summary.json", "wandb/*/run-*.wandb")
+    found = [p for where in (run_dir, *sorted(run_dir.glob("attempts/*"))) for name in names for p in where.glob(name)]
+    return sorted({p for p in found if not p.parent.is_symlink()} | set(run_dir.glob("train.log")))
+
+
+def strictly_shown(path: Path, damaged: set[str]) -> int:
+    """The highest step `path` shows, read strictly (whole rows, whole JSON, W&B logs not `damaged`
+    that read whole): what any reader of the outlet would see."""
+    text = path.read_text(errors="replace")
+    if path.name == "metrics.jsonl":
+        steps = []
+        for line in text.splitlines():
+            try:
+                steps.append(int(json.loads(line)["step"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return max(steps, default=0)
+    if path.name == "summary.json":
+        try:
+            summary = json.loads(text)
+            return max(int(summary.get("steps_done") or 0), int(summary.get("stopped_at_step") or 0))
+        except (ValueError, AttributeError, TypeError):
+            return 0
+    if path.name == "train.log":
+        return max((int(n) for n in PROGRESS.findall(text)), default=0)
+    if path.name in damaged:
+        return 0
+    try:
+        return max((r.history.step.num for r in wandb_records(path) if r.WhichOneof("record_type") == "history"),
+                   default=0)
+    except Exception:   # (wandb-core may not have written its header yet, or a block of its log)
+        return 0
+
+
+def pazo_files(run_dir: Path) -> dict[str, str]:
+    """`snapshot`, less the bytes of W&B's own files (wandb-core may still be flushing a finished
+    run's log): their names are kept."""
+    files = snapshot(run_dir) if run_dir.exists() else {}
+    return {name: "" if "wandb/" in name else digest for name, digest in files.items()}
+
+
+class Tampered(RuleBasedStateMachine):
+    """One W&B-logged run directory, its train.log written as Hydra's job logging writes it,
+    launched into as it ran or with another lr, and one outlet's file damaged between launches."""
+
+    monkeypatch: pytest.MonkeyPatch
+    #: the bounded walk damages an outlet before every relaunch, the outlets and damages in turn, and
+    #: changes the lr every other time (the first: the reported case); the longer one draws all three
+    in_turn: bool = False
+
+    def __init__(self):
+        super().__init__()
+        self.tmp = Path(tempfile.mkdtemp(prefix="pazo-tampered-"))
+        self.run_dir, self.cache = self.tmp / "run", self.tmp / "cache"
+        #: the W&B logs damaged, by name (the name stays when they are archived): no longer read strictly
+        self.damaged: set[str] = set()
+        self.launches, self.turn = 0, 0
+
+    def shown(self) -> int:
+        """The highest step any outlet of the directory shows released (0: none, or no directory)."""
+        files = outlet_files(self.run_dir) if self.run_dir.exists() else []
+        return max((strictly_shown(p, self.damaged) for p in files), default=0)
+
+    def _launch(self, overrides: list[str], kill: str | None, after: int) -> None:
+        shown, before = self.shown(), pazo_files(self.run_dir)
+        with logged_to_train_log(self.run_dir):
+            how = launch(compose_cfg(overrides, self.cache), self.run_dir, kill, after, self.monkeypatch)
+        if how == "refused":
+            assert pazo_files(self.run_dir) == before, "a refused launch moved, changed or lost files"
+            return
+        self.launches += 1
+        assert TAMPERED_CHANGE not in overrides or not shown, \
+            f"a launch with another config ran, though an outlet showed step {shown} released"
+        summary = json.loads((self.run_dir / "summary.json").read_text())
+        covered = shown if summary["status"] == "running" else max(shown, summary["steps_done"])
+        if covered > (summary.get("resumed_from_step") or 0):
+            privacy = summary["privacy"]
+            terms = [(privacy["sigma"], privacy["sample_rate"], min(covered, privacy["steps"]),
+                      privacy.get("mechanisms", 1))]
+            oracle = pld_composition(terms, privacy["delta"])
+            assert privacy.get("epsilon_spent", 0) >= oracle * 0.99 - 1e-3, (summary["status"], covered, privacy)
+
+    @initialize(kill=st.sampled_from(KILLS), after=st.integers(2, 4))
+    def launch_and_kill(self, kill, after):
+        """Every walk starts from an attempt that released rows and was stopped."""
+        self._launch(list(TAMPERED_BASE), kill, after)
+
+    @rule(changed=st.booleans(), kill=st.sampled_from((None, *KILLS)), after=st.integers(1, 4), damaged=st.booleans(),
+          how=st.sampled_from(DAMAGE), at=st.floats(0, 1), junk=st.binary(min_size=1, max_size=64), data=st.data())
+    def relaunch(self, changed, kill, after, damaged, how, at, junk, data):
+        """As it ran or with another lr, one outlet's file damaged first (or not)."""
+        kind = None
+        if self.in_turn:  # (counted per walk, as the walk above)
+            kind = OUTLET_KINDS[self.turn % len(OUTLET_KINDS)]
+            how = DAMAGE[self.turn // len(OUTLET_KINDS) % len(DAMAGE)]
+            damaged, changed, self.turn = True, self.turn % 2 == 0, self.turn + 1
+        if damaged:
+            self.damage_one_outlet(data, kind, how, at, junk)
+        self._launch([*TAMPERED_BASE, TAMPERED_CHANGE] if changed else list(TAMPERED_BASE), kill, after)
+
+    def damage_one_outlet(self, data, kind: str | None, how: str, at: float, junk: bytes) -> None:
+        """Delete, cut or edit one outlet's file (of `kind`, where the directory holds one)."""
+        files = outlet_files(self.run_dir) if self.run_dir.exists() else []
+        files = [p for p in files if kind and p.name.endswith(kind)] or files
+        if files:
+            path = data.draw(st.sampled_from(files), label="file")
+            damage(path, how, at, junk)
+            self.damaged |= {path.name} if path.suffix == ".wandb" else set()
+
+    def teardown(self):
+        try:  # the run as it ran, to its end (a relaunch with another lr may have started it afresh)
+            if self.launches:
+                self._launch(list(TAMPERED_BASE), None, 0)
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class logged_to_train_log:
+    """The run's lines into `<run_dir>/train.log`, timestamped, as Hydra's job logging
+    (configs/hydra/job_logging/pazo.yaml) writes them in a launch from the command line."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir, self.logger = run_dir, logging.getLogger("pazo.train")
+
+    def __enter__(self):
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.handler = logging.FileHandler(self.run_dir / "train.log", delay=True)
+        self.handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+        self.level = self.logger.level
+        self.logger.addHandler(self.handler)
+        self.logger.setLevel(logging.INFO)
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self.handler)
+        self.logger.setLevel(self.level)
+        self.handler.close()
+        return False
+
+
+def check_tampered(monkeypatch, in_turn: bool, **bounds) -> None:
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    Tampered.monkeypatch, Tampered.in_turn = monkeypatch, in_turn
+    run_state_machine_as_test(Tampered, settings=settings(
+        derandomize=True, deadline=None, suppress_health_check=list(HealthCheck), **bounds))
+
+
+def test_a_damaged_outlet_hides_no_release_from_a_relaunch(monkeypatch):
+    """Bounded, as the walk above."""
+    check_tampered(monkeypatch, True, max_examples=2, stateful_step_count=8,
+                   phases=(Phase.explicit, Phase.reuse, Phase.generate))
+
+
+@pytest.mark.slow
+def test_a_damaged_outlet_hides_no_release_from_a_relaunch_on_longer_walks(monkeypatch):
+    check_tampered(monkeypatch, False, max_examples=20, stateful_step_count=15)
+
+
+def test_a_release_only_wandb_still_shows_decides_the_relaunch(monkeypatch, tmp_path):
+    """The reported case: a W&B-logged attempt killed after 12 rows, its metrics.jsonl deleted. A
+    relaunch with another lr is refused in one line that names the W&B log; one as it ran replays,
+    and stopped after 3 steps its summary's epsilon still covers the 12 steps released."""
+    base = [*BASE[:-1], "logger.mode=offline", "train.steps=20"]
+    run_dir, cache = tmp_path / "run", tmp_path / "cache"
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    assert launch(compose_cfg(base, cache), run_dir, "SIGKILL", 13, monkeypatch) == "SIGKILL"
+    twelve = rows_of(run_dir)[-1]
+    assert twelve["step"] == 12
+    (run_dir / "metrics.jsonl").unlink()
+    before = snapshot(run_dir)
+    with pytest.raises(ConfigError, match=r"that released rows \(through step 12, as wandb/offline-run-[^/]+/run-"
+                                          r"\w+\.wandb shows\): this launch would draw other noise"):
+        train.run(compose_cfg([*base, "method.lr=0.5"], cache), run_dir)
+    assert snapshot(run_dir) == before
+    assert launch(compose_cfg(base, cache), run_dir, "SIGTERM", 3, monkeypatch) == "ran"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    privacy = summary["privacy"]
+    assert summary["status"] == "preempted" and summary["earlier_attempt_moved_to"].endswith("attempts/1")
+    assert privacy["steps_done"] == 3 and privacy["steps_released"] == 12
+    assert privacy["epsilon_spent"] == pytest.approx(twelve["epsilon"], rel=1e-12)

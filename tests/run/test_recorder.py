@@ -1,16 +1,18 @@
 """The Recorder is the one writer of a run's files, the audit's included: a record other than the
-summary (`write_record`) reads back as the JSON of what was given (non-finite numbers as null), and a
-run that logs no rows (`rows=False`, the audit) has no metrics.jsonl."""
+summary (`write_record`) reads back as the JSON of what was given (non-finite numbers as null), a
+run that logs no rows (`rows=False`, the audit) has no metrics.jsonl, and a resumed attempt goes on
+after the whole rows of metrics.jsonl, however the file was cut or edited."""
 from __future__ import annotations
 
 import json
 import math
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from pazo.recorder import Recorder
+from outlet_damage import damage
+from pazo.recorder import Recorder, _whole_rows_kept
 
 DISABLED = OmegaConf.create({"mode": "disabled"})
 values = st.recursive(st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats() | st.text(max_size=8),
@@ -39,3 +41,30 @@ def test_a_record_reads_back_as_written_and_rows_only_when_asked(tmp_path_factor
     assert (run_dir / "metrics.jsonl").exists() == rows
     assert "seed: 3" in (run_dir / "config.yaml").read_text()
     assert not [p for p in run_dir.iterdir() if p.name.endswith(".tmp") or ".tmp." in p.name]
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(0, 12), at_checkpoint=st.integers(0, 12), how=st.sampled_from(["as written", "truncate", "edit"]),
+       at=st.floats(0, 1), junk=st.binary(min_size=1, max_size=40))
+@example(n=6, at_checkpoint=4, how="truncate", at=0.5, junk=b"x")   # cut mid-row before the checkpoint's offset
+def test_a_resume_goes_on_after_the_whole_rows_of_a_damaged_metrics_file(tmp_path_factory, n, at_checkpoint, how,
+                                                                         at, junk):
+    """What is kept is the file up to a row's end (a row cut short goes, nothing else), never an
+    error, and the step returned is that of the last row kept (0 where it does not read as a row)."""
+    rows = [json.dumps({"step": t, "epsilon": t / 10}).encode() + b"\n" for t in range(1, n + 1)]
+    path = tmp_path_factory.mktemp("run") / "metrics.jsonl"
+    path.write_bytes(b"".join(rows))
+    if how != "as written":
+        damage(path, how, at, junk)
+    before, offset = path.read_bytes(), len(b"".join(rows[:at_checkpoint]))
+    step = _whole_rows_kept(path, offset)
+    kept = path.read_bytes()
+    assert before.startswith(kept) and (kept.endswith(b"\n") or kept == b"")
+    assert len(kept) >= before.rfind(b"\n", 0, min(offset, len(before))) + 1   # the rows before the offset stay
+    try:
+        expected = json.loads(kept.splitlines()[-1])["step"]
+    except (IndexError, ValueError, KeyError, TypeError):
+        expected = 0
+    assert step == (expected if type(expected) is int else 0)
+    if how == "as written":
+        assert kept == before and step == n
