@@ -1,4 +1,4 @@
-"""Gather privacy audits (`python -m pazo.audit`) into one markdown table.
+"""Gather privacy audits (`pazo-audit`) into one markdown table.
 
     pazo-report audit-table outputs/audit_sweeps/audit_table [more dirs] [--out FILE]
 

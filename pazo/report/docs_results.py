@@ -405,7 +405,7 @@ def audits_page(figure_dir: Path) -> tuple[str, Overview]:
 def index_page(pages: list[tuple[Page, int]]) -> str:
     lines = ["# Results", "",
              "Every page here is generated from the result files committed under `scripts/results/` by "
-             "`python -m pazo.report docs` (a test checks that regenerating them changes nothing). Each "
+             "`.venv/bin/pazo-report docs` (a test checks that regenerating them changes nothing). Each "
              "file states the command that produced it, the commit, the machine and the date, as the file "
              "records them; files written before these were recorded say *not recorded*.", "",
              "| page | what it shows | files |", "|---|---|---|"]
