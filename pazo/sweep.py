@@ -1,4 +1,4 @@
-"""Sweeps over the paper's grids: `python -m pazo.sweep <spec> [--dry-run] [--launcher L] [overrides]`.
+"""Sweeps over the paper's grids: `pazo-sweep <spec> [--dry-run] [--launcher L] [overrides]`.
 
 Before any run starts, every run's config is composed and validated (`check`): a typo in an
 override, a bad grid value or an unknown method is one error line, not a sweep of failed runs.

@@ -11,6 +11,7 @@ COMMANDS = {
     "llm-table": ("pazo.report.llm_table", "mean and spread over data seeds of the LLM sweeps"),
     "docs": ("pazo.report.docs_pages", "the documentation's generated pages (reference, results) under docs/"),
     "docs-run": ("pazo.report.docs_run", "run every command shown in README.md and docs/, from outside the checkout"),
+    "docs-layout": ("pazo.report.docs_layout", "no table or code block of the built site is cut off (Chromium)"),
     "run": ("pazo.report.run_figure", "one run directory's curves (accuracy, loss, epsilon against the step) as a PNG"),
 }
 

@@ -1,4 +1,4 @@
-"""Gather privacy audits (`python -m pazo.audit`) into one markdown table.
+"""Gather privacy audits (`pazo-audit`) into one markdown table.
 
     pazo-report audit-table outputs/audit_sweeps/audit_table [more dirs] [--out FILE]
 
@@ -35,6 +35,23 @@ def _interval(x) -> str:
     return "" if x is None else f" [{x[0]:.2f}, {x[1]:.2f}]"
 
 
+def exceeds(audit: dict) -> bool:
+    """Whether any of the audit's checks (the canaries' bound, the f-DP one, the noise check) exceeds
+    the run's epsilon: a bug (audits written before the f-DP bound and the noise check have neither)."""
+    nc = audit.get("noise_check")  # None: the black box, or a release the probe does not read
+    return audit["exceeds_printed"] or bool(audit.get("exceeds_printed_fdp")) or bool(nc and nc["exceeds_printed"])
+
+
+def audited_epsilon(audit: dict) -> float:
+    """The largest epsilon the audit shows the run spends at least: its lower bounds, and the noise
+    check's epsilon at the realised sigma where that exceeds the run's (as the audit's verdict)."""
+    found = [audit["epsilon_lower_bound"], audit.get("epsilon_lower_bound_fdp") or 0.0]
+    nc = audit.get("noise_check")
+    if nc and nc["exceeds_printed"]:
+        found.append(nc["epsilon_at_sigma_upper"])
+    return max(found)
+
+
 def table(summaries: list[dict]) -> str:
     rows = sorted(summaries, key=lambda s: (s["audit"]["debug_break"] or "", s["audit"]["threat"],
                                             ORDER.get(s["method"], 99), s["audit"]["target_epsilon"], s["seed"]))
@@ -51,8 +68,7 @@ def table(summaries: list[dict]) -> str:
         tpr01 = _num(mi["tpr_at_fpr_0.001"], ".3f") if mi else "-"
         label = METHODS.get(s["method"]).label if s["method"] in ORDER else s["method"]
         threat = THREAT[a["threat"]] + (" (worst case)" if a.get("worst_case") else "")
-        nc = a.get("noise_check")  # None: the black box, or a release the probe does not read
-        exceeds = a["exceeds_printed"] or a.get("exceeds_printed_fdp", False) or bool(nc and nc["exceeds_printed"])
+        nc = a.get("noise_check")
         noise = "-" if not nc else (f"{nc['sigma_upper']:.3g}, {nc['epsilon_at_sigma_upper']:.3g}"
                                     + (" **exceeds**" if nc["exceeds_printed"] else ""))
         lines.append(
@@ -60,7 +76,7 @@ def table(summaries: list[dict]) -> str:
             f"({a['printed_delta']:.1e}) | {a['epsilon_at_audit_delta']:.2f} ({a['audit_delta']:.0e}) | "
             f"{a['epsilon_lower_bound']:.2f} | {fdp} | {a['correct']} / {a['guesses']} | {auroc} | {tpr1} | {tpr01} | "
             f"{a['canaries']} | {a['steps']} | {s['seed']} | "
-            f"{noise} | {'**yes**' if exceeds else 'no'} |")
+            f"{noise} | {'**yes**' if exceeds(a) else 'no'} |")
     return "\n".join(lines)
 
 

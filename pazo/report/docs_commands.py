@@ -19,7 +19,9 @@ leading `VAR=value` assignments dropped). Then:
 - anything else (pip, git, cd, wandb ...) is not pazo's and is left alone.
 
 A placeholder value such as `method=<name>` is not composed; its key must still exist. A command
-that should not be checked belongs in a `text` block. Running the commands is `docs_run`'s."""
+that should not be checked belongs in a `text` block. Running the commands is `docs_run`'s. The
+pages call every pazo tool one way, `.venv/bin/pazo-<name>` (`called_another_way` names the others;
+the other forms are still read and checked here, for pages written before)."""
 from __future__ import annotations
 
 import re
@@ -50,8 +52,10 @@ class Command:
         return f"{rel}:{self.line}"
 
 
-def extract(path: Path) -> list[Command]:
-    """The shell commands in a Markdown file's shell code blocks, each with the line it starts on."""
+def extract(path: Path, every_fence: bool = False) -> list[Command]:
+    """The shell commands in a Markdown file's shell code blocks, each with the line it starts on;
+    with `every_fence`, also the `$ `-prompted lines of its other code blocks (a terminal session
+    shown as text: the command typed, then what it printed)."""
     lines = path.read_text().splitlines()
     out: list[Command] = []
     i = 0
@@ -65,8 +69,9 @@ def extract(path: Path) -> list[Command]:
         j = body_start
         while j < len(lines) and not lines[j].strip().startswith(fence[0] * len(fence)):
             j += 1
-        if info in SHELL_FENCES:
-            out += _commands(path, lines[body_start:j], body_start + 1, match["indent"])
+        body = lines[body_start:j]
+        if info in SHELL_FENCES or every_fence and any(line.lstrip().startswith("$ ") for line in body):
+            out += _commands(path, body, body_start + 1, match["indent"])
         i = j + 1
     return out
 
@@ -349,6 +354,24 @@ def representatives(runs: list) -> list:
     for run in runs:
         firsts.setdefault((run.setting, run.method, run.epsilon is None), run)
     return list(firsts.values())
+
+
+#: the one way the docs call a pazo tool: the venv's entry point, from the clone's root (what
+#: `make run` installs and `docs_run` runs; `python -m pazo.<x>` and a bare `pazo-<x>` are the same
+#: code, shown nowhere so that a reader meets one form)
+TOOL_CALL = re.compile(r"\.venv/bin/pazo-(?:train|sweep|audit|bench|report)")
+
+
+def called_another_way(text: str) -> list[str]:
+    """The pazo tools a command line calls other than as `.venv/bin/pazo-<name>`: each as it is
+    written (`python -m pazo.train`, `pazo-sweep`, `python scripts/make_tables.py` ...); `make`
+    targets are the Makefile's own way and stay."""
+    out = []
+    for words in split(text):
+        kind = classify(words)
+        if kind is not None and kind[0] != "make" and not TOOL_CALL.fullmatch(words[0]):
+            out.append(" ".join(words[:3] if PYTHON.match(words[0].rsplit("/", 1)[-1]) else words[:1]))
+    return out
 
 
 CHECKERS = {"pazo-train": _train, "pazo-audit": _audit, "pazo-sweep": _sweep, "make": _make, "unknown": _unknown}

@@ -183,7 +183,7 @@ def configs_page() -> str:
     import pazo.methods  # noqa: F401  (registers every method's schema)
 
     lines = ["# Configuration reference", "",
-             "Generated from `configs/` by `python -m pazo.report docs`: every config file's keys, their "
+             "Generated from `configs/` by `.venv/bin/pazo-report docs`: every config file's keys, their "
              "defaults and the comments beside them. On the command line, `key=value` overrides a key "
              "(`privacy.epsilon=0.5`), `group=option` picks a config group's option (`method=dpzero`); "
              "see [the command lines](cli.md).", ""]

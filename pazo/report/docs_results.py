@@ -1,7 +1,9 @@
 """The documentation's results pages (docs/results/), generated from the measurements committed
 under scripts/results/: one page per kind of measurement, each file with the command, commit,
 machine and date it records, its rows as a table, and a figure of each step's time against its
-floor where a reader would rather look than read. `python -m pazo.report docs` writes them."""
+floor where a reader would rather look than read. A long page leads with an overview (a figure of
+all its files and a few lines on what it shows: `pazo.report.docs_overview`) and folds each file's
+full rows. `pazo-report docs` writes them."""
 from __future__ import annotations
 
 import csv
@@ -13,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pazo import REPO_ROOT
-from pazo.rundir import save_figure_atomic
+from pazo.report.docs_overview import (Overview, SVG_STYLE, bar_panels, engines_overview, save_svg, speed_overview,
+                                       step_ops_overview)
 
 RESULTS = REPO_ROOT / "scripts" / "results"
 #: subfolders of scripts/results/ that hold run directories (each run's summary.json records it), not result files
@@ -44,6 +47,9 @@ class Page:
     #: where a file measures a method several ways (two engines), the summary keeps the row with the
     #: least of this column, as Table 5 shows the faster engine
     summary_least: str | None = None
+    #: the figure and lines a long page leads with, from the summary's rows (`pazo.report.docs_overview`);
+    #: such a page folds each file's full rows
+    overview: Callable[[list[dict], Path], Overview] | None = None
 
 
 STEP_COLUMNS = ("setting", "method", "impl", "engine", "batch_size", "dim", "median_s", "floor_ratio",
@@ -63,7 +69,7 @@ PAGES = (
          summary=("file", "setting", "method", "engine", "median_s", "spread", "paired_floor_ratio", "floor_ratio"),
          summary_rows=lambda r: (r.get("impl", "pazo") == "pazo"
                                  and bool(r.get("paired_floor_ratio") or r.get("floor_ratio"))),
-         summary_least="median_s"),
+         summary_least="median_s", overview=speed_overview),
     Page("engines", "Engines and public gradients",
          "The two zeroth-order engines (`vectorised`: one vmap over all perturbed copies; `inplace`: "
          "MeZO-style perturbation in place) timed side by side in one process, and PAZO's public "
@@ -78,7 +84,8 @@ PAGES = (
          summary=("file", "setting", "method", "clip_engine", "paired_vectorised_over_inplace",
                   "paired_together_over_one_by_one", "paired_over_sgd"),
          summary_rows=lambda r: ("paired_vectorised_over_inplace" in r or "paired_together_over_one_by_one" in r
-                                 or "paired_over_sgd" in r)),
+                                 or "paired_over_sgd" in r),
+         overview=engines_overview),
     Page("threads", "CPU threads",
          "Step times at 1, 2 and all cores (`OMP_NUM_THREADS` per subprocess) and the whole default run "
          "at each count and at `train.threads=auto` (`pazo-bench threads`); `auto_threads` is what the "
@@ -135,7 +142,7 @@ PAGES = (
          ("step_ops_cpu.json",),
          ("setting", "method", "engine", "dim", "parameters", "step_ops", "floor_ops", "extra_ops",
           "extra_by_op"),
-         summary=("setting", "method", "engine", "extra_ops")),
+         summary=("setting", "method", "engine", "extra_ops"), overview=step_ops_overview),
     Page("profiles", "A zeroth-order step against its floor",
          "DPZero's step against its floor and against a minimal hand-written step (`pazo-bench "
          "profile`), and the microseconds of each operation of the minimal step.",
@@ -230,36 +237,13 @@ def _recorded(value, show) -> str:
 
 def speed_figure(rows: list[dict], title: str, out: Path) -> bool:
     """Bars of each method's step over its floor (paired where measured), written as a deterministic
-    SVG (fixed hash salt, no date, text kept as text); False when the rows have no floor ratio."""
+    SVG; False when the rows have no floor ratio."""
     bars = [(f"{r['method']} ({r.get('engine') or r.get('impl')})", r.get("paired_floor_ratio") or r.get("floor_ratio"))
             for r in rows if r.get("paired_floor_ratio") or r.get("floor_ratio")]
     if not bars:
         return False
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    with matplotlib.rc_context({"svg.hashsalt": "pazo-docs", "svg.fonttype": "none", "font.size": 9}):
-        fig, ax = plt.subplots(figsize=(7, 0.3 * len(bars) + 1.2))
-        labels, values = zip(*bars)
-        ax.barh(range(len(bars)), values, color="#3f51b5")
-        ax.set_yticks(range(len(bars)), labels)
-        ax.invert_yaxis()
-        ax.axvline(1.0, color="black", linewidth=0.8)
-        ax.set_xlim(0, max(values) * 1.12)
-        ax.set_xlabel("step time / floor time (the line at 1 is the floor)")
-        ax.set_title(title)
-        for i, v in enumerate(values):
-            ax.annotate(f"{v:.2f}", (v, i), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
-        fig.tight_layout()
-        _deterministic_svg(fig, out)
-        plt.close(fig)
+    bar_panels([(title, bars)], "step time / floor time (the line at 1 is the floor)", out)
     return True
-
-
-def _deterministic_svg(fig, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    save_figure_atomic(fig, out, metadata={"Date": None, "Creator": None})
 
 
 def dimension_figures(best_csv: Path, settings: dict, figure_dir: Path) -> list[str]:
@@ -275,10 +259,10 @@ def dimension_figures(best_csv: Path, settings: dict, figure_dir: Path) -> list[
     best = pd.read_csv(best_csv)
     setting = setting_text(settings["epsilon"], settings["n"], settings["steps"], settings["sigma"], settings["clip"])
     names = []
-    with matplotlib.rc_context({"svg.hashsalt": "pazo-docs", "svg.fonttype": "none"}):
+    with matplotlib.rc_context({k: v for k, v in SVG_STYLE.items() if k != "font.size"}):
         for name, (metrics, title) in FIGURES.items():
             fig = figure(best, metrics, f"{title} ({setting})")
-            _deterministic_svg(fig, figure_dir / f"dpzero_dimension_{name}.svg")
+            save_svg(fig, figure_dir / f"dpzero_dimension_{name}.svg")
             plt.close(fig)
             names.append(f"dpzero_dimension_{name}.svg")
     return names
@@ -309,7 +293,8 @@ def file_section(path: Path, page: Page, figures: dict[str, str], figure_dir: Pa
             figures[name] = rel
             lines += [f"![Step time over floor, {rel}](figures/{name})", ""]
     if rows:
-        lines += [*table(rows, page.columns), ""]
+        full = table(rows, page.columns)
+        lines += [*(folded(f"{rel}: {counted(len(rows), 'row')}", full) if page.overview else full), ""]
     if page.name == "profiles":
         lines += ["Steps against the floor:", "", *table([{"step": k, **v} for k, v in data["steps"].items()]), "",
                   "Microseconds per operation of the minimal step:", "",
@@ -334,9 +319,20 @@ def file_section(path: Path, page: Page, figures: dict[str, str], figure_dir: Pa
     return lines
 
 
-def summary_section(page: Page, paths: list[Path]) -> list[str]:
-    """The short table a page leads with: the columns that matter of every file's rows (the file
-    named where the page shows several), the full rows below."""
+def folded(title: str, lines: list[str]) -> list[str]:
+    """Markdown folded in a <details> block, closed until the reader opens it (md_in_html renders
+    the Markdown inside; GitHub does too)."""
+    return ["<details markdown>", f"<summary>{title}</summary>", "", *lines, "", "</details>"]
+
+
+def counted(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def summary_rows(page: Page, paths: list[Path]) -> list[dict]:
+    """The rows of the page's summary: the rows it keeps of every file, each with its file and
+    `spread` (the step time's interquartile range, where the file has it), one per method and
+    setting where `summary_least` chooses."""
     rows = []
     for path in paths:
         for row in _rows(json.loads(path.read_text())) or []:
@@ -352,15 +348,23 @@ def summary_section(page: Page, paths: list[Path]) -> list[str]:
             if key not in least or value < (least[key].get(page.summary_least) or math.inf):
                 least[key] = row
         rows = [r for r in rows if least[(r["file"], r.get("setting"), r.get("method"))] is r]
-    columns = tuple(c for c in page.summary if c != "file" or len(paths) > 1)
+    return rows
+
+
+def summary_section(page: Page, rows: list[dict], several_files: bool) -> list[str]:
+    """The short table a page leads with: the columns that matter of every file's rows (the file
+    named where the page shows several), the full rows below."""
+    columns = tuple(c for c in page.summary if c != "file" or several_files)
     if not rows:
         return []
     note = (" `spread` is the step time's interquartile range in seconds (its 25th to 75th percentile)."
             if "spread" in columns and any(r["spread"] for r in rows) else "")
     if page.summary_least:
         note += f" Where a method was measured several ways, the one with the least `{page.summary_least}`."
-    return ["## Summary", "", f"The columns that matter, one row per measurement; each file's full rows "
-            f"and what produced it follow.{note}", "", *table(rows, columns), ""]
+    follow = "each file's full rows (folded) and what produced it follow" if page.overview else \
+        "each file's full rows and what produced it follow"
+    return ["## Summary", "", f"The columns that matter, one row per measurement; {follow}.{note}", "",
+            *table(rows, columns), ""]
 
 
 def _number(text: str):
@@ -370,19 +374,22 @@ def _number(text: str):
         return text
 
 
-def audits_page() -> str:
-    """The audits committed under scripts/results/audits/, one table per folder, as `pazo-report
-    audit-table` prints them."""
+def audits_page(figure_dir: Path) -> tuple[str, Overview]:
+    """The audits committed under scripts/results/audits/, one table per folder (folded) as `pazo-report
+    audit-table` prints them, led by the overview of them all; the page and its overview."""
     from pazo.audit.run import read_audits
     from pazo.report.audit_table import table as audit_table
+    from pazo.report.docs_overview import audits_overview
 
     lines = ["# Privacy audits", "",
              "Empirical lower bounds on epsilon from `pazo-audit` (canaries inserted with probability 1/2, "
              "the guesses of a white-box or black-box attacker), gathered by `pazo-report audit-table`. "
              "A bound above the printed epsilon would be a bug; the `audit_table_broken` folder holds "
              "runs with a deliberate bug (`audit.debug_break`) that the audit must catch.", ""]
-    for folder in sorted(p for p in (RESULTS / "audits").iterdir() if p.is_dir()):
-        summaries = read_audits([folder])
+    folders = {folder: read_audits([folder]) for folder in sorted((RESULTS / "audits").iterdir()) if folder.is_dir()}
+    overview = audits_overview([s for summaries in folders.values() for s in summaries], figure_dir)
+    lines += overview.markdown()
+    for folder, summaries in folders.items():
         if not summaries:
             continue
         rel = folder.relative_to(REPO_ROOT).as_posix()
@@ -391,14 +398,14 @@ def audits_page() -> str:
                   f"- **Command:** {code(f'pazo-report audit-table {rel}')} (each audit's own command is in its "
                   "summary.json)",
                   f"- **Commit:** {', '.join(map(code, commits)) if commits else 'not recorded'}", "",
-                  audit_table(summaries), ""]
-    return "\n".join(lines)
+                  *folded(f"{folder.name}: {counted(len(summaries), 'audit')}", [audit_table(summaries)]), ""]
+    return "\n".join(lines), overview
 
 
 def index_page(pages: list[tuple[Page, int]]) -> str:
     lines = ["# Results", "",
              "Every page here is generated from the result files committed under `scripts/results/` by "
-             "`python -m pazo.report docs` (a test checks that regenerating them changes nothing). Each "
+             "`.venv/bin/pazo-report docs` (a test checks that regenerating them changes nothing). Each "
              "file states the command that produced it, the commit, the machine and the date, as the file "
              "records them; files written before these were recorded say *not recorded*.", "",
              "| page | what it shows | files |", "|---|---|---|"]
@@ -425,16 +432,23 @@ def results_pages(figure_dir_name: str = "figures") -> dict[str, str | bytes]:
             paths = sorted({p for pattern in page.files for p in RESULTS.glob(pattern)},
                            key=lambda p: (next(i for i, pat in enumerate(page.files) if p.match(pat)), p.as_posix()))
             lines = [f"# {page.title}", "", page.intro, ""]
+            rows = summary_rows(page, paths) if page.summary else []
+            if page.overview and rows:
+                overview = page.overview(rows, figure_dir)
+                figures[overview.figure] = page.name
+                lines += overview.markdown()
             if page.summary:
-                lines += summary_section(page, paths)
+                lines += summary_section(page, rows, len(paths) > 1)
             if page.figure:
                 lines += ["The bars show each step's time over its floor's (1 is the floor itself).", ""]
             for path in paths:
                 lines += file_section(path, page, figures, figure_dir)
             out[f"{page.name}.md"] = "\n".join(lines).rstrip() + "\n"
             done.append((page, len(paths)))
+        audits, overview = audits_page(figure_dir)
+        figures[overview.figure] = "audits"
         for name in figures:
             out[f"{figure_dir_name}/{name}"] = (figure_dir / name).read_text()
-    out["audits.md"] = audits_page().rstrip() + "\n"
+    out["audits.md"] = audits.rstrip() + "\n"
     out["index.md"] = index_page(done)
     return out

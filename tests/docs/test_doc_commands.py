@@ -3,8 +3,9 @@ config key, group option, command or flag fails the build with the page and line
 import textwrap
 
 import pytest
+from hypothesis import example, given, strategies as st
 
-from pazo.report.docs_commands import check_pages, documented_pages, extract, split
+from pazo.report.docs_commands import called_another_way, check_pages, documented_pages, extract, split
 
 
 def page(tmp_path, text, name="page.md"):
@@ -111,3 +112,51 @@ def test_a_hydra_interpolation_that_does_not_resolve_is_named(tmp_path):
     assert "nosuch_resolver" in resolve_hydra("unregistered", [], tmp_path)
     assert "nosuch" in resolve_hydra("dangling", [], tmp_path)
     assert resolve_hydra("config", ["method=dpzero"]) is None and resolve_hydra("audit", ["method=dpzero"]) is None
+
+
+def test_every_documented_command_calls_each_pazo_tool_one_way():
+    """The docs called the tools three ways (`python -m pazo.train`, `.venv/bin/python -m pazo.train`,
+    `.venv/bin/pazo-train`): every command of a shell block, and every `$ ` line of any code block,
+    in README.md and docs/ now calls them as the venv's entry points."""
+    commands = [c for path in documented_pages() for c in extract(path, every_fence=True)]
+    assert len(commands) > 60
+    other = [f"{c.where}: {way}" for c in commands for way in called_another_way(c.text)]
+    assert not other, "pazo tools called another way than .venv/bin/pazo-<name>:\n" + "\n".join(other)
+
+
+#: (tool, its command) as the entry point names them, with the module `python -m` runs for it
+TOOLS = [("train", "", "train"), ("sweep", "demo --dry-run", "sweep"), ("audit", "", "audit"),
+         ("bench", "methods", "bench"), ("report", "tables", "report"), ("bench", "", "bench.methods"),
+         ("report", "", "report.audit_table")]
+#: ways of calling a tool: (how it is written, whether it is the docs' one way)
+WAYS = st.sampled_from([(".venv/bin/pazo-{tool}", True), ("pazo-{tool}", False), ("python -m pazo.{module}", False),
+                        (".venv/bin/python -m pazo.{module}", False), ("python3 -m pazo.{module}", False)])
+OTHERS = st.sampled_from(["make run", "make docs", "git status", "cd /tmp", ".venv/bin/python -m pytest -m gpu",
+                          "python -c 'print(1)'", "wandb sync"])
+
+
+def tool_call(way: str, tool: tuple[str, str, str]) -> str:
+    name, command, module = tool
+    return f"{way.format(tool=name, module=module)} {command}".rstrip()
+
+
+@given(st.lists(st.one_of(st.tuples(WAYS, st.sampled_from(TOOLS)), OTHERS), min_size=1, max_size=5),
+       st.sampled_from([" && ", "; ", " | "]), st.booleans())
+@example([(("python -m pazo.{module}", False), TOOLS[0])], " && ", False)
+@example([(("pazo-{tool}", False), TOOLS[1]), "make run"], "; ", True)
+def test_a_tool_called_another_way_is_named_and_the_one_way_passes(parts, joiner, with_env):
+    """The rule over random command lines: chains of tool calls written each way and other programs'
+    commands (make targets among them), with a leading `VAR=value`: exactly the calls not written as
+    `.venv/bin/pazo-<name>` are named, in order."""
+    texts, wrong = [], []
+    for part in parts:
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        (way, canonical), tool = part
+        texts.append(tool_call(way, tool) + " train.steps=2")
+        if not canonical:
+            wrong.append(texts[-1].split(" -m ")[0] if " -m " in texts[-1] else texts[-1].split()[0])
+    line = ("OMP_NUM_THREADS=1 " if with_env else "") + joiner.join(texts)
+    found = called_another_way(line)
+    assert len(found) == len(wrong) and all(f.startswith(w) for f, w in zip(found, wrong)), (line, found)

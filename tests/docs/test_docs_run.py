@@ -186,7 +186,7 @@ def test_only_names_pages_and_lines_of_the_docs(capsys):
     from pazo.report.docs_run import main
 
     guide = REPO_ROOT / "docs" / "guides" / "auditing.md"
-    lines = {d.command.text.split()[3]: d.command.line for d in read_page(guide) if "pazo.sweep" in d.command.text}
+    lines = {d.command.text.split()[1]: d.command.line for d in read_page(guide) if "pazo-sweep" in d.command.text}
     no_clip = next(d.command.line for d in read_page(guide) if "no_clip" in d.command.text)
     images = lines["audit_table_images"]
     assert main(["--list", "--only", f"docs/guides/auditing.md:{no_clip}", "--only", f"auditing.md:{images}"]) == 0

@@ -1,0 +1,175 @@
+"""Nothing on a page of the documentation site is cut off at the right edge: the stylesheet makes
+every table and code block scroll sideways in a box no taller than the window, mkdocs.yml loads it,
+every table and code block the pages render falls under its rules, and (with a Chromium installed)
+`pazo-report docs-layout` measures every page of the built site and finds nothing cut off, while it
+does find the cut tables of a site without the stylesheet."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import markdown
+import pytest
+import yaml
+from hypothesis import given, settings, strategies as st
+from mkdocs.config import load_config
+
+from pazo import REPO_ROOT
+from pazo.report import docs_layout
+
+STYLESHEET = REPO_ROOT / "docs" / "stylesheets" / "tables.css"
+TABLE, CODE, WRAPPER = ".md-typeset table:not([class])", ".md-typeset pre > code", ".md-typeset__table"
+needs_browser = pytest.mark.skipif(docs_layout.find_browser(None) is None, reason="needs Chromium")
+
+
+def screen_rules(css: str) -> dict[str, dict[str, str]]:
+    """The stylesheet's rules outside @media blocks: selector -> its declarations."""
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    css = re.sub(r"@media[^{]*\{(?:[^{}]*\{[^{}]*\})*[^{}]*\}", "", css)
+    rules: dict[str, dict[str, str]] = {}
+    for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", css):
+        declarations = {k.strip(): v.strip() for k, _, v in (d.partition(":") for d in body.split(";")) if k.strip()}
+        for selector in selectors.split(","):
+            rules.setdefault(" ".join(selector.split()), {}).update(declarations)
+    return rules
+
+
+def scrolls_within_the_window(rule: dict[str, str]) -> bool:
+    """Scrolls sideways, and is at most the window's height (its scrollbar in view)."""
+    overflow = rule.get("overflow-x", rule.get("overflow", "visible"))
+    height = re.fullmatch(r"(\d+(?:\.\d+)?)vh", rule.get("max-height", ""))
+    return overflow in ("auto", "scroll") and height is not None and float(height[1]) <= 100
+
+
+def test_mkdocs_loads_the_stylesheet():
+    config = yaml.safe_load((REPO_ROOT / "mkdocs.yml").read_text())
+    assert (REPO_ROOT / config["docs_dir"] / "stylesheets" / "tables.css") == STYLESHEET
+    assert "stylesheets/tables.css" in config["extra_css"]
+
+
+def test_the_stylesheet_makes_tables_and_code_scroll_in_a_box_within_the_window():
+    rules = screen_rules(STYLESHEET.read_text())
+    table, code, wrapper = (rules.get(s, {}) for s in (TABLE, CODE, WRAPPER))
+    assert scrolls_within_the_window(table) and table.get("max-width") == "100%"
+    assert table.get("display") in ("block", "inline-block")
+    assert scrolls_within_the_window(code)
+    # Material's wrapper of a table: an inline-block grows to the table's width, and the table's
+    # max-width of 100% would then never hold it
+    assert wrapper.get("display") == "block" and wrapper.get("max-width") == "100%"
+
+
+@pytest.mark.parametrize("css, broken", [
+    ("table { overflow: auto }", "no max-height"),
+    (".md-typeset table:not([class]) { overflow-x: auto; max-width: 100% }", "no max-height"),
+    (".md-typeset table:not([class]) { overflow: hidden; max-height: 80vh }", "clips"),
+    (".md-typeset table:not([class]) { overflow: auto; max-height: 120vh }", "taller than the window"),
+    (".md-typeset table:not([class]) { overflow: auto; max-height: 80vh } @media print { .x { a: b } }", None),
+])
+def test_the_rule_check_tells_a_box_that_scrolls_in_view_from_one_that_does_not(css, broken):
+    rule = screen_rules(css).get(TABLE, {})
+    assert scrolls_within_the_window(rule) == (broken is None), broken
+
+
+def rendered_pages() -> dict[str, str]:
+    """Every page under docs/ as MkDocs renders its Markdown (mkdocs.yml's extensions)."""
+    config = load_config(str(REPO_ROOT / "mkdocs.yml"))
+    md = markdown.Markdown(extensions=config["markdown_extensions"], extension_configs=config["mdx_configs"])
+    return {p.relative_to(REPO_ROOT).as_posix(): md.reset().convert(p.read_text())
+            for p in sorted((REPO_ROOT / "docs").rglob("*.md"))}
+
+
+def test_every_table_and_code_block_of_the_pages_falls_under_the_stylesheet():
+    """A table with a class (`table:not([class])` leaves it out) or a <pre> whose text is not in a
+    <code> child would escape the rules: the pages render neither (the line-numbered source tables
+    of the API page, class highlighttable, hold their code in a <pre><code> too)."""
+    tables = codes = 0
+    for name, html in rendered_pages().items():
+        for tag in re.findall(r"<table\b[^>]*>", html):
+            assert tag == "<table>" or tag == '<table class="highlighttable">', (name, tag)
+            tables += 1
+        for pre in re.findall(r"<pre\b[^>]*>(?:<span></span>)?<?\w*", html):
+            assert pre.endswith("<code"), (name, pre)
+            codes += 1
+    assert tables > 50 and codes > 50
+
+
+# ---------------------------------------------------------------------------------- the browser's check
+
+def test_docs_layout_refuses_a_missing_site_or_browser_in_one_line(tmp_path, capsys):
+    assert docs_layout.main(["--site", str(tmp_path)]) == 2
+    (tmp_path / "index.html").write_text("<html></html>")
+    assert docs_layout.main(["--site", str(tmp_path), "--browser", "no-such-browser-here"]) == 2
+    with pytest.raises(SystemExit) as stop:
+        docs_layout.main(["--site", str(tmp_path), "--window", "1280by900"])
+    assert stop.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("pazo: error: ") for line in lines), lines
+    assert "no built site" in lines[0] and "no-such-browser-here" in lines[1] and "1280by900" in lines[2]
+
+
+def test_the_pages_are_every_index_html_but_the_themes(tmp_path):
+    for folder in ("", "guides/llm", "results", "assets/javascripts", "search"):
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / folder / "index.html").write_text("x")
+    assert docs_layout.site_pages(tmp_path) == ["/", "/guides/llm/", "/results/"]
+
+
+def mini_site(tmp_path: Path, page: str, stylesheet: bool) -> Path:
+    """A one-page site with the theme and Markdown extensions of mkdocs.yml, with or without the stylesheet."""
+    docs = tmp_path / "docs"
+    (docs / "stylesheets").mkdir(parents=True)
+    (docs / "index.md").write_text(page)
+    config = yaml.safe_load((REPO_ROOT / "mkdocs.yml").read_text())
+    mini = {"site_name": "layout", "docs_dir": str(docs), "site_dir": str(tmp_path / "site"),
+            "theme": config["theme"], "markdown_extensions": config["markdown_extensions"]}
+    if stylesheet:
+        shutil.copy(STYLESHEET, docs / "stylesheets" / "tables.css")
+        mini["extra_css"] = ["stylesheets/tables.css"]
+    (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(mini))
+    subprocess.run([sys.executable, "-m", "mkdocs", "build", "--quiet", "-f", str(tmp_path / "mkdocs.yml")],
+                   check=True, cwd=tmp_path, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    return tmp_path / "site"
+
+
+def wide_table(columns: int, rows: int, width: int) -> str:
+    cells = ["c" * width + str(k) for k in range(columns)]
+    return "\n".join(["| " + " | ".join(f"col_{k}" for k in range(columns)) + " |", "|" + "---|" * columns,
+                      *["| " + " | ".join(cells) + " |"] * rows])
+
+
+def wide_code(lines: int, width: int) -> str:
+    return "```python\n" + "\n".join(f"x_{k} = '{'y' * width}'" for k in range(lines)) + "\n```"
+
+
+@pytest.mark.slow
+@needs_browser
+@settings(max_examples=2, deadline=None)
+@given(columns=st.integers(12, 30), rows=st.integers(60, 150), width=st.integers(8, 20),
+       lines=st.integers(80, 150), code_width=st.integers(150, 400))
+def test_the_check_finds_long_wide_tables_and_code_cut_off_only_without_the_stylesheet(
+        tmp_path_factory, columns, rows, width, lines, code_width):
+    """The rule the speed page broke: a table or code block wider than the text and taller than the
+    window showed its first columns only (its scrollbar screens below); with the stylesheet, none is."""
+    page = f"# Wide\n\n{wide_table(columns, rows, width)}\n\nText.\n\n{wide_code(lines, code_width)}\n"
+    for stylesheet in (False, True):
+        site = mini_site(tmp_path_factory.mktemp("site"), page, stylesheet)
+        problems = docs_layout.measure(site, docs_layout.find_browser(None), ((1280, 900),), timeout=120)
+        if stylesheet:
+            assert problems == []
+        else:
+            assert {p["what"].split(" ")[0] for p in problems} == {"table", "code"}, problems
+            assert all("scrollbar is out of view" in p["why"] for p in problems)
+
+
+@pytest.mark.slow
+@needs_browser
+def test_no_page_of_the_site_cuts_off_a_table_or_code_block(tmp_path, capsys):
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "mkdocs", "build", "--quiet", "--site-dir", str(site)], check=True,
+                   cwd=REPO_ROOT, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert docs_layout.main(["--site", str(site)]) == 0, capsys.readouterr().out
+
