@@ -26,7 +26,7 @@ from pazo.methods import method_config
 from pazo.privacy.accountants import BudgetError, check_delta, default_eps_error
 from pazo.privacy.calibration import calibrate_sigma
 from pazo.privacy.sampling import SAMPLERS
-from pazo.privacy.selection import DISTRIBUTIONS, KDistribution, RunAccount, run_epsilon, selection_epsilon
+from pazo.privacy.selection import KDistribution, RunAccount, run_epsilon, selection_epsilon
 from pazo.results import guarantee_problem, read_json_object
 from pazo.rundir import write_atomic
 
@@ -40,11 +40,12 @@ MODES = ("grid", "private")
 
 
 def k_distribution(name: str, mean, shape=None) -> KDistribution:
-    """The distribution of K from a spec or the command line; a bad one is one ConfigError."""
+    """The distribution of K from a spec or the command line; a bad one is one ConfigError (naming
+    the choices where the name is wrong)."""
     try:
         return KDistribution(name, mean, shape)
     except ValueError as err:
-        raise ConfigError(f"{err} (choices: {', '.join(DISTRIBUTIONS)})") from None
+        raise ConfigError(str(err)) from None
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,13 @@ import stat
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import pazo.selection as sel
 import pazo.sweep as sweep
 from pazo.errors import ConfigError
-from pazo.privacy.selection import KDistribution
+from pazo.privacy.selection import DISTRIBUTIONS, MAX_MEAN, KDistribution
 from tests.privacy.test_private_selection import theorem2_epsilon
 
 
@@ -171,4 +171,34 @@ def test_a_laplace_cell_is_refused_before_any_run(tmp_path, capsys):
     assert sweep.main([str(spec), "--selection", "private", "--out", str(out)]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("pazo: error:")]
     assert len(err) == 1 and "Gaussian runs only" in err[0] and "digits/dp_zo/eps=1" in err[0]
+    assert not out.exists()
+
+
+@settings(max_examples=30, deadline=None)
+@given(name=st.sampled_from(["geometric", "logarithmic", "truncated_negative_binomial", "poisson", "binomial", "tnb"]),
+       mean=st.one_of(st.floats(allow_nan=True), st.integers(-5, 5_000)),
+       shape=st.one_of(st.none(), st.floats(-1, 10)))
+@example(name="geometric", mean=1e9, shape=None)
+def test_a_bad_distribution_of_k_names_the_choices_only_for_a_bad_name(name, mean, shape):
+    """A ConfigError of one line, which names the distributions where the name is wrong and only there;
+    a mean above the maximum says the maximum and why."""
+    try:
+        sel.k_distribution(name, mean, shape)
+    except ConfigError as err:
+        message = str(err)
+        assert "\n" not in message
+        assert ("choices:" in message) == (name not in DISTRIBUTIONS)
+        if name in DISTRIBUTIONS and isinstance(mean, (int, float)) and MAX_MEAN < mean < math.inf:
+            assert f"at most {MAX_MEAN}" in message and "whole training run" in message
+
+
+def test_an_expected_k_of_a_billion_is_one_line_before_anything_is_drawn(tmp_path, capsys, monkeypatch):
+    """The reported case: `--k-mean 1e9` drew a list of 693 million runs (3 GB) before anything ran."""
+    monkeypatch.setattr(KDistribution, "draw", lambda *a, **k: pytest.fail("K was drawn"))
+    out = tmp_path / "out"
+    for dry in ([], ["--dry-run"]):
+        assert sweep.main([mini(tmp_path), "--selection", "private", "--k-mean", "1e9", "--out", str(out), *dry]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("pazo: error: the mean of K is at most 1000, got 1e+09")
+        assert "choices" not in err[0]
     assert not out.exists()
