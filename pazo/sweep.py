@@ -38,6 +38,7 @@ from hydra.errors import HydraException
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from pazo.child_runs import CHILDREN, EXIT_INTERRUPTED, Interrupted, passing_on_interrupts
 from pazo.commands import ArgumentParser, summary_of
 from pazo.config_schema import integer_at_least, optional, typed
 from pazo.console import use_console
@@ -468,10 +469,13 @@ def without_seed(cmd: list[str]) -> list[str]:
     return ["seed=..." if arg.startswith("seed=") else arg for arg in cmd]
 
 
-def run_one(cmd: list[str], run_dir: str, threads: int | None = None) -> int:
-    """One training run as a subprocess; its output goes to `<run_dir>/stdout.log`. `threads`
-    caps its CPU threads: runs side by side that each spin up one OpenMP thread per core slow
-    each other down many times over (36x for DP-SGD on digits, two runs on two cores)."""
+def run_one(cmd: list[str], run_dir: str, threads: int | None = None) -> int | None:
+    """One training run as a subprocess (`pazo.child_runs`); its output goes to `<run_dir>/stdout.log`.
+    `threads` caps its CPU threads: runs side by side that each spin up one OpenMP thread per core
+    slow each other down many times over (36x for DP-SGD on digits, two runs on two cores). None:
+    not started, a Ctrl-C stopped the sweep."""
+    if CHILDREN.stopping:
+        return None
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     if threads:
@@ -479,7 +483,7 @@ def run_one(cmd: list[str], run_dir: str, threads: int | None = None) -> int:
     with open(Path(run_dir) / "stdout.log", "a") as out:  # a relaunch appends: earlier attempts' lines stay
         out.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(without_seed(cmd))}\n")
         out.flush()
-        return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env).returncode
+        return CHILDREN.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
 
 
 class TrainJob(submitit.helpers.Checkpointable):
@@ -523,33 +527,53 @@ def check_can_launch(launcher: dict, overrides: list[str]) -> None:
 def launch(todo: list[tuple[PlannedRun, Path, list[str]]], launcher: dict, sweep_dir: Path,
            quiet: bool = False) -> None:
     """Run `todo` with the launcher; `quiet`: no line per run (a private selection's runs: their number
-    and scores stay private)."""
+    and scores stay private). A Ctrl-C stops the runs in progress after their step, starts no other
+    and raises `Interrupted` once they have ended (`pazo.child_runs`), saying how many of `todo`
+    finished unless `quiet`."""
     kind = launcher.get("launcher", "sequential")
-    report = (lambda *_: None) if quiet else _report
-    if kind == "sequential":
-        for i, (run, run_dir, cmd) in enumerate(todo, 1):
-            t0 = time.time()
-            run_one(cmd, str(run_dir))
-            report(i, len(todo), run, run_dir, time.time() - t0)
-    elif kind == "joblib":
-        from joblib import Parallel, delayed
+    if kind == "submitit":
+        try:
+            return launch_submitit(todo, launcher, sweep_dir, quiet)
+        except KeyboardInterrupt:
+            raise Interrupted("the jobs submitted go on under SLURM (squeue lists them; scancel stops them), "
+                              "and a relaunch once they have ended runs the rest") from None
+    with passing_on_interrupts() as children:
+        if kind == "sequential":
+            _launch_sequential(todo, quiet)
+        elif kind == "joblib":
+            _launch_joblib(todo, launcher, quiet)
+        else:
+            raise ValueError(f"unknown launcher {kind!r}")  # main() validates it first
+        stopped = children.stopping
+    if stopped:
+        finished = "" if quiet else f"{sum(status(d) == 'finished' for _, d, _ in todo)} of {len(todo)} runs finished; "
+        raise Interrupted(f"{finished}the runs in progress stopped, each saying where in its stdout.log")
 
-        jobs = int(launcher.get("jobs", 2))
-        threads = launcher.get("threads_per_job") or max(1, (os.cpu_count() or 1) // jobs)
 
-        def timed(run, run_dir, cmd):
-            t0 = time.time()
-            run_one(cmd, str(run_dir), threads)
-            return run, run_dir, time.time() - t0
+def _launch_sequential(todo, quiet: bool) -> None:
+    for i, (run, run_dir, cmd) in enumerate(todo, 1):
+        t0 = time.time()
+        if run_one(cmd, str(run_dir)) is not None and not quiet:
+            _report(i, len(todo), run, run_dir, time.time() - t0)
 
-        done = Parallel(n_jobs=jobs, prefer="threads", return_as="generator_unordered")(
-            delayed(timed)(*item) for item in todo)
-        for i, (run, run_dir, seconds) in enumerate(done, 1):
-            report(i, len(todo), run, run_dir, seconds)
-    elif kind == "submitit":
-        launch_submitit(todo, launcher, sweep_dir, quiet)
-    else:
-        raise ValueError(f"unknown launcher {kind!r}")  # main() validates it first
+
+def _launch_joblib(todo, launcher: dict, quiet: bool) -> None:
+    """Several runs at once (threads, each waiting on its run's subprocess)."""
+    from joblib import Parallel, delayed
+
+    jobs = int(launcher.get("jobs", 2))
+    threads = launcher.get("threads_per_job") or max(1, (os.cpu_count() or 1) // jobs)
+
+    def timed(run, run_dir, cmd):
+        t0 = time.time()
+        started = run_one(cmd, str(run_dir), threads) is not None
+        return run, run_dir, time.time() - t0, started
+
+    done = Parallel(n_jobs=jobs, prefer="threads", return_as="generator_unordered")(
+        delayed(timed)(*item) for item in todo)
+    for i, (run, run_dir, seconds, started) in enumerate(done, 1):
+        if started and not quiet:
+            _report(i, len(todo), run, run_dir, seconds)
 
 
 def launch_submitit(todo, launcher: dict, sweep_dir: Path, quiet: bool = False) -> None:
@@ -741,6 +765,18 @@ def select_methods(spec: dict, methods: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`pazo-sweep`: a Ctrl-C ends it in one line saying what was done, exit status 130, no traceback."""
+    try:
+        return _main(argv)
+    except Interrupted as stop:
+        log.error(f"pazo: interrupted: {stop}; the same command resumes the sweep")
+    except KeyboardInterrupt:
+        log.error("pazo: interrupted while no run was in progress: the runs that had finished and the selections "
+                  "released are kept; the same command resumes the sweep")
+    return EXIT_INTERRUPTED
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m pazo.sweep", description=summary_of(__doc__))
     parser.add_argument("spec", help="a name in configs/sweeps/ (e.g. table1_cifar10) or a YAML path")
     parser.add_argument("overrides", nargs="*",
