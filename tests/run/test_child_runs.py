@@ -2,7 +2,7 @@
 would alone (its checkpoint and summary written), no other run starts, and the sweep ends in one
 line, exit 130, no traceback; the same command then resumes it. Fast tests with stand-in runs (a
 real SIGINT to this process while `launch` runs them), slow ones with a real `pazo-sweep` subprocess
-on tiny digits runs, for the ordinary grid, with either local launcher."""
+on tiny digits runs, for the ordinary grid and a private selection, with either local launcher."""
 import json
 import logging
 import os
@@ -115,7 +115,8 @@ def wait_for_a_step(out: Path, process: subprocess.Popen) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("selection, launcher", [("grid", "sequential"), ("grid", "joblib")])
+@pytest.mark.parametrize("selection, launcher", [("grid", "sequential"), ("grid", "joblib"),
+                                                 ("private", "sequential"), ("private", "joblib")])
 def test_ctrl_c_during_a_real_sweep_ends_in_one_line_and_the_same_command_resumes(tmp_path, selection, launcher):
     spec = tmp_path / "mini.yaml"
     spec.write_text("name: mini\nsettings: [digits]\nmethods: [dpsgd]\nepsilons: [1]\n"
@@ -130,6 +131,8 @@ def test_ctrl_c_during_a_real_sweep_ends_in_one_line_and_the_same_command_resume
     assert "Traceback" not in stdout + stderr
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("pazo: interrupted: ") and last.endswith("the same command resumes the sweep")
+    if selection == "private":
+        assert "no selection was released" in last and "runs finished" not in last
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "interrupted" and (run_dir / "checkpoint.pt").exists()
     process = sweep_process(spec, out, *args)
@@ -137,3 +140,5 @@ def test_ctrl_c_during_a_real_sweep_ends_in_one_line_and_the_same_command_resume
     assert process.returncode == 0, stderr
     resumed = json.loads((run_dir / "summary.json").read_text())
     assert resumed["status"] == "finished" and resumed["resumed_from_step"] == summary["stopped_at_step"]
+    if selection == "private":
+        assert len(list((out / "mini" / "digits" / "dpsgd" / "eps=1").glob("selected,seed=*/model.pt"))) == 2
