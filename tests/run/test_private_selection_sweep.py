@@ -158,8 +158,16 @@ def test_digits_releases_one_run_per_cell_with_the_total_the_tests_compute(tmp_p
     assert mode(sweep_dir / sel.PRIVATE) == 0o700
     state = next((sweep_dir / sel.PRIVATE).rglob("selection.json"))
     assert mode(state) == 0o600
+    digests = set()
     for run in state.parent.glob("run-*"):      # the K runs logged nothing to W&B and stay private
         assert "mode: disabled" in (run / "config.yaml").read_text() and mode(run / "config.yaml") == 0o600
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        assert config["seed"] == 0 and config["privacy"]["secure_mode"] is True   # the spec's seed; OS noise
+        digests.add(json.loads((run / "private_computation.json").read_text())["private_data_sha256"])
+    assert len(digests) == 1                    # one split for the K runs: the one the cost's n is of
+    drawn = json.loads(state.read_text())
+    dirs = [state.parent / d["name"] for d in drawn["draws"]]
+    check_release(released[0], dirs[sel.choose(dirs)], drawn["launched_at"], sweep_dir)
     printed = next(r.getMessage() for r in caplog.records if "digits/dpsgd/eps=1" in r.getMessage())
     total = float(re.search(r"total epsilon ([0-9.]+)", printed).group(1))
     independent = theorem2_epsilon(privacy["sample_rate"], privacy["sigma"], privacy["steps"], 1.5, 1.0,
