@@ -116,8 +116,7 @@ class Run:
         if not self.plan.private:
             return []
         return [*self.data.info.get("outside_guarantee", []), *self.method.outside_guarantee(),
-                "s_per_iter and the step times: the time of a step grows with its realised Poisson batch size",
-                outlets.private_diagnostics_sentence()]
+                outlets.STEP_TIMES_SENTENCE, outlets.private_diagnostics_sentence()]
 
 
 #: a private seeded run on the shipped default seed: its seed is no secret, whatever config.yaml's mode

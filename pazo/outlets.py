@@ -1,7 +1,8 @@
 """What may leave a run, listed once: every key of every outlet with its status under the
 guarantee. The recorder sends W&B only what this list releases, the run's `outside_guarantee`
 names what it lists as private, docs/concepts/guarantee.md is generated from it, and a test
-checks every file of a real run against it.
+checks every file of a real run against it. A private selection releases its chosen run through
+`RELEASE` alone: the files it names, each with the keys its rule keeps.
 
 Statuses:
 
@@ -19,6 +20,9 @@ A key not listed is withheld from W&B (as if private) and fails the outlet test:
 added here, with its status, before it leaves.
 """
 from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
 
 RELEASED, PUBLIC, OUTSIDE, PRIVATE, SECRET = "released", "public", "outside", "private", "secret"
 
@@ -78,6 +82,8 @@ SUMMARY = {
     "median_s_per_iter": (OUTSIDE, "step times: grow with the realised batch size"),
     "final_val_accuracy": (PRIVATE, "accuracy on the validation split (private examples), without noise"),
     "best_val_accuracy": (PRIVATE, "accuracy on the validation split (private examples), without noise"),
+    "selection": (PUBLIC, "a private selection's released run: the distribution of K (not K), the cell's total "
+                          "epsilon, from the accountant"),
 }
 
 #: the top-level keys of an audit's summary.json (`pazo.audit`; its audit.json is the `audit` block)
@@ -95,6 +101,37 @@ AUDIT_SUMMARY = {
 CONFIG_SECRET = {"seed": (SECRET, "the noise and the Poisson batches follow from it (the seed_secret assumption)")}
 
 OUTLETS = {"metrics": METRICS, "summary": SUMMARY, "audit_summary": AUDIT_SUMMARY}
+
+#: the `outside_guarantee` sentence of a private run's step times (`s_per_iter`, `*_s_per_iter`)
+STEP_TIMES_SENTENCE = "s_per_iter and the step times: the time of a step grows with its realised Poisson batch size"
+
+
+@dataclass(frozen=True)
+class ReleasedFile:
+    """How one file of a private selection's chosen run leaves: `outlet`'s keys whose status is in
+    RELEASE_STATUSES (the config: every key but CONFIG_SECRET's), less the `withheld` ones (dotted
+    paths); `outlet` None: the file whole."""
+    outlet: str | None
+    withheld: tuple[str, ...] = ()
+
+
+#: the statuses a private selection's release keeps: what the run's noise covers and what is public.
+#: Outside and private keys stay behind (step times, noiseless statistics of private data).
+RELEASE_STATUSES = (RELEASED, PUBLIC)
+#: What a private selection releases of its chosen run (`pazo.selection.release`): these files alone,
+#: each as its rule says. Everything else stays in the sweep's private workspace: train.log and
+#: stdout.log (launch times, the run's folder), .hydra/ (the seed, the launch record),
+#: private_computation.json (the private data's digest), checkpoints, attempts/, W&B. The withheld
+#: keys tell the run's process, machine or clock (so how many runs ran before or beside it: K), or
+#: hash its config with its seed (the fingerprint).
+RELEASE = {
+    "summary.json": ReleasedFile("summary", ("host", "pid", "heartbeat", "attempt", "resumed_from_step",
+                                             "earlier_attempt_moved_to", "wandb_run_id", "stopped_at_step",
+                                             "threads", "engine.reason", "computation.fingerprint")),
+    "metrics.jsonl": ReleasedFile("metrics"),
+    "config.yaml": ReleasedFile("config"),
+    "model.pt": ReleasedFile(None),
+}
 
 #: where each outlet's keys go (for the guarantee page)
 WHERE = {"metrics": "a row of metrics.jsonl and W&B's history",
@@ -135,6 +172,25 @@ def without_secrets(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in CONFIG_SECRET}
 
 
+def for_release(file: str, values: dict) -> dict:
+    """The part of `values` (the chosen run's summary, one metrics row, or its config, as read from
+    `file`) that a private selection's release lets out (`RELEASE[file]`)."""
+    rule = RELEASE[file]
+    if rule.outlet == "config":
+        kept = without_secrets(values)
+    else:
+        kept = {k: v for k, v in values.items() if status(rule.outlet, k) in RELEASE_STATUSES}
+    kept = copy.deepcopy(kept)   # (the withheld keys go from copies, never from the caller's values)
+    for path in rule.withheld:
+        *parents, key = path.split(".")
+        node = kept
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(key, None)
+    return kept
+
+
 def private_diagnostics_sentence() -> str:
     """The `outside_guarantee` entry of a private run's noiseless private statistics."""
     return (f"{', '.join(private_keys())} (those the run records) are computed on private data without noise: "
@@ -149,4 +205,18 @@ def as_markdown() -> str:
         lines += [f"## {where[0].upper()}{where[1:]}", "", "| key | status | why |", "|---|---|---|"]
         lines += [f"| `{k}` | {what} | {why.replace('|', chr(92) + '|')} |" for k, (what, why) in listed.items()]
         lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
+    return "\n".join([*lines, *_release_markdown()]).rstrip() + "\n"
+
+
+def _release_markdown() -> list[str]:
+    """`RELEASE` as the page's last table: each file a private selection releases and what of it."""
+    kept = " or ".join(RELEASE_STATUSES)
+    lines = ["## A private selection's released run (`pazo-sweep --selection private`)", "",
+             "The chosen run's files that leave the sweep's private workspace, and no other:", "",
+             "| file | what of it | withheld besides |", "|---|---|---|"]
+    for name, rule in RELEASE.items():
+        what = ("the whole file" if rule.outlet is None else "every key but the secret ones" if rule.outlet == "config"
+                else f"the keys of its list above that are {kept}")
+        withheld = ", ".join(f"`{k}`" for k in (rule.withheld or (CONFIG_SECRET if rule.outlet == "config" else ())))
+        lines.append(f"| `{name}` | {what} | {withheld or '-'} |")
+    return lines

@@ -227,13 +227,14 @@ def select_configs(runs: pd.DataFrame, metric: str = "final_accuracy", selection
                                             ("selection_delta", math.nan)) if c not in runs})  # older frames
     score = VAL_METRIC[metric] if selection == "val" else metric
     counts = (runs.status == "finished") & runs.excluded.isna() & runs[metric].notna()
-    unscored = runs[counts & runs[score].isna()]
+    # a privately selected cell's released runs are its seeds, whatever configuration each selection chose;
+    # their release withholds the validation accuracy the selection read (noiseless): nothing is chosen on it
+    private = runs.selection == "private"
+    unscored = runs[counts & runs[score].isna() & ~private]
     if len(unscored):
         raise ConfigError(f"{len(unscored)} of {int(counts.sum())} finished runs have no validation accuracy "
                           f"(no {score} in summary.json, e.g. {unscored.run_dir.iloc[0]}); select on test "
                           "accuracy with --selection test (the paper's protocol, not a private selection)")
-    # a privately selected cell's released runs are its seeds, whatever configuration each selection chose
-    private = runs.selection == "private"
     runs = runs.assign(config=runs.config.where(~private, json.dumps({"selection": "private"})))
     keys, out = [*by, "variant"], []
     for key, group in runs.assign(counts=counts).groupby(keys, dropna=False, sort=False):
@@ -254,13 +255,13 @@ def select_configs(runs: pd.DataFrame, metric: str = "final_accuracy", selection
                "selection_epsilon": group.selection_epsilon.max() if paid else math.nan,
                "selection_delta": group.selection_delta.max() if paid else math.nan}
         if len(selectable):
-            config = selectable.score.idxmax()
+            config = selectable.index[0] if paid else selectable.score.idxmax()   # (paid: one, unscored)
             chosen = selectable.loc[config]
             mine = group[group.config == config]
             row.update(accuracy=chosen.accuracy, std=chosen["std"], seeds=int(chosen.seeds), score=chosen.score,
                        selected="private selection" if paid else _describe(config, list(per_config.index)),
                        chance_level=int(chosen.chance_level),
-                       best_run=mine.loc[mine[score].idxmax(), "run_dir"])
+                       best_run=mine.loc[mine[metric if paid else score].idxmax(), "run_dir"])
         out.append(row)
     return pd.DataFrame(out)
 

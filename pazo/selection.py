@@ -6,7 +6,9 @@ What this module does for the sweep: the cell's cost (`cell_cost`: every configu
 pick, its sample rate, steps and calibrated sigma, through the sigma cache; the total from
 `pazo.privacy.selection`), the draw kept private and reused on relaunch (`load_or_draw`), the
 choice (`choose`: a failed, over-budget or unscored run counts toward K with the lowest score) and
-the release of the chosen run alone (`release`). The K runs live under `<sweep>/.private/`
+the release of the chosen run alone (`release`: the files and keys `pazo.outlets.RELEASE` lists, their
+times one stamp). The K runs share the spec's seed, so one split, and draw their noise and Poisson
+batches from OS entropy (`RUN_OVERRIDES`: secure mode); they live under `<sweep>/.private/`
 (directories 0700, files 0600), which the tables never read.
 """
 from __future__ import annotations
@@ -20,13 +22,16 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import yaml
+
+from pazo import outlets
 from pazo.errors import ConfigError, DataMissingError
 from pazo.experiment import planned_steps
 from pazo.methods import method_config
 from pazo.privacy.accountants import BudgetError, check_delta, default_eps_error
 from pazo.privacy.calibration import calibrate_sigma
 from pazo.privacy.sampling import SAMPLERS
-from pazo.privacy.selection import DISTRIBUTIONS, KDistribution, RunAccount, run_epsilon, selection_epsilon
+from pazo.privacy.selection import KDistribution, RunAccount, run_epsilon, selection_epsilon
 from pazo.results import guarantee_problem, read_json_object
 from pazo.rundir import write_atomic
 
@@ -37,14 +42,21 @@ SCORE = "final_val_accuracy"
 #: training sets' published sizes, for a dry run whose data are not on this machine (n estimated)
 PUBLISHED_TRAIN_SIZE = {"cifar10": 50_000, "tiny_imagenet": 100_000}
 MODES = ("grid", "private")
+#: how the K runs draw their secret streams (noise, Poisson batches): privacy.secure_mode=true, from the
+#: operating system's entropy; the spec's seed sets only their public streams (splits, initialisation,
+#: directions, public batches), the same for the K runs of a cell
+STREAMS = "secure_mode"
+#: the overrides every run of a selection gets, after the user's (which cannot undo them)
+RUN_OVERRIDES = ("logger.mode=disabled", "privacy.secure_mode=true")
 
 
 def k_distribution(name: str, mean, shape=None) -> KDistribution:
-    """The distribution of K from a spec or the command line; a bad one is one ConfigError."""
+    """The distribution of K from a spec or the command line; a bad one is one ConfigError (naming
+    the choices where the name is wrong)."""
     try:
         return KDistribution(name, mean, shape)
     except ValueError as err:
-        raise ConfigError(f"{err} (choices: {', '.join(DISTRIBUTIONS)})") from None
+        raise ConfigError(str(err)) from None
 
 
 @dataclass(frozen=True)
@@ -172,24 +184,26 @@ def private_dir(path: Path) -> Path:
     return path
 
 
-def load_or_draw(state: Path, k: KDistribution, grid: list[str]) -> dict:
+def load_or_draw(state: Path, k: KDistribution, grid: list[str], launched_at: float) -> dict:
     """The selection's draw, kept in `state` (0600) and reused on relaunch: K from OS entropy, each
-    run's configuration (an index into `grid`, the cell's configurations by name) and training seed
-    from OS entropy, and its folder's name (random: a released run's path must not tell K). A state
-    drawn for another grid or distribution is refused: drawing again would be a second selection on
-    the same data, whose cost adds to the first."""
-    wanted = {"distribution": asdict(k), "grid": grid}
+    run's configuration (an index into `grid`, the cell's configurations by name) from OS entropy, and
+    its folder's name (random: a released run's path must not tell K); `launched_at`, the launch's
+    time (one for every cell: it stamps the release's files). A state drawn for another grid,
+    distribution or way of running is refused: drawing again would be a second selection on the same
+    data, whose cost adds to the first."""
+    wanted = {"distribution": asdict(k), "grid": grid, "streams": STREAMS}
     if state.exists():
         drawn = read_json_object(state)
         if {key: drawn.get(key) for key in wanted} != wanted:
-            raise ConfigError(f"{state} was drawn for another grid or distribution of K; its runs have spent "
-                              "their privacy already. Relaunch with the same spec, or remove its folder to "
-                              "draw again (a second selection on the same data, which costs again)")
+            raise ConfigError(f"{state} was drawn for another grid or distribution of K, or by an earlier pazo whose "
+                              "runs were seeded; its runs have spent their privacy already. Relaunch with the same "
+                              "spec, or remove its folder to draw again (a second selection on the same data, "
+                              "which costs again)")
         return drawn
     rng = secrets.SystemRandom()
-    runs = k.draw(rng)
-    drawn = {**wanted, "k": runs, "draws": [{"configuration": rng.randrange(len(grid)), "seed": rng.randrange(2**31),
-                                             "name": f"run-{secrets.token_hex(6)}"} for _ in range(runs)]}
+    draws = [{"configuration": rng.randrange(len(grid)), "name": f"run-{secrets.token_hex(6)}"}
+             for _ in range(k.draw(rng))]
+    drawn = {**wanted, "k": len(draws), "launched_at": launched_at, "draws": draws}
     write_atomic(private_dir(state.parent) / state.name, json.dumps(drawn, indent=1).encode(), mode=0o600)
     return drawn
 
@@ -227,28 +241,70 @@ def seal(folder: Path) -> None:
                 os.chmod(path, 0o600)
 
 
-def release(run_dir: Path, public: Path, record: dict) -> None:
-    """Copy the chosen run to `public` (its W&B folder left behind: the K runs logged none) with the
-    selection's record in its summary.json: the guarantee's no_selection assumption is replaced by
-    the selection's total."""
+def release(run_dir: Path, public: Path, record: dict, stamp: float, top: Path) -> None:
+    """Release the chosen run to `public` (a folder below the sweep's, `top`): the files of
+    `outlets.RELEASE` alone, each with the keys its rule keeps, the selection's record in its
+    summary.json; modes 0644/0755; every file's and folder's times, and those of the folders from
+    `top` down to `public`, set to `stamp` (the launch's time, the same whatever K: the files' own
+    times would tell how long the K runs took)."""
     staging = public.with_name(public.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(run_dir, staging, ignore=shutil.ignore_patterns("wandb", "*.tmp"))
-    for root, dirs, files in os.walk(staging):
-        os.chmod(root, 0o755)
-        for name in files:
-            os.chmod(Path(root) / name, 0o644)
-    summary = read_json_object(staging / "summary.json")
-    privacy = summary.setdefault("privacy", {})
-    assumptions = {k: v for k, v in (privacy.get("assumptions") or {}).items() if k != "no_selection"}
-    assumptions["private_selection"] = (
-        f"this run is the best of a random number K of runs on the same private data (K ~ "
-        f"{record['distribution']}, mean {record['mean']:g}; K stays private); the selection's total epsilon "
-        f"{record['total_epsilon']:.4g} at delta {record['delta']:.3g} covers it ({record['seeds']} selection(s), "
-        f"one per seed: {record['total_epsilon_all_seeds']:.4g})")
-    privacy["assumptions"] = assumptions
-    summary["selection"] = record
-    summary["run_dir"] = str(public)
-    write_atomic(staging / "summary.json", json.dumps(summary, indent=2, default=str).encode())
+    staging.mkdir(parents=True)
+    for name in outlets.RELEASE:
+        if (run_dir / name).is_file():
+            (staging / name).write_bytes(_released_file(name, run_dir / name, record, public))
+    for path in [*staging.iterdir(), staging]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        os.utime(path, (stamp, stamp))
     shutil.rmtree(public, ignore_errors=True)
     staging.rename(public)
+    relative = public.relative_to(top)
+    for folder in [relative, *relative.parents]:
+        os.utime(top / folder, (stamp, stamp))
+
+
+def _released_file(name: str, path: Path, record: dict, public: Path) -> bytes:
+    """`path`'s bytes as the release lets them out (`outlets.RELEASE[name]`)."""
+    if name == "summary.json":
+        summary = released_summary(read_json_object(path), record, public)
+        return json.dumps(summary, indent=2, default=str).encode()
+    if name == "metrics.jsonl":
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return "".join(json.dumps(outlets.for_release(name, row)) + "\n" for row in rows).encode()
+    if name == "config.yaml":
+        config = yaml.safe_load(path.read_text()) or {}
+        return yaml.safe_dump(outlets.for_release(name, config), sort_keys=False).encode()
+    return path.read_bytes()
+
+
+def released_summary(summary: dict, record: dict, public: Path) -> dict:
+    """The chosen run's summary as released: the keys `outlets.RELEASE` keeps, the selection's record,
+    `private_selection` in place of the `no_selection` assumption, and the choice's reading of the
+    validation split among what lies outside the guarantee (the sentences on keys the release
+    withholds dropped)."""
+    out = outlets.for_release("summary.json", summary)
+    privacy = out.setdefault("privacy", {})
+    assumptions = {k: v for k, v in (privacy.get("assumptions") or {}).items() if k != "no_selection"}
+    assumptions["private_selection"] = selection_assumption(record)
+    privacy["assumptions"] = assumptions
+    withheld = {outlets.STEP_TIMES_SENTENCE, outlets.private_diagnostics_sentence()}
+    out["outside_guarantee"] = [*(s for s in out.get("outside_guarantee") or [] if s not in withheld),
+                                VALIDATION_OUTSIDE]
+    return {**out, "run_dir": str(public), "selection": record}
+
+
+#: what the choice reads, outside the selection's total (the released summary's outside_guarantee)
+VALIDATION_OUTSIDE = (f"the choice among the selection's K runs read each run's {SCORE}: its accuracy on the "
+                      "validation split, computed without noise on private examples held out of training, which the "
+                      "selection's total epsilon does not cover (the accuracies themselves are not released)")
+
+
+def selection_assumption(record: dict) -> str:
+    """The released run's `private_selection` assumption: what the total covers and what the choice reads."""
+    return (f"this run is the best by {SCORE} of a random number K of runs on the same private data (K ~ "
+            f"{record['distribution']}, mean {record['mean']:g}; K stays private). The selection's total epsilon "
+            f"{record['total_epsilon']:.4g} at delta {record['delta']:.3g} ({record['seeds']} selection(s), one per "
+            f"seed: {record['total_epsilon_all_seeds']:.4g}) covers the n_private training examples: the K runs' "
+            f"training and the choice among them. The choice reads each run's accuracy on the validation split "
+            f"without noise: those examples are held out of the private set, never trained on, and lie outside the "
+            f"total (outside_guarantee)")

@@ -38,6 +38,7 @@ from hydra.errors import HydraException
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from pazo.child_runs import CHILDREN, EXIT_INTERRUPTED, Interrupted, passing_on_interrupts
 from pazo.commands import ArgumentParser, summary_of
 from pazo.config_schema import integer_at_least, optional, typed
 from pazo.console import use_console
@@ -492,10 +493,13 @@ def without_seed(cmd: list[str]) -> list[str]:
     return ["seed=..." if arg.startswith("seed=") else arg for arg in cmd]
 
 
-def run_one(cmd: list[str], run_dir: str, threads: int | None = None) -> int:
-    """One training run as a subprocess; its output goes to `<run_dir>/stdout.log`. `threads`
-    caps its CPU threads: runs side by side that each spin up one OpenMP thread per core slow
-    each other down many times over (36x for DP-SGD on digits, two runs on two cores)."""
+def run_one(cmd: list[str], run_dir: str, threads: int | None = None) -> int | None:
+    """One training run as a subprocess (`pazo.child_runs`); its output goes to `<run_dir>/stdout.log`.
+    `threads` caps its CPU threads: runs side by side that each spin up one OpenMP thread per core
+    slow each other down many times over (36x for DP-SGD on digits, two runs on two cores). None:
+    not started, a Ctrl-C stopped the sweep."""
+    if CHILDREN.stopping:
+        return None
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     if threads:
@@ -503,7 +507,7 @@ def run_one(cmd: list[str], run_dir: str, threads: int | None = None) -> int:
     with open(Path(run_dir) / "stdout.log", "a") as out:  # a relaunch appends: earlier attempts' lines stay
         out.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(without_seed(cmd))}\n")
         out.flush()
-        return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env).returncode
+        return CHILDREN.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
 
 
 class TrainJob(submitit.helpers.Checkpointable):
@@ -548,33 +552,53 @@ def check_can_launch(launcher: dict, overrides: list[str]) -> None:
 def launch(todo: list[tuple[PlannedRun, Path, list[str]]], launcher: dict, sweep_dir: Path,
            quiet: bool = False) -> None:
     """Run `todo` with the launcher; `quiet`: no line per run (a private selection's runs: their number
-    and scores stay private)."""
+    and scores stay private). A Ctrl-C stops the runs in progress after their step, starts no other
+    and raises `Interrupted` once they have ended (`pazo.child_runs`), saying how many of `todo`
+    finished unless `quiet`."""
     kind = launcher.get("launcher", "sequential")
-    report = (lambda *_: None) if quiet else _report
-    if kind == "sequential":
-        for i, (run, run_dir, cmd) in enumerate(todo, 1):
-            t0 = time.time()
-            run_one(cmd, str(run_dir))
-            report(i, len(todo), run, run_dir, time.time() - t0)
-    elif kind == "joblib":
-        from joblib import Parallel, delayed
+    if kind == "submitit":
+        try:
+            return launch_submitit(todo, launcher, sweep_dir, quiet)
+        except KeyboardInterrupt:
+            raise Interrupted("the jobs submitted go on under SLURM (squeue lists them; scancel stops them), "
+                              "and a relaunch once they have ended runs the rest") from None
+    with passing_on_interrupts() as children:
+        if kind == "sequential":
+            _launch_sequential(todo, quiet)
+        elif kind == "joblib":
+            _launch_joblib(todo, launcher, quiet)
+        else:
+            raise ValueError(f"unknown launcher {kind!r}")  # main() validates it first
+        stopped = children.stopping
+    if stopped:
+        finished = "" if quiet else f"{sum(status(d) == 'finished' for _, d, _ in todo)} of {len(todo)} runs finished; "
+        raise Interrupted(f"{finished}the runs in progress stopped, each saying where in its stdout.log")
 
-        jobs = int(launcher.get("jobs", 2))
-        threads = launcher.get("threads_per_job") or max(1, (os.cpu_count() or 1) // jobs)
 
-        def timed(run, run_dir, cmd):
-            t0 = time.time()
-            run_one(cmd, str(run_dir), threads)
-            return run, run_dir, time.time() - t0
+def _launch_sequential(todo, quiet: bool) -> None:
+    for i, (run, run_dir, cmd) in enumerate(todo, 1):
+        t0 = time.time()
+        if run_one(cmd, str(run_dir)) is not None and not quiet:
+            _report(i, len(todo), run, run_dir, time.time() - t0)
 
-        done = Parallel(n_jobs=jobs, prefer="threads", return_as="generator_unordered")(
-            delayed(timed)(*item) for item in todo)
-        for i, (run, run_dir, seconds) in enumerate(done, 1):
-            report(i, len(todo), run, run_dir, seconds)
-    elif kind == "submitit":
-        launch_submitit(todo, launcher, sweep_dir, quiet)
-    else:
-        raise ValueError(f"unknown launcher {kind!r}")  # main() validates it first
+
+def _launch_joblib(todo, launcher: dict, quiet: bool) -> None:
+    """Several runs at once (threads, each waiting on its run's subprocess)."""
+    from joblib import Parallel, delayed
+
+    jobs = int(launcher.get("jobs", 2))
+    threads = launcher.get("threads_per_job") or max(1, (os.cpu_count() or 1) // jobs)
+
+    def timed(run, run_dir, cmd):
+        t0 = time.time()
+        started = run_one(cmd, str(run_dir), threads) is not None
+        return run, run_dir, time.time() - t0, started
+
+    done = Parallel(n_jobs=jobs, prefer="threads", return_as="generator_unordered")(
+        delayed(timed)(*item) for item in todo)
+    for i, (run, run_dir, seconds, started) in enumerate(done, 1):
+        if started and not quiet:
+            _report(i, len(todo), run, run_dir, seconds)
 
 
 def launch_submitit(todo, launcher: dict, sweep_dir: Path, quiet: bool = False) -> None:
@@ -673,11 +697,9 @@ def _k_of(spec: dict, args):
 
 def private_selection(spec: dict, runs: list[PlannedRun], args, launcher: dict, sweep_dir: Path) -> int:
     """`--selection private`: the ordinary runs (non-private methods) as usual; per private cell and
-    seed, the K drawn runs under `<sweep>/.private/` (W&B off), then the best of each released to
-    `<setting>/<method>/eps=<e>/selected,seed=<s>`. Prints each cell's cost; K and the runs' scores
-    are never printed."""
-    from pazo import selection as sel
-
+    seed, the K drawn runs under `<sweep>/.private/` (W&B off, secure mode, the spec's seed), then the
+    best of each released to `<setting>/<method>/eps=<e>/selected,seed=<s>`. Prints each cell's cost;
+    K, the runs' progress and their scores are never printed."""
     if spec["entry"] != "train":
         raise ConfigError("private selection selects training runs; an audit sweep (entry: audit) has none")
     k = _k_of(spec, args)
@@ -697,51 +719,100 @@ def private_selection(spec: dict, runs: list[PlannedRun], args, launcher: dict, 
         raise ConfigError(f"cell {refused[0][0].cell_id} cannot be accounted: {refused[0][1]}"
                           + (f" ({len(refused) - 1} other cell(s) too)" if len(refused) > 1 else ""))
     done = {"finished", "failed"} if args.skip_failed else {"finished"}
-    extra = [o for o in args.overrides if not o.startswith("logger.mode=")] + ["logger.mode=disabled"]
     todo_ordinary = [(r, d, command(r, d, args.overrides)) for r, d in ordinary if status(d) not in done]
-    private, todo_private = [], []
-    for cell, cost in zip(cells, costs):
-        for seed in cell.seeds:
-            public = sweep_dir / cell.cell_id / f"selected,seed={seed}"
-            if (public / "summary.json").exists():   # released once: rerunning its runs would be a second release
-                continue
-            folder = sweep_dir / sel.PRIVATE / cell.cell_id / f"seed={seed}"
-            drawn = sel.load_or_draw(folder / "selection.json", k, [r.run_id for r in cell.configurations])
-            dirs = []
-            for draw in drawn["draws"]:
-                grid_run = cell.configurations[draw["configuration"]]
-                run = replace(grid_run, seed=int(draw["seed"]), replicate=0)
-                run_dir = sel.private_dir(folder / draw["name"])
-                dirs.append(run_dir)
-                if status(run_dir) not in done:
-                    todo_private.append((run, run_dir, command(run, run_dir, extra)))
-            private.append((cell, cost, seed, dirs, public))
+    private, todo_private = _selection_runs(cells, costs, k, sweep_dir, args.overrides, done)
     if todo_private:
-        log.info("  the selections' runs log nothing to W&B (logger.mode=disabled): only the released runs are "
-                 "outputs")
-    if todo_ordinary:
-        launch(todo_ordinary, launcher, sweep_dir)
-    if todo_private:
-        launch(todo_private, launcher, sweep_dir / sel.PRIVATE, quiet=True)
+        log.info("  the selections' runs log nothing to W&B (logger.mode=disabled) and draw their noise and batches "
+                 "from the operating system (privacy.secure_mode=true): only the released runs are outputs")
+    _launch_selection(todo_ordinary, todo_private, launcher, sweep_dir)
     if launcher.get("launcher") == "submitit" and not launcher.get("wait"):
         log.info("relaunch the same command once the jobs have ended: it releases each selection's best run")
         return 0
-    released = 0
-    for cell, cost, seed, dirs, public in private:   # every run has ended: one without a summary failed
-        best = sel.choose(dirs)
-        if best is None:
-            log.info(f"  {cell.cell_id} seed {seed}: nothing released (no run of the selection has a score)")
-            continue
-        sel.release(dirs[best], public, {**cost.record(), "seed": seed, "validation_metric": sel.SCORE})
-        released += 1
-    if (sweep_dir / sel.PRIVATE).exists():
-        sel.seal(sweep_dir / sel.PRIVATE)
+    released = _release_selections(private, sweep_dir)
     ordinary_done = sum(status(d) == "finished" for _, d in ordinary)
     total = sum(len(c.seeds) for c in cells)
     log.info(f"sweep {spec['name']}: {released} selection(s) released now, one run each, "
              f"{total - len(private)} earlier, of {total}"
              + (f"; {ordinary_done} of {len(ordinary)} non-private runs finished" if ordinary else ""))
     return 0 if released == len(private) and ordinary_done == len(ordinary) else 1
+
+
+@dataclass
+class Selection:
+    """One cell and seed's selection this launch runs: its K runs' folders, where its best goes, and
+    the time that stamps the release."""
+    cell: Cell
+    cost: Any
+    seed: int
+    dirs: list[Path]
+    public: Path
+    stamp: float
+
+
+def _selection_runs(cells: list[Cell], costs: list, k, sweep_dir: Path, overrides: list[str],
+                    done: set[str]) -> tuple[list[Selection], list]:
+    """The selections not yet released, each drawn (or its draw read back), and the runs of theirs
+    still to run. Every run of a cell and seed has the spec's seed (one split, whose n the cost used)
+    and `selection.RUN_OVERRIDES` after the user's overrides: W&B off, secure mode."""
+    from pazo import selection as sel
+
+    set_here = {o.partition("=")[0] for o in sel.RUN_OVERRIDES}
+    extra = [o for o in overrides if o.partition("=")[0].lstrip("+~") not in set_here] + list(sel.RUN_OVERRIDES)
+    launched_at = float(round(time.time()))    # one time for every draw of this launch, whatever their K
+    private, todo = [], []
+    for cell, cost in zip(cells, costs):
+        for replicate, seed in enumerate(cell.seeds):
+            public = sweep_dir / cell.cell_id / f"selected,seed={seed}"
+            if (public / "summary.json").exists():   # released once: rerunning its runs would be a second release
+                continue
+            folder = sweep_dir / sel.PRIVATE / cell.cell_id / f"seed={seed}"
+            drawn = sel.load_or_draw(folder / "selection.json", k, [r.run_id for r in cell.configurations],
+                                     launched_at)
+            dirs = []
+            for draw in drawn["draws"]:
+                run = replace(cell.configurations[draw["configuration"]], seed=seed, replicate=replicate)
+                dirs.append(sel.private_dir(folder / draw["name"]))
+                if status(dirs[-1]) not in done:
+                    todo.append((run, dirs[-1], command(run, dirs[-1], extra)))
+            private.append(Selection(cell, cost, seed, dirs, public, drawn["launched_at"]))
+    return private, todo
+
+
+def _launch_selection(todo_ordinary: list, todo_private: list, launcher: dict, sweep_dir: Path) -> None:
+    """The non-private runs, then the selections' (quiet: no line per run). An interrupt is said in
+    one line that counts the non-private runs and not the selections' (their number is K's)."""
+    from pazo import selection as sel
+
+    try:
+        if todo_ordinary:
+            launch(todo_ordinary, launcher, sweep_dir)
+        if todo_private:
+            launch(todo_private, launcher, sweep_dir / sel.PRIVATE, quiet=True)
+    except Interrupted as stop:
+        finished = sum(status(d) == "finished" for _, d, _ in todo_ordinary)
+        ordinary = f"{finished} of {len(todo_ordinary)} non-private runs finished; " if todo_ordinary else ""
+        submitted = f"; {stop}" if launcher.get("launcher") == "submitit" else ""
+        raise Interrupted(f"{ordinary}no selection was released by this launch (its draws, finished runs and the "
+                          f"stopped runs' checkpoints are kept, private){submitted}") from None
+
+
+def _release_selections(private: list[Selection], sweep_dir: Path) -> int:
+    """Each selection's best run released (every run has ended: one without a summary failed); the
+    private workspace sealed. Returns how many were released."""
+    from pazo import selection as sel
+
+    released = 0
+    for s in private:
+        best = sel.choose(s.dirs)
+        if best is None:
+            log.info(f"  {s.cell.cell_id} seed {s.seed}: nothing released (no run of the selection has a score)")
+            continue
+        sel.release(s.dirs[best], s.public, {**s.cost.record(), "seed": s.seed, "validation_metric": sel.SCORE},
+                    s.stamp, sweep_dir)
+        released += 1
+    if (sweep_dir / sel.PRIVATE).exists():
+        sel.seal(sweep_dir / sel.PRIVATE)
+    return released
 
 
 def parse_sets(pairs: list[str]) -> dict:
@@ -766,6 +837,18 @@ def select_methods(spec: dict, methods: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`pazo-sweep`: a Ctrl-C ends it in one line saying what was done, exit status 130, no traceback."""
+    try:
+        return _main(argv)
+    except Interrupted as stop:
+        log.error(f"pazo: interrupted: {stop}; the same command resumes the sweep")
+    except KeyboardInterrupt:
+        log.error("pazo: interrupted while no run was in progress: the runs that had finished and the selections "
+                  "released are kept; the same command resumes the sweep")
+    return EXIT_INTERRUPTED
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m pazo.sweep", description=summary_of(__doc__))
     parser.add_argument("spec", help="a name in configs/sweeps/ (e.g. table1_cifar10) or a YAML path")
     parser.add_argument("overrides", nargs="*",

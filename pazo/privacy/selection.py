@@ -29,6 +29,15 @@ spare_absl_stream()   # dp-accounting brought absl in, on whatever sys.stderr wa
 
 #: the distributions of K by name, and the shape dp-accounting's event takes for each
 DISTRIBUTIONS = ("geometric", "logarithmic", "truncated_negative_binomial", "poisson")
+#: the largest E[K] taken: each of the K runs is a whole training run, so E[K] 1000 is already 1000
+#: trainings per cell and seed (the paper's whole Table 1 is 3226 runs), and the draw holds one entry
+#: per run: at E[K] <= 1000 no draw exceeds `LARGEST_K` runs (`KDistribution.largest_draw`)
+MAX_MEAN = 1000
+#: the most runs any draw of K with E[K] <= MAX_MEAN can give (the logarithmic's at E[K] 1000,
+#: 283,223 at the largest uniform number a draw reads; the others' are smaller)
+LARGEST_K = 300_000
+#: the largest number `random.random()` returns: the draw's inversion never reads a larger one
+LARGEST_UNIFORM = 1 - 2.0 ** -53
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,10 @@ class KDistribution:
         if isinstance(self.mean, bool) or not isinstance(self.mean, (int, float)) or not (
                 math.isfinite(self.mean) and self.mean > 1):
             raise ValueError(f"the mean of K must be a number above 1, got {self.mean!r}")
+        if self.mean > MAX_MEAN:
+            raise ValueError(f"the mean of K is at most {MAX_MEAN}, got {self.mean:g}: each of the K runs is a whole "
+                             f"training run ({MAX_MEAN} is already {MAX_MEAN} trainings per cell and seed), and "
+                             f"the draw lists every run")
         if self.name == "truncated_negative_binomial":
             if isinstance(self.shape, bool) or not isinstance(self.shape, (int, float)) or not (
                     math.isfinite(self.shape) and self.shape > 0):
@@ -63,47 +76,71 @@ class KDistribution:
         shape = f", eta {self.shape:g}" if self.name == "truncated_negative_binomial" else ""
         return f"{self.name} (mean {self.mean:g}{shape})"
 
+    @property
+    def lowest(self) -> int:
+        """The smallest K: 0 for the Poisson distribution, 1 for the others."""
+        return 0 if self.name == "poisson" else 1
+
     def law(self):
-        """(scipy's frozen distribution, the probability of the value it drops: K = 0 for the truncated
-        negative binomial, none otherwise)."""
+        """(scipy's frozen distribution, the probability of the values K takes: P(K >= 1) of the
+        untruncated negative binomial for the truncated one, 1 otherwise)."""
         return _law(self.name, self.mean, self.eta)
 
     def pmf(self, k) -> np.ndarray:
-        law, dropped = self.law()
+        law, kept = self.law()
         k = np.asarray(k)
-        return np.where(k >= (0 if self.name == "poisson" else 1), law.pmf(k) / (1 - dropped), 0.0)
+        return np.where(k >= self.lowest, law.pmf(k) / kept, 0.0)
 
     def quantile(self, p: float) -> int:
-        """The smallest k with P(K <= k) >= p."""
-        law, dropped = self.law()
-        return int(law.ppf(dropped + p * (1 - dropped)))
+        """The smallest k with P(K <= k) >= p, for 0 <= p < 1: from the upper tail, P(K > k) <= 1 - p
+        (the truncation at 0 leaves the tail as it is). Inverting the distribution function instead
+        loses the tail where P(K = 0) of the untruncated law is near 1, and overflows for p near 1."""
+        law, kept = self.law()
+        return _upper_tail_inverse(law, (1 - p) * kept, self.lowest)
 
     def draw(self, rng: random.Random | None = None) -> int:
         """One K by inversion of its distribution function, from OS entropy unless `rng` is given
         (tests)."""
-        u = (rng or random.SystemRandom()).random()
-        return max(self.quantile(u), 0 if self.name == "poisson" else 1)
+        return self.quantile((rng or random.SystemRandom()).random())
+
+    def largest_draw(self) -> int:
+        """The largest K a draw can give (the quantile of the largest uniform number it reads): the
+        draw's list of runs never holds more."""
+        return self.quantile(LARGEST_UNIFORM)
 
     def summary(self) -> str:
         """One line for a dry run: the distribution, E[K], P(K = 1) (P(K = 0) for Poisson) and
         its median and 95th percentile."""
-        low = 0 if self.name == "poisson" else 1
-        return (f"K ~ {self.describe()}: E[K] {self.mean:g}, P(K={low}) {float(self.pmf(low)):.3f}, "
+        return (f"K ~ {self.describe()}: E[K] {self.mean:g}, P(K={self.lowest}) {float(self.pmf(self.lowest)):.3f}, "
                 f"median {self.quantile(0.5)}, 95% at most {self.quantile(0.95)}")
+
+
+def _upper_tail_inverse(law, tail: float, lowest: int) -> int:
+    """The smallest k >= lowest with P(K > k) <= tail (> 0) under scipy's `law`, by doubling then
+    bisection on its survival function, which is accurate far into the tail (scipy's own inverse,
+    `isf`, overshoots the logarithmic's by a factor of two or more there)."""
+    high = max(lowest, 1)
+    while law.sf(high) > tail:
+        high *= 2
+    low = lowest - 1    # (at or below it, the answer is `lowest`)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if law.sf(middle) <= tail else (middle, high)
+    return high
 
 
 @functools.lru_cache(maxsize=64)
 def _law(name: str, mean: float, eta: float):
     """K's law with dp-accounting's gamma for (eta, mean) (the parameter its bound uses), built once."""
     if name == "poisson":
-        return stats.poisson(mean), 0.0
+        return stats.poisson(mean), 1.0
     gamma = rdp._gamma_truncated_negative_binomial(eta, mean)
     if name == "geometric":
-        return stats.geom(gamma), 0.0
+        return stats.geom(gamma), 1.0
     if name == "logarithmic":
-        return stats.logser(1 - gamma), 0.0
+        return stats.logser(1 - gamma), 1.0
     law = stats.nbinom(eta, gamma)
-    return law, float(law.pmf(0))
+    return law, float(law.sf(0))
 
 
 @dataclass(frozen=True)

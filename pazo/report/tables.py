@@ -403,7 +403,9 @@ def notes_for(best: pd.DataFrame, selection: str, metric: str, paper: bool = Tru
         notes.append(f"‡ε=x: the cell was chosen by private selection (Papernot and Steinke 2022): per seed, a random "
                      "number K of runs, each a configuration drawn at random from the grid, only the best by "
                      "validation accuracy released; x is the total epsilon of the cell (every seed's selection, "
-                     f"composed; dp-accounting's RDP accountant) at delta {delta:.3g}, which covers the selection.")
+                     f"composed; dp-accounting's RDP accountant) at delta {delta:.3g}, which covers the selection "
+                     "for the private training examples; the validation examples it reads without noise lie "
+                     "outside it.")
     if "public_only" in set(best.method):
         notes.append("Public only: SGD on the public split alone, no private data and so no privacy cost: "
                      "its non-private value is the reference for every epsilon column.")

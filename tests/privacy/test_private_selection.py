@@ -10,11 +10,12 @@ import random
 import numpy as np
 import pytest
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy.special import gammaln, logsumexp
 
-from pazo.privacy.selection import KDistribution, RunAccount, rdp_curve, run_epsilon, selection_epsilon
+from pazo.privacy.selection import (LARGEST_K, LARGEST_UNIFORM, MAX_MEAN, KDistribution, RunAccount, rdp_curve,
+                                    run_epsilon, selection_epsilon)
 
 #: the integer orders of dp-accounting's default grid: the independent bound minimises over these, a
 #: subset of the library's orders, so it is never below the library's and close to it
@@ -143,3 +144,38 @@ def test_draws_follow_the_law(k):
 def test_a_bad_distribution_of_k_is_refused(args):
     with pytest.raises(ValueError):
         KDistribution(*args)
+
+
+class _LargestUniform(random.Random):
+    """The largest number `random.random()` returns: the draw's inversion reads no larger one."""
+
+    def random(self) -> float:
+        return LARGEST_UNIFORM
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(["geometric", "logarithmic", "truncated_negative_binomial", "poisson"]),
+       mean=st.floats(1.0001, MAX_MEAN), eta=st.floats(1e-6, 1e6))
+@example(name="truncated_negative_binomial", mean=2.0, eta=0.01)      # P(K'=0) near 1: the inversion overflowed
+@example(name="logarithmic", mean=float(MAX_MEAN), eta=1.0)           # the heaviest tail at the largest mean
+def test_no_draw_of_k_exceeds_the_bound_and_none_overflows(name, mean, eta):
+    """At every E[K] up to the maximum, the largest K a draw can give (at the largest uniform number)
+    is finite and within LARGEST_K: the draw's list of runs is bounded in memory."""
+    k = KDistribution(name, mean, eta if name == "truncated_negative_binomial" else None)
+    assert k.lowest <= k.draw(_LargestUniform()) == k.largest_draw() <= LARGEST_K
+
+
+@settings(max_examples=30, deadline=None)
+@given(name=st.sampled_from(["geometric", "logarithmic", "truncated_negative_binomial", "poisson"]),
+       mean=st.floats(1.2, 40), eta=st.floats(0.01, 8.0), p=st.floats(0, 0.999))
+def test_the_quantile_is_the_smallest_k_whose_distribution_function_reaches_p(name, mean, eta, p):
+    k = KDistribution(name, mean, eta if name == "truncated_negative_binomial" else None)
+    cdf = np.cumsum(k.pmf(np.arange(0, 100_000)))
+    q = k.quantile(p)
+    assert cdf[q] >= p - 1e-9 and (q == k.lowest or cdf[q - 1] < p + 1e-9)
+
+
+@pytest.mark.parametrize("mean", [MAX_MEAN * (1 + 1e-9), 1e9, 1e300])
+def test_a_mean_above_the_maximum_is_refused(mean):
+    with pytest.raises(ValueError, match=f"at most {MAX_MEAN}"):
+        KDistribution("geometric", mean)

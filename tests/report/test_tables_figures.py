@@ -326,6 +326,14 @@ def test_figures_render(sweep, tmp_path, monkeypatch):
     assert lines == [(pytest.approx(45.0), "Public only")]      # Figure 2: the public-only reference
 
 
+def test_figures_render_a_privately_selected_cell_without_validation_accuracy(sweep, tmp_path):
+    """A cell released by a private selection has no validation score (the release withholds it)."""
+    root, _ = sweep
+    released(root, "dpsgd", 2, 0, 0.55, lr=0.1)
+    assert make_figures.main([str(root), "--out", str(tmp_path / "figs"), "--epsilon", "1"]) == 0
+    assert (tmp_path / "figs" / "figure3_best_zo_vs_fo.png").stat().st_size > 1000
+
+
 def test_memory_switches_do_not_split_a_configuration(tmp_path):
     """Seeds of one PAZO-P configuration, one run taking its public gradients one after another
     (`method.public_grads_together=false`, a memory switch) and one from before the key existed,
@@ -350,8 +358,9 @@ def test_a_cell_picked_among_private_configurations_says_its_cost_is_outside_eps
 
 
 def released(root: Path, method, epsilon, seed, accuracy, total=2.5, **method_values):
-    """A run released by a private selection: its summary carries the selection's record."""
-    run_dir = fake_run(root, "cifar10", method, epsilon, "finished", accuracy, seed=seed, **method_values)
+    """A run released by a private selection: its summary carries the selection's record and, as the
+    release withholds it, no validation accuracy."""
+    run_dir = fake_run(root, "cifar10", method, epsilon, "finished", accuracy, seed=seed, val=None, **method_values)
     summary = json.loads((run_dir / "summary.json").read_text())
     summary["selection"] = {"distribution": "geometric", "mean": 10, "total_epsilon": total / 2, "delta": 1e-5,
                             "seeds": 3, "total_epsilon_all_seeds": total}
@@ -374,9 +383,11 @@ def test_a_privately_selected_cell_carries_its_total_and_no_outside_note(tmp_pat
     assert best.loc["dpsgd", "seeds"] == 3 and best.loc["dpsgd", "accuracy"] == pytest.approx(0.62)
     assert not best.loc["dpsgd", "selection_outside_epsilon"] and best.loc["dpsgd", "selection_epsilon"] == 2.5
     assert best.loc["gep", "selection_outside_epsilon"]
+    assert best.loc["dpsgd", "best_run"].endswith("lr=0.2,seed=1")   # no validation score: the best test accuracy
     md, csv = tables(root, tmp_path / "out")
     assert cells(md)["DP-SGD"][2].startswith("62.0 ± 2.0 [3] ‡ε=2.50 (")   # eps=1: the paper's third column
     assert "‡ε=x" in md and "Privacy of the selection: a private cell without ‡" in md
+    assert "the validation examples it reads without noise lie outside it" in md
     row = csv[(csv.method == "dpsgd") & (csv.column == "1")].iloc[0]
     assert row.selection == "private" and row.selection_epsilon == 2.5 and row.selected == "private selection"
 
