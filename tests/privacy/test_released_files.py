@@ -1,0 +1,271 @@
+"""The guarantee's rule over the entry points, as a property: every walk starts with a training (it
+may be stopped by a signal or a crash), an audit, the library and (in the longer walks) a private
+selection, in a random order, then takes random steps among trainings, relaunches with or without a
+change, files deleted or cut short, audits, the library and the reports on what was written, all
+under one output root. After every step, every file under the root and every line printed is checked:
+
+- a secret (a run's seed, the private data's digest) is only in the private workspace: files that
+  their owner alone may read (a released file is readable by others);
+- nothing printed holds a secret;
+- every run directory's summary prints an epsilon that covers every row that left it (the rows of
+  metrics.jsonl and of its archived attempts each carry the epsilon spent by their step).
+
+Seeds are drawn large (at least 2^40), so that their decimal digits found in a file are the seed.
+Trainings and the library run in this process; the selection's runs are the sweep's subprocesses."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import signal
+import stat
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import CONFIG_DIR, run_cache
+from hydra import compose, initialize_config_dir
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition, rule,
+                                 run_state_machine_as_test)
+from torch import nn
+
+import pazo.loop as training_loop
+import pazo.sweep as sweep
+import pazo.train as train
+from pazo.errors import ConfigError
+from pazo.private import private_zo
+
+SEEDS = st.integers(2**40, 2**62)
+METHODS = ("dpzero", "pazo_m", "dpsgd")
+KILLS = (None, "SIGTERM", "SIGINT", "crash")
+TAMPERS = ("metrics.jsonl", "summary.json", "train.log")
+BASE = ["train.steps=3", "train.log_every=1", "train.checkpoint_every=1", "device=cpu", "logger.mode=disabled"]
+
+
+def owner_only(path: Path) -> bool:
+    return stat.S_IMODE(path.stat().st_mode) & 0o077 == 0
+
+
+def run_in_process(cfg, run_dir: Path, kill: str | None, after: int, monkeypatch) -> str:
+    """`pazo.train.run`, stopped by `kill` after `after` steps (None: to its end): 'ran', 'refused'
+    or the kill."""
+    real_step, done = training_loop.timed_step, []
+
+    def step(r, sampler, loop, t):
+        stats = real_step(r, sampler, loop, t)
+        done.append(t)
+        if kill is not None and len(done) == after:
+            if kill == "crash":
+                raise RuntimeError("injected crash")
+            os.kill(os.getpid(), getattr(signal, kill))   # honoured after this step
+        return stats
+
+    with monkeypatch.context() as patch:
+        patch.setattr(training_loop, "timed_step", step)
+        try:
+            train.run(cfg, run_dir)
+        except ConfigError:
+            return "refused"
+        except (RuntimeError, KeyboardInterrupt):
+            return kill or "crash"
+    return "ran"
+
+
+def mini_selection_spec(folder: Path) -> str:
+    path = folder / "sel.yaml"
+    path.write_text("name: sel\nsettings: [digits]\nmethods: [dpzero]\nepsilons: [1]\nseeds: [0]\n"
+                    "selection: private\nk: {distribution: geometric, mean: 2}\n")
+    return str(path)
+
+
+class Entries(RuleBasedStateMachine):
+    """One output root that every entry point writes under."""
+
+    monkeypatch: pytest.MonkeyPatch
+    with_selection: bool = True
+
+    def __init__(self):
+        super().__init__()
+        self.root = Path(tempfile.mkdtemp(prefix="pazo-entries-"))
+        self.cache = run_cache(self.root.parent / f"{self.root.name}-cache")
+        self.runs: list[tuple[Path, list[str]]] = []    # (directory, overrides of its first launch)
+        self.seeds: set[int] = set()
+        self.printed = io.StringIO()
+        self.selected = False
+        self.log_handler = logging.StreamHandler(self.printed)
+        logging.getLogger("pazo").addHandler(self.log_handler)
+
+    def teardown(self):
+        logging.getLogger("pazo").removeHandler(self.log_handler)
+
+    def _compose(self, overrides: list[str], config: str = "config"):
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            return compose(config_name=config, overrides=[f"privacy.cache_dir={self.cache / 'sigma'}", *overrides])
+
+    def _launch(self, run_dir: Path, overrides: list[str], kill, after) -> str:
+        with contextlib.redirect_stdout(self.printed), contextlib.redirect_stderr(self.printed):
+            return run_in_process(self._compose(overrides), run_dir, kill, after, self.monkeypatch)
+
+    @rule(method=st.sampled_from(METHODS), seed=SEEDS, kill=st.sampled_from(KILLS), after=st.integers(1, 2))
+    def training(self, method, seed, kill, after):
+        self.seeds.add(seed)
+        run_dir = self.root / "runs" / f"run{len(self.runs)}"
+        overrides = [f"method={method}", f"seed={seed}", *BASE]
+        self._launch(run_dir, overrides, kill, after)
+        self.runs.append((run_dir, overrides))
+
+    @precondition(lambda self: self.runs)
+    @rule(data=st.data(), change=st.sampled_from([None, "method.lr=0.07", "train.steps=4"]),
+          kill=st.sampled_from(KILLS), after=st.integers(1, 2))
+    def relaunch(self, data, change, kill, after):
+        run_dir, overrides = data.draw(st.sampled_from(self.runs))
+        self._launch(run_dir, [*overrides, *([change] if change else [])], kill, after)
+
+    @precondition(lambda self: self.runs)
+    @rule(data=st.data(), name=st.sampled_from(TAMPERS), how=st.sampled_from(["delete", "cut"]))
+    def tamper(self, data, name, how):
+        run_dir, _ = data.draw(st.sampled_from(self.runs))
+        path = run_dir / name
+        if path.exists():
+            path.unlink() if how == "delete" else path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+    @rule(seed=SEEDS)
+    def audit(self, seed):
+        from pazo.audit.run import run_audit
+
+        self.seeds.add(seed)
+        cfg = self._compose([f"seed={seed}", "method=dpzero", "train.steps=3", "audit.canaries=20",
+                             "device=cpu", "logger.mode=disabled"], config="audit")
+        with contextlib.redirect_stdout(self.printed), contextlib.redirect_stderr(self.printed):
+            with contextlib.suppress(ConfigError):
+                run_audit(cfg, self.root / "audits" / f"audit{len(self.seeds)}")
+
+    @rule(seed=SEEDS)
+    def library(self, seed):
+        self.seeds.add(seed)
+        g = torch.Generator().manual_seed(1)
+        x, y = torch.randn(200, 5, generator=g), torch.randint(0, 3, (200,), generator=g)
+        model = nn.Linear(5, 3)
+        with contextlib.redirect_stdout(self.printed), contextlib.redirect_stderr(self.printed):
+            engine = private_zo(model, nn.CrossEntropyLoss(reduction="none"), (x, y), method="dpzero", lr=0.05,
+                                clip=1.0, epsilon=1.0, delta=1e-4, steps=3, batch_size=16, seed=seed)
+            for batch in engine.batches():
+                engine.step(batch)
+            # what a user keeps of it: the facts `describe()` gives
+            out = self.root / "library" / f"describe{len(self.seeds)}.json"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(engine.describe(), default=str))
+
+    @initialize(method=st.sampled_from(METHODS), seed=SEEDS, kill=st.sampled_from(KILLS), after=st.integers(1, 2))
+    def first_training(self, method, seed, kill, after):
+        self.training(method, seed, kill, after)
+
+    @initialize(seed=SEEDS)
+    def first_audit(self, seed):
+        self.audit(seed)
+
+    @initialize(seed=SEEDS)
+    def first_library(self, seed):
+        self.library(seed)
+
+    @initialize()
+    def selection(self):
+        """A private selection's sweep (its runs are subprocesses: once a walk, in the longer walks;
+        the fast suite runs one on its own, `test_a_private_selection_releases_no_secret`)."""
+        if not self.with_selection:
+            return
+        self.selected = True
+        spec = mini_selection_spec(self.root)
+        with contextlib.redirect_stdout(self.printed), contextlib.redirect_stderr(self.printed):
+            sweep.main([spec, "--out", str(self.root / "sweeps"), "train.steps=3", "device=cpu"])
+        for folder in (self.root / "sweeps").rglob("config.yaml"):   # the K runs' seeds are secrets too
+            if (seed := _config_seed(folder)) is not None and seed >= 2**20:
+                self.seeds.add(seed)
+
+    @precondition(lambda self: self.selected)
+    @rule()
+    def report(self):
+        from pazo.report import main as report
+
+        with contextlib.redirect_stdout(self.printed), contextlib.redirect_stderr(self.printed):
+            with contextlib.suppress(SystemExit):
+                report(["tables", str(self.root / "sweeps" / "sel"), "--out", str(self.root / "tables")])
+
+    def _secrets(self) -> set[bytes]:
+        digests = set()
+        for record in self.root.rglob("private_computation.json"):
+            with contextlib.suppress(OSError, ValueError):
+                digests.add(json.loads(record.read_text()).get("private_data_sha256", ""))
+        return {str(s).encode() for s in self.seeds} | {d.encode() for d in digests if d}
+
+    @invariant()
+    def secrets_stay_in_the_private_workspace(self):
+        secrets = self._secrets()
+        leaked = [str(p.relative_to(self.root)) for p in self.root.rglob("*")
+                  if p.is_file() and not owner_only(p) and any(s in p.read_bytes() for s in secrets)]
+        assert not leaked, f"a secret in a file others may read: {leaked}"
+        printed = self.printed.getvalue().encode()
+        assert not [s for s in secrets if s in printed], "a secret was printed"
+
+    @invariant()
+    def every_released_row_is_covered(self):
+        for summary_path in self.root.rglob("summary.json"):
+            with contextlib.suppress(OSError, ValueError):
+                summary = json.loads(summary_path.read_text())
+            privacy = summary.get("privacy") if isinstance(summary, dict) else None
+            if not isinstance(privacy, dict) or privacy.get("epsilon_spent") is None:
+                continue
+            run_dir = summary_path.parent
+            rows = [json.loads(line) for path in [run_dir / "metrics.jsonl", *run_dir.glob("attempts/*/metrics.jsonl")]
+                    if path.exists() for line in path.read_text().splitlines() if _whole(line)]
+            most = max((row.get("epsilon") or 0.0 for row in rows), default=0.0)
+            assert privacy["epsilon_spent"] >= most - 1e-9, (run_dir, privacy["epsilon_spent"], most)
+
+
+def _whole(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+def _config_seed(path: Path) -> int | None:
+    for line in path.read_text().splitlines():
+        if line.startswith("seed:"):
+            with contextlib.suppress(ValueError):
+                return int(line.split(":", 1)[1])
+    return None
+
+
+def _walk(monkeypatch, max_examples: int, steps: int, with_selection: bool) -> None:
+    Entries.monkeypatch, Entries.with_selection = monkeypatch, with_selection
+    run_state_machine_as_test(Entries, settings=settings(
+        max_examples=max_examples, stateful_step_count=steps, derandomize=True, deadline=None,
+        phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck)))
+
+
+def test_no_entry_point_releases_a_secret_or_an_uncounted_row(monkeypatch):
+    _walk(monkeypatch, max_examples=2, steps=8, with_selection=False)
+
+
+def test_a_private_selection_releases_no_secret(monkeypatch):
+    Entries.monkeypatch, Entries.with_selection = monkeypatch, True
+    state = Entries()
+    try:
+        state.selection()
+        state.report()
+        assert list((state.root / "sweeps" / "sel").rglob("selected,seed=0/summary.json"))   # (one run released)
+        state.secrets_stay_in_the_private_workspace()
+        state.every_released_row_is_covered()
+    finally:
+        state.teardown()
+
+
+@pytest.mark.slow
+def test_no_entry_point_releases_a_secret_or_an_uncounted_row_on_longer_walks(monkeypatch):
+    _walk(monkeypatch, max_examples=10, steps=14, with_selection=True)
