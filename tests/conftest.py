@@ -36,7 +36,8 @@ from pazo.zo.engines import InPlaceEngine, VectorisedEngine
 
 #: the suite's one Hypothesis profile: a test's outcome must not depend on how loaded the machine is,
 #: so no per-example deadline and no health check that times data generation (`too_slow`); a test's
-#: own `@settings` inherits both, and `pytest_collection_modifyitems` refuses one that turns either back on
+#: own `@settings` inherits both, and `pytest_collection_modifyitems` takes both out of one that
+#: brings either back (a test's `suppress_health_check` replaces the profile's list)
 LOAD_DEPENDENT_CHECKS = (HealthCheck.too_slow,)
 settings.register_profile("pazo", deadline=None, suppress_health_check=LOAD_DEPENDENT_CHECKS)
 settings.load_profile("pazo")
@@ -44,25 +45,28 @@ settings.load_profile("pazo")
 
 def load_dependent_settings(test_settings: settings) -> list[str]:
     """What in a Hypothesis test's settings depends on the machine's load: a deadline, or a
-    health check that times generation left on (a test's `suppress_health_check` replaces the
-    profile's list, so one that names only `function_scoped_fixture` turns `too_slow` back on)."""
+    health check that times generation left on."""
     problems = [f"deadline={test_settings.deadline}"] if test_settings.deadline is not None else []
     problems += [f"health check {check.name} on" for check in LOAD_DEPENDENT_CHECKS
                  if check not in test_settings.suppress_health_check]
     return problems
 
 
+def load_independent(test_settings: settings) -> settings:
+    """`test_settings` without a deadline and with the generation-timing health checks off."""
+    checks = [*test_settings.suppress_health_check,
+              *(c for c in LOAD_DEPENDENT_CHECKS if c not in test_settings.suppress_health_check)]
+    return settings(test_settings, deadline=None, suppress_health_check=checks)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Refuse, before any test runs, a Hypothesis test whose settings depend on the load."""
-    bad = {}
+    """Every Hypothesis test runs under load-independent settings, whatever its own `@settings` say
+    (Hypothesis reads them from the test function when the test runs)."""
     for item in items:
-        test_settings = getattr(getattr(item, "obj", None), "_hypothesis_internal_use_settings", None)
-        if test_settings is not None and (problems := load_dependent_settings(test_settings)):
-            bad[item.nodeid.split("[")[0]] = problems
-    if bad:
-        listed = "; ".join(f"{node}: {', '.join(problems)}" for node, problems in sorted(bad.items()))
-        raise pytest.UsageError(f"Hypothesis settings that depend on the machine's load ({listed}): keep the "
-                                "suite's profile (tests/conftest.py), or add HealthCheck.too_slow to the list")
+        test = getattr(item, "obj", None)
+        test_settings = getattr(test, "_hypothesis_internal_use_settings", None)
+        if test_settings is not None and load_dependent_settings(test_settings):
+            test._hypothesis_internal_use_settings = load_independent(test_settings)
 
 
 # absl's handler holds the sys.stderr of its import, pytest's capture file here, and an in-process
