@@ -124,7 +124,8 @@ def test_pyproject_declares_the_pinned_requirements():
     assert extras["bench"] == _requirement_lines("requirements-bench.txt")
     assert project["project"]["scripts"] == {"pazo-train": "pazo.train:cli", "pazo-sweep": "pazo.sweep:main",
                                              "pazo-audit": "pazo.audit.run:cli",
-                                             "pazo-bench": "pazo.bench:main", "pazo-report": "pazo.report:main"}
+                                             "pazo-bench": "pazo.bench:main", "pazo-report": "pazo.report:main",
+                                             "pazo-privacy": "pazo.privacy.cli:main"}
     assert project["tool"]["setuptools"]["package-data"] == {"pazo.report": ["paper_values.csv"]}
 
 
