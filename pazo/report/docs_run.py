@@ -18,16 +18,19 @@ code block (or the block of shown output), read here and invisible in the render
     <!-- docs-run `dataset.root=/data`: error -->       ends in its one `pazo: error:` line, exit 2
     <!-- docs-run `make run`: output below -->         the next block is that command's output (exactly;
                                                         `output below, within 0.003`: each number within 0.003)
+    <!-- docs-run `audit.debug_break=no_clip`: exit 4 -->     ends with that exit status, no traceback
 
 A backquoted selector limits a comment to the block's commands containing that text; several
 comments may precede one block, and the first that matches a command (skip, error, output) wins
 where they disagree, while every matching size override is appended. A size is appended to the
 first pazo command of the line (inside `ARGS="..."` for `make`); a comment after the command (`#
 ...`) is dropped. Commands of generated pages (docs/reference/) take their comments from
-`GENERATED`. Shown output is compared line by line: every shown line must match a printed line
-with the same words, `...` and `<placeholder>` matching anything, and each number within the
-stated spread (seeded float32 runs print the same digits on one machine; another machine's BLAS
-may move the last of them)."""
+`GENERATED`. A block with `$ ` prompts is a transcript: the lines after each command, up to the
+next prompt, are that command's shown output, compared as a block of output is (a page that shows
+what a command prints cannot drift from it unnoticed). Shown output is compared line by line:
+every shown line must match a printed line with the same words, `...` and `<placeholder>`
+matching anything, and each number within the stated spread (seeded float32 runs print the same
+digits on one machine; another machine's BLAS may move the last of them)."""
 from __future__ import annotations
 
 import math
@@ -51,6 +54,7 @@ from pazo.report.docs_commands import FENCE, SHELL_FENCES, Command, _commands, c
 
 DIRECTIVE = re.compile(r"^[ \t]*<!--\s*docs-run(?:\s+`(?P<select>[^`]+)`)?\s*:\s*(?P<what>.*?)\s*-->", re.S | re.M)
 SPREAD = re.compile(r"^output below(?:,\s*within\s+(?P<spread>[0-9.eE+-]+))?$")
+STATUS = re.compile(r"^exit (?P<status>\d+)$")
 NUMBER = re.compile(r"[-+]?\d+\.\d+(?:[eE][-+]?\d+)?|[-+]?\d+(?:[eE][-+]?\d+)?")
 WILDCARD = re.compile(r"\.\.\.|<[^<>\s][^<>]*>")
 #: the spread allowed on a shown number when the comment states none
@@ -76,6 +80,7 @@ class Documented:
     sizes: list[str] = field(default_factory=list)
     skip: str | None = None
     error: bool = False
+    status: int | None = None          # the exit status the page says it ends with (`exit N`), if not 0
     output: list[str] | None = None
     spread: float = DEFAULT_SPREAD
 
@@ -87,7 +92,8 @@ class Documented:
     def plan(self) -> str:
         if self.skip:
             return f"skip: {self.skip}"
-        return ("error line expected" if self.error else "run") + (
+        expected = "error line expected" if self.error else f"exit {self.status} expected" if self.status else "run"
+        return expected + (
             f", output compared within {self.spread:g}" if self.output is not None else "")
 
 
@@ -121,8 +127,10 @@ def read_page(path: Path) -> list[Documented]:
             j += 1
         body = lines[i + 1:j]
         if info in SHELL_FENCES:
+            shown = transcript(body, i + 2, match["indent"])
             for command in _commands(path, body, i + 2, match["indent"]):
                 out.append(_documented(command, pending))
+                out[-1].output = shown.get(command.line)
         for sel, what in pending:
             spread = SPREAD.match(what)
             if spread and info not in SHELL_FENCES:
@@ -133,6 +141,23 @@ def read_page(path: Path) -> list[Documented]:
                 target.spread = float(spread["spread"] or DEFAULT_SPREAD)
         last_block_end, i = j + 1, j + 1
     return out
+
+
+def transcript(body: list[str], first_line: int, indent: str = "") -> dict[int, list[str]]:
+    """In a block with `$ ` prompts, each command's shown output: the non-empty lines after it (and
+    after its continuation lines) up to the next prompt, by the line the command starts on."""
+    shown: dict[int, list[str]] = {}
+    current, continued = None, False
+    for k, raw in enumerate(body):
+        line = (raw[len(indent):] if raw.startswith(indent) else raw).rstrip()
+        if line.lstrip().startswith("$ "):
+            current, continued = first_line + k, line.endswith("\\")
+            shown[current] = []
+        elif continued:
+            continued = line.endswith("\\")
+        elif current is not None and line.strip():
+            shown[current].append(line)
+    return {start: lines for start, lines in shown.items() if lines}
 
 
 def _select(documented: list[Documented], selector: str | None) -> Documented | None:
@@ -154,6 +179,8 @@ def _documented(command: Command, comments: list[tuple[str | None, str]]) -> Doc
             d.skip = d.skip or reason or "no reason given"
         elif what == "error":
             d.error = True
+        elif STATUS.match(what):
+            d.status = int(STATUS.match(what)["status"]) if d.status is None else d.status
         else:
             d.sizes.append(what)
     return d
@@ -275,7 +302,8 @@ def judge(d: Documented, status: int, stdout: str, stderr: str) -> str | None:
     if "Traceback (most recent call last)" in stdout + stderr:
         return f"exit {status} with a traceback: {tail}"
     if not d.error:
-        return None if status == 0 else f"exit {status}: {tail}"
+        wanted = d.status or 0
+        return None if status == wanted else f"exit {status}" + (f", not {wanted}" if wanted else "") + f": {tail}"
     errors = [ln for ln in (stdout + stderr).splitlines() if ln.startswith("pazo: error:")]
     if status != 2 or len(errors) != 1:
         return f"expected one `pazo: error:` line and exit 2, got exit {status} and {len(errors)} such lines: {tail}"

@@ -199,3 +199,66 @@ def test_only_names_pages_and_lines_of_the_docs(capsys):
         assert main(["--list", "--only", wrong]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("pazo: error: no "), err
+
+
+# --- transcripts: a `$ ` block's shown output is compared; `exit N` -------------------------------------
+
+shown_line = st.from_regex(r"[a-z][a-z ,:.=]{0,20}", fullmatch=True)
+
+
+@given(entries=st.lists(st.tuples(st.integers(0, 9), st.booleans(), st.lists(shown_line, max_size=3)),
+                        min_size=1, max_size=5))
+def test_a_transcript_gives_each_command_the_lines_up_to_the_next_prompt(tmp_path_factory, entries):
+    """Whatever the commands (continued over two lines or not) and their lines: each command of a
+    block with `$ ` prompts is read with exactly the non-empty lines after it, up to the next prompt
+    (was: a transcript's shown lines were not read at all, so they could drift unnoticed)."""
+    body, want = [], {}
+    for n, continued, lines in entries:
+        start = len(body) + 3   # (the page's first two lines: the comment and the fence)
+        body += ["$ pazo-report --help  \\", f"    # {n}"] if continued else [f"$ pazo-report --help  # {n}"]
+        body += [*lines, ""]
+        want[start] = [line.rstrip() for line in lines if line.strip()] or None
+    path = tmp_path_factory.mktemp("p") / "p.md"
+    path.write_text("<!-- docs-run: error -->\n```console\n" + "\n".join(body) + "\n```\n")
+    documented = read_page(path)
+    assert {d.command.line: d.output for d in documented} == want
+    assert all(d.error for d in documented)
+
+
+def test_a_transcript_that_drifts_from_what_the_command_prints_fails_and_exit_n_is_checked(tmp_path):
+    path = page(tmp_path, """\
+        <!-- docs-run: error -->
+        ```console
+        $ pazo-report nosuch
+        pazo: error: unknown pazo-report command 'nosuch'; choices: tables, ...
+        $ pazo-report nope
+        pazo: error: unknown pazo-report command 'nope'; options: tables
+        ```
+
+        <!-- docs-run: exit 3 -->
+        ```console
+        $ pazo-report nosuch
+        ```
+        """)
+    failures = run_pages([path], Path(sys.prefix), timeout=120, say=lambda _: None)
+    assert len(failures) == 2, failures
+    assert failures[0].startswith(f"{path}:5: pazo-report nope: the page shows ") and "nothing printed" in failures[0]
+    assert failures[1].startswith(f"{path}:11: pazo-report nosuch: exit 2, not 3"), failures[1]
+
+
+def test_the_static_check_leaves_a_command_shown_failing_to_its_run(tmp_path):
+    from pazo.report.docs_commands import check_pages
+
+    path = page(tmp_path, """\
+        <!-- docs-run: error -->
+        ```console
+        $ pazo-train method=pazom
+        pazo: error: unknown method=pazom; did you mean method=pazo_m? (choices: ...)
+        ```
+
+        ```bash
+        pazo-train method=pazom
+        ```
+        """)
+    count, problems = check_pages([path])
+    assert count == 2 and len(problems) == 1 and ":8: " in problems[0], problems
