@@ -13,7 +13,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from pazo import CONFIG_DIR
-from pazo.errors import ConfigError, unknown_key
+from pazo.errors import ConfigError, unknown_key, unknown_option
 from pazo.rundir import STAGING_PREFIX, WriteFault, check_output_dir
 from pazo.privacy.accountants import BudgetError
 from pazo.registry import UnknownNameError
@@ -170,11 +170,29 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         lines = [line.strip() for e in (err, err.__cause__) if e is not None for line in str(e).splitlines()]
         lines = [line for line in lines if line and not line.startswith(("full_key", "object_type", "To append"))]
-        if len(lines) > 2 and lines[1].startswith("Available options"):  # a config group's choices
-            options = [o for o in lines[2:] if o.isidentifier() and not o.endswith("_schema")]
-            return f"{lines[0]}; choices: {', '.join(options)}"
-        return "; ".join(dict.fromkeys(lines[:2])) or type(err).__name__
+        return _unknown_option(lines) or "; ".join(dict.fromkeys(lines[:2])) or type(err).__name__
     return None
+
+
+def _unknown_option(lines: list[str]) -> str | None:
+    """Hydra's "Could not find 'method/pazom'" and the group's "Available options" after it as one
+    line naming the close match (`unknown_group_option`); None for another error."""
+    if len(lines) < 2 or not lines[1].startswith("Available options"):
+        return None
+    return unknown_group_option(lines[0], [o for o in lines[2:] if o.isidentifier()])
+
+
+def unknown_group_option(message: str, options) -> str | None:
+    """Hydra's "Could not find 'method/pazom'" (`message`) with the group's options as one line
+    naming the close match (`pazo.errors.unknown_option`); None for another message."""
+    import re
+
+    found = re.search(r"Could not find '(?P<group>[^']+)/(?P<option>[^'/]+)'", message)
+    if not found:
+        return None
+    return unknown_option(found["group"], found["option"], [o for o in options if not str(o).endswith("_schema")])
+
+
 
 
 def explain_unknown_key(err: Exception, overrides: list[str], compose) -> str | None:

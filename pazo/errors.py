@@ -47,11 +47,34 @@ def one_of(value, choices, what: str) -> None:
     require(value in choices, f"unknown {what} {value!r}; choices: {', '.join(sorted(choices))}")
 
 
+def close_match(name: str, known) -> str | None:
+    """The known name nearest to `name` as difflib measures it (at a ratio of 0.6 at least), or None."""
+    return next(iter(difflib.get_close_matches(name, [str(k) for k in known], n=1, cutoff=0.6)), None)
+
+
 def unknown_key(key: str, known, aliases: dict[str, str] | None = None, where: str | None = None) -> str:
     """The message for a key that is not there: the close match (a paper's symbol in `aliases`,
     e.g. DP-AggZO's K for `q`, else difflib's nearest name) and the keys there are."""
     parent, _, name = key.rpartition(".")
     known = sorted(str(k) for k in known)
-    match = (aliases or {}).get(name) or next(iter(difflib.get_close_matches(name, known, n=1, cutoff=0.6)), None)
+    match = (aliases or {}).get(name) or close_match(name, known)
     hint = f"; did you mean {parent + '.' if parent else ''}{match}?" if match else ""
     return f"unknown key {key}{hint} ({where or parent or 'the top level'} has: {', '.join(known)})"
+
+
+def unknown_option(group: str, option: str, options) -> str:
+    """The message for a config group's option that is not one (`method=pazom`), as the command line
+    names it: the close match and the options there are, in one line."""
+    options = sorted(str(o) for o in options)
+    match = close_match(option, options)
+    hint = f"; did you mean {group}={match}?" if match else ""
+    return f"unknown {group}={option}{hint} (choices: {', '.join(options)})"
+
+
+def unknown_choice(what: str, value, choices) -> str:
+    """The message for a name that is not among `choices` (a part, a sweep, an engine): the close
+    match and the choices, in one line."""
+    choices = sorted(str(c) for c in choices)
+    match = close_match(str(value), choices)
+    hint = f"; did you mean {match!r}?" if match else ""
+    return f"unknown {what} {value!r}{hint} (choices: {', '.join(choices)})"

@@ -302,7 +302,9 @@ def _one_line(err: Exception) -> str:
     """Hydra's multi-line message as one line: its choices joined, the search path dropped."""
     lines = [line.strip() for line in str(err).split("\nConfig search path")[0].splitlines() if line.strip()]
     if getattr(err, "options", None):
-        return f"{lines[0]}; choices: {', '.join(err.options)}"
+        from pazo.cli import unknown_group_option
+
+        return unknown_group_option(lines[0], err.options) or f"{lines[0]}; choices: {', '.join(err.options)}"
     if err.__cause__ is not None:      # e.g. "Error merging override x" does not say why
         lines.append(str(err.__cause__).splitlines()[0])
     return " ".join(lines)

@@ -12,7 +12,7 @@ from pazo.config_schema import check_config_values, typed_values
 from pazo.catalog import pairing_problem
 from pazo.data import DATASETS
 from pazo.data.validation import check_validation_size
-from pazo.errors import ConfigError
+from pazo.errors import ConfigError, unknown_choice
 from pazo.methods import METHODS, method_config, method_info
 from pazo.models import MODELS
 from pazo.privacy.accountants import BudgetError, check_delta, check_target_epsilon
@@ -22,7 +22,7 @@ from pazo.zo.engines import ENGINES
 
 def _choice(value, choices, what: str) -> None:
     if value not in choices:
-        raise ConfigError(f"unknown {what} {value!r}; choices: {', '.join(sorted(choices))}")
+        raise ConfigError(unknown_choice(what, value, choices))
 
 
 def validate_config(cfg) -> None:

@@ -11,10 +11,10 @@ import re
 import pytest
 from fault_inputs_helpers import assert_one_error, run_entry
 from fault_runtime_helpers import TINY, run_cli
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pazo import bench, sweep
+from pazo import CONFIG_DIR, bench, sweep
 from pazo.audit import run as audit_run
 from pazo.cli import check_overrides
 from pazo.config_schema import SECTIONS
@@ -55,6 +55,34 @@ def test_a_misspelt_key_names_its_close_match_and_the_valid_keys(data, section, 
     line = check_overrides([f"{section}.{bad}=1"], config_name=config_name)
     assert line is not None
     assert_names_keys(line, section, bad, keys)
+
+
+#: the config groups a command line picks an option of, with their options (the yaml files and the
+#: registered methods that have none)
+GROUP_OPTIONS = {group: sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+                 for group in ("method", "dataset", "model", "experiment", "privacy", "logger")}
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=st.data(), group=st.sampled_from(sorted(GROUP_OPTIONS)), config_name=st.sampled_from(["config", "audit"]))
+@example(data=None, group="method", config_name="config")   # the reported case: method=pazom, no "did you mean"
+def test_a_misspelt_option_of_a_config_group_names_its_close_match(data, group, config_name):
+    """`method=pazom` (was: "Could not find 'method/pazom'; choices: ...", no close match): one line
+    naming the option as typed, an option at least as close to it as any, and the options there are."""
+    options = GROUP_OPTIONS[group]
+    bad = "pazom" if data is None else data.draw(misspelt(options))
+    line = check_overrides([f"{group}={bad}"], config_name=config_name)
+    assert line is not None and "\n" not in line and line.startswith(f"unknown {group}={bad}"), line
+    listed = re.search(r"\(choices: ([^)]*)\)$", line)
+    assert listed and set(listed.group(1).split(", ")) >= set(options), line
+    close = difflib.get_close_matches(bad, options, n=1, cutoff=0.6)
+    suggested = re.search(rf"did you mean {group}=(\w+)\?", line)
+    assert bool(suggested) == bool(close), line
+    if close:
+        ratio = lambda option: difflib.SequenceMatcher(None, bad, option).ratio()  # noqa: E731
+        assert ratio(suggested.group(1)) >= ratio(close[0]) - 1e-12, line
+    if data is None:
+        assert "did you mean method=pazo_m?" in line
 
 
 @pytest.mark.parametrize("entry,argv", [

@@ -165,7 +165,8 @@ def test_dry_run_prints_under_python_m(tmp_path):
 @pytest.mark.parametrize("args, says", [
     (["method.lrr=0.1"], "unknown key 'method.lrr' in override 'method.lrr=0.1' (method has clip,"),
     (["foo=1"], "unknown key 'foo' in override 'foo=1' (the top level has dataset,"),
-    (["model=resnet"], "Could not find 'model/resnet'; choices: hf_causal_lm, hf_masked_lm, lstm, nf_resnet18,"),
+    (["model=resnet"], "unknown model=resnet; did you mean model=nf_resnet18? (choices: hf_causal_lm, hf_masked_lm, "
+                       "lstm, nf_resnet18,"),
     (["train.batch_size=0"], "train.batch_size must be an integer >= 1, got 0 (4 of 4 runs, e.g. digits/dpzero"),
     (["method.lr=[1"], "bad override in 'method.lr=[1'"),
     (["--methods", "pazo_m,adam"],

@@ -167,7 +167,7 @@ def _cli(*args, cwd=ROOT, env_extra=None):
     ("method.lrr=0.1", "pazo: error: unknown key method.lrr; did you mean method.lr? (method pazo_m has: alpha, "),
     ("method.q=abc", "pazo: error: Error merging override method.q=abc; Value 'abc' of type 'str' could not be "
                      "converted to Integer"),
-    ("method=nope", "pazo: error: In 'config': Could not find 'method/nope'"),
+    ("method=nope", "pazo: error: unknown method=nope (choices: dope_sgd, "),
 ])
 def test_cli_override_hydra_cannot_compose_is_one_line(override, message, tmp_path):
     out = _cli(override, "logger.mode=disabled", f"hydra.run.dir={tmp_path}/r")
