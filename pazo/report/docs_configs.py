@@ -1,6 +1,6 @@
-"""The configuration reference page (docs/reference/configs.md), generated from configs/: every
-config file's keys with their defaults and the comments written beside them, and, for a method,
-the fields its typed schema (a dataclass in pazo/methods/) adds with their defaults and comments.
+"""The configuration reference, read from configs/: every config file's keys with their defaults and
+the comments written beside them, and, for a method, the fields its typed schema adds with theirs:
+printed whole or by part by this command, and the docs' generated page.
 
 The comments are read with a line parser (the YAML files are plain block mappings: `key: value  #
 comment`, a comment block above a key, a `defaults:` list) and the values with PyYAML."""
@@ -179,40 +179,58 @@ def options(group: str) -> list[Path]:
     return sorted((CONFIG_DIR / group).glob("*.yaml"))
 
 
-def configs_page() -> str:
-    import pazo.methods  # noqa: F401  (registers every method's schema)
+#: what `pazo-report configs <part>` prints besides a group: the two top-level configs and the sweeps
+PARTS = ("config", "audit", "sweeps")
 
+
+def configs_page() -> str:
     lines = ["# Configuration reference", "",
              "Generated from `configs/` by `.venv/bin/pazo-report docs`: every config file's keys, their "
              "defaults and the comments beside them. On the command line, `key=value` overrides a key "
              "(`privacy.epsilon=0.5`), `group=option` picks a config group's option (`method=dpzero`); "
              "see [the command lines](cli.md).", ""]
-    lines += file_section(CONFIG_DIR / "config.yaml", "##", "The training run: `config.yaml`", "")
-    lines += file_section(CONFIG_DIR / "audit.yaml", "##", "The privacy audit: `audit.yaml`", "")
+    lines += part_section("config") + part_section("audit")
     lines += ["## Config groups", "",
               "Each group's options; a key is written as on the command line (`dataset.public_fraction`). "
               "Files marked `@package _global_` (experiments, tuning) set keys anywhere in the config.", ""]
     for group in GROUPS:
-        paths = options(group)
-        names = ", ".join(f"`{p.stem}`" for p in paths)
-        lines += [f"### {group}", "", f"Options: {names}.", ""]
-        if group == "tuning":
-            lines += tuning_tables(paths)
-            continue
-        for path in paths:
-            prefix = "" if is_global(path) else group.replace("/", ".") + "."
-            if group == "hydra/job_logging":
-                prefix = "hydra.job_logging."
-            lines += file_section(path, "####", f"{group}={path.stem}", prefix)
-    lines += ["## Sweeps", "",
-              "Sweep specifications for `pazo-sweep <spec>` (`configs/sweeps/`), the per-setting grids "
-              "they expand (`configs/sweeps/grids/`), and the launchers (`--launcher`, "
-              "`configs/sweeps/launchers/`).", ""]
+        lines += group_section(group)
+    lines += part_section("sweeps")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def part_section(part: str) -> list[str]:
+    """The section of the page on `config.yaml`, `audit.yaml` or the sweeps (PARTS)."""
+    if part == "config":
+        return file_section(CONFIG_DIR / "config.yaml", "##", "The training run: `config.yaml`", "")
+    if part == "audit":
+        return file_section(CONFIG_DIR / "audit.yaml", "##", "The privacy audit: `audit.yaml`", "")
+    lines = ["## Sweeps", "",
+             "Sweep specifications for `pazo-sweep <spec>` (`configs/sweeps/`), the per-setting grids "
+             "they expand (`configs/sweeps/grids/`), and the launchers (`--launcher`, "
+             "`configs/sweeps/launchers/`).", ""]
     for folder, what in (("sweeps", "sweep"), ("sweeps/grids", "grid"), ("sweeps/launchers", "launcher")):
         lines += [f"### {what.capitalize()}s", ""]
         for path in options(folder):
             lines += file_section(path, "####", f"{what} {path.stem}", "")
-    return "\n".join(lines).rstrip() + "\n"
+    return lines
+
+
+def group_section(group: str) -> list[str]:
+    """One config group's options, each file's keys with their defaults and comments."""
+    import pazo.methods  # noqa: F401  (registers every method's schema)
+
+    paths = options(group)
+    names = ", ".join(f"`{p.stem}`" for p in paths)
+    lines = [f"### {group}", "", f"Options: {names}.", ""]
+    if group == "tuning":
+        return lines + tuning_tables(paths)
+    for path in paths:
+        prefix = "" if is_global(path) else group.replace("/", ".") + "."
+        if group == "hydra/job_logging":
+            prefix = "hydra.job_logging."
+        lines += file_section(path, "####", f"{group}={path.stem}", prefix)
+    return lines
 
 
 def tuning_tables(paths: list[Path]) -> list[str]:
@@ -236,3 +254,39 @@ def tuning_tables(paths: list[Path]) -> list[str]:
                     lines.append(f"| {method} | {code(e.key)} | {code(yaml_value(e.value))} | {escape(e.comment)} |")
         lines.append("")
     return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`pazo-report configs [PART ...]`: the configuration reference on stdout (what the docs' page
+    docs/reference/configs.md holds, read from the installed configs/), whole or in parts."""
+    from pazo.commands import ArgumentParser, summary_of
+    from pazo.errors import unknown_choice
+
+    choices = (*PARTS, *GROUPS)
+    parser = ArgumentParser(prog="pazo-report configs", description=summary_of(__doc__))
+    parser.add_argument("parts", nargs="*", metavar="PART",
+                        help=f"a config group or file: {', '.join(choices)} (default: all)")
+    args = parser.parse_args(argv)
+    wrong = [p for p in args.parts if p not in choices]
+    if wrong:
+        parser.error(unknown_choice("part", wrong[0], choices))
+    if not args.parts:
+        print(configs_page(), end="")
+        return 0
+    lines = [line for part in args.parts for line in (part_section(part) if part in PARTS else group_section(part))]
+    print("\n".join(lines).rstrip())
+    return 0
+
+
+def cli() -> None:
+    """`pazo-report configs`, `python -m pazo.report.docs_configs`."""
+    import sys
+
+    from pazo.plugins import load_plugins
+
+    load_plugins()
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()
