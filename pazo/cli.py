@@ -14,12 +14,15 @@ from omegaconf import OmegaConf
 
 from pazo import CONFIG_DIR
 from pazo.errors import ConfigError, unknown_key, unknown_option
-from pazo.rundir import STAGING_PREFIX, WriteFault, check_output_dir
+from pazo.rundir import STAGING_PREFIX, WriteFault, check_output_dir, existing_dirs, remove_created_dirs
 from pazo.privacy.accountants import BudgetError
 from pazo.registry import UnknownNameError
 
 #: a user's mistake, not a fault: one line and exit 2 (DataMissingError is a FileNotFoundError)
 USER_ERRORS = (ConfigError, BudgetError, UnknownNameError, FileNotFoundError)
+#: a training run given the audit's debug break (its command line or its config)
+DEBUG_ONLY = ("audit.debug_break is a debug-only switch that breaks the privacy guarantee on purpose; "
+              "only the privacy audit (python -m pazo.audit) accepts it")
 
 
 def register_resolvers() -> None:
@@ -54,6 +57,8 @@ def guard_hydra_record_writes() -> None:
         return
 
     def save_config(cfg, filename: str, output_dir) -> None:
+        if LAUNCH is not None and Path(output_dir).name.startswith(STAGING_PREFIX):
+            LAUNCH.run_dir = Path(output_dir).parents[1]   # (Hydra has made the run directory by now)
         try:
             save(cfg, filename, output_dir)
             os.chmod(Path(output_dir) / filename, 0o600)   # (the record holds the seed, assumed secret)
@@ -67,6 +72,91 @@ def guard_hydra_record_writes() -> None:
 
     save_config.pazo_guarded = True
     hydra_utils._save_config = save_config
+
+
+@dataclass
+class Launch:
+    """A single run's launch: the run directory its command line names (`planned`, as Hydra resolves
+    it, to the second), the directories of that path that existed before the launch, and the run
+    directory Hydra made (`run_dir`, known once Hydra writes the launch's record). A launch refused or
+    interrupted before it is accepted removes the empty directories it made (`leave_no_trace`)."""
+
+    planned: Path
+    existed: frozenset[Path]
+    run_dir: Path | None = None
+
+    @classmethod
+    def plan(cls, argv: list[str], config_name: str = "config") -> Launch:
+        planned = planned_run_dir(argv, config_name)
+        return cls(planned, existing_dirs(planned))
+
+    def leave_no_trace(self) -> None:
+        """Remove the directories this launch made that are empty (rmdir only: a file keeps its folder)."""
+        remove_created_dirs(self.run_dir or self.planned, self.existed)
+
+
+#: the launch of this process's single run (`pazo-train`, `pazo-audit`), while it is under way
+LAUNCH: Launch | None = None
+
+
+def check_single_launch(argv: list[str], config_name: str = "config") -> str | None:
+    """Before Hydra runs a single run: plan its launch (`LAUNCH`) and check where it would write
+    (`check_output_location`); the problem, a user's, or None. A full disk is one line and exit 75
+    here, before anything was written."""
+    global LAUNCH
+    try:
+        LAUNCH = Launch.plan(argv, config_name)   # (before the check below makes folders)
+        check_output_location(argv, config_name)
+    except ConfigError as err:
+        return str(err)
+    except WriteFault as fault:
+        print(f"pazo: error: {fault}; nothing was written: free space and run the same command again",
+              file=sys.stderr)
+        sys.exit(os.EX_TEMPFAIL)
+    return None
+
+
+def launch_single(argv: list[str], start) -> None:
+    """`start()` (an entry point's Hydra command line) for the single run `argv` names, with Hydra's
+    record of it staged in `.hydra/launch-<pid>-<token>/` (the run accepts or drops it); whatever
+    ends the launch before it is accepted, the directories it made and left empty go."""
+    global LAUNCH
+    from pazo.rundir import staging_subdir
+
+    if "hydra.output_subdir" not in [a.split("=", 1)[0].lstrip("+~") for a in argv]:
+        sys.argv.append(f"hydra.output_subdir={staging_subdir()}")
+    try:
+        start()
+    finally:
+        launch, LAUNCH = LAUNCH, None
+        if launch is not None:
+            launch.leave_no_trace()
+
+
+def planned_run_dir(argv: list[str], config_name: str = "config") -> Path:
+    """The absolute run directory of a single run's command line: `hydra.run.dir` (given, else the
+    config's), resolved as Hydra resolves it (its time and token are this moment's: the directory
+    Hydra makes a moment later may differ in them, never in the folders above)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    where = _override_value(argv, "hydra.run.dir")
+    if where is None or "${" in where:
+        try:
+            with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+                cfg = compose(config_name=config_name, overrides=list(argv), return_hydra_config=True)
+            HydraConfig.instance().set_config(cfg)
+            where = str(OmegaConf.select(cfg, "hydra.run.dir", throw_on_resolution_failure=True))
+        except Exception as err:   # a hydra.* override Hydra cannot compose or resolve: the user's, said in one line
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ConfigError(f"the run directory (hydra.run.dir) does not resolve: {first}") from None
+    return Path(os.path.abspath(Path(where).expanduser()))
+
+
+def launched_into(run_dir: Path) -> None:
+    """Hydra has made the run directory `run_dir` of this process's single run (its task says so)."""
+    if LAUNCH is not None:
+        LAUNCH.run_dir = Path(run_dir)
 
 
 register_resolvers()
@@ -191,8 +281,6 @@ def unknown_group_option(message: str, options) -> str | None:
     if not found:
         return None
     return unknown_option(found["group"], found["option"], [o for o in options if not str(o).endswith("_schema")])
-
-
 
 
 def explain_unknown_key(err: Exception, overrides: list[str], compose) -> str | None:

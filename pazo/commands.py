@@ -2,15 +2,19 @@
 `pazo-report <name> [args]` run module `<name>`'s `cli()` with `[args]` as its command line.
 
 `--help` lists the names, one line each, without importing them; an unknown name is one line
-`pazo: error: ...` and exit 2. The module then sees `sys.argv == ["<prog> <name>", *args]`: its
-argparse usage says `pazo-bench methods`, and its result file's command is the one typed."""
+`pazo: error: ...` and exit 2; a Ctrl-C is one line and exit 130, before the command starts
+(`pazo.interrupts`) and during it (a command with its own handling says more, e.g. a benchmark's).
+The module then sees `sys.argv == ["<prog> <name>", *args]`: its argparse usage says `pazo-bench
+methods`, and its result file's command is the one typed."""
 from __future__ import annotations
 
 import argparse
 import errno
 import importlib
+import os
 import sys
 
+from pazo.interrupts import INTERRUPTED, restore, until_work_starts, work_starts
 from pazo.plugins import load_plugins
 
 #: an OSError that is the user's input, not the machine refusing a write: exit 2, not 75
@@ -26,8 +30,16 @@ def usage(prog: str, title: str, commands: dict[str, tuple[str, str]]) -> str:
 
 def dispatch(prog: str, title: str, commands: dict[str, tuple[str, str]], argv: list[str] | None = None) -> int:
     """Run the command `argv[0]` names (`commands`: name -> (module, one-line summary)) with the
-    rest of `argv` (default: `sys.argv[1:]`); its exit status."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    rest of `argv` (default: `sys.argv[1:]`); its exit status. Ctrl-C is pazo's until the command
+    starts, then the command's; the handler found is put back at the end (a caller in-process)."""
+    previous = until_work_starts(f"before {prog} started: nothing was run")
+    try:
+        return _dispatch(prog, title, commands, sys.argv[1:] if argv is None else list(argv))
+    finally:
+        restore(previous)
+
+
+def _dispatch(prog: str, title: str, commands: dict[str, tuple[str, str]], argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(usage(prog, title, commands))
         return 0
@@ -41,14 +53,21 @@ def dispatch(prog: str, title: str, commands: dict[str, tuple[str, str]], argv: 
     load_plugins()   # (a plugin's methods, data sets and models are names the command may be given)
     module = importlib.import_module(commands[name][0])
     saved, sys.argv = sys.argv, [f"{prog} {name}", *rest]
+    work_starts()
     try:
         module.cli()
+    except KeyboardInterrupt:
+        print(f"pazo: interrupted; {prog} {name} stopped", file=sys.stderr)
+        return INTERRUPTED
     except SystemExit as stop:
         code = stop.code
         if code is None or isinstance(code, int):
             return code or 0
         print(code, file=sys.stderr)   # sys.exit("message"): the message and status 1, as Python does
         return 1
+    except BrokenPipeError:   # the reader went away (`| head`): what it read was all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # (the exit's own flush would fail again)
+        return 0
     except OSError as err:  # an output the machine refused (full disk, read-only folder): one line, not a traceback
         print(f"pazo: error: {os_error_line(err)}", file=sys.stderr)
         return 2 if err.errno in _INPUT_ERRNOS else 75

@@ -11,6 +11,13 @@ import logging
 import sys
 
 
+#: `extra=` of a line written to train.log but not shown on the terminal, which has shown it already
+#: (a multirun's header lines that its jobs share)
+LOG_FILE_ONLY = {"pazo_on_console": True}
+#: `extra=` of a line shown on the terminal but not written to train.log (a multirun's line for a job)
+CONSOLE_ONLY = {"pazo_console_only": True}
+
+
 class ConsoleHandler(logging.StreamHandler):
     """Info and below to the current `sys.stdout`, warnings and up to the current `sys.stderr`,
     looked up at each record (so that redirections made after set-up, e.g. pytest's, apply). A
@@ -71,19 +78,46 @@ def spare_absl_stream() -> None:
 class RunLogFile(logging.FileHandler):
     """The run directory's `train.log`, opened at its first line. A write the machine refuses (a
     full disk, a read-only directory) is said once on stderr, and the lines go on to the terminal
-    only: never a "Logging error" traceback per line."""
+    only: never a "Logging error" traceback per line.
 
-    def __init__(self, filename: str, mode: str = "a", encoding: str | None = None, delay: bool = True) -> None:
+    `held=True` (a run's, `configs/hydra/job_logging/pazo.yaml`): the lines are kept in memory, the
+    file unopened, until the launch is accepted (`open_run_logs`), so that a launch refused before
+    then leaves no train.log in a new directory and an existing directory's train.log as it was
+    (the terminal has shown the lines). At most `HELD_LINES` are kept; the rest are counted."""
+
+    #: the most lines held before the launch is accepted (a set-up never says nearly as many)
+    HELD_LINES = 10_000
+
+    def __init__(self, filename: str, mode: str = "a", encoding: str | None = None, delay: bool = True,
+                 held: bool = False) -> None:
         super().__init__(filename, mode, encoding, delay=True)
         self.failed = False
+        self.held: list[logging.LogRecord] | None = [] if held else None
+        self.not_kept = 0
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.failed:
+        if self.failed or getattr(record, "pazo_console_only", False):
+            return
+        if self.held is not None:
+            if len(self.held) < self.HELD_LINES:
+                self.held.append(record)
+            else:
+                self.not_kept += 1
             return
         try:
             super().emit(record)   # (FileHandler opens the file outside its own error handling)
         except OSError as err:
             self._give_up(err)
+
+    def start_writing(self) -> None:
+        """The launch is accepted: write the lines held so far, and every line from now on."""
+        held, self.held = self.held, None
+        for record in held or []:
+            self.emit(record)
+        if self.not_kept:
+            self.emit(logging.makeLogRecord({"name": "pazo", "levelno": logging.INFO, "levelname": "INFO",
+                                             "msg": f"({self.not_kept} more lines of the set-up not kept here)"}))
+            self.not_kept = 0
 
     def handleError(self, record: logging.LogRecord) -> None:
         self._give_up(sys.exc_info()[1])
@@ -105,3 +139,13 @@ class RunLogFile(logging.FileHandler):
             super().close()
         except OSError:  # the last flush on a full disk
             pass
+
+
+def open_run_logs() -> None:
+    """The launch is accepted: every held `RunLogFile` (on the root logger, where Hydra's job logging
+    puts it, or on any other) writes its lines from now on."""
+    loggers = [logging.root, *(lg for lg in logging.root.manager.loggerDict.values() if isinstance(lg, logging.Logger))]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if isinstance(handler, RunLogFile):
+                handler.start_writing()

@@ -29,8 +29,26 @@ examples:
 
 FOOTER = """\
 privacy (privacy=...): default (DP, sigma calibrated to privacy.epsilon at privacy.delta) | none
-every key with its default and meaning: docs/reference/configs.md (or pazo-train --cfg job);
-the guarantee and what it assumes: docs/concepts/guarantee.md; Hydra's own flags: pazo-train --hydra-help
+every key with its default and meaning: pazo-report configs [group] (the composed config: pazo-train --cfg job);
+the guarantee and what it assumes: the privacy: and assumes: lines each run prints, in full in its
+summary.json (privacy.assumptions); Hydra's own flags: pazo-train --hydra-help
+"""
+
+AUDIT_USAGE = """\
+pazo-audit: a privacy audit in one training run (Steinke, Nasr and Jagielski 2023): the training run of
+the same overrides with m canaries added to the private data, then a lower bound on its epsilon at 95%
+confidence, next to the epsilon the run prints. A bound above it: the run is NOT as private as printed.
+
+usage: pazo-audit [key=value ...]       one audit into outputs/audits/<dataset>/<method>/<threat>/<time>_<token>/
+       pazo-audit -m key=a,b [...]      one audit per combination, into outputs/audit_sweeps/<sweep_name>/
+
+examples:
+  pazo-audit method=dpzero train.epochs=2                          white box, worst case (the default)
+  pazo-audit method=pazo_s train.epochs=2 audit.threat=black_box   the final model's losses only
+  pazo-audit method=dpzero audit.debug_break=no_clip               a deliberately broken run, for the audit to catch
+
+audit settings (audit.*; every training override applies too): canaries, threat (white_box | black_box),
+worst_case, confidence, delta, canary_scale, debug_break; each in full: pazo-report configs audit
 """
 
 
@@ -87,6 +105,15 @@ def method_lines() -> list[str]:
         kind += "" if info.private else ", non-private"
         out.append(f"  {name:{width}s}  {info.label} ({kind}): {info.reference}")
     return out
+
+
+def audit_help(exit_codes: dict[str, int]) -> str:
+    """`pazo-audit --help`: what it does, examples, and its exit statuses (`exit_codes`: meaning ->
+    status), which a script or CI gates on."""
+    width = max(len(str(code)) for code in exit_codes.values())
+    statuses = [f"  {code:>{width}}  {meaning}" for meaning, code in sorted(exit_codes.items(), key=lambda kv: kv[1])]
+    return "\n".join([AUDIT_USAGE, "exit status:", *statuses, "",
+                      "Hydra's own flags: pazo-audit --hydra-help", ""])
 
 
 def train_help() -> str:

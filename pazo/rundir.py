@@ -295,3 +295,29 @@ def drop_hydra_record(staged: Path | str | None) -> None:
     the launch that wrote it."""
     if staged is not None:
         shutil.rmtree(staged, ignore_errors=True)
+
+
+def existing_dirs(run_dir: Path | str) -> frozenset[Path]:
+    """Which of `run_dir`, its `.hydra/` and its parents are directories now (absolute paths): what
+    a launch found, so that it can tell the directories it makes from those it found."""
+    run_dir = Path(os.path.abspath(run_dir))
+    return frozenset(p for p in [run_dir / HYDRA, run_dir, *run_dir.parents] if p.is_dir())
+
+
+def remove_created_dirs(run_dir: Path | str, existed: frozenset[Path]) -> list[Path]:
+    """Remove `run_dir`'s `.hydra/`, `run_dir` and its parents, bottom up, while each is empty and
+    was not in `existed` (`existing_dirs` before the launch): what a launch that wrote nothing made.
+    rmdir only, so a directory with anything in it stays, with everything above it. The removed."""
+    run_dir = Path(os.path.abspath(run_dir))
+    removed = []
+    for path in [run_dir / HYDRA, run_dir, *run_dir.parents]:
+        if path in existed:
+            break   # found there: it stays, and so does everything above it
+        try:
+            path.rmdir()
+        except FileNotFoundError:
+            continue   # (never made: Hydra stopped before it, or this is another moment's name)
+        except OSError:
+            break   # not empty (or not ours to remove): it stays, and so does everything above it
+        removed.append(path)
+    return removed

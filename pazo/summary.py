@@ -122,13 +122,18 @@ def privacy_lines(plan, notes: list[str] = (), secure_note: str = SECURE_SEED_NO
     return lines + [f"note: {note}" for note in [*plan.notes, *notes]]
 
 
-def print_header(summary: dict, plan) -> None:
+def header_lines(summary: dict, plan) -> list[str]:
+    """What a run prints before its first step: the run in one line, then its guarantee (`privacy_lines`)."""
     d = summary["data"]
     threads = summary.get("threads", {}).get("count")
-    log.info(f"pazo: {summary['method']} on {summary['dataset']} ({summary['model']}, d={summary['dim']}, "
-             f"device {summary['device']}, {threads} CPU thread{'s' if threads != 1 else ''}); "
-             f"private {d['n_private']}, public {d['n_public']}, test {d['n_test']}")
-    for line in privacy_lines(plan, summary["method_departures"]):
+    return [f"pazo: {summary['method']} on {summary['dataset']} ({summary['model']}, d={summary['dim']}, "
+            f"device {summary['device']}, {threads} CPU thread{'s' if threads != 1 else ''}); "
+            f"private {d['n_private']}, public {d['n_public']}, test {d['n_test']}",
+            *privacy_lines(plan, summary["method_departures"])]
+
+
+def print_header(summary: dict, plan) -> None:
+    for line in header_lines(summary, plan):
         log.info(line)
 
 

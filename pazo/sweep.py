@@ -43,6 +43,7 @@ from pazo.commands import ArgumentParser, summary_of
 from pazo.config_schema import integer_at_least, optional, typed
 from pazo.console import use_console
 from pazo.errors import ConfigError
+from pazo.interrupts import restore, until_work_starts, work_starts
 from pazo.plugins import load_plugins
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -906,6 +907,7 @@ def _main(argv: list[str] | None = None) -> int:
     sweep_dir = Path(args.out).resolve() / spec["name"]
     if (args.selection or spec["selection"]) == "private":
         try:
+            work_starts()   # (the runs' Ctrl-C: each records it)
             return private_selection(spec, runs, args, launcher, sweep_dir)
         except ConfigError as err:
             log.error(f"pazo: error: {err}")
@@ -937,6 +939,7 @@ def _main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         log.error(f"pazo: error: {err}")
         return 2
+    work_starts()   # (the runs' Ctrl-C: each records it)
     launch(todo, launcher, sweep_dir)
     if launcher.get("launcher") == "submitit" and not launcher.get("wait"):
         return 0
@@ -947,5 +950,15 @@ def _main(argv: list[str] | None = None) -> int:
     return 0 if final.count("finished") == len(todo) else 1
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """`pazo-sweep`, `python -m pazo.sweep`: `main`, with a Ctrl-C before the first run is launched
+    one line and exit 130 (`pazo.interrupts`); the handler found is put back at the end."""
+    previous = until_work_starts("before the sweep launched a run: nothing was run")
+    try:
+        return main(argv)
+    finally:
+        restore(previous)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -20,8 +20,6 @@ from __future__ import annotations
 import os
 import time
 
-import torch
-
 #: below this many parameters (the whole model's, frozen ones included) `auto` uses one thread
 #: (digits' CNN; the CIFAR shape, at 183,242, was already faster at two: scripts/results/threads_cpu.json)
 SMALL_MODEL_PARAMETERS = 100_000
@@ -114,6 +112,8 @@ def choose_threads(requested, parameters: int, environ: dict | None = None, idle
 
 def apply_threads(requested, parameters: int) -> dict:
     """Set torch's intra-op thread count as `choose_threads` says; the summary's `threads` block."""
+    import torch   # (here: the config's checks read this module, and need no torch)
+
     count, why = choose_threads(requested, parameters)
     torch.set_num_threads(count)
     return {"count": torch.get_num_threads(), "requested": requested, "why": why}

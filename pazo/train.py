@@ -1,11 +1,12 @@
-"""Entry point: `python -m pazo.train [overrides]` (Hydra). A run, top to bottom:
+"""Entry point: `pazo-train [overrides]` / `python -m pazo.train [overrides]` (Hydra), the command
+around one training run (`pazo.run.run`, which says what a run does) or a Hydra multirun of them.
 
-validate -> check and lock the run directory -> prepare it (fresh, resume or finished) ->
-`pazo.experiment.build_run` (data, model, privacy plan, engine, method) -> `pazo.loop` (Poisson batch,
-step, row, evaluation, checkpoint) -> final epsilon check -> summary.json, all written through one
-`pazo.recorder.Recorder`. A user's mistake is one `pazo: error:` line (exit 2) before compute; a
-write the machine refuses (full disk, no permission) is one line, its status (`fault`, resumable)
-recorded in summary.json where the disk still takes it (exit 75).
+A user's mistake is one `pazo: error:` line (exit 2) before compute; a write the machine refuses
+(full disk, no permission) is one line, its status (`fault`, resumable) recorded in summary.json
+where the disk still takes it (exit 75); a Ctrl-C before the run starts is one line (exit 130,
+`pazo.interrupts`). This module imports only the standard library at its top, so that a Ctrl-C
+while torch, a plugin or Hydra loads meets pazo's handler, and `--help` or a refused command line
+loads only what they read.
 """
 from __future__ import annotations
 
@@ -14,142 +15,25 @@ import json
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig
-
-from pazo.plugins import load_plugins
 from pazo import CONFIG_DIR
-from pazo.attempts import accept_launch, check_launch, plan_launch
-from pazo.checkpoint import (CHECKPOINT, Heartbeat, LoopState, StopRequests, config_fingerprint, read_summary,
-                             restore_checkpoint)
-from pazo.cli import USER_ERRORS, check_output_location, check_overrides, multirun_jobs
-from pazo.experiment import build_run, resolve_device
-from pazo.loop import train_loop
-from pazo.privacy.mechanisms import active_debug_break
-from pazo.recorder import Recorder
-from pazo.rundir import (RunDirLock, WriteFault, accept_hydra_record, check_output_dir, drop_hydra_record, is_staging,
-                         remove_broken_writes, staging_subdir, write_atomic)
-from pazo.privacy.plan import epsilon_spent
-from pazo.summary import print_header, print_summary, released_beyond, resumed_line
-from pazo.validate import ConfigError, typed_config, validate_config
+from pazo.interrupts import INTERRUPTED, until_work_starts, work_starts
 
 log = logging.getLogger("pazo.train")  # not __name__: that is "__main__" under `python -m pazo.train`
 #: exit codes: 0 finished, 1 failed, 2 bad input, 3 preempted (resumable), 75 a fault of the machine
 #: (a refused write, e.g. a full disk: resumable once fixed; EX_TEMPFAIL), 130 interrupted (resumable)
-EXIT_CODES = {"finished": 0, "failed": 1, "preempted": 3, "fault": 75, "interrupted": 130}
+EXIT_CODES = {"finished": 0, "failed": 1, "preempted": 3, "fault": 75, "interrupted": INTERRUPTED}
 
 
-def run(cfg: DictConfig, run_dir: str | Path, hydra_record: str | Path | None = None) -> dict:
-    """Train one configuration into `run_dir`, or continue it from its checkpoint; returns the
-    summary written to `run_dir/summary.json`. `hydra_record`: where Hydra wrote this launch's
-    record (`pazo.rundir.staging_subdir`), moved into `.hydra/` once the launch is accepted and
-    dropped otherwise."""
-    try:
-        return _run(cfg, Path(run_dir), hydra_record)
-    finally:
-        drop_hydra_record(hydra_record)  # refused, or nothing to do: .hydra/ stays the record of what ran
+def run(cfg, run_dir: str | Path, hydra_record: str | Path | None = None, show_header=None) -> dict:
+    """Train one configuration into `run_dir` (`pazo.run.run`, imported when a run starts)."""
+    from pazo import run as training
 
-
-def _run(cfg: DictConfig, run_dir: Path, hydra_record) -> dict:
-    refuse_debug_breaks(cfg)
-    validate_config(cfg)
-    fingerprint = config_fingerprint(typed_config(cfg))
-    resolve_device(cfg.device)  # (again: a multirun's jobs are checked here)
-    check_output_dir(run_dir)
-    with RunDirLock(run_dir):  # a second launch into run_dir is refused until this one ends
-        remove_broken_writes(run_dir)
-        start = plan_launch(run_dir, cfg)  # fresh, resume, replay, finished, or refused (pazo.attempts)
-        if start.kind == "finished":
-            log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
-                     f"(final test accuracy {start.summary.get('final_test_accuracy')})")
-            return start.summary
-        resuming, previous = start.resuming, start.summary or {}
-        r = build_run(cfg, earlier_engine=previous.get("engine") if resuming else None)
-        sampler = r.sampler()
-        check_launch(run_dir, start, r)
-        loop = (restore_checkpoint(start.checkpoint, module=r.module, streams=r.streams, sampler=sampler,
-                                   path=run_dir / CHECKPOINT) if resuming else LoopState())
-        accept_launch(run_dir, start, r)
-        accept_hydra_record(run_dir, hydra_record, archive_to=start.moved_to)
-        replayed_rows = carry_released_rows(run_dir, start)
-        recorder = Recorder(run_dir, cfg, cfg.logger,
-                            resume_bytes=loop.metrics_bytes if resuming else replayed_rows,
-                            wandb_id=previous.get("wandb_run_id") if resuming else None, fingerprint=fingerprint,
-                            released_before=start.released.step)
-        summary = launch_summary(run_dir, r, start, loop, recorder)
-        try:
-            recorder.write_summary(summary)
-        except WriteFault:
-            recorder.close(failed=True)
-            raise
-        print_header(summary, r.plan)
-        if resuming:
-            log.info(resumed_line(run_dir, loop.step, r.total_steps))
-        with StopRequests() as stop:
-            with Heartbeat(recorder.beat):
-                _, stopped = train_loop(r, sampler, loop, recorder, summary, stop)
-            stop.shield()  # from here on the run writes its last files: a Ctrl-C waits for them
-            if stopped:
-                summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
-            try:
-                recorder.finish(summary, r.module, cfg.train)
-            except WriteFault as fault:  # model.pt or the last summary: the checkpoint stays for the relaunch
-                summary.update(status="fault", failure=f"fault after step {loop.step}: {fault}",
-                               final_test_accuracy=None)
-                recorder.fail(summary)
-                raise
-    print_summary(summary)
-    return summary
-
-
-def launch_summary(run_dir: Path, r, start, loop: LoopState, recorder: Recorder) -> dict:
-    """The summary an attempt writes as it starts (status running). From then on it covers what
-    earlier attempts released (`privacy.steps_released` and its epsilon), as a kill may come before
-    this attempt's first row."""
-    previous = start.summary or {}
-    summary = {"status": "running", **r.describe(), "run_dir": str(run_dir),
-               "attempt": previous.get("attempt", 0) + 1 if start.resuming else 1,
-               "resumed_from_step": loop.step if start.resuming else None,
-               "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": recorder.wandb_id,
-               "host": socket.gethostname(), "pid": os.getpid()}
-    summary["privacy"].update(released_beyond(r.plan, recorder.steps_released, loop.step,
-                                              partial(epsilon_spent, r.plan)))
-    if start.replaying and r.device.type == "cuda" and r.plan.private:
-        summary["outside_guarantee"].append(
-            f"the steps after step {loop.step} were run again with an earlier attempt's noise on CUDA, whose "
-            "kernels need not be deterministic: rows that attempt released for them (W&B cannot retract "
-            "them) may differ from this attempt's by more than the noise covers")
-    return summary
-
-
-def carry_released_rows(run_dir: Path, start) -> int | None:
-    """A replay draws the earlier attempt's noise again from step 1: the rows that attempt released
-    (archived to attempts/<n>/) are copied back to the directory's metrics.jsonl, so that its last
-    row keeps covering them, and the replay does not write them twice (`Recorder.released_through`).
-    Returns the byte offset the recorder continues from (None: not a replay, or no rows)."""
-    earlier = Path(start.moved_to or "") / "metrics.jsonl"
-    if not start.replaying or not start.moved_to or not earlier.exists():
-        return None
-    write_atomic(run_dir / "metrics.jsonl", earlier.read_bytes())
-    return 0
-
-
-DEBUG_ONLY = ("pazo: audit.debug_break is a debug-only switch that breaks the privacy guarantee on purpose; "
-              "only the privacy audit (python -m pazo.audit) accepts it")
-
-
-def refuse_debug_breaks(cfg) -> None:
-    """A training run never runs with a debug break of the mechanisms (`pazo.audit` only)."""
-    audit = cfg.get("audit")
-    if active_debug_break() is not None or (audit is not None and audit.get("debug_break") is not None):
-        raise ConfigError(DEBUG_ONLY.removeprefix("pazo: "))
+    return training.run(cfg, run_dir, hydra_record, show_header or training.print_header)
 
 
 def _interrupted_where(run_dir: Path) -> str:
@@ -170,6 +54,8 @@ def _interrupted_where(run_dir: Path) -> str:
 
 def _fault_where(run_dir: Path) -> str:
     """What a write the machine refused left: the status recorded (or not) and how to go on."""
+    from pazo.checkpoint import CHECKPOINT, read_summary
+
     summary = read_summary(run_dir / "summary.json")
     again = ("the same command resumes from its checkpoint" if (run_dir / CHECKPOINT).exists()
              else "the same command starts the run again")
@@ -213,20 +99,23 @@ def _leave(code: int) -> None:
     os._exit(code)
 
 
-@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
-def main(cfg: DictConfig) -> float | None:
+def main(cfg) -> float | None:
+    """Hydra's task (`hydra_main`): one run, or one job of a multirun, and its exit status."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
+
+    from pazo.cli import USER_ERRORS, launched_into
+    from pazo.rundir import WriteFault, is_staging
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     staged = run_dir / hc.output_subdir if is_staging(hc.output_subdir) else None
     sweeping = hc.mode == RunMode.MULTIRUN
-    if threading.current_thread() is threading.main_thread():   # (signals can be set only there)
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here a Ctrl-C is the run's to record
+    work_starts()   # from here a Ctrl-C is the run's to record
     job = hc.job.num if sweeping else None
+    launched_into(run_dir)
     try:
-        summary = run(cfg, run_dir, hydra_record=staged)
+        summary = run(cfg, run_dir, hydra_record=staged, show_header=_header_printer(job))
     except WriteFault as fault:  # a fault of the machine: one line, the status recorded where the disk took it
         _quiet_from_now(EXIT_CODES["fault"])
         log.error(f"pazo: error: {fault}; {_fault_where(run_dir)}")
@@ -244,6 +133,11 @@ def main(cfg: DictConfig) -> float | None:
         log.error(f"pazo: {_interrupted_where(run_dir)}")
         _stop_multirun(job, "interrupted")
         sys.exit(EXIT_CODES["interrupted"])
+    return _ended(summary, job, sweeping)
+
+
+def _ended(summary: dict, job: int | None, sweeping: bool) -> float | None:
+    """A run that ended with a summary: its exit status, a multirun's record of the job."""
     code = EXIT_CODES.get(summary["status"], 1)
     _quiet_from_now(code)
     if sweeping:
@@ -256,6 +150,37 @@ def main(cfg: DictConfig) -> float | None:
     return summary["final_test_accuracy"]
 
 
+def _header_printer(job: int | None):
+    """How a run prints its header (`pazo.summary.header_lines`): whole, for a single run; in a
+    multirun the terminal shows the first job's whole and one line for each later job, naming what
+    differs from it, while every job's train.log holds its whole header."""
+    from pazo.console import CONSOLE_ONLY, LOG_FILE_ONLY
+    from pazo.summary import header_lines
+
+    def show(summary: dict, plan) -> None:
+        lines = header_lines(summary, plan)
+        shown = _MULTIRUN.header(job, lines) if _MULTIRUN is not None and job is not None else lines
+        if shown is lines:
+            for line in lines:
+                log.info(line)
+            return
+        for line in lines:
+            log.info(line, extra=LOG_FILE_ONLY)
+        for line in shown:
+            log.info(line, extra=CONSOLE_ONLY)
+    return show
+
+
+def hydra_main() -> None:
+    """Hydra's command line around `main` (made here, so that importing this module loads no Hydra)."""
+    import hydra
+
+    import pazo.cli  # noqa: F401  (registers the resolvers the config names)
+    import pazo.validate  # noqa: F401  (registers the schemas of methods, data sets and models Hydra composes with)
+
+    hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")(main)()
+
+
 @dataclass
 class MultirunProgress:
     """The jobs of the multirun in progress (`cli`) and how each ended, for the lines that say
@@ -263,6 +188,19 @@ class MultirunProgress:
 
     jobs: list
     ended: dict = field(default_factory=dict)   # job num -> status
+    first_header: tuple | None = None           # (job, the header lines the terminal showed whole)
+
+    def header(self, job: int, lines: list[str]) -> list[str]:
+        """The terminal's lines of job `job`'s header: the first header to come, whole (`lines`
+        itself); each later one in one line, with the lines of it that the first lacks."""
+        if self.first_header is None:
+            self.first_header = (job, lines)
+            return lines
+        first, shown = self.first_header
+        label = next((j.label for j in self.jobs if j.num == job), f"job {job}")
+        differ = [line for line in lines if line not in shown]
+        rest = "; ".join(differ) + f"; the rest as job {first + 1}'s" if differ else f"as job {first + 1}'s header"
+        return [f"job {job + 1} of {len(self.jobs)} ({label}): {rest}"]
 
     def report(self, stopped: str | None = None) -> str:
         done = [j.label for j in self.jobs if self.ended.get(j.num) == "finished"]
@@ -310,52 +248,58 @@ def _stop_between_jobs(signum, frame):
     raise SystemExit(EXIT_CODES[name])
 
 
-def _interrupted_before_start(signum, frame):
-    print("pazo: interrupted while the command line was read, before the run started: nothing was written",
-          file=sys.stderr)
-    raise SystemExit(EXIT_CODES["interrupted"])
-
-
 def cli() -> None:
     """`pazo-train` / `python -m pazo.train`: a command line Hydra cannot compose, or a run
     directory that cannot be written, is one line (`pazo: error: ...`, exit 2) before anything
     starts, and so is a Ctrl-C before `main`; everything else is `main`. Hydra writes this
     launch's record into `.hydra/launch-<pid>-<token>/`, which `run` moves into `.hydra/` once the
-    launch is accepted (a refused launch leaves the directory's record as it was)."""
+    launch is accepted; a launch refused (or interrupted) before that leaves the directory's record
+    as it was, and removes the directories it made (`pazo.cli.Launch`)."""
+    until_work_starts("before the run started: nothing was run")
+    from pazo.plugins import load_plugins
+
     load_plugins()   # (before any config is composed: a plugin's names are choices too)
-    signal.signal(signal.SIGINT, _interrupted_before_start)
     argv = sys.argv[1:]
     if "--help" in argv or "-h" in argv:   # pazo's own (Hydra's: --hydra-help)
         from pazo.help import train_help
         print(train_help())
         return
-    keys = [a.split("=", 1)[0].lstrip("+~") for a in argv]
-    if any(k == "audit" or k.startswith("audit.") for k in keys):
-        problem = DEBUG_ONLY.removeprefix("pazo: ") if "audit.debug_break" in keys else \
-            "audit.* settings belong to the privacy audit (python -m pazo.audit), not to a training run"
-    else:
-        # (the device too, before Hydra makes the run directory)
-        problem = check_overrides(argv, check=lambda cfg: resolve_device(cfg.device))
     single = not any(a.startswith("-") for a in argv)   # not a multirun, --help, --cfg, ...
-    if not problem and single:
-        try:
-            check_output_location(argv)
-        except ConfigError as err:
-            problem = str(err)
-        except WriteFault as fault:
-            print(f"pazo: error: {fault}; nothing was written: free space and run the same command again",
-                  file=sys.stderr)
-            sys.exit(EXIT_CODES["fault"])
+    problem = _command_line_problem(argv, single)
     if problem:
         print(f"pazo: error: {problem}", file=sys.stderr)
         sys.exit(2)
-    if single and "hydra.output_subdir" not in keys:
-        sys.argv.append(f"hydra.output_subdir={staging_subdir()}")
+    from pazo.cli import launch_single, multirun_jobs
+
+    if single:
+        launch_single(argv, hydra_main)
+        return
     jobs = multirun_jobs(argv)
     if jobs is None:
-        main()
+        hydra_main()
         return
     run_multirun(jobs)
+
+
+def _command_line_problem(argv: list[str], single: bool) -> str | None:
+    """What is wrong with the command line, checked before Hydra makes anything (None: nothing):
+    the audit's keys, the overrides composed and checked, the device, where the run would be written."""
+    from pazo import cli as command_line
+
+    keys = [a.split("=", 1)[0].lstrip("+~") for a in argv]
+    if any(k == "audit" or k.startswith("audit.") for k in keys):
+        return command_line.DEBUG_ONLY if "audit.debug_break" in keys else \
+            "audit.* settings belong to the privacy audit (python -m pazo.audit), not to a training run"
+    problem = command_line.check_overrides(argv, check=_check_device)   # (the device too, before Hydra runs)
+    if problem or not single:
+        return problem
+    return command_line.check_single_launch(argv)
+
+
+def _check_device(cfg) -> None:
+    from pazo.experiment import resolve_device
+
+    resolve_device(cfg.device)
 
 
 def run_multirun(jobs) -> None:
@@ -366,7 +310,7 @@ def run_multirun(jobs) -> None:
     _MULTIRUN = MultirunProgress(jobs)
     previous = signal.signal(signal.SIGTERM, _stop_between_jobs)
     try:
-        main()
+        hydra_main()
     finally:
         signal.signal(signal.SIGTERM, previous)
         progress, _MULTIRUN = _MULTIRUN, None

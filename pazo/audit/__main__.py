@@ -1,3 +1,4 @@
-from pazo.audit.run import cli
+"""`python -m pazo.audit [overrides]`, as `pazo-audit`."""
+from pazo.audit.command import cli
 
 cli()

@@ -1,5 +1,6 @@
-"""`python -m pazo.audit [overrides]`: one training run with canaries, then the audited lower bound
-on its epsilon (`pazo.audit.bound`), next to the epsilon it prints.
+"""One training run with canaries, then the audited lower bound on its epsilon (`pazo.audit.bound`),
+next to the epsilon it prints; the command around it, `pazo-audit` / `python -m pazo.audit`, is
+`pazo.audit.command`.
 
 The run is the training run of the same overrides (same data, model, method, sigma, q, T, seed),
 with m canaries added to the private data (`pazo.audit.canaries`); it writes summary.json (with an
@@ -11,34 +12,30 @@ from __future__ import annotations
 import errno
 import logging
 import math
-import os
-import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import hydra
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from pazo.plugins import load_plugins
-from pazo import CONFIG_DIR
 from pazo.audit.bound import audit_guesses
 from pazo.audit.memory import bytes_per_canary, check_canary_memory
 from pazo.audit.metrics import membership_metrics
 from pazo.audit.noise_check import attach_noise_probe, noise_check, probe_statistic
 from pazo.audit.canaries import (CodedScalarCanaries, FixedRatePoissonSampler, ScalarCanaries, VectorCanaries,
                                  black_box_scores, example_canaries, public_seeds, with_examples)
-from pazo.cli import USER_ERRORS, check_output_location, check_overrides
+from pazo.audit.command import cli  # noqa: F401  (`pazo.audit.run:cli`, the console script of earlier installs)
+from pazo.console import open_run_logs
 from pazo.errors import ConfigError
-from pazo.experiment import build_run, resolve_device
+from pazo.experiment import build_run
 from pazo.methods import METHODS, method_info
 from pazo.privacy.mechanisms import DEBUG_BREAKS, JointClipPrivatizer, ScalarPrivatizer, VectorPrivatizer, debug_break
 from pazo.privacy.plan import epsilon_spent
 from pazo.recorder import Recorder
 from pazo.results import read_json_object, skipped
-from pazo.rundir import WriteFault
+from pazo.rundir import WriteFault, accept_hydra_record
 from pazo.validate import validate_config
 from pazo.zo.memory import available_bytes
 
@@ -113,6 +110,14 @@ def _check_run(cfg, a: AuditConfig) -> None:
                           f"audit.canaries >= {2 * queries}")
 
 
+def start_writing(run_dir: Path, cfg, hydra_record) -> Recorder:
+    """The audit is accepted: its Hydra record into `.hydra/`, train.log, config.yaml now (audit.json
+    and summary.json at its end; no rows, and nothing to W&B). Nothing is written before this."""
+    accept_hydra_record(run_dir, hydra_record)
+    open_run_logs()
+    return Recorder(run_dir, cfg, OmegaConf.create({"mode": "disabled"}), rows=False)
+
+
 def check_canaries_fit(cfg, a: AuditConfig, r) -> None:
     """The canaries' memory (`pazo.audit.memory`) against what this machine has available, before
     any canary is drawn."""
@@ -157,14 +162,14 @@ def train_with_canaries(method, private, n: int, canary_ids: np.ndarray, sampler
         method.step(x, y, step)
 
 
-def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
-    """Train once with canaries into `run_dir` and audit; returns the summary (also summary.json)."""
+def run_audit(cfg: DictConfig, run_dir: str | Path, hydra_record: str | Path | None = None) -> dict:
+    """Train once with canaries into `run_dir` and audit; returns the summary (also summary.json).
+    `hydra_record`: where Hydra staged this launch's record, moved into `.hydra/` when the audit
+    starts writing (after every check that can refuse it)."""
     a = AuditConfig.from_cfg(cfg.audit)
     validate_config(cfg)
     _check_run(cfg, a)
     run_dir = Path(run_dir)
-    # config.yaml now, audit.json and summary.json at the end; no rows, and nothing to W&B
-    recorder = Recorder(run_dir, cfg, OmegaConf.create({"mode": "disabled"}), rows=False)
     started = time.perf_counter()
     inclusion_rng = np.random.default_rng([AUDIT_ENTROPY, cfg.seed, 0])
     design_rng = np.random.default_rng([AUDIT_ENTROPY, cfg.seed, 1])
@@ -176,6 +181,7 @@ def run_audit(cfg: DictConfig, run_dir: str | Path) -> dict:
         method, data, plan, model, total_steps = r.method, r.data, r.plan, r.model, r.total_steps
         device, n, streams = r.device, r.n, r.streams
         check_canaries_fit(cfg, a, r)
+        recorder = start_writing(run_dir, cfg, hydra_record)
         included = inclusion_rng.random(m) < 0.5  # never passed to the scoring code
         hook, private, canary_examples = None, data.private, None
         if a.threat == "black_box":
@@ -291,33 +297,6 @@ def _fmt(x) -> str:
     return "undefined" if x is None else f"{x:.3f}"
 
 
-@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="audit")
-def main(cfg: DictConfig) -> float | None:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    hc = HydraConfig.get()
-    try:
-        summary = run_audit(cfg, hc.runtime.output_dir)
-    except USER_ERRORS as err:
-        log.error(f"pazo: error: {err}")
-        if hc.mode == RunMode.MULTIRUN:
-            return None
-        sys.exit(2)
-    except KeyboardInterrupt:  # an audit is one short run, written at its end: nothing to resume
-        log.error(f"pazo: interrupted; the audit in {hc.runtime.output_dir} did not finish and wrote no result "
-                  "(run it again)")
-        sys.exit(130)
-    except OSError as err:
-        fault = disk_fault(err, hc.runtime.output_dir)
-        if fault is None:
-            raise
-        log.error(f"pazo: error: {fault}; the audit wrote no result: free space (or fix the permissions), "
-                  "then run it again")
-        sys.exit(os.EX_TEMPFAIL)
-    return summary["audit"]["epsilon_audited"]
-
-
 def disk_fault(err: OSError, run_dir) -> WriteFault | None:
     """The audit's files refused by the disk (full, over quota, read-only) as a WriteFault naming
     the file; None for another OSError (a data file that cannot be read is not a disk fault)."""
@@ -326,26 +305,6 @@ def disk_fault(err: OSError, run_dir) -> WriteFault | None:
     if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
         return WriteFault(err.filename or run_dir, err)
     return None
-
-
-def cli() -> None:
-    load_plugins()   # (before any config is composed: a plugin's names are choices too)
-    problem = check_overrides(sys.argv[1:], config_name="audit",
-                              check=lambda cfg: (resolve_device(cfg.device),
-                                                 _check_run(cfg, AuditConfig.from_cfg(cfg.audit))))
-    if not problem and not any(a.startswith("-") for a in sys.argv[1:]):
-        try:   # a read-only parent or a full disk: one line before Hydra writes there
-            check_output_location(sys.argv[1:], config_name="audit")
-        except ConfigError as err:
-            problem = str(err)
-        except OSError as fault:   # (a WriteFault)
-            print(f"pazo: error: {fault}; nothing was written: free space and run the same command again",
-                  file=sys.stderr)
-            sys.exit(75)
-    if problem:
-        print(f"pazo: error: {problem}", file=sys.stderr)
-        sys.exit(2)
-    main()
 
 
 #: what the audit table reads from an audit's summary.json: key -> type

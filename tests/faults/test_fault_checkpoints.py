@@ -14,6 +14,7 @@ import sys
 import pytest
 import torch
 
+import pazo.run
 import pazo.train
 from fault_runtime_helpers import TINY, leftovers, one_error_line, snapshot
 from pazo.checkpoint import CHECKPOINT, read_checkpoint, save_checkpoint
@@ -93,7 +94,7 @@ def test_a_damaged_checkpoint_is_refused_before_compute_and_nothing_is_lost(dama
     path = run_dir / CHECKPOINT
     path.write_bytes(DAMAGE[damage](run_dir, path.read_bytes()))
     before = snapshot(run_dir)
-    monkeypatch.setattr(pazo.train, "build_run", lambda *a, **k: pytest.fail("compute started"))
+    monkeypatch.setattr(pazo.run, "build_run", lambda *a, **k: pytest.fail("compute started"))
     with pytest.raises(ConfigError) as caught:
         run(hydra_cfg(*CFG), run_dir)
     message = str(caught.value)
@@ -123,7 +124,7 @@ def test_a_checkpoint_that_does_not_fit_the_run_is_refused_naming_it(damage, run
 def test_an_unreadable_summary_beside_a_checkpoint_is_refused(content, run_dir, hydra_cfg, monkeypatch):
     (run_dir / "summary.json").write_bytes(content)
     before = snapshot(run_dir)
-    monkeypatch.setattr(pazo.train, "build_run", lambda *a, **k: pytest.fail("compute started"))
+    monkeypatch.setattr(pazo.run, "build_run", lambda *a, **k: pytest.fail("compute started"))
     with pytest.raises(ConfigError, match="summary.json cannot be read") as caught:
         run(hydra_cfg(*CFG), run_dir)
     assert str(run_dir / CHECKPOINT) in str(caught.value)
@@ -136,7 +137,7 @@ def test_an_unreadable_summary_after_released_rows_is_refused_and_kept(run_dir, 
     (run_dir / CHECKPOINT).unlink()
     (run_dir / "summary.json").write_text('{"status": "pre')
     before = snapshot(run_dir)
-    monkeypatch.setattr(pazo.train, "build_run", lambda *a, **k: pytest.fail("compute started"))
+    monkeypatch.setattr(pazo.run, "build_run", lambda *a, **k: pytest.fail("compute started"))
     with pytest.raises(ConfigError, match="summary.json cannot be read"):
         run(hydra_cfg(*CFG), run_dir)
     assert snapshot(run_dir) == before

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import pazo.experiment
+import pazo.run
 import pazo.train
 from pazo.cli import multirun_jobs
 from pazo.errors import DataMissingError
@@ -95,14 +96,14 @@ def test_a_signal_in_one_job_stops_the_multirun_and_a_relaunch_continues_it(tmp_
 
 
 def test_a_job_refused_at_its_start_makes_the_multirun_fail_and_says_which(tmp_path, capsys, monkeypatch):
-    original = pazo.train.build_run
+    original = pazo.run.build_run
 
     def build_run(cfg, **kwargs):
         if cfg.seed == 1:
             raise DataMissingError("digits data are not where we looked (a test)")
         return original(cfg, **kwargs)
 
-    monkeypatch.setattr(pazo.train, "build_run", build_run)
+    monkeypatch.setattr(pazo.run, "build_run", build_run)
     code, out, err = run_cli(["-m", *TINY, "train.steps=1", "seed=0,1,2", f"hydra.sweep.dir={tmp_path / 's'}"],
                              capsys)
     assert code == 1, err
@@ -111,3 +112,21 @@ def test_a_job_refused_at_its_start_makes_the_multirun_fail_and_says_which(tmp_p
     ended = [line for line in lines if line.startswith("pazo: multirun ended")]
     assert len(ended) == 1 and "2 of 3 jobs finished (job=0, job=2)" in ended[0] and "job=1 (refused)" in ended[0]
     assert "seed=" not in ended[0]   # the seed goes to config.yaml only
+
+
+def test_a_multirun_prints_the_header_its_jobs_share_once_and_a_line_per_job(tmp_path, capsys):
+    """The terminal: the first job's header whole, then one line per later job naming the lines of
+    its header that differ (here its privacy line); each job's train.log: its whole header (was: the
+    four header lines again for every job)."""
+    sweep_dir = tmp_path / "sweep"
+    code, out, err = run_cli(["-m", *TINY, "train.steps=1", "privacy.epsilon=1,2", f"hydra.sweep.dir={sweep_dir}"],
+                             capsys)
+    assert code == 0, err
+    said = (out + err).splitlines()
+    assert sum(line.startswith("assumes: ") for line in said) == 1
+    assert sum(line.startswith("privacy: ") for line in said) == 1
+    [second] = [line for line in said if line.startswith("job 2 of 2 (privacy.epsilon=2): ")]
+    assert "privacy: (epsilon, delta)-DP, target epsilon=2.0" in second and "the rest as job 1's" in second
+    for log in sorted(sweep_dir.glob("*/train.log")):
+        text = log.read_text()
+        assert text.count("] - privacy: ") == 1 and text.count("] - assumes: ") == 1 and "job 2 of 2" not in text

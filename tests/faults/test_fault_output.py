@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import pazo.run
 import pazo.train
 from fault_runtime_helpers import TINY, Disk, leftovers, one_error_line, run_cli, snapshot
 from pazo.checkpoint import CHECKPOINT, read_checkpoint
@@ -24,7 +25,7 @@ from pazo.train import run
 @pytest.fixture
 def no_compute(monkeypatch):
     """Fails the test if the run reaches its data, model or calibration."""
-    monkeypatch.setattr(pazo.train, "build_run", lambda *a, **k: pytest.fail("compute started"))
+    monkeypatch.setattr(pazo.run, "build_run", lambda *a, **k: pytest.fail("compute started"))
 
 
 def assert_whole(run_dir: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import pazo.run
 import pazo.train
 from conftest import ROOT
 from fault_runtime_helpers import TINY, error_lines, one_error_line, run_cli, snapshot
@@ -192,7 +193,7 @@ def test_ctrl_c_three_times_in_a_real_run_ends_interrupted_without_traceback(tmp
 # --- two launches into one directory ------------------------------------------------------------------
 
 def test_a_launch_into_a_locked_directory_is_refused_before_compute(hydra_cfg, tmp_path, monkeypatch):
-    monkeypatch.setattr(pazo.train, "build_run", lambda *a, **k: pytest.fail("compute started"))
+    monkeypatch.setattr(pazo.run, "build_run", lambda *a, **k: pytest.fail("compute started"))
     with RunDirLock(tmp_path):
         with pytest.raises(ConfigError, match=f"run directory {tmp_path} is in use by another launch") as caught:
             run(hydra_cfg(*TINY), tmp_path)
@@ -204,7 +205,7 @@ def test_the_lock_is_released_whatever_the_run_ends_with(hydra_cfg, tmp_path, mo
     def broken(*a, **k):
         raise RuntimeError("the data loader crashed")
 
-    monkeypatch.setattr(pazo.train, "build_run", broken)
+    monkeypatch.setattr(pazo.run, "build_run", broken)
     with pytest.raises(RuntimeError):
         run(hydra_cfg(*TINY), tmp_path)
     assert not (tmp_path / LOCK).exists()

@@ -55,7 +55,7 @@ def test_pazo_train_from_another_directory_logs_to_train_log_and_keeps_wandb_qui
 
 
 @pytest.mark.slow   # two audit subprocesses (about 30 s); in the quick suite:
-# test_each_hydra_entry_point_resolves_its_own_run_dir[pazo.audit.run-audit] (no hydra.run.dir),
+# test_each_hydra_entry_point_resolves_its_own_run_dir[pazo.audit.command-audit] (no hydra.run.dir),
 # tests/audit/test_audit.py::test_audit_refuses_bad_settings_before_compute and the in-process audits of
 # test_noise_check.py
 def test_pazo_audit_from_another_directory_audits_and_refuses_a_bad_override_in_one_line(tmp_path):
@@ -122,8 +122,8 @@ def test_pyproject_declares_the_pinned_requirements():
     extras = project["project"]["optional-dependencies"]
     assert extras["dev"] == _requirement_lines("requirements-dev.txt")
     assert extras["bench"] == _requirement_lines("requirements-bench.txt")
-    assert project["project"]["scripts"] == {"pazo-train": "pazo.train:cli", "pazo-sweep": "pazo.sweep:main",
-                                             "pazo-audit": "pazo.audit.run:cli",
+    assert project["project"]["scripts"] == {"pazo-train": "pazo.train:cli", "pazo-sweep": "pazo.sweep:cli",
+                                             "pazo-audit": "pazo.audit.command:cli",
                                              "pazo-bench": "pazo.bench:main", "pazo-report": "pazo.report:main",
                                              "pazo-privacy": "pazo.privacy.cli:main"}
     assert project["tool"]["setuptools"]["package-data"] == {"pazo.report": ["paper_values.csv"]}
@@ -176,28 +176,38 @@ def test_every_command_runs_its_module_in_process(capsys):
     assert all(len(text.splitlines()) <= 4 for text in launchers.values())
 
 
-@pytest.mark.parametrize("module,config_name", [("pazo.train", "config"), ("pazo.audit.run", "audit")])
+@pytest.mark.parametrize("module,config_name", [("pazo.train", "config"), ("pazo.audit.command", "audit")])
 def test_each_hydra_entry_point_resolves_its_own_run_dir(module, config_name):
-    """The rule the README's `pazo-audit ...` broke: every Hydra entry point, imported alone (no other
-    pazo module registering resolvers for it), composes its config with Hydra's own section and
-    resolves `hydra.run.dir` without the user giving one. Composed in a fresh interpreter, since this
-    test process has imported every entry point already."""
+    """The rule the README's `pazo-audit ...` broke: every Hydra entry point's app (`hydra_main`), in
+    an interpreter that imported nothing else of pazo, composes its config with Hydra's own section
+    and resolves `hydra.run.dir` without the user giving one (what it loads registers the resolvers
+    and schemas the config names). Hydra's `main` is replaced by a composition that prints the
+    directory; in a fresh interpreter, since this test process has imported every entry point already."""
     code = f"""
-import importlib, sys
+import importlib
+import hydra
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-from pazo import CONFIG_DIR
-importlib.import_module({module!r})
-with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-    cfg = compose(config_name={config_name!r}, return_hydra_config=True)
 from hydra.core.hydra_config import HydraConfig
-HydraConfig.instance().set_config(cfg)
-print(OmegaConf.to_container(cfg.hydra.run, resolve=True)["dir"])
+from omegaconf import OmegaConf
+
+def composing_main(version_base, config_path, config_name):
+    def app_of(task):
+        def app():
+            with initialize_config_dir(config_dir=config_path, version_base=version_base):
+                cfg = compose(config_name=config_name, return_hydra_config=True)
+            HydraConfig.instance().set_config(cfg)
+            print(OmegaConf.to_container(cfg.hydra.run, resolve=True)["dir"])
+        return app
+    return app_of
+
+hydra.main = composing_main
+importlib.import_module({module!r}).hydra_main()
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     run_dir = out.stdout.strip().splitlines()[-1]
-    assert run_dir.startswith("outputs/") and "${" not in run_dir and re.search(r"_[0-9a-f]{6}$", run_dir)
+    assert run_dir.startswith(f"outputs/{'runs' if config_name == 'config' else 'audits'}/") and "${" not in run_dir
+    assert re.search(r"_[0-9a-f]{6}$", run_dir)
 
 
 def _argparse_commands():

@@ -9,6 +9,7 @@ from hydra import compose, initialize_config_dir
 
 import pazo.audit.run as audit_run
 import pazo.experiment as experiment
+import pazo.run as pazo_run
 import pazo.train as train
 from pazo.models.functional import cross_entropy_per_example
 from conftest import CONFIG_DIR, run_cache
@@ -28,7 +29,7 @@ def spy_on_build_run(monkeypatch) -> list[dict]:
                      "engine": r.engine["name"], "method": type(r.method), "n": r.n,
                      "seeds": dict(r.streams.seeds)})
         return r
-    monkeypatch.setattr(train, "build_run", recording)
+    monkeypatch.setattr(pazo_run, "build_run", recording)
     monkeypatch.setattr(audit_run, "build_run", recording)
     return seen
 
