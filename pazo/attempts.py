@@ -32,8 +32,10 @@ covers (`privacy.steps_released`). A launch into a directory
 The check has two halves: `plan_launch` before any compute (from the files), `check_launch` once
 the run is built (the computation: sigma, device, the private data's digest), and only then
 `accept_launch` moves the earlier files away. The private data's digest of the attempt that ran
-last is kept in `private_computation.json`, readable by its owner only (0600), like the
-checkpoint: a hash of the private data would tell which data set it is.
+last is kept in the run's private workspace, `private/private_computation.json` (`pazo.gate`),
+readable by its owner only (0600), like the checkpoint: a hash of the private data would tell which
+data set it is. A run directory of an earlier pazo keeps it beside summary.json: it is read there
+until this launch writes its own.
 """
 from __future__ import annotations
 
@@ -43,13 +45,13 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from pazo.checkpoint import (CHECKPOINT, NOT_COMPARED, RESUMABLE, archive_files, config_fingerprint,
+from pazo import gate
+from pazo.checkpoint import (NOT_COMPARED, RESUMABLE, archive_files, checkpoint_path, config_fingerprint,
                              effective_status, heartbeat_age, read_checkpoint, read_summary, remove_tmp_checkpoint)
 from pazo.errors import ConfigError
 from pazo.fingerprint import canonical_json
 from pazo.metrics_file import FILE as METRICS, CorruptMetrics, read_metric_rows
 from pazo.releases import Release, earlier_releases, summary_step
-from pazo.rundir import write_atomic
 from pazo.validate import typed_config
 
 #: the private record of the last attempt's computation (its data digest among it): 0600, never archived
@@ -93,7 +95,7 @@ def plan_launch(run_dir: Path, cfg) -> Start:
     """What a launch of `cfg` into `run_dir` does, decided from the directory's files before any
     compute; a ConfigError (one line, nothing moved) where the rule refuses it."""
     run_dir = Path(run_dir)
-    summary_path, ckpt_path = run_dir / "summary.json", run_dir / CHECKPOINT
+    summary_path, ckpt_path = run_dir / "summary.json", checkpoint_path(run_dir)
     if not summary_path.exists():
         released = earlier_releases(run_dir)
         if released or (run_dir / "metrics.jsonl").exists():  # by an attempt that never wrote a summary
@@ -212,14 +214,18 @@ def accept_launch(run_dir: Path, start: Start, run) -> None:
     deleted instead) and keep this attempt's private record of its computation (0600)."""
     if start.pending_archive:
         start.moved_to, start.pending_archive = archive_files(Path(run_dir)), False
-    write_atomic(Path(run_dir) / PRIVATE_RECORD, canonical_json(run.private_computation).encode(), mode=0o600)
+    record = canonical_json(run.private_computation).encode()
+    gate.write_private(Path(run_dir) / gate.WORKSPACE / PRIVATE_RECORD, record)
+    (Path(run_dir) / PRIVATE_RECORD).unlink(missing_ok=True)   # (the old layout's)
 
 
 def read_private_record(run_dir: Path) -> dict | None:
-    """The private computation recorded by the directory's last accepted attempt (None: none, or
-    an attempt from before the record existed, whose summary's computation is then all there is)."""
+    """The private computation recorded by the directory's last accepted attempt, in its private
+    workspace or (the old layout) beside its summary; None: none, or an attempt from before the
+    record existed, whose summary's computation is then all there is."""
+    new, old = Path(run_dir) / gate.WORKSPACE / PRIVATE_RECORD, Path(run_dir) / PRIVATE_RECORD
     try:
-        record = json.loads((Path(run_dir) / PRIVATE_RECORD).read_text())
+        record = json.loads((old if old.exists() and not new.exists() else new).read_text())
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None

@@ -8,10 +8,13 @@ statistics since the last logged row, and how many bytes of `metrics.jsonl` were
 saved every `train.checkpoint_every` steps, or every `train.checkpoint_minutes` of wall time, and
 when SIGTERM, SIGUSR1 or SIGUSR2 (a scheduler's warning) or SIGINT arrives, after the step in
 progress. It holds the noise stream's state (and torch's generator states, from which the seed can
-be read back), so it is as sensitive as the private data and the secret seed: it is readable by its
-owner only (0600), never archived into `attempts/`, deleted when the run finishes
+be read back), so it is as sensitive as the private data and the secret seed: it lives in the run's
+private workspace (`private/checkpoint.pt`, `pazo.gate`), readable by its owner only (0600 in a 0700
+folder), never archived into `attempts/`, deleted when the run finishes
 (`train.keep_checkpoint=true` keeps it, 0600 still) and when the run fails (a failed run is not
-resumed), and a write that breaks off leaves no `.tmp` file behind. A relaunch that is refused
+resumed), and a write that breaks off leaves no `.tmp` file behind. A run directory of an earlier
+pazo keeps its checkpoint at `<run dir>/checkpoint.pt`: it is found there and resumed from, and the
+next checkpoint goes to `private/` (the old one is deleted). A relaunch that is refused
 (another config, another computation) keeps it, so that the run can still be resumed as it ran.
 
 A relaunch into a run directory (the same `hydra.run.dir`, or the same sweep run) resumes from the
@@ -24,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import threading
@@ -35,8 +37,8 @@ from pathlib import Path
 import torch
 
 from pazo.errors import ConfigError
+from pazo import gate
 from pazo.fingerprint import config_without
-from pazo.rundir import write_atomic
 
 CHECKPOINT = "checkpoint.pt"
 #: statuses of a run stopped before its end that resume from their checkpoint
@@ -140,6 +142,13 @@ def read_checkpoint(path: Path) -> dict:
     return checkpoint
 
 
+def checkpoint_path(run_dir: Path | str) -> Path:
+    """Where the run's checkpoint is: `private/checkpoint.pt`, or `checkpoint.pt` in a run directory
+    an earlier pazo wrote (the old layout) when only that one exists."""
+    new, old = Path(run_dir) / gate.WORKSPACE / CHECKPOINT, Path(run_dir) / CHECKPOINT
+    return old if old.exists() and not new.exists() else new
+
+
 def archive_files(run_dir: Path) -> str:
     """Move an earlier attempt's files to attempts/<n>/ (nothing already written is lost); its
     checkpoint, which holds the noise stream and will never be resumed, is deleted instead.
@@ -151,33 +160,39 @@ def archive_files(run_dir: Path) -> str:
     target.mkdir(parents=True)
     for name in FILES:
         if (run_dir / name).exists():
-            shutil.move(str(run_dir / name), str(target / name))
+            gate.move_released(run_dir / name, target / name)
     return str(target)
 
 
 def save_checkpoint(run_dir: Path, *, fingerprint: str, module: torch.nn.Module, streams, sampler,
                     loop: LoopState, extra: dict) -> None:
-    """Everything the run needs to continue exactly from here, written atomically (0600): a full
-    disk or a kill during the write leaves the previous checkpoint (a WriteFault names the file)."""
+    """Everything the run needs to continue exactly from here, written atomically into the private
+    workspace (0600): a full disk or a kill during the write leaves the previous checkpoint (a
+    WriteFault names the file); one of the old layout goes once this one is written."""
     state = {"fingerprint": fingerprint, "model": module.state_dict(), "streams": streams.state(),
              "sampler": sampler.state(), "loop": asdict(loop), "extra": extra,
              "torch_rng": torch.get_rng_state(),
              "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
-    write_atomic(Path(run_dir) / CHECKPOINT, lambda f: torch.save(state, f), mode=0o600)
+    gate.write_private(Path(run_dir) / gate.WORKSPACE / CHECKPOINT, lambda f: torch.save(state, f))
+    (Path(run_dir) / CHECKPOINT).unlink(missing_ok=True)
 
 
-def _tmp_checkpoint(run_dir: Path) -> Path:
-    return Path(run_dir) / (CHECKPOINT + ".tmp")
+def _checkpoint_files(run_dir: Path) -> list[Path]:
+    """Every place a checkpoint or a broken-off write of one may be, in either layout."""
+    return [folder / name for folder in (Path(run_dir) / gate.WORKSPACE, Path(run_dir))
+            for name in (CHECKPOINT, CHECKPOINT + ".tmp", "checkpoint.tmp")]
 
 
 def remove_tmp_checkpoint(run_dir: Path) -> None:
     """Delete a checkpoint write a kill broke off (never resumed from)."""
-    _tmp_checkpoint(run_dir).unlink(missing_ok=True)
+    for path in _checkpoint_files(run_dir):
+        if path.name != CHECKPOINT:
+            path.unlink(missing_ok=True)
 
 
 def discard_checkpoint(run_dir: Path) -> None:
     """Delete a run's checkpoint and any half-written one (they hold the noise stream)."""
-    for path in (Path(run_dir) / CHECKPOINT, _tmp_checkpoint(run_dir), Path(run_dir) / "checkpoint.tmp"):
+    for path in _checkpoint_files(run_dir):
         path.unlink(missing_ok=True)
 
 

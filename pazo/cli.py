@@ -12,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from pazo import CONFIG_DIR
+from pazo import CONFIG_DIR, gate
 from pazo.errors import ConfigError, unknown_key, unknown_option
 from pazo.rundir import STAGING_PREFIX, WriteFault, check_output_dir, existing_dirs, remove_created_dirs
 from pazo.privacy.accountants import BudgetError
@@ -61,7 +61,7 @@ def guard_hydra_record_writes() -> None:
             LAUNCH.run_dir = Path(output_dir).parents[1]   # (Hydra has made the run directory by now)
         try:
             save(cfg, filename, output_dir)
-            os.chmod(Path(output_dir) / filename, 0o600)   # (the record holds the seed, assumed secret)
+            gate.make_owner_only(Path(output_dir) / filename)   # (the record holds the seed, assumed secret)
         except OSError as err:
             fault = WriteFault(Path(output_dir) / filename, err)
             if Path(output_dir).name.startswith(STAGING_PREFIX):

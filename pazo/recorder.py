@@ -1,18 +1,17 @@
-"""The one gate through which a run's results leave the process: its own directory (resolved
-config, metrics.jsonl, summary.json, checkpoint.pt, model.pt) and, mirrored, Weights & Biases
+"""How a run's results leave the process: its own directory (resolved config, metrics.jsonl,
+summary.json, private/checkpoint.pt, model.pt), written through `pazo.gate`, and, mirrored, Weights & Biases
 (offline by default: no account or network needed, `wandb sync` later). The training loop writes
 nothing itself: every row, summary, checkpoint and saved model goes through a `Recorder`, and W&B
 gets only what `pazo.outlets` releases (never the seed, the command line or a private diagnostic
 unless asked).
 
-Every file is written whole or not at all (`pazo.rundir.write_atomic`; a row of metrics.jsonl that
+Every file is written whole or not at all (`pazo.gate`, by `pazo.rundir.write_atomic`; a row of metrics.jsonl that
 a full disk cuts short is taken back), so a fault of the machine mid-run leaves the last good
 summary, checkpoint and rows; the write it refused is a `WriteFault` naming the file."""
 from __future__ import annotations
 
 import json
 import math
-import os
 import threading
 import time
 from pathlib import Path
@@ -20,10 +19,10 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from pazo import outlets, rundir
+from pazo import gate, outlets
 from pazo.checkpoint import LoopState, discard_checkpoint, save_checkpoint
 from pazo.metrics_file import lines_of, whole_row
-from pazo.rundir import WriteFault, write_atomic, writing
+from pazo.rundir import WriteFault, writing
 
 
 def _clean(value):
@@ -55,16 +54,16 @@ def _whole_rows_kept(metrics: Path, checkpoint_bytes: int) -> int:
         end, last = end + len(line), row or last
     if last is None:   # no row after the checkpoint: the last one before it
         last = next(filter(None, map(whole_row, reversed(lines_of(data[:end])))), None)
-    os.truncate(metrics, end)
+    gate.cut_back(metrics, end)
     return last["step"] if last else 0
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    write_atomic(path, json.dumps(_clean(data), indent=2, sort_keys=True).encode())
+    gate.write_released(path, json.dumps(_clean(data), indent=2, sort_keys=True).encode())
 
 
 class Recorder:
-    """config.yaml, metrics.jsonl (one row per logged step), summary.json and checkpoint.pt of one
+    """config.yaml, metrics.jsonl (one row per logged step), summary.json and the checkpoint of one
     run, mirrored to W&B, and any other record of it (`write_record`: the audit's audit.json).
     `resume_bytes`: continue an interrupted attempt; the rows it wrote after its checkpoint stay
     (they left the process: the directory's last row must keep covering them), and the resumed
@@ -83,7 +82,7 @@ class Recorder:
             self.dir.mkdir(parents=True, exist_ok=True)
         self.resolved = OmegaConf.to_container(cfg, resolve=True)
         # (readable by its owner only: it holds the seed, which the guarantee assumes secret)
-        write_atomic(self.dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True).encode(), mode=0o600)
+        gate.write_private(self.dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True).encode())
         self._metrics, self._offset = None, 0
         #: the last step an earlier attempt wrote a row for; a resumed attempt's rows up to it are not written again
         self.released_through = 0
@@ -92,7 +91,7 @@ class Recorder:
             with writing(metrics):
                 if resume_bytes is not None and metrics.exists():
                     self.released_through = _whole_rows_kept(metrics, resume_bytes)
-                self._metrics = rundir.open_file(metrics, append=resume_bytes is not None)  # (one place opens files)
+                self._metrics = gate.open_released(metrics, append=resume_bytes is not None)
                 self._offset = metrics.stat().st_size
         self.summary: dict = {}
         #: a heartbeat the machine refused to write (the run goes on; its next summary write tells)
@@ -144,7 +143,7 @@ class Recorder:
                 while done < len(view):
                     done += self._metrics.write(view[done:])
             except OSError:
-                os.truncate(path, self._offset)  # frees what the cut row took: possible on a full disk
+                gate.cut_back(path, self._offset)  # frees what the cut row took: possible on a full disk
                 raise
         self._offset += len(data)
 
@@ -187,7 +186,7 @@ class Recorder:
         refuses raises a WriteFault before the summary says finished."""
         if summary["status"] == "finished" and train_cfg.save_model:
             state = module.state_dict()
-            write_atomic(self.dir / "model.pt", lambda f: torch.save(state, f))
+            gate.write_released(self.dir / "model.pt", lambda f: torch.save(state, f))
         self.write_summary(summary)
         self.close(failed=summary["status"] == "failed")
         if summary["status"] == "failed" or (summary["status"] == "finished" and not train_cfg.keep_checkpoint):

@@ -18,8 +18,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from pazo import gate
 from pazo.attempts import accept_launch, check_launch, plan_launch
-from pazo.checkpoint import CHECKPOINT, Heartbeat, LoopState, StopRequests, config_fingerprint, restore_checkpoint
+from pazo.checkpoint import (Heartbeat, LoopState, StopRequests, checkpoint_path, config_fingerprint,
+                             restore_checkpoint)
 from pazo.cli import DEBUG_ONLY
 from pazo.console import open_run_logs
 from pazo.experiment import build_run, resolve_device
@@ -27,7 +29,7 @@ from pazo.loop import train_loop
 from pazo.privacy.mechanisms import active_debug_break
 from pazo.recorder import Recorder
 from pazo.rundir import (RunDirLock, WriteFault, accept_hydra_record, check_output_dir, drop_hydra_record,
-                         remove_broken_writes, write_atomic)
+                         remove_broken_writes)
 from pazo.privacy.plan import epsilon_spent
 from pazo.summary import print_header, print_summary, released_beyond, resumed_line
 from pazo.validate import ConfigError, typed_config, validate_config
@@ -64,7 +66,7 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
         sampler = r.sampler()
         check_launch(run_dir, start, r)
         loop = (restore_checkpoint(start.checkpoint, module=r.module, streams=r.streams, sampler=sampler,
-                                   path=run_dir / CHECKPOINT) if start.resuming else LoopState())
+                                   path=checkpoint_path(run_dir)) if start.resuming else LoopState())
         accept_launch(run_dir, start, r)   # the first write into run_dir
         accept_hydra_record(run_dir, hydra_record, archive_to=start.moved_to)
         open_run_logs()   # train.log: the lines said since the launch began, and on
@@ -139,7 +141,7 @@ def carry_released_rows(run_dir: Path, start) -> int | None:
     earlier = Path(start.moved_to or "") / "metrics.jsonl"
     if not start.replaying or not start.moved_to or not earlier.exists():
         return None
-    write_atomic(run_dir / "metrics.jsonl", earlier.read_bytes())
+    gate.write_released(run_dir / "metrics.jsonl", earlier.read_bytes())
     return 0
 
 

@@ -251,11 +251,12 @@ class RunDirLock:
 
 def remove_broken_writes(run_dir: Path | str) -> list[Path]:
     """Delete what a kill during `write_atomic` left (`<run file>.tmp`; the run file itself is the
-    previous whole one). Called by the lock's holder, so no write of another launch is under way."""
+    previous whole one), in the directory or its private workspace (`private/`, `pazo.gate`). Called by
+    the lock's holder, so no write of another launch is under way."""
     removed = []
-    for path in Path(run_dir).glob("*.tmp"):
+    for path in [*Path(run_dir).glob("*.tmp"), *Path(run_dir).glob("private/*.tmp")]:
         if path.name.removesuffix(".tmp") in ("summary.json", "config.yaml", "model.pt", "checkpoint.pt",
-                                               "audit.json"):
+                                               "audit.json", "private_computation.json"):
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed

@@ -16,15 +16,13 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 import secrets
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
 
-from pazo import outlets
+from pazo import gate, outlets
 from pazo.errors import ConfigError, DataMissingError
 from pazo.experiment import planned_steps
 from pazo.methods import method_config
@@ -33,7 +31,6 @@ from pazo.privacy.calibration import calibrate_sigma
 from pazo.privacy.sampling import SAMPLERS
 from pazo.privacy.selection import KDistribution, RunAccount, run_epsilon, selection_epsilon
 from pazo.results import guarantee_problem, read_json_object
-from pazo.rundir import write_atomic
 
 #: the folder under a sweep's directory that holds the K runs of every selection (never released)
 PRIVATE = ".private"
@@ -176,12 +173,7 @@ _selection_epsilon = functools.lru_cache(maxsize=None)(
 
 def private_dir(path: Path) -> Path:
     """`path` created with every folder from the sweep's `.private` down readable by its owner alone."""
-    path.mkdir(parents=True, exist_ok=True)
-    parts = path.parts
-    top = parts.index(PRIVATE)
-    for i in range(top + 1, len(parts) + 1):
-        os.chmod(Path(*parts[:i]), 0o700)
-    return path
+    return gate.owner_only_dirs(path, PRIVATE)
 
 
 def load_or_draw(state: Path, k: KDistribution, grid: list[str], launched_at: float) -> dict:
@@ -204,7 +196,7 @@ def load_or_draw(state: Path, k: KDistribution, grid: list[str], launched_at: fl
     draws = [{"configuration": rng.randrange(len(grid)), "name": f"run-{secrets.token_hex(6)}"}
              for _ in range(k.draw(rng))]
     drawn = {**wanted, "k": len(draws), "launched_at": launched_at, "draws": draws}
-    write_atomic(private_dir(state.parent) / state.name, json.dumps(drawn, indent=1).encode(), mode=0o600)
+    gate.write_private(private_dir(state.parent) / state.name, json.dumps(drawn, indent=1).encode())
     return drawn
 
 
@@ -233,12 +225,7 @@ def choose(run_dirs: list[Path]) -> int | None:
 
 def seal(folder: Path) -> None:
     """Every file under `folder` 0600 and every folder 0700: the K runs stay their owner's."""
-    for root, dirs, files in os.walk(folder):
-        os.chmod(root, 0o700)
-        for name in files:
-            path = Path(root) / name
-            if not path.is_symlink():
-                os.chmod(path, 0o600)
+    gate.seal(folder)
 
 
 def release(run_dir: Path, public: Path, record: dict, stamp: float, top: Path) -> None:
@@ -248,19 +235,10 @@ def release(run_dir: Path, public: Path, record: dict, stamp: float, top: Path) 
     `top` down to `public`, set to `stamp` (the launch's time, the same whatever K: the files' own
     times would tell how long the K runs took)."""
     staging = public.with_name(public.name + ".tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    for name in outlets.RELEASE:
-        if (run_dir / name).is_file():
-            (staging / name).write_bytes(_released_file(name, run_dir / name, record, public))
-    for path in [*staging.iterdir(), staging]:
-        os.chmod(path, 0o755 if path.is_dir() else 0o644)
-        os.utime(path, (stamp, stamp))
-    shutil.rmtree(public, ignore_errors=True)
-    staging.rename(public)
-    relative = public.relative_to(top)
-    for folder in [relative, *relative.parents]:
-        os.utime(top / folder, (stamp, stamp))
+    gate.new_staging(staging)
+    gate.release_into(staging, {name: _released_file(name, run_dir / name, record, public)
+                                for name in outlets.RELEASE if (run_dir / name).is_file()}, stamp)
+    gate.publish(staging, public, top, stamp)
 
 
 def _released_file(name: str, path: Path, record: dict, public: Path) -> bytes:

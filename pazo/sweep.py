@@ -38,6 +38,7 @@ from hydra.errors import HydraException
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from pazo import gate
 from pazo.child_runs import CHILDREN, EXIT_INTERRUPTED, Interrupted, passing_on_interrupts
 from pazo.commands import ArgumentParser, summary_of
 from pazo.config_schema import integer_at_least, optional, typed
@@ -507,9 +508,8 @@ def run_one(cmd: list[str], run_dir: str, threads: int | None = None) -> int | N
     env = dict(os.environ)
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    with open(Path(run_dir) / "stdout.log", "a") as out:  # a relaunch appends: earlier attempts' lines stay
-        out.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(without_seed(cmd))}\n")
-        out.flush()
+    with gate.open_released(Path(run_dir) / "stdout.log", append=True) as out:  # a relaunch appends: earlier lines stay
+        out.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(without_seed(cmd))}\n".encode())
         return CHILDREN.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
 
 

@@ -54,10 +54,10 @@ def _interrupted_where(run_dir: Path) -> str:
 
 def _fault_where(run_dir: Path) -> str:
     """What a write the machine refused left: the status recorded (or not) and how to go on."""
-    from pazo.checkpoint import CHECKPOINT, read_summary
+    from pazo.checkpoint import checkpoint_path, read_summary
 
     summary = read_summary(run_dir / "summary.json")
-    again = ("the same command resumes from its checkpoint" if (run_dir / CHECKPOINT).exists()
+    again = ("the same command resumes from its checkpoint" if checkpoint_path(run_dir).exists()
              else "the same command starts the run again")
     fix = "free space (or fix the permissions), then " + again
     if summary is None:

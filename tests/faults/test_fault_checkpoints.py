@@ -17,7 +17,7 @@ import torch
 import pazo.run
 import pazo.train
 from fault_runtime_helpers import TINY, leftovers, one_error_line, snapshot
-from pazo.checkpoint import CHECKPOINT, read_checkpoint, save_checkpoint
+from pazo.checkpoint import CHECKPOINT, checkpoint_path, read_checkpoint, save_checkpoint
 from pazo.errors import ConfigError
 from pazo.methods.two_point import TwoPointMethod
 from pazo.train import run
@@ -53,7 +53,7 @@ def preempted(tmp_path_factory):
             os.environ.pop("PAZO_CACHE_DIR", None)
         else:
             os.environ["PAZO_CACHE_DIR"] = saved_cache
-    assert summary["status"] == "preempted" and (folder / "run" / CHECKPOINT).exists()
+    assert summary["status"] == "preempted" and checkpoint_path(folder / "run").exists()
     return folder / "run"
 
 
@@ -71,7 +71,7 @@ def _saved(obj) -> bytes:
 
 
 def _good(run_dir) -> dict:
-    return torch.load(run_dir / CHECKPOINT, weights_only=True)
+    return torch.load(checkpoint_path(run_dir), weights_only=True)
 
 
 DAMAGE = {
@@ -91,7 +91,7 @@ DAMAGE = {
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_a_damaged_checkpoint_is_refused_before_compute_and_nothing_is_lost(damage, run_dir, hydra_cfg, monkeypatch):
-    path = run_dir / CHECKPOINT
+    path = checkpoint_path(run_dir)
     path.write_bytes(DAMAGE[damage](run_dir, path.read_bytes()))
     before = snapshot(run_dir)
     monkeypatch.setattr(pazo.run, "build_run", lambda *a, **k: pytest.fail("compute started"))
@@ -112,11 +112,11 @@ def test_a_checkpoint_that_does_not_fit_the_run_is_refused_naming_it(damage, run
         state["model"].pop(next(iter(state["model"])))
     else:
         state["streams"]["torch"] = state["streams"]["torch"] + state["streams"]["torch"]
-    (run_dir / CHECKPOINT).write_bytes(_saved(state))
+    checkpoint_path(run_dir).write_bytes(_saved(state))
     before = snapshot(run_dir)
     with pytest.raises(ConfigError, match="does not fit this run") as caught:
         run(hydra_cfg(*CFG), run_dir)
-    assert str(run_dir / CHECKPOINT) in str(caught.value)
+    assert str(checkpoint_path(run_dir)) in str(caught.value)
     assert snapshot(run_dir) == before
 
 
@@ -127,14 +127,14 @@ def test_an_unreadable_summary_beside_a_checkpoint_is_refused(content, run_dir, 
     monkeypatch.setattr(pazo.run, "build_run", lambda *a, **k: pytest.fail("compute started"))
     with pytest.raises(ConfigError, match="summary.json cannot be read") as caught:
         run(hydra_cfg(*CFG), run_dir)
-    assert str(run_dir / CHECKPOINT) in str(caught.value)
+    assert str(checkpoint_path(run_dir)) in str(caught.value)
     assert snapshot(run_dir) == before
 
 
 def test_an_unreadable_summary_after_released_rows_is_refused_and_kept(run_dir, hydra_cfg, monkeypatch):
     """(Was: started over, the earlier attempt archived.) Its rows were released, and without its
     summary whether this launch replays its computation cannot be told: one line, nothing moved."""
-    (run_dir / CHECKPOINT).unlink()
+    checkpoint_path(run_dir).unlink()
     (run_dir / "summary.json").write_text('{"status": "pre')
     before = snapshot(run_dir)
     monkeypatch.setattr(pazo.run, "build_run", lambda *a, **k: pytest.fail("compute started"))
@@ -144,7 +144,7 @@ def test_an_unreadable_summary_after_released_rows_is_refused_and_kept(run_dir, 
 
 
 def test_an_unreadable_summary_without_releases_starts_over_and_keeps_it(run_dir, hydra_cfg):
-    (run_dir / CHECKPOINT).unlink()
+    checkpoint_path(run_dir).unlink()
     (run_dir / "summary.json").write_text('{"status": "pre')
     (run_dir / "metrics.jsonl").write_text("")
     summary = run(hydra_cfg(*CFG), run_dir)
@@ -154,17 +154,17 @@ def test_an_unreadable_summary_without_releases_starts_over_and_keeps_it(run_dir
 
 def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one_and_the_run_resumes(run_dir, hydra_cfg,
                                                                                       monkeypatch):
-    good = (run_dir / CHECKPOINT).read_bytes()
+    good = checkpoint_path(run_dir).read_bytes()
     # a kill during the next write left its half-written temporary file (the process could not remove it)
-    (run_dir / (CHECKPOINT + ".tmp")).write_bytes(good[:len(good) // 3])
+    (checkpoint_path(run_dir).with_name(CHECKPOINT + ".tmp")).write_bytes(good[:len(good) // 3])
     (run_dir / "summary.json.tmp").write_text('{"status": "fin')   # and one of a summary
     summary = run(hydra_cfg(*CFG), run_dir)
     assert summary["status"] == "finished" and summary["resumed_from_step"] == 3
-    assert not leftovers(run_dir) and not (run_dir / CHECKPOINT).exists()
+    assert not leftovers(run_dir) and not checkpoint_path(run_dir).exists()
 
 
 def test_a_write_broken_off_by_an_interrupt_keeps_the_previous_checkpoint(run_dir, monkeypatch):
-    good = (run_dir / CHECKPOINT).read_bytes()
+    good = checkpoint_path(run_dir).read_bytes()
     real_save = torch.save
 
     def interrupted_save(obj, f, *a, **k):
@@ -183,26 +183,26 @@ def test_a_write_broken_off_by_an_interrupt_keeps_the_previous_checkpoint(run_di
         save_checkpoint(run_dir, fingerprint="f", module=model, streams=Nothing(), sampler=Nothing(),
                         loop=LoopState(), extra={})
     monkeypatch.setattr(torch, "save", real_save)
-    assert (run_dir / CHECKPOINT).read_bytes() == good and not leftovers(run_dir)
-    read_checkpoint(run_dir / CHECKPOINT)
+    assert checkpoint_path(run_dir).read_bytes() == good and not leftovers(run_dir)
+    read_checkpoint(checkpoint_path(run_dir))
 
 
 def test_a_good_checkpoint_reads_back_and_is_private(run_dir):
-    checkpoint = read_checkpoint(run_dir / CHECKPOINT)
+    checkpoint = read_checkpoint(checkpoint_path(run_dir))
     assert checkpoint["loop"]["step"] == 3
-    assert (run_dir / CHECKPOINT).stat().st_mode & 0o777 == 0o600
+    assert checkpoint_path(run_dir).stat().st_mode & 0o777 == 0o600
 
 
 def test_cli_garbage_checkpoint_is_one_line_and_exit_2(run_dir):
     """As a user meets it: a real `python -m pazo.train` process relaunched into the directory."""
-    (run_dir / CHECKPOINT).write_bytes(b"garbage" * 100)
+    checkpoint_path(run_dir).write_bytes(b"garbage" * 100)
     hydra_before = snapshot(run_dir / ".hydra") if (run_dir / ".hydra").exists() else {}
     done = subprocess.run([sys.executable, "-m", "pazo.train", *CFG, f"hydra.run.dir={run_dir}"],
                           capture_output=True, text=True, timeout=600)
     code, err = done.returncode, done.stderr
     line = one_error_line(err)
-    assert code == 2 and f"checkpoint {run_dir / CHECKPOINT} cannot be read" in line
-    assert (run_dir / CHECKPOINT).read_bytes() == b"garbage" * 100
+    assert code == 2 and f"checkpoint {checkpoint_path(run_dir)} cannot be read" in line
+    assert checkpoint_path(run_dir).read_bytes() == b"garbage" * 100
     after = snapshot(run_dir / ".hydra") if (run_dir / ".hydra").exists() else {}
     assert after == hydra_before   # the refused launch's record was dropped
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "preempted"

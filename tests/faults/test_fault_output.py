@@ -15,7 +15,7 @@ import torch
 import pazo.run
 import pazo.train
 from fault_runtime_helpers import TINY, Disk, leftovers, one_error_line, run_cli, snapshot
-from pazo.checkpoint import CHECKPOINT, read_checkpoint
+from pazo.checkpoint import CHECKPOINT, checkpoint_path, read_checkpoint
 from pazo.console import RunLogFile
 from pazo.errors import ConfigError
 from pazo.rundir import WriteFault, check_output_dir, write_atomic
@@ -39,9 +39,9 @@ def assert_whole(run_dir: Path) -> None:
         text = metrics.read_text()
         assert text == "" or text.endswith("\n")
         [json.loads(line) for line in text.splitlines()]
-    if (run_dir / CHECKPOINT).exists():
-        read_checkpoint(run_dir / CHECKPOINT)
-        assert (run_dir / CHECKPOINT).stat().st_mode & 0o777 == 0o600
+    if checkpoint_path(run_dir).exists():
+        read_checkpoint(checkpoint_path(run_dir))
+        assert checkpoint_path(run_dir).stat().st_mode & 0o777 == 0o600
     if (run_dir / "model.pt").exists():
         torch.load(run_dir / "model.pt", weights_only=True)
 
@@ -112,12 +112,12 @@ def test_a_full_disk_at_a_checkpoint_keeps_the_previous_one_and_resumes(hydra_cf
     assert set(disk.refused) == {CHECKPOINT}
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "fault" and "the disk is full" in summary["failure"] and summary["steps_done"] == 4
-    assert read_checkpoint(tmp_path / CHECKPOINT)["loop"]["step"] == 2   # the previous good one
+    assert read_checkpoint(checkpoint_path(tmp_path))["loop"]["step"] == 2   # the previous good one
     assert_whole(tmp_path)
     disk.opens_ok, disk.free = 10**6, 10**9   # room again: the same run resumes from step 2
     again = run(cfg, tmp_path)
     assert again["status"] == "finished" and again["resumed_from_step"] == 2 and again["attempt"] == 2
-    assert not (tmp_path / CHECKPOINT).exists()
+    assert not checkpoint_path(tmp_path).exists()
     assert_whole(tmp_path)
 
 
@@ -139,7 +139,7 @@ def test_a_full_disk_at_the_model_save_records_fault_and_the_relaunch_finishes(h
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "fault" and summary["final_test_accuracy"] is None
     assert not (tmp_path / "model.pt").exists()      # never a truncated model
-    assert read_checkpoint(tmp_path / CHECKPOINT)["loop"]["step"] == 4
+    assert read_checkpoint(checkpoint_path(tmp_path))["loop"]["step"] == 4
     assert_whole(tmp_path)
     disk.free = 10**9
     again = run(cfg, tmp_path)
@@ -161,7 +161,7 @@ def test_a_directory_made_read_only_mid_run_is_a_fault(hydra_cfg, tmp_path, monk
     with pytest.raises(WriteFault, match="no permission"):
         run(hydra_cfg(*LONGER), tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["status"] == "fault" and not (tmp_path / CHECKPOINT).exists()
+    assert summary["status"] == "fault" and not checkpoint_path(tmp_path).exists()
     assert_whole(tmp_path)
 
 

@@ -18,7 +18,7 @@ import pazo.run
 import pazo.train
 from conftest import ROOT
 from fault_runtime_helpers import TINY, error_lines, one_error_line, run_cli, snapshot
-from pazo.checkpoint import CHECKPOINT, StopRequests, read_checkpoint
+from pazo.checkpoint import checkpoint_path, StopRequests, read_checkpoint
 from pazo.errors import ConfigError
 from pazo.methods.two_point import TwoPointMethod
 from pazo.recorder import Recorder
@@ -70,7 +70,7 @@ def test_a_second_ctrl_c_during_the_shutdown_is_ignored_until_the_files_are_writ
     summary = run(hydra_cfg(*CFG), tmp_path)
     assert summary["status"] == "interrupted" and summary["stopped_at_step"] == 3
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "interrupted"
-    assert read_checkpoint(tmp_path / CHECKPOINT)["loop"]["step"] == 3
+    assert read_checkpoint(checkpoint_path(tmp_path))["loop"]["step"] == 3
     err = capfd.readouterr().err
     assert err.count("already stopping") == 1 and "Traceback" not in err
 
@@ -110,7 +110,7 @@ def test_a_third_ctrl_c_while_the_interruption_is_recorded_does_not_break_the_re
         run(hydra_cfg(*CFG), tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["failure"].startswith("interrupted at step 3")
-    assert read_checkpoint(tmp_path / CHECKPOINT)["loop"]["step"] == 2   # the last periodic one, kept for the relaunch
+    assert read_checkpoint(checkpoint_path(tmp_path))["loop"]["step"] == 2   # the last periodic one, kept: relaunch
 
 
 def test_stop_requests_turn_signals_into_a_stop_then_an_interrupt_then_silence(capfd):

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 import pazo.loop as training_loop
 import pazo.train as train
 from pazo.attempts import plan_launch, same_computation
-from pazo.checkpoint import CHECKPOINT
+from pazo.checkpoint import checkpoint_path
 from pazo.errors import ConfigError
 from pazo.recorder import Recorder
 from conftest import CONFIG_DIR
@@ -50,7 +50,7 @@ def test_a_seeded_run_starts_over_with_the_same_noise_and_archives_no_checkpoint
     crash_at(monkeypatch, 3)
     with pytest.raises(RuntimeError):
         train.run(hydra_cfg("method=dpzero", "train.steps=6", "train.checkpoint_every=2"), tmp_path)
-    assert not (tmp_path / CHECKPOINT).exists()  # a failed run is never resumed: its checkpoint is gone
+    assert not checkpoint_path(tmp_path).exists()  # a failed run is never resumed: its checkpoint is gone
     monkeypatch.undo()
     s = train.run(hydra_cfg("method=dpzero", "train.steps=6", "train.checkpoint_every=2"), tmp_path)
     assert s["status"] == "finished" and s["earlier_attempt_moved_to"].endswith("attempts/1")
@@ -65,7 +65,7 @@ def test_plan_launch_refuses_a_start_over_after_releases_unless_it_is_the_same_s
     seeded, secure = hydra_cfg("method=dpzero"), hydra_cfg("method=dpzero", "privacy.secure_mode=true")
     (tmp_path / "summary.json").write_text(json.dumps({"status": "failed", "steps_done": 5}))
     (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(seeded, resolve=True))
-    (tmp_path / CHECKPOINT).write_bytes(b"noise stream")
+    (tmp_path / CHECKPOINT).write_bytes(b"noise stream")   # (the old layout's place: found there too)
     with pytest.raises(ConfigError, match="secure mode"):
         plan_launch(tmp_path, secure)
     with pytest.raises(ConfigError, match=r"method.lr: 0.05 -> 0.5"):
@@ -73,7 +73,7 @@ def test_plan_launch_refuses_a_start_over_after_releases_unless_it_is_the_same_s
     with pytest.raises(ConfigError, match=r"seed: changed \(not shown\)"):
         plan_launch(tmp_path, hydra_cfg("method=dpzero", "seed=7"))
     start = plan_launch(tmp_path, seeded)
-    assert start.kind == "replay" and start.pending_archive and (tmp_path / CHECKPOINT).exists()  # nothing moved yet
+    assert start.kind == "replay" and start.pending_archive and checkpoint_path(tmp_path).exists()  # nothing moved yet
     (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(secure, resolve=True))
     with pytest.raises(ConfigError, match="secure-mode run"):
         plan_launch(tmp_path, seeded)  # a seeded attempt never continues a secure one
@@ -87,8 +87,9 @@ def test_a_kept_checkpoint_is_readable_by_its_owner_only(hydra_cfg, tmp_path):
     s = train.run(hydra_cfg("method=dpzero", "train.steps=4", "train.checkpoint_every=2",
                             "train.keep_checkpoint=true"), tmp_path)
     assert s["status"] == "finished"
-    mode = stat.S_IMODE((tmp_path / CHECKPOINT).stat().st_mode)
+    mode = stat.S_IMODE(checkpoint_path(tmp_path).stat().st_mode)
     assert mode == 0o600, oct(mode)
+    assert stat.S_IMODE(checkpoint_path(tmp_path).parent.stat().st_mode) == 0o700   # in the private workspace
     assert not list(tmp_path.glob("*.tmp"))
 
 

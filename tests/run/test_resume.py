@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import ROOT
-from pazo.checkpoint import CHECKPOINT, effective_status
+from pazo.checkpoint import checkpoint_path, effective_status
 from pazo.methods import method_info
 from pazo.methods.two_point import TwoPointMethod
 from pazo.train import run
@@ -56,12 +56,12 @@ def test_a_signal_checkpoints_and_the_relaunch_continues_exactly(method, signum,
     stopped = run(cfg, tmp_path / "split")
     assert stopped["status"] == status and stopped["steps_done"] == 7 and stopped["stopped_at_step"] == 7
     assert stopped["privacy"]["epsilon_spent"] > 0  # the steps done were spent, and say so
-    assert (tmp_path / "split" / CHECKPOINT).exists()
+    assert checkpoint_path(tmp_path / "split").exists()
     monkeypatch.setattr(owner, "step", original)
     resumed = run(cfg, tmp_path / "split")
     assert resumed["resumed_from_step"] == 7 and resumed["attempt"] == 2
     same_outcome(tmp_path / "whole", tmp_path / "split")
-    assert not (tmp_path / "split" / CHECKPOINT).exists()  # it holds the noise stream: gone when finished
+    assert not checkpoint_path(tmp_path / "split").exists()  # it holds the noise stream: gone when finished
 
 
 @pytest.mark.parametrize("how,resumed_from", [("kill", 4), ("crash", None)])
@@ -117,7 +117,7 @@ def _cli(run_dir, *extra):
 def test_sigkill_then_relaunch_gives_the_uninterrupted_run(tmp_path):
     whole = _cli(tmp_path / "whole")
     killed = _cli(tmp_path / "killed")
-    ckpt = tmp_path / "killed" / CHECKPOINT
+    ckpt = checkpoint_path(tmp_path / "killed")
     deadline = time.time() + 300
     while not ckpt.exists() and killed.poll() is None and time.time() < deadline:
         time.sleep(0.02)
