@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 import pazo.loop as training_loop
 import pazo.train as train
 from pazo.attempts import plan_launch, same_computation
-from pazo.checkpoint import checkpoint_path
+from pazo.checkpoint import CHECKPOINT, checkpoint_path
 from pazo.errors import ConfigError
 from pazo.recorder import Recorder
 from conftest import CONFIG_DIR
