@@ -23,7 +23,7 @@ from wandb_log import wandb_records
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 987654321
-#: where the seed_secret assumption says the seed is written (checkpoint.pt, 0600, is gone at the end)
+#: where the seed_secret assumption says the seed is written (private/checkpoint.pt, 0600, is gone at the end)
 SEED_PLACES = ("config.yaml", ".hydra/")
 #: W&B's own bookkeeping in its records (times, its step, its runtime block)
 WANDB_OWN = ("_",)
@@ -67,7 +67,7 @@ def test_the_seed_is_only_where_the_assumption_says(seeded_run):
     holding = [str(p.relative_to(run_dir)) for p in run_dir.rglob("*")
                if p.is_file() and str(SEED).encode() in p.read_bytes()]
     assert holding and all(h == "config.yaml" or h.startswith(".hydra/") for h in holding), holding
-    assert not (run_dir / "checkpoint.pt").exists()
+    assert not (run_dir / "checkpoint.pt").exists() and not (run_dir / "private" / "checkpoint.pt").exists()
     assert str(SEED) not in printed
     summary = json.loads((run_dir / "summary.json").read_text())
     assert "config.yaml and .hydra/ only" in summary["privacy"]["assumptions"]["seed_secret"]

@@ -134,7 +134,7 @@ def test_ctrl_c_during_a_real_sweep_ends_in_one_line_and_the_same_command_resume
     if selection == "private":
         assert "no selection was released" in last and "runs finished" not in last
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "interrupted" and (run_dir / "checkpoint.pt").exists()
+    assert summary["status"] == "interrupted" and (run_dir / "private" / "checkpoint.pt").exists()
     process = sweep_process(spec, out, *args)
     stdout, stderr = process.communicate(timeout=1200)
     assert process.returncode == 0, stderr

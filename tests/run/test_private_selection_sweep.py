@@ -163,7 +163,7 @@ def test_digits_releases_one_run_per_cell_with_the_total_the_tests_compute(tmp_p
         assert "mode: disabled" in (run / "config.yaml").read_text() and mode(run / "config.yaml") == 0o600
         config = yaml.safe_load((run / "config.yaml").read_text())
         assert config["seed"] == 0 and config["privacy"]["secure_mode"] is True   # the spec's seed; OS noise
-        digests.add(json.loads((run / "private_computation.json").read_text())["private_data_sha256"])
+        digests.add(json.loads((run / "private" / "private_computation.json").read_text())["private_data_sha256"])
     assert len(digests) == 1                    # one split for the K runs: the one the cost's n is of
     drawn = json.loads(state.read_text())
     dirs = [state.parent / d["name"] for d in drawn["draws"]]
