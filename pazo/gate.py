@@ -98,6 +98,13 @@ FILES = {
 }
 
 
+#: each kind's folder, for the page
+KINDS = {"run": "A run's directory (`pazo-train`, `hydra.run.dir`)",
+         "audit": "An audit's directory (`pazo-audit`)",
+         "selection release": "A private selection's release (`<sweep>/<cell>/selected,seed=<s>/`)",
+         "sweep": "A sweep's own records (`pazo-sweep --out <dir>`, beside its runs' directories)"}
+
+
 def entry(kind: str, relative: str | Path) -> File | None:
     """The listed file of computation `kind` that `relative` (a path below its folder) is, or None."""
     relative = Path(relative).as_posix()
@@ -205,13 +212,15 @@ def seal(folder: Path) -> None:
 
 def as_markdown() -> str:
     """`FILES` as the page "What leaves a run": a table per kind of computation."""
-    lines = ["## What leaves a run", "",
-             "Every file each kind of computation may hold (`pazo.gate.FILES`), its status and its mode. "
-             "`released` and `public` files may leave (0644); `private-workspace` and `secret` ones are "
-             "readable by their owner alone (0600, in a folder that is 0700 where it is `private/` or "
-             "`.private/`). The key rule names the list above that decides which keys the file may hold.", ""]
+    lines = ["## The files of each computation", "",
+             "Every file each kind of computation may hold (`pazo.gate.FILES`, through which pazo writes them), "
+             "its status and its mode. `released` and `public` files may leave (0644); `private-workspace` "
+             "and `secret` ones are readable by their owner alone (0600, in a folder that is 0700 where it is "
+             "a run's `private/` or a sweep's `.private/`). The keys column names the list above that decides "
+             "which keys the file may hold; `config`: the resolved config, its secret keys withheld wherever "
+             "it leaves.", ""]
     for kind, files in FILES.items():
-        lines += [f"### {kind[0].upper()}{kind[1:]}", "", "| file | status | mode | keys | written by | why |",
+        lines += [f"### {KINDS[kind]}", "", "| file | status | mode | keys | written by | why |",
                   "|---|---|---|---|---|---|"]
         lines += [f"| `{f.pattern}` | {f.status} | {f.mode:04o} | {f.keys or '-'} | {f.writer} | {f.why} |"
                   for f in files]

@@ -2,7 +2,8 @@
 guarantee. The recorder sends W&B only what this list releases, the run's `outside_guarantee`
 names what it lists as private, docs/concepts/guarantee.md is generated from it, and a test
 checks every file of a real run against it. A private selection releases its chosen run through
-`RELEASE` alone: the files it names, each with the keys its rule keeps.
+`RELEASE` alone: the files it names, each with the keys its rule keeps. Which files each computation
+holds, and with which mode, is `pazo.gate.FILES`: the gate writes them.
 
 Statuses:
 
@@ -121,7 +122,7 @@ RELEASE_STATUSES = (RELEASED, PUBLIC)
 #: What a private selection releases of its chosen run (`pazo.selection.release`): these files alone,
 #: each as its rule says. Everything else stays in the sweep's private workspace: train.log and
 #: stdout.log (launch times, the run's folder), .hydra/ (the seed, the launch record),
-#: private_computation.json (the private data's digest), checkpoints, attempts/, W&B. The withheld
+#: the run's private workspace private/ (the checkpoint, the private data's digest), attempts/, W&B. The withheld
 #: keys tell the run's process, machine or clock (so how many runs ran before or beside it: K), or
 #: hash its config with its seed (the fingerprint).
 RELEASE = {

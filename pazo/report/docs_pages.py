@@ -98,13 +98,14 @@ def algorithm_modules() -> dict[str, str]:
 
 def outlets_page() -> str:
     """Every key that may leave a run, with its status (`pazo.outlets`, the list the recorder and
-    the outlet test read)."""
-    from pazo import outlets
+    the outlet test read), then every file of each kind of computation (`pazo.gate.FILES`)."""
+    from pazo import gate, outlets
 
     intro = outlets.__doc__.split("\n\n", 1)[1]
-    return ("# What leaves a run\n\nGenerated from `pazo/outlets.py` by `.venv/bin/pazo-report docs`; "
-            "[the guarantee](../concepts/guarantee.md) says what each status means for the printed epsilon.\n\n"
-            f"{intro.strip()}\n\n{outlets.as_markdown()}")
+    return ("# What leaves a run\n\nGenerated from `pazo/outlets.py` and `pazo/gate.py` by `.venv/bin/pazo-report "
+            "docs`; [the guarantee](../concepts/guarantee.md) says what each status means for the printed epsilon, "
+            "[the release gate](../design/release-gate.md) why one module writes every file.\n\n"
+            f"{intro.strip()}\n\n{outlets.as_markdown()}\n{gate.as_markdown()}")
 
 
 def reference_pages() -> dict[str, str]:
