@@ -94,6 +94,7 @@ FILES = {
     "sweep": (
         File("*/stdout.log", PUBLIC, "a run's console output, the command line without its seed"),
         File(".private/**", PRIVATE_WORKSPACE, "the selections' draws (K) and their K runs: never released"),
+        File(".submitit/**", PUBLIC, "the scheduler's job records and logs (`launcher=submitit`)", writer="submitit"),
     ),
 }
 

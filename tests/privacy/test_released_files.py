@@ -8,7 +8,11 @@ under one output root. After every step, every file under the root and every lin
   their owner alone may read (a released file is readable by others);
 - nothing printed holds a secret;
 - every run directory's summary prints an epsilon that covers every row that left it (the rows of
-  metrics.jsonl and of its archived attempts each carry the epsilon spent by their step).
+  metrics.jsonl and of its archived attempts each carry the epsilon spent by their step);
+- every file under a run's, an audit's, a sweep's or a selection's release folder is one the gate
+  lists for that kind of computation (`pazo.gate.FILES`), with the mode its status says (a file
+  Hydra or W&B writes: owner-only where its status is, whatever its mode otherwise), and a run's
+  private workspace is 0700.
 
 Seeds are drawn large (at least 2^40), so that their decimal digits found in a file are the seed.
 Trainings and the library run in this process; the selection's runs are the sweep's subprocesses."""
@@ -35,6 +39,7 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
 from torch import nn
 
 import pazo.loop as training_loop
+from pazo import gate
 import pazo.sweep as sweep
 import pazo.train as train
 from pazo.errors import ConfigError
@@ -227,6 +232,36 @@ class Entries(RuleBasedStateMachine):
             assert privacy["epsilon_spent"] >= most - 1e-9, (run_dir, privacy["epsilon_spent"], most)
 
 
+    @invariant()
+    def every_file_is_listed_with_its_mode(self):
+        unlisted, wrong = [], []
+        for kind, folder, path in self._files():
+            listed = gate.entry(kind, path.relative_to(folder))
+            mode = stat.S_IMODE(path.stat().st_mode)
+            if listed is None:
+                unlisted.append(f"{kind}: {path.relative_to(self.root)}")
+            elif (mode & 0o077 if listed.status in gate.OWNER_ONLY
+                  else listed.writer == "pazo" and mode != listed.mode):
+                wrong.append(f"{path.relative_to(self.root)} {mode:04o} ({listed.status})")
+        assert not unlisted, f"files pazo.gate.FILES does not list: {unlisted}"
+        assert not wrong, f"modes that are not their status's: {wrong}"
+        workspaces = [p for p in self.root.rglob(gate.WORKSPACE) if p.is_dir()]
+        assert all(stat.S_IMODE(p.stat().st_mode) == 0o700 for p in workspaces), workspaces
+
+    def _files(self):
+        """(kind, its folder, a file) for every file under the root's computations."""
+        folders = [("run", d) for d in (self.root / "runs").glob("*")]
+        folders += [("audit", d) for d in (self.root / "audits").glob("*")]
+        releases = [d for d in (self.root / "sweeps").rglob("selected,seed=*") if d.is_dir()]
+        folders += [("selection release", d) for d in releases]
+        folders += [("sweep", d) for d in (self.root / "sweeps").glob("*")]
+        for kind, folder in folders:
+            for path in folder.rglob("*"):
+                inside_release = kind == "sweep" and any(r in path.parents for r in releases)
+                if path.is_file() and not path.is_symlink() and not inside_release:
+                    yield kind, folder, path
+
+
 def _whole(line: str) -> bool:
     try:
         return isinstance(json.loads(line), dict)
@@ -262,6 +297,7 @@ def test_a_private_selection_releases_no_secret(monkeypatch):
         assert list((state.root / "sweeps" / "sel").rglob("selected,seed=0/summary.json"))   # (one run released)
         state.secrets_stay_in_the_private_workspace()
         state.every_released_row_is_covered()
+        state.every_file_is_listed_with_its_mode()
     finally:
         state.teardown()
 

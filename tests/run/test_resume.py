@@ -4,6 +4,7 @@ one directory; a finished run is not re-run."""
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from conftest import ROOT
+from pazo import gate
 from pazo.checkpoint import checkpoint_path, effective_status
 from pazo.methods import method_info
 from pazo.methods.two_point import TwoPointMethod
@@ -62,6 +64,46 @@ def test_a_signal_checkpoints_and_the_relaunch_continues_exactly(method, signum,
     assert resumed["resumed_from_step"] == 7 and resumed["attempt"] == 2
     same_outcome(tmp_path / "whole", tmp_path / "split")
     assert not checkpoint_path(tmp_path / "split").exists()  # it holds the noise stream: gone when finished
+
+
+def to_old_layout(run_dir: Path) -> None:
+    """The run directory as an earlier pazo left it: the checkpoint and the private record beside
+    summary.json, no private/ workspace."""
+    workspace = run_dir / gate.WORKSPACE
+    for path in workspace.iterdir():
+        path.rename(run_dir / path.name)
+    workspace.rmdir()
+
+
+def test_a_run_stopped_in_the_old_layout_resumes_exactly_into_the_private_workspace(hydra_cfg, tmp_path,
+                                                                                   monkeypatch):
+    """A run directory of an earlier pazo (no private/) is read: its relaunch resumes from the old
+    checkpoint, ends as an uninterrupted run does, and leaves its secrets only in private/ (0700)."""
+    cfg = hydra_cfg("method=dpzero", "train.steps=8", "train.log_every=2", "train.checkpoint_every=2",
+                    "train.keep_checkpoint=true")
+    run(cfg, tmp_path / "whole")
+    owner = method_info("dpzero").cls
+    original = owner.step
+
+    def step(self, x, y, t):
+        out = original(self, x, y, t)
+        if t == 5:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    monkeypatch.setattr(owner, "step", step)
+    assert run(cfg, tmp_path / "old")["status"] == "preempted"
+    monkeypatch.setattr(owner, "step", original)
+    to_old_layout(tmp_path / "old")
+    assert checkpoint_path(tmp_path / "old") == tmp_path / "old" / "checkpoint.pt"
+    resumed = run(cfg, tmp_path / "old")
+    assert resumed["resumed_from_step"] == 5
+    same_outcome(tmp_path / "whole", tmp_path / "old")
+    assert not (tmp_path / "old" / "checkpoint.pt").exists()
+    assert not (tmp_path / "old" / "private_computation.json").exists()
+    workspace = tmp_path / "old" / gate.WORKSPACE
+    assert {p.name for p in workspace.iterdir()} == {"checkpoint.pt", "private_computation.json"}
+    assert stat.S_IMODE(workspace.stat().st_mode) == 0o700
 
 
 @pytest.mark.parametrize("how,resumed_from", [("kill", 4), ("crash", None)])
