@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 
-from pazo.rundir import open_file, write_atomic, writing
+from pazo import rundir
+from pazo.rundir import writing
 
 RELEASED, PUBLIC, PRIVATE_WORKSPACE, SECRET = "released", "public", "private-workspace", "secret"
 #: a file's permission bits by its status (an owner-only file's folder is 0700)
@@ -123,12 +124,12 @@ def _matches(relative: str, pattern: str) -> bool:
 def write_released(path: Path | str, content) -> None:
     """A released or public file, whole or not at all (`pazo.rundir.write_atomic`), mode 0644.
     `content`: bytes, or a function writing into the open binary file."""
-    write_atomic(path, content, mode=MODES[RELEASED])
+    rundir.write_atomic(path, content, mode=MODES[RELEASED])
 
 
 def open_released(path: Path | str, append: bool = False):
     """A released or public file opened for binary writing (metrics.jsonl, a run's stdout.log), mode 0644."""
-    return open_file(path, MODES[RELEASED], append=append)
+    return rundir.open_file(path, MODES[RELEASED], append=append)   # (the module's: what a test patches)
 
 
 def cut_back(path: Path | str, size: int) -> None:
@@ -184,7 +185,7 @@ def write_private(path: Path | str, content) -> None:
     path = Path(path)
     if path.parent.name == WORKSPACE:
         workspace(path.parent.parent)
-    write_atomic(path, content, mode=MODES[SECRET])
+    rundir.write_atomic(path, content, mode=MODES[SECRET])
 
 
 def make_owner_only(path: Path | str) -> None:
