@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import pazo.selection as sel
 import pazo.sweep as sweep
 from pazo import outlets
+from pazo.attempts import read_private_record
 from pazo.errors import ConfigError
 from pazo.privacy.selection import DISTRIBUTIONS, MAX_MEAN, KDistribution
 from tests.privacy.test_private_selection import theorem2_epsilon
@@ -292,7 +293,7 @@ def check_release(public: Path, run_dir: Path, stamp: float, sweep_dir: Path) ->
         assert json.loads(line) == outlets.for_release("metrics.jsonl", json.loads(line))
         assert not {"s_per_iter", "train_loss", "val_accuracy"} & set(json.loads(line))
     assert "seed" not in yaml.safe_load((public / "config.yaml").read_text())
-    private = json.loads((run_dir / "private_computation.json").read_text())
+    private = read_private_record(run_dir)   # (in private/, or beside summary.json in the fake's old layout)
     for path in public.iterdir():
         text = path.read_bytes()
         assert private["private_data_sha256"].encode() not in text and private["fingerprint"].encode() not in text
