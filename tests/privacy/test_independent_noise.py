@@ -78,7 +78,7 @@ def test_every_key_a_resume_may_change_is_left_out_of_the_fingerprint():
 
 def test_the_fingerprint_is_the_same_in_another_process_with_other_paths(tmp_path):
     """No dependence on dict order, hash randomisation or where the cache and data live."""
-    script = ("import sys, pazo.train; from hydra import compose, initialize_config_dir;"
+    script = ("import sys, pazo.validate; from hydra import compose, initialize_config_dir;"
               "from pazo.fingerprint import computation_fingerprint\n"
               f"with initialize_config_dir(config_dir={CONFIG_DIR!r}, version_base='1.3'):\n"
               "    print(computation_fingerprint(compose(config_name='config', overrides=sys.argv[1:])))")
