@@ -4,16 +4,18 @@ Training (`pazo.train`), the privacy audit (`pazo.audit`) and the benchmarks (`p
 call `build_run`, so the model an audit attacks, the one a benchmark times and the one a training
 run trains are built by the same code: same streams, same placement, same loss, same sigma.
 
-    cfg -> fingerprint -> streams -> data -> model (placed, loss) -> warm start -> plan (sigma) -> engine -> method
+    cfg -> fingerprint -> streams -> data -> model (placed, loss) -> key -> warm start -> plan (sigma)
+        -> engine -> method
 
 The fingerprint (`pazo.fingerprint`, of the config with its values cast to their schema types)
-and, once the data are built, the private data's digest key the secret streams (noise, Poisson
-batches): computed here, they are the same for a run, its audit and its benchmark.
+and, once the model is built, the digests of the private data, the public data and the initial
+parameters key the secret streams (noise, Poisson batches; docs/design/noise-key.md): computed
+here, they are the same for a run, its audit and its benchmark.
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -21,7 +23,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from pazo.data import DataBundle, build_dataset
-from pazo.digests import tensors_digest
+from pazo.digests import state_digest, tensors_digest
 from pazo import outlets
 from pazo.config_schema import TopSchema
 from pazo.errors import ConfigError
@@ -59,6 +61,8 @@ class Run:
     threads: dict          # {count, requested, why}: the CPU threads (pazo.threads)
     #: the private data's digest (`data_digest`), which keys the secret streams: never released
     data_digest: str = ""
+    #: every digest that keys the secret streams (`key_secret_streams`): kept in the checkpoint only
+    key_digests: dict = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -91,11 +95,13 @@ class Run:
 
     @functools.cached_property
     def private_computation(self) -> dict:
-        """`computation` with a digest of the private data read in place of where they were read (a
-        resume may read the same data elsewhere): kept in the checkpoint only (0600), since a hash
-        of the private data would tell which data set it is."""
+        """`computation` with the digests that key the secret streams (the private data's, the
+        public data's, the initial parameters') in place of where the data were read (a resume may
+        read the same data elsewhere): kept in the checkpoint only (0600), since a hash of the
+        private data would tell which data set it is."""
         where = {k: v for k, v in self.computation.items() if k != "dataset_root"}
-        return {**where, "private_data_sha256": self.data_digest or data_digest(self.data.private)}
+        return {**where, "private_data_sha256": self.data_digest or data_digest(self.data.private),
+                **{k: v for k, v in self.key_digests.items() if k != "private_data_sha256"}}
 
     def describe(self) -> dict:
         """The set-up half of the run's summary (what ran, where, on what, with what guarantee)."""
@@ -164,10 +170,10 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
     if data is None:
         data = build_dataset(cfg.dataset, streams)
         validate_against_data(cfg, len(data.private), len(data.public))
-    digest = data_digest(data.private)
-    streams.key_to_data(digest)  # (before the sampler and the noise generators draw anything)
     device = resolve_device(cfg.device)
     module, model, device = _model(cfg, data, streams, device, module)
+    # (before the sampler and the noise draw anything)
+    key_digests = key_secret_streams(streams, data.private, data.public, module)
     # by the whole model's size, frozen weights included: a LoRA step's cost is the full forward
     size = sum(p.numel() for p in module.parameters())
     threads = (apply_threads(cfg.train.threads, size) if own_data else
@@ -188,7 +194,7 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
                              engine_cfg=cfg.engine, engine_name=engine["name"], batch_size=cfg.train.batch_size)
     return Run(cfg=cfg, method_cfg=method_cfg, info=info, streams=streams, data=data, module=module, model=model,
                device=device, warm_start=warm, plan=plan, engine=engine, method=method, total_steps=total_steps,
-               threads=threads, data_digest=digest)
+               threads=threads, data_digest=key_digests["private_data_sha256"], key_digests=key_digests)
 
 
 def assemble_method(method_cfg: MethodConfig, *, model: FunctionalModel, plan: PrivacyPlan, streams: RandomStreams,
@@ -209,6 +215,17 @@ def assemble_method(method_cfg: MethodConfig, *, model: FunctionalModel, plan: P
 def data_digest(split) -> str:
     """The hex sha256 of a split's inputs and labels (shapes and dtypes included): private, never released."""
     return tensors_digest(split.inputs, split.labels)
+
+
+def key_secret_streams(streams: RandomStreams, private, public, module: nn.Module) -> dict[str, str]:
+    """Key the secret streams to what decides the released values beyond the config and the seed:
+    the private data, the public data (read from files or split off; the warm start's too) and
+    the initial parameters (initialised, or read from a checkpoint or pretrained weights; the warm
+    start follows from these and the config). Returns the digests, which are never released."""
+    digests = {"private_data_sha256": data_digest(private), "public_data_sha256": data_digest(public),
+               "initial_state_sha256": state_digest(module)}
+    streams.key_to(*digests.values())
+    return digests
 
 
 def _model(cfg, data: DataBundle, streams: RandomStreams, device: torch.device, module: nn.Module | None):

@@ -7,8 +7,9 @@ batches (two models trained with one noise draw at two learning rates would reve
 difference of clipped gradients), while the same config and seed give the same run again. The
 fingerprint is a hash of the public config, not secret: `summary.json` records it. Callers hash
 the config with its values cast to their schema types (`pazo.validate.typed_config`), so that two
-spellings of one value (`privacy.epsilon=1`, `1.0`) are one computation; the private data's digest
-keys the secret streams beside it (`pazo.rng.RandomStreams.key_to_data`), never in it.
+spellings of one value (`privacy.epsilon=1`, `1.0`) are one computation; the digests of the
+private data, the public data and the initial parameters key the secret streams beside it
+(`pazo.rng.RandomStreams.key_to`), never in it.
 
 A key left out (`HOW_KEYS`) must not change the numbers a step computes beyond float rounding: two
 runs that differ only in it draw the same noise and batches. The seed is left out too (it is mixed

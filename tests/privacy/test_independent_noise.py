@@ -214,14 +214,14 @@ def test_the_private_data_keys_the_secret_streams_and_only_those(seed, digests):
     keyed = []
     for digest in (*digests, digests[0]):
         streams = RandomStreams(seed, fingerprint=fp)
-        streams.key_to_data(digest.hex())
+        streams.key_to(digest.hex())
         keyed.append(streams.seeds)
     assert keyed[0] == keyed[2]
     assert all(keyed[0][name] != keyed[1][name] for name in RandomStreams.SECRET)
     assert all(keyed[0][name] == keyed[1][name] for name in STREAMS if name not in RandomStreams.SECRET)
     secure = RandomStreams(seed, secure=True, fingerprint=fp)
     before = dict(secure.seeds)
-    secure.key_to_data(digests[0].hex())
+    secure.key_to(digests[0].hex())
     assert secure.seeds == before   # secure mode's secret streams come from the OS, not the data
 
 
