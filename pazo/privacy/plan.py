@@ -104,16 +104,7 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
     if plan.noise == "gaussian":
         plan.accountant_name = chosen
     plan.eps_error = float(pcfg.eps_error or default_eps_error(plan.target_epsilon)) if chosen == "prv" else None
-    if plan.noise == "laplace" and plan.delta == 0:
-        plan.guarantee = "pure epsilon-DP"
-        plan.accountant = "closed form T log(1 + q (e^(1/sigma) - 1)) (Laplace, basic composition)"
-    elif plan.noise == "laplace":
-        plan.guarantee = "(epsilon, delta)-DP"
-        plan.accountant = ("exact optimal composition (Kairouz et al. 2015) of Poisson-amplified pure-DP "
-                           "steps (Laplace), add/remove")
-    else:
-        plan.guarantee = "(epsilon, delta)-DP"
-        plan.accountant = GAUSSIAN_ACCOUNTANTS[chosen]
+    plan.guarantee, plan.accountant = _guarantee(plan.noise, plan.delta, chosen)
     if pcfg.sigma is None:
         plan.sigma = calibrated_sigma(chosen, plan.target_epsilon, plan.delta, q, steps, plan.eps_error,
                                       release.mechanisms, pcfg.cache_dir, plan.noise)
@@ -145,6 +136,16 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
     if plan.noise == "gaussian":
         plan.cross_check = cross_check(plan, steps)
     return plan
+
+
+def _guarantee(noise: str, delta: float, accountant: str) -> tuple[str, str]:
+    """The guarantee a private run gives and the accountant that gives it, as its summary says them."""
+    if noise == "laplace" and delta == 0:
+        return "pure epsilon-DP", "closed form T log(1 + q (e^(1/sigma) - 1)) (Laplace, basic composition)"
+    if noise == "laplace":
+        return "(epsilon, delta)-DP", ("exact optimal composition (Kairouz et al. 2015) of Poisson-amplified "
+                                       "pure-DP steps (Laplace), add/remove")
+    return "(epsilon, delta)-DP", GAUSSIAN_ACCOUNTANTS[accountant]
 
 
 def calibrated_sigma(accountant: str, epsilon: float, delta: float, sample_rate: float, steps: int,
