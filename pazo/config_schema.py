@@ -110,8 +110,10 @@ class PrivacySchema:
     eps_error: float | None = None
     secure_mode: bool = False
     cache_dir: str | None = None
+    accountant: str = "prv"
 
     def __post_init__(self):
+        one_of(self.accountant, ("prv", "rdp", "pld"), "privacy.accountant")
         optional(positive, self.epsilon, "privacy.epsilon")
         optional(positive, self.sigma, "privacy.sigma")
         optional(positive, self.eps_error, "privacy.eps_error")

@@ -150,6 +150,23 @@ def planned_steps(train_cfg, n: int) -> int:
     return train_cfg.steps or max(1, round(train_cfg.epochs * n / train_cfg.batch_size))
 
 
+def run_privacy_plan(cfg: DictConfig, n_private: int) -> PrivacyPlan:
+    """The privacy plan of the run `cfg` describes on `n_private` private examples: q, T, sigma
+    (calibrated by its accountant, or given and checked) and its notes. A run makes it in
+    `build_run`; `pazo-train ... --plan` prints it without training."""
+    method_cfg = method_config(cfg.method)
+    plan = make_plan(cfg.privacy, n_private, cfg.train.batch_size, planned_steps(cfg.train, n_private),
+                     method_cfg.release(), SAMPLERS[cfg.privacy.sampling], method_info(method_cfg.name).privacy_note)
+    return _with_seed_note(cfg, plan)
+
+
+def _with_seed_note(cfg: DictConfig, plan: PrivacyPlan) -> PrivacyPlan:
+    """`plan`, noting that a private run's seed is the shipped default (`SHIPPED_SEED_NOTE`) where it is."""
+    if plan.private and not cfg.privacy.secure_mode and cfg.seed == TopSchema.seed:
+        plan.notes.append(SHIPPED_SEED_NOTE)
+    return plan
+
+
 def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engines: bool = True,
               data: DataBundle | None = None, module: nn.Module | None = None,
               sigma: float | None = None) -> Run:
@@ -180,15 +197,11 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
                {"count": torch.get_num_threads(), "requested": None, "why": "set by the benchmark"})
     warm = warm_start(model, data.public, cfg, streams, device)
     total_steps = planned_steps(cfg.train, len(data.private))
-    release, sampler_cls = method_cfg.release(), SAMPLERS[cfg.privacy.sampling]
     if sigma is None:
-        plan = make_plan(cfg.privacy, len(data.private), cfg.train.batch_size, total_steps, release, sampler_cls,
-                         info.privacy_note)
+        plan = run_privacy_plan(cfg, len(data.private))
     else:
-        plan = PrivacyPlan.with_sigma(sigma if info.private else None, cfg.train.batch_size, release,
-                                      steps=total_steps)
-    if plan.private and not cfg.privacy.secure_mode and cfg.seed == TopSchema.seed:
-        plan.notes.append(SHIPPED_SEED_NOTE)
+        plan = _with_seed_note(cfg, PrivacyPlan.with_sigma(sigma if info.private else None, cfg.train.batch_size,
+                                                           method_cfg.release(), steps=total_steps))
     engine = _engine_choice(cfg, model, method_cfg, info, data, earlier_engine, time_engines)
     method = assemble_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public,
                              engine_cfg=cfg.engine, engine_name=engine["name"], batch_size=cfg.train.batch_size)

@@ -43,10 +43,18 @@ HOW_KEYS = (
 )
 
 
+#: keys added after runs were recorded, with the value that computes what the config computed before
+#: the key existed: at that value a key is left out of the hashes (`config_without`), so that runs and
+#: checkpoints recorded before keep their fingerprints (their noise and batches, their resumes)
+ADDED_AT_DEFAULT = {"privacy.accountant": "prv"}
+
+
 def config_without(cfg, keys) -> dict:
-    """The resolved config as plain containers, without `keys` (dotted; absent keys are skipped)."""
+    """The resolved config as plain containers, without `keys` (dotted; absent keys are skipped) and
+    without the keys of `ADDED_AT_DEFAULT` at their old behaviour's value."""
     data = (OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig)
             else json.loads(json.dumps(cfg, default=str)))  # a copy: the caller's dict is left as it is
+    keys = [*keys, *(key for key, value in ADDED_AT_DEFAULT.items() if _value_at(data, key) == value)]
     for dotted in keys:
         *parents, leaf = dotted.split(".")
         node = data
@@ -54,6 +62,13 @@ def config_without(cfg, keys) -> dict:
             node = node.get(key, {}) if isinstance(node, dict) else {}
         if isinstance(node, dict):
             node.pop(leaf, None)
+    return data
+
+
+def _value_at(data, dotted: str):
+    """The value at a dotted key of plain containers (None where absent)."""
+    for key in dotted.split("."):
+        data = data.get(key) if isinstance(data, dict) else None
     return data
 
 
