@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from pazo.errors import ConfigError
-from pazo.fingerprint import config_without
+from pazo.fingerprint import config_without, without_default_options
 from pazo.rundir import write_atomic
 
 CHECKPOINT = "checkpoint.pt"
@@ -59,7 +59,7 @@ NOT_COMPARED = ("logger", "device", "privacy.cache_dir", "dataset.root", "datase
 
 def config_fingerprint(cfg) -> str:
     """The resolved config minus where/how keys, as canonical JSON: equal for attempts of one run."""
-    return json.dumps(config_without(cfg, NOT_COMPARED), sort_keys=True, default=str)
+    return json.dumps(without_default_options(config_without(cfg, NOT_COMPARED)), sort_keys=True, default=str)
 
 
 @dataclass

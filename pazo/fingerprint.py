@@ -10,6 +10,9 @@ the config with its values cast to their schema types (`pazo.validate.typed_conf
 spellings of one value (`privacy.epsilon=1`, `1.0`) are one computation; the private data's digest
 keys the secret streams beside it (`pazo.rng.RandomStreams.key_to_data`), never in it.
 
+A default step-size schedule and optimiser (`DEFAULT_OPTIONS`) are left out as well: a run that
+uses them computes what runs computed before those sections existed.
+
 A key left out (`HOW_KEYS`) must not change the numbers a step computes beyond float rounding: two
 runs that differ only in it draw the same noise and batches. The seed is left out too (it is mixed
 in beside the fingerprint), and so are the keys a resumed attempt may change (`pazo.checkpoint`'s
@@ -56,6 +59,18 @@ def config_without(cfg, keys) -> dict:
     return data
 
 
+#: sections whose default option computes what runs computed before the section existed: left out of
+#: the fingerprints while they are that option (a constant step size, plain SGD), so that a default
+#: run keeps its fingerprint, hence its noise and batches; any other option is in them
+DEFAULT_OPTIONS = {"schedule": "constant", "optimizer": "sgd"}
+
+
+def without_default_options(data: dict) -> dict:
+    """`data` (plain containers) less each `DEFAULT_OPTIONS` section that names its default."""
+    return {k: v for k, v in data.items()
+            if not (k in DEFAULT_OPTIONS and isinstance(v, dict) and v.get("name") == DEFAULT_OPTIONS[k])}
+
+
 def canonical_json(data) -> str:
     """One spelling of a config: keys sorted, no whitespace, anything not JSON as its str."""
     return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
@@ -64,4 +79,4 @@ def canonical_json(data) -> str:
 def computation_fingerprint(cfg) -> str:
     """The hex sha256 of the canonical JSON of `cfg` less `HOW_KEYS`: equal for two configs that
     compute the same thing, in any process, whatever the order their keys were given in."""
-    return hashlib.sha256(canonical_json(config_without(cfg, HOW_KEYS)).encode()).hexdigest()
+    return hashlib.sha256(canonical_json(without_default_options(config_without(cfg, HOW_KEYS))).encode()).hexdigest()
