@@ -100,6 +100,44 @@ class EngineSchema:
         optional(at_least_one, self.chunk_size, "engine.chunk_size")
 
 
+#: step-size schedules (`schedule=`) and optimisers (`optimizer=`) of every method (pazo.methods.update_rule)
+SCHEDULES = ("constant", "warmup", "cosine", "step", "inv_sqrt")
+OPTIMIZERS = ("sgd", "momentum", "adam")
+
+
+@dataclass
+class ScheduleSchema:
+    name: str = "constant"
+    warmup_steps: int = 0
+    decay_every: int = 1000
+    gamma: float = 0.1
+    final: float = 0.0
+
+    def __post_init__(self):
+        one_of(self.name, SCHEDULES, "schedule.name")
+        integer_at_least(self.warmup_steps, 0, "schedule.warmup_steps")
+        require(self.name != "warmup" or self.warmup_steps >= 1,
+                f"schedule.warmup_steps must be >= 1 for schedule=warmup, got {self.warmup_steps!r}")
+        at_least_one(self.decay_every, "schedule.decay_every")
+        fraction(self.gamma, "schedule.gamma", high_open=False)
+        fraction(self.final, "schedule.final", low_open=False, high_open=False)
+
+
+@dataclass
+class OptimizerSchema:
+    name: str = "sgd"
+    beta: float = 0.9
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+
+    def __post_init__(self):
+        one_of(self.name, OPTIMIZERS, "optimizer.name")
+        for key in ("beta", "beta1", "beta2"):
+            fraction(getattr(self, key), f"optimizer.{key}", low_open=False)
+        positive(self.eps, "optimizer.eps")
+
+
 @dataclass
 class PrivacySchema:
     epsilon: float | None = 1.0
@@ -440,7 +478,7 @@ NAMED_GROUPS = {"dataset": DATASETS, "model": MODELS}
 
 #: config section -> its schema (dataset and model: by their `name`)
 SECTIONS = {"train": TrainSchema, "warm_start": WarmStartSchema, "engine": EngineSchema, "privacy": PrivacySchema,
-            "logger": LoggerSchema}
+            "logger": LoggerSchema, "schedule": ScheduleSchema, "optimizer": OptimizerSchema}
 #: sections that have their own schemas elsewhere (method: pazo/methods/, audit: pazo/audit/run.py)
 CHECKED_ELSEWHERE = ("method", "audit", "dataset", "model", "hydra")
 

@@ -113,7 +113,12 @@ class Run:
                 "privacy": self.plan.as_dict(), "data": self.data.describe(), "warm_start": self.warm_start,
                 "engine": engine, "threads": self.threads, "method_departures": self.method_cfg.departures(),
                 "outside_guarantee": self.outside_guarantee(), "computation": self.computation,
-                **method}
+                **self.update_rule_block(), **method}
+
+    def update_rule_block(self) -> dict:
+        """The summary's `update_rule` (schedule and optimiser) where it is not the default."""
+        rule = self.method.update_rule.describe()
+        return {"update_rule": rule} if rule else {}
 
     def outside_guarantee(self) -> list[str]:
         """What a private run computes from its private data and releases without noise, so outside
@@ -204,17 +209,19 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
                                                            method_cfg.release(), steps=total_steps))
     engine = _engine_choice(cfg, model, method_cfg, info, data, earlier_engine, time_engines)
     method = assemble_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public,
-                             engine_cfg=cfg.engine, engine_name=engine["name"], batch_size=cfg.train.batch_size)
+                             engine_cfg=cfg.engine, engine_name=engine["name"], batch_size=cfg.train.batch_size,
+                             schedule=cfg.get("schedule"), optimizer=cfg.get("optimizer"))
     return Run(cfg=cfg, method_cfg=method_cfg, info=info, streams=streams, data=data, module=module, model=model,
                device=device, warm_start=warm, plan=plan, engine=engine, method=method, total_steps=total_steps,
                threads=threads, data_digest=key_digests["private_data_sha256"], key_digests=key_digests)
 
 
 def assemble_method(method_cfg: MethodConfig, *, model: FunctionalModel, plan: PrivacyPlan, streams: RandomStreams,
-                    public, engine_cfg, engine_name: str, batch_size: int) -> Method:
+                    public, engine_cfg, engine_name: str, batch_size: int, schedule=None, optimizer=None) -> Method:
     """The method on its engine, once what its step holds is known to fit (a zeroth-order step
-    grows with method.q and the batch: refused in one line if it cannot). A run's method and a
-    library user's (`pazo.private`) are assembled here."""
+    grows with method.q and the batch: refused in one line if it cannot), with the run's step-size
+    schedule and optimiser (None: constant, sgd). A run's method and a library user's
+    (`pazo.private`) are assembled here."""
     if method_info(method_cfg.name).zeroth_order:
         check_step_memory(method_cfg.release().queries, batch_size, model.dim, model.params[0].element_size(),
                           engine_name, engine_cfg.get("chunk_size"), model.device)
@@ -222,7 +229,7 @@ def assemble_method(method_cfg: MethodConfig, *, model: FunctionalModel, plan: P
     # parameters start (model.device: with LoRA on a model spread over GPUs, possibly another GPU)
     return build_method(method_cfg, model=model, plan=plan, streams=streams, public=public, device=model.device,
                         engine=build_engine(engine_cfg, engine_name),
-                        query_train_mode=bool(engine_cfg.get("query_dropout")))
+                        query_train_mode=bool(engine_cfg.get("query_dropout")), schedule=schedule, optimizer=optimizer)
 
 
 def data_digest(split) -> str:

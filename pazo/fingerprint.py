@@ -11,6 +11,10 @@ spellings of one value (`privacy.epsilon=1`, `1.0`) are one computation; the dig
 private data, the public data and the initial parameters key the secret streams beside it
 (`pazo.rng.RandomStreams.key_to`), never in it.
 
+Keys and sections added after runs were recorded are left out at the value that computes what
+runs computed before they existed (`ADDED_AT_DEFAULT`: the PRV accountant, a constant step size,
+plain SGD).
+
 A key left out (`HOW_KEYS`) must not change the numbers a step computes beyond float rounding: two
 runs that differ only in it draw the same noise and batches. The seed is left out too (it is mixed
 in beside the fingerprint), and so are the keys a resumed attempt may change (`pazo.checkpoint`'s
@@ -43,10 +47,11 @@ HOW_KEYS = (
 )
 
 
-#: keys added after runs were recorded, with the value that computes what the config computed before
-#: the key existed: at that value a key is left out of the hashes (`config_without`), so that runs and
-#: checkpoints recorded before keep their fingerprints (their noise and batches, their resumes)
-ADDED_AT_DEFAULT = {"privacy.accountant": "prv"}
+#: keys and sections added after runs were recorded, with the value (for a section: the option
+#: `name`) that computes what the config computed before they existed: there they are left out of
+#: the hashes (`config_without`), so that runs and checkpoints recorded before keep their
+#: fingerprints (their resumes); any other value is in them
+ADDED_AT_DEFAULT = {"privacy.accountant": "prv", "schedule": "constant", "optimizer": "sgd"}
 
 
 def config_without(cfg, keys) -> dict:
@@ -54,7 +59,7 @@ def config_without(cfg, keys) -> dict:
     without the keys of `ADDED_AT_DEFAULT` at their old behaviour's value."""
     data = (OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig)
             else json.loads(json.dumps(cfg, default=str)))  # a copy: the caller's dict is left as it is
-    keys = [*keys, *(key for key, value in ADDED_AT_DEFAULT.items() if _value_at(data, key) == value)]
+    keys = [*keys, *(key for key, value in ADDED_AT_DEFAULT.items() if _at_default(_value_at(data, key), value))]
     for dotted in keys:
         *parents, leaf = dotted.split(".")
         node = data
@@ -63,6 +68,11 @@ def config_without(cfg, keys) -> dict:
         if isinstance(node, dict):
             node.pop(leaf, None)
     return data
+
+
+def _at_default(found, default: str) -> bool:
+    """A key at its default value, or a section whose option (`name`) is the default."""
+    return found == default or (isinstance(found, dict) and found.get("name") == default)
 
 
 def _value_at(data, dotted: str):

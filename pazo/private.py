@@ -128,7 +128,7 @@ class PrivateZO:
         self.steps_done += 1
         try:
             with in_library_terms():
-                stats = self.method.step(*batch, self.steps_done)
+                stats = self.method.take_step(*batch, self.steps_done)
         except ConfigError:
             raise
         except Exception as err:

@@ -178,7 +178,8 @@ class Recorder:
         loop.metrics_bytes = self.metrics_bytes()
         save_checkpoint(self.dir, fingerprint=self.fingerprint, module=run.module, streams=run.streams,
                         sampler=sampler, loop=loop,
-                        extra={"total_steps": run.total_steps, "computation": run.private_computation})
+                        extra={"total_steps": run.total_steps, "computation": run.private_computation,
+                               "optimizer": run.method.update_rule.state_dict()})
 
     def finish(self, summary: dict, module, train_cfg) -> None:
         """For a finished run the model first (`train.save_model`, written whole), then the last

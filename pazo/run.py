@@ -65,6 +65,8 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
         check_launch(run_dir, start, r)
         loop = (restore_checkpoint(start.checkpoint, module=r.module, streams=r.streams, sampler=sampler,
                                    path=run_dir / CHECKPOINT) if start.resuming else LoopState())
+        if start.resuming:   # the optimiser's moments (none under sgd): the resumed steps continue them
+            r.method.update_rule.load_state_dict(start.checkpoint["extra"].get("optimizer"))
         accept_launch(run_dir, start, r)   # the first write into run_dir
         accept_hydra_record(run_dir, hydra_record, archive_to=start.moved_to)
         open_run_logs()   # train.log: the lines said since the launch began, and on

@@ -142,7 +142,18 @@ def header_lines(summary: dict, plan) -> list[str]:
     return [f"pazo: {summary['method']} on {summary['dataset']} ({summary['model']}, d={summary['dim']}, "
             f"device {summary['device']}, {threads} CPU thread{'s' if threads != 1 else ''}); "
             f"private {d['n_private']}, public {d['n_public']}, test {d['n_test']}",
+            *update_rule_lines(summary.get("update_rule")),
             *privacy_lines(plan, summary["method_departures"])]
+
+
+def update_rule_lines(rule: dict | None) -> list[str]:
+    """The run's step-size schedule and optimiser in one line, where they are not the default."""
+    if not rule:
+        return []
+    said = lambda block: " ".join([block["name"], *(f"{k}={v}" for k, v in block.items() if k != "name")])  # noqa: E731
+    memory = ("; the optimiser holds the update and its state as vectors of the model's size"
+              if "materialised_update" in rule else "")
+    return [f"update: schedule {said(rule['schedule'])}, optimizer {said(rule['optimizer'])}{memory}"]
 
 
 def print_header(summary: dict, plan) -> None:
@@ -173,6 +184,8 @@ def print_summary(s: dict) -> None:
     else:
         log.info("  non-private run (no clipping, no noise)")
     log.info(f"  s/iter: mean {fmt(s['mean_s_per_iter'], '.5f')}, median {fmt(s['median_s_per_iter'], '.5f')}")
+    for line in update_rule_lines(s.get("update_rule")):
+        log.info(f"  {line}")
     if "noisy_candidate_win_rate" in s:
         log.info(f"  noisy candidate won {s['noisy_candidate_win_rate']:.1%} of steps")
     for warning in s.get("warnings", []):

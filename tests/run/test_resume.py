@@ -216,3 +216,29 @@ def test_a_ctrl_c_says_what_it_left(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"status": "interrupted", "steps_done": 3}))
     assert _interrupted_where(tmp_path).startswith("interrupted; ") and "records the steps done" in \
         _interrupted_where(tmp_path)
+
+
+def test_a_run_with_a_schedule_and_adam_resumes_exactly(hydra_cfg, tmp_path, monkeypatch):
+    """Adam's moments are in the checkpoint and the step size follows the step number: a run
+    stopped after step 7 and resumed ends as the uninterrupted one (parameters, rows, epsilon); its
+    summary and rows name the rule."""
+    cfg = hydra_cfg("method=dpzero", "schedule=cosine", "schedule.warmup_steps=3", "optimizer=adam",
+                    "train.steps=12", "train.log_every=2", "train.checkpoint_every=5")
+    whole = run(cfg, tmp_path / "whole")
+    assert whole["update_rule"]["schedule"] == {"name": "cosine", "warmup_steps": 3, "final": 0.0}
+    assert whole["update_rule"]["optimizer"]["name"] == "adam"
+    assert [r["lr"] for r in rows(tmp_path / "whole")][:2] == [cfg.method.lr * 2 / 3, cfg.method.lr]
+    owner = method_info("dpzero").cls
+    original = owner.step
+
+    def step(self, x, y, t):
+        out = original(self, x, y, t)
+        if t == 7:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    monkeypatch.setattr(owner, "step", step)
+    assert run(cfg, tmp_path / "split")["steps_done"] == 7
+    monkeypatch.setattr(owner, "step", original)
+    assert run(cfg, tmp_path / "split")["resumed_from_step"] == 7
+    same_outcome(tmp_path / "whole", tmp_path / "split")
