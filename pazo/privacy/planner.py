@@ -97,7 +97,12 @@ class DpAccountingAccountant:
             from dp_accounting.rdp import RdpAccountant
             with _quiet_rdp():
                 event = _dp_event(self.multiplier, self.sample_rate, steps_done)
-                return float(RdpAccountant().compose(event).get_epsilon(self.delta))
+                try:
+                    return float(RdpAccountant().compose(event).get_epsilon(self.delta))
+                except (ZeroDivisionError, OverflowError) as err:   # its orders' arithmetic, at a tiny sigma
+                    raise BudgetError(f"sigma={self.multiplier:g} is too small to account: dp-accounting's RDP "
+                                      f"arithmetic fails ({err}); a noise multiplier this small gives no "
+                                      "meaningful epsilon") from None
         return float(self._pld(True).self_compose(steps_done).get_epsilon_for_delta(self.delta))
 
     def lower(self, steps_done: int) -> float:
