@@ -242,3 +242,34 @@ def test_a_run_with_a_schedule_and_adam_resumes_exactly(hydra_cfg, tmp_path, mon
     monkeypatch.setattr(owner, "step", original)
     assert run(cfg, tmp_path / "split")["resumed_from_step"] == 7
     same_outcome(tmp_path / "whole", tmp_path / "split")
+
+
+def test_a_replay_of_an_attempt_whose_private_record_lacks_a_key_is_refused(hydra_cfg, tmp_path, monkeypatch):
+    """A seeded replay from step 1 draws the earlier attempt's noise again only if its key is the
+    same: a record without one of the keys this launch keys with (a run from before the public data
+    and the initial parameters keyed the secret streams) cannot tell, and is refused, whichever key
+    is missing, with the directory's files as they were."""
+    from pazo.errors import ConfigError
+
+    cfg = hydra_cfg("method=dpzero", "train.steps=6", "train.log_every=1")
+    original = TwoPointMethod.step
+
+    def crash(self, x, y, t):
+        if t == 3:
+            raise RuntimeError("a crash at step 3")
+        return original(self, x, y, t)
+
+    monkeypatch.setattr(TwoPointMethod, "step", crash)
+    with pytest.raises(RuntimeError):
+        run(cfg, tmp_path / "run")
+    monkeypatch.setattr(TwoPointMethod, "step", original)
+    record_path = tmp_path / "run" / "private_computation.json"
+    record = json.loads(record_path.read_text())
+    for key in record:
+        record_path.write_text(json.dumps({k: v for k, v in record.items() if k != key}))
+        before = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
+        with pytest.raises(ConfigError, match=f"lacks {key}"):
+            run(cfg, tmp_path / "run")
+        assert {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()} == before
+    record_path.write_text(json.dumps(record))
+    assert run(cfg, tmp_path / "run")["status"] == "finished"   # the full record replays
