@@ -132,7 +132,7 @@ RELEASE = {
                                              "threads", "engine.reason", "computation.fingerprint")),
     "metrics.jsonl": ReleasedFile("metrics"),
     "config.yaml": ReleasedFile("config"),
-    "model.pt": ReleasedFile(None),
+    "model.safetensors": ReleasedFile(None),
 }
 
 #: where each outlet's keys go (for the guarantee page)

@@ -1,5 +1,5 @@
 """The one gate through which a run's results leave the process: its own directory (resolved
-config, metrics.jsonl, summary.json, checkpoint.pt, model.pt) and, mirrored, Weights & Biases
+config, metrics.jsonl, summary.json, checkpoint.pt, model.safetensors) and, mirrored, Weights & Biases
 (offline by default: no account or network needed, `wandb sync` later). The training loop writes
 nothing itself: every row, summary, checkpoint and saved model goes through a `Recorder`, and W&B
 gets only what `pazo.outlets` releases (never the seed, the command line or a private diagnostic
@@ -17,13 +17,13 @@ import threading
 import time
 from pathlib import Path
 
-import torch
 from omegaconf import OmegaConf
 
 from pazo import outlets, rundir
 from pazo.checkpoint import LoopState, discard_checkpoint, save_checkpoint
 from pazo.metrics_file import lines_of, whole_row
-from pazo.rundir import WriteFault, write_atomic, writing
+from pazo.rundir import MODEL_FILE, WriteFault, write_atomic, writing
+from pazo.weights import save_weights
 
 
 def _clean(value):
@@ -187,8 +187,7 @@ class Recorder:
         a failed run, which is never resumed, keeps no checkpoint either. A write the machine
         refuses raises a WriteFault before the summary says finished."""
         if summary["status"] == "finished" and train_cfg.save_model:
-            state = module.state_dict()
-            write_atomic(self.dir / "model.pt", lambda f: torch.save(state, f))
+            save_weights(self.dir / MODEL_FILE, module)
         self.write_summary(summary)
         self.close(failed=summary["status"] == "failed")
         if summary["status"] == "failed" or (summary["status"] == "finished" and not train_cfg.keep_checkpoint):

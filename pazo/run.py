@@ -125,7 +125,7 @@ def _train(r, sampler, loop: LoopState, recorder: Recorder, summary: dict, cfg) 
             summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
         try:
             recorder.finish(summary, r.module, cfg.train)
-        except WriteFault as fault:  # model.pt or the last summary: the checkpoint stays for the relaunch
+        except WriteFault as fault:  # the model or the last summary: the checkpoint stays for the relaunch
             summary.update(status="fault", failure=f"fault after step {loop.step}: {fault}",
                            final_test_accuracy=None)
             recorder.fail(summary)

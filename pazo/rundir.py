@@ -31,6 +31,10 @@ LOCK = ".pazo.lock"
 HYDRA = ".hydra"
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
 STAGING_PREFIX = "launch-"
+#: a finished run's trained weights (safetensors: read without running code), and the file runs
+#: written before it held them in (a pickled torch state dict), which `pazo.load_run` still reads
+MODEL_FILE = "model.safetensors"
+OLD_MODEL_FILE = "model.pt"
 #: flock's errors on a file system that does not lock (some network and FUSE file systems)
 UNLOCKABLE = (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL)
 #: errors of the machine, not of the run: what `WriteFault` explains
@@ -254,8 +258,8 @@ def remove_broken_writes(run_dir: Path | str) -> list[Path]:
     previous whole one). Called by the lock's holder, so no write of another launch is under way."""
     removed = []
     for path in Path(run_dir).glob("*.tmp"):
-        if path.name.removesuffix(".tmp") in ("summary.json", "config.yaml", "model.pt", "checkpoint.pt",
-                                               "audit.json"):
+        if path.name.removesuffix(".tmp") in ("summary.json", "config.yaml", MODEL_FILE, OLD_MODEL_FILE,
+                                               "checkpoint.pt", "audit.json"):
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed

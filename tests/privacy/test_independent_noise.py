@@ -28,6 +28,7 @@ from pazo.fingerprint import HOW_KEYS, computation_fingerprint
 from pazo.privacy.mechanisms import noise_generator
 from pazo.rng import STREAMS, RandomStreams
 from pazo.validate import typed_config
+from pazo.weights import read_weights
 from conftest import CONFIG_DIR, ROOT, run_cache
 
 #: keys that change what a run computes: each gives another fingerprint
@@ -138,7 +139,7 @@ def test_a_how_key_leaves_the_run_bit_identical(hydra_cfg, tmp_path):
     assert all(row("a")[k] == row("b")[k] for k in ("test_loss", "test_accuracy", "val_loss", "epsilon"))
     assert a["computation"]["fingerprint"] == b["computation"]["fingerprint"]
     assert a["computation"]["fingerprint"] == computation_fingerprint(typed_config(hydra_cfg("method=dpzero")))
-    models = [torch.load(tmp_path / d / "model.pt", weights_only=True) for d in ("a", "b", "again")]
+    models = [read_weights(tmp_path / d / "model.safetensors") for d in ("a", "b", "again")]
     assert all(torch.equal(models[0][k], m[k]) for m in models[1:] for k in models[0])
     assert again["final_test_accuracy"] == b["final_test_accuracy"] == a["final_test_accuracy"]
 

@@ -17,6 +17,7 @@ from pazo.checkpoint import CHECKPOINT, effective_status
 from pazo.methods import method_info
 from pazo.methods.two_point import TwoPointMethod
 from pazo.train import run
+from pazo.weights import read_weights
 
 
 def rows(run_dir):
@@ -31,7 +32,7 @@ def same_outcome(a: Path, b: Path) -> None:
     for key in ("final_test_accuracy", "best_test_accuracy", "steps_done"):
         assert sa[key] == sb[key], key
     assert sa["privacy"]["epsilon_spent"] == sb["privacy"]["epsilon_spent"]
-    ma, mb = (torch.load(d / "model.pt", weights_only=True) for d in (a, b))
+    ma, mb = (read_weights(d / "model.safetensors") for d in (a, b))
     assert ma.keys() == mb.keys() and all(torch.equal(ma[k], mb[k]) for k in ma)
 
 
