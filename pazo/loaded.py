@@ -52,6 +52,8 @@ class RunConfig:
     engine: object
     warm_start: object
     logger: object
+    schedule: object
+    optimizer: object
     raw: DictConfig = field(repr=False)
 
 

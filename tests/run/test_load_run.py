@@ -184,3 +184,14 @@ def test_overrides_that_keep_the_test_split_evaluate_the_same_examples(runs, ove
     loaded = pazo.load_run(runs["pazo_m"])
     again = loaded.evaluate([override])
     assert again.metrics["accuracy"] == loaded.summary["final_test_accuracy"]
+
+
+def test_the_loaded_config_has_every_section_a_run_config_has():
+    """A section added to the run's config (`config_schema.SECTIONS`) is a field of `RunConfig` too,
+    so loading a run that has it does not fail (was: schedule and optimizer, added later)."""
+    from dataclasses import fields
+
+    from pazo.config_schema import SECTIONS
+    from pazo.loaded import RunConfig
+
+    assert set(SECTIONS) <= {f.name for f in fields(RunConfig)}
