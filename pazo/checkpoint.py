@@ -45,7 +45,7 @@ RESUMABLE = ("preempted", "interrupted", "killed", "fault")
 CHECKPOINT_KEYS = {"fingerprint": str, "model": dict, "streams": dict, "sampler": dict, "loop": dict,
                    "extra": dict, "torch_rng": torch.Tensor, "cuda_rng": list}
 #: an attempt's own files (Hydra's train.log is open by then and keeps every attempt's lines)
-FILES = ("summary.json", "metrics.jsonl", "config.yaml", "model.pt", "wandb")
+FILES = ("summary.json", "metrics.jsonl", "config.yaml", "model.pt", "wandb", "metrics.csv", "tensorboard")
 HEARTBEAT_SECONDS = 30.0
 STALE_AFTER_SECONDS = 4 * HEARTBEAT_SECONDS
 #: config keys that may differ between the attempts of one run (where and how it runs, not what;
