@@ -251,3 +251,23 @@ def test_a_csv_cut_short_by_a_kill_is_continued_after_its_last_whole_row(tmp_pat
     assert header == ["step", "epsilon", "test_accuracy"]
     assert [(int(r["step"]), math.isclose(float(r["epsilon"]), int(r["step"]) / 10)) for r in rows] == \
         [(1, True), (2, True), (3, True), (4, True)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(keys=st.lists(st.sampled_from(sorted(set(outlets.METRICS) - {"step"})), unique=True),
+       values=st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=3))
+def test_a_private_selection_releases_only_the_released_and_public_columns_of_metrics_csv(tmp_path_factory, keys,
+                                                                                        values):
+    """`outlets.RELEASE["metrics.csv"]`: outside and private keys stay in the private workspace."""
+    from pazo.loggers import CsvLogger
+    from pazo.selection import released_csv
+
+    folder = tmp_path_factory.mktemp("csv")
+    writer = CsvLogger(folder)
+    for step, value in enumerate(values, 1):
+        writer.write({"step": step, **{k.rstrip("*") + ("accuracy" if k.endswith("*") else ""): value for k in keys}})
+    writer.close()
+    (folder / "out.csv").write_bytes(released_csv(folder / CSV_FILE))
+    header, rows = read_csv(folder / "out.csv")
+    assert all(outlets.status("metrics", key) in outlets.RELEASE_STATUSES for key in header), header
+    assert [row["step"] for row in rows] == [str(t) for t in range(1, len(values) + 1)]
