@@ -46,7 +46,8 @@ CHECKPOINT_KEYS = {"fingerprint": str, "model": dict, "streams": dict, "sampler"
                    "extra": dict, "torch_rng": torch.Tensor, "cuda_rng": list}
 #: an attempt's own files (Hydra's train.log is open by then and keeps every attempt's lines; an
 #: attempt of an older pazo saved its model as model.pt)
-FILES = ("summary.json", "metrics.jsonl", "config.yaml", MODEL_FILE, OLD_MODEL_FILE, "wandb")
+FILES = ("summary.json", "metrics.jsonl", "config.yaml", MODEL_FILE, OLD_MODEL_FILE, "wandb", "metrics.csv",
+         "tensorboard")
 HEARTBEAT_SECONDS = 30.0
 STALE_AFTER_SECONDS = 4 * HEARTBEAT_SECONDS
 #: config keys that may differ between the attempts of one run (where and how it runs, not what;

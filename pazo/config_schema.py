@@ -158,6 +158,10 @@ class PrivacySchema:
         one_of(self.adjacency, ("add_remove", "replace_one"), "privacy.adjacency")
 
 
+#: the loggers a run's rows may be mirrored to (`logger.report_to`; `pazo.loggers` writes all but W&B)
+LOGGERS = ("wandb", "tensorboard", "csv")
+
+
 @dataclass
 class LoggerSchema:
     mode: str = "offline"
@@ -168,9 +172,14 @@ class LoggerSchema:
     tags: list[str] = field(default_factory=list)
     verbose: bool = False
     private_diagnostics: bool = False
+    report_to: list[str] = field(default_factory=lambda: ["wandb"])
 
     def __post_init__(self):
         one_of(self.mode, ("offline", "online", "disabled"), "logger.mode")
+        for name in self.report_to:
+            require(name in LOGGERS, f"unknown logger {name!r} in logger.report_to; choices: {', '.join(LOGGERS)}")
+        twice = sorted({name for name in self.report_to if list(self.report_to).count(name) > 1})
+        require(not twice, f"logger.report_to names {', '.join(twice)} more than once")
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """What may leave a run, listed once: every key of every outlet with its status under the
-guarantee. The recorder sends W&B only what this list releases, the run's `outside_guarantee`
-names what it lists as private, docs/concepts/guarantee.md is generated from it, and a test
-checks every file of a real run against it. A private selection releases its chosen run through
-`RELEASE` alone: the files it names, each with the keys its rule keeps.
+guarantee. The recorder sends the loggers (W&B, TensorBoard, metrics.csv) only what this list
+releases, the run's `outside_guarantee` names what it lists as private, docs/concepts/guarantee.md
+is generated from it, and a test checks every file of a real run against it. A private selection
+releases its chosen run through `RELEASE` alone: the files it names, each with the keys its rule
+keeps.
 
 Statuses:
 
@@ -11,8 +12,8 @@ Statuses:
 - `outside`: from private data without noise, released anyway and named in `outside_guarantee`
   (how long a step took grows with its realised Poisson batch);
 - `private`: from private data without noise (a private diagnostic): kept in the run directory
-  (metrics.jsonl, summary.json), named in `outside_guarantee`, sent to W&B only with
-  `logger.private_diagnostics=true`;
+  (metrics.jsonl, summary.json), named in `outside_guarantee`, sent to the loggers (W&B, TensorBoard,
+  metrics.csv) only with `logger.private_diagnostics=true`;
 - `secret`: never leaves; written only where the `seed_secret` assumption says (config.yaml and
   Hydra's launch record .hydra/).
 
@@ -123,7 +124,8 @@ RELEASE_STATUSES = (RELEASED, PUBLIC)
 #: What a private selection releases of its chosen run (`pazo.selection.release`): these files alone,
 #: each as its rule says. Everything else stays in the sweep's private workspace: train.log and
 #: stdout.log (launch times, the run's folder), .hydra/ (the seed, the launch record),
-#: private_computation.json (the private data's digest), checkpoints, attempts/, W&B. The withheld
+#: private_computation.json (the private data's digest), checkpoints, attempts/, W&B, tensorboard/ (its
+#: event files' names and records carry the host, the process and the clock). The withheld
 #: keys tell the run's process, machine or clock (so how many runs ran before or beside it: K), or
 #: hash its config with its seed (the fingerprint).
 RELEASE = {
@@ -131,12 +133,14 @@ RELEASE = {
                                              "earlier_attempt_moved_to", "wandb_run_id", "stopped_at_step",
                                              "threads", "engine.reason", "computation.fingerprint")),
     "metrics.jsonl": ReleasedFile("metrics"),
+    "metrics.csv": ReleasedFile("metrics"),
     "config.yaml": ReleasedFile("config"),
     "model.safetensors": ReleasedFile(None),
 }
 
 #: where each outlet's keys go (for the guarantee page)
-WHERE = {"metrics": "a row of metrics.jsonl and W&B's history",
+WHERE = {"metrics": "a row of metrics.jsonl and of the loggers (W&B's history, metrics.csv, TensorBoard's "
+                    "scalars)",
          "summary": "summary.json and W&B's run summary (its flat values)",
          "audit_summary": "an audit's summary.json (its `audit` block is also audit.json)"}
 

@@ -27,6 +27,7 @@ import yaml
 from pazo import outlets
 from pazo.errors import ConfigError, DataMissingError
 from pazo.experiment import planned_steps
+from pazo.loggers import CSV_FILE, csv_line, read_csv
 from pazo.methods import method_config
 from pazo.privacy.accountants import BudgetError, check_delta, default_eps_error
 from pazo.privacy.plan import calibrated_sigma
@@ -273,10 +274,21 @@ def _released_file(name: str, path: Path, record: dict, public: Path) -> bytes:
     if name == "metrics.jsonl":
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         return "".join(json.dumps(outlets.for_release(name, row)) + "\n" for row in rows).encode()
+    if name == CSV_FILE:
+        return released_csv(path)
     if name == "config.yaml":
         config = yaml.safe_load(path.read_text()) or {}
         return yaml.safe_dump(outlets.for_release(name, config), sort_keys=False).encode()
     return path.read_bytes()
+
+
+def released_csv(path: Path) -> bytes:
+    """The chosen run's metrics.csv as released: each row the keys `outlets.RELEASE` keeps, under a
+    header of those alone."""
+    header, rows = read_csv(path)
+    kept = [outlets.for_release(CSV_FILE, {k: v for k, v in row.items() if v != ""}) for row in rows]
+    columns = [key for key in header if any(key in row for row in kept)]
+    return b"".join([csv_line(columns), *(csv_line(row.get(key, "") for key in columns) for row in kept)])
 
 
 def released_summary(summary: dict, record: dict, public: Path) -> dict:

@@ -74,7 +74,8 @@ OTHER = {"seed": {"seed": [7, 0]},
                      "+dataset.root": ["/nonexistent/digits"]},
          "logger": {"logger.private_diagnostics": [True, False], "logger.verbose": [True, False],
                     "logger.name": ["other", "null"], "logger.group": ["g", "null"], "logger.tags": ["[a]", "[]"],
-                    "logger.project": ["other", "pazo"], "logger.entity": ["me", "null"]}}
+                    "logger.project": ["other", "pazo"], "logger.entity": ["me", "null"],
+                    "logger.report_to": ["[csv,tensorboard]", "[wandb]"]}}
 CHANGES = {"train": {f"train.{k}": v for k, v in TRAIN.items()},
            "privacy": {f"privacy.{k}": v for k, v in PRIVACY.items()},
            "method": {f"method.{k}": v for k, v in METHOD.items()}, **OTHER}
