@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pazo.errors import ConfigError
+from pazo.file_kinds import refuse_special
 
 LOCK = ".pazo.lock"
 HYDRA = ".hydra"
@@ -78,8 +79,10 @@ def write_atomic(path: Path | str, content, mode: int | None = None, shared: boo
     function that writes into the open binary file (e.g. `lambda f: torch.save(state, f)`). `mode`:
     the new file's permission bits (e.g. 0o600), set before any byte is written. `shared`: other
     processes may write `path` at the same moment (a cache shared by a sweep's jobs), so the
-    temporary file gets a name of its own."""
+    temporary file gets a name of its own. A `path` that is not a regular file (a device, a FIFO, a
+    directory) is never replaced: `pazo.file_kinds.NotRegularFile`."""
     path = Path(path)
+    refuse_special(path)
     with writing(path):
         if shared:
             fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
