@@ -38,7 +38,8 @@ def update_with_tensors(digest, tensors) -> None:
         if tensor.layout != torch.strided:   # (a sparse tensor: its values as a dense one)
             tensor = tensor.to_dense()
         digest.update(repr((tuple(tensor.shape), str(tensor.dtype))).encode())
-        digest.update(tensor.cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+        if tensor.numel():   # (an empty tensor has no bytes, and torch cannot view it as bytes)
+            digest.update(tensor.cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
 
 
 def tensors_digest(*tensors: torch.Tensor) -> str:
