@@ -8,3 +8,13 @@ CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 #: The repository root (the clone pazo is installed from in editable mode): where `outputs/` and
 #: `scripts/results/` are by default, whatever the working directory.
 REPO_ROOT = CONFIG_DIR.parent
+
+
+def __getattr__(name: str):
+    """`pazo.load_run` (`pazo.loaded.load_run`), imported when first used: `import pazo` stays light
+    (entry points import it in their first milliseconds, before torch)."""
+    if name == "load_run":   # (by name: the package's root imports nothing of its layers, `lint-imports`)
+        import importlib
+
+        return importlib.import_module("pazo.loaded").load_run
+    raise AttributeError(f"module 'pazo' has no attribute {name!r}")

@@ -191,7 +191,12 @@ def check_launch(run_dir: Path, start: Start, run) -> None:
             _refuse(run_dir, start.released, "", "it recorded no computation (an older run), so whether this launch "
                     "replays its noise cannot be told")
         same_computation(then, run.computation, run_dir)
-        same_computation(read_private_record(run_dir), run.private_computation, run_dir)
+        private = read_private_record(run_dir)
+        missing = [key for key in run.private_computation if key not in (private or {})]
+        if missing:
+            _refuse(run_dir, start.released, "", f"its private record lacks {', '.join(missing)} (a run from before "
+                    "these keyed the secret streams), so this launch would not draw its noise again")
+        same_computation(private, run.private_computation, run_dir)
 
 
 def same_computation(then: dict | None, now: dict, run_dir: Path) -> None:

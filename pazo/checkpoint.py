@@ -39,6 +39,7 @@ import torch
 from pazo.errors import ConfigError
 from pazo import gate
 from pazo.fingerprint import config_without
+from pazo.rundir import MODEL_FILE, OLD_MODEL_FILE
 
 CHECKPOINT = "checkpoint.pt"
 #: statuses of a run stopped before its end that resume from their checkpoint
@@ -46,8 +47,10 @@ RESUMABLE = ("preempted", "interrupted", "killed", "fault")
 #: what a checkpoint must hold, and of which type
 CHECKPOINT_KEYS = {"fingerprint": str, "model": dict, "streams": dict, "sampler": dict, "loop": dict,
                    "extra": dict, "torch_rng": torch.Tensor, "cuda_rng": list}
-#: an attempt's own files (Hydra's train.log is open by then and keeps every attempt's lines)
-FILES = ("summary.json", "metrics.jsonl", "config.yaml", "model.pt", "wandb")
+#: an attempt's own files (Hydra's train.log is open by then and keeps every attempt's lines; an
+#: attempt of an older pazo saved its model as model.pt)
+FILES = ("summary.json", "metrics.jsonl", "config.yaml", MODEL_FILE, OLD_MODEL_FILE, "wandb", "metrics.csv",
+         "tensorboard")
 HEARTBEAT_SECONDS = 30.0
 STALE_AFTER_SECONDS = 4 * HEARTBEAT_SECONDS
 #: config keys that may differ between the attempts of one run (where and how it runs, not what;

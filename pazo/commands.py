@@ -14,6 +14,7 @@ import importlib
 import os
 import sys
 
+from pazo.file_kinds import NotRegularFile
 from pazo.interrupts import INTERRUPTED, restore, until_work_starts, work_starts
 from pazo.plugins import load_plugins
 
@@ -70,7 +71,7 @@ def _dispatch(prog: str, title: str, commands: dict[str, tuple[str, str]], argv:
         return 0
     except OSError as err:  # an output the machine refused (full disk, read-only folder): one line, not a traceback
         print(f"pazo: error: {os_error_line(err)}", file=sys.stderr)
-        return 2 if err.errno in _INPUT_ERRNOS else 75
+        return 2 if err.errno in _INPUT_ERRNOS or isinstance(err, NotRegularFile) else 75
     finally:
         sys.argv = saved
     return 0

@@ -100,6 +100,44 @@ class EngineSchema:
         optional(at_least_one, self.chunk_size, "engine.chunk_size")
 
 
+#: step-size schedules (`schedule=`) and optimisers (`optimizer=`) of every method (pazo.methods.update_rule)
+SCHEDULES = ("constant", "warmup", "cosine", "step", "inv_sqrt")
+OPTIMIZERS = ("sgd", "momentum", "adam")
+
+
+@dataclass
+class ScheduleSchema:
+    name: str = "constant"
+    warmup_steps: int = 0
+    decay_every: int = 1000
+    gamma: float = 0.1
+    final: float = 0.0
+
+    def __post_init__(self):
+        one_of(self.name, SCHEDULES, "schedule.name")
+        integer_at_least(self.warmup_steps, 0, "schedule.warmup_steps")
+        require(self.name != "warmup" or self.warmup_steps >= 1,
+                f"schedule.warmup_steps must be >= 1 for schedule=warmup, got {self.warmup_steps!r}")
+        at_least_one(self.decay_every, "schedule.decay_every")
+        fraction(self.gamma, "schedule.gamma", high_open=False)
+        fraction(self.final, "schedule.final", low_open=False, high_open=False)
+
+
+@dataclass
+class OptimizerSchema:
+    name: str = "sgd"
+    beta: float = 0.9
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+
+    def __post_init__(self):
+        one_of(self.name, OPTIMIZERS, "optimizer.name")
+        for key in ("beta", "beta1", "beta2"):
+            fraction(getattr(self, key), f"optimizer.{key}", low_open=False)
+        positive(self.eps, "optimizer.eps")
+
+
 @dataclass
 class PrivacySchema:
     epsilon: float | None = 1.0
@@ -110,12 +148,18 @@ class PrivacySchema:
     eps_error: float | None = None
     secure_mode: bool = False
     cache_dir: str | None = None
+    accountant: str = "prv"
 
     def __post_init__(self):
+        one_of(self.accountant, ("prv", "rdp", "pld"), "privacy.accountant")
         optional(positive, self.epsilon, "privacy.epsilon")
         optional(positive, self.sigma, "privacy.sigma")
         optional(positive, self.eps_error, "privacy.eps_error")
         one_of(self.adjacency, ("add_remove", "replace_one"), "privacy.adjacency")
+
+
+#: the loggers a run's rows may be mirrored to (`logger.report_to`; `pazo.loggers` writes all but W&B)
+LOGGERS = ("wandb", "tensorboard", "csv")
 
 
 @dataclass
@@ -128,9 +172,14 @@ class LoggerSchema:
     tags: list[str] = field(default_factory=list)
     verbose: bool = False
     private_diagnostics: bool = False
+    report_to: list[str] = field(default_factory=lambda: ["wandb"])
 
     def __post_init__(self):
         one_of(self.mode, ("offline", "online", "disabled"), "logger.mode")
+        for name in self.report_to:
+            require(name in LOGGERS, f"unknown logger {name!r} in logger.report_to; choices: {', '.join(LOGGERS)}")
+        twice = sorted({name for name in self.report_to if list(self.report_to).count(name) > 1})
+        require(not twice, f"logger.report_to names {', '.join(twice)} more than once")
 
 
 @dataclass
@@ -438,7 +487,7 @@ NAMED_GROUPS = {"dataset": DATASETS, "model": MODELS}
 
 #: config section -> its schema (dataset and model: by their `name`)
 SECTIONS = {"train": TrainSchema, "warm_start": WarmStartSchema, "engine": EngineSchema, "privacy": PrivacySchema,
-            "logger": LoggerSchema}
+            "logger": LoggerSchema, "schedule": ScheduleSchema, "optimizer": OptimizerSchema}
 #: sections that have their own schemas elsewhere (method: pazo/methods/, audit: pazo/audit/run.py)
 CHECKED_ELSEWHERE = ("method", "audit", "dataset", "model", "hydra")
 

@@ -38,7 +38,8 @@ def update_with_tensors(digest, tensors) -> None:
         if tensor.layout != torch.strided:   # (a sparse tensor: its values as a dense one)
             tensor = tensor.to_dense()
         digest.update(repr((tuple(tensor.shape), str(tensor.dtype))).encode())
-        digest.update(tensor.cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+        if tensor.numel():   # (an empty tensor has no bytes, and torch cannot view it as bytes)
+            digest.update(tensor.cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
 
 
 def tensors_digest(*tensors: torch.Tensor) -> str:
@@ -56,11 +57,25 @@ def module_digest(module: nn.Module) -> str:
         cls = type(sub)
         digest.update(repr((name, cls.__module__, cls.__qualname__, _forward_code_digest(cls),
                             sub.extra_repr())).encode())
+    update_with_state(digest, module)
+    return digest.hexdigest()
+
+
+def state_digest(module: nn.Module) -> str:
+    """The hex sha256 of a module's values alone: each parameter's and buffer's name, shape, dtype
+    and bytes (frozen ones included), in the module's order. Unlike `module_digest`, no code: the
+    same in any Python version for the same weights (a framework run's config names the structure)."""
+    digest = hashlib.sha256()
+    update_with_state(digest, module)
+    return digest.hexdigest()
+
+
+def update_with_state(digest, module: nn.Module) -> None:
+    """Feed each named parameter and buffer of `module` (name, then tensor) to `digest`."""
     for kind, named in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):
         for name, tensor in named:
             digest.update(f"{kind} {name}".encode())
             update_with_tensors(digest, [tensor])
-    return digest.hexdigest()
 
 
 @functools.lru_cache(maxsize=1024)

@@ -4,16 +4,18 @@ Training (`pazo.train`), the privacy audit (`pazo.audit`) and the benchmarks (`p
 call `build_run`, so the model an audit attacks, the one a benchmark times and the one a training
 run trains are built by the same code: same streams, same placement, same loss, same sigma.
 
-    cfg -> fingerprint -> streams -> data -> model (placed, loss) -> warm start -> plan (sigma) -> engine -> method
+    cfg -> fingerprint -> streams -> data -> model (placed, loss) -> key -> warm start -> plan (sigma)
+        -> engine -> method
 
 The fingerprint (`pazo.fingerprint`, of the config with its values cast to their schema types)
-and, once the data are built, the private data's digest key the secret streams (noise, Poisson
-batches): computed here, they are the same for a run, its audit and its benchmark.
+and, once the model is built, the digests of the private data, the public data and the initial
+parameters key the secret streams (noise, Poisson batches; docs/design/noise-key.md): computed
+here, they are the same for a run, its audit and its benchmark.
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -21,7 +23,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from pazo.data import DataBundle, build_dataset
-from pazo.digests import tensors_digest
+from pazo.digests import state_digest, tensors_digest
 from pazo import outlets
 from pazo.config_schema import TopSchema
 from pazo.errors import ConfigError
@@ -59,6 +61,8 @@ class Run:
     threads: dict          # {count, requested, why}: the CPU threads (pazo.threads)
     #: the private data's digest (`data_digest`), which keys the secret streams: never released
     data_digest: str = ""
+    #: every digest that keys the secret streams (`key_secret_streams`): kept in the checkpoint only
+    key_digests: dict = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -91,11 +95,13 @@ class Run:
 
     @functools.cached_property
     def private_computation(self) -> dict:
-        """`computation` with a digest of the private data read in place of where they were read (a
-        resume may read the same data elsewhere): kept in the checkpoint only (0600), since a hash
-        of the private data would tell which data set it is."""
+        """`computation` with the digests that key the secret streams (the private data's, the
+        public data's, the initial parameters') in place of where the data were read (a resume may
+        read the same data elsewhere): kept in the checkpoint only (0600), since a hash of the
+        private data would tell which data set it is."""
         where = {k: v for k, v in self.computation.items() if k != "dataset_root"}
-        return {**where, "private_data_sha256": self.data_digest or data_digest(self.data.private)}
+        return {**where, "private_data_sha256": self.data_digest or data_digest(self.data.private),
+                **{k: v for k, v in self.key_digests.items() if k != "private_data_sha256"}}
 
     def describe(self) -> dict:
         """The set-up half of the run's summary (what ran, where, on what, with what guarantee)."""
@@ -107,7 +113,12 @@ class Run:
                 "privacy": self.plan.as_dict(), "data": self.data.describe(), "warm_start": self.warm_start,
                 "engine": engine, "threads": self.threads, "method_departures": self.method_cfg.departures(),
                 "outside_guarantee": self.outside_guarantee(), "computation": self.computation,
-                **method}
+                **self.update_rule_block(), **method}
+
+    def update_rule_block(self) -> dict:
+        """The summary's `update_rule` (schedule and optimiser) where it is not the default."""
+        rule = self.method.update_rule.describe()
+        return {"update_rule": rule} if rule else {}
 
     def outside_guarantee(self) -> list[str]:
         """What a private run computes from its private data and releases without noise, so outside
@@ -144,6 +155,23 @@ def planned_steps(train_cfg, n: int) -> int:
     return train_cfg.steps or max(1, round(train_cfg.epochs * n / train_cfg.batch_size))
 
 
+def run_privacy_plan(cfg: DictConfig, n_private: int) -> PrivacyPlan:
+    """The privacy plan of the run `cfg` describes on `n_private` private examples: q, T, sigma
+    (calibrated by its accountant, or given and checked) and its notes. A run makes it in
+    `build_run`; `pazo-train ... --plan` prints it without training."""
+    method_cfg = method_config(cfg.method)
+    plan = make_plan(cfg.privacy, n_private, cfg.train.batch_size, planned_steps(cfg.train, n_private),
+                     method_cfg.release(), SAMPLERS[cfg.privacy.sampling], method_info(method_cfg.name).privacy_note)
+    return _with_seed_note(cfg, plan)
+
+
+def _with_seed_note(cfg: DictConfig, plan: PrivacyPlan) -> PrivacyPlan:
+    """`plan`, noting that a private run's seed is the shipped default (`SHIPPED_SEED_NOTE`) where it is."""
+    if plan.private and not cfg.privacy.secure_mode and cfg.seed == TopSchema.seed:
+        plan.notes.append(SHIPPED_SEED_NOTE)
+    return plan
+
+
 def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engines: bool = True,
               data: DataBundle | None = None, module: nn.Module | None = None,
               sigma: float | None = None) -> Run:
@@ -164,38 +192,36 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
     if data is None:
         data = build_dataset(cfg.dataset, streams)
         validate_against_data(cfg, len(data.private), len(data.public))
-    digest = data_digest(data.private)
-    streams.key_to_data(digest)  # (before the sampler and the noise generators draw anything)
     device = resolve_device(cfg.device)
     module, model, device = _model(cfg, data, streams, device, module)
+    # (before the sampler and the noise draw anything)
+    key_digests = key_secret_streams(streams, data.private, data.public, module)
     # by the whole model's size, frozen weights included: a LoRA step's cost is the full forward
     size = sum(p.numel() for p in module.parameters())
     threads = (apply_threads(cfg.train.threads, size) if own_data else
                {"count": torch.get_num_threads(), "requested": None, "why": "set by the benchmark"})
     warm = warm_start(model, data.public, cfg, streams, device)
     total_steps = planned_steps(cfg.train, len(data.private))
-    release, sampler_cls = method_cfg.release(), SAMPLERS[cfg.privacy.sampling]
     if sigma is None:
-        plan = make_plan(cfg.privacy, len(data.private), cfg.train.batch_size, total_steps, release, sampler_cls,
-                         info.privacy_note)
+        plan = run_privacy_plan(cfg, len(data.private))
     else:
-        plan = PrivacyPlan.with_sigma(sigma if info.private else None, cfg.train.batch_size, release,
-                                      steps=total_steps)
-    if plan.private and not cfg.privacy.secure_mode and cfg.seed == TopSchema.seed:
-        plan.notes.append(SHIPPED_SEED_NOTE)
+        plan = _with_seed_note(cfg, PrivacyPlan.with_sigma(sigma if info.private else None, cfg.train.batch_size,
+                                                           method_cfg.release(), steps=total_steps))
     engine = _engine_choice(cfg, model, method_cfg, info, data, earlier_engine, time_engines)
     method = assemble_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public,
-                             engine_cfg=cfg.engine, engine_name=engine["name"], batch_size=cfg.train.batch_size)
+                             engine_cfg=cfg.engine, engine_name=engine["name"], batch_size=cfg.train.batch_size,
+                             schedule=cfg.get("schedule"), optimizer=cfg.get("optimizer"))
     return Run(cfg=cfg, method_cfg=method_cfg, info=info, streams=streams, data=data, module=module, model=model,
                device=device, warm_start=warm, plan=plan, engine=engine, method=method, total_steps=total_steps,
-               threads=threads, data_digest=digest)
+               threads=threads, data_digest=key_digests["private_data_sha256"], key_digests=key_digests)
 
 
 def assemble_method(method_cfg: MethodConfig, *, model: FunctionalModel, plan: PrivacyPlan, streams: RandomStreams,
-                    public, engine_cfg, engine_name: str, batch_size: int) -> Method:
+                    public, engine_cfg, engine_name: str, batch_size: int, schedule=None, optimizer=None) -> Method:
     """The method on its engine, once what its step holds is known to fit (a zeroth-order step
-    grows with method.q and the batch: refused in one line if it cannot). A run's method and a
-    library user's (`pazo.private`) are assembled here."""
+    grows with method.q and the batch: refused in one line if it cannot), with the run's step-size
+    schedule and optimiser (None: constant, sgd). A run's method and a library user's
+    (`pazo.private`) are assembled here."""
     if method_info(method_cfg.name).zeroth_order:
         check_step_memory(method_cfg.release().queries, batch_size, model.dim, model.params[0].element_size(),
                           engine_name, engine_cfg.get("chunk_size"), model.device)
@@ -203,12 +229,23 @@ def assemble_method(method_cfg: MethodConfig, *, model: FunctionalModel, plan: P
     # parameters start (model.device: with LoRA on a model spread over GPUs, possibly another GPU)
     return build_method(method_cfg, model=model, plan=plan, streams=streams, public=public, device=model.device,
                         engine=build_engine(engine_cfg, engine_name),
-                        query_train_mode=bool(engine_cfg.get("query_dropout")))
+                        query_train_mode=bool(engine_cfg.get("query_dropout")), schedule=schedule, optimizer=optimizer)
 
 
 def data_digest(split) -> str:
     """The hex sha256 of a split's inputs and labels (shapes and dtypes included): private, never released."""
     return tensors_digest(split.inputs, split.labels)
+
+
+def key_secret_streams(streams: RandomStreams, private, public, module: nn.Module) -> dict[str, str]:
+    """Key the secret streams to what decides the released values beyond the config and the seed:
+    the private data, the public data (read from files or split off; the warm start's too) and
+    the initial parameters (initialised, or read from a checkpoint or pretrained weights; the warm
+    start follows from these and the config). Returns the digests, which are never released."""
+    digests = {"private_data_sha256": data_digest(private), "public_data_sha256": data_digest(public),
+               "initial_state_sha256": state_digest(module)}
+    streams.key_to(*digests.values())
+    return digests
 
 
 def _model(cfg, data: DataBundle, streams: RandomStreams, device: torch.device, module: nn.Module | None):

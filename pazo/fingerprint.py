@@ -7,8 +7,13 @@ batches (two models trained with one noise draw at two learning rates would reve
 difference of clipped gradients), while the same config and seed give the same run again. The
 fingerprint is a hash of the public config, not secret: `summary.json` records it. Callers hash
 the config with its values cast to their schema types (`pazo.validate.typed_config`), so that two
-spellings of one value (`privacy.epsilon=1`, `1.0`) are one computation; the private data's digest
-keys the secret streams beside it (`pazo.rng.RandomStreams.key_to_data`), never in it.
+spellings of one value (`privacy.epsilon=1`, `1.0`) are one computation; the digests of the
+private data, the public data and the initial parameters key the secret streams beside it
+(`pazo.rng.RandomStreams.key_to`), never in it.
+
+Keys and sections added after runs were recorded are left out at the value that computes what
+runs computed before they existed (`ADDED_AT_DEFAULT`: the PRV accountant, a constant step size,
+plain SGD).
 
 A key left out (`HOW_KEYS`) must not change the numbers a step computes beyond float rounding: two
 runs that differ only in it draw the same noise and batches. The seed is left out too (it is mixed
@@ -42,10 +47,19 @@ HOW_KEYS = (
 )
 
 
+#: keys and sections added after runs were recorded, with the value (for a section: the option
+#: `name`) that computes what the config computed before they existed: there they are left out of
+#: the hashes (`config_without`), so that runs and checkpoints recorded before keep their
+#: fingerprints (their resumes); any other value is in them
+ADDED_AT_DEFAULT = {"privacy.accountant": "prv", "schedule": "constant", "optimizer": "sgd"}
+
+
 def config_without(cfg, keys) -> dict:
-    """The resolved config as plain containers, without `keys` (dotted; absent keys are skipped)."""
+    """The resolved config as plain containers, without `keys` (dotted; absent keys are skipped) and
+    without the keys of `ADDED_AT_DEFAULT` at their old behaviour's value."""
     data = (OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig)
             else json.loads(json.dumps(cfg, default=str)))  # a copy: the caller's dict is left as it is
+    keys = [*keys, *(key for key, value in ADDED_AT_DEFAULT.items() if _at_default(_value_at(data, key), value))]
     for dotted in keys:
         *parents, leaf = dotted.split(".")
         node = data
@@ -53,6 +67,18 @@ def config_without(cfg, keys) -> dict:
             node = node.get(key, {}) if isinstance(node, dict) else {}
         if isinstance(node, dict):
             node.pop(leaf, None)
+    return data
+
+
+def _at_default(found, default: str) -> bool:
+    """A key at its default value, or a section whose option (`name`) is the default."""
+    return found == default or (isinstance(found, dict) and found.get("name") == default)
+
+
+def _value_at(data, dotted: str):
+    """The value at a dotted key of plain containers (None where absent)."""
+    for key in dotted.split("."):
+        data = data.get(key) if isinstance(data, dict) else None
     return data
 
 

@@ -58,9 +58,13 @@ _RUN_FILES = (
     File("metrics.jsonl", RELEASED, "a row per logged step; its private keys are named in outside_guarantee",
          "metrics"),
     File("summary.json", RELEASED, "how the run ended, its epsilon, the test metrics", "summary"),
-    File("model.pt", RELEASED, "the released model (train.save_model)"),
+    File("metrics.csv", RELEASED, "the rows' released keys (`logger.report_to` with csv)", "metrics"),
+    File("model.safetensors", RELEASED, "the released model (train.save_model)"),
+    File("model.pt", RELEASED, "the released model, as an older pazo saved it"),
     File("wandb/**", RELEASED, "W&B's local copy of what it receives: the rows' and the summary's keys "
          "`pazo.outlets.to_wandb` lets out, the config less the seed", "metrics, summary", writer="wandb"),
+    File("tensorboard/**", RELEASED, "TensorBoard's event files: the rows' released numbers as scalars "
+         "(`logger.report_to` with tensorboard)", "metrics", writer="tensorboard"),
     File("config.yaml", SECRET, f"the resolved config: {_SEED}", "config"),
     File(".hydra/*.yaml", SECRET, f"Hydra's launch record: {_SEED}", writer="hydra"),
     File(f"{WORKSPACE}/checkpoint.pt", SECRET, "the noise stream's state and torch's generators (the seed)"),
@@ -69,8 +73,12 @@ _RUN_FILES = (
     File(".pazo.lock", PUBLIC, "the launch holding the directory (pid, host), while it runs"),
     File("attempts/*/metrics.jsonl", RELEASED, "an earlier attempt's rows (they left: kept)", "metrics"),
     File("attempts/*/summary.json", RELEASED, "an earlier attempt's summary", "summary"),
-    File("attempts/*/model.pt", RELEASED, "an earlier attempt's model"),
+    File("attempts/*/metrics.csv", RELEASED, "an earlier attempt's rows as CSV", "metrics"),
+    File("attempts/*/model.safetensors", RELEASED, "an earlier attempt's model"),
+    File("attempts/*/model.pt", RELEASED, "an earlier attempt's model, as an older pazo saved it"),
     File("attempts/*/wandb/**", RELEASED, "an earlier attempt's W&B files", "metrics, summary", writer="wandb"),
+    File("attempts/*/tensorboard/**", RELEASED, "an earlier attempt's TensorBoard files", "metrics",
+         writer="tensorboard"),
     File("attempts/*/config.yaml", SECRET, f"an earlier attempt's config: {_SEED}", "config"),
     File("attempts/*/.hydra/*.yaml", SECRET, f"an earlier attempt's launch record: {_SEED}"),
 )
@@ -89,8 +97,9 @@ FILES = {
         File("summary.json", RELEASED, "the chosen run's summary: `pazo.outlets.RELEASE`'s keys, the selection's "
              "record", "summary"),
         File("metrics.jsonl", RELEASED, "the chosen run's rows: their released and public keys", "metrics"),
+        File("metrics.csv", RELEASED, "the chosen run's rows as CSV (where it logged them so)", "metrics"),
         File("config.yaml", RELEASED, "the chosen run's config less the seed", "config"),
-        File("model.pt", RELEASED, "the chosen model"),
+        File("model.safetensors", RELEASED, "the chosen model"),
     ),
     "sweep": (
         File("*/stdout.log", PUBLIC, "a run's console output, the command line without its seed"),

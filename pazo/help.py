@@ -24,6 +24,7 @@ examples:
   pazo-train privacy=none method=mezo                   a non-private run
   pazo-train hydra.run.dir=runs/a                       a named run directory: the same command resumes it
   pazo-train method=dpzero --cfg job                    print the composed config and exit
+  pazo-train privacy.accountant=rdp --plan              the privacy plan: n, q, T, sigma, epsilon by each accountant
   pazo-sweep table1_cifar10 --dry-run                   a paper grid (pazo-sweep --help)
 """
 

@@ -132,7 +132,7 @@ def timed_step(r: Run, sampler, loop: LoopState, step: int) -> dict:
     _sync(r.device)
     t0 = time.perf_counter()
     x, y = r.data.private.batch(sampler.sample(), r.device)
-    stats = r.method.step(x, y, step)
+    stats = r.method.take_step(x, y, step)
     check_statistics(stats, r.cfg.method.name)   # (statistics it cannot read: the step failed, at `step`)
     _sync(r.device)
     loop.step_times.append(time.perf_counter() - t0)
@@ -146,6 +146,8 @@ def metrics_row(r: Run, loop: LoopState, window: dict, step: int, epsilon: float
     row = {"step": step, "epoch": step / r.steps_per_epoch,
            "s_per_iter": statistics.fmean(loop.step_times[loop.last_row:]), "sigma": r.plan.sigma,
            "epsilon": epsilon}
+    if not r.method.update_rule.schedule.is_default:   # the step size of the row's step (a constant one is method.lr)
+        row["lr"] = r.method.update_rule.lr_at(step)
     row.update({("train_loss" if k == "loss" else k): statistics.fmean(v) for k, v in window.items() if v})
     window.clear()
     loop.last_row = len(loop.step_times)

@@ -1,9 +1,10 @@
 """What may leave a run, listed once: every key of every outlet with its status under the
-guarantee. The recorder sends W&B only what this list releases, the run's `outside_guarantee`
-names what it lists as private, docs/concepts/guarantee.md is generated from it, and a test
-checks every file of a real run against it. A private selection releases its chosen run through
-`RELEASE` alone: the files it names, each with the keys its rule keeps. Which files each computation
-holds, and with which mode, is `pazo.gate.FILES`: the gate writes them.
+guarantee. The recorder sends the loggers (W&B, TensorBoard, metrics.csv) only what this list
+releases, the run's `outside_guarantee` names what it lists as private, docs/concepts/guarantee.md
+is generated from it, and a test checks every file of a real run against it. A private selection
+releases its chosen run through `RELEASE` alone: the files it names, each with the keys its rule
+keeps. Which files each computation holds, and with which mode, is `pazo.gate.FILES`: the gate
+writes them.
 
 Statuses:
 
@@ -12,8 +13,8 @@ Statuses:
 - `outside`: from private data without noise, released anyway and named in `outside_guarantee`
   (how long a step took grows with its realised Poisson batch);
 - `private`: from private data without noise (a private diagnostic): kept in the run directory
-  (metrics.jsonl, summary.json), named in `outside_guarantee`, sent to W&B only with
-  `logger.private_diagnostics=true`;
+  (metrics.jsonl, summary.json), named in `outside_guarantee`, sent to the loggers (W&B, TensorBoard,
+  metrics.csv) only with `logger.private_diagnostics=true`;
 - `secret`: never leaves; written only where the `seed_secret` assumption says (config.yaml and
   Hydra's launch record .hydra/).
 
@@ -46,6 +47,7 @@ METRICS = {
     "param_norm": (RELEASED, "DPZero with a projection radius: the released model's norm"),
     "public_grad_norm": (PUBLIC, "the norm of a gradient on public examples"),
     "alpha": (PUBLIC, "DPMD: the step's mixing weight (a schedule)"),
+    "lr": (PUBLIC, "the step size lr * schedule(step), from the config and the step number"),
     "subspace_rank": (PUBLIC, "PAZO-P: the rank of the public gradients' subspace"),
     "noisy_candidate_won": (RELEASED, "PAZO-S: whether the perturbed candidate won, on noisy losses"),
     "chosen_public_index": (RELEASED, "PAZO-S: the candidate picked on noisy losses"),
@@ -72,6 +74,7 @@ SUMMARY = {
     "threads": (PUBLIC, "the CPU threads: from train.threads, the environment, the model's size and the idle cores"),
     "warm_start": (PUBLIC, "trained on public examples only (no cache file name: it hashes the seed)"),
     "method_departures": (PUBLIC, "the config"), "public_grads": (PUBLIC, "the config and the devices"),
+    "update_rule": (PUBLIC, "the config: the step-size schedule and the optimiser, where not the default"),
     "outside_guarantee": (PUBLIC, "what the epsilon does not cover"),
     "warnings": (RELEASED, "the chance-level warning, from the test accuracy"),
     "final_test_accuracy": (RELEASED, "the released model on the test set"),
@@ -122,7 +125,8 @@ RELEASE_STATUSES = (RELEASED, PUBLIC)
 #: What a private selection releases of its chosen run (`pazo.selection.release`): these files alone,
 #: each as its rule says. Everything else stays in the sweep's private workspace: train.log and
 #: stdout.log (launch times, the run's folder), .hydra/ (the seed, the launch record),
-#: the run's private workspace private/ (the checkpoint, the private data's digest), attempts/, W&B. The withheld
+#: the run's private workspace private/ (the checkpoint, the private data's digest), attempts/, W&B,
+#: tensorboard/ (its event files' names and records carry the host, the process and the clock). The withheld
 #: keys tell the run's process, machine or clock (so how many runs ran before or beside it: K), or
 #: hash its config with its seed (the fingerprint).
 RELEASE = {
@@ -130,12 +134,14 @@ RELEASE = {
                                              "earlier_attempt_moved_to", "wandb_run_id", "stopped_at_step",
                                              "threads", "engine.reason", "computation.fingerprint")),
     "metrics.jsonl": ReleasedFile("metrics"),
+    "metrics.csv": ReleasedFile("metrics"),
     "config.yaml": ReleasedFile("config"),
-    "model.pt": ReleasedFile(None),
+    "model.safetensors": ReleasedFile(None),
 }
 
 #: where each outlet's keys go (for the guarantee page)
-WHERE = {"metrics": "a row of metrics.jsonl and W&B's history",
+WHERE = {"metrics": "a row of metrics.jsonl and of the loggers (W&B's history, metrics.csv, TensorBoard's "
+                    "scalars)",
          "summary": "summary.json and W&B's run summary (its flat values)",
          "audit_summary": "an audit's summary.json (its `audit` block is also audit.json)"}
 

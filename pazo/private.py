@@ -44,7 +44,7 @@ from pazo.console import use_console
 from pazo.data.base import TensorSplit
 from pazo.digests import callable_digest, module_digest, tensors_digest
 from pazo.errors import ConfigError, UserCodeError, at_least_one, require
-from pazo.experiment import assemble_method, data_digest, functional_model, resolve_device
+from pazo.experiment import assemble_method, data_digest, functional_model, key_secret_streams, resolve_device
 from pazo.fingerprint import computation_fingerprint
 from pazo.library_checks import (check_model_and_loss, first_line, in_library_terms, library_terms,
                                  user_culprit)
@@ -128,7 +128,7 @@ class PrivateZO:
         self.steps_done += 1
         try:
             with in_library_terms():
-                stats = self.method.step(*batch, self.steps_done)
+                stats = self.method.take_step(*batch, self.steps_done)
         except ConfigError:
             raise
         except Exception as err:
@@ -257,7 +257,7 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
         settings = {"method": dataclasses.asdict(method_cfg), "privacy": dataclasses.asdict(privacy), "steps": steps,
                     "batch_size": batch_size, "engine": {"query_dropout": query_dropout}}
         key = library_key(fingerprint, settings, module, fmodel.loss_fn, public_split, secure)
-        streams = _keyed_streams(seed, secure, key, private)
+        streams = _keyed_streams(seed, secure, key, private, public_split, module)
         plan = _library_plan(privacy, len(private), batch_size, steps, method_cfg, key, seeded=not secure)
         engine_cfg = OmegaConf.structured(EngineSchema(name=engine, chunk_size=chunk_size,
                                                        query_dropout=query_dropout))
@@ -282,10 +282,12 @@ def _splits(train_data, public, batch_size: int, method_cfg: MethodConfig) -> tu
     return private, public_split
 
 
-def _keyed_streams(seed: int | None, secure: bool, key: LibraryKey, private: TensorSplit) -> RandomStreams:
-    """The loop's streams: the secret ones keyed to `key` and the private data (or from OS entropy)."""
+def _keyed_streams(seed: int | None, secure: bool, key: LibraryKey, private: TensorSplit, public: TensorSplit,
+                   module: nn.Module) -> RandomStreams:
+    """The loop's streams: the secret ones keyed to `key`, the private data, the public data and the
+    initial parameters, as a framework run's are (`key_secret_streams`; or from OS entropy)."""
     streams = RandomStreams(secrets.randbits(62) if seed is None else seed, secure=secure, fingerprint=key.fingerprint)
-    streams.key_to_data(data_digest(private))   # (before the sampler and the noise draw anything)
+    key_secret_streams(streams, private, public, module)   # (before the sampler and the noise draw anything)
     return streams
 
 

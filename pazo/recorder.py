@@ -1,9 +1,10 @@
-"""How a run's results leave the process: its own directory (resolved config, metrics.jsonl,
-summary.json, private/checkpoint.pt, model.pt), written through `pazo.gate`, and, mirrored, Weights & Biases
-(offline by default: no account or network needed, `wandb sync` later). The training loop writes
-nothing itself: every row, summary, checkpoint and saved model goes through a `Recorder`, and W&B
-gets only what `pazo.outlets` releases (never the seed, the command line or a private diagnostic
-unless asked).
+"""The one way a run's results leave the process: its own directory (resolved config,
+metrics.jsonl, summary.json, model.safetensors; the checkpoint in its private workspace), written
+through `pazo.gate`, and, mirrored, the loggers of `logger.report_to`: Weights & Biases (offline by
+default: no account or network needed, `wandb sync` later), TensorBoard and metrics.csv
+(`pazo.loggers`). The training loop writes nothing itself: every row, summary, checkpoint and saved
+model goes through a `Recorder`, and every logger gets the same row, which `pazo.outlets` alone
+decides (never the seed, the command line or a private diagnostic unless asked).
 
 Every file is written whole or not at all (`pazo.gate`, by `pazo.rundir.write_atomic`; a row of metrics.jsonl that
 a full disk cuts short is taken back), so a fault of the machine mid-run leaves the last good
@@ -16,13 +17,14 @@ import threading
 import time
 from pathlib import Path
 
-import torch
 from omegaconf import OmegaConf
 
 from pazo import gate, outlets
 from pazo.checkpoint import LoopState, discard_checkpoint, save_checkpoint
-from pazo.metrics_file import lines_of, whole_row
-from pazo.rundir import WriteFault, writing
+from pazo.loggers import WRITERS
+from pazo.metrics_file import lines_of, read_metric_rows, whole_row
+from pazo.rundir import MODEL_FILE, WriteFault, writing
+from pazo.weights import save_weights
 
 
 def _clean(value):
@@ -64,16 +66,18 @@ def write_json_atomic(path: Path, data: dict) -> None:
 
 class Recorder:
     """config.yaml, metrics.jsonl (one row per logged step), summary.json and the checkpoint of one
-    run, mirrored to W&B, and any other record of it (`write_record`: the audit's audit.json).
+    run, mirrored to the loggers of `logger.report_to`, and any other record of it (`write_record`:
+    the audit's audit.json).
     `resume_bytes`: continue an interrupted attempt; the rows it wrote after its checkpoint stay
     (they left the process: the directory's last row must keep covering them), and the resumed
     attempt, which computes those steps again from the checkpoint's noise stream, does not write
     them twice (`released_through`);
     `released_before`: the highest step the directory's earlier attempts released, as any of its
     outlets shows (`pazo.releases`), which this attempt's epsilon covers (`steps_released`);
-    `wandb_id`: the W&B run to continue; `fingerprint`: the config's, stored in every checkpoint so
-    that only the same run resumes from it; `rows`: False for a run that logs no rows (the audit),
-    which then has no metrics.jsonl."""
+    `wandb_id`: the W&B run to continue (the other loggers continue past the last step their files
+    hold, given first the rows of metrics.jsonl they lack: `pazo.loggers`); `fingerprint`: the
+    config's, stored in every checkpoint so that only the same run resumes from it; `rows`: False
+    for a run that logs no rows (the audit), which then has no metrics.jsonl nor loggers but W&B."""
 
     def __init__(self, run_dir: str | Path, cfg, wandb_cfg, resume_bytes: int | None = None,
                  wandb_id: str | None = None, fingerprint: str = "", rows: bool = True, released_before: int = 0):
@@ -98,8 +102,11 @@ class Recorder:
         self.beat_fault: WriteFault | None = None
         self._lock = threading.Lock()
         self.private_diagnostics = bool(wandb_cfg.get("private_diagnostics", False))
+        report_to = list(wandb_cfg.get("report_to", ["wandb"]))
+        self.loggers = [WRITERS[name](self.dir) for name in report_to if name in WRITERS] if rows else []
+        self._give_loggers_earlier_rows()
         self.wandb = None
-        if wandb_cfg.mode != "disabled":
+        if "wandb" in report_to and wandb_cfg.mode != "disabled":
             import wandb
 
             # W&B prints its own lines (run name, sync hint, history and summary tables) only when asked;
@@ -115,6 +122,24 @@ class Recorder:
                 reinit="finish_previous", settings=settings,
                 **({"id": wandb_id, "resume": "allow"} if wandb_id else {}))
 
+    def _give_loggers_earlier_rows(self) -> None:
+        """The rows an earlier attempt released in metrics.jsonl that a logger's files lack (a
+        logger added on resume, or one a kill stopped before it got them): the released values
+        themselves, never computed again (this attempt writes only the rows after them)."""
+        metrics = self.dir / "metrics.jsonl"
+        if not self.loggers or not self.released_through or not metrics.exists():
+            return
+        for row in read_metric_rows(metrics).rows:
+            self._to_loggers(self._released(row))
+
+    def _released(self, row: dict) -> dict:
+        """The part of a row of metrics.jsonl that leaves for the loggers: one answer for all of them."""
+        return outlets.to_wandb("metrics", row, self.private_diagnostics)
+
+    def _to_loggers(self, released: dict) -> None:
+        for logger in self.loggers:
+            logger.write(released)
+
     @property
     def steps_released(self) -> int:
         """The steps released before this attempt ran them, by metrics.jsonl's rows or any other outlet."""
@@ -125,14 +150,16 @@ class Recorder:
         return self.wandb.id if self.wandb is not None else None
 
     def log(self, row: dict) -> None:
-        """A row of metrics.jsonl and W&B; not one a resumed attempt computes again for a step an
-        earlier attempt already wrote (the same noise, the same values: released once)."""
+        """A row of metrics.jsonl and the loggers; not one a resumed attempt computes again for a step
+        an earlier attempt already wrote (the same noise, the same values: released once)."""
         if row["step"] <= self.released_through:
             return
         row = _clean(row)
         self._append((json.dumps(row) + "\n").encode())
+        released = self._released(row)
         if self.wandb is not None:
-            self.wandb.log(outlets.to_wandb("metrics", row, self.private_diagnostics), step=row["step"])
+            self.wandb.log(released, step=row["step"])
+        self._to_loggers(released)
 
     def _append(self, data: bytes) -> None:
         """One whole row at the end of metrics.jsonl: a write cut short is taken back."""
@@ -177,7 +204,8 @@ class Recorder:
         loop.metrics_bytes = self.metrics_bytes()
         save_checkpoint(self.dir, fingerprint=self.fingerprint, module=run.module, streams=run.streams,
                         sampler=sampler, loop=loop,
-                        extra={"total_steps": run.total_steps, "computation": run.private_computation})
+                        extra={"total_steps": run.total_steps, "computation": run.private_computation,
+                               "optimizer": run.method.update_rule.state_dict()})
 
     def finish(self, summary: dict, module, train_cfg) -> None:
         """For a finished run the model first (`train.save_model`, written whole), then the last
@@ -185,8 +213,7 @@ class Recorder:
         a failed run, which is never resumed, keeps no checkpoint either. A write the machine
         refuses raises a WriteFault before the summary says finished."""
         if summary["status"] == "finished" and train_cfg.save_model:
-            state = module.state_dict()
-            gate.write_released(self.dir / "model.pt", lambda f: torch.save(state, f))
+            save_weights(self.dir / MODEL_FILE, module)
         self.write_summary(summary)
         self.close(failed=summary["status"] == "failed")
         if summary["status"] == "failed" or (summary["status"] == "finished" and not train_cfg.keep_checkpoint):
@@ -202,16 +229,29 @@ class Recorder:
             refused = None
         except WriteFault as fault:
             refused = fault
-        self.close(failed=True)
+        try:
+            self.close(failed=True)
+        except WriteFault as fault:   # a logger's last flush
+            refused = refused or fault
         if summary["status"] == "failed":
             discard_checkpoint(self.dir)
         return refused
 
     def close(self, failed: bool) -> None:
+        """Close metrics.jsonl, each logger and W&B (its run summary sent); a logger's refused last
+        write is raised once all are closed."""
         if self._metrics is not None and not self._metrics.closed:
             self._metrics.close()
+        refused = None
+        for logger in self.loggers:
+            try:
+                logger.close()
+            except WriteFault as fault:
+                refused = refused or fault
         if self.wandb is not None:
             flat = {k: v for k, v in self.summary.items() if not isinstance(v, (dict, list))}
             self.wandb.summary.update(outlets.to_wandb("summary", flat, self.private_diagnostics))
             self.wandb.finish(exit_code=1 if failed else 0)
             self.wandb = None
+        if refused is not None:
+            raise refused

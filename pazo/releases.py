@@ -11,6 +11,10 @@ The outlets read, in the directory and in each archived attempt under `attempts/
   its transaction log (`run-<id>.wandb`; wandb no longer ships a Python reader of it, so it is read
   here, record by record, with W&B's own protobuf `Record`), its `files/wandb-summary.json` and the
   console lines it captured (`files/output.log`);
+- the other loggers' files (`pazo.loggers`): every row of `metrics.csv` (a row cut short or edited
+  still shows its step where its first cell can be read) and the scalars of each TensorBoard event
+  file under `tensorboard/`, read with TensorBoard's own reader (which stops at a damaged record:
+  what it read before counts);
 - the console lines a run prints (`train.log`, which keeps every attempt's lines, and a sweep's
   `stdout.log`): the progress line, the epsilon line of the summary and the resume line.
 
@@ -27,6 +31,7 @@ from pathlib import Path
 
 from pazo.checkpoint import read_summary
 from pazo.errors import ConfigError
+from pazo.loggers import CSV_FILE, TENSORBOARD_DIR, csv_step, event_files, tensorboard_step
 
 #: the keys of a summary (summary.json's top level and its privacy block, W&B's run summary) that
 #: count steps an attempt ran; `_step` is W&B's own
@@ -89,6 +94,8 @@ def outlet_files(run_dir: Path) -> Iterator[tuple[Path, object]]:
     for where in (run_dir, *archived):
         yield where / "metrics.jsonl", rows_step
         yield where / "summary.json", summary_file_step
+        yield where / CSV_FILE, csv_file_step
+        yield from ((events, tensorboard_file_step) for events in event_files(where / TENSORBOARD_DIR))
         for folder in wandb_folders(where / "wandb"):
             yield from ((log, wandb_log_step) for log in sorted(folder.glob("*.wandb")))
             yield folder / "files" / "wandb-summary.json", summary_file_step
@@ -134,6 +141,20 @@ def rows_step(path: Path) -> int:
             step = int(match.group(1)) if match else None
         best = max(best, as_step(step))
     return best
+
+
+def csv_file_step(path: Path) -> int:
+    """The highest step of the rows of a metrics.csv."""
+    return csv_step(path) if present(path) else 0
+
+
+def tensorboard_file_step(path: Path) -> int:
+    """The highest step of a TensorBoard event file's scalars; one that cannot be opened is an OSError."""
+    if not present(path):
+        return 0
+    with open(path, "rb"):   # (TensorBoard's reader passes over a file it cannot open: that must not hide it)
+        pass
+    return tensorboard_step(path)
 
 
 def summary_file_step(path: Path) -> int:

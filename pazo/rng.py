@@ -7,9 +7,10 @@ drew its noise from the direction stream).
 The secret streams (`SECRET`: the Poisson sampling of private batches and the DP noise) are spawned
 from the seed together with the run's computation fingerprint (`pazo.fingerprint`, a hash of the
 config less the keys that say only how or where it runs, its values cast to their schema types)
-and, once the data are built, the private data's digest (`key_to_data`): runs of one sweep that
-differ in a hyperparameter draw independent noise and batches, a run on other data draws other
-ones, and the same config, seed and data draw the same ones again. The public streams
+and, once the model is built, the digests of the private data, the public data and the initial
+parameters (`key_to`; docs/design/noise-key.md): runs of one sweep that differ in a
+hyperparameter draw independent noise and batches, a run on other data or from other weights
+draws other ones, and the same config, seed, data and weights draw the same ones again. The public streams
 (directions, public batches, initialisation, splits) follow from the seed alone, so such runs
 share their data splits, initial model and directions. With `secure`
 (privacy.secure_mode) the secret streams are seeded from the operating system's entropy instead:
@@ -49,15 +50,19 @@ class RandomStreams:
         self.torch_generators: list[torch.Generator] = []  # in creation order, for checkpoints
         self._handed_out: set[str] = set()
 
-    def key_to_data(self, digest: str) -> None:
-        """Key the secret streams with the private data's digest (hex) too, once the data are built
-        and before any secret draw: a seeded run of one config on other data draws other noise and
-        batches. The digest stays inside the process (the public fingerprint is the config's)."""
+    def key_to(self, *digests: str) -> None:
+        """Key the secret streams with the digests (hex) of what else decides the released values,
+        before any secret draw: a run's private data, public data and initial parameters
+        (`pazo.experiment.build_run`), a library loop's private data (`pazo.private`). Their seeds
+        are then spawned from the seed, the fingerprint and these digests, in order: a seeded
+        computation that differs in any of them draws other noise and batches. The digests stay
+        inside the process (the public fingerprint is the config's)."""
         if self.secure or self.fingerprint is None:
             return
         if any(name in self.SECRET for name in self._handed_out):
-            raise RuntimeError("the secret streams are keyed to the data before any of them is handed out")
-        keyed = _spawned_seeds(np.random.SeedSequence([self.seed, int(self.fingerprint, 16), int(digest, 16)]))
+            raise RuntimeError("the secret streams are keyed before any of them is handed out")
+        keyed = _spawned_seeds(np.random.SeedSequence([self.seed, int(self.fingerprint, 16),
+                                                       *(int(digest, 16) for digest in digests)]))
         for name in self.SECRET:
             self.seeds[name] = keyed[name]
             self.numpy[name] = np.random.default_rng(keyed[name])

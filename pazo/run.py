@@ -67,6 +67,8 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
         check_launch(run_dir, start, r)
         loop = (restore_checkpoint(start.checkpoint, module=r.module, streams=r.streams, sampler=sampler,
                                    path=checkpoint_path(run_dir)) if start.resuming else LoopState())
+        if start.resuming:   # the optimiser's moments (none under sgd): the resumed steps continue them
+            r.method.update_rule.load_state_dict(start.checkpoint["extra"].get("optimizer"))
         accept_launch(run_dir, start, r)   # the first write into run_dir
         accept_hydra_record(run_dir, hydra_record, archive_to=start.moved_to)
         open_run_logs()   # train.log: the lines said since the launch began, and on
@@ -125,7 +127,7 @@ def _train(r, sampler, loop: LoopState, recorder: Recorder, summary: dict, cfg) 
             summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
         try:
             recorder.finish(summary, r.module, cfg.train)
-        except WriteFault as fault:  # model.pt or the last summary: the checkpoint stays for the relaunch
+        except WriteFault as fault:  # the model or the last summary: the checkpoint stays for the relaunch
             summary.update(status="fault", failure=f"fault after step {loop.step}: {fault}",
                            final_test_accuracy=None)
             recorder.fail(summary)

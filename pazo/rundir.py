@@ -26,11 +26,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pazo.errors import ConfigError
+from pazo.file_kinds import refuse_special
 
 LOCK = ".pazo.lock"
 HYDRA = ".hydra"
 HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")
 STAGING_PREFIX = "launch-"
+#: a finished run's trained weights (safetensors: read without running code), and the file runs
+#: written before it held them in (a pickled torch state dict), which `pazo.load_run` still reads
+MODEL_FILE = "model.safetensors"
+OLD_MODEL_FILE = "model.pt"
 #: flock's errors on a file system that does not lock (some network and FUSE file systems)
 UNLOCKABLE = (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL)
 #: errors of the machine, not of the run: what `WriteFault` explains
@@ -74,8 +79,10 @@ def write_atomic(path: Path | str, content, mode: int | None = None, shared: boo
     function that writes into the open binary file (e.g. `lambda f: torch.save(state, f)`). `mode`:
     the new file's permission bits (e.g. 0o600), set before any byte is written. `shared`: other
     processes may write `path` at the same moment (a cache shared by a sweep's jobs), so the
-    temporary file gets a name of its own."""
+    temporary file gets a name of its own. A `path` that is not a regular file (a device, a FIFO, a
+    directory) is never replaced: `pazo.file_kinds.NotRegularFile`."""
     path = Path(path)
+    refuse_special(path)
     with writing(path):
         if shared:
             fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -255,8 +262,8 @@ def remove_broken_writes(run_dir: Path | str) -> list[Path]:
     the lock's holder, so no write of another launch is under way."""
     removed = []
     for path in [*Path(run_dir).glob("*.tmp"), *Path(run_dir).glob("private/*.tmp")]:
-        if path.name.removesuffix(".tmp") in ("summary.json", "config.yaml", "model.pt", "checkpoint.pt",
-                                               "audit.json", "private_computation.json"):
+        if path.name.removesuffix(".tmp") in ("summary.json", "config.yaml", MODEL_FILE, OLD_MODEL_FILE,
+                                               "checkpoint.pt", "audit.json", "private_computation.json"):
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed

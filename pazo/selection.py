@@ -25,9 +25,10 @@ import yaml
 from pazo import gate, outlets
 from pazo.errors import ConfigError, DataMissingError
 from pazo.experiment import planned_steps
+from pazo.loggers import CSV_FILE, csv_line, read_csv
 from pazo.methods import method_config
 from pazo.privacy.accountants import BudgetError, check_delta, default_eps_error
-from pazo.privacy.calibration import calibrate_sigma
+from pazo.privacy.plan import calibrated_sigma
 from pazo.privacy.sampling import SAMPLERS
 from pazo.privacy.selection import KDistribution, RunAccount, run_epsilon, selection_epsilon
 from pazo.results import guarantee_problem, read_json_object
@@ -96,18 +97,20 @@ def run_account(cfg, n: int) -> tuple[RunAccount, float, float]:
     q, steps = cfg.train.batch_size / n, planned_steps(cfg.train, n)
     target = float(pcfg.epsilon)
     delta = check_delta(pcfg.delta if pcfg.delta is not None else 1.0 / n, "gaussian", "privacy.delta", ConfigError)
+    accountant = pcfg.get("accountant", "prv")
+    eps_error = float(pcfg.eps_error or default_eps_error(target)) if accountant == "prv" else None
     sigma = float(pcfg.sigma) if pcfg.sigma is not None else _calibrated(
-        target, delta, q, steps, float(pcfg.eps_error or default_eps_error(target)), release.mechanisms,
-        pcfg.cache_dir)
+        accountant, target, delta, q, steps, eps_error, release.mechanisms, pcfg.cache_dir)
     return RunAccount(q, steps, sigma, release.mechanisms), target, delta
 
 
 @functools.cache
-def _calibrated(target, delta, q, steps, eps_error, mechanisms, cache_dir) -> float:
-    """sigma for one distinct request, calibrated (or read from the sigma cache) once a process: a
-    grid's configurations mostly share (q, T, epsilon)."""
+def _calibrated(accountant, target, delta, q, steps, eps_error, mechanisms, cache_dir) -> float:
+    """sigma for one distinct request, calibrated as the run calibrates it (`calibrated_sigma`: by
+    its accountant; PRV's through the sigma cache) once a process: a grid's configurations mostly
+    share (q, T, epsilon)."""
     try:
-        return calibrate_sigma(target, delta, q, steps, eps_error, mechanisms, cache_dir=cache_dir)
+        return calibrated_sigma(accountant, target, delta, q, steps, eps_error, mechanisms, cache_dir)
     except BudgetError as err:
         raise ConfigError(str(err)) from None
 
@@ -249,10 +252,21 @@ def _released_file(name: str, path: Path, record: dict, public: Path) -> bytes:
     if name == "metrics.jsonl":
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         return "".join(json.dumps(outlets.for_release(name, row)) + "\n" for row in rows).encode()
+    if name == CSV_FILE:
+        return released_csv(path)
     if name == "config.yaml":
         config = yaml.safe_load(path.read_text()) or {}
         return yaml.safe_dump(outlets.for_release(name, config), sort_keys=False).encode()
     return path.read_bytes()
+
+
+def released_csv(path: Path) -> bytes:
+    """The chosen run's metrics.csv as released: each row the keys `outlets.RELEASE` keeps, under a
+    header of those alone."""
+    header, rows = read_csv(path)
+    kept = [outlets.for_release(CSV_FILE, {k: v for k, v in row.items() if v != ""}) for row in rows]
+    columns = [key for key in header if any(key in row for row in kept)]
+    return b"".join([csv_line(columns), *(csv_line(row.get(key, "") for key in columns) for row in kept)])
 
 
 def released_summary(summary: dict, record: dict, public: Path) -> dict:

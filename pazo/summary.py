@@ -7,6 +7,7 @@ import math
 import statistics
 
 from pazo.checkpoint import LoopState
+from pazo.privacy.plan import cross_check
 
 log = logging.getLogger("pazo.train")
 
@@ -49,6 +50,9 @@ def outcome(plan, tracker, loop: LoopState, total_steps: int, failure: str | Non
                     guarantee_holds=within and plan.sampling_matches_accountant)
         if plan.noise == "laplace":
             priv["pure_epsilon_spent"] = tracker.pure_epsilon(steps_done)
+        counted = max(steps_done, priv.get("steps_released", 0))
+        if plan.cross_check and counted != plan.cross_check["steps"]:   # (the run stopped early)
+            priv["cross_check"] = cross_check(plan, counted)
         if not within:  # the guarantee the run promised does not hold: never a finished run
             over = f"over_budget: epsilon spent {spent:.6g} > target {plan.target_epsilon}"
             failure = f"{failure}; {over}" if failure else over
@@ -115,11 +119,20 @@ def privacy_lines(plan, notes: list[str] = (), secure_note: str = SECURE_SEED_NO
         lines.append(f"privacy: {plan.guarantee}, target epsilon={plan.target_epsilon} delta={plan.delta:.3g} -> "
                      f"{plan.noise} sigma={plan.sigma:.4f} ({plan.sigma_source}), q={plan.sample_rate:.4f}, "
                      f"T={plan.steps}, {plan.sampling} sampling")
+    if plan.private and plan.cross_check:
+        lines.append(f"accountant: {plan.accountant_name} (privacy.accountant); {cross_check_line(plan.cross_check)}")
     if plan.noise_seed.startswith("os entropy"):   # said where the user looks: the seed does not replay the run
         lines.append(secure_note)
     if plan.assumptions:
         lines.append(assumptions_line(plan.assumptions, assumptions_in))
     return lines + [f"note: {note}" for note in [*plan.notes, *notes]]
+
+
+def cross_check_line(check: dict) -> str:
+    """A run's cross-check (`pazo.privacy.plan.cross_check`) in one line."""
+    values = ", ".join(f"{name} {'out of reach' if eps is None else format(eps, '.4f')}"
+                       for name, eps in check["epsilon"].items())
+    return f"cross-check, epsilon after {check['steps']} steps at this q, sigma and delta: {values}"
 
 
 def header_lines(summary: dict, plan) -> list[str]:
@@ -129,7 +142,18 @@ def header_lines(summary: dict, plan) -> list[str]:
     return [f"pazo: {summary['method']} on {summary['dataset']} ({summary['model']}, d={summary['dim']}, "
             f"device {summary['device']}, {threads} CPU thread{'s' if threads != 1 else ''}); "
             f"private {d['n_private']}, public {d['n_public']}, test {d['n_test']}",
+            *update_rule_lines(summary.get("update_rule")),
             *privacy_lines(plan, summary["method_departures"])]
+
+
+def update_rule_lines(rule: dict | None) -> list[str]:
+    """The run's step-size schedule and optimiser in one line, where they are not the default."""
+    if not rule:
+        return []
+    said = lambda block: " ".join([block["name"], *(f"{k}={v}" for k, v in block.items() if k != "name")])  # noqa: E731
+    memory = ("; the optimiser holds the update and its state as vectors of the model's size"
+              if "materialised_update" in rule else "")
+    return [f"update: schedule {said(rule['schedule'])}, optimizer {said(rule['optimizer'])}{memory}"]
 
 
 def print_header(summary: dict, plan) -> None:
@@ -155,9 +179,13 @@ def print_summary(s: dict) -> None:
                  f"{'within budget' if p['within_budget'] else 'OVER BUDGET'}; {p['guarantee']}")
         if p.get("pure_epsilon_spent") is not None:
             log.info(f"  pure epsilon-DP bound (Laplace, basic composition): {p['pure_epsilon_spent']:.4f}")
+        if p.get("cross_check"):
+            log.info(f"  accountant {p['accountant_name']}; {cross_check_line(p['cross_check'])}")
     else:
         log.info("  non-private run (no clipping, no noise)")
     log.info(f"  s/iter: mean {fmt(s['mean_s_per_iter'], '.5f')}, median {fmt(s['median_s_per_iter'], '.5f')}")
+    for line in update_rule_lines(s.get("update_rule")):
+        log.info(f"  {line}")
     if "noisy_candidate_win_rate" in s:
         log.info(f"  noisy candidate won {s['noisy_candidate_win_rate']:.1%} of steps")
     for warning in s.get("warnings", []):

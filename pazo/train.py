@@ -264,6 +264,8 @@ def cli() -> None:
         from pazo.help import train_help
         print(train_help())
         return
+    if PLAN_FLAG in argv:   # pazo's own: the run's privacy plan, nothing trained or written
+        sys.exit(plan_only([a for a in argv if a != PLAN_FLAG]))
     single = not any(a.startswith("-") for a in argv)   # not a multirun, --help, --cfg, ...
     problem = _command_line_problem(argv, single)
     if problem:
@@ -279,6 +281,70 @@ def cli() -> None:
         hydra_main()
         return
     run_multirun(jobs)
+
+
+#: `pazo-train ... --plan`: print the run's privacy plan and stop (`plan_only`)
+PLAN_FLAG = "--plan"
+
+
+def plan_only(argv: list[str]) -> int:
+    """`pazo-train <overrides> --plan`: the overrides checked as a run checks them (the same one
+    line for a mistake), then the run's privacy plan printed (`plan_lines`) and exit 0, with no
+    run directory made and nothing trained; the exit status."""
+    from pazo import cli as command_line
+
+    flags = [a for a in argv if a.startswith("-")]
+    problem = (f"--plan plans one run: give it overrides only, not {' '.join(flags)}" if flags
+               else command_line.check_overrides(argv, check=_check_device))
+    if problem is None:
+        try:
+            lines = plan_lines(argv)
+        except command_line.USER_ERRORS as err:
+            problem = str(err)
+    if problem:
+        print(f"pazo: error: {problem}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
+def plan_lines(argv: list[str]) -> list[str]:
+    """The privacy plan of the run `argv` describes, as a run's header prints it (`privacy_lines`:
+    sigma calibrated or given, q, T, the accountant and the cross-check), after what n is and how
+    it is known: the data set's splits are built (their sizes only; no model reads an example), or
+    where the data are missing, n is estimated from a published size (`pazo.selection.private_size`)."""
+    from hydra import compose, initialize_config_dir
+
+    from pazo.experiment import planned_steps, run_privacy_plan
+    from pazo.summary import privacy_lines
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(argv))
+    n, how = _private_size(cfg)
+    plan = run_privacy_plan(cfg, n)
+    steps = planned_steps(cfg.train, n)
+    return [f"plan: {cfg.method.name} on {cfg.dataset.name}: n = {n} private examples ({how}), batch "
+            f"{cfg.train.batch_size} -> q = {cfg.train.batch_size / n:.4f}, T = {steps} steps",
+            *privacy_lines(plan),
+            "plan only: nothing was trained and no run directory was written"]
+
+
+def _private_size(cfg) -> tuple[int, str]:
+    """n, the private set's size, as the run's loader gives it, and how it was found; a batch larger
+    than the data is refused as a run refuses it."""
+    from pazo.data import build_dataset
+    from pazo.errors import DataMissingError
+    from pazo.rng import RandomStreams
+    from pazo.selection import private_size
+    from pazo.validate import validate_against_data
+
+    try:
+        data = build_dataset(cfg.dataset, RandomStreams(cfg.seed))
+    except DataMissingError:   # a published size, or the line that says the data are missing
+        size = private_size(cfg)
+        return size.n, size.estimated
+    validate_against_data(cfg, len(data.private), len(data.public))
+    return len(data.private), "the data set's split sizes; no model read any example"
 
 
 def _command_line_problem(argv: list[str], single: bool) -> str | None:

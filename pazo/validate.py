@@ -16,6 +16,7 @@ from pazo.errors import ConfigError, unknown_choice
 from pazo.methods import METHODS, method_config, method_info
 from pazo.models import MODELS
 from pazo.privacy.accountants import BudgetError, check_delta, check_target_epsilon
+from pazo.privacy.planner import check_accountant
 from pazo.privacy.sampling import SAMPLERS
 from pazo.zo.engines import ENGINES
 
@@ -59,6 +60,11 @@ def validate_config(cfg) -> None:
                               "(or privacy.epsilon=null)")
     if p.delta is not None:  # the one delta rule, shared with the plan and the calibration
         check_delta(p.delta, method.release().noise, name="privacy.delta", error=ConfigError)
+    if p.epsilon is not None:   # the accountant's rule, shared with the plan: rdp and pld for Gaussian noise only
+        try:
+            check_accountant(p.get("accountant", "prv"), method.release().noise, p.eps_error)
+        except BudgetError as err:
+            raise ConfigError(str(err)) from None
     if p.sigma is not None and p.epsilon is None:
         raise ConfigError("privacy.sigma is set but privacy.epsilon is null: give the target epsilon "
                           "the given sigma must meet")

@@ -35,8 +35,8 @@ import torch
 from scipy.stats import chi2, gamma
 
 from pazo.audit.canaries import PrivatizerHook, ScalarHook, nominal_noise_scale
-from pazo.privacy.accountants import (BudgetError, amplified_pure_epsilon, effective_noise_multiplier,
-                                      gaussian_one_step_delta)
+from pazo.privacy.accountants import (BudgetError, amplified_pure_epsilon, default_eps_error,
+                                      effective_noise_multiplier, gaussian_one_step_delta)
 from pazo.privacy.mechanisms import JointClipPrivatizer, ScalarPrivatizer, VectorPrivatizer
 from pazo.privacy.plan import PrivacyPlan, make_accountant
 
@@ -137,7 +137,10 @@ def epsilon_at_least(plan: PrivacyPlan, sigma: float, steps: int, delta: float) 
         except BudgetError:  # too many steps for the exact composition: the pure-DP account
             return steps * amplified_pure_epsilon(sigma, plan.sample_rate), "laplace_account"
     try:
-        return make_accountant(replace(plan, sigma=sigma, delta=delta)).epsilon(steps).lower, "prv_lower"
+        # PRV's lower estimate whatever privacy.accountant is (RDP gives no lower bound)
+        prv = replace(plan, sigma=sigma, delta=delta, accountant_name="prv",
+                      eps_error=plan.eps_error or default_eps_error(plan.target_epsilon))
+        return make_accountant(prv).epsilon(steps).lower, "prv_lower"
     except (BudgetError, RuntimeError, FloatingPointError):
         pass
     s = effective_noise_multiplier(sigma, plan.mechanisms)

@@ -159,7 +159,7 @@ def train_with_canaries(method, private, n: int, canary_ids: np.ndarray, sampler
             # unless the hook exercises the batch (the noise check)
             idx = idx[:0] if hook.neutralises and not hook.runs_batch else idx[idx < n]
         x, y = private.batch(idx, device)
-        method.step(x, y, step)
+        method.take_step(x, y, step)
 
 
 def run_audit(cfg: DictConfig, run_dir: str | Path, hydra_record: str | Path | None = None) -> dict:
@@ -274,7 +274,7 @@ def verdict(audit: dict, comparable: float) -> dict:
 
 
 def noise_pass(cfg: DictConfig, min_values: int = NOISE_CHECK_VALUES):
-    """The run's T steps again, built as training builds them, through `method.step` on the run's
+    """The run's T steps again, built as training builds them, through `method.take_step` on the run's
     own Poisson batches with every example's contribution zero inside each release
     (`pazo.audit.noise_check`), repeated until at least `min_values` values are released: returns
     the probe that collected the releases' noise, or None where the method has no privatiser."""

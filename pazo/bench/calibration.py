@@ -25,6 +25,7 @@ from pathlib import Path
 from pazo.plugins import load_plugins
 from pazo.bench.common import (RESULTS_DIR, at_least, comma_separated, command_line, git_commit, positive_number,
                                write_result)
+from pazo.file_kinds import output_file
 from pazo.commands import ArgumentParser, summary_of
 from pazo.privacy.accountants import BudgetError, GaussianAccountant, check_target_epsilon, default_eps_error
 from pazo.privacy.calibration import calibrate_sigma
@@ -56,7 +57,7 @@ def epsilon_steps(text: str) -> tuple[float, int]:
 
 def main():
     parser = ArgumentParser(description=summary_of(__doc__))
-    parser.add_argument("--out", default=str(RESULTS_DIR / "calibration_cpu.json"))
+    parser.add_argument("--out", type=output_file, default=str(RESULTS_DIR / "calibration_cpu.json"))
     parser.add_argument("--no-baseline", action="store_true", help="skip the slow plain bisection")
     parser.add_argument("--cases", type=comma_separated(epsilon_steps),
                         default="1:18750,0.1:18750,1:100000,0.1:100000,2:100000",

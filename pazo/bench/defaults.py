@@ -28,6 +28,7 @@ import torch
 import yaml
 
 from pazo.plugins import load_plugins
+from pazo.file_kinds import output_file
 from pazo.commands import ArgumentParser, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.bench.common import RESULTS_DIR, at_least, command_line, git_commit, write_result
@@ -102,7 +103,7 @@ def _methods(text: str | None, known: list[str]) -> list[str]:
 
 def main():
     parser = ArgumentParser(description=summary_of(__doc__))
-    parser.add_argument("--out", default=str(RESULTS_DIR / "defaults_digits_cpu.json"))
+    parser.add_argument("--out", type=output_file, default=str(RESULTS_DIR / "defaults_digits_cpu.json"))
     parser.add_argument("--runs", default=str(ROOT / "outputs" / "check_defaults"),
                         help="where each invocation's runs go (a new <time>/ folder inside)")
     parser.add_argument("--seed", type=at_least(0), default=0)

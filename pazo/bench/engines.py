@@ -30,6 +30,7 @@ import torch
 
 from pazo.plugins import load_plugins
 from pazo.bench import common, settings, timing
+from pazo.file_kinds import output_file
 from pazo.commands import ArgumentParser, summary_of
 
 ZEROTH_ORDER = ["mezo", "dpzero", "pazo_m", "pazo_p", "pazo_s"]
@@ -86,7 +87,7 @@ def main():
     parser.add_argument("--iters", type=common.at_least(1), default=20)
     parser.add_argument("--warmup", type=common.at_least(0), default=2)
     parser.add_argument("--threads", type=common.at_least(0), default=1, help="torch CPU threads (0: torch's default)")
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--out", type=output_file, default=None)
     parser.add_argument("--batch-size", type=common.at_least(1), default=None,
                         help="every setting's batch size (smoke runs; default: each setting's own)")
     parser.add_argument("--public-grads", action="store_true",

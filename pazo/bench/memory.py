@@ -37,6 +37,7 @@ from pathlib import Path
 from pazo.plugins import load_plugins
 from pazo import REPO_ROOT
 from pazo.bench.common import RESULTS_DIR, at_least, comma_separated, command_line, write_result
+from pazo.file_kinds import output_file
 from pazo.commands import ArgumentParser, summary_of
 
 SHAPES = {  # hidden, layers, heads, ffn
@@ -154,7 +155,7 @@ def main() -> None:
     p.add_argument("--batch", type=at_least(1), default=8)
     p.add_argument("--length", type=at_least(1), default=64)
     p.add_argument("--methods", type=comma_separated(zeroth_order_method), default="mezo,dpzero,dp_zo")
-    p.add_argument("--out", default=None)
+    p.add_argument("--out", type=output_file, default=None)
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:

@@ -61,6 +61,7 @@ import torch
 from torch import nn
 
 from pazo.plugins import load_plugins
+from pazo.file_kinds import output_file
 from pazo.commands import ArgumentParser, summary_of
 from pazo.bench.common import RESULTS_DIR, at_least, run_main, write_result
 from pazo.bench.settings import (ENGINE_NAMES, PAPER_SETTING, SETTINGS, add_dataset_setting, bare_model,
@@ -271,7 +272,7 @@ def main():
     parser.add_argument("--iters", type=at_least(1), default=30)
     parser.add_argument("--warmup", type=at_least(0), default=5)
     parser.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads (0: torch's default)")
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--out", type=output_file, default=None)
     parser.add_argument("--note", default=None, help="a note for the result file (e.g. the machine's load)")
     parser.add_argument("--batch-size", type=at_least(1), default=None,
                         help="every setting's batch size (smoke runs; default: each setting's own)")

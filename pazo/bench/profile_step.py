@@ -34,6 +34,7 @@ import torch
 
 from pazo.plugins import load_plugins
 from pazo.bench.common import RESULTS_DIR, at_least, command_line, git_commit, machine_details, run_main, write_result
+from pazo.file_kinds import output_file
 from pazo.commands import ArgumentParser, summary_of
 from pazo.bench.settings import SETTINGS, build_benchmark_method, synthetic_inputs
 from pazo.bench.timing import device_name, sync
@@ -108,7 +109,7 @@ def main():
     parser.add_argument("--warmup", type=at_least(0), default=20)
     parser.add_argument("--threads", type=at_least(1), default=1)
     parser.add_argument("--trace-steps", type=at_least(0), default=0)
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--out", type=output_file, default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)

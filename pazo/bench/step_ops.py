@@ -31,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from pazo.plugins import load_plugins
 from pazo.bench.common import RESULTS_DIR, run_main, write_result
+from pazo.file_kinds import output_file
 from pazo.commands import ArgumentParser, summary_of
 from pazo.bench.settings import (SETTINGS, bare_passes, build_benchmark_method,
                                  set_batch_size, synthetic_inputs)
@@ -87,7 +88,7 @@ def main():
     parser.add_argument("--settings", default="digits,cifar_shape,cifar10_nf224,tiny_imagenet_vit,imdb_lstm")
     parser.add_argument("--methods", default="mezo,dpzero,pazo_m,pazo_p,pazo_s")
     parser.add_argument("--engine", default="inplace", choices=["inplace", "vectorised"])
-    parser.add_argument("--out", default=str(RESULTS_DIR / "step_ops_cpu.json"))
+    parser.add_argument("--out", type=output_file, default=str(RESULTS_DIR / "step_ops_cpu.json"))
     args = parser.parse_args()
     settings, methods = args.settings.split(","), args.methods.split(",")
     for value, known, what in ((settings, SETTINGS, "setting"), (methods, method_names("zeroth_order"), "method")):

@@ -26,6 +26,7 @@ import numpy as np
 
 from pazo.plugins import load_plugins
 from pazo.bench.common import REPO_ROOT, RESULTS_DIR, at_least, machine_details, run_main, write_result
+from pazo.file_kinds import output_file
 from pazo.commands import ArgumentParser, summary_of
 from pazo.errors import ConfigError
 
@@ -117,7 +118,7 @@ def main():
     parser.add_argument("--no-train", action="store_true", help="skip timing the whole default run")
     parser.add_argument("--train-runs", type=at_least(1), default=3,
                         help="how many times the default run is timed at each count and at auto (interleaved)")
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--out", type=output_file, default=None)
     parser.add_argument("--note", default=None, help="a note for the result file (e.g. the machine's load)")
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)  # internal: one job in this process
     args = parser.parse_args()

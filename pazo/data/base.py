@@ -71,6 +71,8 @@ class DataBundle:
             "n_public": len(self.public),
             "n_val": len(self.val),
             "n_test": len(self.test),
+            # the model's shape facts (`pazo.load_run` builds the model from them without the data)
+            "input_shape": list(self.input_shape), "num_classes": self.num_classes,
             "public_class_histogram": self.public.class_histogram(self.num_classes),
             **({"val_outside_guarantee": VAL_OUTSIDE_GUARANTEE} if len(self.val) else {}),
             **self.info,

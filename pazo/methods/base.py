@@ -12,6 +12,7 @@ from omegaconf import MISSING
 
 from pazo.data.base import TensorSplit
 from pazo.errors import ConfigError, UserCodeError, at_least_one, one_of, positive, require  # noqa: F401 (the methods' checks)
+from pazo.methods.update_rule import StepSchedule, UpdateRule
 from pazo.models.functional import FunctionalModel
 from pazo.privacy.mechanisms import JointClipPrivatizer, NoiseSpec, Release, ScalarPrivatizer, VectorPrivatizer
 from pazo.rng import RandomStreams
@@ -138,6 +139,8 @@ class MethodContext:
     device: torch.device   # where directions, noise and flat vectors are made: `model.device`
     query_train_mode: bool = False
     total_steps: int = 1
+    schedule: StepSchedule | None = None   # the step size's schedule (None: constant)
+    optimizer: dict | None = None          # the `optimizer` config section (None: sgd)
 
 
 class Method(ABC):
@@ -155,6 +158,31 @@ class Method(ABC):
     def __init__(self, cfg: MethodConfig, ctx: MethodContext):
         self.cfg, self.ctx, self.model = cfg, ctx, ctx.model
         self.lr = cfg.lr
+        self.update_rule = UpdateRule(cfg.lr, ctx.schedule, ctx.optimizer)
+
+    def take_step(self, x: torch.Tensor, y: torch.Tensor, step: int) -> dict[str, float]:
+        """Step `step` (1-based) as a run takes it: the step size lr * schedule(step) in `self.lr`,
+        the method's `step`, then the optimiser's move of the parameters (`UpdateRule`). The loop, the
+        library and the audit step through here."""
+        self.lr = self.update_rule.lr_at(step)
+        stats = self.step(x, y, step)
+        self.apply_pending_update()
+        return stats
+
+    def apply_update(self, g: torch.Tensor, weight: float = 1.0) -> None:
+        """x <- x - lr * weight * g for a flat [d] update g: at once under SGD, else summed into the
+        step's update for the optimiser. Every method's update goes through here or `descend`."""
+        self.update_rule.flat(self.model, g, self.lr, weight)
+
+    def descend(self, u, coefs) -> None:
+        """x <- x - lr * sum_j coefs[j] u_j (under SGD each u_j regenerated, never stored whole)."""
+        self.update_rule.directional(self.model, u, coefs, self.lr)
+
+    def apply_pending_update(self) -> None:
+        """Move the parameters by the optimiser's transform of the update handed over so far (none
+        under SGD); a method that changes the parameters after its update (a projection) calls it
+        first, `take_step` after every step."""
+        self.update_rule.apply_pending(self.model, self.lr)
 
     def public_batches(self) -> PublicBatches:
         """Sampler of public batches of size cfg.public_batch_size from the run's public stream, put
@@ -204,4 +232,6 @@ class Method(ABC):
 
     @abstractmethod
     def step(self, x: torch.Tensor, y: torch.Tensor, step: int) -> dict[str, float]:
-        """One update from a private batch; returns numeric stats, at least `loss`."""
+        """One update from a private batch, at the step size `self.lr`, handed over through
+        `apply_update` / `descend` (so that the optimiser sees it); returns numeric stats, at least
+        `loss`. Runs call it through `take_step`."""

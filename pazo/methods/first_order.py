@@ -21,7 +21,6 @@ from pazo.methods.per_example import (auto_memory_mb, chunk_size_for, clipped_su
                                       iter_per_example_grads, per_example_grads, refuse_if_one_example_overflows)
 from pazo.methods.registry import register_method
 from pazo.privacy.mechanisms import Release, VectorPrivatizer, clip_factors, noise_generator, scaled_rows
-from pazo.zo.engines import apply_flat_update
 
 
 @dataclass
@@ -172,7 +171,7 @@ class SGD(FirstOrderMethod):
         if not len(x):
             return {"loss": float("nan")}
         loss, g = self.model.mean_loss_and_grad(x, y)
-        apply_flat_update(self.model, g, self.lr)
+        self.apply_update(g)
         return {"loss": float(loss)}
 
 
@@ -198,7 +197,7 @@ class PublicOnly(FirstOrderMethod):
 
     def step(self, x, y, step):
         loss, g = self.model.mean_loss_and_grad(*self.public.sample())
-        apply_flat_update(self.model, g, self.lr)
+        self.apply_update(g)
         return {"loss": float(loss)}
 
 
@@ -209,7 +208,7 @@ class DPSGD(FirstOrderMethod):
 
     def step(self, x, y, step):
         g, loss, nonfinite = self.private_grad(x, y)
-        apply_flat_update(self.model, g, self.lr)
+        self.apply_update(g)
         return {"loss": loss, "grad_norm": float(g.norm()), "nonfinite_examples": nonfinite}
 
 
@@ -231,7 +230,7 @@ class DPMD(FirstOrderMethod):
         a = self.alpha(step)
         g_dp, loss, nonfinite = self.private_grad(x, y)
         g = a * g_dp + (1 - a) * g_pub
-        apply_flat_update(self.model, g, self.lr)
+        self.apply_update(g)
         return {"loss": loss, "alpha": a, "nonfinite_examples": nonfinite}
 
 
@@ -249,7 +248,7 @@ class DOPESGD(FirstOrderMethod):
         g_pub = self.model.mean_loss_grad(*self.public.sample())
         g_dp, loss, nonfinite = self.private_grad(x, y, shift=g_pub)
         g = g_dp + g_pub
-        apply_flat_update(self.model, g, self.lr)
+        self.apply_update(g)
         return {"loss": loss, "nonfinite_examples": nonfinite}
 
 
@@ -374,7 +373,7 @@ class GEP(FirstOrderMethod):
         else:
             denom = max(len(x), 1)
         g = (self.lift(w_sum, bases) + r_sum) / denom
-        apply_flat_update(self.model, g, self.lr)
+        self.apply_update(g)
         share = float(torch.stack(residual_share).mean()) if residual_share else float("nan")
         return {"loss": loss_sum / len(x) if len(x) else float("nan"), "residual_share": share,
                 "nonfinite_examples": float(nonfinite) if spec.private else None}

@@ -8,7 +8,6 @@ from pazo.errors import ConfigError
 from pazo.methods.base import at_least_one
 from pazo.methods.registry import register_method
 from pazo.methods.two_point import RandomDirectionConfig, TwoPointMethod
-from pazo.zo.engines import apply_flat_update
 
 
 @dataclass
@@ -52,7 +51,7 @@ class PazoM(TwoPointMethod):
             self.descend(u, coefs.double() * (1 - alpha) if self.on_device else [(1 - alpha) * c for c in coefs])
         stats = estimate.stats()
         if g_pub is not None:
-            apply_flat_update(self.model, g_pub, self.lr * alpha)   # alpha in the step size: no scaled copy
+            self.apply_update(g_pub, alpha)   # alpha in the step size: no scaled copy
             norm = g_pub.norm()
             stats["public_grad_norm"] = norm if self.on_device else float(norm)
         return stats

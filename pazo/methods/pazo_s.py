@@ -16,7 +16,6 @@ from pazo.methods.base import (Method, MethodConfig, at_least_one, boolean_or_au
 from pazo.methods.registry import register_method
 from pazo.privacy.mechanisms import Release, ScalarPrivatizer, noise_generator
 from pazo.zo.directions import FlatDirections, SeededDirections
-from pazo.zo.engines import apply_flat_update
 
 
 @dataclass
@@ -101,7 +100,7 @@ class PazoS(Method):
             won = f_extra[0] < f.index_select(0, best)[0]
             chosen, chosen_losses = torch.where(won, g_extra, chosen), torch.where(won, extra_losses[0], chosen_losses)
         # line 15: x <- x - eta g_{j*}
-        apply_flat_update(self.model, chosen, self.lr)
+        self.apply_update(chosen)
         stats = {"loss": chosen_losses.mean() if chosen_losses.numel() else float("nan"),
                  "noisy_candidate_won": won, "chosen_public_index": best[0],
                  "nonfinite_examples": nonfinite.sum() if self.ctx.noise.private else None}

@@ -23,6 +23,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 from pazo import CONFIG_DIR
 from pazo.errors import ConfigError, unknown_key
 from pazo.methods.base import Method, MethodConfig, MethodContext
+from pazo.methods.update_rule import StepSchedule
 from pazo.privacy.plan import PrivacyPlan
 from pazo.registry import Registry
 from pazo.rng import RandomStreams
@@ -149,11 +150,14 @@ _TYPED: dict[str, MethodConfig] = {}
 
 
 def build_method(cfg, *, model, plan: PrivacyPlan, streams: RandomStreams, public, device, engine,
-                 query_train_mode: bool = False) -> Method:
-    """The method of a run: typed config, the plan's noise for its clip, and its context."""
+                 query_train_mode: bool = False, schedule=None, optimizer=None) -> Method:
+    """The method of a run: typed config, the plan's noise for its clip, and its context; its step
+    size follows the `schedule` config section and its update the `optimizer` one (None: constant
+    and sgd)."""
     config = method_config(cfg)
     info = method_info(config.name)
     ctx = MethodContext(model=model, noise=plan.noise_spec(config.clip), streams=streams, public=public,
                         engine=engine, device=device, query_train_mode=query_train_mode,
-                        total_steps=plan.steps)
+                        total_steps=plan.steps, schedule=StepSchedule.of(schedule, plan.steps),
+                        optimizer=dict(optimizer) if optimizer else None)
     return info.cls(config, ctx)

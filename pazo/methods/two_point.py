@@ -22,7 +22,6 @@ from pazo.methods.base import (Method, MethodConfig, at_least_one, one_of, posit
 from pazo.privacy.mechanisms import (NoiseSpec, Release, ScalarPrivatizer, ScalarRelease, exact_sum, noise_generator,
                                      nonfinite_examples, rounded_to)
 from pazo.zo.directions import Directions, SeededDirections, orthogonal_directions, resolve_radius
-from pazo.zo.engines import apply_directional_update
 
 DIRECTIONS = ("gaussian", "sphere", "orthogonal")
 RADII = ("sqrt_d", "fourth_root_d")
@@ -130,10 +129,6 @@ class TwoPointMethod(Method):
         s = self.privatize(finite_differences).to(losses.dtype)
         nonfinite = (~torch.isfinite(finite_differences)).any(dim=0).sum() if self.ctx.noise.private else None
         return DeviceEstimate(s, losses, nonfinite)
-
-    def descend(self, u: Directions, coefs: list[float] | torch.Tensor) -> None:
-        """x <- x - lr * sum_j coefs[j] u_j (each u_j regenerated, never stored whole)."""
-        apply_directional_update(self.model, u, coefs, self.lr)
 
     def step(self, x, y, step):
         """Zeroth-order SGD: x <- x - lr * (1/q) sum_j s_j u_j."""

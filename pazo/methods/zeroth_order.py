@@ -93,11 +93,21 @@ class HybridZOGD(TwoPointMethod):
 
     def step(self, x, y, step):
         stats = super().step(x, y, step)                                  # directional part, with G1
-        self.isotropic.add_to(self.model.params, self.lr, self.model.dim)  # - lr/sqrt(d) G2
+        self.add_isotropic_noise()                                        # - lr/sqrt(d) G2
         radius = self.cfg.projection_radius
-        if radius is not None:                                            # Pi_R
+        if radius is not None:                                            # Pi_R, after the whole update
+            self.apply_pending_update()
             stats["param_norm"] = self.project(float(radius))
         return stats
+
+    def add_isotropic_noise(self) -> None:
+        """The update's part lr/sqrt(d) G2: into the parameters under SGD, else into the step's
+        pending update (x <- x - lr u: the same noise, scaled by -1 so that lr times it is added)."""
+        parts = self.update_rule.pending_parts(self.model)
+        if parts is None:
+            self.isotropic.add_to(self.model.params, self.lr, self.model.dim)
+        else:
+            self.isotropic.add_to(parts, -1.0, self.model.dim)
 
     @torch.no_grad()
     def project(self, radius: float) -> float | torch.Tensor:

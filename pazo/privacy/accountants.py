@@ -264,9 +264,16 @@ class GaussianAccountant:
             # the grid's length is a fast FFT size; a wider domain only truncates less
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Assuming that true epsilon")
-                self._prv = PRVAccountant(prvs=[mechanism], eps_error=eps_error, delta_error=delta / 1000,
-                                          max_self_compositions=[steps],
-                                          eps_max=fast_fft_half_width(half_width, steps, delta, eps_error))
+                try:
+                    self._prv = PRVAccountant(prvs=[mechanism], eps_error=eps_error, delta_error=delta / 1000,
+                                              max_self_compositions=[steps],
+                                              eps_max=fast_fft_half_width(half_width, steps, delta, eps_error))
+                except RuntimeError as err:   # prv-accountant's own check of its discretisation failed
+                    raise BudgetError(
+                        f"the PRV accountant cannot account sigma={sigma:g} at sample rate {sample_rate:.4g} over "
+                        f"{steps} steps (its check of its own discretisation failed: {str(err).rstrip('.')}): "
+                        "use the pld or rdp accountant (privacy.accountant=pld, pazo-privacy --accountant pld)"
+                    ) from None
             self._fourier = self._prv.composer.self_composers[0]
 
     def epsilon(self, steps_done: int) -> EpsilonBounds:

@@ -12,6 +12,13 @@ from pazo.privacy.accountants import (BudgetError, LaplaceAccountant, accountant
                                       gaussian_one_step_delta)
 from pazo.privacy.calibration import calibrate_sigma
 from pazo.privacy.mechanisms import NoiseSpec, Release
+from pazo.privacy.planner import (ACCOUNTANTS, DP_ACCOUNTING, DpAccountingAccountant, check_accountant, epsilon_of,
+                                  sigma_for)
+
+#: what each `privacy.accountant` is, as a Gaussian run's summary names it (privacy.accountant)
+GAUSSIAN_ACCOUNTANTS = {"prv": "prv-accountant upper bound, Poisson-subsampled Gaussian, add/remove",
+                        "rdp": "dp-accounting RDP upper bound, Poisson-subsampled Gaussian, add/remove",
+                        "pld": "dp-accounting PLD upper bound (pessimistic), Poisson-subsampled Gaussian, add/remove"}
 
 
 @dataclass
@@ -34,6 +41,10 @@ class PrivacyPlan:
     sampling_matches_accountant: bool = True
     noise_seed: str = "derived from the run seed and the computation fingerprint"
     accountant: str = "none"
+    #: privacy.accountant: prv, rdp or pld, for Gaussian noise (None: Laplace noise or non-private)
+    accountant_name: str | None = None
+    #: the epsilon of the run's (q, sigma, T, delta) by every accountant (`cross_check`), Gaussian noise only
+    cross_check: dict | None = None
     notes: list[str] = field(default_factory=list)
     #: what the printed guarantee assumes beyond the accountant's model, by name (printed with it)
     assumptions: dict[str, str] = field(default_factory=dict)
@@ -60,7 +71,11 @@ class PrivacyPlan:
 
 
 def make_accountant(plan: PrivacyPlan):
-    """The accountant that matches the run's noise (same interface: `.epsilon(t).upper`)."""
+    """The accountant that matches the run's noise and its `privacy.accountant` (same interface:
+    `.epsilon(t).upper`)."""
+    if plan.noise == "gaussian" and plan.accountant_name in DP_ACCOUNTING:
+        return DpAccountingAccountant(plan.accountant_name, plan.sigma, plan.sample_rate, plan.steps, plan.delta,
+                                      plan.mechanisms)
     return accountant_for(plan.noise, plan.sigma, plan.sample_rate, plan.steps, plan.delta,
                           plan.eps_error, plan.mechanisms)
 
@@ -84,20 +99,15 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
     plan.target_epsilon = check_target_epsilon(pcfg.epsilon, "privacy.epsilon")
     plan.delta = check_delta(pcfg.delta if pcfg.delta is not None else 1.0 / n_private, plan.noise,
                              "privacy.delta")
-    plan.eps_error = float(pcfg.eps_error or default_eps_error(plan.target_epsilon))
-    if plan.noise == "laplace" and plan.delta == 0:
-        plan.guarantee = "pure epsilon-DP"
-        plan.accountant = "closed form T log(1 + q (e^(1/sigma) - 1)) (Laplace, basic composition)"
-    elif plan.noise == "laplace":
-        plan.guarantee = "(epsilon, delta)-DP"
-        plan.accountant = ("exact optimal composition (Kairouz et al. 2015) of Poisson-amplified pure-DP "
-                           "steps (Laplace), add/remove")
-    else:
-        plan.guarantee = "(epsilon, delta)-DP"
-        plan.accountant = "prv-accountant upper bound, Poisson-subsampled Gaussian, add/remove"
+    chosen = getattr(pcfg, "accountant", "prv")   # (a config written before the key existed: prv)
+    check_accountant(chosen, plan.noise, pcfg.eps_error)
+    if plan.noise == "gaussian":
+        plan.accountant_name = chosen
+    plan.eps_error = float(pcfg.eps_error or default_eps_error(plan.target_epsilon)) if chosen == "prv" else None
+    plan.guarantee, plan.accountant = _guarantee(plan.noise, plan.delta, chosen)
     if pcfg.sigma is None:
-        plan.sigma = calibrate_sigma(plan.target_epsilon, plan.delta, q, steps, plan.eps_error,
-                                     release.mechanisms, cache_dir=pcfg.cache_dir, mechanism=plan.noise)
+        plan.sigma = calibrated_sigma(chosen, plan.target_epsilon, plan.delta, q, steps, plan.eps_error,
+                                      release.mechanisms, pcfg.cache_dir, plan.noise)
         plan.sigma_source = "calibrated"
     else:
         plan.sigma, plan.sigma_source = float(pcfg.sigma), "given"
@@ -123,7 +133,50 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
                           "separate replace-one account")
     if method_note:
         plan.notes.append(method_note)
+    if plan.noise == "gaussian":
+        plan.cross_check = cross_check(plan, steps)
     return plan
+
+
+def _guarantee(noise: str, delta: float, accountant: str) -> tuple[str, str]:
+    """The guarantee a private run gives and the accountant that gives it, as its summary says them."""
+    if noise == "laplace" and delta == 0:
+        return "pure epsilon-DP", "closed form T log(1 + q (e^(1/sigma) - 1)) (Laplace, basic composition)"
+    if noise == "laplace":
+        return "(epsilon, delta)-DP", ("exact optimal composition (Kairouz et al. 2015) of Poisson-amplified "
+                                       "pure-DP steps (Laplace), add/remove")
+    return "(epsilon, delta)-DP", GAUSSIAN_ACCOUNTANTS[accountant]
+
+
+def calibrated_sigma(accountant: str, epsilon: float, delta: float, sample_rate: float, steps: int,
+                     eps_error: float | None, mechanisms: int, cache_dir, noise: str = "gaussian") -> float:
+    """The smallest noise multiplier whose epsilon by `accountant` meets the target: PRV's (and
+    Laplace noise's exact one) through the sigma cache; dp-accounting's RDP or PLD by the planner's
+    `sigma_for` (its effective multiplier, times sqrt(mechanisms)). A run and a sweep's private
+    selection calibrate here, so that the selection accounts the sigma the run uses."""
+    if accountant == "prv" or noise != "gaussian":
+        return calibrate_sigma(epsilon, delta, sample_rate, steps, eps_error, mechanisms, cache_dir=cache_dir,
+                               mechanism=noise)
+    return sigma_for(epsilon, sample_rate, steps, delta, accountant) * math.sqrt(mechanisms)
+
+
+def cross_check(plan: PrivacyPlan, steps: int) -> dict:
+    """The epsilon of the run's (q, sigma, `steps`, delta) by each accountant (`epsilon_of`: its
+    upper bound, the guarantee it would print), as a cross-check of the one the run uses: they bound
+    one true epsilon, so they differ only by how tight each is (RDP the loosest). PRV at the run's
+    eps_error (with another accountant, the default). An account that cannot be computed (a grid
+    too large for memory) is None, with the reason under `refused`."""
+    sigma = effective_noise_multiplier(plan.sigma, plan.mechanisms)
+    error = plan.eps_error or default_eps_error(plan.target_epsilon)
+    epsilon, refused = {}, {}
+    for name in ACCOUNTANTS:
+        try:
+            epsilon[name] = epsilon_of(sigma, plan.sample_rate, steps, plan.delta, name, error).upper if steps else 0.0
+        except BudgetError as err:
+            epsilon[name], refused[name] = None, str(err)
+    return {"steps": steps, "epsilon": epsilon, "used": plan.accountant_name, "refused": refused,
+            "what": "cross-check: each accountant's epsilon (an upper bound) for this run's q, sigma, steps and "
+                    "delta; the guarantee is the used accountant's"}
 
 
 def guarantee_assumptions(secure_mode: bool) -> dict[str, str]:

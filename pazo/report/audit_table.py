@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from pazo.plugins import load_plugins
+from pazo.file_kinds import output_file
 from pazo.commands import ArgumentParser, summary_of
 from pazo.audit.run import read_audits
 from pazo.methods import METHODS
@@ -83,7 +84,7 @@ def table(summaries: list[dict]) -> str:
 def main(argv=None) -> int:
     parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("dirs", nargs="+", help="directories holding audit run directories")
-    parser.add_argument("--out", help="write the table here too")
+    parser.add_argument("--out", type=output_file, help="write the table here too")
     args = parser.parse_args(argv)
     missing = [d for d in args.dirs if not Path(d).is_dir()]
     if missing:

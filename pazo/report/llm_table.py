@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from pazo.plugins import load_plugins
+from pazo.file_kinds import output_file
 from pazo.commands import ArgumentParser, summary_of
 from pazo.errors import ConfigError
 from pazo.results import load_runs, missing_dirs, read_json_object
@@ -67,7 +68,7 @@ def seed_table(runs: pd.DataFrame) -> pd.DataFrame:
 def main(argv=None) -> int:
     p = ArgumentParser(description=summary_of(__doc__))
     p.add_argument("sweeps", nargs="+")
-    p.add_argument("--out", default=None)
+    p.add_argument("--out", type=output_file, default=None)
     args = p.parse_args(argv)
     missing = missing_dirs(args.sweeps)
     if missing:

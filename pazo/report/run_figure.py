@@ -21,6 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from pazo.plugins import load_plugins
+from pazo.file_kinds import output_file
 from pazo.commands import ArgumentParser, summary_of  # noqa: E402
 from pazo.metrics_file import CorruptMetrics, read_metric_rows, torn_note  # noqa: E402
 from pazo.rundir import write_atomic  # noqa: E402
@@ -67,7 +68,7 @@ def draw(rows: list[dict], title: str) -> bytes:
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="pazo-report run", description=summary_of(__doc__))
     parser.add_argument("run", type=Path, help="the run directory (it holds metrics.jsonl)")
-    parser.add_argument("--out", type=Path, help=f"where to write the PNG (default: <run>/{FILE})")
+    parser.add_argument("--out", type=output_file, help=f"where to write the PNG (default: <run>/{FILE})")
     args = parser.parse_args(argv)
     metrics = args.run / "metrics.jsonl"
     if not metrics.is_file():

@@ -20,6 +20,7 @@ from pazo.console import RunLogFile
 from pazo.errors import ConfigError
 from pazo.rundir import WriteFault, check_output_dir, write_atomic
 from pazo.train import run
+from pazo.weights import read_weights
 
 
 @pytest.fixture
@@ -42,8 +43,8 @@ def assert_whole(run_dir: Path) -> None:
     if checkpoint_path(run_dir).exists():
         read_checkpoint(checkpoint_path(run_dir))
         assert checkpoint_path(run_dir).stat().st_mode & 0o777 == 0o600
-    if (run_dir / "model.pt").exists():
-        torch.load(run_dir / "model.pt", weights_only=True)
+    if (run_dir / "model.safetensors").exists():
+        read_weights(run_dir / "model.safetensors")
 
 
 # --- the run directory itself: refused before any compute ---------------------------------------------
@@ -133,18 +134,18 @@ def test_a_full_disk_at_a_row_takes_the_cut_row_back(hydra_cfg, tmp_path, monkey
 
 def test_a_full_disk_at_the_model_save_records_fault_and_the_relaunch_finishes(hydra_cfg, tmp_path, monkeypatch):
     cfg = hydra_cfg(*LONGER)
-    disk = Disk(monkeypatch, only=("model.pt",), free=100)
-    with pytest.raises(WriteFault, match="model.pt: the disk is full"):
+    disk = Disk(monkeypatch, only=("model.safetensors",), free=100)
+    with pytest.raises(WriteFault, match="model.safetensors: the disk is full"):
         run(cfg, tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "fault" and summary["final_test_accuracy"] is None
-    assert not (tmp_path / "model.pt").exists()      # never a truncated model
+    assert not (tmp_path / "model.safetensors").exists()      # never a truncated model
     assert read_checkpoint(checkpoint_path(tmp_path))["loop"]["step"] == 4
     assert_whole(tmp_path)
     disk.free = 10**9
     again = run(cfg, tmp_path)
     assert again["status"] == "finished" and again["resumed_from_step"] == 4
-    torch.load(tmp_path / "model.pt", weights_only=True)
+    read_weights(tmp_path / "model.safetensors")
 
 
 def test_a_full_disk_at_the_last_summary_leaves_the_previous_one(hydra_cfg, tmp_path, monkeypatch):

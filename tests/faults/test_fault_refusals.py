@@ -68,6 +68,7 @@ def test_the_entry_modules_load_neither_torch_nor_hydra():
     `python -m` imports first) is the standard library: a Ctrl-C while torch loads meets the handler."""
     code = ("import sys\n"
             "import pazo.train, pazo.audit.command, pazo.bench, pazo.report, pazo.commands, pazo.interrupts\n"
+            "import pazo.privacy.command\n"
             "print(sorted(m for m in ('torch', 'hydra', 'omegaconf', 'numpy') if m in sys.modules))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})

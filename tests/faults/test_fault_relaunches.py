@@ -61,7 +61,8 @@ TRAIN = {"epochs": [1, 30], "steps": [4, 5, 6], "batch_size": [32, 64], "evals_p
          "threads": [2, "auto"], "progress_seconds": [0, 60]}
 PRIVACY = {"epsilon": [2.0, 1, 1.0, 0.5], "delta": [1e-4, "null"], "sigma": [8.0, "null"],
            "adjacency": ["replace_one", "add_remove"], "sampling": ["shuffle", "poisson"],
-           "eps_error": [0.05, "null"], "secure_mode": [True, False], "cache_dir": ["CACHE2", "CACHE"]}
+           "eps_error": [0.05, "null"], "secure_mode": [True, False], "cache_dir": ["CACHE2", "CACHE"],
+           "accountant": ["rdp", "prv"]}
 METHOD = {"lr": [0.1, 0.05], "clip": [0.5, 1.0], "q": [2, 1], "smoothing": [0.001, 0.01],
           "direction": ["sphere", "gaussian"], "radius": ["fourth_root_d", "sqrt_d"]}
 OTHER = {"seed": {"seed": [7, 0]},
@@ -74,7 +75,8 @@ OTHER = {"seed": {"seed": [7, 0]},
                      "+dataset.root": ["/nonexistent/digits"]},
          "logger": {"logger.private_diagnostics": [True, False], "logger.verbose": [True, False],
                     "logger.name": ["other", "null"], "logger.group": ["g", "null"], "logger.tags": ["[a]", "[]"],
-                    "logger.project": ["other", "pazo"], "logger.entity": ["me", "null"]}}
+                    "logger.project": ["other", "pazo"], "logger.entity": ["me", "null"],
+                    "logger.report_to": ["[csv,tensorboard]", "[wandb]"]}}
 CHANGES = {"train": {f"train.{k}": v for k, v in TRAIN.items()},
            "privacy": {f"privacy.{k}": v for k, v in PRIVACY.items()},
            "method": {f"method.{k}": v for k, v in METHOD.items()}, **OTHER}

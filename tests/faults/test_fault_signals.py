@@ -85,7 +85,7 @@ def test_a_ctrl_c_while_a_finished_run_writes_its_files_keeps_it_finished(hydra_
 
     monkeypatch.setattr(Recorder, "finish", impatient)
     summary = run(hydra_cfg(*TINY), tmp_path)
-    assert summary["status"] == "finished" and (tmp_path / "model.pt").exists()
+    assert summary["status"] == "finished" and (tmp_path / "model.safetensors").exists()
 
 
 def test_a_third_ctrl_c_while_the_interruption_is_recorded_does_not_break_the_record(hydra_cfg, tmp_path,
@@ -164,7 +164,7 @@ def test_two_ctrl_c_as_a_real_run_finishes_end_it_with_its_status_and_no_traceba
     assert proc.returncode == 0, (proc.returncode, err[-2000:])
     assert "Traceback" not in err
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "finished"
-    assert (run_dir / "model.pt").exists() and not list(run_dir.glob("*.tmp"))
+    assert (run_dir / "model.safetensors").exists() and not list(run_dir.glob("*.tmp"))
 
 
 @pytest.mark.slow   # a real run in a subprocess (about a minute on 2 loaded cores); in the quick suite the same

@@ -56,6 +56,8 @@ def _writing(call: ast.Call) -> str | None:
     if not isinstance(func, ast.Attribute):
         return None
     owner = func.value.id if isinstance(func.value, ast.Name) else None
+    if owner == "os" and func.attr == "open" and _read_only_flags(call):
+        return None
     if func.attr in WRITING_CALLS.get(owner, ()) or (owner == "rundir" and func.attr in PRIMITIVES):
         return f"{owner}.{func.attr}"
     if func.attr in WRITING_METHODS and not (func.attr == "savefig" and _to_buffer(call)):
@@ -65,6 +67,18 @@ def _writing(call: ast.Call) -> str | None:
     if func.attr in ("rename", "replace") and len(call.args) == 1 and not call.keywords:
         return f".{func.attr}()"   # Path.rename/replace (str.replace takes two)
     return None
+
+
+#: os.open's flags that make it a write
+WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC", "O_EXCL"}
+
+
+def _read_only_flags(call: ast.Call) -> bool:
+    """os.open's flags name O_RDONLY and no flag that writes (flags held in a variable count as a write)."""
+    if len(call.args) < 2:
+        return False
+    names = {n.attr for n in ast.walk(call.args[1]) if isinstance(n, ast.Attribute)}
+    return "O_RDONLY" in names and not names & WRITE_FLAGS
 
 
 def _write_mode(call: ast.Call, position: int) -> bool:
@@ -105,9 +119,10 @@ def test_every_allowed_module_exists_and_writes():
 STRAY = ["Path(run_dir / 'summary.json').write_text(text)", "open(run_dir / 'x.json', 'w')",
          "open(path, mode='a')", "shutil.copy2(src, public / 'model.pt')", "shutil.move(a, b)",
          "os.chmod(path, 0o644)", "path.chmod(0o644)", "write_atomic(path, data)", "rundir.open_file(path)",
-         "os.replace(tmp, path)", "staging.rename(public)", "path.open('wb')", "os.truncate(path, 0)",
+         "os.replace(tmp, path)", "staging.rename(public)", "os.open(path, os.O_RDONLY | os.O_CREAT)",
+         "os.open(path, flags)", "path.open('wb')", "os.truncate(path, 0)",
          "fig.savefig(run_dir / 'a.png')"]
-HARMLESS = ["open(path)", "open(path, 'rb')", "path.read_text()", "text.replace('a', 'b')",
+HARMLESS = ["open(path)", "open(path, 'rb')", "os.open(path, os.O_RDONLY | os.O_NONBLOCK)", "path.read_text()", "text.replace('a', 'b')",
             "frame.rename(columns={'a': 'b'})", "fig.savefig(buffer, format='png')", "json.dumps(x)"]
 
 
@@ -120,7 +135,7 @@ def test_a_stray_write_anywhere_in_a_module_is_found(stray, harmless, where):
     harmless ones alone are not."""
     body = [*harmless]
     lines = [*body[:where], stray, *body[where:]]
-    source = "def f(path, run_dir, src, public, a, b, tmp, staging, fig, buffer, data, text, frame, x):\n"
+    source = "def f(path, run_dir, src, public, a, b, tmp, staging, fig, buffer, data, text, frame, x, flags):\n"
     assert writes(ast.parse(source + "".join(f"    {line}\n" for line in lines)))
     assert not writes(ast.parse(source + "".join(f"    {line}\n" for line in [*body, "pass"])))
 

@@ -28,6 +28,7 @@ from pazo.fingerprint import HOW_KEYS, computation_fingerprint
 from pazo.privacy.mechanisms import noise_generator
 from pazo.rng import STREAMS, RandomStreams
 from pazo.validate import typed_config
+from pazo.weights import read_weights
 from conftest import CONFIG_DIR, ROOT, run_cache
 
 #: keys that change what a run computes: each gives another fingerprint
@@ -78,7 +79,7 @@ def test_every_key_a_resume_may_change_is_left_out_of_the_fingerprint():
 
 def test_the_fingerprint_is_the_same_in_another_process_with_other_paths(tmp_path):
     """No dependence on dict order, hash randomisation or where the cache and data live."""
-    script = ("import sys, pazo.train; from hydra import compose, initialize_config_dir;"
+    script = ("import sys, pazo.validate; from hydra import compose, initialize_config_dir;"
               "from pazo.fingerprint import computation_fingerprint\n"
               f"with initialize_config_dir(config_dir={CONFIG_DIR!r}, version_base='1.3'):\n"
               "    print(computation_fingerprint(compose(config_name='config', overrides=sys.argv[1:])))")
@@ -138,7 +139,7 @@ def test_a_how_key_leaves_the_run_bit_identical(hydra_cfg, tmp_path):
     assert all(row("a")[k] == row("b")[k] for k in ("test_loss", "test_accuracy", "val_loss", "epsilon"))
     assert a["computation"]["fingerprint"] == b["computation"]["fingerprint"]
     assert a["computation"]["fingerprint"] == computation_fingerprint(typed_config(hydra_cfg("method=dpzero")))
-    models = [torch.load(tmp_path / d / "model.pt", weights_only=True) for d in ("a", "b", "again")]
+    models = [read_weights(tmp_path / d / "model.safetensors") for d in ("a", "b", "again")]
     assert all(torch.equal(models[0][k], m[k]) for m in models[1:] for k in models[0])
     assert again["final_test_accuracy"] == b["final_test_accuracy"] == a["final_test_accuracy"]
 
@@ -214,14 +215,14 @@ def test_the_private_data_keys_the_secret_streams_and_only_those(seed, digests):
     keyed = []
     for digest in (*digests, digests[0]):
         streams = RandomStreams(seed, fingerprint=fp)
-        streams.key_to_data(digest.hex())
+        streams.key_to(digest.hex())
         keyed.append(streams.seeds)
     assert keyed[0] == keyed[2]
     assert all(keyed[0][name] != keyed[1][name] for name in RandomStreams.SECRET)
     assert all(keyed[0][name] == keyed[1][name] for name in STREAMS if name not in RandomStreams.SECRET)
     secure = RandomStreams(seed, secure=True, fingerprint=fp)
     before = dict(secure.seeds)
-    secure.key_to_data(digests[0].hex())
+    secure.key_to(digests[0].hex())
     assert secure.seeds == before   # secure mode's secret streams come from the OS, not the data
 
 

@@ -6,10 +6,10 @@ the command line is one line."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from pazo.privacy.accountants import default_eps_error
+from pazo.privacy.accountants import BudgetError, default_eps_error
 from pazo.privacy.cli import main
 from pazo.privacy.planner import ACCOUNTANTS, epsilon_of, sigma_for, steps_for
 
@@ -18,8 +18,14 @@ DELTAS = st.sampled_from([1e-5, 1e-3])
 
 @settings(max_examples=4)
 @given(sigma=st.floats(0.6, 5.0), q=st.floats(1e-3, 0.2), steps=st.integers(1, 400), delta=DELTAS)
+@example(sigma=1.0086096128495265, q=0.13551868260946617, steps=285, delta=1e-05)   # PRV refuses: found by CI
 def test_the_accountants_bound_one_epsilon_as_the_theory_says(sigma, q, steps, delta):
-    prv, pld, rdp = (epsilon_of(sigma, q, steps, delta, a) for a in ("prv", "pld", "rdp"))
+    pld, rdp = (epsilon_of(sigma, q, steps, delta, a) for a in ("pld", "rdp"))
+    try:
+        prv = epsilon_of(sigma, q, steps, delta, "prv")
+    except BudgetError as refusal:   # prv-accountant's discretisation fails in places: refused, never a crash
+        assert "use the pld or rdp accountant" in str(refusal)
+        prv = pld
     assert prv.lower <= prv.upper and pld.lower <= pld.upper
     slack = 2e-3 * max(1.0, prv.upper)   # the grids' own error
     assert max(prv.lower, pld.lower) <= min(prv.upper, pld.upper) + slack

@@ -141,4 +141,4 @@ def test_ctrl_c_during_a_real_sweep_ends_in_one_line_and_the_same_command_resume
     resumed = json.loads((run_dir / "summary.json").read_text())
     assert resumed["status"] == "finished" and resumed["resumed_from_step"] == summary["stopped_at_step"]
     if selection == "private":
-        assert len(list((out / "mini" / "digits" / "dpsgd" / "eps=1").glob("selected,seed=*/model.pt"))) == 2
+        assert len(list((out / "mini" / "digits" / "dpsgd" / "eps=1").glob("selected,seed=*/model.safetensors"))) == 2

@@ -125,7 +125,8 @@ def test_pyproject_declares_the_pinned_requirements():
     assert project["project"]["scripts"] == {"pazo-train": "pazo.train:cli", "pazo-sweep": "pazo.sweep:cli",
                                              "pazo-audit": "pazo.audit.command:cli",
                                              "pazo-bench": "pazo.bench:main", "pazo-report": "pazo.report:main",
-                                             "pazo-privacy": "pazo.privacy.cli:main"}
+                                             "pazo-privacy": "pazo.privacy.command:cli",
+                                             "pazo-eval": "pazo.eval:cli"}
     assert project["tool"]["setuptools"]["package-data"] == {"pazo.report": ["paper_values.csv"]}
 
 

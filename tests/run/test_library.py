@@ -27,6 +27,7 @@ from pazo.privacy.plan import make_accountant
 from pazo.private import private_zo
 from pazo.rng import RandomStreams
 from pazo.train import run
+from pazo.weights import read_weights
 
 _spec = importlib.util.spec_from_file_location("golden_cases", ROOT / "tests/paper/golden/cases.py")
 GOLDEN = importlib.util.module_from_spec(_spec)
@@ -74,7 +75,7 @@ def test_the_loop_equals_the_framework_run_bit_for_bit(name, tmp_path, monkeypat
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[*GOLDEN.COMMON, *GOLDEN.CASES[name]])
     summary = run(cfg, tmp_path / "run")
-    trained = torch.load(tmp_path / "run" / "model.pt")
+    trained = read_weights(tmp_path / "run" / "model.safetensors")
 
     streams = RandomStreams(cfg.seed)   # the splits and the initial weights follow from the seed alone
     data = build_dataset(cfg.dataset, streams)

@@ -145,7 +145,7 @@ def test_a_relaunch_that_would_carry_a_corrupt_metrics_file_on_is_refused(hydra_
         assert run(cfg, run_dir)["status"] == "finished"
         assert [r["step"] for r in read_metric_rows(metrics).rows] == list(range(1, 9))
         return
-    monkeypatch.setattr("pazo.train.build_run", lambda *a, **k: pytest.fail("compute started"))
+    monkeypatch.setattr("pazo.run.build_run", lambda *a, **k: pytest.fail("compute started"))
     with pytest.raises(ConfigError, match=rf"{metrics} line 2 is not a metrics row .*nothing was moved"):
         run(cfg, run_dir)
     assert sorted(p.name for p in run_dir.iterdir()) == before

@@ -225,7 +225,7 @@ def fake_train(cmd: list[str], run_dir: str, threads=None) -> int:
         {"private_data_sha256": SECRET_DIGEST, "fingerprint": fingerprint, "sigma": 0.8}))
     (run_dir / "train.log").write_text(f"[{time.ctime(when)}] pazo: dpsgd on digits\n")
     (run_dir / "checkpoint.pt").write_bytes(b"state")
-    (run_dir / "model.pt").write_bytes(random.randbytes(64))
+    (run_dir / "model.safetensors").write_bytes(random.randbytes(64))
     rows = [{"step": t, "epoch": t / 10, "s_per_iter": random.random(), "sigma": 0.8, "epsilon": 0.5 * t,
              "train_loss": random.random(), "grad_norm": random.random(), "test_accuracy": random.random(),
              "val_accuracy": random.random()} for t in (1, 2)]
@@ -272,7 +272,7 @@ def released_files(public: Path) -> dict[str, object]:
             out[name] = strip({**json.loads(path.read_text()), "run_dir": None})
         elif name == "metrics.jsonl":
             out[name] = [strip(json.loads(line)) for line in path.read_text().splitlines()]
-        elif name != "model.pt":
+        elif name != "model.safetensors":
             out[name] = path.read_bytes()
         else:
             out[name] = path.stat().st_size

@@ -25,7 +25,8 @@ STAMP = "[2026-01-01 00:00:00,000][pazo.train][INFO] - "
 OUTLETS = ("metrics.jsonl", "summary.json", "wandb/offline-run-20260101_000000-abc/run-abc.wandb",
            "wandb/run-20260101_000000-abc/files/wandb-summary.json",
            "wandb/offline-run-20260101_000000-abc/files/output.log", "train.log", "stdout.log",
-           "attempts/1/metrics.jsonl", "attempts/1/summary.json")
+           "attempts/1/metrics.jsonl", "attempts/1/summary.json", "metrics.csv",
+           "tensorboard/events.out.tfevents.1.host.1.0", "attempts/1/tensorboard/events.out.tfevents.1.host.1.0")
 
 
 def rows(k: int) -> bytes:
@@ -58,6 +59,22 @@ def wandb_log(k: int, config_bytes: int = 10) -> bytes:
     return wandb_log_bytes([run, *history])
 
 
+def csv_rows(k: int) -> bytes:
+    return b"step,epoch,epsilon\n" + b"".join(f"{t},{t / 7},{t / 100}\n".encode() for t in range(1, k + 1))
+
+
+def tensorboard_events(k: int) -> bytes:
+    """A TensorBoard event file of a run that logged steps 1..k, as torch's SummaryWriter writes it."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    with tempfile.TemporaryDirectory() as folder:
+        writer = SummaryWriter(log_dir=folder)
+        for t in range(1, k + 1):
+            writer.add_scalar("epsilon", t / 100, global_step=t)
+        writer.close()
+        return next(Path(folder).glob("events.out.tfevents.*")).read_bytes()
+
+
 def console(k: int) -> bytes:
     return "".join(f"{STAMP}progress: step {t}/{k + 5} ({t / (k + 5):.0%}), epoch 0.1, epsilon 0.100, 0.01 s/iter, "
                    f"about 1 s left\n" for t in range(1, k + 1)).encode()
@@ -66,7 +83,7 @@ def console(k: int) -> bytes:
 #: by the end of the file's name (W&B's summary before pazo's)
 WRITERS = {"wandb-summary.json": lambda k: json.dumps({"_step": k, "steps_done": k}).encode(),
            "metrics.jsonl": rows, "summary.json": summary, ".wandb": wandb_log, "output.log": console,
-           "train.log": console, "stdout.log": console}
+           "train.log": console, "stdout.log": console, "metrics.csv": csv_rows, ".0": tensorboard_events}
 
 
 def write_outlet(run_dir: Path, name: str, k: int) -> Path:

@@ -19,6 +19,7 @@ from pazo.checkpoint import checkpoint_path, effective_status
 from pazo.methods import method_info
 from pazo.methods.two_point import TwoPointMethod
 from pazo.train import run
+from pazo.weights import read_weights
 
 
 def rows(run_dir):
@@ -33,7 +34,7 @@ def same_outcome(a: Path, b: Path) -> None:
     for key in ("final_test_accuracy", "best_test_accuracy", "steps_done"):
         assert sa[key] == sb[key], key
     assert sa["privacy"]["epsilon_spent"] == sb["privacy"]["epsilon_spent"]
-    ma, mb = (torch.load(d / "model.pt", weights_only=True) for d in (a, b))
+    ma, mb = (read_weights(d / "model.safetensors") for d in (a, b))
     assert ma.keys() == mb.keys() and all(torch.equal(ma[k], mb[k]) for k in ma)
 
 
@@ -258,3 +259,60 @@ def test_a_ctrl_c_says_what_it_left(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"status": "interrupted", "steps_done": 3}))
     assert _interrupted_where(tmp_path).startswith("interrupted; ") and "records the steps done" in \
         _interrupted_where(tmp_path)
+
+
+def test_a_run_with_a_schedule_and_adam_resumes_exactly(hydra_cfg, tmp_path, monkeypatch):
+    """Adam's moments are in the checkpoint and the step size follows the step number: a run
+    stopped after step 7 and resumed ends as the uninterrupted one (parameters, rows, epsilon); its
+    summary and rows name the rule."""
+    cfg = hydra_cfg("method=dpzero", "schedule=cosine", "schedule.warmup_steps=3", "optimizer=adam",
+                    "train.steps=12", "train.log_every=2", "train.checkpoint_every=5")
+    whole = run(cfg, tmp_path / "whole")
+    assert whole["update_rule"]["schedule"] == {"name": "cosine", "warmup_steps": 3, "final": 0.0}
+    assert whole["update_rule"]["optimizer"]["name"] == "adam"
+    assert [r["lr"] for r in rows(tmp_path / "whole")][:2] == [cfg.method.lr * 2 / 3, cfg.method.lr]
+    owner = method_info("dpzero").cls
+    original = owner.step
+
+    def step(self, x, y, t):
+        out = original(self, x, y, t)
+        if t == 7:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    monkeypatch.setattr(owner, "step", step)
+    assert run(cfg, tmp_path / "split")["steps_done"] == 7
+    monkeypatch.setattr(owner, "step", original)
+    assert run(cfg, tmp_path / "split")["resumed_from_step"] == 7
+    same_outcome(tmp_path / "whole", tmp_path / "split")
+
+
+def test_a_replay_of_an_attempt_whose_private_record_lacks_a_key_is_refused(hydra_cfg, tmp_path, monkeypatch):
+    """A seeded replay from step 1 draws the earlier attempt's noise again only if its key is the
+    same: a record without one of the keys this launch keys with (a run from before the public data
+    and the initial parameters keyed the secret streams) cannot tell, and is refused, whichever key
+    is missing, with the directory's files as they were."""
+    from pazo.errors import ConfigError
+
+    cfg = hydra_cfg("method=dpzero", "train.steps=6", "train.log_every=1")
+    original = TwoPointMethod.step
+
+    def crash(self, x, y, t):
+        if t == 3:
+            raise RuntimeError("a crash at step 3")
+        return original(self, x, y, t)
+
+    monkeypatch.setattr(TwoPointMethod, "step", crash)
+    with pytest.raises(RuntimeError):
+        run(cfg, tmp_path / "run")
+    monkeypatch.setattr(TwoPointMethod, "step", original)
+    record_path = tmp_path / "run" / "private" / "private_computation.json"
+    record = json.loads(record_path.read_text())
+    for key in record:
+        record_path.write_text(json.dumps({k: v for k, v in record.items() if k != key}))
+        before = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
+        with pytest.raises(ConfigError, match=f"lacks {key}"):
+            run(cfg, tmp_path / "run")
+        assert {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()} == before
+    record_path.write_text(json.dumps(record))
+    assert run(cfg, tmp_path / "run")["status"] == "finished"   # the full record replays
