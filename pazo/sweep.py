@@ -46,6 +46,7 @@ from pazo.console import use_console
 from pazo.errors import ConfigError
 from pazo.interrupts import restore, until_work_starts, work_starts
 from pazo.plugins import load_plugins
+from pazo.rundir import WriteFault, check_output_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "configs" / "sweeps"
@@ -532,6 +533,16 @@ def _report(i: int, n: int, run: PlannedRun, run_dir: Path, seconds: float) -> N
     log.info(f"[{i}/{n}] {run.run_id}: {state}{acc} ({seconds:.0f} s)")
 
 
+def check_sweep_folder(sweep_dir: Path) -> None:
+    """The sweep's folder below `--out` made (if need be) and written into once, before any run: a
+    folder that cannot be (read-only, no permission, a file in the way, a full disk) is one
+    ConfigError, not a traceback out of the first run's start."""
+    try:
+        check_output_dir(sweep_dir, "the sweep folder", "--out")
+    except WriteFault as err:
+        raise ConfigError(f"cannot write into the sweep folder {sweep_dir}: {err.reason}; no run was started") from None
+
+
 def check_can_launch(launcher: dict, overrides: list[str]) -> None:
     """What this machine must have before the first run starts: the device the overrides ask for
     (`device=cuda` without CUDA), and SLURM's commands for a SLURM launcher; one ConfigError each,
@@ -572,10 +583,10 @@ def launch(todo: list[tuple[PlannedRun, Path, list[str]]], launcher: dict, sweep
             _launch_joblib(todo, launcher, quiet)
         else:
             raise ValueError(f"unknown launcher {kind!r}")  # main() validates it first
-        stopped = children.stopping
+        stopped, signum = children.stopping, children.signum
     if stopped:
         finished = "" if quiet else f"{sum(status(d) == 'finished' for _, d, _ in todo)} of {len(todo)} runs finished; "
-        raise Interrupted(f"{finished}the runs in progress stopped, each saying where in its stdout.log")
+        raise Interrupted(f"{finished}the runs in progress stopped, each saying where in its stdout.log", signum)
 
 
 def _launch_sequential(todo, quiet: bool) -> None:
@@ -717,6 +728,7 @@ def private_selection(spec: dict, runs: list[PlannedRun], args, launcher: dict, 
         log.info(f"  {cell.cell_id} ({len(cell.configurations)} configurations): {what}")
     if args.dry_run:
         return 0
+    check_sweep_folder(sweep_dir)
     refused = [(cell, cost) for cell, cost in zip(cells, costs) if isinstance(cost, ConfigError)]
     if refused:
         raise ConfigError(f"cell {refused[0][0].cell_id} cannot be accounted: {refused[0][1]}"
@@ -796,7 +808,7 @@ def _launch_selection(todo_ordinary: list, todo_private: list, launcher: dict, s
         ordinary = f"{finished} of {len(todo_ordinary)} non-private runs finished; " if todo_ordinary else ""
         submitted = f"; {stop}" if launcher.get("launcher") == "submitit" else ""
         raise Interrupted(f"{ordinary}no selection was released by this launch (its draws, finished runs and the "
-                          f"stopped runs' checkpoints are kept, private){submitted}") from None
+                          f"stopped runs' checkpoints are kept, private){submitted}", stop.signum) from None
 
 
 def _release_selections(private: list[Selection], sweep_dir: Path) -> int:
@@ -840,11 +852,13 @@ def select_methods(spec: dict, methods: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`pazo-sweep`: a Ctrl-C ends it in one line saying what was done, exit status 130, no traceback."""
+    """`pazo-sweep`: a Ctrl-C ends it in one line saying what was done, exit status 130, no traceback
+    (a SIGTERM or SIGHUP during its runs: the same, exit status 143 or 129)."""
     try:
         return _main(argv)
     except Interrupted as stop:
-        log.error(f"pazo: interrupted: {stop}; the same command resumes the sweep")
+        log.error(f"pazo: {stop.how}: {stop}; the same command resumes the sweep")
+        return stop.exit_status
     except KeyboardInterrupt:
         log.error("pazo: interrupted while no run was in progress: the runs that had finished and the selections "
                   "released are kept; the same command resumes the sweep")
@@ -935,6 +949,7 @@ def _main(argv: list[str] | None = None) -> int:
     if not todo:
         return 0
     try:
+        check_sweep_folder(sweep_dir)
         check_can_launch(launcher, args.overrides)
     except ConfigError as err:
         log.error(f"pazo: error: {err}")
