@@ -44,6 +44,7 @@ from pazo.commands import ArgumentParser, summary_of
 from pazo.config_schema import integer_at_least, optional, typed
 from pazo.console import use_console
 from pazo.errors import ConfigError
+from pazo.file_kinds import read_regular_text
 from pazo.interrupts import restore, until_work_starts, work_starts
 from pazo.plugins import load_plugins
 from pazo.rundir import WriteFault, check_output_dir
@@ -57,6 +58,12 @@ SPEC_KEYS = {"name", "table", "settings", "methods", "nonprivate", "epsilons", "
 #: how a cell's configuration is chosen: grid (every configuration run, the tables pick one; the pick is
 #: not accounted) or private (K random runs, the best released, its cost accounted: pazo.selection)
 SELECTION_MODES = ("grid", "private")
+#: the most runs a sweep enumerates unless `--max-runs` says more (each run is a folder and a process)
+MAX_RUNS = 100_000
+#: a sweep, grid or launcher file's bounds, checked before YAML expands its aliases: its size, and
+#: its nodes counted as expanded (a "billion laughs" of nested aliases is a few lines)
+MAX_SPEC_BYTES = 1_000_000
+MAX_SPEC_NODES = 10_000
 #: what a run is: `python -m pazo.<entry>`, and the config it composes
 ENTRIES = {"train": "config", "audit": "audit"}
 
@@ -99,7 +106,7 @@ class PlannedRun:
 
 def load_yaml(name_or_path: str, folder: Path, what: str) -> dict:
     """A sweep, grid or launcher file as a dict: a missing file, one that is not YAML or not a
-    mapping is one ConfigError naming it."""
+    mapping, or one larger than its bounds (`check_yaml_size`) is one ConfigError naming it."""
     path = Path(name_or_path)
     if not path.suffix:
         path = folder / f"{name_or_path}.yaml"
@@ -107,13 +114,73 @@ def load_yaml(name_or_path: str, folder: Path, what: str) -> dict:
         known = sorted(p.stem for p in folder.glob("*.yaml"))
         raise ConfigError(f"unknown {what} {name_or_path!r} (no {path}); choices: {', '.join(known)}")
     try:
+        check_yaml_size(path, read_regular_text(path), what)
         data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     except (yaml.YAMLError, OmegaConfBaseException, UnicodeDecodeError, ValueError) as err:
         first = " ".join(str(err).split())[:200]
         raise ConfigError(f"{what} file {path} is not valid YAML ({type(err).__name__}: {first})") from None
+    except OSError as err:
+        raise ConfigError(f"{what} file {path} cannot be read ({err})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{what} file {path} is not a mapping of settings (it holds a {type(data).__name__})")
     return data
+
+
+def check_yaml_size(path: Path, text: str, what: str) -> None:
+    """Refuse a file over MAX_SPEC_BYTES, or whose YAML expands to more than MAX_SPEC_NODES nodes,
+    before anything expands it: its node graph (`yaml.compose`, where an alias is the node it
+    names, not a copy) is counted with each alias counted whole."""
+    if len(text) > MAX_SPEC_BYTES:
+        raise ConfigError(f"{what} file {path} has {len(text):,} characters, more than a sweep's files may hold "
+                          f"({MAX_SPEC_BYTES:,})")
+    try:
+        nodes = expanded_nodes(yaml.compose(text, Loader=yaml.SafeLoader), {}, MAX_SPEC_NODES)
+    except RecursionError:
+        nodes = None
+    if nodes is None or nodes > MAX_SPEC_NODES:
+        raise ConfigError(f"{what} file {path} expands to more than {MAX_SPEC_NODES:,} YAML nodes (aliases "
+                          "nested in aliases, or an alias inside itself); write its values out")
+
+
+def expanded_nodes(node, memo: dict, limit: int) -> int | None:
+    """How many nodes `node` stands for once every alias in it is copied out, at most `limit` + 1
+    (counting stops there); None for a node inside itself, which never ends."""
+    if node is None or isinstance(node, yaml.ScalarNode):
+        return 1
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = None   # (in progress: reached again below, it contains itself)
+    children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else node.value
+    total = 1
+    for child in children:
+        count = expanded_nodes(child, memo, limit)
+        if count is None:
+            return None
+        total = min(total + count, limit + 1)
+    memo[id(node)] = total
+    return total
+
+
+def check_folder_name(value, what: str) -> None:
+    """A spec's value that names a folder below `--out` (the sweep's name, a setting, a method): one
+    plain name, never a path that would write elsewhere."""
+    if not isinstance(value, str) or value.strip() in ("", ".", "..") or any(c in value for c in "/\\\0"):
+        raise ConfigError(f"{what} {value!r} names a folder below --out: give a plain name (no '/' or '\\', "
+                          "not '.' or '..')")
+
+
+def check_axis(where: str, key: str, values) -> None:
+    """A grid axis: a non-empty list of scalars, none naming a folder (each becomes `key=value` in
+    its run's folder name and an override on its command line)."""
+    if not isinstance(values, list) or not values:
+        raise ConfigError(f"{where}: {key} must be a non-empty list, got {values!r}"[:300])
+    for value in values:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{where}: {key} must list plain values (numbers, strings, true/false), "
+                              f"got a {type(value).__name__} among them")
+        if any(c in fmt(value) for c in "/\\\0"):
+            raise ConfigError(f"{where}: {key} value {fmt(value)!r} would name a folder below --out; "
+                              "give values without '/' or '\\'")
 
 
 @dataclass
@@ -147,8 +214,12 @@ class SpecSchema:
             raise ConfigError(f"epsilons must be positive numbers, got {self.epsilons}")
         if any(s < 0 for s in self.seeds):
             raise ConfigError(f"seeds must be integers >= 0, got {self.seeds}")
-        if not all(isinstance(v, list) and v for v in self.extra.values()):
-            raise ConfigError(f"extra must map each key to a non-empty list of values, got {self.extra}")
+        for key, values in self.extra.items():
+            check_axis("extra", key, values)
+        check_folder_name(self.name, "name")
+        for key in ("settings", "methods"):
+            for value in getattr(self, key):
+                check_folder_name(value, f"{key[:-1]}")
         stray = [m for m in self.nonprivate if m not in self.methods]
         if stray:
             raise ConfigError(f"nonprivate names {stray}, which are not among its methods")
@@ -264,20 +335,36 @@ def registered_grid(method: str, setting: str, grid: dict) -> dict:
     return {key: list(values) for key, values in method_info(method).sweeps}
 
 
-def enumerate_runs(spec: dict) -> list[PlannedRun]:
-    runs = []
+def grid_cells(spec: dict):
+    """Each setting and method of the spec with its axes and epsilons, every axis checked."""
     for setting in spec["settings"]:
         grid = setting_grid(spec, setting)
         for method in spec["methods"]:
             axes = {**grid["methods"].get(method, registered_grid(method, setting, grid)), **spec["extra"]}
             for key, values in axes.items():
-                if not isinstance(values, list) or not values:
-                    raise ConfigError(f"grid {setting}/{method}: {key} must be a non-empty list, got {values!r}")
+                check_axis(f"grid {setting}/{method}", key, values)
             epsilons = [None] if method in spec["nonprivate"] else spec["epsilons"]
-            replicates = list(enumerate(spec["seeds"]))
-            for eps, combo, (i, seed) in itertools.product(epsilons, itertools.product(*axes.values()), replicates):
-                runs.append(PlannedRun(spec["name"], setting, grid.get("experiment"), method,
-                                None if eps is None else float(eps), int(seed), tuple(zip(axes, combo)), i))
+            yield setting, grid, method, axes, epsilons
+
+
+def count_runs(spec: dict) -> int:
+    """How many runs the spec's grid has (the product of its axes' lengths), without making them."""
+    return sum(len(epsilons) * math.prod(len(v) for v in axes.values()) * len(spec["seeds"])
+               for _, _, _, axes, epsilons in grid_cells(spec))
+
+
+def enumerate_runs(spec: dict, max_runs: int = MAX_RUNS) -> list[PlannedRun]:
+    """The spec's runs; a grid of more than `max_runs` is refused, counted, before any is made."""
+    total = count_runs(spec)
+    if total > max_runs:
+        raise ConfigError(f"sweep {spec['name']}: its grid has {total:,} runs, more than the limit of {max_runs:,}; "
+                          "narrow its axes (or --methods), or raise the limit with --max-runs")
+    runs = []
+    replicates = list(enumerate(spec["seeds"]))
+    for setting, grid, method, axes, epsilons in grid_cells(spec):
+        for eps, combo, (i, seed) in itertools.product(epsilons, itertools.product(*axes.values()), replicates):
+            runs.append(PlannedRun(spec["name"], setting, grid.get("experiment"), method,
+                                   None if eps is None else float(eps), int(seed), tuple(zip(axes, combo)), i))
     ids = [r.run_id for r in runs]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"sweep {spec['name']}: two runs share a directory name; "
@@ -877,6 +964,8 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(Path("outputs") / "sweeps"),
                         help="sweeps folder (default: outputs/sweeps below the working directory)")
     parser.add_argument("--methods", default=None, help="only these methods (comma-separated)")
+    parser.add_argument("--max-runs", type=int, default=MAX_RUNS, metavar="N",
+                        help=f"refuse a grid of more than N runs, counted before any is made (default {MAX_RUNS:,})")
     parser.add_argument("--skip-failed", action="store_true", help="also skip runs that ended as failed")
     parser.add_argument("--selection", default=None, choices=SELECTION_MODES,
                         help="grid: run every configuration (default, or the spec's selection); private: per "
@@ -894,7 +983,7 @@ def _main(argv: list[str] | None = None) -> int:
         spec = load_spec(args.spec)
         if args.methods is not None:
             spec = {**spec, "methods": select_methods(spec, args.methods)}
-        runs = enumerate_runs(spec)
+        runs = enumerate_runs(spec, args.max_runs)
         launcher = {**load_yaml(args.launcher, SWEEPS / "launchers", "launcher"), **parse_sets(args.set)}
         check_launcher(launcher)
         t0 = time.time()
