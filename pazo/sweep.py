@@ -40,7 +40,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pazo import gate
 from pazo.child_runs import CHILDREN, EXIT_INTERRUPTED, Interrupted, passing_on_interrupts
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, quiet_when_the_reader_leaves, summary_of
 from pazo.config_schema import integer_at_least, optional, typed
 from pazo.console import use_console
 from pazo.errors import ConfigError
@@ -953,7 +953,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="python -m pazo.sweep", description=summary_of(__doc__))
+    parser = ArgumentParser(prog="pazo-sweep", description=summary_of(__doc__))
     parser.add_argument("spec", help="a name in configs/sweeps/ (e.g. table1_cifar10) or a YAML path")
     parser.add_argument("overrides", nargs="*",
                         help="extra pazo.train overrides for every run, e.g. dataset.root=/data")
@@ -1054,6 +1054,7 @@ def _main(argv: list[str] | None = None) -> int:
     return 0 if final.count("finished") == len(todo) else 1
 
 
+@quiet_when_the_reader_leaves
 def cli(argv: list[str] | None = None) -> int:
     """`pazo-sweep`, `python -m pazo.sweep`: `main`, with a Ctrl-C before the first run is launched
     one line and exit 130 (`pazo.interrupts`); the handler found is put back at the end."""
