@@ -44,7 +44,7 @@ from pazo.commands import ArgumentParser, quiet_when_the_reader_leaves, summary_
 from pazo.config_schema import integer_at_least, optional, typed
 from pazo.console import use_console
 from pazo.errors import ConfigError
-from pazo.file_kinds import read_regular_text
+from pazo.file_kinds import NotRegularFile, read_regular_text, refuse_special
 from pazo.interrupts import restore, until_work_starts, work_starts
 from pazo.plugins import load_plugins
 from pazo.rundir import WriteFault, check_output_dir
@@ -527,16 +527,28 @@ def missing_data(runs: list[PlannedRun], extra: list[str], entry: str = "train")
 def check_replicates(planned: list[tuple[PlannedRun, Path]]) -> None:
     """A run directory is named by its seed's place in the spec (`rep=<i>`): one that an earlier
     sweep ran with another seed (a spec whose seeds list changed order) is refused, rather than
-    skipped as finished or continued under another seed."""
+    skipped as finished or continued under another seed. A run's file that is not a regular file (a
+    FIFO named summary.json would block its reader for good) is refused first."""
     for run, run_dir in planned:
+        check_regular_run_files(run_dir)
         try:
-            then = yaml.safe_load((run_dir / "config.yaml").read_text()).get("seed")
+            then = yaml.safe_load(read_regular_text(run_dir / "config.yaml")).get("seed")
         except (OSError, AttributeError, yaml.YAMLError):  # not run yet, or no readable config
             continue
         if then is not None and then != run.seed:
             raise ConfigError(f"{run_dir} was run with another seed than this spec's seed number {run.replicate + 1} "
                               "(run directories are named by a seed's place in the spec's seeds list): keep each "
                               "seed's place in the list, or give another --out")
+
+
+def check_regular_run_files(run_dir: Path) -> None:
+    """A ConfigError naming a file of `run_dir` the sweep reads that exists and is not a regular file."""
+    for name in ("config.yaml", "summary.json", "metrics.jsonl"):
+        try:
+            refuse_special(run_dir / name)
+        except NotRegularFile as err:
+            raise ConfigError(f"{err}: a run's files must be regular files; move it away, or give another "
+                              "--out") from None
 
 
 def check_earlier_runs(planned: list[tuple[PlannedRun, Path]], extra: list[str], skipped: set[str],
@@ -567,8 +579,8 @@ def status(run_dir: Path) -> str:
     summary = run_dir / "summary.json"
     if summary.exists():
         try:
-            return json.loads(summary.read_text()).get("status", "incomplete")
-        except json.JSONDecodeError:
+            return json.loads(read_regular_text(summary)).get("status", "incomplete")
+        except (OSError, ValueError, AttributeError):   # (cut short, not JSON, not a file: never waited on)
             return "incomplete"
     return "incomplete" if run_dir.exists() else "new"
 
@@ -614,7 +626,7 @@ def _report(i: int, n: int, run: PlannedRun, run_dir: Path, seconds: float) -> N
     state = status(run_dir)
     acc = ""
     if state == "finished":
-        summary = json.loads((run_dir / "summary.json").read_text())
+        summary = json.loads(read_regular_text(run_dir / "summary.json"))
         accuracy = summary.get("final_test_accuracy")
         acc = f" acc {accuracy:.4f}" if isinstance(accuracy, (int, float)) else ""
     log.info(f"[{i}/{n}] {run.run_id}: {state}{acc} ({seconds:.0f} s)")
