@@ -114,13 +114,17 @@ def load_yaml(name_or_path: str, folder: Path, what: str) -> dict:
         known = sorted(p.stem for p in folder.glob("*.yaml"))
         raise ConfigError(f"unknown {what} {name_or_path!r} (no {path}); choices: {', '.join(known)}")
     try:
-        check_yaml_size(path, read_regular_text(path), what)
+        text = read_regular_text(path)
+    except OSError as err:
+        raise ConfigError(f"{what} file {path} cannot be read ({err})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{what} file {path} is not valid YAML ({type(err).__name__}: {err})") from None
+    check_yaml_size(path, text, what)
+    try:
         data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     except (yaml.YAMLError, OmegaConfBaseException, UnicodeDecodeError, ValueError) as err:
         first = " ".join(str(err).split())[:200]
         raise ConfigError(f"{what} file {path} is not valid YAML ({type(err).__name__}: {first})") from None
-    except OSError as err:
-        raise ConfigError(f"{what} file {path} cannot be read ({err})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{what} file {path} is not a mapping of settings (it holds a {type(data).__name__})")
     return data
@@ -135,8 +139,11 @@ def check_yaml_size(path: Path, text: str, what: str) -> None:
                           f"({MAX_SPEC_BYTES:,})")
     try:
         nodes = expanded_nodes(yaml.compose(text, Loader=yaml.SafeLoader), {}, MAX_SPEC_NODES)
-    except RecursionError:
+    except RecursionError:   # (nested deeper than Python's stack: no spec is)
         nodes = None
+    except yaml.YAMLError as err:
+        first = " ".join(str(err).split())[:200]
+        raise ConfigError(f"{what} file {path} is not valid YAML ({type(err).__name__}: {first})") from None
     if nodes is None or nodes > MAX_SPEC_NODES:
         raise ConfigError(f"{what} file {path} expands to more than {MAX_SPEC_NODES:,} YAML nodes (aliases "
                           "nested in aliases, or an alias inside itself); write its values out")
