@@ -834,11 +834,11 @@ def private_selection(spec: dict, runs: list[PlannedRun], args, launcher: dict, 
         log.info(f"  {cell.cell_id} ({len(cell.configurations)} configurations): {what}")
     if args.dry_run:
         return 0
-    check_sweep_folder(sweep_dir)
     refused = [(cell, cost) for cell, cost in zip(cells, costs) if isinstance(cost, ConfigError)]
     if refused:
         raise ConfigError(f"cell {refused[0][0].cell_id} cannot be accounted: {refused[0][1]}"
                           + (f" ({len(refused) - 1} other cell(s) too)" if len(refused) > 1 else ""))
+    check_sweep_folder(sweep_dir)
     done = {"finished", "failed"} if args.skip_failed else {"finished"}
     todo_ordinary = [(r, d, command(r, d, args.overrides)) for r, d in ordinary if status(d) not in done]
     private, todo_private = _selection_runs(cells, costs, k, sweep_dir, args.overrides, done)

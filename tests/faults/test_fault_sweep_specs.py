@@ -42,10 +42,11 @@ ACROSS_EXAMPLES = settings(suppress_health_check=[HealthCheck.function_scoped_fi
 
 @settings(ACROSS_EXAMPLES, max_examples=5)
 @given(code=st.sampled_from([errno.EACCES, errno.EPERM, errno.EROFS]), depth=st.integers(0, 2),
-       exists=st.booleans())
-@example(code=errno.EACCES, depth=0, exists=False)   # the reported case: `chmod -w out`, then --out out
-def test_an_out_folder_that_cannot_be_written_is_one_line_before_any_run(code, depth, exists, tmp_path_factory,
-                                                                        capsys, no_launch):
+       exists=st.booleans(), selection=st.sampled_from(["grid", "private"]))
+@example(code=errno.EACCES, depth=0, exists=False, selection="grid")   # the reported case: `chmod -w out`
+@example(code=errno.EROFS, depth=1, exists=True, selection="private")
+def test_an_out_folder_that_cannot_be_written_is_one_line_before_any_run(code, depth, exists, selection,
+                                                                        tmp_path_factory, capsys, no_launch):
     """(root, who runs CI, writes into a chmod -w folder: the refusal is the file system's, played here
     by mkdir and open refusing every path below `--out`.)"""
     out = tmp_path_factory.mktemp("out").joinpath(*["sub"] * depth)
@@ -71,7 +72,8 @@ def test_an_out_folder_that_cannot_be_written_is_one_line_before_any_run(code, d
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Path, "mkdir", mkdir)
         patch.setattr(os, "open", open_)
-        status = sweep.main([str(spec), "--out", str(out), "train.steps=2", "device=cpu", "logger.mode=disabled"])
+        status = sweep.main([str(spec), "--out", str(out), "--selection", selection, "train.steps=2", "device=cpu",
+                             "logger.mode=disabled"])
     assert status == 2
     line = one_error_line(capsys)
     assert str(out / "mini") in line and "you can write to" in line and "--out" in line
