@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from pazo.errors import ConfigError
+from pazo.file_kinds import read_regular_text
 from pazo import gate
 from pazo.fingerprint import config_without
 from pazo.rundir import MODEL_FILE, OLD_MODEL_FILE
@@ -116,7 +117,7 @@ def effective_status(summary: dict) -> str:
 def read_summary(path: Path) -> dict | None:
     """A run's summary.json as a dict, or None when it cannot be read or is not a JSON object."""
     try:
-        summary = json.loads(Path(path).read_text())
+        summary = json.loads(read_regular_text(path))   # (a FIFO in its place: None, never waited on)
     except (OSError, ValueError):
         return None
     return summary if isinstance(summary, dict) else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import importlib
 import os
 import sys
@@ -29,6 +30,29 @@ def usage(prog: str, title: str, commands: dict[str, tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
+def quiet_when_the_reader_leaves(entry):
+    """A console entry point whose reader may go away (`pazo-train --help | head -1`): the output it
+    did not read is dropped and the command ends quietly, with the status it was ending with, never
+    a BrokenPipeError traceback (or Python's "Exception ignored" when stdout is flushed at exit). The
+    output is flushed here for that reason, and stdout then points to the null device."""
+    @functools.wraps(entry)
+    def quiet(*args, **kwargs):
+        status = 0
+        try:
+            try:
+                return entry(*args, **kwargs)
+            except SystemExit as stop:
+                status = stop.code
+                raise
+            finally:
+                sys.stdout.flush()
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # (the exit's own flush would fail again)
+            return status
+    return quiet
+
+
+@quiet_when_the_reader_leaves
 def dispatch(prog: str, title: str, commands: dict[str, tuple[str, str]], argv: list[str] | None = None) -> int:
     """Run the command `argv[0]` names (`commands`: name -> (module, one-line summary)) with the
     rest of `argv` (default: `sys.argv[1:]`); its exit status. Ctrl-C is pazo's until the command

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 
+from pazo.commands import quiet_when_the_reader_leaves
 from pazo.interrupts import INTERRUPTED, until_work_starts, work_starts
 
 
@@ -64,6 +65,7 @@ def _loads_with(run) -> str:
     return f"transformers.{auto}.from_pretrained(folder) loads it"
 
 
+@quiet_when_the_reader_leaves
 def cli() -> None:
     """`pazo-eval` / `python -m pazo.eval`."""
     until_work_starts("before the evaluation started: nothing was evaluated")

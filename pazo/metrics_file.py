@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pazo.file_kinds import read_regular_bytes
+
 FILE = "metrics.jsonl"
 
 
@@ -72,7 +74,7 @@ def read_metric_rows(path: Path) -> MetricRows:
     """The rows of a metrics file by the module's rule: a torn last line left out and counted, a bad
     line before it a CorruptMetrics naming the file and the line. OSError where it cannot be read."""
     by_step: dict[int, dict] = {}
-    lines = [(number, line) for number, line in enumerate(lines_of(Path(path).read_bytes()), 1) if line.strip()]
+    lines = [(number, line) for number, line in enumerate(lines_of(read_regular_bytes(path)), 1) if line.strip()]
     for number, line in lines[:-1]:
         try:
             row = parse_row(line)

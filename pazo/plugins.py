@@ -51,10 +51,23 @@ def import_plugins(environ=None) -> list[str]:
             load()
         except Exception as err:   # anything its import raises is the plugin's fault, said in one line
             raise PluginError(f"plugin {module} (from {where}): {type(err).__name__}: "
-                              f"{' '.join(str(err).split())}") from err
+                              f"{' '.join(str(err).split())}{_first_registration(err)}") from err
         LOADED[module] = where
         imported.append(module)
     return imported
+
+
+def _first_registration(err: Exception) -> str:
+    """For a name registered twice (`pazo.registry.DuplicateNameError`, told by its `first_origin`):
+    the plugin whose module registered it first, or pazo itself."""
+    first = getattr(err, "first_origin", None)
+    if first is None:
+        return ""
+    if first == "pazo" or first.startswith("pazo."):
+        return " (the first is pazo's own: choose another name)"
+    owner = next((f"plugin {module} (from {where})" for module, where in LOADED.items()
+                  if first == module or first.startswith(module + ".")), None)
+    return f" (the first is {owner}: rename one of them)" if owner else " (rename one of them)"
 
 
 def load_plugins() -> None:

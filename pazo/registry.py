@@ -11,6 +11,16 @@ class UnknownNameError(ValueError):
     pass
 
 
+class DuplicateNameError(ValueError):
+    """A name registered a second time: says both registering modules (`first_origin` and
+    `second_origin`), so that a plugin loader can name the plugins they belong to."""
+
+    def __init__(self, kind: str, name: str, first_origin: str, second_origin: str):
+        super().__init__(f"{kind} {name!r} is registered twice: first by module {first_origin}, "
+                         f"again by module {second_origin}")
+        self.first_origin, self.second_origin = first_origin, second_origin
+
+
 class Registry(Generic[T]):
     def __init__(self, kind: str):
         self.kind, self._items, self._origins = kind, {}, {}
@@ -19,10 +29,11 @@ class Registry(Generic[T]):
         """Decorator: add `item` under `name`; `origin` is the module that registers it (default the
         item's own `__module__`), which tells pazo's own registrations from a plugin's."""
         def add(item: T) -> T:
+            registering = origin or getattr(item, "__module__", None) or ""
             if name in self._items:
-                raise ValueError(f"{self.kind} {name!r} is registered twice")
+                raise DuplicateNameError(self.kind, name, self._origins[name], registering)
             self._items[name] = item
-            self._origins[name] = origin or getattr(item, "__module__", None) or ""
+            self._origins[name] = registering
             return item
         return add
 

@@ -25,6 +25,7 @@ import pandas as pd
 import yaml
 
 from pazo.errors import ConfigError
+from pazo.file_kinds import NotRegularFile, read_regular_text
 from pazo.methods import METHODS, method_names
 
 #: the paper's published values, shipped with the package (package data)
@@ -92,7 +93,9 @@ def read_json_object(path: Path) -> dict:
     """A JSON file that must hold an object (a run's summary.json): a ValueError saying what is
     wrong with it otherwise."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_regular_text(path))
+    except NotRegularFile as err:
+        raise ValueError(f"{path.name} is unreadable ({err.strerror})") from None
     except (OSError, UnicodeDecodeError) as err:
         raise ValueError(f"{path.name} is unreadable ({type(err).__name__})") from None
     except json.JSONDecodeError as err:
@@ -117,7 +120,9 @@ def _number_or_none(summary: dict, key: str):
 def _run_row(sweep_dir: Path, run_dir: Path, config_path: Path) -> dict:
     """The row of one run directory; a ValueError saying what is wrong with it otherwise."""
     try:
-        cfg = yaml.safe_load(config_path.read_text())
+        cfg = yaml.safe_load(read_regular_text(config_path))
+    except NotRegularFile as err:
+        raise ValueError(f"config.yaml is unreadable ({err.strerror})") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise ValueError(f"config.yaml is unreadable or not YAML ({type(err).__name__})") from None
     if not (isinstance(cfg, dict) and isinstance(cfg.get("method"), dict) and isinstance(cfg.get("dataset"), dict)

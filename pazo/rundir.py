@@ -150,28 +150,29 @@ def open_file(path: Path | str, mode: int | None = None, append: bool = False):
     return os.fdopen(fd, "wb", buffering=0)
 
 
-def check_output_dir(run_dir: Path | str) -> Path:
+def check_output_dir(run_dir: Path | str, what: str = "the run directory", option: str = "hydra.run.dir") -> Path:
     """Create `run_dir` (and its parents) if needed and check that it is a directory a run can
     write to: a ConfigError (one line, before any compute) when it is a file, cannot be created
-    or is not writable; a WriteFault when the disk is full."""
+    or is not writable; a WriteFault when the disk is full. (`what` and `option` name the folder
+    and the option that sets it in the line: a sweep's `--out`.)"""
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"the run directory {run_dir} is a file, not a directory; give another hydra.run.dir")
+        raise ConfigError(f"{what} {run_dir} is a file, not a directory; give another {option}")
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         blocker = next((p for p in [run_dir, *run_dir.parents] if p.exists() and not p.is_dir()), run_dir)
-        raise ConfigError(f"cannot create the run directory {run_dir}: {blocker} is a file, not a directory; "
-                          "give another hydra.run.dir") from None
+        raise ConfigError(f"cannot create {what} {run_dir}: {blocker} is a file, not a directory; "
+                          f"give another {option}") from None
     except OSError as err:
-        _refuse(run_dir, err, "create")
+        _refuse(run_dir, err, f"create {what}", option)
     probe = run_dir / f".pazo-probe-{os.getpid()}-{secrets.token_hex(3)}"
     try:
         with open_file(probe) as f:
             f.write(b"pazo")
             os.fsync(f.fileno())
     except OSError as err:
-        _refuse(run_dir, err, "write into")
+        _refuse(run_dir, err, f"write into {what}", option)
     finally:
         try:
             probe.unlink(missing_ok=True)
@@ -180,12 +181,12 @@ def check_output_dir(run_dir: Path | str) -> Path:
     return run_dir
 
 
-def _refuse(run_dir: Path, err: OSError, verb: str):
+def _refuse(run_dir: Path, err: OSError, doing: str, option: str):
     if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
         raise WriteFault(run_dir, err) from None
     reason = _REASONS.get(err.errno, err.strerror or str(err))
-    raise ConfigError(f"cannot {verb} the run directory {run_dir}: {reason} ({err.strerror or err}); "
-                      "give a hydra.run.dir you can write to") from None
+    raise ConfigError(f"cannot {doing} {run_dir}: {reason} ({err.strerror or err}); "
+                      f"give a {option} you can write to") from None
 
 
 class RunDirLock:

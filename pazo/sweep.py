@@ -40,12 +40,14 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pazo import gate
 from pazo.child_runs import CHILDREN, EXIT_INTERRUPTED, Interrupted, passing_on_interrupts
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, quiet_when_the_reader_leaves, summary_of
 from pazo.config_schema import integer_at_least, optional, typed
 from pazo.console import use_console
 from pazo.errors import ConfigError
+from pazo.file_kinds import NotRegularFile, read_regular_text, refuse_special
 from pazo.interrupts import restore, until_work_starts, work_starts
 from pazo.plugins import load_plugins
+from pazo.rundir import WriteFault, check_output_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ROOT / "configs" / "sweeps"
@@ -56,6 +58,12 @@ SPEC_KEYS = {"name", "table", "settings", "methods", "nonprivate", "epsilons", "
 #: how a cell's configuration is chosen: grid (every configuration run, the tables pick one; the pick is
 #: not accounted) or private (K random runs, the best released, its cost accounted: pazo.selection)
 SELECTION_MODES = ("grid", "private")
+#: the most runs a sweep enumerates unless `--max-runs` says more (each run is a folder and a process)
+MAX_RUNS = 100_000
+#: a sweep, grid or launcher file's bounds, checked before YAML expands its aliases: its size, and
+#: its nodes counted as expanded (a "billion laughs" of nested aliases is a few lines)
+MAX_SPEC_BYTES = 1_000_000
+MAX_SPEC_NODES = 10_000
 #: what a run is: `python -m pazo.<entry>`, and the config it composes
 ENTRIES = {"train": "config", "audit": "audit"}
 
@@ -98,13 +106,20 @@ class PlannedRun:
 
 def load_yaml(name_or_path: str, folder: Path, what: str) -> dict:
     """A sweep, grid or launcher file as a dict: a missing file, one that is not YAML or not a
-    mapping is one ConfigError naming it."""
+    mapping, or one larger than its bounds (`check_yaml_size`) is one ConfigError naming it."""
     path = Path(name_or_path)
     if not path.suffix:
         path = folder / f"{name_or_path}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in folder.glob("*.yaml"))
         raise ConfigError(f"unknown {what} {name_or_path!r} (no {path}); choices: {', '.join(known)}")
+    try:
+        text = read_regular_text(path)
+    except OSError as err:
+        raise ConfigError(f"{what} file {path} cannot be read ({err})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{what} file {path} is not valid YAML ({type(err).__name__}: {err})") from None
+    check_yaml_size(path, text, what)
     try:
         data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     except (yaml.YAMLError, OmegaConfBaseException, UnicodeDecodeError, ValueError) as err:
@@ -113,6 +128,66 @@ def load_yaml(name_or_path: str, folder: Path, what: str) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{what} file {path} is not a mapping of settings (it holds a {type(data).__name__})")
     return data
+
+
+def check_yaml_size(path: Path, text: str, what: str) -> None:
+    """Refuse a file over MAX_SPEC_BYTES, or whose YAML expands to more than MAX_SPEC_NODES nodes,
+    before anything expands it: its node graph (`yaml.compose`, where an alias is the node it
+    names, not a copy) is counted with each alias counted whole."""
+    if len(text) > MAX_SPEC_BYTES:
+        raise ConfigError(f"{what} file {path} has {len(text):,} characters, more than a sweep's files may hold "
+                          f"({MAX_SPEC_BYTES:,})")
+    try:
+        nodes = expanded_nodes(yaml.compose(text, Loader=yaml.SafeLoader), {}, MAX_SPEC_NODES)
+    except RecursionError:   # (nested deeper than Python's stack: no spec is)
+        nodes = None
+    except yaml.YAMLError as err:
+        first = " ".join(str(err).split())[:200]
+        raise ConfigError(f"{what} file {path} is not valid YAML ({type(err).__name__}: {first})") from None
+    if nodes is None or nodes > MAX_SPEC_NODES:
+        raise ConfigError(f"{what} file {path} expands to more than {MAX_SPEC_NODES:,} YAML nodes (aliases "
+                          "nested in aliases, or an alias inside itself); write its values out")
+
+
+def expanded_nodes(node, memo: dict, limit: int) -> int | None:
+    """How many nodes `node` stands for once every alias in it is copied out, at most `limit` + 1
+    (counting stops there); None for a node inside itself, which never ends."""
+    if node is None or isinstance(node, yaml.ScalarNode):
+        return 1
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = None   # (in progress: reached again below, it contains itself)
+    children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else node.value
+    total = 1
+    for child in children:
+        count = expanded_nodes(child, memo, limit)
+        if count is None:
+            return None
+        total = min(total + count, limit + 1)
+    memo[id(node)] = total
+    return total
+
+
+def check_folder_name(value, what: str) -> None:
+    """A spec's value that names a folder below `--out` (the sweep's name, a setting, a method): one
+    plain name, never a path that would write elsewhere."""
+    if not isinstance(value, str) or value.strip() in ("", ".", "..") or any(c in value for c in "/\\\0"):
+        raise ConfigError(f"{what} {value!r} names a folder below --out: give a plain name (no '/' or '\\', "
+                          "not '.' or '..')")
+
+
+def check_axis(where: str, key: str, values) -> None:
+    """A grid axis: a non-empty list of scalars, none naming a folder (each becomes `key=value` in
+    its run's folder name and an override on its command line)."""
+    if not isinstance(values, list) or not values:
+        raise ConfigError(f"{where}: {key} must be a non-empty list, got {values!r}"[:300])
+    for value in values:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{where}: {key} must list plain values (numbers, strings, true/false), "
+                              f"got a {type(value).__name__} among them")
+        if any(c in fmt(value) for c in "/\\\0"):
+            raise ConfigError(f"{where}: {key} value {fmt(value)!r} would name a folder below --out; "
+                              "give values without '/' or '\\'")
 
 
 @dataclass
@@ -146,8 +221,12 @@ class SpecSchema:
             raise ConfigError(f"epsilons must be positive numbers, got {self.epsilons}")
         if any(s < 0 for s in self.seeds):
             raise ConfigError(f"seeds must be integers >= 0, got {self.seeds}")
-        if not all(isinstance(v, list) and v for v in self.extra.values()):
-            raise ConfigError(f"extra must map each key to a non-empty list of values, got {self.extra}")
+        for key, values in self.extra.items():
+            check_axis("extra", key, values)
+        check_folder_name(self.name, "name")
+        for key in ("settings", "methods"):
+            for value in getattr(self, key):
+                check_folder_name(value, f"{key[:-1]}")
         stray = [m for m in self.nonprivate if m not in self.methods]
         if stray:
             raise ConfigError(f"nonprivate names {stray}, which are not among its methods")
@@ -263,20 +342,36 @@ def registered_grid(method: str, setting: str, grid: dict) -> dict:
     return {key: list(values) for key, values in method_info(method).sweeps}
 
 
-def enumerate_runs(spec: dict) -> list[PlannedRun]:
-    runs = []
+def grid_cells(spec: dict):
+    """Each setting and method of the spec with its axes and epsilons, every axis checked."""
     for setting in spec["settings"]:
         grid = setting_grid(spec, setting)
         for method in spec["methods"]:
             axes = {**grid["methods"].get(method, registered_grid(method, setting, grid)), **spec["extra"]}
             for key, values in axes.items():
-                if not isinstance(values, list) or not values:
-                    raise ConfigError(f"grid {setting}/{method}: {key} must be a non-empty list, got {values!r}")
+                check_axis(f"grid {setting}/{method}", key, values)
             epsilons = [None] if method in spec["nonprivate"] else spec["epsilons"]
-            replicates = list(enumerate(spec["seeds"]))
-            for eps, combo, (i, seed) in itertools.product(epsilons, itertools.product(*axes.values()), replicates):
-                runs.append(PlannedRun(spec["name"], setting, grid.get("experiment"), method,
-                                None if eps is None else float(eps), int(seed), tuple(zip(axes, combo)), i))
+            yield setting, grid, method, axes, epsilons
+
+
+def count_runs(spec: dict) -> int:
+    """How many runs the spec's grid has (the product of its axes' lengths), without making them."""
+    return sum(len(epsilons) * math.prod(len(v) for v in axes.values()) * len(spec["seeds"])
+               for _, _, _, axes, epsilons in grid_cells(spec))
+
+
+def enumerate_runs(spec: dict, max_runs: int = MAX_RUNS) -> list[PlannedRun]:
+    """The spec's runs; a grid of more than `max_runs` is refused, counted, before any is made."""
+    total = count_runs(spec)
+    if total > max_runs:
+        raise ConfigError(f"sweep {spec['name']}: its grid has {total:,} runs, more than the limit of {max_runs:,}; "
+                          "narrow its axes (or --methods), or raise the limit with --max-runs")
+    runs = []
+    replicates = list(enumerate(spec["seeds"]))
+    for setting, grid, method, axes, epsilons in grid_cells(spec):
+        for eps, combo, (i, seed) in itertools.product(epsilons, itertools.product(*axes.values()), replicates):
+            runs.append(PlannedRun(spec["name"], setting, grid.get("experiment"), method,
+                                   None if eps is None else float(eps), int(seed), tuple(zip(axes, combo)), i))
     ids = [r.run_id for r in runs]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"sweep {spec['name']}: two runs share a directory name; "
@@ -439,16 +534,28 @@ def missing_data(runs: list[PlannedRun], extra: list[str], entry: str = "train")
 def check_replicates(planned: list[tuple[PlannedRun, Path]]) -> None:
     """A run directory is named by its seed's place in the spec (`rep=<i>`): one that an earlier
     sweep ran with another seed (a spec whose seeds list changed order) is refused, rather than
-    skipped as finished or continued under another seed."""
+    skipped as finished or continued under another seed. A run's file that is not a regular file (a
+    FIFO named summary.json would block its reader for good) is refused first."""
     for run, run_dir in planned:
+        check_regular_run_files(run_dir)
         try:
-            then = yaml.safe_load((run_dir / "config.yaml").read_text()).get("seed")
+            then = yaml.safe_load(read_regular_text(run_dir / "config.yaml")).get("seed")
         except (OSError, AttributeError, yaml.YAMLError):  # not run yet, or no readable config
             continue
         if then is not None and then != run.seed:
             raise ConfigError(f"{run_dir} was run with another seed than this spec's seed number {run.replicate + 1} "
                               "(run directories are named by a seed's place in the spec's seeds list): keep each "
                               "seed's place in the list, or give another --out")
+
+
+def check_regular_run_files(run_dir: Path) -> None:
+    """A ConfigError naming a file of `run_dir` the sweep reads that exists and is not a regular file."""
+    for name in ("config.yaml", "summary.json", "metrics.jsonl"):
+        try:
+            refuse_special(run_dir / name)
+        except NotRegularFile as err:
+            raise ConfigError(f"{err}: a run's files must be regular files; move it away, or give another "
+                              "--out") from None
 
 
 def check_earlier_runs(planned: list[tuple[PlannedRun, Path]], extra: list[str], skipped: set[str],
@@ -479,8 +586,8 @@ def status(run_dir: Path) -> str:
     summary = run_dir / "summary.json"
     if summary.exists():
         try:
-            return json.loads(summary.read_text()).get("status", "incomplete")
-        except json.JSONDecodeError:
+            return json.loads(read_regular_text(summary)).get("status", "incomplete")
+        except (OSError, ValueError, AttributeError):   # (cut short, not JSON, not a file: never waited on)
             return "incomplete"
     return "incomplete" if run_dir.exists() else "new"
 
@@ -526,10 +633,20 @@ def _report(i: int, n: int, run: PlannedRun, run_dir: Path, seconds: float) -> N
     state = status(run_dir)
     acc = ""
     if state == "finished":
-        summary = json.loads((run_dir / "summary.json").read_text())
+        summary = json.loads(read_regular_text(run_dir / "summary.json"))
         accuracy = summary.get("final_test_accuracy")
         acc = f" acc {accuracy:.4f}" if isinstance(accuracy, (int, float)) else ""
     log.info(f"[{i}/{n}] {run.run_id}: {state}{acc} ({seconds:.0f} s)")
+
+
+def check_sweep_folder(sweep_dir: Path) -> None:
+    """The sweep's folder below `--out` made (if need be) and written into once, before any run: a
+    folder that cannot be (read-only, no permission, a file in the way, a full disk) is one
+    ConfigError, not a traceback out of the first run's start."""
+    try:
+        check_output_dir(sweep_dir, "the sweep folder", "--out")
+    except WriteFault as err:
+        raise ConfigError(f"cannot write into the sweep folder {sweep_dir}: {err.reason}; no run was started") from None
 
 
 def check_can_launch(launcher: dict, overrides: list[str]) -> None:
@@ -572,10 +689,10 @@ def launch(todo: list[tuple[PlannedRun, Path, list[str]]], launcher: dict, sweep
             _launch_joblib(todo, launcher, quiet)
         else:
             raise ValueError(f"unknown launcher {kind!r}")  # main() validates it first
-        stopped = children.stopping
+        stopped, signum = children.stopping, children.signum
     if stopped:
         finished = "" if quiet else f"{sum(status(d) == 'finished' for _, d, _ in todo)} of {len(todo)} runs finished; "
-        raise Interrupted(f"{finished}the runs in progress stopped, each saying where in its stdout.log")
+        raise Interrupted(f"{finished}the runs in progress stopped, each saying where in its stdout.log", signum)
 
 
 def _launch_sequential(todo, quiet: bool) -> None:
@@ -721,6 +838,7 @@ def private_selection(spec: dict, runs: list[PlannedRun], args, launcher: dict, 
     if refused:
         raise ConfigError(f"cell {refused[0][0].cell_id} cannot be accounted: {refused[0][1]}"
                           + (f" ({len(refused) - 1} other cell(s) too)" if len(refused) > 1 else ""))
+    check_sweep_folder(sweep_dir)
     done = {"finished", "failed"} if args.skip_failed else {"finished"}
     todo_ordinary = [(r, d, command(r, d, args.overrides)) for r, d in ordinary if status(d) not in done]
     private, todo_private = _selection_runs(cells, costs, k, sweep_dir, args.overrides, done)
@@ -796,7 +914,7 @@ def _launch_selection(todo_ordinary: list, todo_private: list, launcher: dict, s
         ordinary = f"{finished} of {len(todo_ordinary)} non-private runs finished; " if todo_ordinary else ""
         submitted = f"; {stop}" if launcher.get("launcher") == "submitit" else ""
         raise Interrupted(f"{ordinary}no selection was released by this launch (its draws, finished runs and the "
-                          f"stopped runs' checkpoints are kept, private){submitted}") from None
+                          f"stopped runs' checkpoints are kept, private){submitted}", stop.signum) from None
 
 
 def _release_selections(private: list[Selection], sweep_dir: Path) -> int:
@@ -840,11 +958,13 @@ def select_methods(spec: dict, methods: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`pazo-sweep`: a Ctrl-C ends it in one line saying what was done, exit status 130, no traceback."""
+    """`pazo-sweep`: a Ctrl-C ends it in one line saying what was done, exit status 130, no traceback
+    (a SIGTERM or SIGHUP during its runs: the same, exit status 143 or 129)."""
     try:
         return _main(argv)
     except Interrupted as stop:
-        log.error(f"pazo: interrupted: {stop}; the same command resumes the sweep")
+        log.error(f"pazo: {stop.how}: {stop}; the same command resumes the sweep")
+        return stop.exit_status
     except KeyboardInterrupt:
         log.error("pazo: interrupted while no run was in progress: the runs that had finished and the selections "
                   "released are kept; the same command resumes the sweep")
@@ -852,7 +972,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="python -m pazo.sweep", description=summary_of(__doc__))
+    parser = ArgumentParser(prog="pazo-sweep", description=summary_of(__doc__))
     parser.add_argument("spec", help="a name in configs/sweeps/ (e.g. table1_cifar10) or a YAML path")
     parser.add_argument("overrides", nargs="*",
                         help="extra pazo.train overrides for every run, e.g. dataset.root=/data")
@@ -863,6 +983,8 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(Path("outputs") / "sweeps"),
                         help="sweeps folder (default: outputs/sweeps below the working directory)")
     parser.add_argument("--methods", default=None, help="only these methods (comma-separated)")
+    parser.add_argument("--max-runs", type=int, default=MAX_RUNS, metavar="N",
+                        help=f"refuse a grid of more than N runs, counted before any is made (default {MAX_RUNS:,})")
     parser.add_argument("--skip-failed", action="store_true", help="also skip runs that ended as failed")
     parser.add_argument("--selection", default=None, choices=SELECTION_MODES,
                         help="grid: run every configuration (default, or the spec's selection); private: per "
@@ -880,7 +1002,7 @@ def _main(argv: list[str] | None = None) -> int:
         spec = load_spec(args.spec)
         if args.methods is not None:
             spec = {**spec, "methods": select_methods(spec, args.methods)}
-        runs = enumerate_runs(spec)
+        runs = enumerate_runs(spec, args.max_runs)
         launcher = {**load_yaml(args.launcher, SWEEPS / "launchers", "launcher"), **parse_sets(args.set)}
         check_launcher(launcher)
         t0 = time.time()
@@ -935,6 +1057,7 @@ def _main(argv: list[str] | None = None) -> int:
     if not todo:
         return 0
     try:
+        check_sweep_folder(sweep_dir)
         check_can_launch(launcher, args.overrides)
     except ConfigError as err:
         log.error(f"pazo: error: {err}")
@@ -950,6 +1073,7 @@ def _main(argv: list[str] | None = None) -> int:
     return 0 if final.count("finished") == len(todo) else 1
 
 
+@quiet_when_the_reader_leaves
 def cli(argv: list[str] | None = None) -> int:
     """`pazo-sweep`, `python -m pazo.sweep`: `main`, with a Ctrl-C before the first run is launched
     one line and exit 130 (`pazo.interrupts`); the handler found is put back at the end."""

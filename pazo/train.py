@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pazo import CONFIG_DIR
+from pazo.commands import quiet_when_the_reader_leaves
 from pazo.interrupts import INTERRUPTED, until_work_starts, work_starts
 
 log = logging.getLogger("pazo.train")  # not __name__: that is "__main__" under `python -m pazo.train`
@@ -248,6 +249,7 @@ def _stop_between_jobs(signum, frame):
     raise SystemExit(EXIT_CODES[name])
 
 
+@quiet_when_the_reader_leaves
 def cli() -> None:
     """`pazo-train` / `python -m pazo.train`: a command line Hydra cannot compose, or a run
     directory that cannot be written, is one line (`pazo: error: ...`, exit 2) before anything

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from pazo import CONFIG_DIR
+from pazo.commands import quiet_when_the_reader_leaves
 from pazo.interrupts import INTERRUPTED, until_work_starts, work_starts
 
 log = logging.getLogger("pazo.audit")
@@ -89,6 +90,7 @@ def hydra_main() -> None:
     hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="audit")(main)()
 
 
+@quiet_when_the_reader_leaves
 def cli() -> None:
     """`pazo-audit`: its own --help; a command line that is wrong, or a run directory that cannot be
     written, is one line before anything starts; an audit refused or interrupted before it writes

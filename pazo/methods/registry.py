@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -95,6 +96,7 @@ def register_method(name: str, *, config: type[MethodConfig], label: str, family
         forwards = two_point_forwards
 
     def add(cls: type[Method]) -> type[Method]:
+        check_overrides(name, cls)
         info = MethodInfo(name, cls, config, label, family, uses_public, private, reference, privacy_note,
                           forwards=forwards if zeroth else None,
                           public_passes=public_passes or MethodInfo.public_passes,
@@ -108,6 +110,28 @@ def register_method(name: str, *, config: type[MethodConfig], label: str, family
             store.store(group="method", name=name, node=node)
         return cls
     return add
+
+
+def check_overrides(name: str, cls: type) -> None:
+    """Refuse, when `cls` registers, a method of `Method` it overrides (`step`, most often) that cannot
+    take the call pazo makes: the base's positional arguments, with and without its optional ones.
+    Otherwise the mismatch is a TypeError traceback at the first step, deep in the loop."""
+    for attr, base in vars(Method).items():
+        own = getattr(cls, attr, base)
+        if attr.startswith("_") or not inspect.isfunction(base) or own is base or not inspect.isfunction(own):
+            continue
+        expected = inspect.signature(base)
+        positional = [p for p in list(expected.parameters.values())[1:]
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        required = sum(p.default is p.empty for p in positional)
+        try:
+            for count in {required, len(positional)}:
+                inspect.signature(own).bind(cls, *[None] * count)
+        except TypeError:
+            shown = ", ".join(expected.parameters)
+            raise TypeError(f"method {name!r}: {cls.__module__}.{cls.__qualname__}.{attr}"
+                            f"({', '.join(inspect.signature(own).parameters)}) cannot take pazo's call; "
+                            f"it must accept {attr}({shown})") from None
 
 
 def method_info(name: str) -> MethodInfo:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import sys
 
+from pazo.commands import quiet_when_the_reader_leaves
 from pazo.interrupts import until_work_starts, work_starts
 
 
+@quiet_when_the_reader_leaves
 def cli() -> None:
     until_work_starts("before pazo-privacy started: nothing was computed")
     from pazo.privacy.cli import main

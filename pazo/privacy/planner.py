@@ -260,4 +260,16 @@ def steps_of(steps: int | None, epochs: float | None, sample_rate: float) -> int
         raise BudgetError("give the steps (--steps) or the epochs (--epochs)")
     if not (math.isfinite(epochs) and epochs > 0):
         raise BudgetError(f"epochs must be a positive number, got {epochs!r}")
-    return max(1, round(epochs / sample_rate))
+    return steps_from_epochs(epochs, sample_rate)
+
+
+def steps_from_epochs(epochs: float, sample_rate: float, epochs_key: str = "--epochs",
+                      steps_key: str = "--steps") -> int:
+    """T = round(epochs / q), the rule of both the command line and a run's `train.epochs`; epochs
+    that give no step are refused (a run of zero steps is no run, and one step is not what was asked)."""
+    steps = round(epochs / sample_rate)
+    if steps < 1:
+        raise BudgetError(f"{epochs_key} {epochs:g} gives {epochs / sample_rate:.3g} steps at sampling rate "
+                          f"q = {sample_rate:.4g} (T = round(epochs / q)), fewer than one: give at least "
+                          f"{sample_rate:.4g} epochs (one step), or {steps_key}")
+    return steps

@@ -35,6 +35,7 @@ from pazo.plugins import load_plugins
 from pazo.commands import ArgumentParser, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.errors import ConfigError
+from pazo.file_kinds import read_regular_text
 from pazo.rundir import write_text_atomic
 from pazo.results import (BENCHMARK_PAPER_SETTING, LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs,
                           missing_dirs, paper_values, private_contribution, select_configs)
@@ -203,7 +204,7 @@ def load_benchmark(path: Path) -> dict:
     the file and what is wrong (not JSON, no `results` list, a row without method and setting, a
     number that is not one)."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(read_regular_text(path))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ConfigError(f"benchmark result file {path} is unreadable or not JSON ({type(err).__name__}); "
                           "run pazo-bench methods again to rewrite it") from None

@@ -46,14 +46,14 @@ def stand_in_runs(tmp_path: Path, n: int) -> list:
     return runs
 
 
-def ctrl_c_once_started(run_dirs: list[Path], started: int) -> threading.Thread:
-    """Send this process SIGINT (as a terminal's Ctrl-C reaches the sweep) once `started` runs have
-    started: the launcher's handler is in place by then."""
+def ctrl_c_once_started(run_dirs: list[Path], started: int, signum: int = signal.SIGINT) -> threading.Thread:
+    """Send this process SIGINT (as a terminal's Ctrl-C reaches the sweep), or `signum`, once `started`
+    runs have started: the launcher's handler is in place by then."""
     def wait_and_send():
         deadline = time.monotonic() + 120
         while sum((d / "started").exists() for d in run_dirs) < started and time.monotonic() < deadline:
             time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signum)
     thread = threading.Thread(target=wait_and_send, daemon=True)
     thread.start()
     return thread
@@ -81,6 +81,48 @@ def test_a_ctrl_c_stops_the_runs_in_progress_once_and_starts_no_other(tmp_path, 
     assert signal.getsignal(signal.SIGINT) is handler
 
 
+#: a stand-in run that answers SIGINT and SIGTERM as pazo.train does (its summary says which it got)
+STAND_IN_SIGNALS = """
+import json, signal, sys, time
+from pathlib import Path
+run_dir = Path(sys.argv[1])
+seen = []
+for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, lambda signum, frame: seen.append(signal.Signals(signum).name))
+(run_dir / "started").write_text("")
+deadline = time.monotonic() + 60
+while not seen and time.monotonic() < deadline:
+    time.sleep(0.05)
+time.sleep(0.3)
+status = {"SIGINT": "interrupted", "SIGTERM": "preempted"}.get(seen[0] if seen else "", "finished")
+(run_dir / "summary.json").write_text(json.dumps({"status": status, "signals": seen}))
+sys.exit({"interrupted": 130, "preempted": 3}.get(status, 0))
+"""
+
+
+@pytest.mark.parametrize("launcher", [{"launcher": "sequential"}, {"launcher": "joblib", "jobs": 2}])
+@pytest.mark.parametrize("sent, passed_on, exit_status", [(signal.SIGINT, "SIGINT", 130),
+                                                          (signal.SIGTERM, "SIGTERM", 143),
+                                                          (signal.SIGHUP, "SIGTERM", 129)])
+def test_every_stopping_signal_reaches_the_runs_in_progress_and_sets_the_sweeps_exit(tmp_path, launcher, sent,
+                                                                                    passed_on, exit_status):
+    """A SIGTERM to the sweep (a `kill`, a time limit) used to leave its runs, each in its own process
+    group, running to their end: each signal that stops the sweep reaches each run in progress once,
+    as the signal a run checkpoints on, and the sweep's exit status is the shell's for what it got."""
+    todo = [(run, run_dir, [sys.executable, "-c", STAND_IN_SIGNALS, str(run_dir)])
+            for run, run_dir, _ in stand_in_runs(tmp_path, 4)]
+    in_parallel = launcher.get("jobs", 1)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    thread = ctrl_c_once_started([d for _, d, _ in todo], in_parallel, sent)
+    with pytest.raises(Interrupted) as stopped:
+        sweep.launch(todo, launcher, tmp_path)
+    thread.join()
+    summaries = [json.loads((d / "summary.json").read_text()) for _, d, _ in todo if (d / "summary.json").exists()]
+    assert len(summaries) == in_parallel and all(s["signals"] == [passed_on] for s in summaries)
+    assert stopped.value.exit_status == exit_status and stopped.value.signum == sent
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+
+
 def test_the_sweep_ends_an_interrupt_in_one_line_with_exit_130(tmp_path, monkeypatch, capsys):
     def interrupted(*args, **kwargs):
         raise Interrupted("1 of 2 runs finished; the runs in progress stopped and recorded where")
@@ -91,6 +133,18 @@ def test_the_sweep_ends_an_interrupt_in_one_line_with_exit_130(tmp_path, monkeyp
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["pazo: interrupted: 1 of 2 runs finished; the runs in progress stopped and recorded where; "
                    "the same command resumes the sweep"]
+
+
+def test_a_sweep_stopped_by_sigterm_says_so_in_one_line_with_exit_143(tmp_path, monkeypatch, capsys):
+    def terminated(*args, **kwargs):
+        raise Interrupted("1 of 2 runs finished; the runs in progress stopped", signal.SIGTERM)
+    monkeypatch.setattr(sweep, "launch", terminated)
+    spec = tmp_path / "mini.yaml"
+    spec.write_text("name: mini\nsettings: [digits]\nmethods: [dpsgd]\nepsilons: [1]\nextra: {train.steps: [2]}\n")
+    assert sweep.main([str(spec), "--out", str(tmp_path / "out")]) == 143
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "pazo: interrupted by SIGTERM: 1 of 2 runs finished; the runs in progress stopped; the same command "
+        "resumes the sweep"]
 
 
 # --- a real pazo-sweep, real runs ---------------------------------------------------------------------
@@ -115,9 +169,15 @@ def wait_for_a_step(out: Path, process: subprocess.Popen) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("selection, launcher", [("grid", "sequential"), ("grid", "joblib"),
-                                                 ("private", "sequential"), ("private", "joblib")])
-def test_ctrl_c_during_a_real_sweep_ends_in_one_line_and_the_same_command_resumes(tmp_path, selection, launcher):
+@pytest.mark.parametrize("selection, launcher, sent", [("grid", "sequential", signal.SIGINT),
+                                                       ("grid", "joblib", signal.SIGINT),
+                                                       ("private", "sequential", signal.SIGINT),
+                                                       ("private", "joblib", signal.SIGINT),
+                                                       ("grid", "sequential", signal.SIGTERM)])
+def test_ctrl_c_during_a_real_sweep_ends_in_one_line_and_the_same_command_resumes(tmp_path, selection, launcher,
+                                                                                  sent):
+    """(SIGTERM, as `kill` sends it to the sweep alone: its run saves its checkpoint and ends
+    `preempted`, the sweep exits 143.)"""
     spec = tmp_path / "mini.yaml"
     spec.write_text("name: mini\nsettings: [digits]\nmethods: [dpsgd]\nepsilons: [1]\n"
                     "extra: {train.steps: [150]}\ngrid: false\nseeds: [0, 1]\n"
@@ -125,16 +185,21 @@ def test_ctrl_c_during_a_real_sweep_ends_in_one_line_and_the_same_command_resume
     out, args = tmp_path / "out", ["--launcher", launcher, "train.log_every=1"]
     process = sweep_process(spec, out, *args)
     run_dir = wait_for_a_step(out, process)
-    os.killpg(process.pid, signal.SIGINT)            # Ctrl-C at the terminal: the sweep's process group
+    if sent == signal.SIGINT:
+        os.killpg(process.pid, signal.SIGINT)        # Ctrl-C at the terminal: the sweep's process group
+    else:
+        process.send_signal(sent)                    # `kill`: the sweep alone
     stdout, stderr = process.communicate(timeout=600)
-    assert process.returncode == 130, stderr
+    assert process.returncode == 128 + sent, stderr
     assert "Traceback" not in stdout + stderr
     last = stderr.strip().splitlines()[-1]
-    assert last.startswith("pazo: interrupted: ") and last.endswith("the same command resumes the sweep")
+    said = "interrupted" if sent == signal.SIGINT else "interrupted by SIGTERM"
+    assert last.startswith(f"pazo: {said}: ") and last.endswith("the same command resumes the sweep")
     if selection == "private":
         assert "no selection was released" in last and "runs finished" not in last
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "interrupted" and (run_dir / "private" / "checkpoint.pt").exists()
+    ended = "interrupted" if sent == signal.SIGINT else "preempted"
+    assert summary["status"] == ended and (run_dir / "private" / "checkpoint.pt").exists()
     process = sweep_process(spec, out, *args)
     stdout, stderr = process.communicate(timeout=1200)
     assert process.returncode == 0, stderr
