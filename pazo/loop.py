@@ -59,7 +59,7 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
     schedule = Schedule.of(r.cfg.train, r.steps_per_epoch, r.total_steps)
     tracker = EpsilonTracker(r.plan, schedule.row_steps(after=loop.step), after=loop.step)
     window, stat_sums = defaultdict(list, loop.window), defaultdict(float, loop.stat_sums)
-    failure, stopped, last_saved = None, None, time.monotonic()
+    failure, stopped, last_saved, first_step = None, None, time.monotonic(), loop.step
 
     def sync_loop() -> LoopState:
         loop.window, loop.stat_sums = dict(window), dict(stat_sums)
@@ -70,6 +70,8 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
         summary.update(outcome(r.plan, tracker, sync_loop(), r.total_steps, failure, test_histogram,
                                recorder.steps_released))
         merge_into(summary, r.method.outcome(stat_sums, loop.step))
+        if r.group.several:
+            summary["distributed"] = r.group.describe(loop.step - first_step)
 
     r.module.train()
     bar = tqdm(range(loop.step + 1, r.total_steps + 1), desc=f"{r.cfg.method.name}", dynamic_ncols=True,
@@ -83,8 +85,7 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
                 if value is not None and not (isinstance(value, float) and math.isnan(value)):
                     window[key].append(value)
                     stat_sums[key] += value
-            # divergence is read from the parameters, never from raw private statistics
-            if (step % schedule.log_every == 0 or step == r.total_steps) and not r.model.all_finite():
+            if diverged(r, schedule, step):
                 failure = f"diverged at step {step}: non-finite parameters"
             if schedule.writes_row(step) or failure:
                 row = metrics_row(r, loop, window, step, tracker.at(step))
@@ -126,12 +127,30 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
     return failure, stopped
 
 
+def follow_loop(r: Run, sampler, loop: LoopState) -> None:
+    """A rank other than 0 of a data-parallel run: the steps rank 0 takes, each on this rank's shard
+    of the same batch, reporting nothing (rank 0 writes the run); it stops where rank 0 stops for
+    non-finite parameters (the same on every rank)."""
+    schedule = Schedule.of(r.cfg.train, r.steps_per_epoch, r.total_steps)
+    r.module.train()
+    for step in range(loop.step + 1, r.total_steps + 1):
+        timed_step(r, sampler, loop, step)
+        if diverged(r, schedule, step):
+            return
+
+
+def diverged(r: Run, schedule: Schedule, step: int) -> bool:
+    """Non-finite parameters, looked at when a row is due: read from the parameters, never from raw
+    private statistics."""
+    return (step % schedule.log_every == 0 or step == r.total_steps) and not r.model.all_finite()
+
+
 def timed_step(r: Run, sampler, loop: LoopState, step: int) -> dict:
     """One step of the method on a fresh Poisson batch, its time recorded (CUDA synchronised); its
     statistics as Python floats, read after the timing."""
     _sync(r.device)
     t0 = time.perf_counter()
-    x, y = r.data.private.batch(sampler.sample(), r.device)
+    x, y = r.data.private.batch(r.group.shard(sampler.sample()), r.device)   # (one process: the whole batch)
     stats = r.method.take_step(x, y, step)
     check_statistics(stats, r.cfg.method.name)   # (statistics it cannot read: the step failed, at `step`)
     _sync(r.device)

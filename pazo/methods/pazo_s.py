@@ -14,7 +14,7 @@ from pazo.errors import ConfigError
 from pazo.methods.base import (Method, MethodConfig, at_least_one, boolean_or_auto, host_stats, release_block,
                                releases_on_device)
 from pazo.methods.registry import register_method
-from pazo.privacy.mechanisms import Release, ScalarPrivatizer, noise_generator
+from pazo.privacy.mechanisms import LOCAL_SUMS, Release, ScalarPrivatizer, noise_generator
 from pazo.zo.directions import FlatDirections, SeededDirections
 
 
@@ -46,12 +46,13 @@ class PazoSConfig(MethodConfig):
                  public_passes=lambda cfg: cfg.k)
 class PazoS(Method):
     cfg: PazoSConfig
+    shards_batches = True
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.public = self.public_batches()
-        self.privatizer = ScalarPrivatizer(ctx.noise, cfg.release().queries, noise_generator(ctx.streams))
-        self.on_device = releases_on_device(self.model, ctx.device)
+        self.privatizer = ScalarPrivatizer(ctx.noise, cfg.release().queries, noise_generator(ctx.streams), ctx.sums)
+        self.on_device = releases_on_device(self.model, ctx.device) and ctx.sums is LOCAL_SUMS
 
     def describe(self) -> dict:
         return {**release_block(self.on_device), "public_grads": self.public_grads_choice()}
