@@ -119,9 +119,8 @@ def main(cfg) -> float | None:
         distributed.join(cfg.train.distributed_timeout_s)   # (torchrun's rank 0; one process: nothing)
         summary = run(cfg, run_dir, hydra_record=staged, show_header=_header_printer(job))
     except distributed.RankLost as lost:   # the run's status (failed, resumable) is in its summary
-        _quiet_from_now(EXIT_CODES["failed"])
         log.error(f"pazo: error: {lost}; {run_dir}/summary.json records where")
-        sys.exit(EXIT_CODES["failed"])
+        _leave(EXIT_CODES["failed"])   # at once: gloo's broken group aborts the interpreter's shutdown
     except WriteFault as fault:  # a fault of the machine: one line, the status recorded where the disk took it
         _quiet_from_now(EXIT_CODES["fault"])
         log.error(f"pazo: error: {fault}; {_fault_where(run_dir)}")
@@ -320,7 +319,7 @@ def follow(argv: list[str]) -> int:
         return 2
     except distributed.RankLost as lost:
         print(f"pazo: error: rank {rank}: {lost}", file=sys.stderr)
-        return EXIT_CODES["failed"]
+        _leave(EXIT_CODES["failed"])   # at once: gloo's broken group aborts the interpreter's shutdown
     finally:
         distributed.leave()
     return 0
