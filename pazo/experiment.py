@@ -192,7 +192,7 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
     method_cfg = method_config(cfg.method)
     info = method_info(method_cfg.name)
     group = distributed.current()
-    require_shards(info, group)
+    require_shards(info, group, cfg.privacy.secure_mode)
     streams = RandomStreams(cfg.seed, secure=cfg.privacy.secure_mode,
                             fingerprint=computation_fingerprint(typed_config(cfg)))
     if data is None:
@@ -224,11 +224,18 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
                threads=threads, data_digest=key_digests["private_data_sha256"], key_digests=key_digests, group=group)
 
 
-def require_shards(info: MethodInfo, group: distributed.Group) -> None:
-    """Several processes share a batch only with a method whose sums over it they can add."""
-    if group.several and not info.cls.shards_batches:
+def require_shards(info: MethodInfo, group: distributed.Group, secure_mode: bool) -> None:
+    """Several processes share a batch only with a method whose sums over it they can add, and only
+    drawing it and its noise from the seeded streams every rank shares (secure mode draws each
+    process's own from the operating system)."""
+    if not group.several:
+        return
+    if not info.cls.shards_batches:
         raise ConfigError(f"method {info.name!r} does not run on several processes yet (torchrun with "
                           f"WORLD_SIZE={group.world_size}): the zeroth-order methods do; run it as one process")
+    if secure_mode:
+        raise ConfigError("privacy.secure_mode=true draws each process's batches and noise from its own "
+                          "entropy, so the ranks of a torchrun would not share them: run it as one process")
 
 
 def assemble_method(method_cfg: MethodConfig, *, model: FunctionalModel, plan: PrivacyPlan, streams: RandomStreams,

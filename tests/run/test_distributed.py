@@ -178,3 +178,17 @@ def test_a_killed_rank_ends_the_other_with_one_line_and_a_failed_run(tmp_path):
     assert len(errors) == 1 and "another rank of this run stopped answering" in errors[0], stdout + stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "failed" and "RankLost" in summary["failure"]
+
+
+@pytest.mark.parametrize("method, secure_mode, refused", [
+    ("dpsgd", False, "does not run on several processes yet"),
+    ("dpzero", True, "privacy.secure_mode=true"),
+])
+def test_several_processes_refuse_what_they_cannot_share(method, secure_mode, refused):
+    from pazo.errors import ConfigError
+    from pazo.experiment import require_shards
+    from pazo.methods import method_info
+
+    require_shards(method_info(method), Group(0, 1), secure_mode)   # one process: anything goes
+    with pytest.raises(ConfigError, match=refused):
+        require_shards(method_info(method), Group(1, 2), secure_mode)
