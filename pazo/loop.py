@@ -14,6 +14,7 @@ import torch
 from tqdm import tqdm
 
 from pazo.checkpoint import LoopState, StopRequests
+from pazo.distributed import RankLost
 from pazo.experiment import Run
 from pazo.methods.base import check_statistics, host_stats
 from pazo.privacy.plan import EpsilonTracker
@@ -109,7 +110,7 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
                 last_saved = time.monotonic()
     except BaseException as err:  # a crash, a second Ctrl-C, a refused write: keep what was written, mark the run
         stop.shield()
-        if isinstance(err, WriteFault):  # the machine's, not the run's: resumable from the last checkpoint
+        if isinstance(err, (WriteFault, RankLost)):  # the machine's (a write, another rank), not the run's: resumable
             status, what = "fault", f"fault after step {loop.step}: {err}"
         elif isinstance(err, KeyboardInterrupt):
             status, what = "interrupted", f"interrupted at step {loop.step + 1}: KeyboardInterrupt: {err}"

@@ -52,6 +52,15 @@ def _interrupted_where(run_dir: Path) -> str:
             f"{run_dir}/summary.json is the earlier attempt's (status {status}), and the same command goes on from it")
 
 
+def _lost_rank_where(run_dir: Path) -> str:
+    """How a run whose other rank was lost goes on: its status (fault) is in its summary; one process
+    resumes it (several start a run afresh)."""
+    from pazo.checkpoint import checkpoint_path
+
+    again = ("resumes it from its checkpoint" if checkpoint_path(run_dir).exists() else "starts it again")
+    return f"{run_dir}/summary.json records status fault; pazo-train with the same overrides, as one process, {again}"
+
+
 def _fault_where(run_dir: Path) -> str:
     """What a write the machine refused left: the status recorded (or not) and how to go on."""
     from pazo.checkpoint import checkpoint_path, read_summary
@@ -118,9 +127,9 @@ def main(cfg) -> float | None:
     try:
         distributed.join(cfg.train.distributed_timeout_s)   # (torchrun's rank 0; one process: nothing)
         summary = run(cfg, run_dir, hydra_record=staged, show_header=_header_printer(job))
-    except distributed.RankLost as lost:   # the run's status (failed, resumable) is in its summary
-        log.error(f"pazo: error: {lost}; {run_dir}/summary.json records where")
-        _leave(EXIT_CODES["failed"])   # at once: gloo's broken group aborts the interpreter's shutdown
+    except distributed.RankLost as lost:   # the run's status (fault: resumable, as one process) is in its summary
+        log.error(f"pazo: error: {lost}; {_lost_rank_where(run_dir)}")
+        _leave(EXIT_CODES["fault"])   # at once: gloo's broken group aborts the interpreter's shutdown
     except WriteFault as fault:  # a fault of the machine: one line, the status recorded where the disk took it
         _quiet_from_now(EXIT_CODES["fault"])
         log.error(f"pazo: error: {fault}; {_fault_where(run_dir)}")
@@ -319,7 +328,7 @@ def follow(argv: list[str]) -> int:
         return 2
     except distributed.RankLost as lost:
         print(f"pazo: error: rank {rank}: {lost}", file=sys.stderr)
-        _leave(EXIT_CODES["failed"])   # at once: gloo's broken group aborts the interpreter's shutdown
+        _leave(EXIT_CODES["fault"])   # at once: gloo's broken group aborts the interpreter's shutdown
     finally:
         distributed.leave()
     return 0
