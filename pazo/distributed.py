@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import math
 import os
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -66,6 +67,15 @@ class Group:
         self.bytes_exchanged += total.numel() * total.element_size()
         return total
 
+    def stopping(self, reason: str | None) -> bool:
+        """Whether the run stops after this step: rank 0's stop request (a signal), sent to every rank
+        (8 bytes a step), so that all stop at the same step; rank 0 then checkpoints. The other ranks
+        ignore signals (`ignore_stop_signals`): rank 0 alone decides."""
+        if not self.several:
+            return reason is not None
+        asked = torch.tensor([int(self.leader and reason is not None)], dtype=torch.int64)
+        return bool(self.all_sum(asked)[0])
+
     def agree(self, facts: dict[str, str]) -> None:
         """Refuse, on every rank and before any compute, a run whose ranks differ in any of `facts`
         (config, data, code): they would not compute one run."""
@@ -116,6 +126,13 @@ def nonfinite_sum(nans: int, positive: int, negative: int, finite_sum: float) ->
 def lost_line(err: BaseException) -> str:
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return f"another rank of this run stopped answering ({first}); the run ended on every rank"
+
+
+def ignore_stop_signals() -> None:
+    """A rank other than 0: Ctrl-C and SIGTERM (torchrun sends them to every rank) are rank 0's to act
+    on; this rank stops when rank 0 says so (`Group.stopping`), or when rank 0 is gone."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def world_from_environment(environ=os.environ) -> tuple[int, int]:

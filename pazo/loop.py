@@ -100,7 +100,7 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
                 progress.update(step)
             if failure:
                 break
-            if stop.reason:
+            if r.group.stopping(stop.reason):   # (several processes: rank 0's request, at the same step on all)
                 stopped = stop.reason
                 stop.shield()  # a second Ctrl-C now would only break the checkpoint's write
                 recorder.checkpoint(r, sampler, sync_loop())
@@ -130,13 +130,13 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
 
 def follow_loop(r: Run, sampler, loop: LoopState) -> None:
     """A rank other than 0 of a data-parallel run: the steps rank 0 takes, each on this rank's shard
-    of the same batch, reporting nothing (rank 0 writes the run); it stops where rank 0 stops for
-    non-finite parameters (the same on every rank)."""
+    of the same batch, reporting nothing (rank 0 writes the run); it stops where rank 0 stops: for
+    non-finite parameters (the same on every rank), or when rank 0 is asked to (`Group.stopping`)."""
     schedule = Schedule.of(r.cfg.train, r.steps_per_epoch, r.total_steps)
     r.module.train()
     for step in range(loop.step + 1, r.total_steps + 1):
         timed_step(r, sampler, loop, step)
-        if diverged(r, schedule, step):
+        if diverged(r, schedule, step) or r.group.stopping(None):
             return
 
 

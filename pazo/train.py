@@ -318,6 +318,7 @@ def follow(argv: list[str]) -> int:
     rank, world = distributed.world_from_environment()
     print(f"pazo: rank {rank} of {world}: taking its shard of each batch (rank 0 writes the run)", file=sys.stderr)
     work_starts()
+    distributed.ignore_stop_signals()
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name="config", overrides=list(argv))

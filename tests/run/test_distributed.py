@@ -202,3 +202,22 @@ def test_several_processes_refuse_what_they_cannot_share(method, secure_mode, re
     require_shards(method_info(method), Group(0, 1), secure_mode)   # one process: anything goes
     with pytest.raises(ConfigError, match=refused):
         require_shards(method_info(method), Group(1, 2), secure_mode)
+
+
+@pytest.mark.slow   # (about 30 s: two runs start, rows are written, then Ctrl-C)
+def test_ctrl_c_stops_every_rank_at_one_step_and_rank_0_checkpoints(tmp_path):
+    port = _free_port()
+    overrides = ["train.steps=3000", "train.log_every=1", "train.evals_per_epoch=0"]
+    ranks = [_rank(tmp_path, 0, port, *overrides), _rank(tmp_path, 1, port, *overrides)]
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 3):
+        assert ranks[0].poll() is None and time.monotonic() < deadline, ranks[0].communicate()[1][-3000:]
+        time.sleep(0.05)
+    for p in ranks:   # as a terminal's Ctrl-C (or torchrun) signals every rank
+        p.send_signal(signal.SIGINT)
+    outs = [p.communicate(timeout=120) for p in ranks]
+    assert [p.returncode for p in ranks] == [130, 0], outs
+    assert not any("Traceback" in stderr for _, stderr in outs)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and (tmp_path / "run" / "private" / "checkpoint.pt").exists()
