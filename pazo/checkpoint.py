@@ -60,7 +60,7 @@ STALE_AFTER_SECONDS = 4 * HEARTBEAT_SECONDS
 NOT_COMPARED = ("logger", "device", "privacy.cache_dir", "dataset.root", "dataset.cache_dir", "train.checkpoint_every",
                 "train.progress_seconds",
                 "train.checkpoint_minutes", "train.keep_checkpoint", "train.save_model", "train.eval_batch_size",
-                "method.public_grads_together", "train.threads")
+                "method.public_grads_together", "train.threads", "train.distributed_timeout_s")
 
 
 def config_fingerprint(cfg) -> str:

@@ -62,6 +62,7 @@ class TrainSchema:
     save_model: bool = True
     progress_seconds: float = 60
     threads: Any = "auto"   # auto or an integer >= 1 (pazo.threads)
+    distributed_timeout_s: float = 300   # under torchrun: the wait for the other ranks (pazo.distributed)
 
     def __post_init__(self):
         require(valid_threads(self.threads), f"train.threads must be auto or an integer >= 1, got {self.threads!r}")
@@ -75,6 +76,7 @@ class TrainSchema:
         optional(at_least_one, self.checkpoint_every, "train.checkpoint_every")
         positive(self.checkpoint_minutes, "train.checkpoint_minutes")
         require(self.progress_seconds >= 0, f"train.progress_seconds must be >= 0, got {self.progress_seconds!r}")
+        positive(self.distributed_timeout_s, "train.distributed_timeout_s")
 
 
 @dataclass

@@ -27,6 +27,7 @@ from pazo.digests import state_digest, tensors_digest
 from pazo import outlets
 from pazo.config_schema import TopSchema
 from pazo.errors import ConfigError
+from pazo import distributed
 from pazo.fingerprint import computation_fingerprint
 from pazo.methods import Method, MethodConfig, MethodInfo, build_method, method_config, method_info
 from pazo.zo.engines import build_engine, choose_engine
@@ -34,6 +35,7 @@ from pazo.zo.memory import check_step_memory
 from pazo.models import FunctionalModel, build_model, check_no_batchnorm, dispatched, place
 from pazo.models.functional import cross_entropy_per_example
 from pazo.privacy.accountants import BudgetError
+from pazo.privacy.mechanisms import LOCAL_SUMS
 from pazo.privacy.plan import PrivacyPlan, make_plan
 from pazo.privacy.planner import steps_from_epochs
 from pazo.privacy.sampling import SAMPLERS
@@ -65,6 +67,8 @@ class Run:
     data_digest: str = ""
     #: every digest that keys the secret streams (`key_secret_streams`): kept in the checkpoint only
     key_digests: dict = field(default_factory=dict)
+    #: this process's place among the run's processes (torchrun; rank 0 of 1 for one process)
+    group: distributed.Group = field(default_factory=distributed.Group)
 
     @property
     def n(self) -> int:
@@ -195,6 +199,8 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
     own_data = data is None
     method_cfg = method_config(cfg.method)
     info = method_info(method_cfg.name)
+    group = distributed.current()
+    require_shards(info, group, cfg.privacy.secure_mode)
     streams = RandomStreams(cfg.seed, secure=cfg.privacy.secure_mode,
                             fingerprint=computation_fingerprint(typed_config(cfg)))
     if data is None:
@@ -215,17 +221,34 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
     else:
         plan = _with_seed_note(cfg, PrivacyPlan.with_sigma(sigma if info.private else None, cfg.train.batch_size,
                                                            method_cfg.release(), steps=total_steps))
-    engine = _engine_choice(cfg, model, method_cfg, info, data, earlier_engine, time_engines)
+    # (several ranks: the engines are not timed, a choice all make alike)
+    engine = _engine_choice(cfg, model, method_cfg, info, data, earlier_engine, time_engines and not group.several)
     method = assemble_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public,
                              engine_cfg=cfg.engine, engine_name=engine["name"], batch_size=cfg.train.batch_size,
-                             schedule=cfg.get("schedule"), optimizer=cfg.get("optimizer"))
+                             schedule=cfg.get("schedule"), optimizer=cfg.get("optimizer"),
+                             sums=distributed.ShardSums(group) if group.several else LOCAL_SUMS)
     return Run(cfg=cfg, method_cfg=method_cfg, info=info, streams=streams, data=data, module=module, model=model,
                device=device, warm_start=warm, plan=plan, engine=engine, method=method, total_steps=total_steps,
-               threads=threads, data_digest=key_digests["private_data_sha256"], key_digests=key_digests)
+               threads=threads, data_digest=key_digests["private_data_sha256"], key_digests=key_digests, group=group)
+
+
+def require_shards(info: MethodInfo, group: distributed.Group, secure_mode: bool) -> None:
+    """Several processes share a batch only with a method whose sums over it they can add, and only
+    drawing it and its noise from the seeded streams every rank shares (secure mode draws each
+    process's own from the operating system)."""
+    if not group.several:
+        return
+    if not info.cls.shards_batches:
+        raise ConfigError(f"method {info.name!r} does not run on several processes yet (torchrun with "
+                          f"WORLD_SIZE={group.world_size}): the zeroth-order methods do; run it as one process")
+    if secure_mode:
+        raise ConfigError("privacy.secure_mode=true draws each process's batches and noise from its own "
+                          "entropy, so the ranks of a torchrun would not share them: run it as one process")
 
 
 def assemble_method(method_cfg: MethodConfig, *, model: FunctionalModel, plan: PrivacyPlan, streams: RandomStreams,
-                    public, engine_cfg, engine_name: str, batch_size: int, schedule=None, optimizer=None) -> Method:
+                    public, engine_cfg, engine_name: str, batch_size: int, schedule=None, optimizer=None,
+                    sums=LOCAL_SUMS) -> Method:
     """The method on its engine, once what its step holds is known to fit (a zeroth-order step
     grows with method.q and the batch: refused in one line if it cannot), with the run's step-size
     schedule and optimiser (None: constant, sgd). A run's method and a library user's
@@ -237,7 +260,8 @@ def assemble_method(method_cfg: MethodConfig, *, model: FunctionalModel, plan: P
     # parameters start (model.device: with LoRA on a model spread over GPUs, possibly another GPU)
     return build_method(method_cfg, model=model, plan=plan, streams=streams, public=public, device=model.device,
                         engine=build_engine(engine_cfg, engine_name),
-                        query_train_mode=bool(engine_cfg.get("query_dropout")), schedule=schedule, optimizer=optimizer)
+                        query_train_mode=bool(engine_cfg.get("query_dropout")), schedule=schedule, optimizer=optimizer,
+                        sums=sums)
 
 
 def data_digest(split) -> str:

@@ -41,6 +41,7 @@ HOW_KEYS = (
     "train.checkpoint_every", "train.checkpoint_minutes", "train.keep_checkpoint", "train.save_model",
     "train.progress_seconds",
     "train.threads",                           # CPU threads: the same kernels, sums in another order
+    "train.distributed_timeout_s",             # how long a rank waits for the others
     "warm_start.cache",                        # a cached warm start is the warm start recomputed
     "privacy.cache_dir", "dataset.root", "dataset.cache_dir",  # where files are read and kept
     "dataset.download", "model.download",      # whether missing files are fetched first

@@ -14,6 +14,7 @@ import torch
 from tqdm import tqdm
 
 from pazo.checkpoint import LoopState, StopRequests
+from pazo.distributed import RankLost
 from pazo.experiment import Run
 from pazo.methods.base import check_statistics, host_stats
 from pazo.privacy.plan import EpsilonTracker
@@ -59,7 +60,7 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
     schedule = Schedule.of(r.cfg.train, r.steps_per_epoch, r.total_steps)
     tracker = EpsilonTracker(r.plan, schedule.row_steps(after=loop.step), after=loop.step)
     window, stat_sums = defaultdict(list, loop.window), defaultdict(float, loop.stat_sums)
-    failure, stopped, last_saved = None, None, time.monotonic()
+    failure, stopped, last_saved, first_step = None, None, time.monotonic(), loop.step
 
     def sync_loop() -> LoopState:
         loop.window, loop.stat_sums = dict(window), dict(stat_sums)
@@ -70,6 +71,8 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
         summary.update(outcome(r.plan, tracker, sync_loop(), r.total_steps, failure, test_histogram,
                                recorder.steps_released))
         merge_into(summary, r.method.outcome(stat_sums, loop.step))
+        if r.group.several:
+            summary["distributed"] = r.group.describe(loop.step - first_step)
 
     r.module.train()
     bar = tqdm(range(loop.step + 1, r.total_steps + 1), desc=f"{r.cfg.method.name}", dynamic_ncols=True,
@@ -83,8 +86,7 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
                 if value is not None and not (isinstance(value, float) and math.isnan(value)):
                     window[key].append(value)
                     stat_sums[key] += value
-            # divergence is read from the parameters, never from raw private statistics
-            if (step % schedule.log_every == 0 or step == r.total_steps) and not r.model.all_finite():
+            if diverged(r, schedule, step):
                 failure = f"diverged at step {step}: non-finite parameters"
             if schedule.writes_row(step) or failure:
                 row = metrics_row(r, loop, window, step, tracker.at(step))
@@ -98,7 +100,7 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
                 progress.update(step)
             if failure:
                 break
-            if stop.reason:
+            if r.group.stopping(stop.reason):   # (several processes: rank 0's request, at the same step on all)
                 stopped = stop.reason
                 stop.shield()  # a second Ctrl-C now would only break the checkpoint's write
                 recorder.checkpoint(r, sampler, sync_loop())
@@ -108,7 +110,7 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
                 last_saved = time.monotonic()
     except BaseException as err:  # a crash, a second Ctrl-C, a refused write: keep what was written, mark the run
         stop.shield()
-        if isinstance(err, WriteFault):  # the machine's, not the run's: resumable from the last checkpoint
+        if isinstance(err, (WriteFault, RankLost)):  # the machine's (a write, another rank), not the run's: resumable
             status, what = "fault", f"fault after step {loop.step}: {err}"
         elif isinstance(err, KeyboardInterrupt):
             status, what = "interrupted", f"interrupted at step {loop.step + 1}: KeyboardInterrupt: {err}"
@@ -126,12 +128,30 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
     return failure, stopped
 
 
+def follow_loop(r: Run, sampler, loop: LoopState) -> None:
+    """A rank other than 0 of a data-parallel run: the steps rank 0 takes, each on this rank's shard
+    of the same batch, reporting nothing (rank 0 writes the run); it stops where rank 0 stops: for
+    non-finite parameters (the same on every rank), or when rank 0 is asked to (`Group.stopping`)."""
+    schedule = Schedule.of(r.cfg.train, r.steps_per_epoch, r.total_steps)
+    r.module.train()
+    for step in range(loop.step + 1, r.total_steps + 1):
+        timed_step(r, sampler, loop, step)
+        if diverged(r, schedule, step) or r.group.stopping(None):
+            return
+
+
+def diverged(r: Run, schedule: Schedule, step: int) -> bool:
+    """Non-finite parameters, looked at when a row is due: read from the parameters, never from raw
+    private statistics."""
+    return (step % schedule.log_every == 0 or step == r.total_steps) and not r.model.all_finite()
+
+
 def timed_step(r: Run, sampler, loop: LoopState, step: int) -> dict:
     """One step of the method on a fresh Poisson batch, its time recorded (CUDA synchronised); its
     statistics as Python floats, read after the timing."""
     _sync(r.device)
     t0 = time.perf_counter()
-    x, y = r.data.private.batch(sampler.sample(), r.device)
+    x, y = r.data.private.batch(r.group.shard(sampler.sample()), r.device)   # (one process: the whole batch)
     stats = r.method.take_step(x, y, step)
     check_statistics(stats, r.cfg.method.name)   # (statistics it cannot read: the step failed, at `step`)
     _sync(r.device)

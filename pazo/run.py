@@ -10,6 +10,8 @@ files as they were.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import socket
@@ -18,14 +20,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from pazo import gate
+from pazo import distributed, gate
 from pazo.attempts import accept_launch, check_launch, plan_launch
 from pazo.checkpoint import (Heartbeat, LoopState, StopRequests, checkpoint_path, config_fingerprint,
                              restore_checkpoint)
 from pazo.cli import DEBUG_ONLY
 from pazo.console import open_run_logs
 from pazo.experiment import build_run, resolve_device
-from pazo.loop import train_loop
+from pazo.loop import follow_loop, train_loop
 from pazo.privacy.mechanisms import active_debug_break
 from pazo.recorder import Recorder
 from pazo.rundir import (RunDirLock, WriteFault, accept_hydra_record, check_output_dir, drop_hydra_record,
@@ -59,6 +61,7 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
         remove_broken_writes(run_dir)
         start = plan_launch(run_dir, cfg)  # fresh, resume, replay, finished, or refused (pazo.attempts)
         if start.kind == "finished":
+            distributed.current().agree({"start": "finished"})   # (several ranks: they would wait for a run)
             log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
                      f"(final test accuracy {start.summary.get('final_test_accuracy')})")
             return start.summary
@@ -69,6 +72,7 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
                                    path=checkpoint_path(run_dir)) if start.resuming else LoopState())
         if start.resuming:   # the optimiser's moments (none under sgd): the resumed steps continue them
             r.method.update_rule.load_state_dict(start.checkpoint["extra"].get("optimizer"))
+        r.group.agree(rank_facts(r, fingerprint, loop.step))   # before the first write and the first step
         accept_launch(run_dir, start, r)   # the first write into run_dir
         accept_hydra_record(run_dir, hydra_record, archive_to=start.moved_to)
         open_run_logs()   # train.log: the lines said since the launch began, and on
@@ -78,6 +82,26 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
             log.info(resumed_line(run_dir, loop.step, r.total_steps))
         _train(r, sampler, loop, recorder, summary, cfg)
     return summary
+
+
+def follow(cfg: DictConfig) -> None:
+    """A rank other than 0 of a data-parallel run (torchrun): the run's steps on this rank's shards,
+    once every rank agrees it runs the same config, data and code; nothing written."""
+    validate_config(cfg)
+    fingerprint = config_fingerprint(typed_config(cfg))
+    r = build_run(cfg)
+    sampler, loop = r.sampler(), LoopState()
+    r.group.agree(rank_facts(r, fingerprint, loop.step))
+    follow_loop(r, sampler, loop)
+
+
+def rank_facts(r, fingerprint: str, start_step: int) -> dict[str, str]:
+    """What every rank of a run must share: the config, the digests that key the secret streams
+    (hashed once more: the private data's stays among the run's processes), the code, the engine
+    and the step it starts from (several processes start a run afresh)."""
+    keys = hashlib.sha256(json.dumps(r.key_digests, sort_keys=True).encode()).hexdigest()
+    return {"config": hashlib.sha256(fingerprint.encode()).hexdigest(), "data": keys,
+            "code": distributed.code_digest(), "engine": r.engine["name"], "start": f"step {start_step}"}
 
 
 def _start_records(cfg, run_dir: Path, start, r, loop: LoopState, fingerprint: str):

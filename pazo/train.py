@@ -53,6 +53,15 @@ def _interrupted_where(run_dir: Path) -> str:
             f"{run_dir}/summary.json is the earlier attempt's (status {status}), and the same command goes on from it")
 
 
+def _lost_rank_where(run_dir: Path) -> str:
+    """How a run whose other rank was lost goes on: its status (fault) is in its summary; one process
+    resumes it (several start a run afresh)."""
+    from pazo.checkpoint import checkpoint_path
+
+    again = ("resumes it from its checkpoint" if checkpoint_path(run_dir).exists() else "starts it again")
+    return f"{run_dir}/summary.json records status fault; pazo-train with the same overrides, as one process, {again}"
+
+
 def _fault_where(run_dir: Path) -> str:
     """What a write the machine refused left: the status recorded (or not) and how to go on."""
     from pazo.checkpoint import checkpoint_path, read_summary
@@ -105,6 +114,7 @@ def main(cfg) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from pazo import distributed
     from pazo.cli import USER_ERRORS, launched_into
     from pazo.rundir import WriteFault, is_staging
 
@@ -116,7 +126,11 @@ def main(cfg) -> float | None:
     job = hc.job.num if sweeping else None
     launched_into(run_dir)
     try:
+        distributed.join(cfg.train.distributed_timeout_s)   # (torchrun's rank 0; one process: nothing)
         summary = run(cfg, run_dir, hydra_record=staged, show_header=_header_printer(job))
+    except distributed.RankLost as lost:   # the run's status (fault: resumable, as one process) is in its summary
+        log.error(f"pazo: error: {lost}; {_lost_rank_where(run_dir)}")
+        _leave(EXIT_CODES["fault"])   # at once: gloo's broken group aborts the interpreter's shutdown
     except WriteFault as fault:  # a fault of the machine: one line, the status recorded where the disk took it
         _quiet_from_now(EXIT_CODES["fault"])
         log.error(f"pazo: error: {fault}; {_fault_where(run_dir)}")
@@ -269,10 +283,12 @@ def cli() -> None:
     if PLAN_FLAG in argv:   # pazo's own: the run's privacy plan, nothing trained or written
         sys.exit(plan_only([a for a in argv if a != PLAN_FLAG]))
     single = not any(a.startswith("-") for a in argv)   # not a multirun, --help, --cfg, ...
-    problem = _command_line_problem(argv, single)
+    problem = _command_line_problem(argv, single) or _torchrun_problem(single)
     if problem:
         print(f"pazo: error: {problem}", file=sys.stderr)
         sys.exit(2)
+    if os.environ.get("RANK", "0") != "0":   # torchrun's other ranks: rank 0 alone writes the run
+        sys.exit(follow(argv))
     from pazo.cli import launch_single, multirun_jobs
 
     if single:
@@ -283,6 +299,42 @@ def cli() -> None:
         hydra_main()
         return
     run_multirun(jobs)
+
+
+def _torchrun_problem(single: bool) -> str | None:
+    """Under torchrun (WORLD_SIZE > 1) one run of one configuration: a multirun's jobs are not shared."""
+    if single or os.environ.get("WORLD_SIZE", "1") in ("", "1"):
+        return None
+    return "under torchrun pazo-train runs one configuration (no -m or other options): launch a sweep's runs one by one"
+
+
+def follow(argv: list[str]) -> int:
+    """torchrun's rank > 0: the run `argv` describes, its steps on this rank's shards, nothing written
+    (`pazo.run.follow`); a mistake or a lost rank is one line. Its exit status."""
+    from hydra import compose, initialize_config_dir
+
+    from pazo import distributed
+    from pazo import run as training
+    from pazo.cli import USER_ERRORS
+
+    rank, world = distributed.world_from_environment()
+    print(f"pazo: rank {rank} of {world}: taking its shard of each batch (rank 0 writes the run)", file=sys.stderr)
+    work_starts()
+    distributed.ignore_stop_signals()
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=list(argv))
+        distributed.join(cfg.train.distributed_timeout_s)
+        training.follow(cfg)
+    except USER_ERRORS as err:
+        print(f"pazo: error: rank {rank}: {err}", file=sys.stderr)
+        return 2
+    except distributed.RankLost as lost:
+        print(f"pazo: error: rank {rank}: {lost}", file=sys.stderr)
+        _leave(EXIT_CODES["fault"])   # at once: gloo's broken group aborts the interpreter's shutdown
+    finally:
+        distributed.leave()
+    return 0
 
 
 #: `pazo-train ... --plan`: print the run's privacy plan and stop (`plan_only`)

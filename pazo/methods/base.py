@@ -14,7 +14,8 @@ from pazo.data.base import TensorSplit
 from pazo.errors import ConfigError, UserCodeError, at_least_one, one_of, positive, require  # noqa: F401 (the methods' checks)
 from pazo.methods.update_rule import StepSchedule, UpdateRule
 from pazo.models.functional import FunctionalModel
-from pazo.privacy.mechanisms import JointClipPrivatizer, NoiseSpec, Release, ScalarPrivatizer, VectorPrivatizer
+from pazo.privacy.mechanisms import (LOCAL_SUMS, JointClipPrivatizer, LocalSums, NoiseSpec, Release, ScalarPrivatizer,
+                                     VectorPrivatizer)
 from pazo.rng import RandomStreams
 
 
@@ -141,6 +142,7 @@ class MethodContext:
     total_steps: int = 1
     schedule: StepSchedule | None = None   # the step size's schedule (None: constant)
     optimizer: dict | None = None          # the `optimizer` config section (None: sgd)
+    sums: LocalSums = LOCAL_SUMS           # how a release adds its batch (a data-parallel run: over the ranks)
 
 
 class Method(ABC):
@@ -154,6 +156,9 @@ class Method(ABC):
     #: the one object a step's noisy release passes through (None: a non-private method, or one
     #: whose releases do not pass through one privatiser)
     privatizer: ScalarPrivatizer | JointClipPrivatizer | VectorPrivatizer | None = None
+    #: whether every sum of a step over its private batch goes through `ctx.sums`, so that the ranks of
+    #: a data-parallel run can each take a shard of the batch (`pazo.distributed`)
+    shards_batches: bool = False
 
     def __init__(self, cfg: MethodConfig, ctx: MethodContext):
         self.cfg, self.ctx, self.model = cfg, ctx, ctx.model

@@ -14,7 +14,7 @@ from pazo.errors import ConfigError
 from pazo.methods.base import (Method, MethodConfig, at_least_one, boolean_or_auto, host_stats, release_block,
                                releases_on_device)
 from pazo.methods.registry import register_method
-from pazo.privacy.mechanisms import Release, ScalarPrivatizer, noise_generator
+from pazo.privacy.mechanisms import LOCAL_SUMS, Release, ScalarPrivatizer, noise_generator
 from pazo.zo.directions import FlatDirections, SeededDirections
 
 
@@ -46,12 +46,13 @@ class PazoSConfig(MethodConfig):
                  public_passes=lambda cfg: cfg.k)
 class PazoS(Method):
     cfg: PazoSConfig
+    shards_batches = True
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
         self.public = self.public_batches()
-        self.privatizer = ScalarPrivatizer(ctx.noise, cfg.release().queries, noise_generator(ctx.streams))
-        self.on_device = releases_on_device(self.model, ctx.device)
+        self.privatizer = ScalarPrivatizer(ctx.noise, cfg.release().queries, noise_generator(ctx.streams), ctx.sums)
+        self.on_device = releases_on_device(self.model, ctx.device) and ctx.sums is LOCAL_SUMS
 
     def describe(self) -> dict:
         return {**release_block(self.on_device), "public_grads": self.public_grads_choice()}
@@ -74,6 +75,18 @@ class PazoS(Method):
         if self.on_device:
             return self.privatizer.release_tensor(losses.double()).to(losses.dtype), losses
         return self.privatizer(losses), losses
+
+    def batch_mean(self, losses: torch.Tensor) -> torch.Tensor | float:
+        """The batch's mean loss (a diagnostic): torch's on one process; over every rank's shard on
+        several (exact float64 sums, `ctx.sums`), so that rank 0's rows cover the whole batch."""
+        if self.ctx.sums is LOCAL_SUMS:
+            return losses.mean() if losses.numel() else float("nan")
+        count = self.ctx.sums.count(losses.numel())
+        return self.ctx.sums.row_sums([losses.double().tolist()])[0] / count if count else float("nan")
+
+    def batch_count(self, flags: torch.Tensor) -> torch.Tensor | int:
+        """How many examples of the batch are flagged, over every rank's shard on several processes."""
+        return flags.sum() if self.ctx.sums is LOCAL_SUMS else self.ctx.sums.count(int(flags.sum()))
 
     def perturbed(self, g: torch.Tensor) -> torch.Tensor:
         """Line 11: g + z', z' ~ N(0, epsilon^2 I_d) from the direction stream."""
@@ -101,7 +114,6 @@ class PazoS(Method):
             chosen, chosen_losses = torch.where(won, g_extra, chosen), torch.where(won, extra_losses[0], chosen_losses)
         # line 15: x <- x - eta g_{j*}
         self.apply_update(chosen)
-        stats = {"loss": chosen_losses.mean() if chosen_losses.numel() else float("nan"),
-                 "noisy_candidate_won": won, "chosen_public_index": best[0],
-                 "nonfinite_examples": nonfinite.sum() if self.ctx.noise.private else None}
+        stats = {"loss": self.batch_mean(chosen_losses), "noisy_candidate_won": won, "chosen_public_index": best[0],
+                 "nonfinite_examples": self.batch_count(nonfinite) if self.ctx.noise.private else None}
         return stats if self.on_device else host_stats(stats, self.cfg.name)

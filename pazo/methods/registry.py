@@ -25,6 +25,7 @@ from pazo import CONFIG_DIR
 from pazo.errors import ConfigError, unknown_key
 from pazo.methods.base import Method, MethodConfig, MethodContext
 from pazo.methods.update_rule import StepSchedule
+from pazo.privacy.mechanisms import LOCAL_SUMS
 from pazo.privacy.plan import PrivacyPlan
 from pazo.registry import Registry
 from pazo.rng import RandomStreams
@@ -174,14 +175,14 @@ _TYPED: dict[str, MethodConfig] = {}
 
 
 def build_method(cfg, *, model, plan: PrivacyPlan, streams: RandomStreams, public, device, engine,
-                 query_train_mode: bool = False, schedule=None, optimizer=None) -> Method:
+                 query_train_mode: bool = False, schedule=None, optimizer=None, sums=LOCAL_SUMS) -> Method:
     """The method of a run: typed config, the plan's noise for its clip, and its context; its step
     size follows the `schedule` config section and its update the `optimizer` one (None: constant
-    and sgd)."""
+    and sgd); its releases add their batch with `sums` (a data-parallel run's: over the ranks)."""
     config = method_config(cfg)
     info = method_info(config.name)
     ctx = MethodContext(model=model, noise=plan.noise_spec(config.clip), streams=streams, public=public,
                         engine=engine, device=device, query_train_mode=query_train_mode,
                         total_steps=plan.steps, schedule=StepSchedule.of(schedule, plan.steps),
-                        optimizer=dict(optimizer) if optimizer else None)
+                        optimizer=dict(optimizer) if optimizer else None, sums=sums)
     return info.cls(config, ctx)

@@ -19,8 +19,8 @@ import torch
 
 from pazo.methods.base import (Method, MethodConfig, at_least_one, one_of, positive, release_block, releases_on_device,
                                require)
-from pazo.privacy.mechanisms import (NoiseSpec, Release, ScalarPrivatizer, ScalarRelease, exact_sum, noise_generator,
-                                     nonfinite_examples, rounded_to)
+from pazo.privacy.mechanisms import (LOCAL_SUMS, LocalSums, NoiseSpec, Release, ScalarPrivatizer, ScalarRelease,
+                                     noise_generator, nonfinite_examples, rounded_to)
 from pazo.zo.directions import Directions, SeededDirections, orthogonal_directions, resolve_radius
 
 DIRECTIONS = ("gaussian", "sphere", "orthogonal")
@@ -62,6 +62,7 @@ class TwoPointMethod(Method):
     """Shared machinery: the scalar privatiser, random directions and the noisy estimates."""
 
     cfg: ZerothOrderConfig
+    shards_batches = True
 
     def __init__(self, cfg: ZerothOrderConfig, ctx):
         super().__init__(cfg, ctx)
@@ -69,7 +70,8 @@ class TwoPointMethod(Method):
         require(getattr(cfg, "direction", None) != "orthogonal" or cfg.q <= dim,
                 f"method.q={cfg.q} orthogonal directions do not fit in the model's {dim} parameters: use q <= {dim}")
         self.privatizer = self.make_privatizer(self.noise_spec(ctx.noise), noise_generator(ctx.streams))
-        self.on_device = releases_on_device(self.model, ctx.device)
+        # (several processes add their shards' sums on the host: the device release is one process's)
+        self.on_device = releases_on_device(self.model, ctx.device) and ctx.sums is LOCAL_SUMS
 
     def describe(self) -> dict:
         """Where the release is computed: `device` (on CUDA, nothing read back during the
@@ -79,7 +81,7 @@ class TwoPointMethod(Method):
     def make_privatizer(self, spec: NoiseSpec, generator: torch.Generator) -> ScalarRelease:
         """The release of a step's rows of per-example scalars: each clipped alone, the noise split
         over the q rows (DP-AggZO clips each example's q values together)."""
-        return ScalarPrivatizer(spec, self.cfg.q, generator)
+        return ScalarPrivatizer(spec, self.cfg.q, generator, self.ctx.sums)
 
     def privatize(self, finite_differences: list[list[float]] | torch.Tensor) -> list[float] | torch.Tensor:
         """The q noisy s_j from the per-example finite differences (rows: directions), as Python
@@ -118,7 +120,7 @@ class TwoPointMethod(Method):
         finite_differences = [[(p - m) / (2 * lam) for p, m in zip(fp, fm)] for fp, fm in zip(plus, minus)]
         s = rounded_to(self.privatize(finite_differences), rows[0].dtype)
         nonfinite = len(nonfinite_examples(finite_differences)) if self.ctx.noise.private else None
-        return Estimate(s, losses, rows[0].dtype, rows[0].device, nonfinite)
+        return Estimate(s, losses, rows[0].dtype, rows[0].device, nonfinite, self.ctx.sums)
 
     def device_estimate(self, rows: list[torch.Tensor]) -> DeviceEstimate:
         """`noisy_directional_derivatives` kept on the losses' device: the same finite differences
@@ -142,13 +144,15 @@ class Estimate(NamedTuple):
     """One step's privatised directional derivatives s_j (Python floats, rounded to the losses'
     dtype) and the per-example losses they came from: f(x + lam u_j) at 2j, f(x - lam u_j) at
     2j + 1, as lists of Python floats; in a private run, how many examples contributed zero for a
-    non-finite value (a private diagnostic)."""
+    non-finite value (a private diagnostic); how the batch's sums are added (`sums`: over the ranks
+    in a data-parallel run)."""
 
     s: list[float]
     losses: list[list[float]]
     dtype: torch.dtype
     device: torch.device
     nonfinite: int | None = None
+    sums: LocalSums = LOCAL_SUMS
 
     def mean_coefficients(self) -> list[float]:
         """s_j / q (`mean_coefficients`)."""
@@ -157,10 +161,11 @@ class Estimate(NamedTuple):
     def stats(self) -> dict[str, float | None]:
         """The step's mean query loss over all its per-example losses, mean |s_j| and (private
         runs) the examples that contributed zero for a non-finite value."""
-        count = sum(map(len, self.losses))
-        loss = exact_sum(itertools.chain.from_iterable(self.losses)) / count if count else float("nan")
-        return {"loss": loss, "projected_grad": math.fsum(map(abs, self.s)) / len(self.s),
-                "nonfinite_examples": None if self.nonfinite is None else float(self.nonfinite)}
+        count = self.sums.count(sum(map(len, self.losses)))
+        total = self.sums.row_sums([list(itertools.chain.from_iterable(self.losses))])[0]
+        return {"loss": total / count if count else float("nan"),
+                "projected_grad": math.fsum(map(abs, self.s)) / len(self.s),
+                "nonfinite_examples": None if self.nonfinite is None else float(self.sums.count(self.nonfinite))}
 
 
 class DeviceEstimate(NamedTuple):

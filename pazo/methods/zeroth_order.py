@@ -164,7 +164,7 @@ class DPAggZO(TwoPointMethod):
     cfg: DPAggZOConfig
 
     def make_privatizer(self, spec: NoiseSpec, generator: torch.Generator) -> JointClipPrivatizer:
-        return JointClipPrivatizer(spec, generator)
+        return JointClipPrivatizer(spec, generator, self.ctx.sums)
 
     def privatize(self, finite_differences: list[list[float]] | torch.Tensor) -> list[float] | torch.Tensor:
         """s = (sum_i clip_C(v_i) + N(0, C^2 sigma^2 I_K)) / b, v_i example i's K finite differences / K."""

@@ -109,3 +109,25 @@ def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     if device.type == "cuda":
         return host.pin_memory().to(device, non_blocking=True)
     return host.to(device)
+
+
+def exact_limbs(rows: torch.Tensor) -> torch.Tensor:
+    """[R, B] finite float64 -> [R, LIMBS] int64 limbs whose value sum_k limb_k 2^(32 k - 1074) is
+    each row's exact sum. Limbs of disjoint parts of a row add, as integers, to the limbs of the
+    whole row (under 2^31 values in all): the sum a data-parallel run all-reduces."""
+    if rows.dtype != torch.float64:
+        raise TypeError(f"exact_limbs takes float64, got {rows.dtype}")
+    return _limbs(rows)
+
+
+def correctly_rounded(limbs: torch.Tensor) -> list[float]:
+    """[R, LIMBS] int64 limbs -> each row's value rounded once to float64, as `math.fsum` rounds the
+    values they came from (Python's integer division is correctly rounded); +-inf beyond the range."""
+    results = []
+    for row in limbs.tolist():
+        units = sum(limb << (LIMB_BITS * k) for k, limb in enumerate(row))   # in units of 2^-1074
+        try:
+            results.append(units / (1 << 1074))
+        except OverflowError:
+            results.append(math.inf if units > 0 else -math.inf)
+    return results

@@ -165,6 +165,22 @@ class NoiseSpec:
         return self.sensitivity_for(self.clip)
 
 
+class LocalSums:
+    """The sums of a release when one process holds the whole batch: each row summed exactly
+    (`exact_sum`), the batch's size as it is. A data-parallel run's ranks each hold a shard of the
+    batch and add their shards' exact sums instead (`pazo.distributed.ShardSums`): the same floats."""
+
+    def row_sums(self, rows: Sequence[Sequence[float]]) -> list[float]:
+        return [exact_sum(row) for row in rows]
+
+    def count(self, local: int) -> int:
+        return local
+
+
+#: the sums of a one-process run
+LOCAL_SUMS = LocalSums()
+
+
 class ScalarRelease:
     """A release of rows of per-example scalars (`release`, on Python floats), also taken from a
     [Q, B] tensor: `means` (Python floats rounded to its dtype) or the call (a [Q] tensor)."""
@@ -197,10 +213,11 @@ class ScalarPrivatizer(ScalarRelease):
     the noise stream. `release_tensor` is the same release kept on a CUDA device (the design note
     on exact releases)."""
 
-    def __init__(self, spec: NoiseSpec, queries: int, generator: torch.Generator | None):
+    def __init__(self, spec: NoiseSpec, queries: int, generator: torch.Generator | None,
+                 sums: LocalSums = LOCAL_SUMS):
         if queries < 1:
             raise ValueError("queries must be >= 1")
-        self.spec, self.queries, self.generator = spec, queries, generator
+        self.spec, self.queries, self.generator, self.sums = spec, queries, generator, sums
 
     @property
     def noise_scale(self) -> float:
@@ -229,8 +246,8 @@ class ScalarPrivatizer(ScalarRelease):
         float64 (b the expected batch size), an example with a non-finite value in any row
         contributing zero to every query; non-private: the plain mean over the realised batch."""
         if not self.spec.private:
-            return [exact_sum(row) / len(row) if len(row) else 0.0 for row in rows]
-        sums = [exact_sum(self.clipped(row)) for row in finite_examples(rows)]
+            return plain_row_means(rows, self.sums)
+        sums = self.sums.row_sums([self.clipped(row) for row in finite_examples(rows)])
         b, divisor = self.spec.expected_batch_size, _batch_divisor(rows)
         return [(s + z / divisor) / b for s, z in zip(sums, self._noise(len(sums)))]
 
@@ -264,10 +281,10 @@ class JointClipPrivatizer(ScalarRelease):
     releases what the Gaussian `ScalarPrivatizer` does, bit for bit (a value of norm above C is
     scaled as C * (v / |v|) = +-C)."""
 
-    def __init__(self, spec: NoiseSpec, generator: torch.Generator | None):
+    def __init__(self, spec: NoiseSpec, generator: torch.Generator | None, sums: LocalSums = LOCAL_SUMS):
         if spec.mechanism != "gaussian":
             raise ValueError("joint clipping is a Gaussian mechanism")
-        self.spec, self.generator = spec, generator
+        self.spec, self.generator, self.sums = spec, generator, sums
 
     @property
     def noise_scale(self) -> float:
@@ -297,8 +314,8 @@ class JointClipPrivatizer(ScalarRelease):
         float64, an example with a non-finite value contributing zero; non-private: the plain mean
         over the realised batch."""
         if not self.spec.private:
-            return [exact_sum(row) / len(row) if len(row) else 0.0 for row in rows]
-        sums = [exact_sum(row) for row in self.clipped(rows)]
+            return plain_row_means(rows, self.sums)
+        sums = self.sums.row_sums(self.clipped(rows))
         scale, b, divisor = self.noise_scale, self.spec.expected_batch_size, _batch_divisor(rows)
         noise = [scale * z for z in torch.randn(len(sums), generator=self.generator, dtype=torch.float64).tolist()]
         return [(s + z / divisor) / b for s, z in zip(sums, noise)]
@@ -319,6 +336,13 @@ class JointClipPrivatizer(ScalarRelease):
             clipped = finite.where(norms <= c, c * (finite / norms)).where(usable, 0.0)
         noise = torch.randn(len(values), generator=self.generator, dtype=torch.float64) * self.noise_scale
         return noisy_means(exact_row_sums(clipped), noise, self.spec, values)
+
+
+def plain_row_means(rows: Sequence[Sequence[float]], sums: LocalSums) -> list[float]:
+    """A non-private release on Python floats: each row's exact mean over the realised batch (0 for
+    an empty one), the batch counted over every shard."""
+    count = sums.count(len(rows[0]) if rows else 0)
+    return [total / count if count else 0.0 for total in sums.row_sums(rows)]
 
 
 def finite_columns(values: torch.Tensor) -> torch.Tensor:

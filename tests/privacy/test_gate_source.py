@@ -122,7 +122,8 @@ STRAY = ["Path(run_dir / 'summary.json').write_text(text)", "open(run_dir / 'x.j
          "os.replace(tmp, path)", "staging.rename(public)", "os.open(path, os.O_RDONLY | os.O_CREAT)",
          "os.open(path, flags)", "path.open('wb')", "os.truncate(path, 0)",
          "fig.savefig(run_dir / 'a.png')"]
-HARMLESS = ["open(path)", "open(path, 'rb')", "os.open(path, os.O_RDONLY | os.O_NONBLOCK)", "path.read_text()", "text.replace('a', 'b')",
+HARMLESS = ["open(path)", "open(path, 'rb')", "os.open(path, os.O_RDONLY | os.O_NONBLOCK)", "path.read_text()",
+            "text.replace('a', 'b')",
             "frame.rename(columns={'a': 'b'})", "fig.savefig(buffer, format='png')", "json.dumps(x)"]
 
 

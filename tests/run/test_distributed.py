@@ -1,0 +1,223 @@
+"""Data-parallel runs (`pazo.distributed`, torchrun): the shards of a batch add, limb for limb, to the
+sum one process makes of the whole batch; 2 gloo processes train the same parameters as 1, bit for
+bit, with the same epsilon; ranks that differ are refused before compute; a killed rank ends the run
+with one line."""
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import example, given, settings, strategies as st
+from safetensors.torch import load_file
+
+from conftest import run_cache
+from pazo.distributed import Group, nonfinite_sum
+from pazo.privacy.device_sum import correctly_rounded, exact_limbs
+from pazo.privacy.mechanisms import exact_sum
+
+HERE = Path(__file__).parent
+BIN = Path(sys.executable).parent
+FLOATS = st.one_of(st.floats(allow_nan=False, allow_infinity=False),
+                   st.floats(min_value=-1.0, max_value=1.0, allow_subnormal=True))
+
+
+def shard_sums(values: list[float], world: int) -> float:
+    """The sum of `values` as `world` ranks make it: each its shard's limbs, added, rounded once."""
+    batch = np.arange(len(values))
+    limbs = [exact_limbs(torch.tensor([[values[i] for i in Group(rank, world).shard(batch)]], dtype=torch.float64))
+             for rank in range(world)]
+    return correctly_rounded(sum(limbs))[0]
+
+
+def rounded_exact_sum(values: list[float]) -> float:
+    """The exact sum rounded once (fsum's float where fsum gives one; +-inf beyond the range)."""
+    exact = sum(map(Fraction, values), Fraction(0))
+    try:
+        return float(exact)
+    except OverflowError:
+        return math.inf if exact > 0 else -math.inf
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.lists(FLOATS, max_size=40), st.integers(1, 5))
+@example([1e308, 1e308, -1e308], 2)            # fsum's partial sums overflow; the exact sum does not
+@example([1.0, 1e-16, 1e-16, -1.0], 3)         # cancellation: only an exact sum keeps the tail
+def test_shards_add_to_the_correctly_rounded_sum_of_the_batch(values, world):
+    expected, got = rounded_exact_sum(values), shard_sums(values, world)
+    assert got == expected and math.copysign(1, got) == math.copysign(1, expected) or got == expected == 0
+
+
+@settings(deadline=None)
+@given(st.lists(st.integers(0, 10_000), unique=True, max_size=200).map(sorted), st.integers(1, 8))
+def test_shards_are_disjoint_and_together_the_batch(indices, world):
+    batch = np.array(indices, dtype=np.int64)
+    shards = [Group(rank, world).shard(batch) for rank in range(world)]
+    assert sorted(np.concatenate(shards).tolist()) == indices
+
+
+@settings(deadline=None)
+@given(st.lists(st.sampled_from([math.nan, math.inf, -math.inf, 1.0, -2.5]), min_size=1, max_size=8))
+def test_a_non_finite_value_sums_as_fsums_fallback(values):
+    nans, pos, neg = (sum(math.isnan(v) for v in values), values.count(math.inf), values.count(-math.inf))
+    finite = math.fsum(v for v in values if math.isfinite(v))
+    got, expected = nonfinite_sum(nans, pos, neg, finite), exact_sum(values)
+    assert got == expected or (math.isnan(got) and math.isnan(expected))
+
+
+# ------------------------------------------------------------------ 2 processes against 1
+
+def _env(tmp_path, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "RANK", "WORLD_SIZE", "MASTER_"))}
+    return {**env, "PAZO_CACHE_DIR": str(run_cache(tmp_path / "cache")), "OMP_NUM_THREADS": "1", **extra}
+
+
+def _steps(tmp_path, specs: list[str], processes: int) -> list[dict]:
+    """distributed_steps.py's results for `specs` on `processes` processes (rank 0's lines)."""
+    script = [str(HERE / "distributed_steps.py"), "3", *specs]
+    command = ([str(BIN / "torchrun"), f"--nproc_per_node={processes}", "--master_port", str(_free_port())]
+               if processes > 1 else [sys.executable])
+    out = subprocess.run([*command, *script], env=_env(tmp_path), capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+ALL_ZEROTH_ORDER = ["mezo:privacy=none", "dpzero", "dp_zo", "dp_zo:method.noise=laplace,privacy.delta=0",
+                    "dp_zogd", "dp_aggzo", "pazo_m", "pazo_p", "pazo_p_prime", "pazo_s"]
+#: one method of each way a release adds its batch: the scalar privatiser, the joint clip, PAZO-S's losses
+QUICK = ["dpzero", "dp_aggzo", "pazo_s"]
+
+
+@pytest.mark.parametrize("specs", [QUICK, pytest.param(ALL_ZEROTH_ORDER, marks=pytest.mark.slow)],
+                         ids=["quick", "every_zeroth_order_method"])
+def test_two_processes_train_the_parameters_of_one_bit_for_bit(tmp_path, specs):
+    one, two = _steps(tmp_path, specs, 1), _steps(tmp_path, specs, 2)
+    assert [r["spec"] for r in one] == [r["spec"] for r in two] == specs
+    for a, b in zip(one, two):
+        assert a["params"] == b["params"], f"{a['spec']}: parameters differ after 3 steps"
+        assert a["epsilon"] == b["epsilon"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_torchrun_pazo_train_is_the_one_process_run_and_rank_1_writes_nothing(tmp_path):
+    args = ["-m", "pazo.train", "dataset=digits", "method=dpzero", "train.steps=4", "logger.report_to=[]"]
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    one = subprocess.run([sys.executable, *args, f"hydra.run.dir={tmp_path}/one"], env=_env(tmp_path),
+                         capture_output=True, text=True, timeout=300, cwd=cwd)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([str(BIN / "torchrun"), "--nproc_per_node=2", "--master_port", str(_free_port()), *args,
+                          f"hydra.run.dir={tmp_path}/two"], env=_env(tmp_path), capture_output=True, text=True,
+                         timeout=300, cwd=cwd)
+    assert two.returncode == 0, two.stderr[-3000:]
+    a, b = load_file(tmp_path / "one/model.safetensors"), load_file(tmp_path / "two/model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    summary = json.loads((tmp_path / "two/summary.json").read_text())
+    assert summary["distributed"]["world_size"] == 2 and 0 < summary["distributed"]["rank_bytes_per_step"] < 4096
+    assert summary["privacy"]["epsilon_spent"] == json.loads((tmp_path / "one/summary.json").read_text())[
+        "privacy"]["epsilon_spent"]
+    assert list(cwd.iterdir()) == []   # rank 1 made no run directory of its own
+
+
+def _rank(tmp_path, rank: int, port: int, *overrides: str) -> subprocess.Popen:
+    """One rank of a 2-process run started by hand, as torchrun would start it."""
+    env = _env(tmp_path, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port))
+    return subprocess.Popen([sys.executable, "-m", "pazo.train", "dataset=digits", "method=dpzero",
+                             "logger.report_to=[]", f"hydra.run.dir={tmp_path}/run", *overrides],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+
+
+def _errors(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "pazo: error:" in line]
+
+
+def test_a_rank_whose_config_differs_is_refused_before_compute_on_every_rank(tmp_path):
+    port = _free_port()
+    ranks = [_rank(tmp_path, 0, port, "train.steps=3"), _rank(tmp_path, 1, port, "train.steps=3", "method.lr=0.5")]
+    outs = [p.communicate(timeout=300) for p in ranks]
+    for p, (stdout, stderr) in zip(ranks, outs):
+        assert p.returncode == 2, stderr[-3000:]
+        assert "Traceback" not in stderr
+        errors = _errors(stdout + stderr)
+        assert len(errors) == 1 and "differ in config" in errors[0], stdout + stderr
+    assert not (tmp_path / "run" / "summary.json").exists()   # refused before the run's first write
+
+
+@pytest.mark.slow   # (about a minute: two runs start, a rank is killed mid-run, one process resumes, one runs whole)
+def test_a_killed_rank_ends_the_other_with_one_line_and_one_process_resumes_the_same_run(tmp_path):
+    port = _free_port()
+    overrides = ["train.steps=300", "train.log_every=1", "train.evals_per_epoch=0", "train.checkpoint_every=5",
+                 "train.distributed_timeout_s=30"]
+    leader, follower = _rank(tmp_path, 0, port, *overrides), _rank(tmp_path, 1, port, *overrides)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 3):   # mid-run: rows written
+        assert leader.poll() is None and time.monotonic() < deadline, leader.communicate()[1][-3000:]
+        time.sleep(0.05)
+    follower.send_signal(signal.SIGKILL)
+    follower.wait()
+    stdout, stderr = leader.communicate(timeout=120)   # ends well within the exchange's timeout
+    assert leader.returncode == 75, stderr[-3000:]   # a fault of the machine: resumable
+    assert "Traceback" not in stderr
+    errors = _errors(stdout + stderr)
+    assert len(errors) == 1 and "another rank of this run stopped answering" in errors[0], stdout + stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "fault" and "another rank" in summary["failure"]
+    _run_as_one(tmp_path, f"hydra.run.dir={tmp_path}/run", *overrides)             # resumes at its checkpoint
+    _run_as_one(tmp_path, f"hydra.run.dir={tmp_path}/whole", *overrides)           # never interrupted
+    a, b = load_file(tmp_path / "run/model.safetensors"), load_file(tmp_path / "whole/model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _run_as_one(tmp_path, *overrides: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "pazo.train", "dataset=digits", "method=dpzero", "logger.report_to=[]",
+                          *overrides], env=_env(tmp_path), capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("method, secure_mode, refused", [
+    ("dpsgd", False, "does not run on several processes yet"),
+    ("dpzero", True, "privacy.secure_mode=true"),
+])
+def test_several_processes_refuse_what_they_cannot_share(method, secure_mode, refused):
+    from pazo.errors import ConfigError
+    from pazo.experiment import require_shards
+    from pazo.methods import method_info
+
+    require_shards(method_info(method), Group(0, 1), secure_mode)   # one process: anything goes
+    with pytest.raises(ConfigError, match=refused):
+        require_shards(method_info(method), Group(1, 2), secure_mode)
+
+
+@pytest.mark.slow   # (about 30 s: two runs start, rows are written, then Ctrl-C)
+def test_ctrl_c_stops_every_rank_at_one_step_and_rank_0_checkpoints(tmp_path):
+    port = _free_port()
+    overrides = ["train.steps=3000", "train.log_every=1", "train.evals_per_epoch=0"]
+    ranks = [_rank(tmp_path, 0, port, *overrides), _rank(tmp_path, 1, port, *overrides)]
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 3):
+        assert ranks[0].poll() is None and time.monotonic() < deadline, ranks[0].communicate()[1][-3000:]
+        time.sleep(0.05)
+    for p in ranks:   # as a terminal's Ctrl-C (or torchrun) signals every rank
+        p.send_signal(signal.SIGINT)
+    outs = [p.communicate(timeout=120) for p in ranks]
+    assert [p.returncode for p in ranks] == [130, 0], outs
+    assert not any("Traceback" in stderr for _, stderr in outs)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and (tmp_path / "run" / "private" / "checkpoint.pt").exists()
