@@ -216,7 +216,8 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
                seed: int | None = None, secure_mode: bool = False, fingerprint: str | None = None,
                engine: str = "auto", chunk_size: int | None = None, query_dropout: bool = False,
                adjacency: str = "add_remove", eps_error: float | None = None, cache_dir: str | None = None,
-               device: str | torch.device | None = None, verbose: bool = True, **method_settings) -> PrivateZO:
+               accountant: str = "prv", device: str | torch.device | None = None, verbose: bool = True,
+               **method_settings) -> PrivateZO:
     """A private zeroth-order optimiser for `model` on `train_data`. Its arguments:
 
     - `model`: the `nn.Module` to train (its trainable parameters are updated in place).
@@ -229,6 +230,8 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
     - `steps, batch_size`: the number of steps the budget covers and the expected Poisson batch size.
     - `public`: public examples (tensors or a Dataset), from which PAZO-M/P/S sample public batches.
     - `sigma`: a noise multiplier to use as given (it must meet epsilon); None: calibrated.
+    - `accountant`: "prv" (pazo's PRV upper bound), "rdp" or "pld" (dp-accounting's): the one that
+      calibrates sigma, counts `epsilon()` and checks the target, as a run's `privacy.accountant`.
     - `seed`: seeds the streams; the secret ones (noise, Poisson batches) with the computation's key
       (`library_key`) and the private data's digest. Keep it secret. None: secure mode.
     - `secure_mode`: the secret streams from the operating system's entropy.
@@ -249,7 +252,7 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
         private, public_split = _splits(train_data, public, batch_size, method_cfg)
         secure = secure_mode or seed is None
         privacy = PrivacySchema(epsilon=epsilon, delta=delta, sigma=sigma, adjacency=adjacency, eps_error=eps_error,
-                                secure_mode=secure, cache_dir=cache_dir)
+                                secure_mode=secure, cache_dir=cache_dir, accountant=accountant)
         device = resolve_device(str(device)) if device is not None else _parameter_device(model)
         module, fmodel, input_device = functional_model(model, device, private=epsilon is not None,
                                                         name=type(model).__name__, loss_fn=loss_fn)

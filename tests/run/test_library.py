@@ -142,10 +142,14 @@ def run_all(engine) -> torch.Tensor:
 FAST = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@settings(FAST, max_examples=2)
-@given(steps=st.integers(1, 6), method=st.sampled_from(["dpzero", "dp_zo", "pazo_m", "pazo_p"]))
-def test_epsilon_is_the_accountants_at_every_step_and_no_step_beyond_the_budget(steps, method):
-    engine = tiny_engine(steps=steps, method=method)
+@settings(FAST, max_examples=3)
+@given(steps=st.integers(1, 6), method=st.sampled_from(["dpzero", "dp_zo", "pazo_m", "pazo_p"]),
+       accountant=st.sampled_from(["prv", "rdp", "pld"]))
+def test_epsilon_is_the_accountants_at_every_step_and_no_step_beyond_the_budget(steps, method, accountant):
+    """Whichever accountant is asked for calibrates sigma to the target, counts every step and is
+    the one the facts name."""
+    engine = tiny_engine(steps=steps, method=method, accountant=accountant)
+    assert engine.plan.accountant_name == accountant == engine.describe()["privacy"]["accountant_name"]
     accountant = make_accountant(engine.plan)
     assert engine.epsilon() == 0.0
     for t, batch in enumerate(engine.batches(), start=1):
@@ -247,6 +251,7 @@ class WithBatchNorm(nn.Module):
     ({"sigma": 1.0, "epsilon": None}, "sigma is set but epsilon is None"),
     ({"lr": -1.0}, "lr must be a positive number"),
     ({"data": "text"}, "train_data must be"),
+    ({"accountant": "moments"}, "unknown accountant 'moments'; choices: pld, prv, rdp"),
 ])
 def test_a_users_mistake_is_one_config_error_before_any_step(change, message):
     x, y = tiny_data(0)
