@@ -58,7 +58,7 @@ BASE = ["method=dpzero", "train.steps=5", "train.log_every=1", "train.checkpoint
 TRAIN = {"epochs": [1, 30], "steps": [4, 5, 6], "batch_size": [32, 64], "evals_per_epoch": [1, 4, "null"],
          "eval_batch_size": [256, 1024], "log_every": [2, 1], "checkpoint_every": [2, "null"],
          "checkpoint_minutes": [5, 10], "keep_checkpoint": [True, False], "save_model": [False, True],
-         "threads": [2, "auto"], "progress_seconds": [0, 60]}
+         "threads": [2, "auto"], "progress_seconds": [0, 60], "distributed_timeout_s": [60, 300]}
 PRIVACY = {"epsilon": [2.0, 1, 1.0, 0.5], "delta": [1e-4, "null"], "sigma": [8.0, "null"],
            "adjacency": ["replace_one", "add_remove"], "sampling": ["shuffle", "poisson"],
            "eps_error": [0.05, "null"], "secure_mode": [True, False], "cache_dir": ["CACHE2", "CACHE"],
