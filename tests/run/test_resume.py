@@ -67,6 +67,25 @@ def test_a_signal_checkpoints_and_the_relaunch_continues_exactly(method, signum,
     assert not checkpoint_path(tmp_path / "split").exists()  # it holds the noise stream: gone when finished
 
 
+def preempted_after(step_number: int, cfg, run_dir: Path, monkeypatch) -> dict:
+    """The run of `cfg` in `run_dir` sent SIGTERM during its step `step_number` (honoured after that
+    step, with a checkpoint); its summary."""
+    owner = method_info(cfg.method.name).cls
+    original = owner.step
+
+    def step(self, x, y, t):
+        out = original(self, x, y, t)
+        if t == step_number:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    monkeypatch.setattr(owner, "step", step)
+    try:
+        return run(cfg, run_dir)
+    finally:
+        monkeypatch.setattr(owner, "step", original)
+
+
 def to_old_layout(run_dir: Path) -> None:
     """The run directory as an earlier pazo left it: the checkpoint and the private record beside
     summary.json, no private/ workspace."""
@@ -83,18 +102,7 @@ def test_a_run_stopped_in_the_old_layout_resumes_exactly_into_the_private_worksp
     cfg = hydra_cfg("method=dpzero", "train.steps=8", "train.log_every=2", "train.checkpoint_every=2",
                     "train.keep_checkpoint=true")
     run(cfg, tmp_path / "whole")
-    owner = method_info("dpzero").cls
-    original = owner.step
-
-    def step(self, x, y, t):
-        out = original(self, x, y, t)
-        if t == 5:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return out
-
-    monkeypatch.setattr(owner, "step", step)
-    assert run(cfg, tmp_path / "old")["status"] == "preempted"
-    monkeypatch.setattr(owner, "step", original)
+    assert preempted_after(5, cfg, tmp_path / "old", monkeypatch)["status"] == "preempted"
     to_old_layout(tmp_path / "old")
     assert checkpoint_path(tmp_path / "old") == tmp_path / "old" / "checkpoint.pt"
     resumed = run(cfg, tmp_path / "old")
@@ -271,18 +279,7 @@ def test_a_run_with_a_schedule_and_adam_resumes_exactly(hydra_cfg, tmp_path, mon
     assert whole["update_rule"]["schedule"] == {"name": "cosine", "warmup_steps": 3, "final": 0.0}
     assert whole["update_rule"]["optimizer"]["name"] == "adam"
     assert [r["lr"] for r in rows(tmp_path / "whole")][:2] == [cfg.method.lr * 2 / 3, cfg.method.lr]
-    owner = method_info("dpzero").cls
-    original = owner.step
-
-    def step(self, x, y, t):
-        out = original(self, x, y, t)
-        if t == 7:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return out
-
-    monkeypatch.setattr(owner, "step", step)
-    assert run(cfg, tmp_path / "split")["steps_done"] == 7
-    monkeypatch.setattr(owner, "step", original)
+    assert preempted_after(7, cfg, tmp_path / "split", monkeypatch)["steps_done"] == 7
     assert run(cfg, tmp_path / "split")["resumed_from_step"] == 7
     same_outcome(tmp_path / "whole", tmp_path / "split")
 
