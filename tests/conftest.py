@@ -7,7 +7,7 @@ the run-level modules at the package root, tests/llm for the LLM settings, tests
 paper's and reference papers' numbers). The folders have no `__init__.py`: under pytest's default
 (prepend) import mode each test file is imported by its basename, so basenames stay unique across
 folders, and this directory is on the import path, so the helper modules here (fixtures, llm_fixtures,
-model_checks) import by name.
+model_checks, killed_launch, ...) import by name.
 
 Markers (registered in pyproject.toml), set explicitly in the test files, not by a hook here:
 `slow` on the long tests; `gpu` on the tests that need CUDA (each also skips itself without it);
