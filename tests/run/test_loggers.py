@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -137,22 +138,38 @@ def logger_walk(tmp_path_factory, cache, monkeypatch, report_to, private_diagnos
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "finished"
 
 
+#: the killed launch both cases below relaunch from: 5 steps, no checkpoint, both loggers
+KILLED_OVERRIDES = [*BASE, "train.steps=5", "method=dpzero", "logger.report_to=[csv,tensorboard]",
+                    "train.checkpoint_every=100"]
+
+
+@pytest.fixture(scope="module")
+def killed_in_step_4(tmp_path_factory, cache) -> Path:
+    """A run killed in its 4th step (3 rows out), launched once for the module: each case relaunches
+    a copy of it."""
+    run_dir = tmp_path_factory.mktemp("killed") / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        assert launch(compose_cfg(KILLED_OVERRIDES, cache), run_dir, "SIGKILL", 4, patch) == "SIGKILL"
+    return run_dir
+
+
 @pytest.mark.parametrize("logger", ["csv", "tensorboard"])
 def test_a_relaunch_counts_the_rows_a_logger_released_when_metrics_jsonl_is_gone(tmp_path, cache, monkeypatch,
-                                                                                 logger, caplog):
-    """Killed in its 4th step (3 rows out) without a checkpoint, metrics.jsonl and train.log deleted:
-    the logger's files alone show those rows, and the relaunch (a replay, stopped after 1 step)
-    prints an epsilon that covers them."""
+                                                                                 killed_in_step_4, logger, caplog):
+    """Killed in its 4th step (3 rows out) without a checkpoint, metrics.jsonl, train.log and the
+    other logger's files deleted: `logger`'s files alone show those rows, and the relaunch (a replay,
+    stopped after 1 step) prints an epsilon that covers them."""
     run_dir = tmp_path / "run"
-    overrides = [*BASE, "train.steps=5", "method=dpzero", f"logger.report_to=[{logger}]", "train.checkpoint_every=100"]
-    assert launch(compose_cfg(overrides, cache), run_dir, "SIGKILL", 4, monkeypatch) == "SIGKILL"
+    shutil.copytree(killed_in_step_4, run_dir, symlinks=True)
     shown = {int(row["step"]): float(row["epsilon"]) for row in csv_rows(run_dir)} if logger == "csv" else \
         dict(tensorboard_points(run_dir)["epsilon"])
     assert max(shown) == 3
     for name in ("metrics.jsonl", "train.log"):
         (run_dir / name).unlink(missing_ok=True)
+    other = run_dir / (TENSORBOARD_DIR if logger == "csv" else CSV_FILE)
+    shutil.rmtree(other) if other.is_dir() else other.unlink()
     with caplog.at_level(logging.INFO, logger="pazo"):
-        launch(compose_cfg(overrides, cache), run_dir, "SIGTERM", 1, monkeypatch)   # (stops as interrupted)
+        launch(compose_cfg(KILLED_OVERRIDES, cache), run_dir, "SIGTERM", 1, monkeypatch)   # (stops as interrupted)
     privacy = json.loads((run_dir / "summary.json").read_text())["privacy"]
     assert privacy["steps_done"] == 1 and privacy["steps_released"] == 3
     assert np.float32(privacy["epsilon_spent"]) >= np.float32(shown[3])   # (TensorBoard keeps float32)
