@@ -7,7 +7,7 @@ the run-level modules at the package root, tests/llm for the LLM settings, tests
 paper's and reference papers' numbers). The folders have no `__init__.py`: under pytest's default
 (prepend) import mode each test file is imported by its basename, so basenames stay unique across
 folders, and this directory is on the import path, so the helper modules here (fixtures, llm_fixtures,
-model_checks) import by name.
+model_checks, killed_launch, ...) import by name.
 
 Markers (registered in pyproject.toml), set explicitly in the test files, not by a hook here:
 `slow` on the long tests; `gpu` on the tests that need CUDA (each also skips itself without it);
@@ -15,6 +15,7 @@ Markers (registered in pyproject.toml), set explicitly in the test files, not by
 `pytest.param` mark) on the other tests that build a transformers causal or masked LM."""
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from pazo.console import spare_absl_stream
 from pazo.data.base import TensorSplit
 from pazo.methods import build_method, method_config
 from pazo.models.functional import FunctionalModel
+from pazo.privacy import planner
 from pazo.privacy.plan import PrivacyPlan
 from pazo.rng import RandomStreams
 from pazo.zo.engines import InPlaceEngine, VectorisedEngine
@@ -179,6 +181,22 @@ def hydra_cfg(tmp_path, monkeypatch):
             return compose(config_name="config", overrides=[
                 "logger.mode=disabled", "train.steps=4", "train.log_every=2", "device=cpu", *overrides])
     return build
+
+
+#: a PLD grid step ten times the package's (`planner.PLD_INTERVAL`): each PLD account is several
+#: times cheaper, its bounds about ten times looser (1e-2 instead of 1e-3)
+CHEAP_PLD_INTERVAL = 1e-3
+
+
+@contextlib.contextmanager
+def cheap_pld_grid():
+    """dp-accounting's PLD on `CHEAP_PLD_INTERVAL`'s grid, for a test of a rule that holds on any grid
+    (a calibrated sigma meets its target by the accountant that calibrated it): every PLD account
+    inside reads the one constant, so calibration and check stay on the same grid. Never for a test
+    that compares PLD's bounds with another accountant's (a looser grid would hide a gap)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(planner, "PLD_INTERVAL", CHEAP_PLD_INTERVAL)
+        yield
 
 
 def rng(seed=0):

@@ -16,19 +16,17 @@ cuts short or edits one file of an outlet (metrics.jsonl, summary.json, train.lo
 archived attempt's): a launch with another config is refused whenever an outlet still shows a
 release, and the epsilon summarised covers every step one shows.
 
-Launches run in this process (`pazo.train.run`); a SIGKILL is played by an exception that skips
-every write the killed process could not have made, and a dead process's pid in its summary."""
+Launches run in this process (`pazo.train.run`, stopped as tests/killed_launch.py stops them: a
+SIGKILL is an exception that skips every write the killed process could not have made, and a dead
+process's pid in its summary)."""
 from __future__ import annotations
 
 import dataclasses
 import json
 import logging
 import math
-import os
 import re
 import shutil
-import signal
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -40,8 +38,8 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-import pazo.loop as training_loop
 import pazo.train as train
+import killed_launch
 from conftest import CONFIG_DIR
 from fault_runtime_helpers import snapshot
 from outlet_damage import DAMAGE, damage
@@ -49,7 +47,6 @@ from wandb_log import wandb_records
 from pazo.config_schema import LoggerSchema, PrivacySchema, TrainSchema
 from pazo.errors import ConfigError
 from pazo.methods import method_config
-from pazo.recorder import Recorder
 
 BASE = ["method=dpzero", "train.steps=5", "train.log_every=1", "train.checkpoint_every=null", "device=cpu",
         "logger.mode=disabled"]
@@ -96,62 +93,16 @@ def test_the_changes_cover_every_field_of_the_train_privacy_and_method_schemas()
     assert {f.name for f in dataclasses.fields(LoggerSchema)} - {"mode"} <= {k.split(".")[1] for k in OTHER["logger"]}
 
 
-class Killed(BaseException):
-    """A SIGKILL: the process ends at once, writing nothing more."""
-
-
 def compose_cfg(overrides: list[str], cache: Path):
     values = [o.replace("CACHE2", str(cache) + "2").replace("CACHE", str(cache)) for o in overrides]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         return compose(config_name="config", overrides=[f"privacy.cache_dir={cache}", *values])
 
 
-def dead_pid() -> int:
-    child = subprocess.Popen(["true"])
-    child.wait()
-    return child.pid
-
-
 def launch(cfg, run_dir: Path, kill: str | None, after: int, monkeypatch) -> str:
-    """Run `cfg` into `run_dir`, stopped by `kill` after `after` steps of this launch (None: to its
-    end); returns how it ended: "refused", "ran" or the kill."""
-    real_step, real_fail = training_loop.timed_step, Recorder.fail
-    done = []
-
-    def step(r, sampler, loop, t):
-        stats = real_step(r, sampler, loop, t)
-        done.append(t)
-        if kill is not None and len(done) == after:
-            if kill == "SIGKILL":
-                raise Killed
-            if kill == "crash":
-                raise RuntimeError("injected crash")
-            os.kill(os.getpid(), getattr(signal, kill))  # honoured after this step
-        return stats
-
-    def fail(self, summary):
-        if kill == "SIGKILL":  # a killed process records nothing; what W&B was sent reached it (its service flushes)
-            self._metrics.close()
-            if self.wandb is not None:
-                self.wandb.finish(exit_code=1)
-                self.wandb = None
-            return None
-        return real_fail(self, summary)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(training_loop, "timed_step", step)
-        patch.setattr(Recorder, "fail", fail)
-        try:
-            train.run(cfg, run_dir)
-        except ConfigError:
-            return "refused"
-        except Killed:
-            summary = json.loads((run_dir / "summary.json").read_text())
-            (run_dir / "summary.json").write_text(json.dumps({**summary, "pid": dead_pid()}))
-            return kill
-        except (RuntimeError, KeyboardInterrupt):
-            return kill
-    return "ran"
+    """`killed_launch.launch`; a SIGKILL closes metrics.jsonl and finishes W&B (what W&B was sent
+    reached it: its service flushes)."""
+    return killed_launch.launch(cfg, run_dir, kill, after, monkeypatch, closes_outlets=True)
 
 
 def pld_composition(terms: list[tuple[float, float, int, int]], delta: float) -> float:

@@ -4,16 +4,16 @@ own reader hold the values of metrics.jsonl's released keys, a kill and a relaun
 twice in any logger, and what the loggers' files show released is counted by the next launch's
 epsilon when metrics.jsonl (and every other outlet but them) is gone.
 
-Runs are in this process (`pazo.train.run`, tiny digits runs, W&B disabled); a SIGKILL is played by
-an exception that skips every write the killed process could not have made, and a dead pid."""
+Runs are in this process (`pazo.train.run`, tiny digits runs, W&B disabled), stopped as
+tests/killed_launch.py stops them: a SIGKILL is an exception that skips every write the killed
+process could not have made (the loggers' files are left unclosed, as a kill leaves them), and a
+dead pid."""
 from __future__ import annotations
 
 import json
 import logging
 import math
-import os
-import signal
-import subprocess
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -22,69 +22,21 @@ from hydra import compose, initialize_config_dir
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-import pazo.loop as training_loop
-import pazo.train as train
 from conftest import CONFIG_DIR, run_cache
+from killed_launch import launch
 from pazo import outlets
 from pazo.config_schema import LOGGERS
 from pazo.errors import ConfigError
 from pazo.loggers import CSV_FILE, TENSORBOARD_DIR, WRITERS, event_files, read_csv, tensorboard_scalars
 from pazo.metrics_file import read_metric_rows
-from pazo.recorder import Recorder
 
 BASE = ["train.steps=4", "train.log_every=1", "device=cpu", "logger.mode=disabled"]
 KILLS = (None, "SIGTERM", "SIGKILL", "crash")
 
 
-class Killed(BaseException):
-    """A SIGKILL: the process ends at once, writing nothing more."""
-
-
-def dead_pid() -> int:
-    child = subprocess.Popen(["true"])
-    child.wait()
-    return child.pid
-
-
 def compose_cfg(overrides: list[str], cache: Path):
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         return compose(config_name="config", overrides=[f"privacy.cache_dir={cache / 'sigma'}", *overrides])
-
-
-def launch(cfg, run_dir: Path, kill: str | None, after: int, monkeypatch) -> str:
-    """`pazo.train.run` of `cfg`, stopped by `kill` after `after` steps (None: to its end)."""
-    real_step, real_fail, done = training_loop.timed_step, Recorder.fail, []
-
-    def step(r, sampler, loop, t):
-        stats = real_step(r, sampler, loop, t)
-        done.append(t)
-        if kill is not None and len(done) == after:
-            if kill == "SIGKILL":
-                raise Killed
-            if kill == "crash":
-                raise RuntimeError("injected crash")
-            os.kill(os.getpid(), getattr(signal, kill))   # honoured after this step
-        return stats
-
-    def fail(self, summary):
-        if kill == "SIGKILL":   # a killed process closes nothing and writes no summary
-            return None
-        return real_fail(self, summary)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(training_loop, "timed_step", step)
-        patch.setattr(Recorder, "fail", fail)
-        try:
-            train.run(cfg, run_dir)
-        except ConfigError:
-            return "refused"
-        except Killed:
-            summary = json.loads((run_dir / "summary.json").read_text())
-            (run_dir / "summary.json").write_text(json.dumps({**summary, "pid": dead_pid()}))
-            return kill
-        except (RuntimeError, KeyboardInterrupt):
-            return kill
-    return "ran"
 
 
 def released_rows(run_dir: Path, private_diagnostics: bool) -> dict[int, dict]:
@@ -186,22 +138,38 @@ def logger_walk(tmp_path_factory, cache, monkeypatch, report_to, private_diagnos
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "finished"
 
 
+#: the killed launch both cases below relaunch from: 5 steps, no checkpoint, both loggers
+KILLED_OVERRIDES = [*BASE, "train.steps=5", "method=dpzero", "logger.report_to=[csv,tensorboard]",
+                    "train.checkpoint_every=100"]
+
+
+@pytest.fixture(scope="module")
+def killed_in_step_4(tmp_path_factory, cache) -> Path:
+    """A run killed in its 4th step (3 rows out), launched once for the module: each case relaunches
+    a copy of it."""
+    run_dir = tmp_path_factory.mktemp("killed") / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        assert launch(compose_cfg(KILLED_OVERRIDES, cache), run_dir, "SIGKILL", 4, patch) == "SIGKILL"
+    return run_dir
+
+
 @pytest.mark.parametrize("logger", ["csv", "tensorboard"])
 def test_a_relaunch_counts_the_rows_a_logger_released_when_metrics_jsonl_is_gone(tmp_path, cache, monkeypatch,
-                                                                                 logger, caplog):
-    """Killed in its 4th step (3 rows out) without a checkpoint, metrics.jsonl and train.log deleted:
-    the logger's files alone show those rows, and the relaunch (a replay, stopped after 1 step)
-    prints an epsilon that covers them."""
+                                                                                 killed_in_step_4, logger, caplog):
+    """Killed in its 4th step (3 rows out) without a checkpoint, metrics.jsonl, train.log and the
+    other logger's files deleted: `logger`'s files alone show those rows, and the relaunch (a replay,
+    stopped after 1 step) prints an epsilon that covers them."""
     run_dir = tmp_path / "run"
-    overrides = [*BASE, "train.steps=5", "method=dpzero", f"logger.report_to=[{logger}]", "train.checkpoint_every=100"]
-    assert launch(compose_cfg(overrides, cache), run_dir, "SIGKILL", 4, monkeypatch) == "SIGKILL"
+    shutil.copytree(killed_in_step_4, run_dir, symlinks=True)
     shown = {int(row["step"]): float(row["epsilon"]) for row in csv_rows(run_dir)} if logger == "csv" else \
         dict(tensorboard_points(run_dir)["epsilon"])
     assert max(shown) == 3
     for name in ("metrics.jsonl", "train.log"):
         (run_dir / name).unlink(missing_ok=True)
+    other = run_dir / (TENSORBOARD_DIR if logger == "csv" else CSV_FILE)
+    shutil.rmtree(other) if other.is_dir() else other.unlink()
     with caplog.at_level(logging.INFO, logger="pazo"):
-        launch(compose_cfg(overrides, cache), run_dir, "SIGTERM", 1, monkeypatch)   # (stops as interrupted)
+        launch(compose_cfg(KILLED_OVERRIDES, cache), run_dir, "SIGTERM", 1, monkeypatch)   # (stops as interrupted)
     privacy = json.loads((run_dir / "summary.json").read_text())["privacy"]
     assert privacy["steps_done"] == 1 and privacy["steps_released"] == 3
     assert np.float32(privacy["epsilon_spent"]) >= np.float32(shown[3])   # (TensorBoard keeps float32)
