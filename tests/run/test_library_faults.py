@@ -219,3 +219,72 @@ def test_a_batch_changed_after_it_was_drawn_is_refused_and_an_unchanged_one_step
     assert optimiser.steps_done == 0 and unchanged(optimiser.model.module, before)
     optimiser.step(next(optimiser.batches()))   # a fresh one steps
     assert optimiser.steps_done == 1
+
+
+REPACKINGS = {"tuple": lambda x, y: (x, y), "list": lambda x, y: [x, y], "clones": lambda x, y: (x.clone(), y.clone()),
+              "views": lambda x, y: (x.view_as(x), y[:])}
+
+
+@FEW
+@given(seed=st.integers(0, 2**20), how=st.sampled_from(sorted(REPACKINGS)))
+@example(seed=0, how="tuple")   # the reported case: `for x, y in engine.batches(): engine.step((x, y))`
+def test_the_drawn_batch_is_checked_by_content_so_repacked_or_copied_it_steps_as_drawn(seed, how):
+    drawn, repacked = tiny_engine(seed=seed, epsilon=None), tiny_engine(seed=seed, epsilon=None)
+    for batch, again in zip(drawn.batches(), repacked.batches()):
+        drawn.step(batch)
+        repacked.step(REPACKINGS[how](*again))
+    assert repacked.steps_done == drawn.steps_done == drawn.plan.steps
+    assert all(torch.equal(a, b) for a, b in zip(drawn.model.params, repacked.model.params))
+
+
+def unpacked_and_changed(optimiser):
+    """The reported case's other form: the drawn tensors unpacked, one changed in place, re-packed."""
+    x, y = next(optimiser.batches())
+    x.mul_(2.0)
+    return x, y
+
+
+def test_a_repacked_batch_changed_in_place_is_refused_as_changed():
+    optimiser = tiny_engine(seed=0, epsilon=None)
+    with pytest.raises(ConfigError, match="^step\\(\\): the batch batches\\(\\) gave was changed in place"):
+        optimiser.step(unpacked_and_changed(optimiser))
+    assert optimiser.steps_done == 0
+
+
+BAD_VALUES = st.sampled_from([float("nan"), float("inf"), -float("inf")])
+
+
+@FEW
+@given(which=st.sampled_from(["train_data", "public"]), position=st.integers(0, 10**6), value=BAD_VALUES)
+@example(which="train_data", position=17 * 5 + 3, value=float("nan"))   # the reported case: a NaN input
+def test_a_non_finite_input_is_refused_before_any_step_naming_the_argument(which, position, value):
+    x, y = tiny_data(0)
+    public_x, public_y = tiny_data(1, n=40)
+    target = x if which == "train_data" else public_x
+    index = position % target.numel()
+    target.view(-1)[index] = value
+    model = Tiny(0)
+    before = params_of(model)
+    with pytest.raises(ConfigError) as err:
+        private_zo(model, cross_entropy_per_example, (x, y), public=(public_x, public_y),
+                   **{**QUICK, "method": "pazo_m", "epsilon": 2.0, "cache_dir": SIGMA_CACHE})
+    example_index = index // target.shape[1]
+    assert str(err.value).startswith(f"{which}: the inputs of example {example_index} hold {value}: inputs must be "
+                                     "finite")
+    assert "\n" not in str(err.value) and unchanged(model, before)
+
+
+@FEW
+@given(tensor=st.sampled_from(["layer.weight", "layer.bias", "scale"]), position=st.integers(0, 10**6),
+       value=BAD_VALUES)
+def test_a_non_finite_initial_parameter_or_buffer_is_refused_naming_it(tensor, position, value):
+    model = Tiny(0)
+    model.register_buffer("scale", torch.ones(5, dtype=torch.float64))
+    values = model.state_dict(keep_vars=True)[tensor]
+    index = position % values.numel()
+    with torch.no_grad():
+        values.view(-1)[index] = value
+    kind = "buffer" if tensor == "scale" else "parameter"
+    with pytest.raises(ConfigError, match=re.escape(f"model: {kind} {tensor!r} holds {value} at flat index {index}: "
+                                                    "the initial parameters must be finite")):
+        private_zo(model, cross_entropy_per_example, tiny_data(0), **QUICK)
