@@ -4,6 +4,8 @@ step still meets inside the user's model or loss names it and the step; every me
 library's arguments, never the framework's config keys; a drawn batch changed in place is refused."""
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 
 import pytest
@@ -14,7 +16,10 @@ from test_library import SIGMA_CACHE, Tiny, tiny_data, tiny_engine
 from torch import nn
 
 from pazo.errors import ConfigError, UserCodeError
+from pazo.methods import METHODS, method_info
+from pazo.methods.zeroth_order import DPZero
 from pazo.models.functional import cross_entropy_per_example
+from pazo.privacy import plan as plan_module
 from pazo.privacy.accountants import BudgetError
 from pazo.private import private_zo
 
@@ -288,3 +293,54 @@ def test_a_non_finite_initial_parameter_or_buffer_is_refused_naming_it(tensor, p
     with pytest.raises(ConfigError, match=re.escape(f"model: {kind} {tensor!r} holds {value} at flat index {index}: "
                                                     "the initial parameters must be finite")):
         private_zo(model, cross_entropy_per_example, tiny_data(0), **QUICK)
+
+
+class LateStatistic(DPZero):
+    """A plugin's method: DPZero's step, with a statistic of its own that is `bad` from step `from_step`."""
+
+    bad, from_step = None, 1
+
+    def step(self, x, y, t):
+        stats = super().step(x, y, t)   # (its update handed over, as every method's is, before it returns)
+        return {**stats, "sharpness": type(self).bad if t >= type(self).from_step else 0.5}
+
+
+@pytest.fixture
+def late_plugin(monkeypatch):
+    """`plug_late` registered as a plugin would register it (dpzero's facts, its own class); plans
+    without their cross-check of every accountant (seconds of PLD each, not read here)."""
+    monkeypatch.setattr(plan_module, "cross_check", lambda plan, steps: None)
+    info = dataclasses.replace(method_info("dpzero"), name="plug_late", cls=LateStatistic)
+    monkeypatch.setitem(METHODS._items, "plug_late", info)
+    monkeypatch.setitem(METHODS._origins, "plug_late", "plug")
+    return LateStatistic
+
+
+#: queries on copies of the parameters (the in-place engine's perturbations, x + lam u - lam u, move them by a
+#: rounding: a failed step there leaves them within rounding of where they were)
+ENGINE = "vectorised"
+BAD_STATISTICS = st.one_of(
+    st.lists(st.integers(0, 3), max_size=3).filter(lambda shape: math.prod(shape) != 1)
+    .map(lambda shape: torch.full(shape, 0.5)),
+    st.just(torch.tensor(1 + 2j)), st.just([0.5]), st.just("0.5"))
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(bad=BAD_STATISTICS, from_step=st.integers(1, 3), method=st.sampled_from(["epsilon", "none"]))
+@example(bad=torch.ones(3), from_step=1, method="none")   # the reported case: shape (3,) at step 1
+def test_a_plugins_bad_statistic_is_refused_before_its_steps_update_so_the_model_is_as_before(late_plugin, bad,
+                                                                                               from_step, method):
+    epsilon = 2.0 if method == "epsilon" else None
+    late_plugin.bad, late_plugin.from_step = bad, 99
+    reference = tiny_engine(method="plug_late", epsilon=epsilon, steps=3, engine=ENGINE)   # the same key and streams
+    for _, batch in zip(range(from_step - 1), reference.batches()):
+        reference.step(batch)
+    late_plugin.from_step = from_step
+    failing = tiny_engine(method="plug_late", epsilon=epsilon, steps=3, engine=ENGINE)
+    batches = failing.batches()
+    for _ in range(from_step - 1):
+        failing.step(next(batches))
+    with pytest.raises(UserCodeError, match="^the step of method 'plug_late' returned statistic 'sharpness' as "):
+        failing.step(next(batches))
+    assert all(torch.equal(a, b) for a, b in zip(failing.model.params, reference.model.params))
