@@ -165,7 +165,8 @@ class Method(ABC):
         the method's `step` with its update held (`UpdateRule.held`), its statistics checked
         (`check_statistics`: shapes and dtypes, no wait for the device), then the update applied
         and the optimiser's move of the parameters. A step that fails, a plugin's statistic that is
-        not one number included, leaves the parameters as they were. The loop, the library and the
+        not one number included, applies no update (the in-place engine's queries, x + lam u and
+        back, may leave a last-bit rounding). The loop, the library and the
         audit step through here."""
         self.lr = self.update_rule.lr_at(step)
         with self.update_rule.held():
