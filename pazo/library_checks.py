@@ -54,6 +54,45 @@ def in_library_terms():
         raise type(err)(message) from err.__cause__   # (the cause kept: a user's error inside their own code)
 
 
+#: examples scanned at a time for non-finite inputs (bounds the scan's temporary memory)
+FINITE_CHUNK = 4096
+
+
+def check_finite_data(split: TensorSplit, what: str) -> None:
+    """Every floating-point input of `split` is finite: the private steps count an example whose
+    loss is not finite as contributing zero, so a NaN or infinite private input would be dropped
+    from training silently (a public one would make a public gradient NaN). One ConfigError naming
+    `what`, the first such example and its value, before any step (labels are integer class
+    indices, never non-finite)."""
+    inputs = split.inputs
+    if not (inputs.is_floating_point() or inputs.is_complex()):
+        return
+    for start in range(0, len(inputs), FINITE_CHUNK):
+        chunk = inputs[start:start + FINITE_CHUNK]
+        bad = ~torch.isfinite(chunk.reshape(len(chunk), -1))
+        rows = bad.any(dim=1).nonzero()
+        if len(rows):
+            row = int(rows[0])
+            value = chunk[row].reshape(-1)[int(bad[row].nonzero()[0])].item()
+            raise ConfigError(f"{what}: the inputs of example {start + row} hold {value}: inputs must be finite "
+                              "(a non-finite input would be left out of training, or spoil it, silently); remove "
+                              "or repair it before calling private_zo")
+
+
+def check_finite_model(module: nn.Module) -> None:
+    """The model's initial parameters and buffers are finite (a non-finite one makes every loss
+    NaN, and every example would be left out): one ConfigError naming the tensor and the position."""
+    for kind, named in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):
+        for name, tensor in named:
+            if not (tensor.is_floating_point() or tensor.is_complex()) or tensor.is_meta:
+                continue
+            bad = (~torch.isfinite(tensor.detach())).reshape(-1).nonzero()
+            if len(bad):
+                index = int(bad[0])
+                raise ConfigError(f"model: {kind} {name!r} holds {tensor.detach().reshape(-1)[index].item()} at "
+                                  f"flat index {index}: the initial parameters must be finite")
+
+
 def check_model_and_loss(model: FunctionalModel, data: dict[str, TensorSplit], device) -> None:
     """The model and the loss on two examples of each data set given (`what` -> split), in eval
     mode (no dropout draw) and without gradients, before any step: an error inside either is one

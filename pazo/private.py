@@ -46,8 +46,8 @@ from pazo.digests import callable_digest, module_digest, tensors_digest
 from pazo.errors import ConfigError, UserCodeError, at_least_one, require
 from pazo.experiment import assemble_method, data_digest, functional_model, key_secret_streams, resolve_device
 from pazo.fingerprint import computation_fingerprint
-from pazo.library_checks import (check_model_and_loss, first_line, in_library_terms, library_terms,
-                                 user_culprit)
+from pazo.library_checks import (check_finite_data, check_finite_model, check_model_and_loss, first_line,
+                                 in_library_terms, library_terms, user_culprit)
 from pazo.methods import Method, MethodConfig, method_config, method_info, method_names
 from pazo.methods.base import host_stats
 from pazo.models.functional import FunctionalModel
@@ -108,7 +108,8 @@ class PrivateZO:
 
     def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """(inputs, labels) of a fresh Poisson batch for each step the budget has left, on the
-        model's input device; hand each to `step`, unchanged (its content is checked there)."""
+        model's input device; hand each to `step` with its content unchanged (checked there: the
+        same tensors re-packed, `step((x, y))`, or copied step too)."""
         for _ in range(self.plan.steps - self.steps_done):
             self._pending = self.data.batch(self.sampler.sample(), self.device)
             self._pending_digest = tensors_digest(*self._pending)
@@ -140,18 +141,19 @@ class PrivateZO:
         return host_stats(stats, self.method.cfg.name)
 
     def _checked_batch(self, batch):
-        """`batch` if it is the one `batches` just gave and unchanged since (its digest then), or a
-        fresh Poisson batch for None."""
+        """The batch `batches` just gave, if `batch` holds its content as drawn (its digest then: the
+        same tensors re-packed or copied step too; changed in place, they do not), or a fresh
+        Poisson batch for None."""
         if batch is None:
             return self.data.batch(self.sampler.sample(), self.device)
-        if batch is not self._pending:
-            raise ConfigError("step() takes the batch batches() just gave (or none): the accountant counts each step "
-                              "on a fresh Poisson sample of the private data, not on a batch of one's own")
-        if tensors_digest(*batch) != self._pending_digest:
+        if self._pending_digest is not None and _is_pair(batch) and tensors_digest(*batch) == self._pending_digest:
+            return self._pending   # (the drawn tensors: where batches() put them)
+        if self._pending is not None and _is_pair(batch) and all(a is b for a, b in zip(batch, self._pending)):
             raise ConfigError("step(): the batch batches() gave was changed in place after it was drawn: the "
                               "accountant counts a step on a Poisson sample as drawn; step on an unchanged batch "
                               "(work on a copy, e.g. x.clone()) or on none")
-        return batch
+        raise ConfigError("step() takes the batch batches() just gave (or none): the accountant counts each step "
+                          "on a fresh Poisson sample of the private data, not on a batch of one's own")
 
     def epsilon(self) -> float | None:
         """Epsilon spent by the steps taken so far (the accountant's upper bound at the plan's delta;
@@ -173,6 +175,11 @@ class PrivateZO:
                 "engine": {**self.engine, **method.pop("engine", {})}, "fingerprint": self.streams.fingerprint,
                 "key": self.key, "method_departures": [library_terms(d) for d in self.method.cfg.departures()],
                 "outside_guarantee": self.outside_guarantee()}
+
+
+def _is_pair(batch) -> bool:
+    """Whether `batch` is (inputs, labels): two tensors in a tuple or a list."""
+    return isinstance(batch, (tuple, list)) and len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch)
 
 
 @dataclasses.dataclass
@@ -215,8 +222,8 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
                delta: float | None = None, steps: int, batch_size: int, public=None, sigma: float | None = None,
                seed: int | None = None, secure_mode: bool = False, fingerprint: str | None = None,
                engine: str = "auto", chunk_size: int | None = None, query_dropout: bool = False,
-               adjacency: str = "add_remove", eps_error: float | None = None, cache_dir: str | None = None,
-               accountant: str = "prv", device: str | torch.device | None = None, verbose: bool = True,
+               adjacency: str = "add_remove", accountant: str = "prv", eps_error: float | None = None,
+               cache_dir: str | None = None, device: str | torch.device | None = None, verbose: bool = True,
                **method_settings) -> PrivateZO:
     """A private zeroth-order optimiser for `model` on `train_data`. Its arguments:
 
@@ -230,8 +237,9 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
     - `steps, batch_size`: the number of steps the budget covers and the expected Poisson batch size.
     - `public`: public examples (tensors or a Dataset), from which PAZO-M/P/S sample public batches.
     - `sigma`: a noise multiplier to use as given (it must meet epsilon); None: calibrated.
-    - `accountant`: "prv" (pazo's PRV upper bound), "rdp" or "pld" (dp-accounting's): the one that
-      calibrates sigma, counts `epsilon()` and checks the target, as a run's `privacy.accountant`.
+    - `accountant`: "prv" (the default), "rdp" or "pld" (dp-accounting's), as a run's
+      `privacy.accountant`: sigma is calibrated and epsilon counted with it (Gaussian noise only;
+      a Laplace method is accounted exactly); `eps_error` is PRV's accuracy.
     - `seed`: seeds the streams; the secret ones (noise, Poisson batches) with the computation's key
       (`library_key`) and the private data's digest. Keep it secret. None: secure mode.
     - `secure_mode`: the secret streams from the operating system's entropy.
@@ -254,6 +262,7 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
         privacy = PrivacySchema(epsilon=epsilon, delta=delta, sigma=sigma, adjacency=adjacency, eps_error=eps_error,
                                 secure_mode=secure, cache_dir=cache_dir, accountant=accountant)
         device = resolve_device(str(device)) if device is not None else _parameter_device(model)
+        check_finite_model(model)
         module, fmodel, input_device = functional_model(model, device, private=epsilon is not None,
                                                         name=type(model).__name__, loss_fn=loss_fn)
         check_model_and_loss(fmodel, {"train_data": private, "public": public_split}, input_device)
@@ -280,6 +289,8 @@ def _splits(train_data, public, batch_size: int, method_cfg: MethodConfig) -> tu
     the batch sizes and the method's need of public data."""
     private = as_split(train_data, "train_data")
     public_split = as_split(public, "public") if public is not None else private.subset(np.empty(0, np.int64))
+    check_finite_data(private, "train_data")
+    check_finite_data(public_split, "public")
     validate_against_data(OmegaConf.create({"train": {"batch_size": batch_size},
                                             "method": dataclasses.asdict(method_cfg)}), len(private), len(public_split))
     return private, public_split
@@ -329,7 +340,7 @@ def _announce(optimiser: PrivateZO, n_public: int) -> None:
              f"private {len(optimiser.data)}, public {n_public}")
     departures = [library_terms(d) for d in optimiser.method.cfg.departures()]
     for line in privacy_lines(optimiser.plan, departures, secure_note=SECURE_NOTE, assumptions_in=ASSUMPTIONS_IN):
-        log.info(line)
+        log.info(library_terms(line) if line.startswith("accountant: ") else line)   # (accountant=, not privacy.)
 
 
 def _check_arguments(*, steps, batch_size, engine, seed, secure_mode, query_dropout, device, cache_dir) -> None:

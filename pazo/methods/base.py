@@ -167,10 +167,16 @@ class Method(ABC):
 
     def take_step(self, x: torch.Tensor, y: torch.Tensor, step: int) -> dict[str, float]:
         """Step `step` (1-based) as a run takes it: the step size lr * schedule(step) in `self.lr`,
-        the method's `step`, then the optimiser's move of the parameters (`UpdateRule`). The loop, the
-        library and the audit step through here."""
+        the method's `step` with its update held (`UpdateRule.held`), its statistics checked
+        (`check_statistics`: shapes and dtypes, no wait for the device), then the update applied
+        and the optimiser's move of the parameters. A step that fails, a plugin's statistic that is
+        not one number included, applies no update (the in-place engine's queries, x + lam u and
+        back, may leave a last-bit rounding). The loop, the library and the
+        audit step through here."""
         self.lr = self.update_rule.lr_at(step)
-        stats = self.step(x, y, step)
+        with self.update_rule.held():
+            stats = self.step(x, y, step)
+            check_statistics(stats, self.cfg.name)
         self.apply_pending_update()
         return stats
 

@@ -7,9 +7,18 @@ A method computes its noisy update as it always has and hands it over (`Method.a
 zeroth-order update along directions regenerates them and never holds the whole update. Momentum
 and Adam need the update as one vector: the parts are summed into a flat buffer of the model's
 size (one more vector of d numbers, plus one (momentum) or two (Adam) of state), transformed and
-applied once the step is done (`UpdateRule.apply_pending`)."""
+applied once the step is done (`UpdateRule.apply_pending`).
+
+A step is taken inside `UpdateRule.held`: under SGD its parts are kept, in order, and applied when
+the step returns and its statistics are checked (`Method.take_step`), so that a step that fails
+(a plugin's statistic that is not one number) leaves the parameters as they were. The parts are
+applied to the same values in the same order as at once, so the trained model is bit for bit the
+same; a part a method adds to the parameters itself (`pending_parts` None) first applies the
+kept ones."""
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -133,6 +142,7 @@ class UpdateRule:
         self.optimizer_cfg = dict(optimizer_cfg or {"name": "sgd"})
         self.optimizer = make_optimizer(self.optimizer_cfg)
         self.pending: torch.Tensor | None = None
+        self._held: list | None = None   # inside `held`, under SGD: the step's parts, not yet applied
 
     @property
     def is_default(self) -> bool:
@@ -151,10 +161,37 @@ class UpdateRule:
                                           "of the model's size (directional updates are not regenerated)")
         return out
 
+    @contextlib.contextmanager
+    def held(self):
+        """Within, the step's parts under SGD are kept and applied in order on leaving; an error
+        inside drops them and the pending update: the parameters stay as they were."""
+        self._held = []
+        try:
+            yield
+        except BaseException:
+            self._held, self.pending = None, None
+            raise
+        self.release_held()
+        self._held = None
+
+    def release_held(self) -> None:
+        """Apply the kept parts, in the order they were handed over (inside `held`; else nothing)."""
+        held, self._held = self._held, ([] if self._held is not None else None)
+        for part in held or ():
+            part()
+
+    def _sgd_part(self, part) -> None:
+        """An SGD part of the update: kept inside `held`, else applied at once."""
+        if self._held is not None:
+            self._held.append(part)
+        else:
+            part()
+
     def flat(self, model: FunctionalModel, g: torch.Tensor, lr: float, weight: float = 1.0) -> None:
-        """The part x <- x - lr * weight * g of the step's update."""
+        """The part x <- x - lr * weight * g of the step's update (`g` is read when it is applied:
+        under SGD, when the step returns)."""
         if self.optimizer is None:
-            apply_flat_update(model, g, lr * weight)   # (lr * 1.0 is lr: the run as before)
+            self._sgd_part(functools.partial(apply_flat_update, model, g, lr * weight))   # (lr * 1.0 is lr)
             return
         self.buffer(model).add_(g.to(self.pending.device), alpha=weight)
 
@@ -163,7 +200,7 @@ class UpdateRule:
         """The part x <- x - lr * sum_j coefs[j] u_j: regenerated and added in place under SGD, else
         each u_j made whole and summed into the pending update."""
         if self.optimizer is None:
-            apply_directional_update(model, directions, coefs, lr)
+            self._sgd_part(functools.partial(apply_directional_update, model, directions, coefs, lr))
             return
         buffer = self.buffer(model)
         for j in range(directions.count):
@@ -171,8 +208,10 @@ class UpdateRule:
 
     def pending_parts(self, model: FunctionalModel) -> list[torch.Tensor] | None:
         """Views of the pending update shaped as the parameters (None under SGD): a part drawn
-        parameter by parameter (DP-ZOGD's isotropic noise) is added there."""
+        parameter by parameter (DP-ZOGD's isotropic noise) is added there; under SGD, into the
+        parameters, after the parts handed over so far (applied now)."""
         if self.optimizer is None:
+            self.release_held()
             return None
         return [piece.view(shape) for piece, shape in zip(self.buffer(model).split(model.numels), model.shapes)]
 
@@ -186,7 +225,8 @@ class UpdateRule:
     @torch.no_grad()
     def apply_pending(self, model: FunctionalModel, lr: float) -> None:
         """x <- x - lr * optimiser(sum of the step's parts), once (a step with no part leaves the
-        parameters and the optimiser's state as they are)."""
+        parameters and the optimiser's state as they are); under SGD, the parts kept so far."""
+        self.release_held()
         if self.pending is None:
             return
         g, self.pending = self.pending, None

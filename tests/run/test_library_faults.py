@@ -4,6 +4,8 @@ step still meets inside the user's model or loss names it and the step; every me
 library's arguments, never the framework's config keys; a drawn batch changed in place is refused."""
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 
 import pytest
@@ -14,7 +16,10 @@ from test_library import SIGMA_CACHE, Tiny, tiny_data, tiny_engine
 from torch import nn
 
 from pazo.errors import ConfigError, UserCodeError
+from pazo.methods import METHODS, method_info
+from pazo.methods.zeroth_order import DPZero
 from pazo.models.functional import cross_entropy_per_example
+from pazo.privacy import plan as plan_module
 from pazo.privacy.accountants import BudgetError
 from pazo.private import private_zo
 
@@ -219,3 +224,123 @@ def test_a_batch_changed_after_it_was_drawn_is_refused_and_an_unchanged_one_step
     assert optimiser.steps_done == 0 and unchanged(optimiser.model.module, before)
     optimiser.step(next(optimiser.batches()))   # a fresh one steps
     assert optimiser.steps_done == 1
+
+
+REPACKINGS = {"tuple": lambda x, y: (x, y), "list": lambda x, y: [x, y], "clones": lambda x, y: (x.clone(), y.clone()),
+              "views": lambda x, y: (x.view_as(x), y[:])}
+
+
+@FEW
+@given(seed=st.integers(0, 2**20), how=st.sampled_from(sorted(REPACKINGS)))
+@example(seed=0, how="tuple")   # the reported case: `for x, y in engine.batches(): engine.step((x, y))`
+def test_the_drawn_batch_is_checked_by_content_so_repacked_or_copied_it_steps_as_drawn(seed, how):
+    drawn, repacked = tiny_engine(seed=seed, epsilon=None), tiny_engine(seed=seed, epsilon=None)
+    for batch, again in zip(drawn.batches(), repacked.batches()):
+        drawn.step(batch)
+        repacked.step(REPACKINGS[how](*again))
+    assert repacked.steps_done == drawn.steps_done == drawn.plan.steps
+    assert all(torch.equal(a, b) for a, b in zip(drawn.model.params, repacked.model.params))
+
+
+def unpacked_and_changed(optimiser):
+    """The reported case's other form: the drawn tensors unpacked, one changed in place, re-packed."""
+    x, y = next(optimiser.batches())
+    x.mul_(2.0)
+    return x, y
+
+
+def test_a_repacked_batch_changed_in_place_is_refused_as_changed():
+    optimiser = tiny_engine(seed=0, epsilon=None)
+    with pytest.raises(ConfigError, match="^step\\(\\): the batch batches\\(\\) gave was changed in place"):
+        optimiser.step(unpacked_and_changed(optimiser))
+    assert optimiser.steps_done == 0
+
+
+BAD_VALUES = st.sampled_from([float("nan"), float("inf"), -float("inf")])
+
+
+@FEW
+@given(which=st.sampled_from(["train_data", "public"]), position=st.integers(0, 10**6), value=BAD_VALUES)
+@example(which="train_data", position=17 * 5 + 3, value=float("nan"))   # the reported case: a NaN input
+def test_a_non_finite_input_is_refused_before_any_step_naming_the_argument(which, position, value):
+    x, y = tiny_data(0)
+    public_x, public_y = tiny_data(1, n=40)
+    target = x if which == "train_data" else public_x
+    index = position % target.numel()
+    target.view(-1)[index] = value
+    model = Tiny(0)
+    before = params_of(model)
+    with pytest.raises(ConfigError) as err:
+        private_zo(model, cross_entropy_per_example, (x, y), public=(public_x, public_y),
+                   **{**QUICK, "method": "pazo_m", "epsilon": 2.0, "cache_dir": SIGMA_CACHE})
+    example_index = index // target.shape[1]
+    assert str(err.value).startswith(f"{which}: the inputs of example {example_index} hold {value}: inputs must be "
+                                     "finite")
+    assert "\n" not in str(err.value) and unchanged(model, before)
+
+
+@FEW
+@given(tensor=st.sampled_from(["layer.weight", "layer.bias", "scale"]), position=st.integers(0, 10**6),
+       value=BAD_VALUES)
+def test_a_non_finite_initial_parameter_or_buffer_is_refused_naming_it(tensor, position, value):
+    model = Tiny(0)
+    model.register_buffer("scale", torch.ones(5, dtype=torch.float64))
+    values = model.state_dict(keep_vars=True)[tensor]
+    index = position % values.numel()
+    with torch.no_grad():
+        values.view(-1)[index] = value
+    kind = "buffer" if tensor == "scale" else "parameter"
+    with pytest.raises(ConfigError, match=re.escape(f"model: {kind} {tensor!r} holds {value} at flat index {index}: "
+                                                    "the initial parameters must be finite")):
+        private_zo(model, cross_entropy_per_example, tiny_data(0), **QUICK)
+
+
+class LateStatistic(DPZero):
+    """A plugin's method: DPZero's step, with a statistic of its own that is `bad` from step `from_step`."""
+
+    bad, from_step = None, 1
+
+    def step(self, x, y, t):
+        stats = super().step(x, y, t)   # (its update handed over, as every method's is, before it returns)
+        return {**stats, "sharpness": type(self).bad if t >= type(self).from_step else 0.5}
+
+
+@pytest.fixture
+def late_plugin(monkeypatch):
+    """`plug_late` registered as a plugin would register it (dpzero's facts, its own class); plans
+    without their cross-check of every accountant (seconds of PLD each, not read here)."""
+    monkeypatch.setattr(plan_module, "cross_check", lambda plan, steps: None)
+    info = dataclasses.replace(method_info("dpzero"), name="plug_late", cls=LateStatistic)
+    monkeypatch.setitem(METHODS._items, "plug_late", info)
+    monkeypatch.setitem(METHODS._origins, "plug_late", "plug")
+    return LateStatistic
+
+
+#: queries on copies of the parameters (the in-place engine's perturbations, x + lam u - lam u, move them by a
+#: rounding: a failed step there leaves them within rounding of where they were)
+ENGINE = "vectorised"
+BAD_STATISTICS = st.one_of(
+    st.lists(st.integers(0, 3), max_size=3).filter(lambda shape: math.prod(shape) != 1)
+    .map(lambda shape: torch.full(shape, 0.5)),
+    st.just(torch.tensor(1 + 2j)), st.just([0.5]), st.just("0.5"))
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(bad=BAD_STATISTICS, from_step=st.integers(1, 3), method=st.sampled_from(["epsilon", "none"]))
+@example(bad=torch.ones(3), from_step=1, method="none")   # the reported case: shape (3,) at step 1
+def test_a_plugins_bad_statistic_is_refused_before_its_steps_update_so_the_model_is_as_before(late_plugin, bad,
+                                                                                               from_step, method):
+    epsilon = 2.0 if method == "epsilon" else None
+    late_plugin.bad, late_plugin.from_step = bad, 99
+    reference = tiny_engine(method="plug_late", epsilon=epsilon, steps=3, engine=ENGINE)   # the same key and streams
+    for _, batch in zip(range(from_step - 1), reference.batches()):
+        reference.step(batch)
+    late_plugin.from_step = from_step
+    failing = tiny_engine(method="plug_late", epsilon=epsilon, steps=3, engine=ENGINE)
+    batches = failing.batches()
+    for _ in range(from_step - 1):
+        failing.step(next(batches))
+    with pytest.raises(UserCodeError, match="^the step of method 'plug_late' returned statistic 'sharpness' as "):
+        failing.step(next(batches))
+    assert all(torch.equal(a, b) for a, b in zip(failing.model.params, reference.model.params))

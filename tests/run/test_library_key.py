@@ -76,7 +76,7 @@ CHANGES = st.one_of(
     st.tuples(st.integers(0, 40 * 5 - 1), deltas).map(lambda p: {"public": p}),
     st.sampled_from([0.5, 2.0, 1.0 + 1e-9]).map(lambda t: {"temperature": t}),
     st.sampled_from([{"lr": 0.2}, {"clip": 2.0}, {"steps": 4}, {"batch_size": 15}, {"q": 2},
-                     {"query_dropout": True}]).map(lambda s: {"setting": s}),
+                     {"query_dropout": True}, {"accountant": "rdp"}]).map(lambda s: {"setting": s}),
 )
 
 
