@@ -35,6 +35,8 @@ MODES = {RELEASED: 0o644, PUBLIC: 0o644, PRIVATE_WORKSPACE: 0o600, SECRET: 0o600
 OWNER_ONLY = (PRIVATE_WORKSPACE, SECRET)
 #: a run's private workspace (0700): what must never leave it
 WORKSPACE = "private"
+#: the step of every row a run lets out, one a line, written before the row reaches any outlet
+LEDGER = f"{WORKSPACE}/released_steps"
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,9 @@ _RUN_FILES = (
     File(".hydra/*.yaml", SECRET, f"Hydra's launch record: {_SEED}", writer="hydra"),
     File(f"{WORKSPACE}/checkpoint.pt", SECRET, "the noise stream's state and torch's generators (the seed)"),
     File(f"{WORKSPACE}/private_computation.json", SECRET, "the private data's digest"),
+    File(LEDGER, PRIVATE_WORKSPACE, "the step of each row the run's attempts let out, written before the row "
+         "reaches metrics.jsonl, W&B or another logger: a relaunch counts what a kill kept W&B from writing to "
+         "its local log, or what a deleted file no longer shows"),
     File("train.log", PUBLIC, "Hydra's log of the run's lines: what the console prints", writer="hydra"),
     File(".pazo.lock", PUBLIC, "the launch holding the directory (pid, host), while it runs"),
     File("attempts/*/metrics.jsonl", RELEASED, "an earlier attempt's rows (they left: kept)", "metrics"),
@@ -195,6 +200,15 @@ def write_private(path: Path | str, content) -> None:
     if path.parent.name == WORKSPACE:
         workspace(path.parent.parent)
     rundir.write_atomic(path, content, mode=MODES[SECRET])
+
+
+def open_private(path: Path | str, append: bool = True):
+    """An owner-only file (0600) opened for binary writing, unbuffered (a kill loses nothing written);
+    its folder, where it is a run's `private/`, made owner-only first."""
+    path = Path(path)
+    if path.parent.name == WORKSPACE:
+        workspace(path.parent.parent)
+    return rundir.open_file(path, MODES[SECRET], append=append)
 
 
 def make_owner_only(path: Path | str) -> None:

@@ -87,7 +87,7 @@ class Recorder:
         self.resolved = OmegaConf.to_container(cfg, resolve=True)
         # (readable by its owner only: it holds the seed, which the guarantee assumes secret)
         gate.write_private(self.dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True).encode())
-        self._metrics, self._offset = None, 0
+        self._metrics, self._ledger, self._offset = None, None, 0
         #: the last step an earlier attempt wrote a row for; a resumed attempt's rows up to it are not written again
         self.released_through = 0
         if rows:
@@ -97,6 +97,8 @@ class Recorder:
                     self.released_through = _whole_rows_kept(metrics, resume_bytes)
                 self._metrics = gate.open_released(metrics, append=resume_bytes is not None)
                 self._offset = metrics.stat().st_size
+            with writing(self.dir / gate.LEDGER):
+                self._ledger = gate.open_private(self.dir / gate.LEDGER)
         self.summary: dict = {}
         #: a heartbeat the machine refused to write (the run goes on; its next summary write tells)
         self.beat_fault: WriteFault | None = None
@@ -155,11 +157,19 @@ class Recorder:
         if row["step"] <= self.released_through:
             return
         row = _clean(row)
+        self._enter_in_ledger(row["step"])
         self._append((json.dumps(row) + "\n").encode())
         released = self._released(row)
         if self.wandb is not None:
             self.wandb.log(released, step=row["step"])
         self._to_loggers(released)
+
+    def _enter_in_ledger(self, step: int) -> None:
+        """The row's step in the run's ledger (`pazo.gate.LEDGER`) before the row leaves by any outlet:
+        W&B may send a row its local log never holds (a kill loses its unwritten block), and a user may
+        delete metrics.jsonl; the ledger still shows the step to the next launch (`pazo.releases`)."""
+        with writing(self.dir / gate.LEDGER):
+            self._ledger.write(f"{step}\n".encode())
 
     def _append(self, data: bytes) -> None:
         """One whole row at the end of metrics.jsonl: a write cut short is taken back."""
@@ -240,8 +250,9 @@ class Recorder:
     def close(self, failed: bool) -> None:
         """Close metrics.jsonl, each logger and W&B (its run summary sent); a logger's refused last
         write is raised once all are closed."""
-        if self._metrics is not None and not self._metrics.closed:
-            self._metrics.close()
+        for own in (self._metrics, self._ledger):
+            if own is not None and not own.closed:
+                own.close()
         refused = None
         for logger in self.loggers:
             try:

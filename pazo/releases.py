@@ -15,6 +15,9 @@ The outlets read, in the directory and in each archived attempt under `attempts/
   still shows its step where its first cell can be read) and the scalars of each TensorBoard event
   file under `tensorboard/`, read with TensorBoard's own reader (which stops at a damaged record:
   what it read before counts);
+- the run's ledger, `private/released_steps` (`pazo.gate.LEDGER`): the step of each row, written
+  before the row goes to metrics.jsonl or any logger; a kill can keep W&B from writing the rows it
+  sent to its local log (it writes that log by 32 KiB blocks), and a user can delete metrics.jsonl;
 - the console lines a run prints (`train.log`, which keeps every attempt's lines, and a sweep's
   `stdout.log`): the progress line, the epsilon line of the summary and the resume line.
 
@@ -22,6 +25,7 @@ Every file is read line by line or block by block (bounded memory, time linear i
 Where every trace of a release is gone nothing can be known, and nothing more is promised."""
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import struct
@@ -31,6 +35,7 @@ from pathlib import Path
 
 from pazo.checkpoint import read_summary
 from pazo.errors import ConfigError
+from pazo.gate import LEDGER
 from pazo.loggers import CSV_FILE, TENSORBOARD_DIR, csv_step, event_files, tensorboard_step
 
 #: the keys of a summary (summary.json's top level and its privacy block, W&B's run summary) that
@@ -100,6 +105,7 @@ def outlet_files(run_dir: Path) -> Iterator[tuple[Path, object]]:
             yield from ((log, wandb_log_step) for log in sorted(folder.glob("*.wandb")))
             yield folder / "files" / "wandb-summary.json", summary_file_step
             yield folder / "files" / "output.log", console_step
+    yield run_dir / LEDGER, ledger_step
     yield run_dir / "train.log", console_step
     yield run_dir / "stdout.log", console_step
 
@@ -140,6 +146,15 @@ def rows_step(path: Path) -> int:
             match = ROW_START.match(line)
             step = int(match.group(1)) if match else None
         best = max(best, as_step(step))
+    return best
+
+
+def ledger_step(path: Path) -> int:
+    """The highest step of a run's ledger (`pazo.gate.LEDGER`: a step a line, each written before its row left)."""
+    best = 0
+    for line in pieces(path):
+        with contextlib.suppress(ValueError):
+            best = max(best, as_step(int(line)))
     return best
 
 

@@ -9,6 +9,10 @@ under one output root. After every step, every file under the root and every lin
 - nothing printed holds a secret;
 - every run directory's summary prints an epsilon that covers every row that left it (the rows of
   metrics.jsonl and of its archived attempts each carry the epsilon spent by their step);
+- nothing others can read of a private selection tells K: the selection step runs the sweep twice, with
+  two draws of K, and the released folders and everything outside the sweep's `.private/` have the
+  same names, modes and times (the launch's), the same bytes but for the chosen run's noisy numbers
+  and model, and the sweep prints the same lines;
 - every file under a run's, an audit's, a sweep's or a selection's release folder is one the gate
   lists for that kind of computation (`pazo.gate.FILES`), with the mode its status says (a file
   Hydra or W&B writes: owner-only where its status is, whatever its mode otherwise), and a run's
@@ -23,6 +27,7 @@ import io
 import json
 import logging
 import os
+import re
 import signal
 import stat
 import tempfile
@@ -82,10 +87,58 @@ def run_in_process(cfg, run_dir: Path, kill: str | None, after: int, monkeypatch
 
 
 def mini_selection_spec(folder: Path) -> str:
+    """One cell of one configuration (dpzero at its defaults): two draws of K differ in K alone."""
     path = folder / "sel.yaml"
-    path.write_text("name: sel\nsettings: [digits]\nmethods: [dpzero]\nepsilons: [1]\nseeds: [0]\n"
+    path.write_text("name: sel\nsettings: [digits]\nmethods: [dpzero]\nepsilons: [1]\nseeds: [0]\ngrid: false\n"
                     "selection: private\nk: {distribution: geometric, mean: 2}\n")
     return str(path)
+
+
+#: the sweep folders of a walk's two selections (their draws of K differ)
+SWEEP_ROOTS = ("sweeps", "sweeps-again")
+
+
+def visible(sweep_dir: Path) -> dict[str, tuple]:
+    """What others can read of a sweep's folder, relative to its launch's time: each path outside
+    `.private/` (the `.private` folder's own entry included) with its mode and its modification time
+    less the launch's; a released file's bytes with the chosen run's noisy numbers and model left out."""
+    from pazo.selection import PRIVATE
+
+    stamp = json.loads(next((sweep_dir / PRIVATE).rglob("selection.json")).read_text())["launched_at"]
+    out = {}
+    for path in sorted(sweep_dir.rglob("*")):
+        relative = path.relative_to(sweep_dir)
+        if relative.parts[0] == PRIVATE and len(relative.parts) > 1:
+            continue
+        info = path.lstat()
+        when = "set by the draw" if path.name == PRIVATE else info.st_mtime - stamp
+        out[relative.as_posix()] = (stat.S_IMODE(info.st_mode), when, _content(path, str(sweep_dir)))
+    return out
+
+
+def _content(path: Path, folder: str):
+    """A file's content less what follows the chosen run's noise (floats, the model's bytes), its
+    sweep's `folder` written SWEEP."""
+    if path.is_dir() or path.name == "model.safetensors":
+        return path.is_dir() or path.stat().st_size
+    text = path.read_text().replace(folder, "SWEEP")
+    if path.suffix == ".json":
+        return _shape(json.loads(text))
+    if path.suffix == ".jsonl":
+        return [_shape(json.loads(line)) for line in text.splitlines() if line.strip()]
+    return text
+
+
+def _shape(value):
+    """`value` with its floats, and the decimals in its strings, written as such; a summary's warnings
+    (which of them a run gets follows its noisy accuracy) as a list of strings."""
+    if isinstance(value, dict):
+        return {k: "strings" if k == "warnings" else _shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shape(v) for v in value]
+    if isinstance(value, str):
+        return re.sub(r"\d+\.\d+", "a decimal", value)
+    return "a float" if isinstance(value, float) else value
 
 
 class Entries(RuleBasedStateMachine):
@@ -178,19 +231,49 @@ class Entries(RuleBasedStateMachine):
     def first_library(self, seed):
         self.library(seed)
 
-    @initialize()
-    def selection(self):
-        """A private selection's sweep (its runs are subprocesses: once a walk, in the longer walks;
-        the fast suite runs one on its own, `test_a_private_selection_releases_no_secret`)."""
+    @initialize(ks=st.tuples(st.integers(1, 3), st.integers(1, 3)).filter(lambda ks: ks[0] != ks[1]))
+    def selection(self, ks):
+        """A private selection's sweep, twice, with two draws of K `ks` (its runs are subprocesses: once
+        a walk, in the longer walks; the fast suite runs one on its own,
+        `test_a_private_selection_releases_no_secret_and_tells_nothing_of_k`)."""
         if not self.with_selection:
             return
         self.selected = True
         spec = mini_selection_spec(self.root)
-        with contextlib.redirect_stdout(self.printed), contextlib.redirect_stderr(self.printed):
-            sweep.main([spec, "--out", str(self.root / "sweeps"), "train.steps=3", "device=cpu"])
+        self.sweep_lines = []
+        for k, out in zip(ks, SWEEP_ROOTS):
+            self.sweep_lines.append(self._selection_sweep(spec, k, self.root / out))
         for folder in (self.root / "sweeps").rglob("config.yaml"):   # the K runs' seeds are secrets too
             if (seed := _config_seed(folder)) is not None and seed >= 2**20:
                 self.seeds.add(seed)
+
+    def _selection_sweep(self, spec: str, k: int, out: Path) -> list[str]:
+        """`pazo-sweep spec --out out`, K drawn as `k`: the lines it printed, its folder and times as `out`."""
+        from pazo.privacy.selection import KDistribution
+
+        lines = []
+        handler = logging.Handler()
+        handler.emit = lambda record: lines.append(record.getMessage().replace(str(out), "OUT"))
+        logging.getLogger("pazo").addHandler(handler)
+        try:
+            with self.monkeypatch.context() as patch, contextlib.redirect_stdout(self.printed), \
+                    contextlib.redirect_stderr(self.printed):
+                patch.setattr(KDistribution, "draw", lambda distribution, rng=None: k)
+                sweep.main([spec, "--out", str(out), "train.steps=3", "device=cpu"])
+        finally:
+            logging.getLogger("pazo").removeHandler(handler)
+        return [re.sub(r"\b[0-9.]+ s\b", "_ s", line) for line in lines]
+
+    @invariant()
+    def nothing_others_read_tells_k(self):
+        if not self.selected:
+            return
+        first, again = (visible(self.root / out / "sel") for out in SWEEP_ROOTS)
+        assert any(name.endswith("selected,seed=0/summary.json") for name in first)   # (one run released)
+        assert first == again, "what others can read of a selection varies with K: " + "; ".join(
+            f"{name}: {first.get(name)} / {again.get(name)}" for name in sorted(set(first) | set(again))
+            if first.get(name) != again.get(name))[:2000]
+        assert self.sweep_lines[0] == self.sweep_lines[1], "the sweep's printed lines vary with K"
 
     @precondition(lambda self: self.selected)
     @rule()
@@ -252,9 +335,10 @@ class Entries(RuleBasedStateMachine):
         """(kind, its folder, a file) for every file under the root's computations."""
         folders = [("run", d) for d in (self.root / "runs").glob("*")]
         folders += [("audit", d) for d in (self.root / "audits").glob("*")]
-        releases = [d for d in (self.root / "sweeps").rglob("selected,seed=*") if d.is_dir()]
+        sweeps = [self.root / out for out in SWEEP_ROOTS]
+        releases = [d for root in sweeps for d in root.rglob("selected,seed=*") if d.is_dir()]
         folders += [("selection release", d) for d in releases]
-        folders += [("sweep", d) for d in (self.root / "sweeps").glob("*")]
+        folders += [("sweep", d) for root in sweeps for d in root.glob("*")]
         for kind, folder in folders:
             for path in folder.rglob("*"):
                 inside_release = kind == "sweep" and any(r in path.parents for r in releases)
@@ -288,13 +372,14 @@ def test_no_entry_point_releases_a_secret_or_an_uncounted_row(monkeypatch):
     _walk(monkeypatch, max_examples=2, steps=8, with_selection=False)
 
 
-def test_a_private_selection_releases_no_secret(monkeypatch):
+def test_a_private_selection_releases_no_secret_and_tells_nothing_of_k(monkeypatch):
+    """The selection step alone, K drawn as 1 and then 2, and every invariant after it."""
     Entries.monkeypatch, Entries.with_selection = monkeypatch, True
     state = Entries()
     try:
-        state.selection()
+        state.selection((1, 2))
         state.report()
-        assert list((state.root / "sweeps" / "sel").rglob("selected,seed=0/summary.json"))   # (one run released)
+        state.nothing_others_read_tells_k()
         state.secrets_stay_in_the_private_workspace()
         state.every_released_row_is_covered()
         state.every_file_is_listed_with_its_mode()

@@ -75,3 +75,38 @@ def test_a_resume_goes_on_after_the_whole_rows_of_a_damaged_metrics_file(tmp_pat
     assert step == last_row_step(kept)
     if how == "as written":
         assert kept == before and step == n
+
+
+class LedgerCheckingLogger:
+    """A logger (and W&B) that, on each row it gets, reads the run's ledger: the row's step must be there."""
+
+    def __init__(self, run_dir):
+        self.ledger, self.seen = run_dir / "private" / "released_steps", []
+
+    def write(self, row: dict) -> None:
+        self.seen.append(row["step"] in map(int, self.ledger.read_text().split()))
+
+    def log(self, row: dict, step: int) -> None:
+        self.write({**row, "step": step})
+
+    def close(self) -> None:
+        pass
+
+
+@settings(max_examples=30, deadline=None)
+@given(steps=st.lists(st.integers(1, 10**9), min_size=1, max_size=8, unique=True).map(sorted))
+def test_every_row_is_in_the_ledger_before_any_outlet_gets_it(tmp_path_factory, steps):
+    """The rule the relaunch counts on (`pazo.releases`): the step of every row the recorder lets out is
+    in the run's owner-only ledger before metrics.jsonl, a logger or W&B gets the row."""
+    run_dir = tmp_path_factory.mktemp("run")
+    recorder = Recorder(run_dir, OmegaConf.create({"seed": 3}), DISABLED)
+    outlet = LedgerCheckingLogger(run_dir)
+    recorder.loggers, recorder.wandb = [outlet], outlet
+    real_append = recorder._append
+    recorder._append = lambda data: (outlet.write(json.loads(data)), real_append(data))
+    for step in steps:
+        recorder.log({"step": step, "epsilon": 0.1})
+    recorder.wandb = None
+    recorder.close(failed=False)
+    assert outlet.seen == [True] * 3 * len(steps)
+    assert (run_dir / "private" / "released_steps").stat().st_mode & 0o777 == 0o600

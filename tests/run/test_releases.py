@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 
 from pazo.errors import ConfigError
 from pazo.progress import Progress
+from pazo.recorder import Recorder
 from pazo.releases import console_step, earlier_releases
 from pazo.summary import print_summary, resumed_line
 from outlet_damage import DAMAGE, damage
@@ -26,7 +28,8 @@ OUTLETS = ("metrics.jsonl", "summary.json", "wandb/offline-run-20260101_000000-a
            "wandb/run-20260101_000000-abc/files/wandb-summary.json",
            "wandb/offline-run-20260101_000000-abc/files/output.log", "train.log", "stdout.log",
            "attempts/1/metrics.jsonl", "attempts/1/summary.json", "metrics.csv",
-           "tensorboard/events.out.tfevents.1.host.1.0", "attempts/1/tensorboard/events.out.tfevents.1.host.1.0")
+           "tensorboard/events.out.tfevents.1.host.1.0", "attempts/1/tensorboard/events.out.tfevents.1.host.1.0",
+           "private/released_steps")
 
 
 def rows(k: int) -> bytes:
@@ -83,7 +86,8 @@ def console(k: int) -> bytes:
 #: by the end of the file's name (W&B's summary before pazo's)
 WRITERS = {"wandb-summary.json": lambda k: json.dumps({"_step": k, "steps_done": k}).encode(),
            "metrics.jsonl": rows, "summary.json": summary, ".wandb": wandb_log, "output.log": console,
-           "train.log": console, "stdout.log": console, "metrics.csv": csv_rows, ".0": tensorboard_events}
+           "train.log": console, "stdout.log": console, "metrics.csv": csv_rows, ".0": tensorboard_events,
+           "released_steps": lambda k: "".join(f"{t}\n" for t in range(1, k + 1)).encode()}
 
 
 def write_outlet(run_dir: Path, name: str, k: int) -> Path:
@@ -174,6 +178,30 @@ def summary_lines(step: int, epsilon: float, earlier: int | None) -> list[str]:
         logger.level = level
     assert any(f"{step} steps" in line for line in said)
     return said
+
+
+@CHECKS
+@given(k=st.integers(1, 30), kept=st.sets(st.sampled_from(["train.log", "summary.json", "wandb"])))
+@example(k=12, kept={"summary.json", "wandb"})   # the reported case: SIGKILL after 12 rows, metrics.jsonl deleted
+def test_a_killed_runs_rows_are_counted_when_metrics_jsonl_is_deleted(k, kept, tmp_path_factory):
+    """A run killed (SIGKILL: no summary after its first, W&B's local log holding its header alone, as
+    W&B leaves it until a 32 KiB block fills) after `k` rows, its metrics.jsonl deleted: the next
+    launch still sees the `k` rows released, from the run's ledger, whichever of its other files stay."""
+    run_dir = tmp_path_factory.mktemp("run")
+    recorder = Recorder(run_dir, OmegaConf.create({"seed": 3}), OmegaConf.create({"mode": "disabled"}))
+    recorder.write_summary({"status": "running"})
+    for t in range(1, k + 1):
+        recorder.log({"step": t, "epsilon": t / 100})
+    (run_dir / "metrics.jsonl").unlink()
+    if "wandb" in kept:
+        log = run_dir / "wandb" / "offline-run-20260101_000000-abc" / "run-abc.wandb"
+        log.parent.mkdir(parents=True)
+        log.write_bytes(wandb_log_bytes([])[:7])
+    if "train.log" in kept:
+        (run_dir / "train.log").write_text(f"{STAMP}pazo: dpzero on digits\n")
+    if "summary.json" not in kept:
+        (run_dir / "summary.json").unlink()
+    assert earlier_releases(run_dir).step == k
 
 
 def test_an_outlet_that_cannot_be_read_is_refused_in_one_line(tmp_path):

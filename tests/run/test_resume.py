@@ -111,7 +111,7 @@ def test_a_run_stopped_in_the_old_layout_resumes_exactly_into_the_private_worksp
     assert not (tmp_path / "old" / "checkpoint.pt").exists()
     assert not (tmp_path / "old" / "private_computation.json").exists()
     workspace = tmp_path / "old" / gate.WORKSPACE
-    assert {p.name for p in workspace.iterdir()} == {"checkpoint.pt", "private_computation.json"}
+    assert {p.name for p in workspace.iterdir()} == {"checkpoint.pt", "private_computation.json", "released_steps"}
     assert stat.S_IMODE(workspace.stat().st_mode) == 0o700
 
 
