@@ -98,7 +98,7 @@ def main():
     if unknown:
         sys.exit(f"benchmark_engines: unknown setting or method {', '.join(unknown)}; settings: "
                  f"{', '.join(settings.SETTINGS)}; methods: {', '.join(ZEROTH_ORDER)}")
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    device = settings.device_or_exit(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.batch_size:
