@@ -90,7 +90,7 @@ def launch(cfg, run_dir: Path, kill: str | None, after: int, monkeypatch) -> str
 def released_rows(run_dir: Path, private_diagnostics: bool) -> dict[int, dict]:
     """metrics.jsonl's rows by step, as the gate releases them."""
     rows = read_metric_rows(run_dir / "metrics.jsonl").rows
-    return {row["step"]: outlets.to_wandb("metrics", row, private_diagnostics) for row in rows}
+    return {row["step"]: outlets.released_row("metrics", row, private_diagnostics) for row in rows}
 
 
 def csv_rows(run_dir: Path) -> list[dict]:
