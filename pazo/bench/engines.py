@@ -25,14 +25,14 @@ import json
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
 
-from pazo.plugins import load_plugins
 from pazo.bench import common, settings, timing
 from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
 from pazo.methods import method_names
 
 def alternate(ways: dict, device: torch.device, warmup: int, iters: int) -> dict[str, list[float]]:
@@ -131,10 +131,8 @@ def main():
               f"{r['paired_vectorised_over_inplace']:.2f} |")
 
 
-def cli() -> None:
-    """`pazo-bench engines`, `python -m pazo.bench.engines`, `python scripts/benchmark_engines.py`."""
-    load_plugins()
-    common.run_main("benchmark_engines", main)
+#: `pazo-bench engines`, `python -m pazo.bench.engines`, `python scripts/benchmark_engines.py`.
+cli = command(partial(common.run_main, "benchmark_engines", main))
 
 
 if __name__ == "__main__":

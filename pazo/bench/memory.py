@@ -34,11 +34,10 @@ import sys
 import time
 from pathlib import Path
 
-from pazo.plugins import load_plugins
 from pazo import REPO_ROOT
 from pazo.bench.common import RESULTS_DIR, at_least, comma_separated, command_line, write_result
 from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
 from pazo.bench.settings import device_or_exit
 
 SHAPES = {  # hidden, layers, heads, ffn
@@ -180,10 +179,8 @@ def main() -> None:
     write_result(out, result)
 
 
-def cli() -> None:
-    """`pazo-bench memory`, `python -m pazo.bench.memory`, `python scripts/benchmark_memory.py`."""
-    load_plugins()
-    main()
+#: `pazo-bench memory`, `python -m pazo.bench.memory`, `python scripts/benchmark_memory.py`.
+cli = command(main)
 
 
 if __name__ == "__main__":

@@ -55,14 +55,14 @@ import signal
 import statistics
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from pazo.plugins import load_plugins
 from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
 from pazo.bench.common import RESULTS_DIR, at_least, run_main, write_result
 from pazo.bench.settings import (ENGINE_NAMES, PAPER_SETTING, SETTINGS, add_dataset_setting, bare_model,
                                  bare_passes, build_benchmark_method, check_overrides_for, compose_cfg,
@@ -371,10 +371,8 @@ def table_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
-def cli() -> None:
-    """`pazo-bench methods`, `python -m pazo.bench.methods`, `python scripts/benchmark_methods.py`."""
-    load_plugins()
-    run_main("benchmark_methods", main)
+#: `pazo-bench methods`, `python -m pazo.bench.methods`, `python scripts/benchmark_methods.py`.
+cli = command(partial(run_main, "benchmark_methods", main))
 
 
 if __name__ == "__main__":

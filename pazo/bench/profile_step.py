@@ -26,15 +26,15 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from pazo.plugins import load_plugins
 from pazo.bench.common import RESULTS_DIR, at_least, command_line, git_commit, machine_details, run_main, write_result
 from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
 from pazo.bench.settings import SETTINGS, build_benchmark_method, device_or_exit, synthetic_inputs
 from pazo.bench.timing import device_name, sync
 OPS = ["seed", "manual_seed", "draw", "perturb", "forward+", "move", "forward-", "restore", "clip_sum", "noise",
@@ -164,10 +164,8 @@ def main():
     write_result(out, result)
 
 
-def cli() -> None:
-    """`pazo-bench profile`, `python -m pazo.bench.profile_step`, `python scripts/profile_zo_step.py`."""
-    load_plugins()
-    run_main("profile_zo_step", main)
+#: `pazo-bench profile`, `python -m pazo.bench.profile_step`, `python scripts/profile_zo_step.py`.
+cli = command(partial(run_main, "profile_zo_step", main))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from pazo.commands import command
 from pazo import CONFIG_DIR
 
 KEY = re.compile(r"""^(?P<indent>\s*)(?P<key>[^\s#'"\-][^:#]*?|'[^']*'|"[^"]*"):(?:\s+(?P<rest>.*))?$""")
@@ -278,14 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def cli() -> None:
-    """`pazo-report configs`, `python -m pazo.report.docs_configs`."""
-    import sys
-
-    from pazo.plugins import load_plugins
-
-    load_plugins()
-    sys.exit(main())
+#: `pazo-report configs`, `python -m pazo.report.docs_configs`.
+cli = command(main)
 
 
 if __name__ == "__main__":

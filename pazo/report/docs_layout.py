@@ -27,7 +27,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from pazo import REPO_ROOT
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
 
 #: the window sizes a reader's screen may have: a laptop and a phone
 WINDOWS = ((1280, 900), (390, 844))
@@ -218,9 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if problems else 0
 
 
-def cli() -> None:
-    """`pazo-report docs-layout`, `python -m pazo.report.docs_layout`."""
-    sys.exit(main())
+#: `pazo-report docs-layout`, `python -m pazo.report.docs_layout`.
+cli = command(main)
 
 
 if __name__ == "__main__":

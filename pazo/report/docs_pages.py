@@ -17,9 +17,8 @@ import re
 import sys
 from pathlib import Path
 
-from pazo.plugins import load_plugins
 from pazo import REPO_ROOT
-from pazo.commands import summary_of
+from pazo.commands import command, summary_of
 from pazo.rundir import write_text_atomic
 
 #: the folders under docs/ this generator owns
@@ -203,10 +202,8 @@ def main(argv=None) -> int:
     return 0
 
 
-def cli() -> None:
-    """`pazo-report docs`, `python -m pazo.report.docs_pages`."""
-    load_plugins()
-    sys.exit(main())
+#: `pazo-report docs`, `python -m pazo.report.docs_pages`.
+cli = command(main)
 
 
 if __name__ == "__main__":

@@ -47,9 +47,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pazo.plugins import load_plugins
 from pazo import REPO_ROOT
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
 from pazo.report.docs_commands import FENCE, SHELL_FENCES, Command, _commands, classify, documented_pages
 
 DIRECTIVE = re.compile(r"^[ \t]*<!--\s*docs-run(?:\s+`(?P<select>[^`]+)`)?\s*:\s*(?P<what>.*?)\s*-->", re.S | re.M)
@@ -449,10 +448,8 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failures else 0
 
 
-def cli() -> None:
-    """`pazo-report docs-run`, `python -m pazo.report.docs_run`."""
-    load_plugins()
-    sys.exit(main())
+#: `pazo-report docs-run`, `python -m pazo.report.docs_run`.
+cli = command(main)
 
 
 if __name__ == "__main__":

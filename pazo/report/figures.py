@@ -30,8 +30,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from pazo.plugins import load_plugins
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
 from pazo import REPO_ROOT as ROOT  # noqa: E402
 from pazo.errors import ConfigError  # noqa: E402
 from pazo.metrics_file import FILE, CorruptMetrics, read_metric_rows, torn_note  # noqa: E402
@@ -231,10 +230,8 @@ def main(argv=None) -> int:
     return 0
 
 
-def cli() -> None:
-    """`pazo-report figures`, `python -m pazo.report.figures`, `python scripts/make_figures.py`."""
-    load_plugins()
-    sys.exit(main())
+#: `pazo-report figures`, `python -m pazo.report.figures`, `python scripts/make_figures.py`.
+cli = command(main)
 
 
 if __name__ == "__main__":
