@@ -206,7 +206,7 @@ def private_diagnostics_sentence() -> str:
 
 
 def as_markdown() -> str:
-    """The allow-list as the guarantee page's tables (`pazo.report docs` writes it)."""
+    """The allow-list as the guarantee page's tables (`make docs-pages` writes it)."""
     lines = []
     for outlet, listed in [*OUTLETS.items(), ("config", CONFIG_SECRET)]:
         where = WHERE.get(outlet, "W&B's config: the resolved config less these keys")

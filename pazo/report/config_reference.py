@@ -186,7 +186,7 @@ PARTS = ("config", "audit", "sweeps")
 
 def configs_page() -> str:
     lines = ["# Configuration reference", "",
-             "Generated from `configs/` by `.venv/bin/pazo-report docs`: every config file's keys, their "
+             "Generated from `configs/` by `make docs-pages`: every config file's keys, their "
              "defaults and the comments beside them. On the command line, `key=value` overrides a key "
              "(`privacy.epsilon=0.5`), `group=option` picks a config group's option (`method=dpzero`); "
              "see [the command lines](cli.md).", ""]
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-#: `pazo-report configs`, `python -m pazo.report.docs_configs`.
+#: `pazo-report configs`, `python -m pazo.report.config_reference`.
 cli = command(main)
 
 

@@ -1,7 +1,7 @@
 """The built documentation site, laid out by a headless Chromium: on no page does a table or a code
 block reach past what a reader can see or scroll to.
 
-    pazo-report docs-layout [--site site] [--window WIDTHxHEIGHT ...] [--browser PATH]
+    python -m tools.docs layout [--site site] [--window WIDTHxHEIGHT ...] [--browser PATH]
 
 Every page of the site (`make docs` builds it into site/) is loaded at each window size, its
 <details> blocks opened, and every table and code block of its text measured: content past the
@@ -188,7 +188,7 @@ def window_size(text: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="pazo-report docs-layout", description=summary_of(__doc__))
+    parser = ArgumentParser(prog="python -m tools.docs layout", description=summary_of(__doc__))
     parser.add_argument("--site", type=Path, default=REPO_ROOT / "site",
                         help="the built site (default: site/ of the repository, as `make docs` builds it)")
     parser.add_argument("--window", type=window_size, action="append", metavar="WIDTHxHEIGHT",
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if problems else 0
 
 
-#: `pazo-report docs-layout`, `python -m pazo.report.docs_layout`.
+#: `python -m tools.docs layout`, `python -m tools.docs.layout`.
 cli = command(main)
 
 
