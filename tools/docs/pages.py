@@ -111,10 +111,11 @@ def reference_pages() -> dict[str, str]:
     """docs/reference/: its path under docs/ -> its text, the same wherever pazo runs (a path of the
     checkout is written `<repo>`, a default that depends on the running Python is named, not shown)."""
     from tools.docs.cli import cli_page
+    from tools.docs.house import house_page
     from pazo.report.config_reference import configs_page
 
     return {"reference/configs.md": configs_page(), "reference/cli.md": cli_page(), "reference/api.md": api_page(),
-            "reference/outlets.md": outlets_page()}
+            "reference/outlets.md": outlets_page(), "reference/house.md": house_page()}
 
 
 def pages() -> dict[str, str]:
