@@ -68,7 +68,7 @@ def test_docs_check_passes_from_another_virtual_environment_and_directory(tmp_pa
     done = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys; print(sys.prefix)"], env=env,
                           capture_output=True, text=True, cwd=tmp_path)
     assert done.stdout.strip() == str(venv)                     # (it is another environment indeed)
-    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pazo.report", "docs", "--check"], env=env,
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "tools.docs", "pages", "--check"], env=env,
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
 
