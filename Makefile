@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-slow test-all lint docs docs-run check-defaults setup bench-calibration bench-cpu bench-gpu bench-threads bench-dpsgd-cpu bench-dpsgd-gpu demo clean
+.PHONY: run test test-slow test-all lint docs docs-pages docs-run check-defaults setup bench-calibration bench-cpu bench-gpu bench-threads bench-dpsgd-cpu bench-dpsgd-gpu demo clean
 
 ## The pinned requirements, then pazo itself in editable mode (entry points pazo-train, pazo-sweep, pazo-bench, pazo-report),
 ## and JAX-Privacy without its dependencies: its one-run f-DP estimator is the tests' independent
@@ -40,18 +40,24 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 
 ## The documentation site in site/: first a check that the generated pages (docs/reference/, docs/results/)
-## match the code, configs/ and scripts/results/ (`$(PY) -m pazo.report docs` regenerates them), then
+## match the code, configs/ and scripts/results/ (`make docs-pages` regenerates them), then
 ## MkDocs in strict mode (a broken link or reference, or a page missing from the nav, fails).
+## The tooling is the checkout's tools/docs/ (`$(PY) -m tools.docs --help`), not the installed package.
 docs: $(STAMP)
-	$(PY) -m pazo.report docs --check
+	$(PY) -m tools.docs pages --check
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
+## Regenerate the generated pages (docs/reference/, docs/results/) from the code, configs/ and
+## scripts/results/; commit what changed (`make docs` fails while they are stale).
+docs-pages: $(STAMP)
+	$(PY) -m tools.docs pages
 
 ## Every command shown in README.md and docs/, run from a temporary directory outside the checkout
 ## through .venv's entry points, with the size each page's `<!-- docs-run: ... -->` comment gives;
 ## commands that need absent data must end in their one `pazo: error:` line. The list, without running:
-## `$(PY) -m pazo.report docs-run --list`; one page: `--only PAGE`, one command: `--only PAGE:LINE`.
+## `$(PY) -m tools.docs run --list`; one page: `--only PAGE`, one command: `--only PAGE:LINE`.
 docs-run: $(STAMP)
-	$(PY) -m pazo.report docs-run --venv $(VENV)
+	$(PY) -m tools.docs run --venv $(VENV)
 
 ## Re-run every method's digits default and compare with scripts/results/defaults_digits_cpu.json
 ## (seeded, one thread per run: every number must come out the same; about 2 minutes on 2 cores).

@@ -1,5 +1,7 @@
 """One console entry point over several modules: `pazo-bench <name> [args]` and
-`pazo-report <name> [args]` run module `<name>`'s `cli()` with `[args]` as its command line.
+`pazo-report <name> [args]` run module `<name>`'s `cli()` with `[args]` as its command line; each
+module's `cli` is `command(main)`, the one start that `python -m pazo.<package>.<module>` and the
+launchers in scripts/ run too (plugins, then `main`, ended by `finish`).
 
 `--help` lists the names, one line each, without importing them; an unknown name is one line
 `pazo: error: ...` and exit 2; a Ctrl-C is one line and exit 130, before the command starts
@@ -14,6 +16,8 @@ import functools
 import importlib
 import os
 import sys
+from collections.abc import Callable
+from typing import NoReturn
 
 from pazo.file_kinds import NotRegularFile
 from pazo.interrupts import INTERRUPTED, restore, until_work_starts, work_starts
@@ -78,27 +82,47 @@ def _dispatch(prog: str, title: str, commands: dict[str, tuple[str, str]], argv:
     load_plugins()   # (a plugin's methods, data sets and models are names the command may be given)
     module = importlib.import_module(commands[name][0])
     saved, sys.argv = sys.argv, [f"{prog} {name}", *rest]
-    work_starts()
     try:
-        module.cli()
+        return finish(module.cli)
+    finally:
+        sys.argv = saved
+
+
+def command(main: Callable[[], int | None]) -> Callable[[], NoReturn]:
+    """The one start of a command module, `cli = command(main)`: what `pazo-bench <name>` and
+    `pazo-report <name>` (`dispatch`), `python -m pazo.<package>.<module>` and the launcher in
+    scripts/ run. It loads the plugins (their names are choices too), runs `main()` with the
+    endings every command shares (`finish`) and exits with its status."""
+    def cli() -> NoReturn:
+        sys.exit(finish(main))
+    return cli
+
+
+def finish(main: Callable[[], int | None]) -> int:
+    """`main()`'s exit status, ended as every pazo command ends: a Ctrl-C one line and 130; a
+    `sys.exit("message")` the message and 1, as Python does; a reader gone (`| head`) 0; an output
+    the machine refused (full disk, read-only folder) one line and 75, or 2 where it is the user's
+    input. `sys.argv[0]` names the command in the interrupt's line."""
+    load_plugins()
+    work_starts()
+    label = os.path.basename(sys.argv[0])
+    try:
+        code = main()
     except KeyboardInterrupt:
-        print(f"pazo: interrupted; {prog} {name} stopped", file=sys.stderr)
+        print(f"pazo: interrupted; {label} stopped", file=sys.stderr)
         return INTERRUPTED
     except SystemExit as stop:
         code = stop.code
-        if code is None or isinstance(code, int):
-            return code or 0
-        print(code, file=sys.stderr)   # sys.exit("message"): the message and status 1, as Python does
-        return 1
+        if not (code is None or isinstance(code, int)):
+            print(code, file=sys.stderr)   # sys.exit("message"): the message and status 1, as Python does
+            return 1
     except BrokenPipeError:   # the reader went away (`| head`): what it read was all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # (the exit's own flush would fail again)
         return 0
     except OSError as err:  # an output the machine refused (full disk, read-only folder): one line, not a traceback
         print(f"pazo: error: {os_error_line(err)}", file=sys.stderr)
         return 2 if err.errno in _INPUT_ERRNOS or isinstance(err, NotRegularFile) else 75
-    finally:
-        sys.argv = saved
-    return 0
+    return code or 0
 
 
 def summary_of(doc: str | None) -> str:
@@ -106,6 +130,8 @@ def summary_of(doc: str | None) -> str:
     line alone stops mid-sentence where the paragraph wraps)."""
     paragraph = (doc or "").strip().split("\n\n", 1)[0]
     return " ".join(line.strip() for line in paragraph.splitlines())
+
+
 def os_error_line(err: OSError) -> str:
     """An OSError as a user reads it: the file and the reason (a `pazo.rundir.WriteFault` says both)."""
     if err.filename is None or err.strerror is None:

@@ -142,17 +142,25 @@ SHIPPED_SEED_NOTE = (f"seed={TopSchema.seed} is the shipped default: anyone can 
                      "or privacy.secure_mode=true")
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, option: str = "device=") -> torch.device:
+    """The one resolver of a device name (`auto`: CUDA where there is one), checked against this
+    machine before any compute: a name torch does not know, or a device this machine lacks, is one
+    ConfigError naming the option as the user spelled it (`device=` in a run's config, `--device `
+    on a benchmark's command line)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"unknown device {name!r}; choices: auto, cpu, cuda, cuda:N, mps") from None
+    asked, instead = f"{option}{name} asked for but", f"use {option}auto or {option}cpu"
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device={name} asked for but CUDA is not available; use device=auto or cpu")
+        raise ConfigError(f"{asked} CUDA is not available; {instead}")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ConfigError(f"device={name} asked for but this machine has {torch.cuda.device_count()} CUDA "
+        raise ConfigError(f"{asked} this machine has {torch.cuda.device_count()} CUDA "
                           f"device(s) (cuda:0 ... cuda:{torch.cuda.device_count() - 1})")
     if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"device={name} asked for but MPS is not available; use device=auto or cpu")
+        raise ConfigError(f"{asked} MPS is not available; {instead}")
     return device
 
 

@@ -64,7 +64,7 @@ _RUN_FILES = (
     File("model.safetensors", RELEASED, "the released model (train.save_model)"),
     File("model.pt", RELEASED, "the released model, as an older pazo saved it"),
     File("wandb/**", RELEASED, "W&B's local copy of what it receives: the rows' and the summary's keys "
-         "`pazo.outlets.to_wandb` lets out, the config less the seed", "metrics, summary", writer="wandb"),
+         "`pazo.outlets.released_row` lets out, the config less the seed", "metrics, summary", writer="wandb"),
     File("tensorboard/**", RELEASED, "TensorBoard's event files: the rows' released numbers as scalars "
          "(`logger.report_to` with tensorboard)", "metrics", writer="tensorboard"),
     File("config.yaml", SECRET, f"the resolved config: {_SEED}", "config"),

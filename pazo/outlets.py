@@ -167,9 +167,10 @@ def private_keys() -> list[str]:
     return sorted({k for listed in OUTLETS.values() for k, (what, _) in listed.items() if what == PRIVATE})
 
 
-def to_wandb(outlet: str, values: dict, private_diagnostics: bool = False) -> dict:
-    """The part of `values` (a row or the flat summary) that W&B may receive: listed, not secret,
-    a private diagnostic only with `logger.private_diagnostics`; None values left out."""
+def released_row(outlet: str, values: dict, private_diagnostics: bool = False) -> dict:
+    """The part of `values` (a metrics row or the flat summary) that every logger receives (W&B,
+    TensorBoard, CSV, a plugin's): listed, not secret, a private diagnostic only with
+    `logger.private_diagnostics`; None values left out."""
     allowed = {RELEASED, PUBLIC, OUTSIDE} | ({PRIVATE} if private_diagnostics else set())
     return {k: v for k, v in values.items() if v is not None and status(outlet, k) in allowed}
 
@@ -205,7 +206,7 @@ def private_diagnostics_sentence() -> str:
 
 
 def as_markdown() -> str:
-    """The allow-list as the guarantee page's tables (`pazo.report docs` writes it)."""
+    """The allow-list as the guarantee page's tables (`make docs-pages` writes it)."""
     lines = []
     for outlet, listed in [*OUTLETS.items(), ("config", CONFIG_SECRET)]:
         where = WHERE.get(outlet, "W&B's config: the resolved config less these keys")

@@ -136,7 +136,7 @@ class Recorder:
 
     def _released(self, row: dict) -> dict:
         """The part of a row of metrics.jsonl that leaves for the loggers: one answer for all of them."""
-        return outlets.to_wandb("metrics", row, self.private_diagnostics)
+        return outlets.released_row("metrics", row, self.private_diagnostics)
 
     def _to_loggers(self, released: dict) -> None:
         for logger in self.loggers:
@@ -261,7 +261,7 @@ class Recorder:
                 refused = refused or fault
         if self.wandb is not None:
             flat = {k: v for k, v in self.summary.items() if not isinstance(v, (dict, list))}
-            self.wandb.summary.update(outlets.to_wandb("summary", flat, self.private_diagnostics))
+            self.wandb.summary.update(outlets.released_row("summary", flat, self.private_diagnostics))
             self.wandb.finish(exit_code=1 if failed else 0)
             self.wandb = None
         if refused is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from pathlib import Path
 
 import absl.logging  # noqa: F401  (here, so that its one handler is made now and spared below)
@@ -78,6 +79,8 @@ spare_absl_stream()
 #: the repository root: test files import it (`from conftest import ROOT`) instead of counting their own depth
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = str(ROOT / "configs")
+if str(ROOT) not in sys.path:   # the checkout's tools/ (the docs' tooling, not installed with pazo), last:
+    sys.path.append(str(ROOT))   # (an installed pazo, where one is tested, stays the one imported)
 
 
 class Quadratic(nn.Module):

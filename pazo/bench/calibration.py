@@ -22,11 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from pazo.plugins import load_plugins
 from pazo.bench.common import (RESULTS_DIR, at_least, comma_separated, command_line, git_commit, positive_number,
                                write_result)
 from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
 from pazo.privacy.accountants import BudgetError, GaussianAccountant, check_target_epsilon, default_eps_error
 from pazo.privacy.calibration import calibrate_sigma
 
@@ -106,10 +105,8 @@ def main():
                                   "results": rows})
 
 
-def cli() -> None:
-    """`pazo-bench calibration`, `python -m pazo.bench.calibration`, `python scripts/benchmark_calibration.py`."""
-    load_plugins()
-    main()
+#: `pazo-bench calibration`, `python -m pazo.bench.calibration`, `python scripts/benchmark_calibration.py`.
+cli = command(main)
 
 
 if __name__ == "__main__":

@@ -27,9 +27,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from pazo.plugins import load_plugins
 from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.bench.common import RESULTS_DIR, at_least, command_line, git_commit, write_result
 from pazo.methods import method_info, method_names
@@ -138,10 +137,8 @@ def main():
                                   "results": rows})
 
 
-def cli() -> None:
-    """`pazo-bench defaults`, `python -m pazo.bench.defaults`, `python scripts/check_defaults.py`."""
-    load_plugins()
-    main()
+#: `pazo-bench defaults`, `python -m pazo.bench.defaults`, `python scripts/check_defaults.py`.
+cli = command(main)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from pazo.plugins import load_plugins
 from pazo import REPO_ROOT  # noqa: E402
 from pazo.bench.common import at_least, comma_separated, one_of, positive_number, write_result  # noqa: E402
-from pazo.commands import ArgumentParser, summary_of  # noqa: E402
+from pazo.commands import ArgumentParser, command, summary_of  # noqa: E402
 from pazo.privacy.calibration import calibrate_sigma  # noqa: E402
 from pazo.rundir import save_figure_atomic, write_text_atomic  # noqa: E402
 from pazo.synthetic.quadratic import METHODS, MODES, best_over_lr, sweep  # noqa: E402
@@ -107,10 +106,8 @@ def main(argv=None):
     print(f"wrote {out}/ (runs.csv, best.csv, figure1_grad_norm.png/pdf, figure2_best_loss.png/pdf)")
 
 
-def cli() -> None:
-    """`pazo-bench dimension`, `python -m pazo.bench.dimension`, `python scripts/dpzero_dimension.py`."""
-    load_plugins()
-    main()
+#: `pazo-bench dimension`, `python -m pazo.bench.dimension`, `python scripts/dpzero_dimension.py`.
+cli = command(main)
 
 
 if __name__ == "__main__":

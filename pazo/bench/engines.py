@@ -1,13 +1,14 @@
 """The two zeroth-order engines side by side, in one process: the evidence for `engine.name=auto`.
 
-    pazo-bench engines [--settings digits,cifar_shape] [--methods mezo,dpzero,pazo_m,pazo_p,pazo_s]
+    pazo-bench engines [--settings digits,cifar_shape] [--methods mezo,dpzero,...]
                        [--iters 20] [--threads 1] [--out scripts/results/engines_<device>.json]
                        [--batch-size B] [--public-grads]
 
 (or `python -m pazo.bench.engines`, or `python scripts/benchmark_engines.py`)
 
-For each setting and method, one method object per engine (same config, model weights, data and
-seed) is built in the same process, and their steps alternate: vectorised, in-place, vectorised, ...
+For each setting and method (default: every registered zeroth-order method), one method object per
+engine (same config, model weights, data and seed) is built in the same process, and their steps
+alternate: vectorised, in-place, vectorised, ...
 The result is the median over `iters` pairs of (vectorised step time / in-place step time), which
 holds on a machine whose speed drifts, as a shared one does; per-engine medians are reported beside
 it. Synthetic inputs of each setting's shapes (`pazo.bench.settings`; `--batch-size` as in
@@ -24,17 +25,15 @@ import json
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
 
-from pazo.plugins import load_plugins
 from pazo.bench import common, settings, timing
 from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, summary_of
-
-ZEROTH_ORDER = ["mezo", "dpzero", "pazo_m", "pazo_p", "pazo_s"]
-
+from pazo.commands import ArgumentParser, command, summary_of
+from pazo.methods import method_names
 
 def alternate(ways: dict, device: torch.device, warmup: int, iters: int) -> dict[str, list[float]]:
     """Each way's step times, the ways run in turn (a, b, a, b, ...) so that drift hits both."""
@@ -80,10 +79,11 @@ def compare_public_grads(setting: str, device: torch.device, warmup: int, iters:
 
 
 def main():
+    zeroth_order = method_names("zeroth_order")   # (the registry's, a plugin's included)
     parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("--device", default="auto")
     parser.add_argument("--settings", default="digits,cifar_shape")
-    parser.add_argument("--methods", default=",".join(ZEROTH_ORDER))
+    parser.add_argument("--methods", default=",".join(zeroth_order))
     parser.add_argument("--iters", type=common.at_least(1), default=20)
     parser.add_argument("--warmup", type=common.at_least(0), default=2)
     parser.add_argument("--threads", type=common.at_least(0), default=1, help="torch CPU threads (0: torch's default)")
@@ -94,11 +94,11 @@ def main():
                         help="PAZO-P's k public gradients together against one by one, instead of the engines")
     args = parser.parse_args()
     unknown = sorted(set(args.settings.split(",")) - set(settings.SETTINGS)) + \
-        sorted(set(args.methods.split(",")) - set(ZEROTH_ORDER))
+        sorted(set(args.methods.split(",")) - set(zeroth_order))
     if unknown:
         sys.exit(f"benchmark_engines: unknown setting or method {', '.join(unknown)}; settings: "
-                 f"{', '.join(settings.SETTINGS)}; methods: {', '.join(ZEROTH_ORDER)}")
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+                 f"{', '.join(settings.SETTINGS)}; methods: {', '.join(zeroth_order)}")
+    device = settings.device_or_exit(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.batch_size:
@@ -131,10 +131,8 @@ def main():
               f"{r['paired_vectorised_over_inplace']:.2f} |")
 
 
-def cli() -> None:
-    """`pazo-bench engines`, `python -m pazo.bench.engines`, `python scripts/benchmark_engines.py`."""
-    load_plugins()
-    common.run_main("benchmark_engines", main)
+#: `pazo-bench engines`, `python -m pazo.bench.engines`, `python scripts/benchmark_engines.py`.
+cli = command(partial(common.run_main, "benchmark_engines", main))
 
 
 if __name__ == "__main__":

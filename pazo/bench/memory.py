@@ -34,11 +34,11 @@ import sys
 import time
 from pathlib import Path
 
-from pazo.plugins import load_plugins
 from pazo import REPO_ROOT
 from pazo.bench.common import RESULTS_DIR, at_least, comma_separated, command_line, write_result
 from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
+from pazo.bench.settings import device_or_exit
 
 SHAPES = {  # hidden, layers, heads, ffn
     "opt-125m": (768, 12, 12, 3072), "opt-350m": (1024, 24, 16, 4096), "opt-1.3b": (2048, 24, 32, 8192),
@@ -134,19 +134,6 @@ def zeroth_order_method(name: str) -> str:
     return name
 
 
-def check_memory_device(name: str) -> None:
-    """The device, checked in this process before any measuring one starts (a CUDA device without
-    a driver or a GPU is one line, not each subprocess' traceback)."""
-    from pazo.bench.settings import check_device
-    from pazo.errors import ConfigError
-
-    try:
-        check_device(name)
-    except ConfigError as err:
-        print(f"pazo: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
 def main() -> None:
     p = ArgumentParser(description=summary_of(__doc__))
     p.add_argument("--shape", default="opt-125m", choices=sorted(SHAPES))
@@ -161,7 +148,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.one, args)))
         return
-    check_memory_device(args.device)
+    device_or_exit(args.device)   # (in this process, before any measuring one starts)
     rows = []
     for what in ["forward", *args.methods]:
         cmd = [sys.executable, "-m", "pazo.bench.memory", "--one", what, *sys.argv[1:]]
@@ -192,10 +179,8 @@ def main() -> None:
     write_result(out, result)
 
 
-def cli() -> None:
-    """`pazo-bench memory`, `python -m pazo.bench.memory`, `python scripts/benchmark_memory.py`."""
-    load_plugins()
-    main()
+#: `pazo-bench memory`, `python -m pazo.bench.memory`, `python scripts/benchmark_memory.py`.
+cli = command(main)
 
 
 if __name__ == "__main__":

@@ -55,20 +55,21 @@ import signal
 import statistics
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from pazo.plugins import load_plugins
 from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
 from pazo.bench.common import RESULTS_DIR, at_least, run_main, write_result
 from pazo.bench.settings import (ENGINE_NAMES, PAPER_SETTING, SETTINGS, add_dataset_setting, bare_model,
-                                 bare_passes, build_benchmark_method, check_device, check_overrides_for, compose_cfg,
+                                 bare_passes, build_benchmark_method, check_overrides_for, compose_cfg,
                                  public_passes, set_batch_size, step_passes, synthetic_inputs)
 from pazo.bench.timing import paired_times, result_record, time_steps
 from pazo.errors import ConfigError, DataMissingError
+from pazo.experiment import resolve_device
 from pazo.methods import method_info, method_names
 from pazo.methods.base import public_grads_batched
 from pazo.models import build_model
@@ -258,7 +259,7 @@ def check_arguments(args) -> None:
     for setting in args.settings.split(","):
         if setting in DATASETS:   # read now: a data set whose files are missing is its loader's one line
             add_dataset_setting(setting, args.override)
-    check_device(args.device)
+    resolve_device(args.device, option="--device ")
     check_overrides_for(args.methods.split(","), args.settings.split(","), args.override)
 
 
@@ -286,7 +287,7 @@ def main():
         except (ConfigError, DataMissingError) as err:
             print(f"pazo: error: {err}", file=sys.stderr)
             sys.exit(2)
-    device = check_device(args.device)
+    device = resolve_device(args.device, option="--device ")
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.batch_size:
@@ -370,10 +371,8 @@ def table_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
-def cli() -> None:
-    """`pazo-bench methods`, `python -m pazo.bench.methods`, `python scripts/benchmark_methods.py`."""
-    load_plugins()
-    run_main("benchmark_methods", main)
+#: `pazo-bench methods`, `python -m pazo.bench.methods`, `python scripts/benchmark_methods.py`.
+cli = command(partial(run_main, "benchmark_methods", main))
 
 
 if __name__ == "__main__":

@@ -25,18 +25,17 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from pazo.plugins import load_plugins
 from pazo.bench.common import RESULTS_DIR, at_least, command_line, git_commit, machine_details, run_main, write_result
 from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, summary_of
-from pazo.bench.settings import SETTINGS, build_benchmark_method, synthetic_inputs
+from pazo.commands import ArgumentParser, command, summary_of
+from pazo.bench.settings import SETTINGS, build_benchmark_method, device_or_exit, synthetic_inputs
 from pazo.bench.timing import device_name, sync
 OPS = ["seed", "manual_seed", "draw", "perturb", "forward+", "move", "forward-", "restore", "clip_sum", "noise",
        "update"]
@@ -112,9 +111,7 @@ def main():
     parser.add_argument("--out", type=output_file, default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        sys.exit("profile_zo_step: --device cuda, but torch sees no CUDA device")
+    device = device_or_exit(args.device)
     x, y = synthetic_inputs(args.setting, SETTINGS[args.setting][3], device)
     jobs = {}  # name -> (step, its model): ours with packed parameters, ours without, the minimal step
     for name in ("ours", "ours_unpacked"):
@@ -167,10 +164,8 @@ def main():
     write_result(out, result)
 
 
-def cli() -> None:
-    """`pazo-bench profile`, `python -m pazo.bench.profile_step`, `python scripts/profile_zo_step.py`."""
-    load_plugins()
-    run_main("profile_zo_step", main)
+#: `pazo-bench profile`, `python -m pazo.bench.profile_step`, `python scripts/profile_zo_step.py`.
+cli = command(partial(run_main, "profile_zo_step", main))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ method built from its real config (configs/method/*.yaml), and the bare passes o
 step (its floor). Shared by `pazo.bench.methods`, `engines`, `profile_step` and `step_ops`."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
@@ -11,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from pazo import CONFIG_DIR
 from pazo.data.base import DataBundle, TensorSplit
 from pazo.errors import ConfigError
-from pazo.experiment import build_run
+from pazo.experiment import build_run, resolve_device
 from pazo.methods import method_info
 from pazo.methods.base import public_grads_batched
 from pazo.models import build_model
@@ -135,19 +137,15 @@ def check_overrides_for(methods, settings, extra) -> None:
                                   "give --methods of those that have the key)") from None
 
 
-def check_device(name: str) -> torch.device:
-    """The benchmark's device (`auto`: CUDA if there is one); an unknown or absent one is a ConfigError."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def device_or_exit(name: str) -> torch.device:
+    """A benchmark's `--device` (`pazo.experiment.resolve_device`), checked in this process before
+    anything is measured or a measuring child starts: a device this machine lacks is one line,
+    `pazo: error: ...`, and exit 2 (not CUDA's traceback in each child)."""
     try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"unknown device {name!r}; choices: auto, cpu, cuda, cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device {name}: CUDA is not available here; use --device cpu or auto")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ConfigError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    return device
+        return resolve_device(name, option="--device ")
+    except ConfigError as err:
+        print(f"pazo: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def make_module(cfg, setting):

@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import collections
 import timeit
+from functools import partial
 from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pazo.plugins import load_plugins
 from pazo.bench.common import RESULTS_DIR, run_main, write_result
 from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
 from pazo.bench.settings import (SETTINGS, bare_passes, build_benchmark_method,
                                  set_batch_size, synthetic_inputs)
 from pazo.bench.timing import result_record
@@ -110,10 +110,8 @@ def main():
     write_result(Path(args.out), result_record(torch.device("cpu"), rows))
 
 
-def cli() -> None:
-    """`pazo-bench step-ops`, `python -m pazo.bench.step_ops`, `python scripts/count_step_ops.py`."""
-    load_plugins()
-    run_main("count_step_ops", main)
+#: `pazo-bench step-ops`, `python -m pazo.bench.step_ops`, `python scripts/count_step_ops.py`.
+cli = command(partial(run_main, "count_step_ops", main))
 
 
 if __name__ == "__main__":

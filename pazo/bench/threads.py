@@ -20,14 +20,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from pazo.plugins import load_plugins
 from pazo.bench.common import REPO_ROOT, RESULTS_DIR, at_least, machine_details, run_main, write_result
 from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
 from pazo.errors import ConfigError
 
 DEFAULT_SETTINGS = "digits,cifar_shape,cifar10_nf32,imdb_lstm,tiny_imagenet_vit"
@@ -183,10 +183,8 @@ def main():
                                for k, v in train.items()})
 
 
-def cli() -> None:
-    """`pazo-bench threads`, `python -m pazo.bench.threads`."""
-    load_plugins()
-    run_main("benchmark_threads", main)
+#: `pazo-bench threads`, `python -m pazo.bench.threads`.
+cli = command(partial(run_main, "benchmark_threads", main))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ class PazoMConfig(RandomDirectionConfig):
 
 
 @register_method("pazo_m", config=PazoMConfig, label="PAZO-M", family="zeroth_order", uses_public=True,
+                 heat_map=("public_batch_size", "alpha"),
                  reference="PAZO paper, Algorithm 1",
                  public_passes=lambda cfg: int(cfg.alpha > 0))   # one public gradient, unless alpha = 0
 class PazoM(TwoPointMethod):

@@ -35,6 +35,7 @@ class PazoPConfig(ZerothOrderConfig):
 
 
 @register_method("pazo_p", config=PazoPConfig, label="PAZO-P", family="zeroth_order", uses_public=True,
+                 heat_map=("public_batch_size", "k"),
                  reference="PAZO paper, Algorithm 2 (orthonormalised G)",
                  public_passes=lambda cfg: cfg.k)   # k public gradients span the subspace
 class PazoP(TwoPointMethod):

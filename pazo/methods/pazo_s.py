@@ -41,6 +41,7 @@ class PazoSConfig(MethodConfig):
 
 
 @register_method("pazo_s", config=PazoSConfig, label="PAZO-S", family="zeroth_order", uses_public=True,
+                 heat_map=("public_batch_size", "perturbation"),
                  reference="PAZO paper, Algorithm 3",
                  forwards=lambda cfg: cfg.k + int(cfg.noisy_candidate),   # one per candidate (+ the noisy step's)
                  public_passes=lambda cfg: cfg.k)

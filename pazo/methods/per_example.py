@@ -86,11 +86,6 @@ def per_example_grads(model: FunctionalModel, x, y, chunk: int) -> torch.Tensor:
     return torch.cat(parts) if parts else model.zeros((0, model.dim))
 
 
-def clip_rows(rows: torch.Tensor, bound: float) -> torch.Tensor:
-    """Scale each row to norm at most `bound` (flat clipping); a row that is not finite becomes 0."""
-    return scaled_rows(rows, clip_factors(rows.norm(dim=1), bound))
-
-
 def clipped_sum(model: FunctionalModel, x, y, chunk: int, bound: float,
                 shift: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """sum_i clip_bound(g_i - shift) over the batch, chunk by chunk (the DP-SGD numerator; DOPE-SGD

@@ -52,6 +52,9 @@ class MethodInfo:
     #: the sweep's grid for this method where a setting's grid file does not name it: (override key,
     #: values) pairs (none: one run at the method's defaults); pairs, so that the facts stay hashable
     sweeps: tuple[tuple[str, tuple], ...] = ()
+    #: the two method keys (rows, columns) of its robustness heat map in the paper's figure 6
+    #: (`pazo-report figures`); None: the method has none
+    heat_map: tuple[str, str] | None = None
 
     @property
     def zeroth_order(self) -> bool:
@@ -83,7 +86,7 @@ def register_method(name: str, *, config: type[MethodConfig], label: str, family
                     uses_public: bool = False, private: bool = True, privacy_note: str | None = None,
                     forwards: Callable[[MethodConfig], int] | None = None,
                     public_passes: Callable[[MethodConfig], int] | None = None, release: str | None = None,
-                    sweeps: Mapping[str, list] | None = None):
+                    sweeps: Mapping[str, list] | None = None, heat_map: tuple[str, str] | None = None):
     """Class decorator: register a method under `name` with its facts and config schema. Derived
     where not given: a zeroth-order method's forwards are a two-point estimate's (2q), its release
     `scalar`; a first-order method's release `vector`; a non-private method releases `none`."""
@@ -101,7 +104,8 @@ def register_method(name: str, *, config: type[MethodConfig], label: str, family
         info = MethodInfo(name, cls, config, label, family, uses_public, private, reference, privacy_note,
                           forwards=forwards if zeroth else None,
                           public_passes=public_passes or MethodInfo.public_passes,
-                          release=release, sweeps=tuple((k, tuple(v)) for k, v in (sweeps or {}).items()))
+                          release=release, sweeps=tuple((k, tuple(v)) for k, v in (sweeps or {}).items()),
+                          heat_map=heat_map)
         METHODS.register(name, origin=cls.__module__)(info)
         store = ConfigStore.instance()
         store.store(group="method", name=f"{name}_schema", node=config)

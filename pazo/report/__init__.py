@@ -9,10 +9,7 @@ COMMANDS = {
     "figures": ("pazo.report.figures", "the paper's figures from sweeps, as PNG and PDF"),
     "audit-table": ("pazo.report.audit_table", "privacy audits gathered into one markdown table"),
     "llm-table": ("pazo.report.llm_table", "mean and spread over data seeds of the LLM sweeps"),
-    "configs": ("pazo.report.docs_configs", "every config key with its default and meaning (the config reference)"),
-    "docs": ("pazo.report.docs_pages", "the documentation's generated pages (reference, results) under docs/"),
-    "docs-run": ("pazo.report.docs_run", "run every command shown in README.md and docs/, from outside the checkout"),
-    "docs-layout": ("pazo.report.docs_layout", "no table or code block of the built site is cut off (Chromium)"),
+    "configs": ("pazo.report.config_reference", "every config key with its default and meaning (the config reference)"),
     "run": ("pazo.report.run_figure", "one run directory's curves (accuracy, loss, epsilon against the step) as a PNG"),
 }
 

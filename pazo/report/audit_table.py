@@ -17,9 +17,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pazo.plugins import load_plugins
 from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
 from pazo.audit.run import read_audits
 from pazo.methods import METHODS
 from pazo.rundir import write_text_atomic
@@ -101,10 +100,8 @@ def main(argv=None) -> int:
     return 0
 
 
-def cli() -> None:
-    """`pazo-report audit-table`, `python -m pazo.report.audit_table`, `python scripts/make_audit_table.py`."""
-    load_plugins()
-    sys.exit(main())
+#: `pazo-report audit-table`, `python -m pazo.report.audit_table`, `python scripts/make_audit_table.py`.
+cli = command(main)
 
 
 if __name__ == "__main__":

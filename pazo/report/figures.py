@@ -30,8 +30,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from pazo.plugins import load_plugins
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
 from pazo import REPO_ROOT as ROOT  # noqa: E402
 from pazo.errors import ConfigError  # noqa: E402
 from pazo.metrics_file import FILE, CorruptMetrics, read_metric_rows, torn_note  # noqa: E402
@@ -42,8 +41,14 @@ from pazo.rundir import save_figure_atomic  # noqa: E402
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
 PROTOCOL = {"val": "selected on validation accuracy; test accuracy, mean over seeds",
             "test": "selected on test accuracy, as in the paper: not a private selection"}
-HEATMAPS = {"pazo_m": ("public_batch_size", "alpha"), "pazo_p": ("public_batch_size", "k"),
-            "pazo_s": ("public_batch_size", "perturbation")}
+
+
+def heat_maps() -> dict[str, tuple[str, str]]:
+    """Method -> the (rows, columns) keys of its robustness heat map, from the registry's facts
+    (`heat_map`), in registration order: a method registered with one is drawn too."""
+    from pazo.methods import method_info, method_names
+
+    return {n: method_info(n).heat_map for n in method_names() if method_info(n).heat_map}
 
 
 def settings_of(runs):
@@ -166,15 +171,16 @@ def figure5(runs, best, epsilon, note, out, written):
 
 
 def figure6(runs, epsilon, metric, selection, note, out, written):
-    at = runs[(runs.epsilon == epsilon) & runs.method.isin(list(HEATMAPS))]
+    maps = heat_maps()
+    at = runs[(runs.epsilon == epsilon) & runs.method.isin(list(maps))]
     if at.empty:
         return print(f"figure6: no PAZO runs at epsilon {epsilon}")
     settings = settings_of(at)
-    fig, axes = plt.subplots(len(settings), len(HEATMAPS), figsize=(4.2 * len(HEATMAPS), 3.4 * len(settings)),
+    fig, axes = plt.subplots(len(settings), len(maps), figsize=(4.2 * len(maps), 3.4 * len(settings)),
                              squeeze=False)
     fig.suptitle(note, fontsize=8)
     for row_axes, s in zip(axes, settings):
-        for ax, (m, (rows_key, cols_key)) in zip(row_axes, HEATMAPS.items()):
+        for ax, (m, (rows_key, cols_key)) in zip(row_axes, maps.items()):
             mine = at[(at.setting == s) & (at.method == m)]
             ax.set_title(f"{LABELS[m]}, {s}")
             if mine.empty or mine[rows_key].isna().all() or mine[cols_key].isna().all():
@@ -224,10 +230,8 @@ def main(argv=None) -> int:
     return 0
 
 
-def cli() -> None:
-    """`pazo-report figures`, `python -m pazo.report.figures`, `python scripts/make_figures.py`."""
-    load_plugins()
-    sys.exit(main())
+#: `pazo-report figures`, `python -m pazo.report.figures`, `python scripts/make_figures.py`.
+cli = command(main)
 
 
 if __name__ == "__main__":

@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from pazo.plugins import load_plugins
 from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
 from pazo.errors import ConfigError
 from pazo.results import load_runs, missing_dirs, read_json_object
 from pazo.rundir import write_text_atomic
@@ -92,10 +91,8 @@ def main(argv=None) -> int:
     return 0
 
 
-def cli() -> None:
-    """`pazo-report llm-table`, `python -m pazo.report.llm_table`, `python scripts/llm_table.py`."""
-    load_plugins()
-    sys.exit(main())
+#: `pazo-report llm-table`, `python -m pazo.report.llm_table`, `python scripts/llm_table.py`.
+cli = command(main)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from pazo.plugins import load_plugins
 from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, summary_of  # noqa: E402
+from pazo.commands import ArgumentParser, command, summary_of  # noqa: E402
 from pazo.metrics_file import CorruptMetrics, read_metric_rows, torn_note  # noqa: E402
 from pazo.rundir import write_atomic  # noqa: E402
 
@@ -92,10 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def cli() -> None:
-    """`pazo-report run`, `python -m pazo.report.run_figure`."""
-    load_plugins()
-    sys.exit(main())
+#: `pazo-report run`, `python -m pazo.report.run_figure`.
+cli = command(main)
 
 
 if __name__ == "__main__":

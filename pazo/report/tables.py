@@ -31,8 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pazo.plugins import load_plugins
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.errors import ConfigError
 from pazo.file_kinds import read_regular_text
@@ -523,10 +522,8 @@ def main(argv=None) -> int:
     return 0
 
 
-def cli() -> None:
-    """`pazo-report tables`, `python -m pazo.report.tables`, `python scripts/make_tables.py`."""
-    load_plugins()
-    sys.exit(main())
+#: `pazo-report tables`, `python -m pazo.report.tables`, `python scripts/make_tables.py`.
+cli = command(main)
 
 
 if __name__ == "__main__":

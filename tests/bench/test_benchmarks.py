@@ -45,8 +45,8 @@ def test_the_step_profile_pairs_three_steps_with_their_floor_and_traces_ours(tmp
     if not torch.cuda.is_available():
         done = subprocess.run(command[:3] + ["--device", "cuda", "--out", str(tmp_path / "no.json")],
                               capture_output=True, text=True, timeout=120, cwd=tmp_path)
-        assert done.returncode == 1 and done.stderr.strip() == \
-            "profile_zo_step: --device cuda, but torch sees no CUDA device"
+        assert done.returncode == 2 and done.stderr.strip() == \
+            "pazo: error: --device cuda asked for but CUDA is not available; use --device auto or --device cpu"
 
 
 def test_step_ops_count_what_a_step_does_besides_its_floor(tmp_path):

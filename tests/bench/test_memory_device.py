@@ -1,35 +1,40 @@
-"""`pazo-bench memory --device X` on a machine without X is one `pazo: error:` line and exit 2
-before any measurement (the GPU guide's command on a CPU machine ended in CUDA's traceback)."""
+"""One device resolver (`pazo.experiment.resolve_device`) for runs and benchmarks: a device this
+machine lacks, or a name torch does not know, is one line naming the option as the user spelled it
+(`device=` in a run's config, `--device ` on a benchmark's command line), and `pazo-bench memory
+--device X` on a machine without X is one `pazo: error:` line and exit 2 before any measurement (the
+GPU guide's command on a CPU machine ended in CUDA's traceback)."""
 import sys
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from pazo.bench import memory
-from pazo.bench.settings import check_device
 from pazo.errors import ConfigError
+from pazo.experiment import resolve_device
 
 
-def device_problem(name):
+def device_problem(name, option):
     try:
-        check_device(name)
+        resolve_device(name, option=option)
     except ConfigError as err:
         return str(err)
     return None
 
 
 @settings(deadline=None)
-@given(index=st.one_of(st.none(), st.integers(0, 64)))
-def test_a_cuda_device_this_machine_lacks_is_named_and_one_present_is_not(index):
+@given(index=st.one_of(st.none(), st.integers(0, 64)), option=st.sampled_from(["device=", "--device "]))
+@example(index=None, option="--device ")
+def test_a_cuda_device_this_machine_lacks_is_named_and_one_present_is_not(index, option):
     name = "cuda" if index is None else f"cuda:{index}"
     present = torch.cuda.is_available() and (index is None or index < torch.cuda.device_count())
-    problem = device_problem(name)
+    problem = device_problem(name, option)
     assert (problem is None) == present
     if problem:
-        assert problem.startswith(f"--device {name}:") and "\n" not in problem
-    assert device_problem("cpu") is None
-    assert device_problem("no_such_device") is not None
+        assert problem.startswith(f"{option}{name} asked for but") and "\n" not in problem
+    assert device_problem("cpu", option) is None
+    assert resolve_device("auto", option) == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert "\n" not in device_problem("no_such_device", option)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
@@ -39,4 +44,16 @@ def test_the_command_stops_in_one_line_before_measuring(monkeypatch, capsys):
     with pytest.raises(SystemExit) as stop:
         memory.main()
     err = capsys.readouterr().err.strip().splitlines()
-    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith("pazo: error: --device cuda:")
+    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith("pazo: error: --device cuda asked for but")
+
+
+def test_the_device_is_resolved_in_one_place():
+    """No second resolver: the package names `cuda.is_available()` to choose a device only there
+    (the checkpoint's use reads CUDA's random state, not a device)."""
+    from pathlib import Path
+
+    import pazo
+    root = Path(pazo.__file__).parent
+    users = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "cuda.is_available()" in p.read_text()
+                   and p.name != "checkpoint.py")
+    assert users == ["experiment.py"], users

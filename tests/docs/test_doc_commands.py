@@ -5,7 +5,7 @@ import textwrap
 import pytest
 from hypothesis import example, given, strategies as st
 
-from pazo.report.docs_commands import called_another_way, check_pages, documented_pages, extract, split
+from tools.docs.commands import called_another_way, check_pages, documented_pages, extract, split
 
 
 def page(tmp_path, text, name="page.md"):
@@ -101,7 +101,7 @@ def test_placeholders_and_other_programs_are_left_alone_but_their_keys_are_check
 def test_a_hydra_interpolation_that_does_not_resolve_is_named(tmp_path):
     """The override check leaves `hydra.*` out; composing with Hydra's own config resolves the run
     and sweep directories as the entry point does, so an unregistered resolver there is caught."""
-    from pazo.report.docs_commands import resolve_hydra
+    from tools.docs.commands import resolve_hydra
 
     for name, run_dir in [("good", "outputs/${method}/${pazo_unique:}"),
                           ("unregistered", "outputs/${nosuch_resolver:}"), ("dangling", "outputs/${nosuch.key}")]:

@@ -1,4 +1,4 @@
-"""`pazo-report docs-run`: the documented commands run from outside the checkout, with the size,
+"""`python -m tools.docs run`: the documented commands run from outside the checkout, with the size,
 skip, error and output comments their pages give; here on a small page of cheap commands, and the
 rules over random inputs (the page's comments, the size appended, the shown output's numbers)."""
 import sys
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from pazo import REPO_ROOT
-from pazo.report.docs_commands import documented_pages
-from pazo.report.docs_run import command_line, compare_output, problems_in_comments, read_page, run_pages
+from tools.docs.commands import documented_pages
+from tools.docs.run import command_line, compare_output, problems_in_comments, read_page, run_pages
 
 
 def page(tmp_path, text, name="page.md"):
@@ -35,7 +35,7 @@ CHEAP = """\
     <!-- docs-run `pazo-report --help`: output below -->
     ```text
     usage: pazo-report <name> [args] ...
-      docs-run ...
+      llm-table ...
     ```
 
     <!-- docs-run: error -->
@@ -166,7 +166,7 @@ def test_only_page_line_chooses_the_commands_starting_on_those_lines_and_refuses
         tmp_path_factory, count, data):
     """`--only PAGE:LINE`: any set of a page's command lines selects exactly those commands, in page
     order; a line where no command starts is refused, naming the lines where one does."""
-    from pazo.report.docs_run import chosen_commands
+    from tools.docs.run import chosen_commands
 
     path = tmp_path_factory.mktemp("p") / "p.md"
     path.write_text("# A page\n\n```bash\n" + "".join(f"pazo-report --help  # {i}\n" for i in range(count)) + "```\n")
@@ -183,7 +183,7 @@ def test_only_page_line_chooses_the_commands_starting_on_those_lines_and_refuses
 def test_only_names_pages_and_lines_of_the_docs(capsys):
     """PAGE:LINE on the real pages, a page without a line whole, and a line or page that does not
     exist one `pazo: error:` line (exit 2) before anything runs."""
-    from pazo.report.docs_run import main
+    from tools.docs.run import main
 
     guide = REPO_ROOT / "docs" / "guides" / "auditing.md"
     lines = {d.command.text.split()[1]: d.command.line for d in read_page(guide) if "pazo-sweep" in d.command.text}
@@ -247,7 +247,7 @@ def test_a_transcript_that_drifts_from_what_the_command_prints_fails_and_exit_n_
 
 
 def test_the_static_check_leaves_a_command_shown_failing_to_its_run(tmp_path):
-    from pazo.report.docs_commands import check_pages
+    from tools.docs.commands import check_pages
 
     path = page(tmp_path, """\
         <!-- docs-run: error -->

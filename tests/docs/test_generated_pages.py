@@ -1,4 +1,4 @@
-"""The generated pages (docs/reference/, docs/results/) are what `python -m pazo.report docs` makes
+"""The generated pages (docs/reference/, docs/results/) are what `make docs-pages` makes
 from the code, configs/ and scripts/results/ now: regenerating them changes nothing, wherever pazo
 runs (another interpreter, virtual environment or working directory)."""
 import json
@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pazo import REPO_ROOT
-from pazo.report import docs_pages
-from pazo.report.docs_configs import parse, split_comment
-from pazo.report.docs_results import cell, provenance
+from tools.docs import pages as docs_pages
+from pazo.report.config_reference import parse, split_comment
+from tools.docs.results import cell, provenance
 
 
 def test_regenerating_the_pages_changes_nothing(tmp_path):
@@ -24,7 +24,7 @@ def test_regenerating_the_pages_changes_nothing(tmp_path):
     for folder in docs_pages.GENERATED:
         shutil.copytree(REPO_ROOT / "docs" / folder, docs / folder)
     wanted = docs_pages.pages()
-    assert docs_pages.differences(docs, wanted) == [], "run `python -m pazo.report docs` and commit the pages"
+    assert docs_pages.differences(docs, wanted) == [], "run `make docs-pages` and commit the pages"
     assert docs_pages.write(docs, wanted) == []     # (the committed figures came from another process: deterministic)
     assert (docs / "results" / "figures").is_dir() and any((docs / "results" / "figures").glob("*.svg"))
 
@@ -55,9 +55,9 @@ def test_the_reference_pages_are_the_same_wherever_pazo_runs(prefix, cwd, tmp_pa
     assert {name: (REPO_ROOT / "docs" / name).read_text() for name in generated} == generated
 
 
-@pytest.mark.slow   # a whole `pazo-report docs --check` in a fresh process (about 15 s on the shared machine)
+@pytest.mark.slow   # a whole `python -m tools.docs pages --check` in a fresh process (about 15 s on the shared machine)
 def test_docs_check_passes_from_another_virtual_environment_and_directory(tmp_path):
-    """`pazo-report docs --check` run by an interpreter of another virtual environment (its own
+    """`python -m tools.docs pages --check` run by an interpreter of another virtual environment (its own
     prefix, pazo and its packages reached by PYTHONPATH), from a folder outside the checkout."""
     venv = tmp_path / "elsewhere" / "env"
     (venv / "bin").mkdir(parents=True)
@@ -68,7 +68,7 @@ def test_docs_check_passes_from_another_virtual_environment_and_directory(tmp_pa
     done = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys; print(sys.prefix)"], env=env,
                           capture_output=True, text=True, cwd=tmp_path)
     assert done.stdout.strip() == str(venv)                     # (it is another environment indeed)
-    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pazo.report", "docs", "--check"], env=env,
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "tools.docs", "pages", "--check"], env=env,
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
 
@@ -119,7 +119,7 @@ def test_a_figure_from_another_machine_is_neither_stale_nor_rewritten(tmp_path):
 
 def test_every_results_file_appears_on_a_results_page():
     text = "\n".join(p.read_text() for p in (REPO_ROOT / "docs" / "results").glob("*.md"))
-    from pazo.report.docs_results import RESULTS, result_files
+    from tools.docs.results import RESULTS, result_files
     missing = [p.relative_to(RESULTS).as_posix() for p in result_files() if f"## {p.relative_to(RESULTS).as_posix()}"
                not in text]
     assert missing == []

@@ -1,7 +1,7 @@
 """Nothing on a page of the documentation site is cut off at the right edge: the stylesheet makes
 every table and code block scroll sideways in a box no taller than the window, mkdocs.yml loads it,
 every table and code block the pages render falls under its rules, and (with a Chromium installed)
-`pazo-report docs-layout` measures every page of the built site and finds nothing cut off, while it
+`python -m tools.docs layout` measures every page of the built site and finds nothing cut off, while it
 does find the cut tables of a site without the stylesheet."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from hypothesis import given, settings, strategies as st
 from mkdocs.config import load_config
 
 from pazo import REPO_ROOT
-from pazo.report import docs_layout
+from tools.docs import layout as docs_layout
 
 STYLESHEET = REPO_ROOT / "docs" / "stylesheets" / "tables.css"
 TABLE, CODE, WRAPPER = ".md-typeset table:not([class])", ".md-typeset pre > code", ".md-typeset__table"

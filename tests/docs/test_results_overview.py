@@ -12,10 +12,10 @@ from hypothesis import given, settings, strategies as st
 from mkdocs.config import load_config
 
 from pazo import REPO_ROOT
-from pazo.report import docs_overview
+from tools.docs import overview as docs_overview
 from pazo.report.audit_table import exceeds
-from pazo.report.docs_overview import audits_overview, engines_overview, speed_overview, step_ops_overview, times
-from pazo.report.docs_results import PAGES
+from tools.docs.overview import audits_overview, engines_overview, speed_overview, step_ops_overview, times
+from tools.docs.results import PAGES
 
 LONG_PAGES = [page.name for page in PAGES if page.overview] + ["audits"]
 #: the generated pages as committed (test_generated_pages checks that they are what the generator writes now)

@@ -4,7 +4,7 @@ import re
 
 from hypothesis import given, strategies as st
 
-from pazo.report.docs_results import CELL_PAIRS, PAGES, cell, results_pages
+from tools.docs.results import CELL_PAIRS, PAGES, cell, results_pages
 
 scalar = st.one_of(st.integers(), st.floats(allow_nan=False), st.text(alphabet="abcxyz _-", max_size=12), st.none())
 keys = st.text(alphabet="abcdefghij_", min_size=1, max_size=8)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from pazo.bench.common import write_result
-from pazo.report.docs_results import provenance, result_files
+from tools.docs.results import provenance, result_files
 
 COMMIT = re.compile(r"^[0-9a-f]{7,40}(\+dirty)?$")
 KEYS = ("command", "commit", "date", "machine")

@@ -9,6 +9,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from pazo.data.base import TensorSplit
+from pazo.methods import method_names
 from pazo.methods.base import host_stats, releases_on_device
 from pazo.models.functional import FunctionalModel
 from pazo.models.small_cnn import SmallCNN
@@ -71,8 +72,9 @@ def test_the_read_detector_catches_each_kind_of_read():
 
 
 BASE = {"lr": 0.05, "clip": 0.5}
-#: every zeroth-order method (a key's `:suffix` names a second configuration of the same method)
-METHODS = {
+#: test settings of the zeroth-order methods that need other than their defaults (a key's
+#: `:suffix` names a second configuration of the same method)
+TUNED = {
     "mezo": {"q": 2, "direction": "gaussian", "smoothing": 2e-2},
     "dpzero": {"q": 3, "direction": "sphere", "radius": "sqrt_d"},
     "dp_zo": {"q": 2, "noise": "laplace", "clip": 0.01},
@@ -84,6 +86,16 @@ METHODS = {
     "pazo_p_prime": {"q": 2, "k": 3, "public_batch_size": 4},
     "pazo_s": {"k": 3, "public_batch_size": 4, "perturbation": 0.05},
 }
+
+
+def device_step_cases(tuned: dict, zeroth_order: list[str]) -> dict:
+    """Every registered zeroth-order method (its tuned settings, else its defaults) and the second
+    configurations of `tuned`: a method registered later is checked too."""
+    return {**{name: tuned.get(name, {}) for name in zeroth_order}, **tuned}
+
+
+#: every zeroth-order method of the registry, derived
+METHODS = device_step_cases(TUNED, method_names("zeroth_order"))
 
 
 def _model():

@@ -1,7 +1,8 @@
 """One gate: no module of pazo but `pazo.gate` (and the few listed in ALLOWED, each with its reason)
 opens a file for writing, copies, moves, truncates or chmods one, or calls the atomic writers of
 `pazo.rundir`, so that every file a run, an audit, a sweep or a release leaves goes through the
-gate's allow-list (`pazo.gate.FILES`). The check reads the package's source (ast), not a run."""
+gate's allow-list (`pazo.gate.FILES`). The check reads the package's source (ast), not a run, and
+the checkout's tools/ beside it (not installed, but run in the checkout)."""
 from __future__ import annotations
 
 import ast
@@ -12,8 +13,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import pazo
+from conftest import ROOT
 
 PACKAGE = Path(pazo.__file__).parent
+#: what is read: the package's modules by their path in it, the checkout's tools/ as `tools/...`
+SOURCES = {"": PACKAGE, "tools/": ROOT / "tools"}
 #: the modules (a name ending in / : the package's folder) that may write files without the gate,
 #: and why (none of them writes into a run's, an audit's, a sweep's or a release's folder)
 ALLOWED = {
@@ -23,8 +27,9 @@ ALLOWED = {
     "cache_files.py": "the data cache, shared by runs, outside any run directory",
     "privacy/sigma_cache.py": "the sigma cache, shared by runs, outside any run directory",
     "commands.py": "/dev/null opened as stdout once its reader went away (a broken pipe)",
-    "report/": "tables, figures and the documentation's pages, read from released files, written into the "
-               "folder the user names or docs/",
+    "report/": "tables and figures, read from released files, written into the folder the user names",
+    "tools/docs/": "the documentation's generated pages, written into docs/ (the checkout's tooling, not "
+                   "installed with the package)",
     "bench/": "the benchmarks' result files (timings and accuracies on synthetic or public data)",
 }
 #: calls that write, copy, move, truncate or chmod a file (by their function's name)
@@ -94,11 +99,18 @@ def _to_buffer(call: ast.Call) -> bool:
 def stray_writes() -> dict[str, list[str]]:
     """Every module of the package outside ALLOWED that writes a file, with its writing calls."""
     found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        name = path.relative_to(PACKAGE).as_posix()
-        if not _allowed(name) and (calls := writes(ast.parse(path.read_text(), name))):
-            found[name] = calls
+    for prefix, folder in SOURCES.items():
+        for path in sorted(folder.rglob("*.py")):
+            name = prefix + path.relative_to(folder).as_posix()
+            if not _allowed(name) and (calls := writes(ast.parse(path.read_text(), name))):
+                found[name] = calls
     return found
+
+
+def source_path(name: str) -> Path:
+    """The file or folder an entry of ALLOWED names (`tools/...`: the checkout's)."""
+    prefix = "tools/" if name.startswith("tools/") else ""
+    return SOURCES[prefix] / name.removeprefix(prefix)
 
 
 def _allowed(name: str) -> bool:
@@ -112,7 +124,7 @@ def test_only_the_gate_writes_the_files_of_a_computation():
 def test_every_allowed_module_exists_and_writes():
     """An entry of ALLOWED whose module no longer writes is dropped, so the list stays short."""
     for name in ALLOWED:
-        modules = sorted((PACKAGE / name).rglob("*.py")) if name.endswith("/") else [PACKAGE / name]
+        modules = sorted(source_path(name).rglob("*.py")) if name.endswith("/") else [source_path(name)]
         assert any(writes(ast.parse(m.read_text())) for m in modules), f"{name} writes nothing: drop it from ALLOWED"
 
 

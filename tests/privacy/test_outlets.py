@@ -127,7 +127,7 @@ any_key = st.one_of(listed_keys, st.text(min_size=1, max_size=12), st.just("seed
 @given(st.dictionaries(any_key, st.floats(allow_nan=False) | st.integers() | st.none()), st.booleans())
 def test_the_gate_sends_wandb_only_listed_released_values(values, diagnostics):
     for outlet in ("metrics", "summary"):
-        sent = outlets.to_wandb(outlet, values, private_diagnostics=diagnostics)
+        sent = outlets.released_row(outlet, values, private_diagnostics=diagnostics)
         for key, value in values.items():
             what = outlets.status(outlet, key)
             allowed = what in (outlets.RELEASED, outlets.PUBLIC, outlets.OUTSIDE) or (

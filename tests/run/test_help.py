@@ -10,7 +10,7 @@ import pazo.bench
 import pazo.report
 from pazo.audit.command import EXIT_CODES
 from pazo.help import audit_help, train_help
-from pazo.report import docs_configs
+from pazo.report import config_reference as docs_configs
 
 
 @pytest.mark.parametrize("text", [train_help(), audit_help(EXIT_CODES)], ids=["pazo-train", "pazo-audit"])

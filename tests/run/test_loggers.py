@@ -42,7 +42,7 @@ def compose_cfg(overrides: list[str], cache: Path):
 def released_rows(run_dir: Path, private_diagnostics: bool) -> dict[int, dict]:
     """metrics.jsonl's rows by step, as the gate releases them."""
     rows = read_metric_rows(run_dir / "metrics.jsonl").rows
-    return {row["step"]: outlets.to_wandb("metrics", row, private_diagnostics) for row in rows}
+    return {row["step"]: outlets.released_row("metrics", row, private_diagnostics) for row in rows}
 
 
 def csv_rows(run_dir: Path) -> list[dict]:

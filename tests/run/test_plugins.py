@@ -92,7 +92,7 @@ def test_registrations_record_their_module_and_the_docs_show_pazos_own(monkeypat
     from pazo.catalog import DATASETS, MODELS
     from pazo.methods import METHODS
     from pazo.registry import Registry
-    from pazo.report.docs_pages import ALGORITHM_MODULES, algorithm_modules
+    from tools.docs.pages import ALGORITHM_MODULES, algorithm_modules
 
     for registry in (METHODS, DATASETS, MODELS):
         assert all(registry.builtin(n) and registry.origin(n).startswith("pazo.") for n in registry.names())

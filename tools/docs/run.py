@@ -1,7 +1,7 @@
 """Every command in README.md and the docs, run: the docs check (`docs_commands`) composes and
 parses them; this runs them, as a new user would, and says which page and line fail.
 
-    pazo-report docs-run [--only PAGE[:LINE] ...] [--list] [--keep] [--venv DIR] [--timeout S]
+    python -m tools.docs run [--only PAGE[:LINE] ...] [--list] [--keep] [--venv DIR] [--timeout S]
 
 Each page's commands run in order, in one fresh temporary directory outside the checkout (a later
 command may read what an earlier one wrote, as the page tells the reader; `--only PAGE:LINE` runs
@@ -47,10 +47,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pazo.plugins import load_plugins
 from pazo import REPO_ROOT
-from pazo.commands import ArgumentParser, summary_of
-from pazo.report.docs_commands import FENCE, SHELL_FENCES, Command, _commands, classify, documented_pages
+from pazo.commands import ArgumentParser, command, summary_of
+from tools.docs.commands import FENCE, SHELL_FENCES, Command, _commands, classify, documented_pages
 
 DIRECTIVE = re.compile(r"^[ \t]*<!--\s*docs-run(?:\s+`(?P<select>[^`]+)`)?\s*:\s*(?P<what>.*?)\s*-->", re.S | re.M)
 SPREAD = re.compile(r"^output below(?:,\s*within\s+(?P<spread>[0-9.eE+-]+))?$")
@@ -414,7 +413,7 @@ def _pages(only: list[str] | None) -> tuple[list[Path], dict[Path, set[int]]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="pazo-report docs-run", description=summary_of(__doc__))
+    parser = ArgumentParser(prog="python -m tools.docs run", description=summary_of(__doc__))
     parser.add_argument("--only", action="append", metavar="PAGE[:LINE]",
                         help="only this page (README.md, getting-started.md, docs/guides/llm.md ...), or only its "
                              "command starting on LINE (docs/guides/auditing.md:23); repeatable")
@@ -449,10 +448,8 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failures else 0
 
 
-def cli() -> None:
-    """`pazo-report docs-run`, `python -m pazo.report.docs_run`."""
-    load_plugins()
-    sys.exit(main())
+#: `python -m tools.docs run`, `python -m tools.docs.run`.
+cli = command(main)
 
 
 if __name__ == "__main__":

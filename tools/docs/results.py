@@ -2,8 +2,8 @@
 under scripts/results/: one page per kind of measurement, each file with the command, commit,
 machine and date it records, its rows as a table, and a figure of each step's time against its
 floor where a reader would rather look than read. A long page leads with an overview (a figure of
-all its files and a few lines on what it shows: `pazo.report.docs_overview`) and folds each file's
-full rows. `pazo-report docs` writes them."""
+all its files and a few lines on what it shows: `tools.docs.overview`) and folds each file's
+full rows. `python -m tools.docs pages` writes them."""
 from __future__ import annotations
 
 import csv
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pazo import REPO_ROOT
-from pazo.report.docs_overview import (Overview, SVG_STYLE, bar_panels, engines_overview, save_svg, speed_overview,
+from tools.docs.overview import (Overview, SVG_STYLE, bar_panels, engines_overview, save_svg, speed_overview,
                                        step_ops_overview)
 
 RESULTS = REPO_ROOT / "scripts" / "results"
@@ -47,7 +47,7 @@ class Page:
     #: where a file measures a method several ways (two engines), the summary keeps the row with the
     #: least of this column, as Table 5 shows the faster engine
     summary_least: str | None = None
-    #: the figure and lines a long page leads with, from the summary's rows (`pazo.report.docs_overview`);
+    #: the figure and lines a long page leads with, from the summary's rows (`tools.docs.overview`);
     #: such a page folds each file's full rows
     overview: Callable[[list[dict], Path], Overview] | None = None
 
@@ -379,7 +379,7 @@ def audits_page(figure_dir: Path) -> tuple[str, Overview]:
     audit-table` prints them, led by the overview of them all; the page and its overview."""
     from pazo.audit.run import read_audits
     from pazo.report.audit_table import table as audit_table
-    from pazo.report.docs_overview import audits_overview
+    from tools.docs.overview import audits_overview
 
     lines = ["# Privacy audits", "",
              "Empirical lower bounds on epsilon from `pazo-audit` (canaries inserted with probability 1/2, "
@@ -405,7 +405,7 @@ def audits_page(figure_dir: Path) -> tuple[str, Overview]:
 def index_page(pages: list[tuple[Page, int]]) -> str:
     lines = ["# Results", "",
              "Every page here is generated from the result files committed under `scripts/results/` by "
-             "`.venv/bin/pazo-report docs` (a test checks that regenerating them changes nothing). Each "
+             "`make docs-pages` (a test checks that regenerating them changes nothing). Each "
              "file states the command that produced it, the commit, the machine and the date, as the file "
              "records them; files written before these were recorded say *not recorded*.", "",
              "| page | what it shows | files |", "|---|---|---|"]

@@ -1,7 +1,7 @@
 """What a long results page leads with (docs/results/): one figure drawn from the same result files
 as its tables, and two to four lines computed from them that say what the figure shows, above the
 summary table and the files' full rows. The figures are SVG written deterministically (a fixed hash
-salt, no date, text kept as text), so that `pazo-report docs --check` compares them as it compares
+salt, no date, text kept as text), so that `python -m tools.docs pages --check` compares them as it compares
 the other figures."""
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from pazo.commands import command
 from pazo import CONFIG_DIR
 
 KEY = re.compile(r"""^(?P<indent>\s*)(?P<key>[^\s#'"\-][^:#]*?|'[^']*'|"[^"]*"):(?:\s+(?P<rest>.*))?$""")
@@ -185,7 +186,7 @@ PARTS = ("config", "audit", "sweeps")
 
 def configs_page() -> str:
     lines = ["# Configuration reference", "",
-             "Generated from `configs/` by `.venv/bin/pazo-report docs`: every config file's keys, their "
+             "Generated from `configs/` by `make docs-pages`: every config file's keys, their "
              "defaults and the comments beside them. On the command line, `key=value` overrides a key "
              "(`privacy.epsilon=0.5`), `group=option` picks a config group's option (`method=dpzero`); "
              "see [the command lines](cli.md).", ""]
@@ -278,14 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def cli() -> None:
-    """`pazo-report configs`, `python -m pazo.report.docs_configs`."""
-    import sys
-
-    from pazo.plugins import load_plugins
-
-    load_plugins()
-    sys.exit(main())
+#: `pazo-report configs`, `python -m pazo.report.config_reference`.
+cli = command(main)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The built documentation site, laid out by a headless Chromium: on no page does a table or a code
 block reach past what a reader can see or scroll to.
 
-    pazo-report docs-layout [--site site] [--window WIDTHxHEIGHT ...] [--browser PATH]
+    python -m tools.docs layout [--site site] [--window WIDTHxHEIGHT ...] [--browser PATH]
 
 Every page of the site (`make docs` builds it into site/) is loaded at each window size, its
 <details> blocks opened, and every table and code block of its text measured: content past the
@@ -27,7 +27,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from pazo import REPO_ROOT
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands import ArgumentParser, command, summary_of
 
 #: the window sizes a reader's screen may have: a laptop and a phone
 WINDOWS = ((1280, 900), (390, 844))
@@ -188,7 +188,7 @@ def window_size(text: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="pazo-report docs-layout", description=summary_of(__doc__))
+    parser = ArgumentParser(prog="python -m tools.docs layout", description=summary_of(__doc__))
     parser.add_argument("--site", type=Path, default=REPO_ROOT / "site",
                         help="the built site (default: site/ of the repository, as `make docs` builds it)")
     parser.add_argument("--window", type=window_size, action="append", metavar="WIDTHxHEIGHT",
@@ -218,9 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if problems else 0
 
 
-def cli() -> None:
-    """`pazo-report docs-layout`, `python -m pazo.report.docs_layout`."""
-    sys.exit(main())
+#: `python -m tools.docs layout`, `python -m tools.docs.layout`.
+cli = command(main)
 
 
 if __name__ == "__main__":

@@ -143,12 +143,12 @@ def classify(words: list[str]) -> tuple[str, list[str]] | None:
 
 
 def _module(module: str, args: list[str]):
-    from pazo.report.docs_cli import MODULES
+    from tools.docs.cli import MODULES
 
     if module in MODULES:
         return MODULES[module], args
     for script in ("pazo-bench", "pazo-report"):
-        from pazo.report.docs_cli import subcommands
+        from tools.docs.cli import subcommands
 
         for name, (target, _) in subcommands(script).items():
             if target == module:
@@ -194,7 +194,7 @@ def _unknown(args: list[str]) -> str:
 
 
 def _argparse(script: str, args: list[str]) -> str | None:
-    from pazo.report.docs_cli import command_parser, parse_error
+    from tools.docs.cli import command_parser, parse_error
 
     try:
         parsed = command_parser(script, args)
@@ -322,7 +322,7 @@ def resolve_hydra(config_name: str, overrides: list[str], config_dir: Path = CON
 def _sweep(args: list[str]) -> str | None:
     from pazo import sweep
     from pazo.errors import ConfigError
-    from pazo.report.docs_cli import command_parser, parse_error
+    from tools.docs.cli import command_parser, parse_error
 
     parsed = command_parser("pazo-sweep", args)
     problem = parse_error(parsed)
@@ -386,7 +386,7 @@ def check_pages(paths: list[Path]) -> tuple[int, list[str]]:
     """(commands checked, one message per problem: `file:line: command: what is wrong`). A command
     its page shows failing (`<!-- docs-run: error -->`, `exit N`) is not held to composing: running
     it (`docs_run`) checks that it fails as shown."""
-    from pazo.report.docs_run import read_page
+    from tools.docs.run import read_page
 
     count, problems = 0, []
     for path in paths:
