@@ -19,6 +19,7 @@ import pazo.train
 from fault_runtime_helpers import TINY, leftovers, one_error_line, snapshot
 from pazo.checkpoint import CHECKPOINT, checkpoint_path, read_checkpoint, save_checkpoint
 from pazo.errors import ConfigError
+from pazo.gate import LEDGER
 from pazo.methods.two_point import TwoPointMethod
 from pazo.train import run
 
@@ -147,6 +148,7 @@ def test_an_unreadable_summary_without_releases_starts_over_and_keeps_it(run_dir
     checkpoint_path(run_dir).unlink()
     (run_dir / "summary.json").write_text('{"status": "pre')
     (run_dir / "metrics.jsonl").write_text("")
+    (run_dir / LEDGER).unlink()   # (an attempt that released no row has no ledger)
     summary = run(hydra_cfg(*CFG), run_dir)
     assert summary["status"] == "finished" and summary["earlier_attempt_moved_to"].endswith("attempts/1")
     assert (run_dir / "attempts" / "1" / "summary.json").read_text() == '{"status": "pre'
