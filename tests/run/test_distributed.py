@@ -74,6 +74,37 @@ def test_a_non_finite_value_sums_as_fsums_fallback(values):
     assert got == expected or (math.isnan(got) and math.isnan(expected))
 
 
+@settings(deadline=None, max_examples=40)
+@given(st.integers(0, 12), st.integers(1, 4), st.integers(1, 5), st.floats(0.01, 2.0), st.booleans(),
+       st.integers(0, 2**31))
+@example(0, 2, 1, 1.0, False, 0)   # an empty batch: every rank's shard empty
+@example(1, 3, 2, 0.05, True, 1)   # ranks 1 and 2 with empty shards, a shift (DOPE-SGD)
+def test_shards_clipped_gradient_sums_add_to_the_batchs_within_rounding(n, world, chunk, bound, shifted, seed):
+    """What a first-order step's ranks each compute (`clipped_sum` over their shard: each example
+    clipped alone), added in rank order, is the whole batch's clipped sum up to float rounding; the
+    loss sums and the non-finite counts add too."""
+    from torch import nn
+
+    from pazo.methods.per_example import clipped_sum
+    from pazo.models import FunctionalModel
+
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = FunctionalModel(nn.Linear(5, 3))
+    x, y = torch.randn(n, 5, generator=g), torch.randint(0, 3, (n,), generator=g)
+    shift = torch.randn(model.dim, generator=g) if shifted else None
+    whole = clipped_sum(model, x, y, chunk, bound, shift)
+    batch = np.arange(n)
+    parts = [clipped_sum(model, x[s], y[s], chunk, bound, shift)
+             for s in (Group(rank, world).shard(batch) for rank in range(world))]
+    total, losses = parts[0][0].clone(), parts[0][1].clone()
+    for grads, loss, _ in parts[1:]:
+        total, losses = total + grads, losses + loss
+    assert torch.allclose(total, whole[0], rtol=1e-5, atol=1e-6)
+    assert torch.allclose(losses, whole[1], rtol=1e-5, atol=1e-6)
+    assert sum(int(nonfinite) for *_, nonfinite in parts) == int(whole[2])
+
+
 # ------------------------------------------------------------------ 2 processes against 1
 
 def _env(tmp_path, **extra) -> dict:
