@@ -67,6 +67,24 @@ class Group:
         self.bytes_exchanged += total.numel() * total.element_size()
         return total
 
+    def add_in_rank_order(self, local: torch.Tensor) -> torch.Tensor:
+        """Every rank's `local` (a float tensor), gathered and added in rank order, on the host: the
+        same floats on every rank, whatever the reduction's algorithm (an all_reduce of floats may
+        add in another order on each rank); returned on `local`'s device."""
+        if not self.several:
+            return local
+        host = local.detach().to("cpu").contiguous()
+        parts = [torch.empty_like(host) for _ in range(self.world_size)]
+        try:
+            dist.all_gather(parts, host)
+        except (RuntimeError, dist.DistError) as err:
+            raise RankLost(lost_line(err)) from None
+        self.bytes_exchanged += host.numel() * host.element_size()
+        total = parts[0].clone()
+        for part in parts[1:]:
+            total += part
+        return total.to(local.device)
+
     def stopping(self, reason: str | None) -> bool:
         """Whether the run stops after this step: rank 0's stop request (a signal), sent to every rank
         (8 bytes a step), so that all stop at the same step; rank 0 then checkpoints. The other ranks
@@ -75,6 +93,18 @@ class Group:
             return reason is not None
         asked = torch.tensor([int(self.leader and reason is not None)], dtype=torch.int64)
         return bool(self.all_sum(asked)[0])
+
+    def share(self, value):
+        """Rank 0's `value` on every rank (the others pass None): how a launch starts (afresh, or from
+        which checkpoint), which rank 0 alone decides from its run directory."""
+        if not self.several:
+            return value
+        box = [value if self.leader else None]
+        try:
+            dist.broadcast_object_list(box, src=0)
+        except (RuntimeError, dist.DistError) as err:
+            raise RankLost(lost_line(err)) from None
+        return box[0]
 
     def agree(self, facts: dict[str, str]) -> None:
         """Refuse, on every rank and before any compute, a run whose ranks differ in any of `facts`
@@ -88,10 +118,12 @@ class Group:
             raise RankLost(lost_line(err)) from None
         differ = [key for key in facts if len({str(g.get(key)) for g in gathered}) > 1]
         if differ:
-            ranks = [r for r, g in enumerate(gathered) if any(g.get(k) != gathered[0].get(k) for k in differ)]
+            rank = next(r for r, g in enumerate(gathered) if any(g.get(k) != gathered[0].get(k) for k in differ))
+            starts = (f"; rank 0 starts at {gathered[0].get('start')}, rank {rank} at {gathered[rank].get('start')}"
+                      if "start" in differ else "")
             raise ConfigError(f"the {self.world_size} processes of this run differ in {', '.join(differ)} (rank "
-                              f"{ranks[0]} from rank 0): every rank must run the same config, data and code from "
-                              "step 0 (several processes start a run afresh: resume one as one process)")
+                              f"{rank} from rank 0{starts}): every rank must run the same config, data and code, "
+                              "from the same step of the run")
 
 
 class ShardSums(LocalSums):
@@ -114,6 +146,12 @@ class ShardSums(LocalSums):
 
     def count(self, local: int) -> int:
         return int(self.group.all_sum(torch.tensor([local], dtype=torch.int64))[0])
+
+    def vector_sum(self, local: torch.Tensor) -> torch.Tensor:
+        """The ranks' float sums over their shards, added in rank order (`Group.add_in_rank_order`):
+        the same on every rank; within float rounding of one process's sum over the whole batch,
+        whose additions come in another order (a first-order step's gradients: d floats a rank)."""
+        return self.group.add_in_rank_order(local)
 
 
 def nonfinite_sum(nans: int, positive: int, negative: int, finite_sum: float) -> float:

@@ -248,7 +248,8 @@ def require_shards(info: MethodInfo, group: distributed.Group, secure_mode: bool
         return
     if not info.cls.shards_batches:
         raise ConfigError(f"method {info.name!r} does not run on several processes yet (torchrun with "
-                          f"WORLD_SIZE={group.world_size}): the zeroth-order methods do; run it as one process")
+                          f"WORLD_SIZE={group.world_size}): the zeroth-order methods, DP-SGD, DPMD, DOPE-SGD and "
+                          "GEP do; run it as one process")
     if secure_mode:
         raise ConfigError("privacy.secure_mode=true draws each process's batches and noise from its own "
                           "entropy, so the ranks of a torchrun would not share them: run it as one process")

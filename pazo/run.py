@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from pazo import distributed, gate
 from pazo.attempts import accept_launch, check_launch, plan_launch
 from pazo.checkpoint import (Heartbeat, LoopState, StopRequests, checkpoint_path, config_fingerprint,
-                             restore_checkpoint)
+                             read_checkpoint, restore_checkpoint)
 from pazo.cli import DEBUG_ONLY
 from pazo.console import open_run_logs
 from pazo.experiment import build_run, resolve_device
@@ -60,18 +60,15 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
     with RunDirLock(run_dir):  # a second launch into run_dir is refused until this one ends
         remove_broken_writes(run_dir)
         start = plan_launch(run_dir, cfg)  # fresh, resume, replay, finished, or refused (pazo.attempts)
+        distributed.current().share(start_for_followers(run_dir, start))   # (several ranks: where they start)
         if start.kind == "finished":
-            distributed.current().agree({"start": "finished"})   # (several ranks: they would wait for a run)
             log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
                      f"(final test accuracy {start.summary.get('final_test_accuracy')})")
             return start.summary
         r = build_run(cfg, earlier_engine=(start.summary or {}).get("engine") if start.resuming else None)
         sampler = r.sampler()
         check_launch(run_dir, start, r)
-        loop = (restore_checkpoint(start.checkpoint, module=r.module, streams=r.streams, sampler=sampler,
-                                   path=checkpoint_path(run_dir)) if start.resuming else LoopState())
-        if start.resuming:   # the optimiser's moments (none under sgd): the resumed steps continue them
-            r.method.update_rule.load_state_dict(start.checkpoint["extra"].get("optimizer"))
+        loop = resume_state(r, sampler, start.checkpoint, checkpoint_path(run_dir)) if start.resuming else LoopState()
         r.group.agree(rank_facts(r, fingerprint, loop.step))   # before the first write and the first step
         accept_launch(run_dir, start, r)   # the first write into run_dir
         accept_hydra_record(run_dir, hydra_record, archive_to=start.moved_to)
@@ -84,21 +81,59 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
     return summary
 
 
+def resume_state(r, sampler, checkpoint: dict, path: Path) -> LoopState:
+    """The run `r` and its sampler put back where `checkpoint` (read from `path`) left them, the
+    optimiser's moments included (none under sgd: the resumed steps continue them); the loop's state."""
+    loop = restore_checkpoint(checkpoint, module=r.module, streams=r.streams, sampler=sampler, path=path)
+    r.method.update_rule.load_state_dict(checkpoint["extra"].get("optimizer"))
+    return loop
+
+
+def start_for_followers(run_dir: Path, start) -> dict:
+    """What the other ranks of a data-parallel run need of rank 0's launch to start where it does:
+    whether there is anything to do, and a resumed run's checkpoint (every rank reads the one rank 0
+    resumes from, in the private workspace rank 0 owns) and its first attempt's engine."""
+    return {"finished": start.kind == "finished",
+            "checkpoint": str(checkpoint_path(run_dir).absolute()) if start.resuming else None,
+            "earlier_engine": (start.summary or {}).get("engine") if start.resuming else None}
+
+
 def follow(cfg: DictConfig) -> None:
     """A rank other than 0 of a data-parallel run (torchrun): the run's steps on this rank's shards,
-    once every rank agrees it runs the same config, data and code; nothing written."""
+    from the step rank 0 starts at (its checkpoint, read here too), once every rank agrees it runs
+    the same config, data and code from the same step; nothing written."""
     validate_config(cfg)
     fingerprint = config_fingerprint(typed_config(cfg))
-    r = build_run(cfg)
-    sampler, loop = r.sampler(), LoopState()
-    r.group.agree(rank_facts(r, fingerprint, loop.step))
+    start = distributed.current().share(None)
+    if start["finished"]:   # rank 0 says so, and there is nothing to do
+        return
+    r = build_run(cfg, earlier_engine=start["earlier_engine"])
+    sampler = r.sampler()
+    loop, where = follower_start(r, sampler, start["checkpoint"])
+    r.group.agree({**rank_facts(r, fingerprint, loop.step), "start": where})
     follow_loop(r, sampler, loop)
+
+
+def follower_start(r, sampler, path: str | None) -> tuple[LoopState, str]:
+    """A follower's loop state (from rank 0's checkpoint at `path`, or the first step) and where it
+    starts, in words; a checkpoint it cannot read starts it nowhere, which the ranks' agreement
+    refuses on every rank in one line."""
+    if path is None:
+        return LoopState(), "step 0"
+    if not Path(path).is_file():
+        return LoopState(), (f"no step: rank 0's checkpoint {path} is not there (every rank reads rank 0's run "
+                             "directory: one machine, or a shared file system)")
+    try:
+        loop = resume_state(r, sampler, read_checkpoint(Path(path)), Path(path))
+    except ConfigError as err:
+        return LoopState(), f"no step: {str(err).split(';')[0]}"
+    return loop, f"step {loop.step}"
 
 
 def rank_facts(r, fingerprint: str, start_step: int) -> dict[str, str]:
     """What every rank of a run must share: the config, the digests that key the secret streams
     (hashed once more: the private data's stays among the run's processes), the code, the engine
-    and the step it starts from (several processes start a run afresh)."""
+    and the step it starts from (a resumed run: its checkpoint's, read on every rank)."""
     keys = hashlib.sha256(json.dumps(r.key_digests, sort_keys=True).encode()).hexdigest()
     return {"config": hashlib.sha256(fingerprint.encode()).hexdigest(), "data": keys,
             "code": distributed.code_digest(), "engine": r.engine["name"], "start": f"step {start_step}"}

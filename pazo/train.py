@@ -54,12 +54,13 @@ def _interrupted_where(run_dir: Path) -> str:
 
 
 def _lost_rank_where(run_dir: Path) -> str:
-    """How a run whose other rank was lost goes on: its status (fault) is in its summary; one process
-    resumes it (several start a run afresh)."""
+    """How a run whose other rank was lost goes on: its status (fault) is in its summary; the same
+    overrides resume it, on any number of processes."""
     from pazo.checkpoint import checkpoint_path
 
     again = ("resumes it from its checkpoint" if checkpoint_path(run_dir).exists() else "starts it again")
-    return f"{run_dir}/summary.json records status fault; pazo-train with the same overrides, as one process, {again}"
+    return (f"{run_dir}/summary.json records status fault; pazo-train with the same overrides, as one process or "
+            f"under torchrun, {again}")
 
 
 def _fault_where(run_dir: Path) -> str:
@@ -128,7 +129,7 @@ def main(cfg) -> float | None:
     try:
         distributed.join(cfg.train.distributed_timeout_s)   # (torchrun's rank 0; one process: nothing)
         summary = run(cfg, run_dir, hydra_record=staged, show_header=_header_printer(job))
-    except distributed.RankLost as lost:   # the run's status (fault: resumable, as one process) is in its summary
+    except distributed.RankLost as lost:   # the run's status (fault: resumable) is in its summary
         log.error(f"pazo: error: {lost}; {_lost_rank_where(run_dir)}")
         _leave(EXIT_CODES["fault"])   # at once: gloo's broken group aborts the interpreter's shutdown
     except WriteFault as fault:  # a fault of the machine: one line, the status recorded where the disk took it

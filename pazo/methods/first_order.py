@@ -16,11 +16,12 @@ import torch
 
 from pazo.errors import ConfigError
 from pazo.methods.base import Method, MethodConfig, at_least_one, one_of, positive, require
-from pazo.methods.ghost_clip import GhostClipper
+from pazo.methods.ghost_clip import GhostClipper, is_random_in_training
 from pazo.methods.per_example import (auto_memory_mb, chunk_size_for, clipped_sum, flatten_rows,
                                       iter_per_example_grads, per_example_grads, refuse_if_one_example_overflows)
 from pazo.methods.registry import register_method
-from pazo.privacy.mechanisms import Release, VectorPrivatizer, clip_factors, noise_generator, scaled_rows
+from pazo.privacy.mechanisms import (LOCAL_SUMS, LocalSums, Release, VectorPrivatizer, clip_factors, noise_generator,
+                                     scaled_rows)
 
 
 @dataclass
@@ -95,6 +96,7 @@ class FirstOrderMethod(Method):
             refuse_if_one_example_overflows(self.model, budget)
         self.chunk = int(cfg.per_example_chunk or chunk_size_for(self.model, budget, ctx.noise.expected_batch_size))
         self.privatizer = VectorPrivatizer(ctx.noise, noise_generator(ctx.streams, ctx.device))
+        refuse_random_shards(cfg.name, self.model, ctx.sums)
         self.ghost = GhostClipper(self.model, self.chunk) if self.clip_engine == "ghost" else None
         if self.ghost is not None:
             self.ghost.check_deterministic()
@@ -145,21 +147,34 @@ class FirstOrderMethod(Method):
         """(sum_i clip_C(g_i - shift) + N(0, (S sigma)^2 I)) / b, the batch's mean loss (from the
         same forward pass) and how many examples contributed zero for a non-finite gradient (a
         private diagnostic); without privacy, the plain mean of g_i - shift over the realised
-        batch, and None."""
+        batch, and None. On several processes the sums are over every rank's shard (`batch_totals`)
+        and the noise, drawn alike on every rank from the shared noise stream, is added once."""
         spec = self.ctx.noise
-        if len(x) == 0 and not spec.private:
-            return self.model.zeros(self.model.dim), float("nan"), None
         if not spec.private:
-            loss, g = self.model.mean_loss_and_grad(x, y)
-            return (g - shift if shift is not None else g), float(loss), None
+            return self.plain_grad(x, y, shift)
         if self.ghost is not None and not self.ghost.checked and len(x):
             self.check_ghost_layers(x, y)
         if self.ghost is not None:
             total, loss_sum, nonfinite = self.ghost(x, y, spec.clip, shift)
         else:
             total, loss_sum, nonfinite = clipped_sum(self.model, x, y, self.chunk, spec.clip, shift)
-        loss = float(loss_sum) / len(x) if len(x) else float("nan")
+        (total, loss_sum), (nonfinite, size) = batch_totals(self.ctx.sums, [total, loss_sum], [nonfinite, len(x)])
+        loss = float(loss_sum) / size if size else float("nan")
         return self.privatizer(total, spec.clip), loss, float(nonfinite)
+
+    def plain_grad(self, x, y, shift=None) -> tuple[torch.Tensor, float, None]:
+        """Without privacy: the mean of g_i - shift over the realised batch (every rank's shard on
+        several processes: the shards' gradient and loss sums, added), its mean loss, and None."""
+        model, sums = self.model, self.ctx.sums
+        if sums is LOCAL_SUMS and len(x):
+            loss, g = model.mean_loss_and_grad(x, y)
+            return (g - shift if shift is not None else g), float(loss), None
+        loss, g = model.mean_loss_and_grad(x, y) if len(x) else (model.zeros(()), model.zeros(model.dim))
+        (g_sum, loss_sum), (size,) = batch_totals(sums, [g * len(x), loss.detach() * len(x)], [len(x)])
+        if not size:
+            return model.zeros(model.dim), float("nan"), None
+        g = g_sum / size
+        return (g - shift if shift is not None else g), float(loss_sum) / size, None
 
 
 @register_method("sgd", config=FirstOrderConfig, label="SGD", family="first_order", private=False,
@@ -201,10 +216,35 @@ class PublicOnly(FirstOrderMethod):
         return {"loss": float(loss)}
 
 
+def refuse_random_shards(name: str, model, sums: LocalSums) -> None:
+    """Several processes: a training forward that draws random numbers (dropout) would draw them from
+    each rank's own generator, for its shard, not as one process draws them for the batch: refused."""
+    if sums is not LOCAL_SUMS and is_random_in_training(model.module):
+        raise ConfigError(f"method {name!r} on several processes: this model's training forward is random "
+                          "(dropout), and each rank would draw its own masks, not those of the one-process run; "
+                          "set the model's dropout to 0, or run it as one process")
+
+
+def batch_totals(sums: LocalSums, parts: list[torch.Tensor],
+                 counts: list) -> tuple[list[torch.Tensor], list[int]]:
+    """A step's float sums (`parts`) and counts over the whole batch: one process's as they are; on
+    several (`pazo.distributed.ShardSums`) each rank's shard's, the floats added in rank order (in
+    the first part's dtype: the same on every rank, within float rounding of one process's) and the
+    counts exactly."""
+    if sums is LOCAL_SUMS:
+        return parts, counts
+    flat = sums.vector_sum(torch.cat([part.reshape(-1).to(parts[0].dtype) for part in parts]))
+    pieces = flat.split([part.numel() for part in parts])
+    totals = [piece.reshape(part.shape).to(part.dtype) for piece, part in zip(pieces, parts)]
+    return totals, [sums.count(int(c)) for c in counts]
+
+
 @register_method("dpsgd", config=FirstOrderConfig, label="DP-SGD", family="first_order",
                  reference="Abadi et al. 2016")
 class DPSGD(FirstOrderMethod):
     """DP-SGD (Abadi et al. 2016): flat per-example clipping over all parameters."""
+
+    shards_batches = True
 
     def step(self, x, y, step):
         g, loss, nonfinite = self.private_grad(x, y)
@@ -217,6 +257,8 @@ class DPSGD(FirstOrderMethod):
 class DPMD(FirstOrderMethod):
     """DPMD in the authors' practical form: alpha_t g_dp + (1 - alpha_t) g_pub with
     alpha_t = cos(pi t / (2T)), from all-private at t = 0 towards all-public at t = T."""
+
+    shards_batches = True   # (every rank draws the same public batch and computes its gradient alike)
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -239,6 +281,8 @@ class DPMD(FirstOrderMethod):
 class DOPESGD(FirstOrderMethod):
     """DOPE-SGD: clip (g_i - g_pub) to C, sum, noise, divide by b, add g_pub back (not scaled by
     the realised batch size, which is private under Poisson sampling)."""
+
+    shards_batches = True   # (every rank draws the same public batch and computes its gradient alike)
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -310,6 +354,7 @@ class GEP(FirstOrderMethod):
     """
 
     ghost_allowed = False
+    shards_batches = True   # (every rank computes the same anchor subspace from the same public batch)
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -366,14 +411,26 @@ class GEP(FirstOrderMethod):
                 r = scaled_rows(r, clip_factors(r_norms, spec.clip) * finite)
             w_sum += w.sum(dim=0)
             r_sum += r.sum(dim=0)
+        loss_sum = torch.tensor(loss_sum, dtype=torch.float64, device=p.device)   # (exactly the float summed)
+        (w_sum, r_sum, loss_sum), (nonfinite, size) = batch_totals(self.ctx.sums, [w_sum, r_sum, loss_sum],
+                                                                  [nonfinite, len(x)])
         if spec.private:
             w_sum += self.privatizer.noise(k, self.clip0, like=w_sum)
             r_sum += self.privatizer.noise(self.model.dim, spec.clip, like=r_sum)
             denom = spec.expected_batch_size
         else:
-            denom = max(len(x), 1)
+            denom = max(size, 1)
         g = (self.lift(w_sum, bases) + r_sum) / denom
         self.apply_update(g)
-        share = float(torch.stack(residual_share).mean()) if residual_share else float("nan")
-        return {"loss": loss_sum / len(x) if len(x) else float("nan"), "residual_share": share,
+        return {"loss": float(loss_sum) / size if size else float("nan"),
+                "residual_share": self.residual_share(residual_share),
                 "nonfinite_examples": float(nonfinite) if spec.private else None}
+
+    def residual_share(self, chunk_means: list[torch.Tensor]) -> float:
+        """The mean over the step's chunks of |r_i| / |g_i| (a diagnostic): over every rank's chunks
+        on several processes."""
+        if self.ctx.sums is LOCAL_SUMS:
+            return float(torch.stack(chunk_means).mean()) if chunk_means else float("nan")
+        local = torch.stack(chunk_means).sum() if chunk_means else self.model.zeros(())
+        (total,), (chunks,) = batch_totals(self.ctx.sums, [local.reshape(1)], [len(chunk_means)])
+        return float(total[0]) / chunks if chunks else float("nan")

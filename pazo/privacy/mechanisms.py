@@ -176,6 +176,11 @@ class LocalSums:
     def count(self, local: int) -> int:
         return local
 
+    def vector_sum(self, local: torch.Tensor) -> torch.Tensor:
+        """A float vector summed over the batch (a first-order step's clipped gradients and losses):
+        one process holds the whole batch's sum already."""
+        return local
+
 
 #: the sums of a one-process run
 LOCAL_SUMS = LocalSums()

@@ -1,13 +1,15 @@
 """Run by `test_distributed.py`, as one process or under torchrun: each method's run on digits for a
 few steps (the run's own assembly and steps, nothing written), and, on rank 0, a JSON line per
-method with its parameters' bytes (hex) and its epsilon.
+method with its parameters' bytes (hex), their dtype, its epsilon and whether every rank holds them.
 
     python distributed_steps.py STEPS METHOD[:OVERRIDE,...] ...
 """
+import hashlib
 import json
 import sys
 
 import torch
+import torch.distributed
 from hydra import compose, initialize_config_dir
 
 import pazo.privacy.plan
@@ -34,7 +36,17 @@ def run_method(spec: str, steps: int) -> dict:
         timed_step(r, sampler, loop, step)
     flat = torch.cat([p.detach().reshape(-1) for p in r.model.params])
     epsilon = epsilon_spent(r.plan, steps) if r.plan.private else None
-    return {"spec": spec, "params": flat.numpy().tobytes().hex(), "epsilon": epsilon}
+    return {"spec": spec, "params": flat.numpy().tobytes().hex(), "dtype": str(flat.numpy().dtype), "epsilon": epsilon,
+            "ranks_agree": ranks_agree(r.group, flat.numpy().tobytes())}
+
+
+def ranks_agree(group, params: bytes) -> bool:
+    """Whether every rank holds these parameters, to the bit (each sends a digest of its own)."""
+    if not group.several:
+        return True
+    digests: list = [None] * group.world_size
+    torch.distributed.all_gather_object(digests, hashlib.sha256(params).hexdigest())
+    return len(set(digests)) == 1
 
 
 def main(argv: list[str]) -> None:

@@ -1,7 +1,8 @@
 """Data-parallel runs (`pazo.distributed`, torchrun): the shards of a batch add, limb for limb, to the
 sum one process makes of the whole batch; 2 gloo processes train the same parameters as 1, bit for
-bit, with the same epsilon; ranks that differ are refused before compute; a killed rank ends the run
-with one line."""
+bit, with the same epsilon (the first-order methods: within float rounding, the same on every rank);
+a run resumes on another number of processes as the same run; ranks that differ are refused before
+compute; a killed rank ends the run with one line."""
 import json
 import math
 import os
@@ -73,6 +74,37 @@ def test_a_non_finite_value_sums_as_fsums_fallback(values):
     assert got == expected or (math.isnan(got) and math.isnan(expected))
 
 
+@settings(deadline=None, max_examples=40)
+@given(st.integers(0, 12), st.integers(1, 4), st.integers(1, 5), st.floats(0.01, 2.0), st.booleans(),
+       st.integers(0, 2**31))
+@example(0, 2, 1, 1.0, False, 0)   # an empty batch: every rank's shard empty
+@example(1, 3, 2, 0.05, True, 1)   # ranks 1 and 2 with empty shards, a shift (DOPE-SGD)
+def test_shards_clipped_gradient_sums_add_to_the_batchs_within_rounding(n, world, chunk, bound, shifted, seed):
+    """What a first-order step's ranks each compute (`clipped_sum` over their shard: each example
+    clipped alone), added in rank order, is the whole batch's clipped sum up to float rounding; the
+    loss sums and the non-finite counts add too."""
+    from torch import nn
+
+    from pazo.methods.per_example import clipped_sum
+    from pazo.models import FunctionalModel
+
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = FunctionalModel(nn.Linear(5, 3))
+    x, y = torch.randn(n, 5, generator=g), torch.randint(0, 3, (n,), generator=g)
+    shift = torch.randn(model.dim, generator=g) if shifted else None
+    whole = clipped_sum(model, x, y, chunk, bound, shift)
+    batch = np.arange(n)
+    parts = [clipped_sum(model, x[s], y[s], chunk, bound, shift)
+             for s in (Group(rank, world).shard(batch) for rank in range(world))]
+    total, losses = parts[0][0].clone(), parts[0][1].clone()
+    for grads, loss, _ in parts[1:]:
+        total, losses = total + grads, losses + loss
+    assert torch.allclose(total, whole[0], rtol=1e-5, atol=1e-6)
+    assert torch.allclose(losses, whole[1], rtol=1e-5, atol=1e-6)
+    assert sum(int(nonfinite) for *_, nonfinite in parts) == int(whole[2])
+
+
 # ------------------------------------------------------------------ 2 processes against 1
 
 def _env(tmp_path, **extra) -> dict:
@@ -95,16 +127,52 @@ ALL_ZEROTH_ORDER = ["mezo:privacy=none", "dpzero", "dp_zo", "dp_zo:method.noise=
                     "dp_zogd", "dp_aggzo", "pazo_m", "pazo_p", "pazo_p_prime", "pazo_s"]
 #: one method of each way a release adds its batch: the scalar privatiser, the joint clip, PAZO-S's losses
 QUICK = ["dpzero", "dp_aggzo", "pazo_s"]
+#: the first-order methods that run on several processes (DP-SGD without privacy: the plain mean)
+FIRST_ORDER = ["dpsgd", "dpmd", "dope_sgd", "gep", "dpsgd:privacy=none"]
 
 
-@pytest.mark.parametrize("specs", [QUICK, pytest.param(ALL_ZEROTH_ORDER, marks=pytest.mark.slow)],
-                         ids=["quick", "every_zeroth_order_method"])
-def test_two_processes_train_the_parameters_of_one_bit_for_bit(tmp_path, specs):
+@pytest.fixture(scope="module")
+def quick_steps(tmp_path_factory) -> tuple[list[dict], list[dict]]:
+    """QUICK's and FIRST_ORDER's results on 1 and on 2 processes (one launch each: they share it)."""
+    tmp_path = tmp_path_factory.mktemp("quick")
+    specs = QUICK + FIRST_ORDER
     one, two = _steps(tmp_path, specs, 1), _steps(tmp_path, specs, 2)
     assert [r["spec"] for r in one] == [r["spec"] for r in two] == specs
+    return one, two
+
+
+def _same_bits(one: list[dict], two: list[dict]) -> None:
     for a, b in zip(one, two):
         assert a["params"] == b["params"], f"{a['spec']}: parameters differ after 3 steps"
+        assert a["epsilon"] == b["epsilon"] and b["ranks_agree"]
+
+
+def test_two_processes_train_the_parameters_of_one_bit_for_bit(quick_steps):
+    one, two = quick_steps
+    _same_bits(*([r for r in rows if r["spec"] in QUICK] for rows in (one, two)))
+
+
+@pytest.mark.slow
+def test_two_processes_train_the_parameters_of_one_bit_for_bit_for_every_zeroth_order_method(tmp_path):
+    _same_bits(_steps(tmp_path, ALL_ZEROTH_ORDER, 1), _steps(tmp_path, ALL_ZEROTH_ORDER, 2))
+
+
+def _params(result: dict) -> np.ndarray:
+    return np.frombuffer(bytes.fromhex(result["params"]), dtype=result["dtype"])
+
+
+def test_two_processes_train_the_first_order_parameters_of_one_within_float_rounding(quick_steps):
+    """DP-SGD, DPMD, DOPE-SGD and GEP on 2 processes: each rank clips its shard's per-example
+    gradients and sums them; the sums are gathered and added in rank order (the same floats on every
+    rank) and the noise, drawn alike on every rank, is added once. Not bit for bit: one process adds
+    the whole batch's gradients in another order (float32 here), so after 3 steps the parameters are
+    one process's within float rounding (about 1e-8 apart on digits; a rank that missed the other's
+    shard would be about 1e-3 off), with the same epsilon, and every rank holds the same bits."""
+    one, two = quick_steps
+    for a, b in ((a, b) for a, b in zip(one, two) if a["spec"] in FIRST_ORDER):
+        assert b["ranks_agree"], f"{b['spec']}: the ranks' parameters differ"
         assert a["epsilon"] == b["epsilon"]
+        np.testing.assert_allclose(_params(b), _params(a), rtol=0, atol=1e-6, err_msg=a["spec"])
 
 
 def _free_port() -> int:
@@ -191,7 +259,7 @@ def _run_as_one(tmp_path, *overrides: str) -> None:
 
 
 @pytest.mark.parametrize("method, secure_mode, refused", [
-    ("dpsgd", False, "does not run on several processes yet"),
+    ("sgd", False, "does not run on several processes yet"),
     ("dpzero", True, "privacy.secure_mode=true"),
 ])
 def test_several_processes_refuse_what_they_cannot_share(method, secure_mode, refused):
@@ -221,3 +289,60 @@ def test_ctrl_c_stops_every_rank_at_one_step_and_rank_0_checkpoints(tmp_path):
     assert not any("Traceback" in stderr for _, stderr in outs)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "interrupted" and (tmp_path / "run" / "private" / "checkpoint.pt").exists()
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    """A run's rows but for their timing."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k != "s_per_iter"} for line in lines]
+
+
+def _preempt_on_two(tmp_path, step: int, *overrides: str) -> dict:
+    """The run of `overrides` on 2 processes (ranks started as torchrun starts them), rank 0 sent
+    SIGTERM during its step `step`; rank 0's summary."""
+    port, script = _free_port(), str(HERE / "stop_after.py")
+    ranks = [subprocess.Popen([sys.executable, script, str(step), *overrides], cwd=tmp_path, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=_env(tmp_path, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+                                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
+             for rank in range(2)]
+    outs = [p.communicate(timeout=300) for p in ranks]
+    assert [p.returncode for p in ranks] == [3, 0], outs   # preempted (resumable); rank 1 stops with it
+    assert not any("Traceback" in stderr for _, stderr in outs)
+    return json.loads((tmp_path / "run" / "summary.json").read_text())
+
+
+def test_a_run_resumes_on_two_processes_and_back_on_one_as_the_same_run(tmp_path, hydra_cfg, monkeypatch):
+    """One process to step 1, two to step 3 (rank 1 reads rank 0's checkpoint), one to the end: the
+    uninterrupted one-process run's parameters, rows and epsilon, bit for bit."""
+    from pazo.methods.base import Method
+    from pazo.train import run
+
+    overrides = ["dataset=digits", "method=dpzero", "train.steps=4", "train.log_every=1", "logger.report_to=[]"]
+    whole = run(hydra_cfg(*overrides), tmp_path / "whole")
+    original = Method.take_step
+
+    def take_step(self, x, y, step):   # SIGTERM during step 1: honoured after it, with a checkpoint
+        stats = original(self, x, y, step)
+        if step == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return stats
+    monkeypatch.setattr(Method, "take_step", take_step)
+    assert run(hydra_cfg(*overrides), tmp_path / "run")["stopped_at_step"] == 1
+    monkeypatch.setattr(Method, "take_step", original)
+    on_two = _preempt_on_two(tmp_path, 3, *overrides, f"hydra.run.dir={tmp_path}/run")
+    assert on_two["resumed_from_step"] == 1 and on_two["stopped_at_step"] == 3
+    assert on_two["distributed"]["world_size"] == 2
+    split = run(hydra_cfg(*overrides), tmp_path / "run")   # and back on one process
+    assert split["resumed_from_step"] == 3 and split["status"] == "finished"
+    assert _rows(tmp_path / "run") == _rows(tmp_path / "whole")
+    assert split["privacy"]["epsilon_spent"] == whole["privacy"]["epsilon_spent"]
+    a, b = load_file(tmp_path / "whole/model.safetensors"), load_file(tmp_path / "run/model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_follower_that_cannot_read_rank_0s_checkpoint_starts_nowhere(tmp_path):
+    from pazo.run import follower_start
+
+    loop, where = follower_start(None, None, str(tmp_path / "private" / "checkpoint.pt"))
+    assert loop.step == 0 and where.startswith("no step: rank 0's checkpoint") and "shared file system" in where
