@@ -266,10 +266,37 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
 
 def _unknown_option(lines: list[str]) -> str | None:
     """Hydra's "Could not find 'method/pazom'" and the group's "Available options" after it as one
-    line naming the close match (`unknown_group_option`); None for another error."""
-    if len(lines) < 2 or not lines[1].startswith("Available options"):
+    line naming the close match (`unknown_group_option`), or its "Could not load 'logger/csv'" for an
+    option of a list (`logger=[wandb,csv]`, which Hydra loads one by one, listing no options)
+    (`missing_list_option`); None for another error."""
+    if len(lines) >= 2 and lines[1].startswith("Available options"):
+        return unknown_group_option(lines[0], [o for o in lines[2:] if o.isidentifier()])
+    return missing_list_option(lines[0]) if lines else None
+
+
+#: what a user who gives a config group a list most likely meant, by group
+LIST_HINTS = {"logger": "; logger= picks one config (W&B's settings): the loggers the rows go to are a list of "
+                        "their own, e.g. logger.report_to=[csv,tensorboard] (any of {loggers})"}
+
+
+def missing_list_option(message: str) -> str | None:
+    """Hydra's "Could not load 'logger/tensorboard'" for an option of a config group that is none:
+    one line naming it, the close match and the group's options (its yaml files and the options
+    registered in code), with what a list of that group most likely meant (`LIST_HINTS`)."""
+    import re
+
+    from hydra.core.config_store import ConfigStore
+
+    from pazo.config_schema import LOGGERS
+
+    found = re.search(r"Could not load '(?P<group>[^'/]+)/(?P<option>[^'/]+)'", message)
+    folder = CONFIG_DIR / found["group"] if found else None
+    if folder is None or not folder.is_dir() or (folder / f"{found['option']}.yaml").exists():
         return None
-    return unknown_group_option(lines[0], [o for o in lines[2:] if o.isidentifier()])
+    stored = ConfigStore.instance().repo.get(found["group"], {})
+    options = {p.stem for p in folder.glob("*.yaml")} | {name.removesuffix(".yaml") for name in stored}
+    hint = LIST_HINTS.get(found["group"], "").format(loggers=", ".join(LOGGERS))
+    return unknown_group_option(f"Could not find '{found['group']}/{found['option']}'", options) + hint
 
 
 def unknown_group_option(message: str, options) -> str | None:

@@ -1,10 +1,13 @@
 """`pazo-train --help`: what pazo is, the common commands, and the choices a user makes (methods,
-data sets, paper settings, models), one line each, read from the method registry and the first
-comment of each config file, so a new method or data set appears here without editing this page.
+data sets, paper settings, models), one line each, read from the first comment of each config file,
+so a new method or data set appears here without editing this page, and an option registered in code
+alone (a plugin's) from its registry. It imports no torch: every option pazo ships has its yaml, so
+the registries (whose modules import torch) are read only once a plugin has loaded them.
 Hydra's own help (`--hydra-help`) stays as it is; its generated listing of config groups would show
 the internal `*_schema` entries and the per-setting tuning files, which a user never names."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pazo import CONFIG_DIR
@@ -53,6 +56,10 @@ worst_case, confidence, delta, canary_scale, debug_break; each in full: pazo-rep
 """
 
 
+#: the end of a config comment's first sentence: a full stop and a space, not that of "et al." or "e.g."
+SENTENCE_END = re.compile(r"(?<!\bet al)(?<!\be\.g)(?<!\bi\.e)\. ")
+
+
 def config_summary(path: Path) -> str:
     """The first sentence of a config file's leading comment (after Hydra's `# @package` line)."""
     words: list[str] = []
@@ -64,7 +71,7 @@ def config_summary(path: Path) -> str:
             continue
         words.append(text)
     text = " ".join(words)
-    sentence = text.split(". ", 1)[0].rstrip(".")
+    sentence = SENTENCE_END.split(text, maxsplit=1)[0].rstrip(".")
     if len(sentence) <= 100:
         return sentence
     cut = max(sentence.rfind(mark, 30, 100) for mark in (": ", "; ", " (", ", "))
@@ -84,28 +91,28 @@ def group_lines(group: str) -> list[str]:
 
 
 def yamlless_options(group: str, yamls: set[str]) -> dict[str, str]:
-    """The data sets or models registered without a yaml (a plugin's, `pazo.plugins`): name -> who
-    registered it."""
-    if group not in ("dataset", "model"):
+    """The methods, data sets or models registered without a yaml (a plugin's, `pazo.plugins`):
+    name -> who registered it. Only a plugin registers one (pazo's own options each have a yaml), so
+    without a plugin loaded the registries, and torch with them, are not imported."""
+    from pazo.plugins import LOADED
+
+    if group not in ("method", "dataset", "model") or not LOADED:
         return {}
+    registry = _registry(group)
+    return {n: f"registered by {registry.origin(n)}" for n in registry.names() if n not in yamls}
+
+
+def _registry(group: str):
+    """The registry of a config group's options, pazo's own registered in it."""
+    if group == "method":
+        from pazo.methods.registry import METHODS
+        import pazo.methods  # noqa: F401  (registers pazo's own)
+        return METHODS
     from pazo.catalog import DATASETS, MODELS
     import pazo.data  # noqa: F401  (registers pazo's own)
     import pazo.models  # noqa: F401
 
-    registry = DATASETS if group == "dataset" else MODELS
-    return {n: f"registered by {registry.origin(n)}" for n in registry.names() if n not in yamls}
-
-
-def method_lines() -> list[str]:
-    from pazo.methods.registry import METHODS
-
-    width = max(len(name) for name, _ in METHODS.items())
-    out = []
-    for name, info in METHODS.items():
-        kind = ("zeroth-order" if info.zeroth_order else "first-order") + (", public data" if info.uses_public else "")
-        kind += "" if info.private else ", non-private"
-        out.append(f"  {name:{width}s}  {info.label} ({kind}): {info.reference}")
-    return out
+    return DATASETS if group == "dataset" else MODELS
 
 
 def audit_help(exit_codes: dict[str, int]) -> str:
@@ -118,7 +125,7 @@ def audit_help(exit_codes: dict[str, int]) -> str:
 
 
 def train_help() -> str:
-    sections = [USAGE, "methods (method=...):", *method_lines(), "",
+    sections = [USAGE, "methods (method=...):", *group_lines("method"), "",
                 "data sets (dataset=...):", *group_lines("dataset"),
                 "", "paper and LLM settings (experiment=..., which also set the data set, model and method defaults):",
                 *group_lines("experiment"), "", "models (model=...):", *group_lines("model"), "", FOOTER]

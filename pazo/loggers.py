@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 
 from pazo import gate
+from pazo.file_kinds import read_regular_text
 from pazo.rundir import writing
 
 CSV_FILE = "metrics.csv"
@@ -60,7 +61,7 @@ def csv_step(path: Path) -> int:
 
 def read_csv(path: Path) -> tuple[list[str], list[dict]]:
     """The header and the whole rows of a metrics.csv (a last line cut short left out)."""
-    text = Path(path).read_text()
+    text = read_regular_text(path)
     whole = text[: text.rfind("\n") + 1]
     reader = csv.DictReader(io.StringIO(whole))
     rows = [row for row in reader if CSV_ROW_START.match((row.get("step") or "").encode())]

@@ -16,15 +16,17 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import secrets
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import yaml
 
-from pazo import gate, outlets
+from pazo import gate, metrics_file, outlets
 from pazo.errors import ConfigError, DataMissingError
 from pazo.experiment import planned_steps
+from pazo.file_kinds import read_regular_bytes, read_regular_text
 from pazo.loggers import CSV_FILE, csv_line, read_csv
 from pazo.methods import method_config
 from pazo.privacy.accountants import BudgetError, check_delta, default_eps_error
@@ -236,28 +238,41 @@ def release(run_dir: Path, public: Path, record: dict, stamp: float, top: Path) 
     `outlets.RELEASE` alone, each with the keys its rule keeps, the selection's record in its
     summary.json; modes 0644/0755; every file's and folder's times, and those of the folders from
     `top` down to `public`, set to `stamp` (the launch's time, the same whatever K: the files' own
-    times would tell how long the K runs took)."""
+    times would tell how long the K runs took). A file of the run that cannot be read as a regular
+    file of its kind (a FIFO, a directory, damaged) is one ConfigError line, and nothing is published."""
     staging = public.with_name(public.name + ".tmp")
+    files = {name: _released_file(name, run_dir / name, record, public)
+             for name in outlets.RELEASE if os.path.lexists(run_dir / name)}
     gate.new_staging(staging)
-    gate.release_into(staging, {name: _released_file(name, run_dir / name, record, public)
-                                for name in outlets.RELEASE if (run_dir / name).is_file()}, stamp)
+    gate.release_into(staging, files, stamp)
     gate.publish(staging, public, top, stamp)
 
 
 def _released_file(name: str, path: Path, record: dict, public: Path) -> bytes:
-    """`path`'s bytes as the release lets them out (`outlets.RELEASE[name]`)."""
+    """`path`'s bytes as the release lets them out (`outlets.RELEASE[name]`), read through
+    `pazo.file_kinds` (a FIFO is never waited on); a ConfigError line where it cannot be."""
+    try:
+        return _release_bytes(name, path, record, public)
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        reason = " ".join(str(err).split())
+        raise ConfigError(f"the selection's chosen run cannot be released: {path} is unreadable ({reason}); "
+                          "nothing was published, and the same command releases it once the file is "
+                          "repaired") from None
+
+
+def _release_bytes(name: str, path: Path, record: dict, public: Path) -> bytes:
     if name == "summary.json":
         summary = released_summary(read_json_object(path), record, public)
         return json.dumps(summary, indent=2, default=str).encode()
-    if name == "metrics.jsonl":
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if name == metrics_file.FILE:
+        rows = metrics_file.read_metric_rows(path).rows
         return "".join(json.dumps(outlets.for_release(name, row)) + "\n" for row in rows).encode()
     if name == CSV_FILE:
         return released_csv(path)
     if name == "config.yaml":
-        config = yaml.safe_load(path.read_text()) or {}
+        config = yaml.safe_load(read_regular_text(path)) or {}
         return yaml.safe_dump(outlets.for_release(name, config), sort_keys=False).encode()
-    return path.read_bytes()
+    return read_regular_bytes(path)
 
 
 def released_csv(path: Path) -> bytes:

@@ -35,3 +35,23 @@ def test_the_methods_the_index_says_have_no_step_timing_have_none():
     timed = {r.get("method") for path in RESULTS.glob("methods_*.json")
              for r in json.loads(path.read_text()).get("results", [])}
     assert not timed & {"dp_zo", "dp_zogd"}
+
+
+def _exit_table(page: str) -> dict[int, str]:
+    """The rows of a guide's "## Exit statuses" table: status -> meaning."""
+    section = page.split("## Exit statuses", 1)[1].split("\n## ", 1)[0]
+    return {int(m.group(1)): m.group(2) for m in re.finditer(r"^\| (\d+) \| (.*) \|$", section, re.MULTILINE)}
+
+
+def test_the_faults_guide_lists_every_exit_status_a_command_ends_with():
+    """pazo-train's statuses and pazo-sweep's for each signal it passes on to its runs (was: 143 and
+    129, SIGTERM and SIGHUP to a sweep, missing from the table)."""
+    from pazo.child_runs import PASSED_ON, exit_status
+    from pazo.train import EXIT_CODES
+
+    table = _exit_table((REPO_ROOT / "docs" / "guides" / "faults.md").read_text())
+    statuses = {0, 2, *EXIT_CODES.values(), *(exit_status(signum) for signum in PASSED_ON)}
+    assert statuses <= set(table), sorted(statuses - set(table))
+    for signum in PASSED_ON:
+        if exit_status(signum) != exit_status(None):   # (SIGINT: Ctrl-C's row, 130)
+            assert "pazo-sweep" in table[exit_status(signum)] and signum.name in table[exit_status(signum)]

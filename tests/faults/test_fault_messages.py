@@ -85,6 +85,30 @@ def test_a_misspelt_option_of_a_config_group_names_its_close_match(data, group, 
         assert "did you mean method=pazo_m?" in line
 
 
+@settings(max_examples=15, deadline=None)
+@given(data=st.data(), group=st.sampled_from(sorted(GROUP_OPTIONS)), config_name=st.sampled_from(["config", "audit"]))
+@example(data=None, group="logger", config_name="config")   # the reported case: logger=[csv,tensorboard]
+def test_an_unknown_option_in_a_list_for_a_config_group_is_named_in_one_line(data, group, config_name):
+    """`logger=[csv,tensorboard]` (was: "In 'config': Could not load 'logger/tensorboard'.; Config
+    search path:", cut off): one line naming an option that is none, the close match and
+    the group's options; for the logger group, where the loggers' list is."""
+    options = GROUP_OPTIONS[group]
+    if data is None:
+        given_list = ["csv", "tensorboard"]   # (neither is an option: either may be named)
+    else:
+        given_list = data.draw(st.permutations([options[0], data.draw(misspelt(options))]))
+    line = check_overrides([f"{group}=[{','.join(given_list)}]"], config_name=config_name)
+    named = re.match(rf"unknown {group}=(\w+)", line or "")
+    assert named and named.group(1) in set(given_list) - set(options) and "\n" not in line, line
+    bad = named.group(1)
+    listed = re.search(r"\(choices: ([^)]*)\)", line)
+    assert listed and set(listed.group(1).split(", ")) >= set(options), line
+    close = difflib.get_close_matches(bad, options, n=1, cutoff=0.6)
+    assert bool(re.search(rf"did you mean {group}=\w+\?", line)) == bool(close), line
+    if group == "logger":
+        assert "logger.report_to=[" in line, line
+
+
 @pytest.mark.parametrize("entry,argv", [
     ("train", ["method=dp_aggzo", "method.k=8"]),
     ("train", ["method=dp_aggzo", "+method.K=8"]),

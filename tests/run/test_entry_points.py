@@ -110,6 +110,26 @@ def test_scripts_import_pazo_as_installed(tmp_path):
     assert [line for line in out.stdout.splitlines() if line.startswith("ok /")] == [f"ok {s}" for s in scripts]
 
 
+def test_each_console_script_runs_as_python_m_of_its_name(tmp_path):
+    """`pazo-<name>` is also `python -m pazo.<name>` (what the docs and a checkout without the console
+    scripts use): each one's --help, run as `python -m` runs it, from a directory outside the checkout
+    (was: `python -m pazo.privacy`: "'pazo.privacy' is a package and cannot be directly executed")."""
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    modules = [f"pazo.{name.removeprefix('pazo-')}" for name in sorted(scripts)]
+    code = ("import runpy, sys\n"
+            "for module in sys.argv[1:]:\n"
+            "    sys.argv = [module, '--help']\n"
+            "    try:\n"
+            "        runpy.run_module(module, run_name='__main__', alter_sys=True)\n"
+            "    except SystemExit as stop:\n"
+            "        assert stop.code in (0, None), (module, stop.code)\n"
+            "    print('ok', module, flush=True)\n")
+    out = subprocess.run([sys.executable, "-c", code, *modules], cwd=tmp_path, env=_env(tmp_path),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [line for line in out.stdout.splitlines() if line.startswith("ok pazo.")] == [f"ok {m}" for m in modules]
+
+
 def _requirement_lines(path):
     lines = [line.split("#")[0].strip() for line in (ROOT / path).read_text().splitlines()]
     return [line for line in lines if line and not line.startswith("-r")]

@@ -51,3 +51,45 @@ def test_pazo_report_configs_whole_is_the_reference_page_and_a_wrong_part_is_one
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1
     assert err.startswith("pazo: error: unknown part 'metod'; did you mean 'method'?")
+
+
+def test_pazo_train_help_imports_no_torch_and_names_every_registered_option(tmp_path):
+    """`pazo-train --help` (was: 5-9 s on a loaded machine, torch imported for the method list): run
+    as `python -m pazo.train --help` in a process of its own, it leaves torch unimported and still
+    names every method, data set and model the registries hold (each has its yaml)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from pazo.catalog import DATASETS, MODELS
+    from pazo.methods.registry import method_names
+    import pazo.data  # noqa: F401  (registers pazo's own)
+    import pazo.models  # noqa: F401
+
+    code = ("import json, runpy, sys\n"
+            "sys.argv = ['pazo-train', '--help']\n"
+            "runpy.run_module('pazo.train', run_name='__main__', alter_sys=True)\n"
+            "print(json.dumps(sorted(m for m in ('torch', 'numpy') if m in sys.modules)))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PAZO_PLUGINS"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    *help_lines, imported = out.stdout.splitlines()
+    assert "torch" not in json.loads(imported), imported
+    named = {line.split()[0] for line in help_lines if line.startswith("  ") and not line.startswith("   ")}
+    assert {*method_names(), *DATASETS.names(), *MODELS.names()} <= named
+
+
+def test_an_option_a_plugin_registers_without_a_yaml_is_in_the_help(monkeypatch):
+    from pazo import help as help_page
+    from pazo import plugins
+    from pazo.catalog import DATASETS
+
+    import pazo.data  # noqa: F401
+    monkeypatch.setattr(plugins, "LOADED", {"my_plugin": "PAZO_PLUGINS"})
+    monkeypatch.setattr(DATASETS, "names", lambda: ["digits", "my_data"])
+    monkeypatch.setattr(DATASETS, "origin", lambda name: "my_plugin")
+    assert "  my_data        registered by my_plugin" in help_page.group_lines("dataset")
+    monkeypatch.setattr(plugins, "LOADED", {})
+    assert not any("my_data" in line for line in help_page.group_lines("dataset"))

@@ -25,6 +25,7 @@ from pazo import outlets
 from pazo.attempts import read_private_record
 from pazo.errors import ConfigError
 from pazo.privacy.selection import DISTRIBUTIONS, MAX_MEAN, KDistribution
+from tests.faults.test_fault_special_files import make_special
 from tests.privacy.test_private_selection import theorem2_epsilon
 
 
@@ -403,3 +404,36 @@ def test_an_expected_k_of_a_billion_is_one_line_before_anything_is_drawn(tmp_pat
         assert len(err) == 1 and err[0].startswith("pazo: error: the mean of K is at most 1000, got 1e+09")
         assert "choices" not in err[0]
     assert not out.exists()
+
+
+RECORD = {"distribution": "geometric", "mean": 10, "total_epsilon": 2.5, "delta": 1e-5, "seeds": 1,
+          "total_epsilon_all_seeds": 2.5}
+#: what a damaged file of the chosen run holds, per file the release parses
+GARBAGE = {"summary.json": "{not json", "metrics.jsonl": 'x\n{"step": 1}\n', "config.yaml": "a: [b\n"}
+
+
+@settings(max_examples=20, deadline=None)
+@given(name=st.sampled_from(sorted(outlets.RELEASE)), damage=st.sampled_from(["fifo", "directory", "garbage"]))
+@example(name="metrics.jsonl", damage="fifo")    # the reported case: a plain open() of a private file
+def test_a_chosen_run_file_that_cannot_be_read_is_one_line_and_nothing_is_published(tmp_path_factory, name,
+                                                                                   damage):
+    """Each file the release reads (issue 60): a FIFO, a directory or damaged content in its place
+    is one ConfigError line naming it, never a wait on the FIFO or a traceback, and no release."""
+    if damage == "garbage" and name not in GARBAGE:
+        damage = "fifo"
+    root = tmp_path_factory.mktemp("sel")
+    run = fake_selection_run(root / ".private" / "run-x", "finished", 0.5)
+    for other in ("metrics.jsonl", "metrics.csv", "config.yaml", "model.safetensors"):
+        (run / other).write_text({"metrics.jsonl": '{"step": 1}\n', "metrics.csv": "step\n1\n"}.get(other, "a: 1\n"))
+    (run / name).unlink()
+    if damage == "garbage":
+        (run / name).write_text(GARBAGE[name])
+    else:
+        make_special(run / name, damage)
+    public = root / "cell" / "selected,seed=0"
+    public.parent.mkdir()
+    with pytest.raises(ConfigError) as refused:
+        sel.release(run, public, RECORD, 1000.0, root)
+    line = str(refused.value)
+    assert "\n" not in line and str(run / name) in line and "cannot be released" in line, line
+    assert not public.exists() and not public.with_name(public.name + ".tmp").exists()
