@@ -251,7 +251,7 @@ def main():
                  if "median_s" in row else "failed: " + row["errors"][-1]))
 
 
-#: `pazo-bench scaling`, `python -m pazo.bench.scaling`.
+#: `pazo-bench scaling`, `python -m pazo.bench.scaling`, `python scripts/benchmark_scaling.py`.
 cli = command(partial(run_main, "benchmark_scaling", main))
 
 
