@@ -16,6 +16,7 @@ COMMANDS = {
     "defaults": ("pazo.bench.defaults", "every method with its default hyperparameters on digits"),
     "dimension": ("pazo.bench.dimension", "DPZero's dimension experiment (its Figures 1-2) on a quadratic"),
     "threads": ("pazo.bench.threads", "step time at 1, 2 and all CPU threads, and the default run (threads)"),
+    "scaling": ("pazo.bench.scaling", "step time and bytes exchanged of one run on 1, 2, ... processes (torchrun)"),
 }
 
 

@@ -160,3 +160,32 @@ def test_a_tool_called_another_way_is_named_and_the_one_way_passes(parts, joiner
     line = ("OMP_NUM_THREADS=1 " if with_env else "") + joiner.join(texts)
     found = called_another_way(line)
     assert len(found) == len(wrong) and all(f.startswith(w) for f, w in zip(found, wrong)), (line, found)
+
+
+TORCHRUN_OPTIONS = st.lists(st.sampled_from(["--standalone", "--nproc_per_node=2", "--nproc_per_node 4", "--nnodes=1",
+                                             "--master_port 29511"]), unique=True, max_size=3)
+
+
+@given(TORCHRUN_OPTIONS, st.sampled_from(["torchrun", ".venv/bin/torchrun"]),
+       st.lists(st.sampled_from(["method=pazo_m", "train.steps=5", "hydra.run.dir=outputs/two"]), unique=True))
+@example([], ".venv/bin/torchrun", [])
+def test_a_module_under_torchrun_is_checked_as_that_module_and_is_the_one_way(options, torchrun, overrides):
+    """`torchrun [options] -m pazo.train ...` (the guide on many processes): its overrides are the
+    entry point's (before: torchrun was another program's, its overrides never composed), and
+    torchrun is how a module runs under it (not "another way"); a script path is not pazo's."""
+    from tools.docs.commands import classify
+
+    words = [torchrun, *" ".join(options).split(), "-m", "pazo.train", *overrides]
+    assert classify(words) == ("pazo-train", overrides)
+    assert called_another_way(" ".join(words)) == []
+    assert classify([torchrun, *" ".join(options).split(), "train.py", *overrides]) is None
+
+
+def test_a_bad_override_under_torchrun_is_named(tmp_path):
+    path = page(tmp_path, """\
+        ```bash
+        .venv/bin/torchrun --standalone --nproc_per_node=2 -m pazo.train method=pazo_m trian.steps=5
+        ```
+        """)
+    count, problems = check_pages([path])
+    assert count == 1 and len(problems) == 1 and "trian" in problems[0], problems

@@ -14,7 +14,8 @@ from mkdocs.config import load_config
 from pazo import REPO_ROOT
 from tools.docs import overview as docs_overview
 from pazo.report.audit_table import exceeds
-from tools.docs.overview import audits_overview, engines_overview, speed_overview, step_ops_overview, times
+from tools.docs.overview import (audits_overview, engines_overview, scaling_overview, speed_overview,
+                                 step_ops_overview, times)
 from tools.docs.results import PAGES
 
 LONG_PAGES = [page.name for page in PAGES if page.overview] + ["audits"]
@@ -25,7 +26,7 @@ ratios = st.floats(0.3, 9.0, allow_nan=False).map(lambda v: round(v, 4))
 
 
 def test_each_long_page_leads_with_its_figure_and_lines_and_folds_the_files_rows():
-    assert set(LONG_PAGES) == {"speed", "engines", "step-ops", "audits"}
+    assert set(LONG_PAGES) == {"speed", "engines", "step-ops", "scaling", "audits"}
     for name in LONG_PAGES:
         text = (RESULTS / f"{name}.md").read_text()
         head = text.split("\n## ", 1)[0]
@@ -118,3 +119,27 @@ def test_the_audits_lines_count_what_the_audit_flagged_among_correct_and_broken_
     never = sorted({s["audit"]["debug_break"] for s in broken if not any(
         exceeds(o["audit"]) for o in broken if o["audit"]["debug_break"] == s["audit"]["debug_break"])})
     assert (f"never in a run of {', '.join(never)}." in lines[1]) == bool(never)
+
+
+@settings(max_examples=5, deadline=None)
+@given(st.dictionaries(st.tuples(methods, st.integers(1, 4)), st.lists(st.floats(1e-3, 1.0), min_size=1, max_size=3),
+                       min_size=1, max_size=8))
+def test_the_scaling_lines_give_each_median_its_spread_and_efficiency_and_the_bytes(tmp_path_factory, drawn):
+    from pazo.bench.scaling import scaling_rows
+
+    runs = {key: [{"median_s": t, "rank_bytes_per_step": 0.0 if key[1] == 1 else 1176.0, "command": "c"}
+                  for t in times] for key, times in drawn.items()}
+    rows = scaling_rows(runs)
+    figures = tmp_path_factory.mktemp("figures")
+    out = scaling_overview(rows, figures)
+    assert 3 <= len(out.lines) <= 4 and (figures / out.figure).is_file()
+    for row in rows:
+        label = docs_overview._label(row["method"])
+        part = out.lines[0].split(f"{label} ", 1)[1].split(";")[0]
+        assert f"{row['median_s'] * 1e3:.1f} ms on {row['world_size']}" in part
+        if row["world_size"] > 1 and "efficiency" in row:
+            assert f"{row['median_s'] * 1e3:.1f} ms on {row['world_size']} (efficiency {row['efficiency']:.2f})" in part
+        spread = out.lines[1].split(f"{label} ", 1)[1].split(";")[0]
+        assert f"{row['min_s'] * 1e3:.1f} ms to {row['max_s'] * 1e3:.1f} ms on {row['world_size']}" in spread
+    several = any(n > 1 for _, n in drawn)
+    assert ("1,176" in out.lines[2]) == several

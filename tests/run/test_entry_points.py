@@ -152,7 +152,7 @@ def test_pyproject_declares_the_pinned_requirements():
 
 @pytest.mark.parametrize("package,names", [
     ("bench", ["methods", "engines", "memory", "calibration", "profile", "step-ops", "defaults", "dimension",
-               "threads"]),
+               "threads", "scaling"]),
     ("report", ["tables", "figures", "audit-table", "llm-table", "configs", "run"]),
 ])
 def test_bench_and_report_list_their_commands_and_refuse_an_unknown_one(package, names, tmp_path):

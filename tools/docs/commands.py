@@ -15,6 +15,8 @@ leading `VAR=value` assignments dropped). Then:
   command's overrides (`pazo.sweep.check`, which `--dry-run` runs over every run);
 - `pazo-bench <name>`, `pazo-report <name>`, `python -m pazo.bench[.<module>]`, `python
   scripts/<launcher>.py`: the arguments are parsed by the command's own argparse parser;
+- `torchrun [options] -m <module> ...`: the module's command, checked as above (`-m pazo.train`:
+  its overrides composed);
 - `make <target>`: the target exists in the Makefile;
 - anything else (pip, git, cd, wandb ...) is not pazo's and is left alone.
 
@@ -137,6 +139,8 @@ def classify(words: list[str]) -> tuple[str, list[str]] | None:
         return None
     if head in ("pazo-train", "pazo-audit", "pazo-sweep", "pazo-bench", "pazo-report"):
         return head, rest
+    if head == "torchrun":
+        return _torchrun(rest)
     if head == "make":
         return "make", rest
     return None
@@ -156,6 +160,15 @@ def _module(module: str, args: list[str]):
     if module.startswith("pazo"):
         return "unknown", [module]
     return None
+
+
+def _torchrun(args: list[str]):
+    """torchrun's options, then `-m <module>` and the module's arguments: that module's command (a
+    script path instead of `-m`: not pazo's to check)."""
+    flags = [k for k, word in enumerate(args) if word in ("-m", "--module")]
+    if not flags or flags[0] + 1 >= len(args):
+        return None
+    return _module(args[flags[0] + 1], args[flags[0] + 2:])
 
 
 def _launcher(script: str, args: list[str]):
@@ -360,6 +373,8 @@ def representatives(runs: list) -> list:
 #: `make run` installs and `docs_run` runs; `python -m pazo.<x>` and a bare `pazo-<x>` are the same
 #: code, shown nowhere so that a reader meets one form)
 TOOL_CALL = re.compile(r"\.venv/bin/pazo-(?:train|sweep|audit|bench|report)")
+#: torchrun, which starts a module (`-m pazo.train`) in each of its processes: the one way to run one under it
+TORCHRUN = re.compile(r"(?:\S*/)?torchrun")
 
 
 def called_another_way(text: str) -> list[str]:
@@ -369,7 +384,8 @@ def called_another_way(text: str) -> list[str]:
     out = []
     for words in split(text):
         kind = classify(words)
-        if kind is not None and kind[0] != "make" and not TOOL_CALL.fullmatch(words[0]):
+        if kind is not None and kind[0] != "make" and not (TOOL_CALL.fullmatch(words[0])
+                                                           or TORCHRUN.fullmatch(words[0])):
             out.append(" ".join(words[:3] if PYTHON.match(words[0].rsplit("/", 1)[-1]) else words[:1]))
     return out
 

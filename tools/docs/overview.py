@@ -260,3 +260,69 @@ def audits_overview(summaries: list[dict], figure_dir: Path) -> Overview:
              "Each point is an audit: its largest lower bound on epsilon (the canaries', the f-DP one, the noise "
              "check's where it exceeds) against the run's epsilon; above the line, the audit caught the run."]
     return Overview(lines, "overview_audits.svg", "Each audit's lower bound against the run's epsilon")
+
+
+def scaling_overview(rows: list[dict], figure_dir: Path) -> Overview:
+    """Each method's step time against its number of processes (the repeats' median, bars from the
+    least to the greatest), and the efficiency t1 / (N tN); lines on the medians, their spread and the
+    bytes a rank exchanged."""
+    measured = [r for r in rows if isinstance(r.get("median_s"), (int, float))]
+    methods = _order(r["method"] for r in measured)
+    by_method = {m: sorted((r for r in measured if r["method"] == m), key=lambda r: r["world_size"]) for m in methods}
+    def per_method(text) -> str:
+        return "; ".join(f"{_label(m)} " + ", ".join(map(text, rows)) for m, rows in by_method.items()) + "."
+
+    lines = ["Median step by processes: "
+             + per_method(lambda r: f"{_ms(r['median_s'])} on {r['world_size']}{_efficiency(r)}"),
+             "From the least to the greatest of the repeats: "
+             + per_method(lambda r: f"{_ms(r['min_s'])} to {_ms(r['max_s'])} on {r['world_size']}")]
+    scaling_figure(by_method, figure_dir / "overview_scaling.svg")
+    exchanged = sorted({r["rank_bytes_per_step"] for r in measured if r["world_size"] > 1})
+    if exchanged:
+        lines.append("Bytes a rank exchanged per step on several processes: "
+                     + ", ".join(f"{b:,.0f}" for b in exchanged) + " (one process exchanges none).")
+    lines.append("Each run's step time is its median step; the figure's bars span the repeats. Efficiency "
+                 "t1 / (N tN) of 1 would be N processes taking 1/N of one's time.")
+    return Overview(lines, "overview_scaling.svg", "Step time and efficiency against the number of processes")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def _efficiency(row: dict) -> str:
+    """` (efficiency E)` for a row of several processes that has one."""
+    value = row.get("efficiency")
+    return f" (efficiency {value:.2f})" if row["world_size"] > 1 and isinstance(value, (int, float)) else ""
+
+
+def scaling_figure(series: dict[str, list[dict]], out: Path) -> None:
+    """Two panels: the step time in ms against the processes, one line per method with bars from the
+    least to the greatest repeat; and the efficiency, with the ideal 1 drawn."""
+    matplotlib, plt = _pyplot()
+    colours = (BAR_COLOUR, "#c62828", "#2e7d32", "#ef6c00")
+    with matplotlib.rc_context(SVG_STYLE):
+        fig, (times_ax, eff_ax) = plt.subplots(1, 2, figsize=(7, 2.8))
+        sizes = sorted({r["world_size"] for rows in series.values() for r in rows})
+        for (method, rows), colour in zip(series.items(), colours * len(series)):
+            n = [r["world_size"] for r in rows]
+            median = [r["median_s"] * 1e3 for r in rows]
+            below = [(r["median_s"] - r["min_s"]) * 1e3 for r in rows]
+            above = [(r["max_s"] - r["median_s"]) * 1e3 for r in rows]
+            times_ax.errorbar(n, median, yerr=[below, above], marker="o", capsize=3, color=colour,
+                              label=_label(method))
+            efficient = [(r["world_size"], r["efficiency"]) for r in rows if isinstance(r.get("efficiency"), float)]
+            if efficient:
+                eff_ax.plot(*zip(*efficient), marker="o", color=colour, label=_label(method))
+        eff_ax.axhline(1.0, color="black", linewidth=0.8)
+        for ax, label in ((times_ax, "ms per step"), (eff_ax, "efficiency t1 / (N tN)")):
+            ax.set_xticks(sizes)
+            ax.set_xlabel("processes (torchrun, one thread each)")
+            ax.set_ylabel(label)
+            ax.set_ylim(bottom=0)
+        eff_ax.set_ylim(0, 1.1 * max([1.0, *(r["efficiency"] for rows in series.values() for r in rows
+                                             if isinstance(r.get("efficiency"), float))]))
+        times_ax.legend(fontsize=7)
+        fig.tight_layout()
+        save_svg(fig, out)
+        plt.close(fig)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pazo import REPO_ROOT
-from tools.docs.overview import (Overview, SVG_STYLE, bar_panels, engines_overview, save_svg, speed_overview,
-                                       step_ops_overview)
+from tools.docs.overview import (Overview, SVG_STYLE, bar_panels, engines_overview, save_svg, scaling_overview,
+                                 speed_overview, step_ops_overview)
 
 RESULTS = REPO_ROOT / "scripts" / "results"
 #: subfolders of scripts/results/ that hold run directories (each run's summary.json records it), not result files
@@ -93,6 +93,19 @@ PAGES = (
          ("threads_cpu.json",),
          ("setting", "method", "best_threads", "auto_threads", "auto_over_best"),
          summary=("setting", "method", "best_threads", "auto_threads", "auto_over_best")),
+    Page("scaling", "Many processes",
+         "One run's step time on 1 and 2 processes (`torchrun`, one CPU thread each, the same global batch), "
+         "the bytes a rank exchanged per step, and the efficiency t1 / (N tN) (`pazo-bench scaling`; "
+         "[the guide](../guides/many-processes.md)). Each row is a method on N processes: `median_s` the "
+         "median over the repeats of each run's median step, `min_s` and `max_s` the least and the greatest "
+         "of them, `rank_bytes_per_step` from the run's summary (`distributed`). The machine these were "
+         "measured on is shared with other people's jobs: its load averages are in each file's machine, "
+         "and the spread between repeats is the noise they add. GPUs were not measured.",
+         ("scaling_*.json",),
+         ("method", "world_size", "repeats", "median_s", "min_s", "max_s", "runs_s", "rank_bytes_per_step",
+          "speedup", "efficiency", "errors", "command"),
+         summary=("file", "method", "world_size", "median_s", "min_s", "max_s", "rank_bytes_per_step", "efficiency"),
+         overview=scaling_overview),
     Page("memory", "Memory of a language model's step",
          "Peak memory of one no-grad forward and of one step of each zeroth-order method on an "
          "OPT-shaped causal language model with random weights (`pazo-bench memory`); `ratio` is the "
