@@ -20,7 +20,7 @@ from fault_runtime_helpers import Disk
 from pazo import REPO_ROOT
 from pazo.audit import run as audit_run
 from pazo.methods import METHODS, method_info
-from pazo.rundir import WriteFault
+from pazo.files.rundir import WriteFault
 
 NON_PRIVATE = sorted(n for n in METHODS.names() if not method_info(n).private)
 
@@ -85,7 +85,7 @@ def test_a_run_typed_outside_the_checkout_without_a_run_dir_writes_below_the_wor
 
 
 def test_a_sweeps_outputs_default_to_the_working_directory(tmp_path, monkeypatch, capsys):
-    from pazo import sweep
+    from pazo.sweep import command as sweep
     monkeypatch.chdir(tmp_path)
     code, out, err = run_entry(sweep.main, ["demo", "--dry-run"], capsys)
     assert code == 0, err
@@ -99,7 +99,7 @@ def test_a_sweep_that_cannot_run_here_is_one_line_before_the_first_run(argv, wor
 
     import torch
 
-    from pazo import sweep
+    from pazo.sweep import command as sweep
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.setattr(sweep, "launch", lambda *a, **k: pytest.fail("a run was launched"))
@@ -112,7 +112,7 @@ def test_a_sweep_whose_data_are_missing_is_one_line_before_the_first_run(tmp_pat
     """Without `skip_missing_data` in the spec, a setting whose data are absent refuses the sweep
     before any run starts (the loader's own line: what is missing, where, how to get it); a dry run
     shows the plan and says which settings cannot run here."""
-    from pazo import sweep
+    from pazo.sweep import command as sweep
     monkeypatch.setattr(sweep, "launch", lambda *a, **k: pytest.fail("a run was launched"))
     argv = ["table1_cifar10", "--methods", "dpzero", "--out", str(tmp_path / "sweeps"),
             f"dataset.root={tmp_path / 'nodata'}"]

@@ -14,11 +14,12 @@ from fault_runtime_helpers import TINY, run_cli
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pazo import CONFIG_DIR, bench, sweep
+from pazo import CONFIG_DIR, bench
+from pazo.sweep import command as sweep
 from pazo.audit import run as audit_run
-from pazo.cli import check_overrides
+from pazo.run.cli import check_overrides
 from pazo.config_schema import SECTIONS
-from pazo.summary import SECURE_SEED_NOTE
+from pazo.run.summary import SECURE_SEED_NOTE
 
 #: (section, its keys, the override prefix that selects it): sections every entry point composes
 SECTION_KEYS = {"train": sorted(f.name for f in SECTIONS["train"].__dataclass_fields__.values()),

@@ -12,7 +12,7 @@ leading `VAR=value` assignments dropped). Then:
   `-m`, each value of a comma-separated sweep is composed in turn;
 - `pazo-sweep`, `python -m pazo.sweep`, `make demo`: the arguments are parsed by the sweep's parser,
   the spec and launcher loaded, and one run per setting and method composed and validated with the
-  command's overrides (`pazo.sweep.check`, which `--dry-run` runs over every run);
+  command's overrides (`pazo.sweep.checks.check`, which `--dry-run` runs over every run);
 - `pazo-bench <name>`, `pazo-report <name>`, `python -m pazo.bench[.<module>]`, `python
   scripts/<launcher>.py`: the arguments are parsed by the command's own argparse parser;
 - `make <target>`: the target exists in the Makefile;
@@ -269,7 +269,7 @@ def _compose(config_name: str, overrides: list[str], placeholders: list[str]) ->
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from pazo.cli import check_overrides
+    from pazo.run.cli import check_overrides
 
     problem = check_overrides(overrides, config_name=config_name) or resolve_hydra(config_name, overrides)
     if problem or not placeholders:
@@ -305,7 +305,7 @@ def resolve_hydra(config_name: str, overrides: list[str], config_dir: Path = CON
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    importlib.import_module(ENTRY_MODULES.get(config_name, "pazo.cli"))
+    importlib.import_module(ENTRY_MODULES.get(config_name, "pazo.run.cli"))
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
             cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
@@ -320,8 +320,10 @@ def resolve_hydra(config_name: str, overrides: list[str], config_dir: Path = CON
 
 
 def _sweep(args: list[str]) -> str | None:
-    from pazo import sweep
     from pazo.errors import ConfigError
+    from pazo.sweep.checks import check
+    from pazo.sweep.launchers import check_launcher, parse_sets
+    from pazo.sweep.spec import SWEEPS, enumerate_runs, load_spec, load_yaml, select_methods
     from tools.docs.cli import command_parser, parse_error
 
     parsed = command_parser("pazo-sweep", args)
@@ -332,15 +334,15 @@ def _sweep(args: list[str]) -> str | None:
     if ns.spec and PLACEHOLDER.search(ns.spec):
         return None
     try:
-        spec = sweep.load_spec(ns.spec)
+        spec = load_spec(ns.spec)
         if ns.methods is not None:
-            spec = {**spec, "methods": sweep.select_methods(spec, ns.methods)}
-        runs = sweep.enumerate_runs(spec)
-        launcher = {**sweep.load_yaml(ns.launcher, sweep.SWEEPS / "launchers", "launcher"),
-                    **sweep.parse_sets(ns.set)}
-        sweep.check_launcher(launcher)
+            spec = {**spec, "methods": select_methods(spec, ns.methods)}
+        runs = enumerate_runs(spec)
+        launcher = {**load_yaml(ns.launcher, SWEEPS / "launchers", "launcher"),
+                    **parse_sets(ns.set)}
+        check_launcher(launcher)
         import pazo.methods  # noqa: F401
-        sweep.check(representatives(runs), ns.overrides, spec["entry"])
+        check(representatives(runs), ns.overrides, spec["entry"])
     except ConfigError as err:
         return str(err)
     return None

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pazo import REPO_ROOT
-from pazo.commands import ArgumentParser, command, summary_of
+from pazo.commands.start import ArgumentParser, command, summary_of
 from tools.docs.commands import FENCE, SHELL_FENCES, Command, _commands, classify, documented_pages
 
 DIRECTIVE = re.compile(r"^[ \t]*<!--\s*docs-run(?:\s+`(?P<select>[^`]+)`)?\s*:\s*(?P<what>.*?)\s*-->", re.S | re.M)
