@@ -26,7 +26,6 @@ from pazo.audit.metrics import membership_metrics
 from pazo.audit.noise_check import attach_noise_probe, noise_check, probe_statistic
 from pazo.audit.canaries import (CodedScalarCanaries, FixedRatePoissonSampler, ScalarCanaries, VectorCanaries,
                                  black_box_scores, example_canaries, public_seeds, with_examples)
-from pazo.audit.command import cli  # noqa: F401  (`pazo.audit.run:cli`, the console script of earlier installs)
 from pazo.commands.console import open_run_logs
 from pazo.errors import ConfigError
 from pazo.run.build import build_run

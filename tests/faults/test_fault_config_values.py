@@ -14,7 +14,7 @@ from fault_inputs_helpers import assert_one_error, run_entry
 from hydra import compose, initialize_config_dir
 
 from pazo import CONFIG_DIR
-from pazo.audit import run as audit_run
+from pazo.audit import command as audit_command
 from pazo.config_schema import check_config_values
 from pazo.errors import ConfigError
 from pazo import train
@@ -135,7 +135,7 @@ AUDIT_BAD = [("seed=abc", "seed"), ("engine.chunk_size=0", "engine.chunk_size"),
 
 @pytest.mark.parametrize("overrides,word", AUDIT_BAD, ids=[o for o, _ in AUDIT_BAD])
 def test_the_audit_checks_values_before_its_run_directory(overrides, word, tmp_path, capsys):
-    code, _, err = run_entry(audit_run.cli, [overrides, f"hydra.run.dir={tmp_path / 'audit'}"], capsys,
+    code, _, err = run_entry(audit_command.cli, [overrides, f"hydra.run.dir={tmp_path / 'audit'}"], capsys,
                              prog="pazo-audit")
     assert_one_error(code, err, word)
     assert not (tmp_path / "audit").exists()

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from pazo import CONFIG_DIR, bench
 from pazo.sweep import command as sweep
-from pazo.audit import run as audit_run
+from pazo.audit import command as audit_command
 from pazo.run.cli import check_overrides
 from pazo.config_schema import SECTIONS
 from pazo.run.summary import SECURE_SEED_NOTE
@@ -98,7 +98,7 @@ def test_dp_aggzos_k_points_to_method_q_on_every_entry_point(entry, argv, tmp_pa
     if entry == "train":
         code, _, err = run_cli([*argv, f"hydra.run.dir={tmp_path / 'run'}"], capsys)
     elif entry == "audit":
-        code, _, err = run_entry(audit_run.cli, argv, capsys)
+        code, _, err = run_entry(audit_command.cli, argv, capsys)
     else:
         code, _, err = run_entry(bench.main, [*argv, "--out", str(tmp_path / "r.json")], capsys)
     line = assert_one_error(code, err, "method.", "did you mean method.q?", "has: clip, direction, lr, name, q")
