@@ -11,10 +11,10 @@ REPO_ROOT = CONFIG_DIR.parent
 
 
 def __getattr__(name: str):
-    """`pazo.load_run` (`pazo.loaded.load_run`), imported when first used: `import pazo` stays light
+    """`pazo.load_run` (`pazo.run.loaded.load_run`), imported when first used: `import pazo` stays light
     (entry points import it in their first milliseconds, before torch)."""
     if name == "load_run":   # (by name: the package's root imports nothing of its layers, `lint-imports`)
         import importlib
 
-        return importlib.import_module("pazo.loaded").load_run
+        return importlib.import_module("pazo.run.loaded").load_run
     raise AttributeError(f"module 'pazo' has no attribute {name!r}")

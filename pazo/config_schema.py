@@ -6,7 +6,7 @@ Types are checked by OmegaConf (the config is merged into the dataclasses below:
 `privacy.secure_mode=maybe` and a key no schema names are refused); ranges by each dataclass's
 `__post_init__`. The method group has its own schemas (`pazo/methods/`, one per method, also
 Hydra's), the audit section its own (`pazo/audit/run.py`). What spans groups (a model that does
-not read a data set, delta against the noise) stays in `pazo/validate.py`.
+not read a data set, delta against the noise) stays in `pazo/run/validate.py`.
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ class TrainSchema:
     save_model: bool = True
     progress_seconds: float = 60
     threads: Any = "auto"   # auto or an integer >= 1 (pazo.threads)
-    distributed_timeout_s: float = 300   # under torchrun: the wait for the other ranks (pazo.distributed)
+    distributed_timeout_s: float = 300   # under torchrun: the wait for the other ranks (pazo.run.distributed)
 
     def __post_init__(self):
         require(valid_threads(self.threads), f"train.threads must be auto or an integer >= 1, got {self.threads!r}")
@@ -160,7 +160,7 @@ class PrivacySchema:
         one_of(self.adjacency, ("add_remove", "replace_one"), "privacy.adjacency")
 
 
-#: the loggers a run's rows may be mirrored to (`logger.report_to`; `pazo.loggers` writes all but W&B)
+#: the loggers a run's rows may be mirrored to (`logger.report_to`; `pazo.run.loggers` writes all but W&B)
 LOGGERS = ("wandb", "tensorboard", "csv")
 
 

@@ -7,7 +7,7 @@ Post-processing of the released model (`model.safetensors`): it costs no privacy
 that holds any of the run's private training examples (overrides that re-split the run's data) is
 refused, since an accuracy on them is a noiseless statistic of private data. Nothing is written into
 the run directory. A user's mistake is one `pazo: error:` line and exit 2; a Ctrl-C, one line and
-exit 130. This module imports only the standard library at its top (`pazo.interrupts`).
+exit 130. This module imports only the standard library at its top (`pazo.commands.interrupts`).
 
 Examples:
   pazo-eval outputs/runs/digits/pazo_m/<run>
@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import sys
 
-from pazo.commands import quiet_when_the_reader_leaves
-from pazo.interrupts import INTERRUPTED, until_work_starts, work_starts
+from pazo.commands.start import quiet_when_the_reader_leaves
+from pazo.commands.interrupts import INTERRUPTED, until_work_starts, work_starts
 
 
 def parser():
-    from pazo.commands import ArgumentParser, summary_of
+    from pazo.commands.start import ArgumentParser, summary_of
 
     p = ArgumentParser(prog="pazo-eval", description=summary_of(__doc__),
                        epilog="Overrides take the data set only, as pazo-train does: dataset=<name> picks another "
@@ -43,8 +43,8 @@ def parser():
 def evaluate(args) -> list[str]:
     """What `pazo-eval` prints for `args` (its parsed command line)."""
     from pazo.errors import ConfigError
-    from pazo.experiment import resolve_device
-    from pazo.loaded import load_run
+    from pazo.run.build import resolve_device
+    from pazo.run.loaded import load_run
 
     if args.batch_size is not None and args.batch_size < 1:
         raise ConfigError(f"--batch-size must be an integer >= 1, got {args.batch_size}")
@@ -70,7 +70,7 @@ def cli() -> None:
     """`pazo-eval` / `python -m pazo.eval`."""
     until_work_starts("before the evaluation started: nothing was evaluated")
     args = parser().parse_intermixed_args()
-    from pazo.cli import USER_ERRORS
+    from pazo.run.cli import USER_ERRORS
 
     work_starts()
     try:

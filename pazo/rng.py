@@ -5,7 +5,7 @@ run seed with numpy's SeedSequence, so none can be predicted from another (the o
 drew its noise from the direction stream).
 
 The secret streams (`SECRET`: the Poisson sampling of private batches and the DP noise) are spawned
-from the seed together with the run's computation fingerprint (`pazo.fingerprint`, a hash of the
+from the seed together with the run's computation fingerprint (`pazo.run.fingerprint`, a hash of the
 config less the keys that say only how or where it runs, its values cast to their schema types)
 and, once the model is built, the digests of the private data, the public data and the initial
 parameters (`key_to`; docs/design/noise-key.md): runs of one sweep that differ in a
@@ -35,7 +35,7 @@ class RandomStreams:
 
     def __init__(self, seed: int, secure: bool = False, fingerprint: str | None = None):
         """`fingerprint`: the run's computation fingerprint (hex), mixed into the secret streams'
-        seeds; a run always has one (`pazo.experiment.build_run`). None (unit tests, tools that
+        seeds; a run always has one (`pazo.run.build.build_run`). None (unit tests, tools that
         build no run) seeds them from the seed alone."""
         self.seed = seed
         self.seeds = _spawned_seeds(np.random.SeedSequence(seed))
@@ -53,7 +53,7 @@ class RandomStreams:
     def key_to(self, *digests: str) -> None:
         """Key the secret streams with the digests (hex) of what else decides the released values,
         before any secret draw: a run's private data, public data and initial parameters
-        (`pazo.experiment.build_run`), a library loop's private data (`pazo.private`). Their seeds
+        (`pazo.run.build.build_run`), a library loop's private data (`pazo.private`). Their seeds
         are then spawned from the seed, the fingerprint and these digests, in order: a seeded
         computation that differs in any of them draws other noise and batches. The digests stay
         inside the process (the public fingerprint is the config's)."""

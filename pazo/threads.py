@@ -12,7 +12,7 @@ process may use), at least one and at most `MAX_AUTO_THREADS`. The measurement b
 `pazo-bench threads` (scripts/results/threads_cpu.json).
 
 An `OMP_NUM_THREADS` already set in the environment wins over both (a scheduler or a sweep that
-runs jobs side by side sets it: `pazo.sweep.run_one`). The count is not part of the computation's
+runs jobs side by side sets it: `pazo.sweep.launchers.run_one`). The count is not part of the computation's
 fingerprint: it changes only the order of float additions inside kernels.
 """
 from __future__ import annotations

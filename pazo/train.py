@@ -1,10 +1,10 @@
 """Entry point: `pazo-train [overrides]` / `python -m pazo.train [overrides]` (Hydra), the command
-around one training run (`pazo.run.run`, which says what a run does) or a Hydra multirun of them.
+around one training run (`pazo.run.launch.run`, which says what a run does) or a Hydra multirun of them.
 
 A user's mistake is one `pazo: error:` line (exit 2) before compute; a write the machine refuses
 (full disk, no permission) is one line, its status (`fault`, resumable) recorded in summary.json
 where the disk still takes it (exit 75); a Ctrl-C before the run starts is one line (exit 130,
-`pazo.interrupts`). This module imports only the standard library at its top, so that a Ctrl-C
+`pazo.commands.interrupts`). This module imports only the standard library at its top, so that a Ctrl-C
 while torch, a plugin or Hydra loads meets pazo's handler, and `--help` or a refused command line
 loads only what they read.
 """
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pazo import CONFIG_DIR
-from pazo.commands import quiet_when_the_reader_leaves
-from pazo.interrupts import INTERRUPTED, until_work_starts, work_starts
+from pazo.commands.start import quiet_when_the_reader_leaves
+from pazo.commands.interrupts import INTERRUPTED, until_work_starts, work_starts
 
 log = logging.getLogger("pazo.train")  # not __name__: that is "__main__" under `python -m pazo.train`
 #: exit codes: 0 finished, 1 failed, 2 bad input, 3 preempted (resumable), 75 a fault of the machine
@@ -31,9 +31,8 @@ EXIT_CODES = {"finished": 0, "failed": 1, "preempted": 3, "fault": 75, "interrup
 
 
 def run(cfg, run_dir: str | Path, hydra_record: str | Path | None = None, show_header=None) -> dict:
-    """Train one configuration into `run_dir` (`pazo.run.run`, imported when a run starts)."""
-    from pazo import run as training
-
+    """Train one configuration into `run_dir` (`pazo.run.launch.run`, imported when a run starts)."""
+    from pazo.run import launch as training
     return training.run(cfg, run_dir, hydra_record, show_header or training.print_header)
 
 
@@ -56,7 +55,7 @@ def _interrupted_where(run_dir: Path) -> str:
 def _lost_rank_where(run_dir: Path) -> str:
     """How a run whose other rank was lost goes on: its status (fault) is in its summary; the same
     overrides resume it, on any number of processes."""
-    from pazo.checkpoint import checkpoint_path
+    from pazo.run.checkpoint import checkpoint_path
 
     again = ("resumes it from its checkpoint" if checkpoint_path(run_dir).exists() else "starts it again")
     return (f"{run_dir}/summary.json records status fault; pazo-train with the same overrides, as one process or "
@@ -65,7 +64,7 @@ def _lost_rank_where(run_dir: Path) -> str:
 
 def _fault_where(run_dir: Path) -> str:
     """What a write the machine refused left: the status recorded (or not) and how to go on."""
-    from pazo.checkpoint import checkpoint_path, read_summary
+    from pazo.run.checkpoint import checkpoint_path, read_summary
 
     summary = read_summary(run_dir / "summary.json")
     again = ("the same command resumes from its checkpoint" if checkpoint_path(run_dir).exists()
@@ -115,9 +114,9 @@ def main(cfg) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from pazo import distributed
-    from pazo.cli import USER_ERRORS, launched_into
-    from pazo.rundir import WriteFault, is_staging
+    from pazo.run import distributed
+    from pazo.run.cli import USER_ERRORS, launched_into
+    from pazo.files.rundir import WriteFault, is_staging
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
@@ -167,11 +166,11 @@ def _ended(summary: dict, job: int | None, sweeping: bool) -> float | None:
 
 
 def _header_printer(job: int | None):
-    """How a run prints its header (`pazo.summary.header_lines`): whole, for a single run; in a
+    """How a run prints its header (`pazo.run.summary.header_lines`): whole, for a single run; in a
     multirun the terminal shows the first job's whole and one line for each later job, naming what
     differs from it, while every job's train.log holds its whole header."""
-    from pazo.console import CONSOLE_ONLY, LOG_FILE_ONLY
-    from pazo.summary import header_lines
+    from pazo.commands.console import CONSOLE_ONLY, LOG_FILE_ONLY
+    from pazo.run.summary import header_lines
 
     def show(summary: dict, plan) -> None:
         lines = header_lines(summary, plan)
@@ -191,8 +190,8 @@ def hydra_main() -> None:
     """Hydra's command line around `main` (made here, so that importing this module loads no Hydra)."""
     import hydra
 
-    import pazo.cli  # noqa: F401  (registers the resolvers the config names)
-    import pazo.validate  # noqa: F401  (registers the schemas of methods, data sets and models Hydra composes with)
+    import pazo.run.cli  # noqa: F401  (registers the resolvers the config names)
+    import pazo.run.validate  # noqa: F401  (registers the schemas of methods, data sets and models Hydra composes with)
 
     hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")(main)()
 
@@ -271,7 +270,7 @@ def cli() -> None:
     starts, and so is a Ctrl-C before `main`; everything else is `main`. Hydra writes this
     launch's record into `.hydra/launch-<pid>-<token>/`, which `run` moves into `.hydra/` once the
     launch is accepted; a launch refused (or interrupted) before that leaves the directory's record
-    as it was, and removes the directories it made (`pazo.cli.Launch`)."""
+    as it was, and removes the directories it made (`pazo.run.cli.Launch`)."""
     until_work_starts("before the run started: nothing was run")
     from pazo.plugins import load_plugins
 
@@ -290,7 +289,7 @@ def cli() -> None:
         sys.exit(2)
     if os.environ.get("RANK", "0") != "0":   # torchrun's other ranks: rank 0 alone writes the run
         sys.exit(follow(argv))
-    from pazo.cli import launch_single, multirun_jobs
+    from pazo.run.cli import launch_single, multirun_jobs
 
     if single:
         launch_single(argv, hydra_main)
@@ -311,12 +310,12 @@ def _torchrun_problem(single: bool) -> str | None:
 
 def follow(argv: list[str]) -> int:
     """torchrun's rank > 0: the run `argv` describes, its steps on this rank's shards, nothing written
-    (`pazo.run.follow`); a mistake or a lost rank is one line. Its exit status."""
+    (`pazo.run.launch.follow`); a mistake or a lost rank is one line. Its exit status."""
     from hydra import compose, initialize_config_dir
 
-    from pazo import distributed
-    from pazo import run as training
-    from pazo.cli import USER_ERRORS
+    from pazo.run import distributed
+    from pazo.run import launch as training
+    from pazo.run.cli import USER_ERRORS
 
     rank, world = distributed.world_from_environment()
     print(f"pazo: rank {rank} of {world}: taking its shard of each batch (rank 0 writes the run)", file=sys.stderr)
@@ -346,8 +345,7 @@ def plan_only(argv: list[str]) -> int:
     """`pazo-train <overrides> --plan`: the overrides checked as a run checks them (the same one
     line for a mistake), then the run's privacy plan printed (`plan_lines`) and exit 0, with no
     run directory made and nothing trained; the exit status."""
-    from pazo import cli as command_line
-
+    from pazo.run import cli as command_line
     flags = [a for a in argv if a.startswith("-")]
     problem = (f"--plan plans one run: give it overrides only, not {' '.join(flags)}" if flags
                else command_line.check_overrides(argv, check=_check_device))
@@ -367,11 +365,11 @@ def plan_lines(argv: list[str]) -> list[str]:
     """The privacy plan of the run `argv` describes, as a run's header prints it (`privacy_lines`:
     sigma calibrated or given, q, T, the accountant and the cross-check), after what n is and how
     it is known: the data set's splits are built (their sizes only; no model reads an example), or
-    where the data are missing, n is estimated from a published size (`pazo.selection.private_size`)."""
+    where the data are missing, n is estimated from a published size (`pazo.sweep.selection.private_size`)."""
     from hydra import compose, initialize_config_dir
 
-    from pazo.experiment import planned_steps, run_privacy_plan
-    from pazo.summary import privacy_lines
+    from pazo.run.build import planned_steps, run_privacy_plan
+    from pazo.run.summary import privacy_lines
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=list(argv))
@@ -390,8 +388,8 @@ def _private_size(cfg) -> tuple[int, str]:
     from pazo.data import build_dataset
     from pazo.errors import DataMissingError
     from pazo.rng import RandomStreams
-    from pazo.selection import private_size
-    from pazo.validate import validate_against_data
+    from pazo.sweep.selection import private_size
+    from pazo.run.validate import validate_against_data
 
     try:
         data = build_dataset(cfg.dataset, RandomStreams(cfg.seed))
@@ -405,8 +403,7 @@ def _private_size(cfg) -> tuple[int, str]:
 def _command_line_problem(argv: list[str], single: bool) -> str | None:
     """What is wrong with the command line, checked before Hydra makes anything (None: nothing):
     the audit's keys, the overrides composed and checked, the device, where the run would be written."""
-    from pazo import cli as command_line
-
+    from pazo.run import cli as command_line
     keys = [a.split("=", 1)[0].lstrip("+~") for a in argv]
     if any(k == "audit" or k.startswith("audit.") for k in keys):
         return command_line.DEBUG_ONLY if "audit.debug_break" in keys else \
@@ -418,7 +415,7 @@ def _command_line_problem(argv: list[str], single: bool) -> str | None:
 
 
 def _check_device(cfg) -> None:
-    from pazo.experiment import resolve_device
+    from pazo.run.build import resolve_device
 
     resolve_device(cfg.device)
 

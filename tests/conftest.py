@@ -28,7 +28,7 @@ from hydra import compose, initialize_config_dir
 from hypothesis import HealthCheck, settings
 from torch import nn
 
-from pazo.console import spare_absl_stream
+from pazo.commands.console import spare_absl_stream
 from pazo.data.base import TensorSplit
 from pazo.methods import build_method, method_config
 from pazo.models.functional import FunctionalModel

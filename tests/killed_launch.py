@@ -12,10 +12,10 @@ import signal
 import subprocess
 from pathlib import Path
 
-import pazo.loop as training_loop
+import pazo.run.loop as training_loop
 import pazo.train as train
 from pazo.errors import ConfigError
-from pazo.recorder import Recorder
+from pazo.run.recorder import Recorder
 
 class Killed(BaseException):
     """A SIGKILL: the process ends at once, writing nothing more."""
@@ -44,7 +44,7 @@ def killed_recorder_fail(closes_outlets: bool):
 
 
 def stopping_step(real_step, kill: str | None, after: int):
-    """`pazo.loop.timed_step` that stops the launch by `kill` after its `after`-th step."""
+    """`pazo.run.loop.timed_step` that stops the launch by `kill` after its `after`-th step."""
     done = []
 
     def step(r, sampler, loop, t):

@@ -1,5 +1,5 @@
 """Damage to one file a run wrote, as a user's or a disk's mistake does it, for the tests that a
-damaged outlet hides no release another still shows (`pazo.releases`)."""
+damaged outlet hides no release another still shows (`pazo.run.releases`)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -6,7 +6,7 @@ evidence against the epsilon the run prints, `NOT_AS_PRIVATE` (4) when it found 
 private as printed; 2 a user's mistake (one `pazo: error:` line, before any compute), 75 a write
 the machine refused, 130 interrupted, 1 an audit that failed. This module imports only the standard
 library at its top, so that a Ctrl-C while torch, a plugin or Hydra loads meets pazo's handler
-(`pazo.interrupts`)."""
+(`pazo.commands.interrupts`)."""
 from __future__ import annotations
 
 import logging
@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from pazo import CONFIG_DIR
-from pazo.commands import quiet_when_the_reader_leaves
-from pazo.interrupts import INTERRUPTED, until_work_starts, work_starts
+from pazo.commands.start import quiet_when_the_reader_leaves
+from pazo.commands.interrupts import INTERRUPTED, until_work_starts, work_starts
 
 log = logging.getLogger("pazo.audit")
 #: the exit status of an audit whose verdict is that the run is NOT as private as printed
@@ -37,9 +37,9 @@ def main(cfg) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from pazo import cli as command_line
+    from pazo.run import cli as command_line
     from pazo.audit import run as audit_run
-    from pazo.rundir import drop_hydra_record, is_staging
+    from pazo.files.rundir import drop_hydra_record, is_staging
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
@@ -84,8 +84,8 @@ def hydra_main() -> None:
     """Hydra's command line around `main` (made here, so that importing this module loads no Hydra)."""
     import hydra
 
-    import pazo.cli  # noqa: F401  (registers the resolvers the config names)
-    import pazo.validate  # noqa: F401  (registers the schemas of methods, data sets and models Hydra composes with)
+    import pazo.run.cli  # noqa: F401  (registers the resolvers the config names)
+    import pazo.run.validate  # noqa: F401  (registers the schemas of methods, data sets and models Hydra composes with)
 
     hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="audit")(main)()
 
@@ -94,7 +94,7 @@ def hydra_main() -> None:
 def cli() -> None:
     """`pazo-audit`: its own --help; a command line that is wrong, or a run directory that cannot be
     written, is one line before anything starts; an audit refused or interrupted before it writes
-    removes the directories it made (`pazo.cli.Launch`)."""
+    removes the directories it made (`pazo.run.cli.Launch`)."""
     until_work_starts("before the audit started: nothing was run")
     from pazo.plugins import load_plugins
 
@@ -113,16 +113,16 @@ def cli() -> None:
         hydra_main()
         _multirun_verdict()
         return
-    from pazo.cli import launch_single
+    from pazo.run.cli import launch_single
 
     launch_single(argv, hydra_main)
 
 
 def _command_line_problem(argv: list[str], single: bool) -> str | None:
     """The overrides composed and checked with the audit's own checks, and where it would write."""
-    from pazo import cli as command_line
+    from pazo.run import cli as command_line
     from pazo.audit.run import AuditConfig, _check_run
-    from pazo.experiment import resolve_device
+    from pazo.run.build import resolve_device
 
     problem = command_line.check_overrides(argv, config_name="audit", check=lambda cfg: (
         resolve_device(cfg.device), _check_run(cfg, AuditConfig.from_cfg(cfg.audit))))

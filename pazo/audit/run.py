@@ -5,7 +5,7 @@ next to the epsilon it prints; the command around it, `pazo-audit` / `python -m 
 The run is the training run of the same overrides (same data, model, method, sigma, q, T, seed),
 with m canaries added to the private data (`pazo.audit.canaries`); it writes summary.json (with an
 `audit` block), audit.json and config.yaml to its directory (outputs/audits/...), through the
-run's `pazo.recorder.Recorder` as a training run writes its files.
+run's `pazo.run.recorder.Recorder` as a training run writes its files.
 """
 from __future__ import annotations
 
@@ -26,17 +26,16 @@ from pazo.audit.metrics import membership_metrics
 from pazo.audit.noise_check import attach_noise_probe, noise_check, probe_statistic
 from pazo.audit.canaries import (CodedScalarCanaries, FixedRatePoissonSampler, ScalarCanaries, VectorCanaries,
                                  black_box_scores, example_canaries, public_seeds, with_examples)
-from pazo.audit.command import cli  # noqa: F401  (`pazo.audit.run:cli`, the console script of earlier installs)
-from pazo.console import open_run_logs
+from pazo.commands.console import open_run_logs
 from pazo.errors import ConfigError
-from pazo.experiment import build_run
+from pazo.run.build import build_run
 from pazo.methods import METHODS, method_info
 from pazo.privacy.mechanisms import DEBUG_BREAKS, JointClipPrivatizer, ScalarPrivatizer, VectorPrivatizer, debug_break
 from pazo.privacy.plan import epsilon_spent
-from pazo.recorder import Recorder
-from pazo.results import read_json_object, skipped
-from pazo.rundir import WriteFault, accept_hydra_record
-from pazo.validate import validate_config
+from pazo.run.recorder import Recorder
+from pazo.run.results import read_json_object, skipped
+from pazo.files.rundir import WriteFault, accept_hydra_record
+from pazo.run.validate import validate_config
 from pazo.zo.memory import available_bytes
 
 log = logging.getLogger("pazo.audit")

@@ -22,5 +22,5 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     """`pazo-bench <name> [args]`."""
-    from pazo.commands import dispatch
+    from pazo.commands.start import dispatch
     return dispatch("pazo-bench", "benchmarks and measurements (results in scripts/results/)", COMMANDS, argv)

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from pazo.bench.common import (RESULTS_DIR, at_least, comma_separated, command_line, git_commit, positive_number,
                                write_result)
-from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, command, summary_of
+from pazo.files.file_kinds import output_file
+from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo.privacy.accountants import BudgetError, GaussianAccountant, check_target_epsilon, default_eps_error
 from pazo.privacy.calibration import calibrate_sigma
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from pazo import REPO_ROOT
-from pazo.rundir import write_text_atomic
+from pazo.files.rundir import write_text_atomic
 
 #: where the benchmarks write their result files by default (data, not code: beside the launchers)
 RESULTS_DIR = REPO_ROOT / "scripts" / "results"

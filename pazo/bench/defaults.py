@@ -27,12 +27,12 @@ from pathlib import Path
 import torch
 import yaml
 
-from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, command, summary_of
+from pazo.files.file_kinds import output_file
+from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.bench.common import RESULTS_DIR, at_least, command_line, git_commit, write_result
 from pazo.methods import method_info, method_names
-from pazo.results import read_json_object
+from pazo.run.results import read_json_object
 
 
 def train(method: str, seed: int, out: Path, threads: int) -> dict:

@@ -25,9 +25,9 @@ import pandas as pd  # noqa: E402
 
 from pazo import REPO_ROOT  # noqa: E402
 from pazo.bench.common import at_least, comma_separated, one_of, positive_number, write_result  # noqa: E402
-from pazo.commands import ArgumentParser, command, summary_of  # noqa: E402
+from pazo.commands.start import ArgumentParser, command, summary_of  # noqa: E402
 from pazo.privacy.calibration import calibrate_sigma  # noqa: E402
-from pazo.rundir import save_figure_atomic, write_text_atomic  # noqa: E402
+from pazo.files.rundir import save_figure_atomic, write_text_atomic  # noqa: E402
 from pazo.synthetic.quadratic import METHODS, MODES, best_over_lr, sweep  # noqa: E402
 
 LABELS = {"dpgd_0th": "DPGD-0th", "dpzero": "DPZero", "dpgd": "DP-GD"}

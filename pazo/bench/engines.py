@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 
 from pazo.bench import common, settings, timing
-from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, command, summary_of
+from pazo.files.file_kinds import output_file
+from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo.methods import method_names
 
 def alternate(ways: dict, device: torch.device, warmup: int, iters: int) -> dict[str, list[float]]:

@@ -36,8 +36,8 @@ from pathlib import Path
 
 from pazo import REPO_ROOT
 from pazo.bench.common import RESULTS_DIR, at_least, comma_separated, command_line, write_result
-from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, command, summary_of
+from pazo.files.file_kinds import output_file
+from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo.bench.settings import device_or_exit
 
 SHAPES = {  # hidden, layers, heads, ffn
@@ -71,7 +71,7 @@ def one(what: str, args) -> dict:
 
     from pazo.bench.settings import compose_cfg
     from pazo.data.base import DataBundle, TensorSplit
-    from pazo.experiment import build_run
+    from pazo.run.build import build_run
 
     device = torch.device(args.device)
     model = build(args.shape, args.dtype, args.device)

@@ -61,15 +61,15 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, command, summary_of
+from pazo.files.file_kinds import output_file
+from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo.bench.common import RESULTS_DIR, at_least, run_main, write_result
 from pazo.bench.settings import (ENGINE_NAMES, PAPER_SETTING, SETTINGS, add_dataset_setting, bare_model,
                                  bare_passes, build_benchmark_method, check_overrides_for, compose_cfg,
                                  public_passes, set_batch_size, step_passes, synthetic_inputs)
 from pazo.bench.timing import paired_times, result_record, time_steps
 from pazo.errors import ConfigError, DataMissingError
-from pazo.experiment import resolve_device
+from pazo.run.build import resolve_device
 from pazo.methods import method_info, method_names
 from pazo.methods.base import public_grads_batched
 from pazo.models import build_model

@@ -33,8 +33,8 @@ import numpy as np
 import torch
 
 from pazo.bench.common import RESULTS_DIR, at_least, command_line, git_commit, machine_details, run_main, write_result
-from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, command, summary_of
+from pazo.files.file_kinds import output_file
+from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo.bench.settings import SETTINGS, build_benchmark_method, device_or_exit, synthetic_inputs
 from pazo.bench.timing import device_name, sync
 OPS = ["seed", "manual_seed", "draw", "perturb", "forward+", "move", "forward-", "restore", "clip_sum", "noise",

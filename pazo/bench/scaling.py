@@ -31,9 +31,9 @@ from functools import partial
 from pathlib import Path
 
 from pazo.bench.common import RESULTS_DIR, at_least, comma_separated, machine_details, run_main, write_result
-from pazo.commands import ArgumentParser, command, summary_of
+from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo.errors import ConfigError
-from pazo.file_kinds import output_file
+from pazo.files.file_kinds import output_file
 
 DEFAULT_METHODS = "pazo_m,dp_zo"
 DATASET = "digits"
@@ -171,7 +171,7 @@ def scaling_rows(runs: dict[tuple[str, int], list[dict]]) -> list[dict]:
 def checked_device(device: str, world_sizes: list[int]) -> str:
     """The device every rank runs on, checked before any run: CUDA present, and a GPU for each rank
     of the largest world size (each rank takes its LOCAL_RANK's). A ConfigError otherwise."""
-    from pazo.experiment import resolve_device
+    from pazo.run.build import resolve_device
 
     device = resolve_device(device, "--device ").type
     if device == "cuda":

@@ -13,11 +13,11 @@ from hydra import compose, initialize_config_dir
 from pazo import CONFIG_DIR
 from pazo.data.base import DataBundle, TensorSplit
 from pazo.errors import ConfigError
-from pazo.experiment import build_run, resolve_device
+from pazo.run.build import build_run, resolve_device
 from pazo.methods import method_info
 from pazo.methods.base import public_grads_batched
 from pazo.models import build_model
-from pazo.results import BENCHMARK_PAPER_SETTING
+from pazo.run.results import BENCHMARK_PAPER_SETTING
 
 class Settings(dict):
     """Setting name -> (input shape, classes, config overrides, expected batch size): the paper's
@@ -66,7 +66,7 @@ def add_dataset_setting(name: str, overrides=()) -> None:
     SETTINGS[name] = (tuple(data.input_shape), data.num_classes, [f"dataset={name}", *own], 64)
 TEXT_VOCAB = {"imdb_lstm": 10002, "mnli_roberta": 50265}
 MASK_ID = 50264  # roberta-base's <mask>
-# which column of the paper's Table 5 a setting corresponds to (pazo.results)
+# which column of the paper's Table 5 a setting corresponds to (pazo.run.results)
 PAPER_SETTING = BENCHMARK_PAPER_SETTING
 ENGINE_NAMES = ("vectorised", "inplace")
 
@@ -114,7 +114,7 @@ def check_overrides_for(methods, settings, extra) -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from pazo.cli import explain_unknown_key
+    from pazo.run.cli import explain_unknown_key
     from pazo.config_schema import check_config_values
     from pazo.methods import method_config
 
@@ -138,7 +138,7 @@ def check_overrides_for(methods, settings, extra) -> None:
 
 
 def device_or_exit(name: str) -> torch.device:
-    """A benchmark's `--device` (`pazo.experiment.resolve_device`), checked in this process before
+    """A benchmark's `--device` (`pazo.run.build.resolve_device`), checked in this process before
     anything is measured or a measuring child starts: a device this machine lacks is one line,
     `pazo: error: ...`, and exit 2 (not CUDA's traceback in each child)."""
     try:
@@ -182,7 +182,7 @@ def build_benchmark_method(name, setting, device, engine=None, extra=()):
     """Method `name` from its real config on the setting's model (random weights, seed 0), with
     sigma = 1 (if private), 512 synthetic public examples and the given engine (in-place for
     first-order methods, which do not use it), in train mode: (method, its config, the model).
-    Assembled as a training run is (`pazo.experiment.build_run`), on synthetic data."""
+    Assembled as a training run is (`pazo.run.build.build_run`), on synthetic data."""
     _, _, model_overrides, b = SETTINGS[setting]
     cfg = compose_cfg([f"method={name}", *model_overrides, *extra, f"engine.name={engine or 'inplace'}",
                        f"device={torch.device(device)}", f"train.batch_size={b}", "train.steps=1000", "seed=0",

@@ -31,8 +31,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pazo.bench.common import RESULTS_DIR, run_main, write_result
-from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, command, summary_of
+from pazo.files.file_kinds import output_file
+from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo.bench.settings import (SETTINGS, bare_passes, build_benchmark_method,
                                  set_batch_size, synthetic_inputs)
 from pazo.bench.timing import result_record

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pazo.cache_files import key_digest, load_entry, save_entry
+from pazo.files.cache_files import key_digest, load_entry, save_entry
 from pazo.data.base import DataBundle, TensorSplit
 from pazo.data.images import ImageTransform
 from pazo.data.public_split import split_public
@@ -87,7 +87,7 @@ def decode_images(paths: list[Path], size: int, channels: int = 3, fix: str = RE
 def cached(cache_dir: str | None, key_parts: list, build):
     """`build()` once per key: the result (a dict of tensors/lists) is saved under `cache_dir` and
     used again only if it holds this key and its content hashes to the digest it records
-    (`pazo.cache_files`); otherwise rebuilt, after one warning."""
+    (`pazo.files.cache_files`); otherwise rebuilt, after one warning."""
     if not cache_dir:
         return build()
     key = key_digest(key_parts)

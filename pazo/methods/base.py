@@ -157,7 +157,7 @@ class Method(ABC):
     #: whose releases do not pass through one privatiser)
     privatizer: ScalarPrivatizer | JointClipPrivatizer | VectorPrivatizer | None = None
     #: whether every sum of a step over its private batch goes through `ctx.sums`, so that the ranks of
-    #: a data-parallel run can each take a shard of the batch (`pazo.distributed`)
+    #: a data-parallel run can each take a shard of the batch (`pazo.run.distributed`)
     shards_batches: bool = False
 
     def __init__(self, cfg: MethodConfig, ctx: MethodContext):

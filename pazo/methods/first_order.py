@@ -228,7 +228,7 @@ def refuse_random_shards(name: str, model, sums: LocalSums) -> None:
 def batch_totals(sums: LocalSums, parts: list[torch.Tensor],
                  counts: list) -> tuple[list[torch.Tensor], list[int]]:
     """A step's float sums (`parts`) and counts over the whole batch: one process's as they are; on
-    several (`pazo.distributed.ShardSums`) each rank's shard's, the floats added in rank order (in
+    several (`pazo.run.distributed.ShardSums`) each rank's shard's, the floats added in rank order (in
     the first part's dtype: the same on every rank, within float rounding of one process's) and the
     counts exactly."""
     if sums is LOCAL_SUMS:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from pazo.commands import ArgumentParser, summary_of
+from pazo.commands.start import ArgumentParser, summary_of
 from pazo.privacy.accountants import BudgetError, default_eps_error
 from pazo.privacy.planner import (ACCOUNTANTS, epsilon_of, sample_rate_of, sigma_for, steps_for,
                                   steps_of)

@@ -1,12 +1,12 @@
 """`pazo-privacy`: the console script's first module. Standard library only, so that a Ctrl-C while
-numpy and the accountants load is one line and exit 130 (`pazo.interrupts`); the command itself is
+numpy and the accountants load is one line and exit 130 (`pazo.commands.interrupts`); the command itself is
 `pazo.privacy.cli`."""
 from __future__ import annotations
 
 import sys
 
-from pazo.commands import quiet_when_the_reader_leaves
-from pazo.interrupts import until_work_starts, work_starts
+from pazo.commands.start import quiet_when_the_reader_leaves
+from pazo.commands.interrupts import until_work_starts, work_starts
 
 
 @quiet_when_the_reader_leaves

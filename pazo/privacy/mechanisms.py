@@ -168,7 +168,7 @@ class NoiseSpec:
 class LocalSums:
     """The sums of a release when one process holds the whole batch: each row summed exactly
     (`exact_sum`), the batch's size as it is. A data-parallel run's ranks each hold a shard of the
-    batch and add their shards' exact sums instead (`pazo.distributed.ShardSums`): the same floats."""
+    batch and add their shards' exact sums instead (`pazo.run.distributed.ShardSums`): the same floats."""
 
     def row_sums(self, rows: Sequence[Sequence[float]]) -> list[float]:
         return [exact_sum(row) for row in rows]

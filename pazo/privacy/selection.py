@@ -22,7 +22,7 @@ from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
 from scipy import stats
 
-from pazo.console import spare_absl_stream
+from pazo.commands.console import spare_absl_stream
 from pazo.privacy.accountants import effective_noise_multiplier
 
 spare_absl_stream()   # dp-accounting brought absl in, on whatever sys.stderr was then

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from pazo.privacy.accountants import SIGMA_MAX, BudgetError
-from pazo.rundir import write_atomic
+from pazo.files.rundir import write_atomic
 
 log = logging.getLogger(__name__)
 

@@ -16,5 +16,5 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     """`pazo-report <name> [args]`."""
-    from pazo.commands import dispatch
+    from pazo.commands.start import dispatch
     return dispatch("pazo-report", "tables and figures", COMMANDS, argv)

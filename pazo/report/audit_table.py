@@ -17,11 +17,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, command, summary_of
+from pazo.files.file_kinds import output_file
+from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo.audit.run import read_audits
 from pazo.methods import METHODS
-from pazo.rundir import write_text_atomic
+from pazo.files.rundir import write_text_atomic
 
 ORDER = {name: i for i, name in enumerate(METHODS.names())}
 THREAT = {"white_box": "white box", "black_box": "black box"}

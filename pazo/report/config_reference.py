@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from pazo.commands import command
+from pazo.commands.start import command
 from pazo import CONFIG_DIR
 
 KEY = re.compile(r"""^(?P<indent>\s*)(?P<key>[^\s#'"\-][^:#]*?|'[^']*'|"[^"]*"):(?:\s+(?P<rest>.*))?$""")
@@ -260,7 +260,7 @@ def tuning_tables(paths: list[Path]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """`pazo-report configs [PART ...]`: the configuration reference on stdout (what the docs' page
     docs/reference/configs.md holds, read from the installed configs/), whole or in parts."""
-    from pazo.commands import ArgumentParser, summary_of
+    from pazo.commands.start import ArgumentParser, summary_of
     from pazo.errors import unknown_choice
 
     choices = (*PARTS, *GROUPS)

@@ -13,7 +13,7 @@ figure5: accuracy of the selected configurations against s/iter (median over the
 figure6: robustness heat maps at --epsilon: PAZO-M (b' x alpha), PAZO-P (b' x k), PAZO-S (b' x
          perturbation), each cell selected over the other hyperparameters (the paper's Figures 6
          and 8; one row of panels per setting).
-Configurations are selected as in the tables (pazo.results.select_configs): on validation accuracy,
+Configurations are selected as in the tables (pazo.run.results.select_configs): on validation accuracy,
 test accuracy averaged over seeds, or with --selection test on test accuracy (the paper's protocol,
 not private); each figure's title says which. Private points count only runs whose guarantee
 holds (`pazo-report tables` lists the others). A figure whose runs are absent is skipped with a note.
@@ -30,13 +30,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from pazo.commands import ArgumentParser, command, summary_of
+from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo import REPO_ROOT as ROOT  # noqa: E402
 from pazo.errors import ConfigError  # noqa: E402
-from pazo.metrics_file import FILE, CorruptMetrics, read_metric_rows, torn_note  # noqa: E402
-from pazo.results import (FIRST_ORDER, LABELS, METHOD_ORDER, SELECTIONS, USES_PUBLIC, load_runs,  # noqa: E402
+from pazo.run.metrics_file import FILE, CorruptMetrics, read_metric_rows, torn_note  # noqa: E402
+from pazo.run.results import (FIRST_ORDER, LABELS, METHOD_ORDER, SELECTIONS, USES_PUBLIC, load_runs,  # noqa: E402
                           missing_dirs, select_configs)
-from pazo.rundir import save_figure_atomic  # noqa: E402
+from pazo.files.rundir import save_figure_atomic  # noqa: E402
 
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
 PROTOCOL = {"val": "selected on validation accuracy; test accuracy, mean over seeds",
@@ -116,7 +116,7 @@ def figure3(best, note, out, written):
 
 
 def metric_rows(run_dir: Path) -> list[dict]:
-    """The rows of a run's metrics.jsonl by the rule every report shares (`pazo.metrics_file`): a torn
+    """The rows of a run's metrics.jsonl by the rule every report shares (`pazo.run.metrics_file`): a torn
     last line is left out and said on stderr; a file with a bad line before it (corrupt), or that
     cannot be read, gives no rows: the run's curve is left out, with one line naming the file and
     the line (as `load_runs` skips a run whose files do not parse)."""

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, command, summary_of
+from pazo.files.file_kinds import output_file
+from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo.errors import ConfigError
-from pazo.results import load_runs, missing_dirs, read_json_object
-from pazo.rundir import write_text_atomic
+from pazo.run.results import load_runs, missing_dirs, read_json_object
+from pazo.files.rundir import write_text_atomic
 
 SEED_KEYS = ("dataset.data_seed",)
 

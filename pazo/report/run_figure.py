@@ -6,7 +6,7 @@ spent, each against the step, read from the run directory's `metrics.jsonl` and 
 
 (or `python -m pazo.report.run_figure`). The PNG is written atomically (a half-drawn file never
 replaces a whole one), so it may be drawn while the run is still going. The file is read by the
-rule every report shares (`pazo.metrics_file`): a last line that is not a whole row (the row the run
+rule every report shares (`pazo.run.metrics_file`): a last line that is not a whole row (the row the run
 is writing at that moment, or one a kill cut short) is left out and said on stderr; a bad line before
 it is corruption, one error line naming it."""
 from __future__ import annotations
@@ -20,10 +20,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from pazo.file_kinds import output_file
-from pazo.commands import ArgumentParser, command, summary_of  # noqa: E402
-from pazo.metrics_file import CorruptMetrics, read_metric_rows, torn_note  # noqa: E402
-from pazo.rundir import write_atomic  # noqa: E402
+from pazo.files.file_kinds import output_file
+from pazo.commands.start import ArgumentParser, command, summary_of  # noqa: E402
+from pazo.run.metrics_file import CorruptMetrics, read_metric_rows, torn_note  # noqa: E402
+from pazo.files.rundir import write_atomic  # noqa: E402
 
 #: the panels: title -> the metrics drawn in it (those a run does not log are left out)
 PANELS = {

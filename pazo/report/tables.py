@@ -7,7 +7,7 @@
 (or `python -m pazo.report.tables`, or `python scripts/make_tables.py`)
 
 Accuracy tables (one per setting found, Tables 1-4 layout): for each method and epsilon one
-configuration of its grid (pazo.results.select_configs, as the figures): by default the one with
+configuration of its grid (pazo.run.results.select_configs, as the figures): by default the one with
 the best mean validation accuracy over its seeds, its test accuracy shown as mean ± std over those
 seeds; `--selection test` selects on test accuracy as the paper does (not a private selection), and
 the caption says which. Beside ours, the paper's value and the difference. An epsilon column
@@ -31,12 +31,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from pazo.commands import ArgumentParser, command, summary_of
+from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.errors import ConfigError
-from pazo.file_kinds import read_regular_text
-from pazo.rundir import write_text_atomic
-from pazo.results import (BENCHMARK_PAPER_SETTING, LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs,
+from pazo.files.file_kinds import read_regular_text
+from pazo.files.rundir import write_text_atomic
+from pazo.run.results import (BENCHMARK_PAPER_SETTING, LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs,
                           missing_dirs, paper_values, private_contribution, select_configs)
 
 PAPER_TABLE = {"cifar10": "1", "tiny_imagenet": "2", "imdb": "3", "mnli": "4"}

@@ -147,9 +147,9 @@ def test_an_interrupted_benchmark_is_one_line_and_keeps_the_earlier_result(tmp_p
                                        "is as it was)\n")
     out = tmp_path / "result.json"
     out.write_text('{"earlier": 1}')
-    import pazo.rundir
+    import pazo.files.rundir
 
-    real_open = pazo.rundir.open_file
+    real_open = pazo.files.rundir.open_file
 
     class HalfThenInterrupted:   # the result file's write is cut by a Ctrl-C halfway through
         def __init__(self, f):
@@ -165,7 +165,7 @@ def test_an_interrupted_benchmark_is_one_line_and_keeps_the_earlier_result(tmp_p
             self.f.write(bytes(data)[: len(data) // 2])
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(pazo.rundir, "open_file", lambda path, mode=None, append=False:
+    monkeypatch.setattr(pazo.files.rundir, "open_file", lambda path, mode=None, append=False:
                         HalfThenInterrupted(real_open(path, mode, append)))
     with pytest.raises(KeyboardInterrupt):
         bench.write_result(out, {"results": list(range(100))})

@@ -1,4 +1,4 @@
-"""One device resolver (`pazo.experiment.resolve_device`) for runs and benchmarks: a device this
+"""One device resolver (`pazo.run.build.resolve_device`) for runs and benchmarks: a device this
 machine lacks, or a name torch does not know, is one line naming the option as the user spelled it
 (`device=` in a run's config, `--device ` on a benchmark's command line), and `pazo-bench memory
 --device X` on a machine without X is one `pazo: error:` line and exit 2 before any measurement (the
@@ -11,7 +11,7 @@ from hypothesis import example, given, settings, strategies as st
 
 from pazo.bench import memory
 from pazo.errors import ConfigError
-from pazo.experiment import resolve_device
+from pazo.run.build import resolve_device
 
 
 def device_problem(name, option):
@@ -56,4 +56,4 @@ def test_the_device_is_resolved_in_one_place():
     root = Path(pazo.__file__).parent
     users = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "cuda.is_available()" in p.read_text()
                    and p.name not in ("checkpoint.py", "distributed.py"))
-    assert users == ["experiment.py"], users
+    assert users == ["run/build.py"], users

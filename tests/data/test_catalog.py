@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pazo.catalog import DATASETS, MODELS, input_phrase, pairing_problem
 from pazo.config_schema import check_config_values
 from pazo.errors import ConfigError, at_least_one
-from pazo.validate import validate_config
+from pazo.run.validate import validate_config
 
 
 @given(dataset=st.sampled_from(DATASETS.names()), model=st.sampled_from(MODELS.names()))

@@ -46,7 +46,7 @@ def _exit_table(page: str) -> dict[int, str]:
 def test_the_faults_guide_lists_every_exit_status_a_command_ends_with():
     """pazo-train's statuses and pazo-sweep's for each signal it passes on to its runs (was: 143 and
     129, SIGTERM and SIGHUP to a sweep, missing from the table)."""
-    from pazo.child_runs import PASSED_ON, exit_status
+    from pazo.sweep.child_runs import PASSED_ON, exit_status
     from pazo.train import EXIT_CODES
 
     table = _exit_table((REPO_ROOT / "docs" / "guides" / "faults.md").read_text())

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from pazo import REPO_ROOT
-from tools.docs.commands import documented_pages
-from tools.docs.run import command_line, compare_output, problems_in_comments, read_page, run_pages
+from tools.docs.commands import documented_pages, read_page
+from tools.docs.run import command_line, compare_output, problems_in_comments, run_pages
 
 
 def page(tmp_path, text, name="page.md"):

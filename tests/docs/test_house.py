@@ -48,8 +48,8 @@ def test_every_module_of_every_layer_is_drawn_on_its_floor(names, cuts, tmp_path
 
 
 def test_a_step_of_the_run_the_package_no_longer_defines_stops_the_page():
-    with pytest.raises(ValueError, match=r"pazo\.loop\.no_such_loop"):
-        house_page(path=[*RUN_PATH, ("pazo.loop", "no_such_loop", "gone")])
+    with pytest.raises(ValueError, match=r"pazo\.run\.loop\.no_such_loop"):
+        house_page(path=[*RUN_PATH, ("pazo.run.loop", "no_such_loop", "gone")])
     with pytest.raises(ValueError, match="which the package does not have"):
         house_page([*layers(), ["pazo.no_such_room"]], path=[])
 

@@ -11,14 +11,14 @@ import signal
 import sys
 from pathlib import Path
 
-import pazo.rundir
+import pazo.files.rundir
 
 #: the tiny run every fault case starts from (digits, a few steps, no W&B)
 TINY = ["method=dpzero", "train.steps=4", "train.log_every=2", "logger.mode=disabled", "device=cpu"]
 
 
 class Disk:
-    """Files the run opens (`pazo.rundir.open_file`, through which every run file is written) on a
+    """Files the run opens (`pazo.files.rundir.open_file`, through which every run file is written) on a
     disk that fills up: after the first `opens_ok` opens and `writes_ok` writes of the files
     `only` names (None: every file), `free` bytes are left; a write past them writes what fits
     and then fails with ENOSPC, as a full disk does. `refuse=errno.EACCES` (or EROFS, ...) fails
@@ -30,7 +30,7 @@ class Disk:
         self.free, self.refuse, self.only = free, refuse, only
         self.opens_ok, self.writes_ok = opens_ok, writes_ok
         self.refused: list[str] = []
-        real = pazo.rundir.open_file
+        real = pazo.files.rundir.open_file
 
         def open_file(path, mode=None, append=False):
             f = real(path, mode, append)
@@ -42,7 +42,7 @@ class Disk:
                 return f
             return _Limited(f, self, name)
 
-        monkeypatch.setattr(pazo.rundir, "open_file", open_file)
+        monkeypatch.setattr(pazo.files.rundir, "open_file", open_file)
 
     def fill(self) -> None:
         self.free, self.opens_ok, self.writes_ok = 0, 0, 0
@@ -87,7 +87,7 @@ class _Limited(io.RawIOBase):
 def snapshot(folder: Path) -> dict[str, str]:
     """Every file below `folder` (but the lock) by relative path: the sha256 of its bytes."""
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(Path(folder).rglob("*")) if p.is_file() and p.name != pazo.rundir.LOCK}
+            for p in sorted(Path(folder).rglob("*")) if p.is_file() and p.name != pazo.files.rundir.LOCK}
 
 
 def leftovers(folder: Path) -> list[str]:

@@ -18,16 +18,17 @@ from fault_inputs_helpers import assert_one_error, run_entry
 from fault_runtime_helpers import Disk
 
 from pazo import REPO_ROOT
+from pazo.audit import command as audit_command
 from pazo.audit import run as audit_run
 from pazo.methods import METHODS, method_info
-from pazo.rundir import WriteFault
+from pazo.files.rundir import WriteFault
 
 NON_PRIVATE = sorted(n for n in METHODS.names() if not method_info(n).private)
 
 
 @pytest.mark.parametrize("method", NON_PRIVATE)
 def test_the_audit_refuses_a_non_private_method_with_its_own_reason(method, capsys):
-    code, _, err = run_entry(audit_run.cli, [f"method={method}"], capsys)
+    code, _, err = run_entry(audit_command.cli, [f"method={method}"], capsys)
     line = assert_one_error(code, err, method, "non-private", "audit")
     assert code == 2 and "privacy=none" not in line, line
 
@@ -35,7 +36,7 @@ def test_the_audit_refuses_a_non_private_method_with_its_own_reason(method, caps
 def test_an_audit_into_a_file_is_one_line(tmp_path, capsys):
     target = tmp_path / "notes.txt"
     target.write_text("mine")
-    code, _, err = run_entry(audit_run.cli, ["method=dpzero", f"hydra.run.dir={target}"], capsys)
+    code, _, err = run_entry(audit_command.cli, ["method=dpzero", f"hydra.run.dir={target}"], capsys)
     assert_one_error(code, err, str(target))
     assert code == 2 and target.read_text() == "mine"
 
@@ -43,7 +44,7 @@ def test_an_audit_into_a_file_is_one_line(tmp_path, capsys):
 def test_an_audit_onto_a_full_disk_is_one_line_before_hydra_writes(tmp_path, capsys, monkeypatch):
     Disk(monkeypatch, free=0)
     run_dir = tmp_path / "audit"
-    code, _, err = run_entry(audit_run.cli, ["method=dpzero", f"hydra.run.dir={run_dir}"], capsys)
+    code, _, err = run_entry(audit_command.cli, ["method=dpzero", f"hydra.run.dir={run_dir}"], capsys)
     assert_one_error(code, err, "disk is full")
     assert code == 75 and not (run_dir / ".hydra").exists()
 
@@ -56,7 +57,7 @@ def test_an_audit_whose_own_files_the_disk_refuses_is_one_line(code, tmp_path, c
         raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr(audit_run, "run_audit", refused)
-    code_, _, err = run_entry(audit_run.cli, ["method=dpzero", f"hydra.run.dir={tmp_path / 'audit'}"], capsys)
+    code_, _, err = run_entry(audit_command.cli, ["method=dpzero", f"hydra.run.dir={tmp_path / 'audit'}"], capsys)
     assert_one_error(code_, err, "the audit wrote no result")
     assert code_ == 75 and "Traceback" not in err
 
@@ -85,7 +86,7 @@ def test_a_run_typed_outside_the_checkout_without_a_run_dir_writes_below_the_wor
 
 
 def test_a_sweeps_outputs_default_to_the_working_directory(tmp_path, monkeypatch, capsys):
-    from pazo import sweep
+    from pazo.sweep import command as sweep
     monkeypatch.chdir(tmp_path)
     code, out, err = run_entry(sweep.main, ["demo", "--dry-run"], capsys)
     assert code == 0, err
@@ -99,7 +100,7 @@ def test_a_sweep_that_cannot_run_here_is_one_line_before_the_first_run(argv, wor
 
     import torch
 
-    from pazo import sweep
+    from pazo.sweep import command as sweep
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.setattr(sweep, "launch", lambda *a, **k: pytest.fail("a run was launched"))
@@ -112,7 +113,7 @@ def test_a_sweep_whose_data_are_missing_is_one_line_before_the_first_run(tmp_pat
     """Without `skip_missing_data` in the spec, a setting whose data are absent refuses the sweep
     before any run starts (the loader's own line: what is missing, where, how to get it); a dry run
     shows the plan and says which settings cannot run here."""
-    from pazo import sweep
+    from pazo.sweep import command as sweep
     monkeypatch.setattr(sweep, "launch", lambda *a, **k: pytest.fail("a run was launched"))
     argv = ["table1_cifar10", "--methods", "dpzero", "--out", str(tmp_path / "sweeps"),
             f"dataset.root={tmp_path / 'nodata'}"]

@@ -16,10 +16,10 @@ from fixtures import write_image_folder
 from hydra import compose, initialize_config_dir
 
 from pazo import CONFIG_DIR
-from pazo.cache_files import FORMAT, digest, load_entry, save_entry
+from pazo.files.cache_files import FORMAT, digest, load_entry, save_entry
 from pazo.data import image_folder
 from pazo.data.image_folder import read_image_folder
-from pazo.experiment import build_run
+from pazo.run.build import build_run
 from pazo.privacy import calibration
 from pazo.privacy.calibration import calibrate_sigma
 
@@ -129,7 +129,7 @@ def test_a_cache_file_that_is_not_what_it_claims_is_ignored_with_one_warning(poi
     entry = torch.load(path, weights_only=True)
     assert entry["format"] == FORMAT and entry["sha256"] == digest(value)
     FILE_POISONS[poison](path, entry)
-    with caplog.at_level(logging.WARNING, logger="pazo.cache_files"):
+    with caplog.at_level(logging.WARNING, logger="pazo.files.cache_files"):
         assert load_entry(path, "images", key) is None
     (message,) = [r.getMessage() for r in caplog.records]
     assert str(path) in message and "recomputing" in message and "\n" not in message
@@ -152,7 +152,7 @@ def test_a_bad_image_cache_is_rebuilt_from_the_images(poison, folder, tmp_path, 
     fresh = read_image_folder(folder, None, cache_dir=str(cache))
     (path,) = (cache / "images").glob("*.pt")
     FILE_POISONS[poison](path, torch.load(path, weights_only=True))
-    with caplog.at_level(logging.WARNING, logger="pazo.cache_files"):
+    with caplog.at_level(logging.WARNING, logger="pazo.files.cache_files"):
         again = read_image_folder(folder, None, cache_dir=str(cache))
     assert len([r for r in caplog.records if "ignored" in r.getMessage()]) == 1
     assert all(torch.equal(a, b) for a, b in zip(fresh[:4], again[:4]))

@@ -14,12 +14,12 @@ import sys
 import pytest
 import torch
 
-import pazo.run
+import pazo.run.launch
 import pazo.train
 from fault_runtime_helpers import TINY, leftovers, one_error_line, snapshot
-from pazo.checkpoint import CHECKPOINT, checkpoint_path, read_checkpoint, save_checkpoint
+from pazo.run.checkpoint import CHECKPOINT, checkpoint_path, read_checkpoint, save_checkpoint
 from pazo.errors import ConfigError
-from pazo.gate import LEDGER
+from pazo.run.gate import LEDGER
 from pazo.methods.two_point import TwoPointMethod
 from pazo.train import run
 
@@ -95,7 +95,7 @@ def test_a_damaged_checkpoint_is_refused_before_compute_and_nothing_is_lost(dama
     path = checkpoint_path(run_dir)
     path.write_bytes(DAMAGE[damage](run_dir, path.read_bytes()))
     before = snapshot(run_dir)
-    monkeypatch.setattr(pazo.run, "build_run", lambda *a, **k: pytest.fail("compute started"))
+    monkeypatch.setattr(pazo.run.launch, "build_run", lambda *a, **k: pytest.fail("compute started"))
     with pytest.raises(ConfigError) as caught:
         run(hydra_cfg(*CFG), run_dir)
     message = str(caught.value)
@@ -125,7 +125,7 @@ def test_a_checkpoint_that_does_not_fit_the_run_is_refused_naming_it(damage, run
 def test_an_unreadable_summary_beside_a_checkpoint_is_refused(content, run_dir, hydra_cfg, monkeypatch):
     (run_dir / "summary.json").write_bytes(content)
     before = snapshot(run_dir)
-    monkeypatch.setattr(pazo.run, "build_run", lambda *a, **k: pytest.fail("compute started"))
+    monkeypatch.setattr(pazo.run.launch, "build_run", lambda *a, **k: pytest.fail("compute started"))
     with pytest.raises(ConfigError, match="summary.json cannot be read") as caught:
         run(hydra_cfg(*CFG), run_dir)
     assert str(checkpoint_path(run_dir)) in str(caught.value)
@@ -138,7 +138,7 @@ def test_an_unreadable_summary_after_released_rows_is_refused_and_kept(run_dir, 
     checkpoint_path(run_dir).unlink()
     (run_dir / "summary.json").write_text('{"status": "pre')
     before = snapshot(run_dir)
-    monkeypatch.setattr(pazo.run, "build_run", lambda *a, **k: pytest.fail("compute started"))
+    monkeypatch.setattr(pazo.run.launch, "build_run", lambda *a, **k: pytest.fail("compute started"))
     with pytest.raises(ConfigError, match="summary.json cannot be read"):
         run(hydra_cfg(*CFG), run_dir)
     assert snapshot(run_dir) == before
@@ -180,7 +180,7 @@ def test_a_write_broken_off_by_an_interrupt_keeps_the_previous_checkpoint(run_di
         def state(self):
             return {}
 
-    from pazo.checkpoint import LoopState
+    from pazo.run.checkpoint import LoopState
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(run_dir, fingerprint="f", module=model, streams=Nothing(), sampler=Nothing(),
                         loop=LoopState(), extra={})

@@ -14,11 +14,11 @@ from fault_inputs_helpers import assert_one_error, run_entry
 from hydra import compose, initialize_config_dir
 
 from pazo import CONFIG_DIR
-from pazo.audit import run as audit_run
+from pazo.audit import command as audit_command
 from pazo.config_schema import check_config_values
 from pazo.errors import ConfigError
 from pazo import train
-from pazo.validate import validate_config
+from pazo.run.validate import validate_config
 
 #: (overrides, words the error line must hold)
 BAD_VALUES = [
@@ -135,7 +135,7 @@ AUDIT_BAD = [("seed=abc", "seed"), ("engine.chunk_size=0", "engine.chunk_size"),
 
 @pytest.mark.parametrize("overrides,word", AUDIT_BAD, ids=[o for o, _ in AUDIT_BAD])
 def test_the_audit_checks_values_before_its_run_directory(overrides, word, tmp_path, capsys):
-    code, _, err = run_entry(audit_run.cli, [overrides, f"hydra.run.dir={tmp_path / 'audit'}"], capsys,
+    code, _, err = run_entry(audit_command.cli, [overrides, f"hydra.run.dir={tmp_path / 'audit'}"], capsys,
                              prog="pazo-audit")
     assert_one_error(code, err, word)
     assert not (tmp_path / "audit").exists()
@@ -158,14 +158,14 @@ def test_every_shipped_config_passes_the_schema():
 
 
 def test_a_sweep_checks_every_run_against_the_schema(capsys):
-    from pazo import sweep
+    from pazo.sweep import command as sweep
     code = sweep.main(["demo", "--dry-run", "--methods", "dpzero", "engine.chunk_size=0"])
     assert_one_error(code, capsys.readouterr().err, "engine.chunk_size")
 
 
 def test_validate_config_takes_plain_dicts_as_the_sweep_gives_them():
     """The sweep validates its runs as plain attribute dicts, not DictConfigs."""
-    from pazo.sweep import _view
+    from pazo.sweep.checks import _view
     from omegaconf import OmegaConf
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["privacy.delta=1e-5"])

@@ -249,7 +249,7 @@ def test_a_corrupt_food101_image_names_it(copy):
 
 
 def test_data_corrupt_error_is_one_of_the_users_errors():
-    from pazo.cli import USER_ERRORS
+    from pazo.run.cli import USER_ERRORS
 
     assert issubclass(DataCorruptError, USER_ERRORS)
 

@@ -14,11 +14,12 @@ from fault_runtime_helpers import TINY, run_cli
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pazo import CONFIG_DIR, bench, sweep
-from pazo.audit import run as audit_run
-from pazo.cli import check_overrides
+from pazo import CONFIG_DIR, bench
+from pazo.sweep import command as sweep
+from pazo.audit import command as audit_command
+from pazo.run.cli import check_overrides
 from pazo.config_schema import SECTIONS
-from pazo.summary import SECURE_SEED_NOTE
+from pazo.run.summary import SECURE_SEED_NOTE
 
 #: (section, its keys, the override prefix that selects it): sections every entry point composes
 SECTION_KEYS = {"train": sorted(f.name for f in SECTIONS["train"].__dataclass_fields__.values()),
@@ -121,7 +122,7 @@ def test_dp_aggzos_k_points_to_method_q_on_every_entry_point(entry, argv, tmp_pa
     if entry == "train":
         code, _, err = run_cli([*argv, f"hydra.run.dir={tmp_path / 'run'}"], capsys)
     elif entry == "audit":
-        code, _, err = run_entry(audit_run.cli, argv, capsys)
+        code, _, err = run_entry(audit_command.cli, argv, capsys)
     else:
         code, _, err = run_entry(bench.main, [*argv, "--out", str(tmp_path / "r.json")], capsys)
     line = assert_one_error(code, err, "method.", "did you mean method.q?", "has: clip, direction, lr, name, q")

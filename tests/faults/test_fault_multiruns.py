@@ -13,10 +13,10 @@ from fault_runtime_helpers import TINY, one_error_line, run_cli
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-import pazo.experiment
-import pazo.run
+import pazo.run.build
+import pazo.run.launch
 import pazo.train
-from pazo.cli import multirun_jobs
+from pazo.run.cli import multirun_jobs
 from pazo.errors import DataMissingError
 from pazo.methods.two_point import TwoPointMethod
 
@@ -96,14 +96,14 @@ def test_a_signal_in_one_job_stops_the_multirun_and_a_relaunch_continues_it(tmp_
 
 
 def test_a_job_refused_at_its_start_makes_the_multirun_fail_and_says_which(tmp_path, capsys, monkeypatch):
-    original = pazo.run.build_run
+    original = pazo.run.launch.build_run
 
     def build_run(cfg, **kwargs):
         if cfg.seed == 1:
             raise DataMissingError("digits data are not where we looked (a test)")
         return original(cfg, **kwargs)
 
-    monkeypatch.setattr(pazo.run, "build_run", build_run)
+    monkeypatch.setattr(pazo.run.launch, "build_run", build_run)
     code, out, err = run_cli(["-m", *TINY, "train.steps=1", "seed=0,1,2", f"hydra.sweep.dir={tmp_path / 's'}"],
                              capsys)
     assert code == 1, err

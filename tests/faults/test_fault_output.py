@@ -12,21 +12,21 @@ from pathlib import Path
 import pytest
 import torch
 
-import pazo.run
+import pazo.run.launch
 import pazo.train
 from fault_runtime_helpers import TINY, Disk, leftovers, one_error_line, run_cli, snapshot
-from pazo.checkpoint import CHECKPOINT, checkpoint_path, read_checkpoint
-from pazo.console import RunLogFile
+from pazo.run.checkpoint import CHECKPOINT, checkpoint_path, read_checkpoint
+from pazo.commands.console import RunLogFile
 from pazo.errors import ConfigError
-from pazo.rundir import WriteFault, check_output_dir, write_atomic
+from pazo.files.rundir import WriteFault, check_output_dir, write_atomic
 from pazo.train import run
-from pazo.weights import read_weights
+from pazo.run.weights import read_weights
 
 
 @pytest.fixture
 def no_compute(monkeypatch):
     """Fails the test if the run reaches its data, model or calibration."""
-    monkeypatch.setattr(pazo.run, "build_run", lambda *a, **k: pytest.fail("compute started"))
+    monkeypatch.setattr(pazo.run.launch, "build_run", lambda *a, **k: pytest.fail("compute started"))
 
 
 def assert_whole(run_dir: Path) -> None:
@@ -182,7 +182,7 @@ def test_wherever_the_disk_fills_every_file_stays_whole(free, hydra_cfg, tmp_pat
 def test_a_heartbeat_the_disk_refuses_does_not_stop_the_run(hydra_cfg, tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
-    from pazo.recorder import Recorder
+    from pazo.run.recorder import Recorder
 
     recorder = Recorder(tmp_path, OmegaConf.create({"seed": 0}), OmegaConf.create({"mode": "disabled"}))
     recorder.write_summary({"status": "running"})

@@ -1,4 +1,4 @@
-"""The relaunch rule (`pazo.attempts`) as a property: random sequences of launches into one run
+"""The relaunch rule (`pazo.run.attempts`) as a property: random sequences of launches into one run
 directory, each killed after a few steps or not (SIGKILL, SIGTERM, SIGINT, a crash), relaunched
 with a random change of one config key (every field of the train, privacy and method schemas, the
 seed, the engine, the device, the data set's keys and the logger) or as it was.

@@ -1,5 +1,5 @@
 """Reports and figures killed while writing (round two): every output of `pazo-report` and of the
-benchmarks' own files goes through `pazo.rundir.write_atomic`, so a write the disk refuses part-way
+benchmarks' own files goes through `pazo.files.rundir.write_atomic`, so a write the disk refuses part-way
 leaves the earlier file whole (never a 0-byte csv, png or pdf, never a `.tmp`) and ends in one line."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from test_fault_tools import good_run
 
 from pazo import report
-from pazo.rundir import save_figure_atomic, write_text_atomic
+from pazo.files.rundir import save_figure_atomic, write_text_atomic
 
 
 FIGURE2 = "figure2_accuracy_vs_epsilon"

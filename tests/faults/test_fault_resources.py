@@ -142,12 +142,13 @@ def test_an_audit_with_more_canaries_than_fit_is_one_line_before_any_canary_is_d
                                                                                    monkeypatch):
     from fault_inputs_helpers import run_entry
 
+    from pazo.audit import command as audit_command
     from pazo.audit import run as audit_run
     monkeypatch.setattr(audit_run, "available_bytes", lambda device: (None, GIB))
     monkeypatch.setattr(audit_run, "train_with_canaries", lambda *a, **k: pytest.fail("the audit trained"))
     argv = ["method=dpzero", "audit.canaries=200000000", f"audit.threat={threat}", "train.steps=2",
             "logger.mode=disabled", f"hydra.run.dir={tmp_path / 'a'}"]
-    code, _, err = run_entry(audit_run.cli, argv, capsys)
+    code, _, err = run_entry(audit_command.cli, argv, capsys)
     assert code == 2
     line = one_error_line(err)
     assert "audit.canaries=200000000" in line and "GiB" in line and "audit.canaries <=" in line, line

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-import pazo.run
+import pazo.run.launch
 import pazo.train
 from conftest import ROOT
 from fault_runtime_helpers import TINY, error_lines, one_error_line, run_cli, snapshot
-from pazo.checkpoint import checkpoint_path, StopRequests, read_checkpoint
+from pazo.run.checkpoint import checkpoint_path, StopRequests, read_checkpoint
 from pazo.errors import ConfigError
 from pazo.methods.two_point import TwoPointMethod
-from pazo.recorder import Recorder
-from pazo.rundir import LOCK, RunDirLock, staging_subdir
+from pazo.run.recorder import Recorder
+from pazo.files.rundir import LOCK, RunDirLock, staging_subdir
 from pazo.train import run
 
 CFG = [*TINY, "train.steps=6", "train.checkpoint_every=2"]
@@ -193,7 +193,7 @@ def test_ctrl_c_three_times_in_a_real_run_ends_interrupted_without_traceback(tmp
 # --- two launches into one directory ------------------------------------------------------------------
 
 def test_a_launch_into_a_locked_directory_is_refused_before_compute(hydra_cfg, tmp_path, monkeypatch):
-    monkeypatch.setattr(pazo.run, "build_run", lambda *a, **k: pytest.fail("compute started"))
+    monkeypatch.setattr(pazo.run.launch, "build_run", lambda *a, **k: pytest.fail("compute started"))
     with RunDirLock(tmp_path):
         with pytest.raises(ConfigError, match=f"run directory {tmp_path} is in use by another launch") as caught:
             run(hydra_cfg(*TINY), tmp_path)
@@ -205,7 +205,7 @@ def test_the_lock_is_released_whatever_the_run_ends_with(hydra_cfg, tmp_path, mo
     def broken(*a, **k):
         raise RuntimeError("the data loader crashed")
 
-    monkeypatch.setattr(pazo.run, "build_run", broken)
+    monkeypatch.setattr(pazo.run.launch, "build_run", broken)
     with pytest.raises(RuntimeError):
         run(hydra_cfg(*TINY), tmp_path)
     assert not (tmp_path / LOCK).exists()
@@ -237,7 +237,7 @@ def test_a_file_system_without_locks_still_runs(tmp_path, monkeypatch):
 
 def test_a_lock_held_by_another_process_names_it(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pazo.rundir import RunDirLock; lock = RunDirLock(sys.argv[1]).acquire(); "
+        "import sys, time; from pazo.files.rundir import RunDirLock; lock = RunDirLock(sys.argv[1]).acquire(); "
         "print('held', flush=True); time.sleep(60)"), str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:

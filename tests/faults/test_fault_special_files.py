@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 import pazo.bench
 import pazo.report
-from pazo.file_kinds import NotRegularFile, read_regular_bytes
-from pazo.rundir import write_atomic, write_text_atomic
+from pazo.files.file_kinds import NotRegularFile, read_regular_bytes
+from pazo.files.rundir import write_atomic, write_text_atomic
 
 KINDS = ("fifo", "directory", "socket")
 
@@ -97,12 +97,12 @@ def run_with_config(folder: Path) -> Path:
 
 
 def read_summary_of(run: Path) -> str:
-    from pazo.checkpoint import read_summary
+    from pazo.run.checkpoint import read_summary
     return "none" if read_summary(run / "summary.json") is None else "read"
 
 
 def metric_rows_of(run: Path) -> str:
-    from pazo.metrics_file import read_metric_rows
+    from pazo.run.metrics_file import read_metric_rows
     try:
         read_metric_rows(run / "metrics.jsonl")
     except OSError as err:
@@ -111,13 +111,13 @@ def metric_rows_of(run: Path) -> str:
 
 
 def table_rows_of(run: Path) -> str:
-    from pazo.results import load_runs
+    from pazo.run.results import load_runs
     return f"{len(load_runs([run.parent]))} rows"
 
 
 def sweep_status_of(run: Path) -> str:
-    import pazo.sweep
-    return pazo.sweep.status(run)
+    from pazo.sweep.checks import status
+    return status(run)
 
 
 #: each reader of a run's file, the file it reads, and what it gives when that file is not regular
@@ -161,14 +161,15 @@ def test_a_run_file_that_is_not_regular_is_left_out_never_waited_on(kind, reader
 
 @pytest.mark.parametrize("name", ["summary.json", "config.yaml", "metrics.jsonl"])
 def test_a_sweep_whose_run_file_is_a_fifo_is_refused_in_one_line_before_any_run(name, tmp_path, monkeypatch, capsys):
-    import pazo.sweep
-    monkeypatch.setattr(pazo.sweep, "launch", lambda *a, **k: pytest.fail("a run was launched"))
+    import pazo.sweep.command
+    monkeypatch.setattr(pazo.sweep.command, "launch", lambda *a, **k: pytest.fail("a run was launched"))
     spec = tmp_path / "mini.yaml"
     spec.write_text("name: mini\nsettings: [digits]\nmethods: [dpsgd]\nepsilons: [1]\ngrid: false\n")
     run = tmp_path / "out" / "mini" / "digits" / "dpsgd" / "eps=1" / "rep=0"
     run.mkdir(parents=True)
     fifo = make_special(run / name, "fifo")
-    status = without_waiting(lambda: pazo.sweep.main([str(spec), "--out", str(tmp_path / "out"), "device=cpu"]), fifo)
+    argv = [str(spec), "--out", str(tmp_path / "out"), "device=cpu"]
+    status = without_waiting(lambda: pazo.sweep.command.main(argv), fifo)
     assert status == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"pazo: error: {fifo}: it is a FIFO (named pipe), not a regular file")

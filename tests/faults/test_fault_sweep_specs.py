@@ -13,7 +13,8 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-import pazo.sweep as sweep
+import pazo.sweep.command as sweep
+import pazo.sweep.spec as sweep_spec
 from pazo.errors import ConfigError
 
 #: a spec of one tiny run (`extra` adds its axes)
@@ -92,12 +93,12 @@ def axes_spec(lengths: list[int], seeds: int = 1) -> dict:
        limit=st.integers(1, 2000))
 def test_a_grid_is_counted_before_it_is_made_and_refused_above_the_limit(lengths, seeds, limit):
     spec, total = axes_spec(lengths, seeds), seeds * math.prod(lengths)
-    assert sweep.count_runs(spec) == total
+    assert sweep_spec.count_runs(spec) == total
     if total > limit:
         with pytest.raises(ConfigError, match=f"its grid has {total:,} runs, more than the limit of {limit:,}"):
-            sweep.enumerate_runs(spec, max_runs=limit)
+            sweep_spec.enumerate_runs(spec, max_runs=limit)
     else:
-        assert len(sweep.enumerate_runs(spec, max_runs=limit)) == total
+        assert len(sweep_spec.enumerate_runs(spec, max_runs=limit)) == total
 
 
 def test_a_grid_of_27_million_runs_is_one_line_giving_its_count(tmp_path, capsys, no_launch):
@@ -130,13 +131,13 @@ def test_a_spec_that_expands_past_the_bound_is_refused_before_it_is_expanded(dep
     spec.write_text(alias_bomb(depth, width))
     leaves = width ** depth
     with pytest.MonkeyPatch.context() as patch:
-        if leaves > sweep.MAX_SPEC_NODES:     # not expanded at all: OmegaConf never sees the file
-            patch.setattr(sweep.OmegaConf, "load", lambda *a: pytest.fail("the bomb was expanded"))
+        if leaves > sweep_spec.MAX_SPEC_NODES:     # not expanded at all: OmegaConf never sees the file
+            patch.setattr(sweep_spec.OmegaConf, "load", lambda *a: pytest.fail("the bomb was expanded"))
         with pytest.raises(ConfigError) as refused:
-            sweep.load_spec(str(spec))
+            sweep_spec.load_spec(str(spec))
     said = str(refused.value)
-    if leaves > sweep.MAX_SPEC_NODES:
-        assert f"expands to more than {sweep.MAX_SPEC_NODES:,} YAML nodes" in said and "not valid YAML" not in said
+    if leaves > sweep_spec.MAX_SPEC_NODES:
+        assert f"expands to more than {sweep_spec.MAX_SPEC_NODES:,} YAML nodes" in said and "not valid YAML" not in said
     else:                                     # a small one is nested lists: not an axis's plain values
         assert "x.y must list plain values" in said
 
@@ -150,14 +151,14 @@ def test_an_axis_value_that_is_not_a_plain_value_is_refused(value, tmp_path_fact
     spec = tmp_path_factory.mktemp("nested") / "nested.yaml"
     spec.write_text(MINI + yaml.safe_dump({"extra": {"x.y": [1, value]}}))
     with pytest.raises(ConfigError, match="x.y must list plain values"):
-        sweep.load_spec(str(spec))
+        sweep_spec.load_spec(str(spec))
 
 
 def test_the_billion_laughs_is_one_line_before_any_run(tmp_path, capsys, no_launch):
     spec = tmp_path / "bomb.yaml"
     spec.write_text(alias_bomb(9, 10))
     assert sweep.main([str(spec), "--out", str(tmp_path / "out")]) == 2
-    assert f"expands to more than {sweep.MAX_SPEC_NODES:,} YAML nodes" in one_error_line(capsys)
+    assert f"expands to more than {sweep_spec.MAX_SPEC_NODES:,} YAML nodes" in one_error_line(capsys)
 
 
 # --- a name that would leave --out ------------------------------------------------------------------
@@ -177,7 +178,7 @@ def test_a_spec_field_that_names_a_folder_must_be_a_plain_name(key, bad, tmp_pat
     fields[key] = bad if key == "name" else [bad]
     spec.write_text(yaml.safe_dump(fields))
     with pytest.raises(ConfigError, match="names a folder below --out: give a plain name"):
-        sweep.load_spec(str(spec))
+        sweep_spec.load_spec(str(spec))
 
 
 @settings(max_examples=40)
@@ -185,7 +186,7 @@ def test_a_spec_field_that_names_a_folder_must_be_a_plain_name(key, bad, tmp_pat
 def test_a_plain_name_is_accepted(name, tmp_path_factory):
     spec = tmp_path_factory.mktemp("names") / "named.yaml"
     spec.write_text(yaml.safe_dump({"name": name, "settings": ["digits"], "methods": ["dpsgd"], "epsilons": [1]}))
-    assert sweep.load_spec(str(spec))["name"] == name
+    assert sweep_spec.load_spec(str(spec))["name"] == name
 
 
 @settings(max_examples=30)
@@ -194,7 +195,7 @@ def test_an_axis_value_that_would_name_a_folder_is_refused(value, tmp_path_facto
     spec = tmp_path_factory.mktemp("values") / "values.yaml"
     spec.write_text(MINI + yaml.safe_dump({"extra": {"x.y": [value]}}))
     with pytest.raises(ConfigError, match="would name a folder below --out"):
-        sweep.load_spec(str(spec))
+        sweep_spec.load_spec(str(spec))
 
 
 def test_a_name_outside_out_is_one_line_before_any_run(tmp_path, capsys, no_launch):

@@ -14,7 +14,8 @@ import pytest
 import yaml
 from fault_inputs_helpers import assert_one_error, error_lines, run_entry
 
-from pazo import bench, report, sweep
+from pazo import bench, report
+from pazo.sweep import command as sweep, spec as sweep_spec
 
 # --- sweeps ------------------------------------------------------------------------------------------
 
@@ -76,7 +77,7 @@ def test_a_garbage_grid_file_is_one_line(grid, tmp_path, monkeypatch, capsys):
     (tmp_path / "grids").mkdir()
     (tmp_path / "grids" / "digits.yaml").write_text(grid)
     (tmp_path / "spec.yaml").write_text("name: x\nsettings: [digits]\nmethods: [dpzero]\nepsilons: [1]\n")
-    monkeypatch.setattr(sweep, "SWEEPS", tmp_path)
+    monkeypatch.setattr(sweep_spec, "SWEEPS", tmp_path)
     code = sweep.main([str(tmp_path / "spec.yaml"), "--dry-run", "--out", str(tmp_path / "out")])
     assert_one_error(code, capsys.readouterr().err, "grid")
 

@@ -79,7 +79,7 @@ def test_a_run_that_leaves_the_algorithm_says_so_in_its_summary(hydra_cfg, tmp_p
 
 
 def test_facts_come_from_the_registry():
-    from pazo.results import FIRST_ORDER, LABELS, METHOD_ORDER, USES_PUBLIC
+    from pazo.run.results import FIRST_ORDER, LABELS, METHOD_ORDER, USES_PUBLIC
 
     assert LABELS["pazo_p_prime"] == "PAZO-P'" and LABELS["dope_sgd"] == "DOPE-SGD"
     assert LABELS == {n: method_info(n).label for n in METHODS.names()}

@@ -1,9 +1,9 @@
-"""The paper's numbers as transcribed in `paper_values()` (pazo.results), beside which the tables put
+"""The paper's numbers as transcribed in `paper_values()` (pazo.run.results), beside which the tables put
 ours, against the paper's text (split from tests/report/test_tables_figures.py)."""
 import pandas as pd
 import pytest
 
-from pazo.results import paper_values
+from pazo.run.results import paper_values
 
 
 def test_paper_values_match_the_paper_text():

@@ -1,4 +1,4 @@
-"""The digests that key the library's noise (`pazo.digests`): the same for the same object in any
+"""The digests that key the library's noise (`pazo.run.digests`): the same for the same object in any
 process, different when any value they cover differs, and what they cannot cover named."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from pazo.digests import callable_digest, module_digest, tensors_digest
+from pazo.run.digests import callable_digest, module_digest, tensors_digest
 from conftest import ROOT
 
 #: callables of each kind the digest follows, built the same in any process (`SAMPLES` below runs there too)
@@ -51,7 +51,7 @@ def sample_digests() -> list[str]:
 
 def test_every_digest_is_the_same_in_another_process():
     """(Another process hashes strings and orders sets otherwise: PYTHONHASHSEED differs.)"""
-    script = f"import json\nfrom pazo.digests import callable_digest, module_digest\n{SAMPLES}\n" \
+    script = f"import json\nfrom pazo.run.digests import callable_digest, module_digest\n{SAMPLES}\n" \
              "print(json.dumps([callable_digest(f).hex for f in SAMPLED] + [module_digest(SAMPLED[-1])]))"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout

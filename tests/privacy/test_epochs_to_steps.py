@@ -10,7 +10,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from pazo.errors import ConfigError
-from pazo.experiment import planned_steps
+from pazo.run.build import planned_steps
 from pazo.privacy.accountants import BudgetError
 from pazo.privacy.cli import main
 from pazo.privacy.planner import steps_of

@@ -1,7 +1,7 @@
-"""One gate: no module of pazo but `pazo.gate` (and the few listed in ALLOWED, each with its reason)
+"""One gate: no module of pazo but `pazo.run.gate` (and the few listed in ALLOWED, each with its reason)
 opens a file for writing, copies, moves, truncates or chmods one, or calls the atomic writers of
-`pazo.rundir`, so that every file a run, an audit, a sweep or a release leaves goes through the
-gate's allow-list (`pazo.gate.FILES`). The check reads the package's source (ast), not a run, and
+`pazo.files.rundir`, so that every file a run, an audit, a sweep or a release leaves goes through the
+gate's allow-list (`pazo.run.gate.FILES`). The check reads the package's source (ast), not a run, and
 the checkout's tools/ beside it (not installed, but run in the checkout)."""
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ SOURCES = {"": PACKAGE, "tools/": ROOT / "tools"}
 #: the modules (a name ending in / : the package's folder) that may write files without the gate,
 #: and why (none of them writes into a run's, an audit's, a sweep's or a release's folder)
 ALLOWED = {
-    "gate.py": "the gate itself",
-    "rundir.py": "the primitives the gate writes with (write_atomic, open_file), the directory's lock and "
-                 "the check that it is writable, and Hydra's staged launch record moved into .hydra/",
-    "cache_files.py": "the data cache, shared by runs, outside any run directory",
+    "run/gate.py": "the gate itself",
+    "files/rundir.py": "the primitives the gate writes with (write_atomic, open_file), the directory's lock and "
+                       "the check that it is writable, and Hydra's staged launch record moved into .hydra/",
+    "files/cache_files.py": "the data cache, shared by runs, outside any run directory",
     "privacy/sigma_cache.py": "the sigma cache, shared by runs, outside any run directory",
-    "commands.py": "/dev/null opened as stdout once its reader went away (a broken pipe)",
+    "commands/start.py": "/dev/null opened as stdout once its reader went away (a broken pipe)",
     "report/": "tables and figures, read from released files, written into the folder the user names",
     "tools/docs/": "the documentation's generated pages, written into docs/ (the checkout's tooling, not "
                    "installed with the package)",
@@ -118,7 +118,7 @@ def _allowed(name: str) -> bool:
 
 
 def test_only_the_gate_writes_the_files_of_a_computation():
-    assert stray_writes() == {}, "write through pazo.gate (or list the module in ALLOWED with its reason)"
+    assert stray_writes() == {}, "write through pazo.run.gate (or list the module in ALLOWED with its reason)"
 
 
 def test_every_allowed_module_exists_and_writes():
@@ -153,7 +153,7 @@ def test_a_stray_write_anywhere_in_a_module_is_found(stray, harmless, where):
     assert not writes(ast.parse(source + "".join(f"    {line}\n" for line in [*body, "pass"])))
 
 
-@pytest.mark.parametrize("module", ["sweep.py", "selection.py", "recorder.py", "checkpoint.py"])
+@pytest.mark.parametrize("module", ["sweep/launchers.py", "sweep/selection.py", "run/recorder.py", "run/checkpoint.py"])
 def test_a_stray_write_added_to_a_writer_fails_the_check(module, monkeypatch):
     """The reported case: a writer that copied a run's folder into a release (mode 0644) fails."""
     source = (PACKAGE / module).read_text() + "\n\ndef leak(run_dir, public):\n    shutil.copytree(run_dir, public)\n"

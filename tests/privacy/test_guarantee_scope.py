@@ -12,12 +12,12 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import pazo.loop as training_loop
+import pazo.run.loop as training_loop
 import pazo.train as train
-from pazo.attempts import plan_launch, same_computation
-from pazo.checkpoint import CHECKPOINT, checkpoint_path
+from pazo.run.attempts import plan_launch, same_computation
+from pazo.run.checkpoint import CHECKPOINT, checkpoint_path
 from pazo.errors import ConfigError
-from pazo.recorder import Recorder
+from pazo.run.recorder import Recorder
 from conftest import CONFIG_DIR
 
 

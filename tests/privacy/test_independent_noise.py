@@ -1,5 +1,5 @@
 """Runs of one sweep draw independent secret randomness: the DP noise and the Poisson batches are
-seeded from the seed and the run's computation fingerprint (`pazo.fingerprint`), so two runs that
+seeded from the seed and the run's computation fingerprint (`pazo.run.fingerprint`), so two runs that
 differ in a hyperparameter add different noise, while two that differ only in how they compute
 (engine, logging, checkpoints, device, paths) draw the same, and the same config and seed give the
 same run."""
@@ -18,17 +18,17 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import pazo.fingerprint as fingerprint
-import pazo.loop as training_loop
+import pazo.run.fingerprint as fingerprint
+import pazo.run.loop as training_loop
 import pazo.train as train
-from pazo.checkpoint import NOT_COMPARED
+from pazo.run.checkpoint import NOT_COMPARED
 from pazo.errors import ConfigError
-from pazo.experiment import build_run
-from pazo.fingerprint import HOW_KEYS, computation_fingerprint
+from pazo.run.build import build_run
+from pazo.run.fingerprint import HOW_KEYS, computation_fingerprint
 from pazo.privacy.mechanisms import noise_generator
 from pazo.rng import STREAMS, RandomStreams
-from pazo.validate import typed_config
-from pazo.weights import read_weights
+from pazo.run.validate import typed_config
+from pazo.run.weights import read_weights
 from conftest import CONFIG_DIR, ROOT, run_cache
 
 #: keys that change what a run computes: each gives another fingerprint
@@ -79,8 +79,8 @@ def test_every_key_a_resume_may_change_is_left_out_of_the_fingerprint():
 
 def test_the_fingerprint_is_the_same_in_another_process_with_other_paths(tmp_path):
     """No dependence on dict order, hash randomisation or where the cache and data live."""
-    script = ("import sys, pazo.validate; from hydra import compose, initialize_config_dir;"
-              "from pazo.fingerprint import computation_fingerprint\n"
+    script = ("import sys, pazo.run.validate; from hydra import compose, initialize_config_dir;"
+              "from pazo.run.fingerprint import computation_fingerprint\n"
               f"with initialize_config_dir(config_dir={CONFIG_DIR!r}, version_base='1.3'):\n"
               "    print(computation_fingerprint(compose(config_name='config', overrides=sys.argv[1:])))")
     overrides = ["logger.mode=disabled", "train.steps=4", "train.log_every=2", "device=cpu"]
@@ -196,7 +196,7 @@ FLOAT_KEYS = ["privacy.epsilon", "method.lr", "method.clip", "train.epochs", "wa
 def test_one_value_spelt_as_an_integer_or_a_float_is_one_computation(key, value):
     """Values are cast to their schema types before hashing: `key=3` and `key=3.0` are one config,
     so one noise, and a relaunch of one with the other replays rather than being refused."""
-    from pazo.checkpoint import config_fingerprint
+    from pazo.run.checkpoint import config_fingerprint
 
     as_int, as_float = compose_cfg(f"{key}={value}"), compose_cfg(f"{key}={float(value)}")
     assert computation_fingerprint(typed_config(as_int)) == computation_fingerprint(typed_config(as_float))
@@ -227,7 +227,7 @@ def test_the_private_data_keys_the_secret_streams_and_only_those(seed, digests):
 
 
 def test_a_seeded_run_on_other_data_draws_other_noise_and_releases_no_data_hash(monkeypatch, tmp_path):
-    import pazo.experiment as experiment
+    import pazo.run.build as experiment
 
     monkeypatch.setenv("PAZO_CACHE_DIR", str(run_cache(tmp_path / "cache")))
     cfg = compose_cfg("method=dpzero")

@@ -10,8 +10,8 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-import pazo.experiment as experiment
-from pazo.experiment import build_run
+import pazo.run.build as experiment
+from pazo.run.build import build_run
 from conftest import run_cache
 from privacy.test_independent_noise import compose_cfg, secret_draws
 

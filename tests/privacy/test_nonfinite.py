@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pazo.data.base import TensorSplit
 from pazo.methods.per_example import clipped_sum
 from pazo.privacy.mechanisms import JointClipPrivatizer, NoiseSpec, ScalarPrivatizer, clip_factors
-from pazo.outlets import PRIVATE, status
+from pazo.run.outlets import PRIVATE, status
 from conftest import quadratic_model
 
 NON_FINITE = st.sampled_from([math.nan, math.inf, -math.inf])

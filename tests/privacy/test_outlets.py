@@ -1,4 +1,4 @@
-"""Every outlet of a run against the one allow-list (`pazo.outlets`): the files of a real tiny run
+"""Every outlet of a run against the one allow-list (`pazo.run.outlets`): the files of a real tiny run
 (metrics.jsonl, summary.json, W&B's offline files read record by record, the printed lines) hold
 only listed keys, W&B only what the list releases, the seed only config.yaml and .hydra/, and every
 noiseless private value is named in `outside_guarantee`."""
@@ -14,10 +14,13 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from pazo import outlets, train
-from pazo.experiment import SHIPPED_SEED_NOTE
-from pazo.summary import print_summary
-from pazo.sweep import PlannedRun, command, without_seed
+from pazo import train
+
+from pazo.run import outlets
+from pazo.run.build import SHIPPED_SEED_NOTE
+from pazo.run.summary import print_summary
+from pazo.sweep.launchers import command, without_seed
+from pazo.sweep.spec import PlannedRun
 from conftest import run_cache
 from wandb_log import wandb_records
 
@@ -204,7 +207,7 @@ def test_a_sweep_refuses_a_run_directory_of_another_seed_without_naming_either(t
     import tempfile
 
     from pazo.errors import ConfigError
-    from pazo.sweep import check_replicates
+    from pazo.sweep.checks import check_replicates
     then = now if same else then
     run = PlannedRun("s", "digits", None, "dpzero", 1.0, now, (), replicate)
     with tempfile.TemporaryDirectory() as tmp:
@@ -226,7 +229,7 @@ def test_a_sweep_refuses_a_run_directory_of_another_seed_without_naming_either(t
 def test_a_multirun_names_its_jobs_without_the_seed(seed, others, num, other_num):
     """`hydra.sweep.subdir` is the overrides less the seed (Hydra's exclude_keys), and a job given a
     seed gets its number so that two seeds do not share a directory."""
-    from pazo.cli import job_dir
+    from pazo.run.cli import job_dir
     dirname = ",".join(sorted(others))
     seeded = job_dir(dirname, [f"seed={seed}", *others], num)
     assert str(seed) not in seeded and seeded.startswith(dirname) and f"job={num}" in seeded

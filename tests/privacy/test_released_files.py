@@ -14,7 +14,7 @@ under one output root. After every step, every file under the root and every lin
   same names, modes and times (the launch's), the same bytes but for the chosen run's noisy numbers
   and model, and the sweep prints the same lines;
 - every file under a run's, an audit's, a sweep's or a selection's release folder is one the gate
-  lists for that kind of computation (`pazo.gate.FILES`), with the mode its status says (a file
+  lists for that kind of computation (`pazo.run.gate.FILES`), with the mode its status says (a file
   Hydra or W&B writes: owner-only where its status is, whatever its mode otherwise), and a run's
   private workspace is 0700.
 
@@ -43,9 +43,9 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
                                  run_state_machine_as_test)
 from torch import nn
 
-import pazo.loop as training_loop
-from pazo import gate
-import pazo.sweep as sweep
+import pazo.run.loop as training_loop
+from pazo.run import gate
+import pazo.sweep.command as sweep
 import pazo.train as train
 from pazo.errors import ConfigError
 from pazo.private import private_zo
@@ -102,7 +102,7 @@ def visible(sweep_dir: Path) -> dict[str, tuple]:
     """What others can read of a sweep's folder, relative to its launch's time: each path outside
     `.private/` (the `.private` folder's own entry included) with its mode and its modification time
     less the launch's; a released file's bytes with the chosen run's noisy numbers and model left out."""
-    from pazo.selection import PRIVATE
+    from pazo.sweep.selection import PRIVATE
 
     stamp = json.loads(next((sweep_dir / PRIVATE).rglob("selection.json")).read_text())["launched_at"]
     out = {}
@@ -326,7 +326,7 @@ class Entries(RuleBasedStateMachine):
             elif (mode & 0o077 if listed.status in gate.OWNER_ONLY
                   else listed.writer == "pazo" and mode != listed.mode):
                 wrong.append(f"{path.relative_to(self.root)} {mode:04o} ({listed.status})")
-        assert not unlisted, f"files pazo.gate.FILES does not list: {unlisted}"
+        assert not unlisted, f"files pazo.run.gate.FILES does not list: {unlisted}"
         assert not wrong, f"modes that are not their status's: {wrong}"
         workspaces = [p for p in self.root.rglob(gate.WORKSPACE) if p.is_dir()]
         assert all(stat.S_IMODE(p.stat().st_mode) == 0o700 for p in workspaces), workspaces

@@ -10,9 +10,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from conftest import cheap_pld_grid
-from pazo.cli import check_overrides
+from pazo.run.cli import check_overrides
 from pazo.config_schema import PrivacySchema
-from pazo.fingerprint import computation_fingerprint
+from pazo.run.fingerprint import computation_fingerprint
 from pazo.privacy.accountants import BudgetError, effective_noise_multiplier
 from pazo.privacy.mechanisms import Release
 from pazo.privacy.plan import cross_check, epsilon_spent, make_accountant, make_plan

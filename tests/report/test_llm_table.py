@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from pazo.report.llm_table import main, seed_table
-from pazo.results import load_runs
+from pazo.run.results import load_runs
 
 
 def write_run(folder: Path, lr: float, data_seed: int, val: float, test: float, em: float):

@@ -6,7 +6,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from pazo.metrics_file import read_metric_rows
+from pazo.run.metrics_file import read_metric_rows
 from pazo.report.run_figure import FILE, main, series
 
 PNG = b"\x89PNG\r\n\x1a\n"

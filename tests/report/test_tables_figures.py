@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from pazo.report import figures as make_figures
 from pazo.report import tables as make_tables
-from pazo.results import load_runs, paper_values, select_configs
+from pazo.run.results import load_runs, paper_values, select_configs
 
 
 def fake_run(root: Path, setting, method, epsilon, status, accuracy, steps=4, seed=0, val="same", privacy=None,
@@ -421,7 +421,7 @@ def test_the_private_datas_contribution_is_the_best_private_minus_public_only(tm
         assert ("within the seeds' spread" in cell) == (abs(difference) <= spread + 1e-9)
 @pytest.mark.parametrize("attempts", [1, 3])
 def test_archived_attempts_are_part_of_their_run_not_runs_of_their_own(tmp_path, attempts):
-    """A relaunch keeps an earlier attempt's files in `<run dir>/attempts/<n>/` (pazo.attempts): a
+    """A relaunch keeps an earlier attempt's files in `<run dir>/attempts/<n>/` (pazo.run.attempts): a
     failed one read as a run of its own would make its configuration look failed."""
     run_dir = fake_run(tmp_path / "s", "digits", "dpzero", 1.0, "finished", 0.8, lr=0.1)
     for n in range(1, attempts + 1):

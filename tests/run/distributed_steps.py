@@ -13,12 +13,13 @@ import torch.distributed
 from hydra import compose, initialize_config_dir
 
 import pazo.privacy.plan
-from pazo import CONFIG_DIR, distributed
-from pazo.checkpoint import LoopState
-from pazo.experiment import build_run
-from pazo.loop import timed_step
+from pazo import CONFIG_DIR
+from pazo.run import distributed
+from pazo.run.checkpoint import LoopState
+from pazo.run.build import build_run
+from pazo.run.loop import timed_step
 from pazo.privacy.plan import epsilon_spent
-from pazo.validate import validate_config
+from pazo.run.validate import validate_config
 
 
 def run_method(spec: str, steps: int) -> dict:

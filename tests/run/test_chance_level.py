@@ -7,7 +7,7 @@ import json
 import math
 
 
-from pazo.summary import chance_level_warning
+from pazo.run.summary import chance_level_warning
 from pazo.train import run
 
 DIGITS_TEST = [36, 36, 35, 37, 36, 36, 36, 36, 35, 36]   # the digits test split: 359 images, majority 37

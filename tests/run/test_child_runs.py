@@ -1,4 +1,4 @@
-"""A Ctrl-C during a sweep's runs (pazo.child_runs): each run in progress gets it once and stops as it
+"""A Ctrl-C during a sweep's runs (pazo.sweep.child_runs): each run in progress gets it once and stops as it
 would alone (its checkpoint and summary written), no other run starts, and the sweep ends in one
 line, exit 130, no traceback; the same command then resumes it. Fast tests with stand-in runs (a
 real SIGINT to this process while `launch` runs them), slow ones with a real `pazo-sweep` subprocess
@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-import pazo.sweep as sweep
-from pazo.child_runs import EXIT_INTERRUPTED, Interrupted
+import pazo.sweep.command as sweep
+from pazo.sweep.spec import PlannedRun
+from pazo.sweep.child_runs import EXIT_INTERRUPTED, Interrupted
 
 #: a stand-in run: records that it started, then waits (a minute at most) for Ctrl-C, which it counts
 #: and answers as pazo.train does (a summary saying interrupted, exit 130)
@@ -40,7 +41,7 @@ sys.exit(130 if seen else 0)
 def stand_in_runs(tmp_path: Path, n: int) -> list:
     runs = []
     for i in range(n):
-        run = sweep.PlannedRun("mini", "digits", None, "dpsgd", 1.0, 0, (("method.lr", 0.1 * (i + 1)),))
+        run = PlannedRun("mini", "digits", None, "dpsgd", 1.0, 0, (("method.lr", 0.1 * (i + 1)),))
         run_dir = tmp_path / f"run{i}"
         runs.append((run, run_dir, [sys.executable, "-c", STAND_IN, str(run_dir)]))
     return runs
@@ -151,7 +152,7 @@ def test_a_sweep_stopped_by_sigterm_says_so_in_one_line_with_exit_143(tmp_path, 
 
 def sweep_process(spec: Path, out: Path, *args: str) -> subprocess.Popen:
     """`python -m pazo.sweep` in its own session, as a terminal's foreground job (Ctrl-C: SIGINT to its group)."""
-    env = {**os.environ, "PYTHONPATH": str(Path(sweep.__file__).parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(sweep.__file__).parents[2])}
     return subprocess.Popen([sys.executable, "-m", "pazo.sweep", str(spec), "--out", str(out), *args,
                              "device=cpu", "logger.mode=disabled"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, start_new_session=True)

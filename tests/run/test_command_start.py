@@ -1,4 +1,4 @@
-"""One start for every `pazo-bench` / `pazo-report` command (`pazo.commands.command`): the console
+"""One start for every `pazo-bench` / `pazo-report` command (`pazo.commands.start.command`): the console
 script (through `dispatch`), `python -m pazo.<package>.<module>` and the launcher in scripts/ all end
 a command the same way: its status, a Ctrl-C one line and 130, `sys.exit("message")` the message and
 1, a refused output one line and 75 (2 where the path is the user's input), a reader gone 0."""
@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import pazo.bench
 import pazo.report
-from pazo.commands import command, dispatch, finish
-from pazo.interrupts import INTERRUPTED
+from pazo.commands.start import command, dispatch, finish
+from pazo.commands.interrupts import INTERRUPTED
 
 #: (what main does, the exit status, what stderr says)
 OUTCOMES = st.one_of(

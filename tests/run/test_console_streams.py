@@ -28,7 +28,8 @@ def test_the_stream_at_absl_import_stays_open_after_a_logging_setup(module):
     then spared by pazo's console module) while a buffer stands in for stderr, the stream absl's
     handler takes; the buffer is still open after the logging set-up."""
     redirected = "stderr"
-    spare = "" if module.startswith("pazo") else "from pazo.console import spare_absl_stream; spare_absl_stream()"
+    spare = ("" if module.startswith("pazo")
+             else "from pazo.commands.console import spare_absl_stream; spare_absl_stream()")
     code = textwrap.dedent(f"""
         import contextlib, io, logging.config, json
         buffer = io.StringIO()
@@ -74,7 +75,7 @@ def test_whatever_loggers_asked_for_the_console_each_line_is_shown_once(calls, s
     import io
     import logging
 
-    from pazo.console import ConsoleHandler, use_console
+    from pazo.commands.console import ConsoleHandler, use_console
 
     loggers = [logging.getLogger(), *(logging.getLogger(n) for n in NAMES)]
     saved = [(lg, list(lg.handlers), lg.level) for lg in loggers]

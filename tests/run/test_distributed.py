@@ -1,4 +1,4 @@
-"""Data-parallel runs (`pazo.distributed`, torchrun): the shards of a batch add, limb for limb, to the
+"""Data-parallel runs (`pazo.run.distributed`, torchrun): the shards of a batch add, limb for limb, to the
 sum one process makes of the whole batch; 2 gloo processes train the same parameters as 1, bit for
 bit, with the same epsilon (the first-order methods: within float rounding, the same on every rank);
 a run resumes on another number of processes as the same run; ranks that differ are refused before
@@ -21,7 +21,7 @@ from hypothesis import example, given, settings, strategies as st
 from safetensors.torch import load_file
 
 from conftest import run_cache
-from pazo.distributed import Group, nonfinite_sum
+from pazo.run.distributed import Group, nonfinite_sum
 from pazo.privacy.device_sum import correctly_rounded, exact_limbs
 from pazo.privacy.mechanisms import exact_sum
 
@@ -264,7 +264,7 @@ def _run_as_one(tmp_path, *overrides: str) -> None:
 ])
 def test_several_processes_refuse_what_they_cannot_share(method, secure_mode, refused):
     from pazo.errors import ConfigError
-    from pazo.experiment import require_shards
+    from pazo.run.build import require_shards
     from pazo.methods import method_info
 
     require_shards(method_info(method), Group(0, 1), secure_mode)   # one process: anything goes

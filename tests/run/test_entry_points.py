@@ -142,7 +142,7 @@ def test_pyproject_declares_the_pinned_requirements():
     extras = project["project"]["optional-dependencies"]
     assert extras["dev"] == _requirement_lines("requirements-dev.txt")
     assert extras["bench"] == _requirement_lines("requirements-bench.txt")
-    assert project["project"]["scripts"] == {"pazo-train": "pazo.train:cli", "pazo-sweep": "pazo.sweep:cli",
+    assert project["project"]["scripts"] == {"pazo-train": "pazo.train:cli", "pazo-sweep": "pazo.sweep.command:cli",
                                              "pazo-audit": "pazo.audit.command:cli",
                                              "pazo-bench": "pazo.bench:main", "pazo-report": "pazo.report:main",
                                              "pazo-privacy": "pazo.privacy.command:cli",
@@ -234,7 +234,8 @@ def _argparse_commands():
     from pazo.bench import COMMANDS as BENCH
     from pazo.report import COMMANDS as REPORT
     return [("pazo-bench", name, module) for name, (module, _) in BENCH.items()] + \
-        [("pazo-report", name, module) for name, (module, _) in REPORT.items()] + [("pazo-sweep", "", "pazo.sweep")]
+        [("pazo-report", name, module) for name, (module, _) in REPORT.items()] + \
+        [("pazo-sweep", "", "pazo.sweep.command")]
 
 
 @pytest.mark.parametrize("prog,name,module", _argparse_commands(), ids=lambda x: str(x))

@@ -1,4 +1,4 @@
-"""One run assembly (`pazo.experiment.build_run`): training and the privacy audit of the same
+"""One run assembly (`pazo.run.build.build_run`): training and the privacy audit of the same
 overrides get the same model (weights, loss function, placement), the same privacy plan, the
 same engine and the same random streams, because both build their run through it."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import torch
 from hydra import compose, initialize_config_dir
 
 import pazo.audit.run as audit_run
-import pazo.experiment as experiment
-import pazo.run as pazo_run
+import pazo.run.build as experiment
+import pazo.run.launch as pazo_run
 import pazo.train as train
 from pazo.models.functional import cross_entropy_per_example
 from conftest import CONFIG_DIR, run_cache

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from pazo.privacy.plan import guarantee_assumptions
-from pazo.summary import ASSUMPTION_WORDS, assumptions_line
+from pazo.run.summary import ASSUMPTION_WORDS, assumptions_line
 
 
 @pytest.mark.parametrize("secure_mode", [False, True])
@@ -30,7 +30,7 @@ def test_a_multirun_shows_the_first_header_whole_then_one_line_per_job_hiding_no
     """Whatever the jobs' headers: the first is shown whole, every later job in exactly one line, and
     every line of a job's header is shown, either in the first header or in the job's own line (a
     job's own guarantee is never left out; was: the four lines again for every job)."""
-    from pazo.cli import MultirunJob
+    from pazo.run.cli import MultirunJob
     from pazo.train import MultirunProgress
 
     jobs = [MultirunJob(n, [f"method.lr={n}"], [f"method.lr={n}"]) for n in range(len(headers))]

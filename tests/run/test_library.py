@@ -27,7 +27,7 @@ from pazo.privacy.plan import make_accountant
 from pazo.private import private_zo
 from pazo.rng import RandomStreams
 from pazo.train import run
-from pazo.weights import read_weights
+from pazo.run.weights import read_weights
 
 _spec = importlib.util.spec_from_file_location("golden_cases", ROOT / "tests/paper/golden/cases.py")
 GOLDEN = importlib.util.module_from_spec(_spec)

@@ -1,4 +1,4 @@
-"""The library entry's faults (`pazo.private`, `pazo.library_checks`): what a user's model, loss or
+"""The library entry's faults (`pazo.private`, `pazo.private.checks`): what a user's model, loss or
 data would break is one pazo error naming the library's own argument before any step; an error a
 step still meets inside the user's model or loss names it and the step; every message names the
 library's arguments, never the framework's config keys; a drawn batch changed in place is refused."""

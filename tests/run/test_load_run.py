@@ -23,7 +23,7 @@ from pazo.config_schema import PrivacySchema, TrainSchema
 from pazo.errors import ConfigError
 from pazo.methods import MethodConfig
 from pazo.train import run
-from pazo.weights import read_weights, state_bytes
+from pazo.run.weights import read_weights, state_bytes
 
 #: tiny runs of several methods, models and privacy settings (method, extra overrides)
 RUNS = {
@@ -192,6 +192,6 @@ def test_the_loaded_config_has_every_section_a_run_config_has():
     from dataclasses import fields
 
     from pazo.config_schema import SECTIONS
-    from pazo.loaded import RunConfig
+    from pazo.run.loaded import RunConfig
 
     assert set(SECTIONS) <= {f.name for f in fields(RunConfig)}

@@ -1,5 +1,5 @@
-"""The loggers of `logger.report_to` (`pazo.loggers`) over random runs: each receives what the one
-gate (`pazo.outlets`) releases and nothing else, TensorBoard's files read back with TensorBoard's
+"""The loggers of `logger.report_to` (`pazo.run.loggers`) over random runs: each receives what the one
+gate (`pazo.run.outlets`) releases and nothing else, TensorBoard's files read back with TensorBoard's
 own reader hold the values of metrics.jsonl's released keys, a kill and a relaunch leave no step
 twice in any logger, and what the loggers' files show released is counted by the next launch's
 epsilon when metrics.jsonl (and every other outlet but them) is gone.
@@ -24,11 +24,11 @@ from hypothesis import strategies as st
 
 from conftest import CONFIG_DIR, run_cache
 from killed_launch import launch
-from pazo import outlets
+from pazo.run import outlets
 from pazo.config_schema import LOGGERS
 from pazo.errors import ConfigError
-from pazo.loggers import CSV_FILE, TENSORBOARD_DIR, WRITERS, event_files, read_csv, tensorboard_scalars
-from pazo.metrics_file import read_metric_rows
+from pazo.run.loggers import CSV_FILE, TENSORBOARD_DIR, WRITERS, event_files, read_csv, tensorboard_scalars
+from pazo.run.metrics_file import read_metric_rows
 
 BASE = ["train.steps=4", "train.log_every=1", "device=cpu", "logger.mode=disabled"]
 KILLS = (None, "SIGTERM", "SIGKILL", "crash")
@@ -189,7 +189,7 @@ def test_the_default_is_wandb_alone_and_the_names_are_the_schemas():
 @example(names=["tb"])
 @example(names=["csv", "csv"])
 def test_a_bad_logger_list_is_one_line_before_any_compute(names):
-    from pazo.validate import validate_config
+    from pazo.run.validate import validate_config
 
     cfg = compose_cfg([f"logger.report_to=[{','.join(names)}]"], Path("/nonexistent"))
     bad = [n for n in names if n not in LOGGERS] or len(set(names)) < len(names)
@@ -203,7 +203,7 @@ def test_a_bad_logger_list_is_one_line_before_any_compute(names):
 
 def test_a_csv_cut_short_by_a_kill_is_continued_after_its_last_whole_row(tmp_path):
     """A line a kill cut short is dropped, and the next row follows the whole ones."""
-    from pazo.loggers import CsvLogger
+    from pazo.run.loggers import CsvLogger
 
     first = CsvLogger(tmp_path)
     for step in (1, 2):
@@ -227,8 +227,8 @@ def test_a_csv_cut_short_by_a_kill_is_continued_after_its_last_whole_row(tmp_pat
 def test_a_private_selection_releases_only_the_released_and_public_columns_of_metrics_csv(tmp_path_factory, keys,
                                                                                         values):
     """`outlets.RELEASE["metrics.csv"]`: outside and private keys stay in the private workspace."""
-    from pazo.loggers import CsvLogger
-    from pazo.selection import released_csv
+    from pazo.run.loggers import CsvLogger
+    from pazo.sweep.selection import released_csv
 
     folder = tmp_path_factory.mktemp("csv")
     writer = CsvLogger(folder)

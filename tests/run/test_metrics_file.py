@@ -1,4 +1,4 @@
-"""One rule for a line of metrics.jsonl that is not a row, for every reader (`pazo.metrics_file`): a
+"""One rule for a line of metrics.jsonl that is not a row, for every reader (`pazo.run.metrics_file`): a
 torn LAST line (what a kill leaves) is left out and counted; a bad line before it is corruption,
 refused with the file's line number; the recorder resuming an attempt keeps whole rows only, and a
 relaunch that would carry a corrupt file on is refused before any compute."""
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from pazo.errors import ConfigError
-from pazo.metrics_file import CorruptMetrics, MetricRows, read_metric_rows
-from pazo.recorder import Recorder
+from pazo.run.metrics_file import CorruptMetrics, MetricRows, read_metric_rows
+from pazo.run.recorder import Recorder
 
 DISABLED = OmegaConf.create({"mode": "disabled"})
 
@@ -145,7 +145,7 @@ def test_a_relaunch_that_would_carry_a_corrupt_metrics_file_on_is_refused(hydra_
         assert run(cfg, run_dir)["status"] == "finished"
         assert [r["step"] for r in read_metric_rows(metrics).rows] == list(range(1, 9))
         return
-    monkeypatch.setattr("pazo.run.build_run", lambda *a, **k: pytest.fail("compute started"))
+    monkeypatch.setattr("pazo.run.launch.build_run", lambda *a, **k: pytest.fail("compute started"))
     with pytest.raises(ConfigError, match=rf"{metrics} line 2 is not a metrics row .*nothing was moved"):
         run(cfg, run_dir)
     assert sorted(p.name for p in run_dir.iterdir()) == before

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from conftest import ROOT
-import pazo.experiment as experiment
+import pazo.run.build as experiment
 from pazo.train import run
 
 

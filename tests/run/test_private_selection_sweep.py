@@ -1,4 +1,4 @@
-"""A sweep's private selection (pazo.selection, `pazo-sweep --selection private`): the draw is kept
+"""A sweep's private selection (pazo.sweep.selection, `pazo-sweep --selection private`): the draw is kept
 0600 and reused, a failed, over-budget or unscored run counts with the lowest score, only the chosen
 run is released (without K), the dry run prints each cell's cost and launches nothing, a user's
 mistake is one line, and on digits a small sweep releases one run per cell whose printed total
@@ -19,10 +19,11 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-import pazo.selection as sel
-import pazo.sweep as sweep
-from pazo import outlets
-from pazo.attempts import read_private_record
+import pazo.sweep.command as sweep
+import pazo.sweep.launchers as launchers
+import pazo.sweep.selection as sel
+from pazo.run import outlets
+from pazo.run.attempts import read_private_record
 from pazo.errors import ConfigError
 from pazo.privacy.selection import DISTRIBUTIONS, MAX_MEAN, KDistribution
 from tests.faults.test_fault_special_files import make_special
@@ -354,7 +355,7 @@ def test_two_selections_with_different_k_release_and_print_the_same(tmp_path, mo
     up to the model's bytes and the noisy numbers, every time in them the launch's, and the sweep
     prints the same lines, whichever of the runs is chosen."""
     caplog.set_level(logging.INFO, logger="pazo.sweep")
-    monkeypatch.setattr(sweep, "run_one", fake_train)
+    monkeypatch.setattr(launchers, "run_one", fake_train)
     spec = mini(tmp_path, extra="{train.steps: [2]}", more="grid: false\n")
     released, printed, states = [], [], []
     for k in (1, 4):

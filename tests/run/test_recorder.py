@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from outlet_damage import damage
-from pazo.recorder import Recorder, _whole_rows_kept
+from pazo.run.recorder import Recorder, _whole_rows_kept
 
 DISABLED = OmegaConf.create({"mode": "disabled"})
 values = st.recursive(st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats() | st.text(max_size=8),
@@ -96,7 +96,7 @@ class LedgerCheckingLogger:
 @settings(max_examples=30, deadline=None)
 @given(steps=st.lists(st.integers(1, 10**9), min_size=1, max_size=8, unique=True).map(sorted))
 def test_every_row_is_in_the_ledger_before_any_outlet_gets_it(tmp_path_factory, steps):
-    """The rule the relaunch counts on (`pazo.releases`): the step of every row the recorder lets out is
+    """The rule the relaunch counts on (`pazo.run.releases`): the step of every row the recorder lets out is
     in the run's owner-only ledger before metrics.jsonl, a logger or W&B gets the row."""
     run_dir = tmp_path_factory.mktemp("run")
     recorder = Recorder(run_dir, OmegaConf.create({"seed": 3}), DISABLED)

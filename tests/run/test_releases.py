@@ -1,4 +1,4 @@
-"""What earlier attempts released (`pazo.releases.earlier_releases`): the highest step any outlet of
+"""What earlier attempts released (`pazo.run.releases.earlier_releases`): the highest step any outlet of
 a run directory shows, so that deleting, cutting short or editing one file hides no release that
 another outlet still shows."""
 from __future__ import annotations
@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from pazo.errors import ConfigError
-from pazo.progress import Progress
-from pazo.recorder import Recorder
-from pazo.releases import console_step, earlier_releases
-from pazo.summary import print_summary, resumed_line
+from pazo.run.progress import Progress
+from pazo.run.recorder import Recorder
+from pazo.run.releases import console_step, earlier_releases
+from pazo.run.summary import print_summary, resumed_line
 from outlet_damage import DAMAGE, damage
 from wandb_log import wandb_log_bytes
 

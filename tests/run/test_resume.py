@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from conftest import ROOT
-from pazo import gate
-from pazo.checkpoint import checkpoint_path, effective_status
+from pazo.run import gate
+from pazo.run.checkpoint import checkpoint_path, effective_status
 from pazo.methods import method_info
 from pazo.methods.two_point import TwoPointMethod
 from pazo.train import run
-from pazo.weights import read_weights
+from pazo.run.weights import read_weights
 
 
 def rows(run_dir):
@@ -231,7 +231,7 @@ def test_how_the_public_gradients_are_taken_is_not_part_of_a_runs_identity(hydra
     matches its run's config; lr still tells runs apart."""
     from omegaconf import OmegaConf
 
-    from pazo.checkpoint import config_fingerprint
+    from pazo.run.checkpoint import config_fingerprint
     default = hydra_cfg("method=pazo_p")
     together = hydra_cfg("method=pazo_p", "method.public_grads_together=true")
     apart = hydra_cfg("method=pazo_p", "method.public_grads_together=false")

@@ -3,6 +3,7 @@ pre-launch check (composed with the real configs and validated), a user's mistak
 that launches nothing, dry-run prints without training, and a relaunch skips finished runs."""
 import json
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -10,17 +11,19 @@ from hypothesis import strategies as st
 from conftest import run_cache
 from omegaconf import OmegaConf
 
-import pazo.sweep as sweep
+import pazo.sweep.command as sweep
+import pazo.sweep.launchers as launchers
 from pazo.errors import ConfigError
 from pazo.methods import METHODS
-from pazo.sweep import enumerate_runs, load_spec, load_yaml, status
+from pazo.sweep.checks import check, composed_configs, missing_data, status
+from pazo.sweep.spec import SWEEPS, enumerate_runs, load_grid, load_spec, load_yaml
 
 # Table 9 by hand: sizes of each method's CIFAR-10 grid
 CIFAR10_GRID = {"sgd": 6 * 3, "mezo": 7, "public_only": 6, "dpsgd": 5 * 4, "dope_sgd": 5 * 3 * 4, "dpmd": 5 * 3 * 4,
                 "gep": 7 * 3 * 4, "dpzero": 7, "pazo_m": 3 * 2 * 3, "pazo_p": 5 * 3 * 3 * 3,
                 "pazo_p_prime": 5 * 3 * 3 * 3, "pazo_s": 5 * 3 * 2 * 4}
 NONPRIVATE = ("sgd", "mezo", "public_only")
-SPECS = sorted(p.stem for p in sweep.SWEEPS.glob("*.yaml"))
+SPECS = sorted(p.stem for p in SWEEPS.glob("*.yaml"))
 
 
 def mini_spec(tmp_path, methods="[dpzero]", extra="{}"):
@@ -49,7 +52,7 @@ def test_table2_has_no_epsilon_3_and_table8_doubles_q():
     assert {r.epsilon for r in enumerate_runs(load_spec("table2_tiny_imagenet"))} == {None, 0.1, 0.5, 1.0, 2.0}
     runs = enumerate_runs(load_spec("table8_q"))
     assert {dict(r.params)["method.q"] for r in runs} == {1, 5}
-    grid = load_yaml("imdb", sweep.SWEEPS / "grids", "grid")["methods"]["pazo_p"]
+    grid = load_yaml("imdb", SWEEPS / "grids", "grid")["methods"]["pazo_p"]
     imdb_p = [r for r in runs if r.setting == "imdb" and r.method == "pazo_p"]
     assert len(imdb_p) == 2 * math.prod(len(v) for v in grid.values())
 
@@ -74,7 +77,7 @@ def test_every_spec_passes_the_prelaunch_check(name, monkeypatch, tmp_path):
     monkeypatch.setenv("PAZO_CACHE_DIR", str(tmp_path))
     spec = load_spec(name)
     runs = enumerate_runs(spec)
-    assert sweep.check(runs, [], spec["entry"]) == len({(r.setting, r.method) for r in runs})
+    assert check(runs, [], spec["entry"]) == len({(r.setting, r.method) for r in runs})
 
 
 def test_bad_specs_are_refused():
@@ -95,7 +98,7 @@ def test_an_audit_spec_runs_the_audit_at_each_method_defaults(tmp_path):
     runs = enumerate_runs(spec)
     assert spec["entry"] == "audit" and len(runs) == 6 * 3
     assert all(dict(r.params).keys() == {"train.epochs", "audit.threat", "audit.debug_break"} for r in runs)
-    cmd = sweep.command(runs[0], tmp_path / "r", [], spec["entry"])
+    cmd = launchers.command(runs[0], tmp_path / "r", [], spec["entry"])
     assert cmd[1:3] == ["-m", "pazo.audit"] and "dataset=digits" in cmd and "audit.threat=white_box" in cmd
     with pytest.raises(ConfigError, match="unknown entry 'bench'"):
         path = tmp_path / "bad.yaml"
@@ -112,7 +115,7 @@ def test_a_setting_whose_data_are_missing_is_left_out_with_the_loaders_line(tmp_
     spec = load_spec("audit_table_images")
     assert spec["skip_missing_data"] and spec["settings"] == ["mnist", "fashion_mnist"]
     root = f"dataset.root={tmp_path / 'data'}"
-    missing = sweep.missing_data(enumerate_runs(spec), [root], spec["entry"])
+    missing = missing_data(enumerate_runs(spec), [root], spec["entry"])
     assert list(missing) == ["mnist"] and missing["mnist"].startswith("MNIST is missing: train-images-idx3-ubyte")
     assert sweep.main(["audit_table_images", "--dry-run", "--out", str(tmp_path / "out"), root]) == 0
     out = capsys.readouterr().out
@@ -175,7 +178,7 @@ def test_dry_run_prints_under_python_m(tmp_path):
 ])
 def test_a_mistake_is_one_error_line_and_launches_nothing(args, says, tmp_path, monkeypatch, capsys):
     launched = []
-    monkeypatch.setattr(sweep, "run_one", lambda cmd, run_dir, threads=None: launched.append(run_dir) or 0)
+    monkeypatch.setattr(launchers, "run_one", lambda cmd, run_dir, threads=None: launched.append(run_dir) or 0)
     out = tmp_path / "out"
     assert sweep.main([mini_spec(tmp_path, "[dpzero, pazo_m]"), "--out", str(out), *args]) == 2
     captured = capsys.readouterr()
@@ -212,7 +215,7 @@ def test_relaunch_skips_finished_runs(tmp_path, monkeypatch):
     started.mkdir(parents=True)
     assert [status(d) for d in (finished, failed, started)] == ["finished", "failed", "incomplete"]
     launched = []
-    monkeypatch.setattr(sweep, "run_one", lambda cmd, run_dir, threads=None: launched.append(run_dir) or 0)
+    monkeypatch.setattr(launchers, "run_one", lambda cmd, run_dir, threads=None: launched.append(run_dir) or 0)
     assert sweep.main([spec, "--out", str(tmp_path)]) == 1      # the fake runs leave no summary
     assert len(launched) == len(runs) - 1 and str(finished) not in launched and str(failed) in launched
     launched.clear()
@@ -259,10 +262,10 @@ def test_submitit_launcher_runs_the_array(tmp_path, monkeypatch):
 
     def fake_run(cmd, run_dir, threads=None):
         launched.append((cmd, run_dir))
-        (sweep.Path(run_dir) / "summary.json").parent.mkdir(parents=True, exist_ok=True)
-        (sweep.Path(run_dir) / "summary.json").write_text('{"status": "finished"}')
+        (Path(run_dir) / "summary.json").parent.mkdir(parents=True, exist_ok=True)
+        (Path(run_dir) / "summary.json").write_text('{"status": "finished"}')
         return 0
-    monkeypatch.setattr(sweep, "run_one", fake_run)
+    monkeypatch.setattr(launchers, "run_one", fake_run)
     assert sweep.main([str(tmp_path / "mini.yaml"), "--out", str(tmp_path), "--launcher", "slurm",
                        "--set", "cluster=debug", "--set", "wait=true"]) == 0
     assert len(launched) == 2 and all("method=dpzero" in cmd for cmd, _ in launched)
@@ -272,7 +275,7 @@ def test_submitit_launcher_runs_the_array(tmp_path, monkeypatch):
 def test_a_slurm_job_requeues_itself_with_the_same_command(tmp_path):
     """submitit calls checkpoint() on preemption or time-out: the same run is resubmitted, and it
     resumes from the run directory's checkpoint."""
-    from pazo.sweep import TrainJob
+    from pazo.sweep.launchers import TrainJob
 
     cmd, run_dir = ["python", "-m", "pazo.train", "method=dpzero"], str(tmp_path / "r")
     again = TrainJob().checkpoint(cmd, run_dir)
@@ -293,7 +296,7 @@ def test_a_method_a_grid_does_not_name_runs_its_registered_grid(methods, grid_fi
     from pazo.methods import method_info
 
     setting = "digits" if grid_file else "torchvision"
-    named = sweep.load_grid("digits")["methods"] if grid_file else {}
+    named = load_grid("digits")["methods"] if grid_file else {}
     pairs = tuple((key, tuple(values)) for key, values in sweeps.items())
     infos = {m: dataclasses.replace(method_info(m), sweeps=pairs) for m in methods}
     with pytest.MonkeyPatch.context() as patch:
@@ -321,7 +324,7 @@ def _finished_sweep(tmp_path, extra: list[str]) -> str:
     """A mini sweep whose every run finished with the config `extra` composes (as its runs record it)."""
     spec = mini_spec(tmp_path, "[dpzero]")
     runs = enumerate_runs(load_spec(spec))
-    for run, cfg in zip(runs, sweep.composed_configs(runs, extra)):
+    for run, cfg in zip(runs, composed_configs(runs, extra)):
         run_dir = tmp_path / "mini" / run.run_id
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(json.loads(json.dumps(cfg)))))

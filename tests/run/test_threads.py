@@ -120,7 +120,7 @@ def test_auto_sizes_the_threads_by_the_whole_model_frozen_weights_included(hydra
     not a small model."""
     from torch import nn
 
-    from pazo.experiment import build_run
+    from pazo.run.build import build_run
     from pazo.models.small_cnn import SmallCNN
 
     class FrozenBody(nn.Module):

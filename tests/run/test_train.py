@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT, run_cache
 from pazo.methods import METHODS, method_info, method_names
 from pazo.train import run
-from pazo.validate import ConfigError
+from pazo.run.validate import ConfigError
 from wandb_log import wandb_records
 
 

@@ -14,5 +14,5 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m tools.docs <name> [args]`."""
-    from pazo.commands import dispatch
+    from pazo.commands.start import dispatch
     return dispatch("python -m tools.docs", "the documentation's tooling", COMMANDS, argv)

@@ -12,7 +12,7 @@ leading `VAR=value` assignments dropped). Then:
   `-m`, each value of a comma-separated sweep is composed in turn;
 - `pazo-sweep`, `python -m pazo.sweep`, `make demo`: the arguments are parsed by the sweep's parser,
   the spec and launcher loaded, and one run per setting and method composed and validated with the
-  command's overrides (`pazo.sweep.check`, which `--dry-run` runs over every run);
+  command's overrides (`pazo.sweep.checks.check`, which `--dry-run` runs over every run);
 - `pazo-bench <name>`, `pazo-report <name>`, `python -m pazo.bench[.<module>]`, `python
   scripts/<launcher>.py`: the arguments are parsed by the command's own argparse parser;
 - `torchrun [options] -m <module> ...`: the module's command, checked as above (`-m pazo.train`:
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pazo import CONFIG_DIR, REPO_ROOT
@@ -123,6 +123,135 @@ def split(text: str) -> list[list[str]]:
         if words:
             out.append(words)
     return out
+
+
+# ---------------------------------------------------------------------------------- what a page says about them
+
+DIRECTIVE = re.compile(r"^[ \t]*<!--\s*docs-run(?:\s+`(?P<select>[^`]+)`)?\s*:\s*(?P<what>.*?)\s*-->", re.S | re.M)
+SPREAD = re.compile(r"^output below(?:,\s*within\s+(?P<spread>[0-9.eE+-]+))?$")
+STATUS = re.compile(r"^exit (?P<status>\d+)$")
+#: the spread allowed on a shown number when the comment states none
+DEFAULT_SPREAD = 0.0
+#: what the docs' generated pages (docs/reference/) cannot carry as a comment: page -> [(selector, what)]
+GENERATED: dict[str, list[tuple[str | None, str]]] = {
+    "docs/reference/cli.md": [
+        ("pazo-train", "train.steps=5"),
+        ("pazo-audit", "train.steps=5 audit.canaries=50"),
+        ("experiment=cifar10", "error"),                        # CIFAR-10 is not bundled: its one line
+        ("--launcher slurm", "skip because it submits to a SLURM cluster"),
+    ],
+}
+
+
+@dataclass
+class Documented:
+    """One documented command line and what its page says about running it."""
+    command: Command
+    sizes: list[str] = field(default_factory=list)
+    skip: str | None = None
+    error: bool = False
+    status: int | None = None          # the exit status the page says it ends with (`exit N`), if not 0
+    output: list[str] | None = None
+    spread: float = DEFAULT_SPREAD
+
+    @property
+    def where(self) -> str:
+        return self.command.where
+
+    @property
+    def plan(self) -> str:
+        if self.skip:
+            return f"skip: {self.skip}"
+        expected = "error line expected" if self.error else f"exit {self.status} expected" if self.status else "run"
+        return expected + (
+            f", output compared within {self.spread:g}" if self.output is not None else "")
+
+
+def read_page(path: Path) -> list[Documented]:
+    """The page's commands (as `docs_commands.extract` finds them) with the comments before their blocks."""
+    lines = path.read_text().splitlines()
+    text = "\n".join(lines)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    comments = [(text.count("\n", 0, m.end()), m["select"], m["what"].strip()) for m in DIRECTIVE.finditer(text)]
+    try:
+        rel = str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        rel = path.name
+    generated = GENERATED.get(rel, [])
+    out: list[Documented] = []
+    pending: list[tuple[str | None, str]] = []
+    last_block_end, i = 0, 0
+    while i < len(lines):
+        match = FENCE.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        pending = [(sel, what) for at, sel, what in comments if last_block_end <= at < i] + generated
+        fence, info = match["fence"], match["info"].lower()
+        j = i + 1
+        while j < len(lines) and not lines[j].strip().startswith(fence[0] * len(fence)):
+            j += 1
+        body = lines[i + 1:j]
+        if info in SHELL_FENCES:
+            shown = transcript(body, i + 2, match["indent"])
+            for command in _commands(path, body, i + 2, match["indent"]):
+                out.append(_documented(command, pending))
+                out[-1].output = shown.get(command.line)
+        for sel, what in pending:
+            spread = SPREAD.match(what)
+            if spread and info not in SHELL_FENCES:
+                target = _select(out, sel)
+                if target is None:
+                    raise ValueError(f"{rel}:{i + 1}: no command above matches {sel!r} for its output")
+                target.output = [line for line in body if line.strip()]
+                target.spread = float(spread["spread"] or DEFAULT_SPREAD)
+        last_block_end, i = j + 1, j + 1
+    return out
+
+
+def transcript(body: list[str], first_line: int, indent: str = "") -> dict[int, list[str]]:
+    """In a block with `$ ` prompts, each command's shown output: the non-empty lines after it (and
+    after its continuation lines) up to the next prompt, by the line the command starts on."""
+    shown: dict[int, list[str]] = {}
+    current, continued = None, False
+    for k, raw in enumerate(body):
+        line = (raw[len(indent):] if raw.startswith(indent) else raw).rstrip()
+        if line.lstrip().startswith("$ "):
+            current, continued = first_line + k, line.endswith("\\")
+            shown[current] = []
+        elif continued:
+            continued = line.endswith("\\")
+        elif current is not None and line.strip():
+            shown[current].append(line)
+    return {start: lines for start, lines in shown.items() if lines}
+
+
+def _select(documented: list[Documented], selector: str | None) -> Documented | None:
+    for d in reversed(documented):
+        if selector is None or selector in d.command.text:
+            return d
+    return None
+
+
+def _documented(command: Command, comments: list[tuple[str | None, str]]) -> Documented:
+    d = Documented(command)
+    for selector, what in comments:
+        if selector is not None and selector not in command.text:
+            continue
+        if SPREAD.match(what):
+            continue
+        if what.startswith("skip"):
+            reason = what.removeprefix("skip").strip().removeprefix("because").strip()
+            d.skip = d.skip or reason or "no reason given"
+        elif what == "error":
+            d.error = True
+        elif STATUS.match(what):
+            d.status = int(STATUS.match(what)["status"]) if d.status is None else d.status
+        else:
+            d.sizes.append(what)
+    return d
 
 
 # ---------------------------------------------------------------------------------- what a command is
@@ -282,7 +411,7 @@ def _compose(config_name: str, overrides: list[str], placeholders: list[str]) ->
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from pazo.cli import check_overrides
+    from pazo.run.cli import check_overrides
 
     problem = check_overrides(overrides, config_name=config_name) or resolve_hydra(config_name, overrides)
     if problem or not placeholders:
@@ -318,7 +447,7 @@ def resolve_hydra(config_name: str, overrides: list[str], config_dir: Path = CON
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    importlib.import_module(ENTRY_MODULES.get(config_name, "pazo.cli"))
+    importlib.import_module(ENTRY_MODULES.get(config_name, "pazo.run.cli"))
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
             cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
@@ -333,8 +462,10 @@ def resolve_hydra(config_name: str, overrides: list[str], config_dir: Path = CON
 
 
 def _sweep(args: list[str]) -> str | None:
-    from pazo import sweep
     from pazo.errors import ConfigError
+    from pazo.sweep.checks import check
+    from pazo.sweep.launchers import check_launcher, parse_sets
+    from pazo.sweep.spec import SWEEPS, enumerate_runs, load_spec, load_yaml, select_methods
     from tools.docs.cli import command_parser, parse_error
 
     parsed = command_parser("pazo-sweep", args)
@@ -345,15 +476,15 @@ def _sweep(args: list[str]) -> str | None:
     if ns.spec and PLACEHOLDER.search(ns.spec):
         return None
     try:
-        spec = sweep.load_spec(ns.spec)
+        spec = load_spec(ns.spec)
         if ns.methods is not None:
-            spec = {**spec, "methods": sweep.select_methods(spec, ns.methods)}
-        runs = sweep.enumerate_runs(spec)
-        launcher = {**sweep.load_yaml(ns.launcher, sweep.SWEEPS / "launchers", "launcher"),
-                    **sweep.parse_sets(ns.set)}
-        sweep.check_launcher(launcher)
+            spec = {**spec, "methods": select_methods(spec, ns.methods)}
+        runs = enumerate_runs(spec)
+        launcher = {**load_yaml(ns.launcher, SWEEPS / "launchers", "launcher"),
+                    **parse_sets(ns.set)}
+        check_launcher(launcher)
         import pazo.methods  # noqa: F401
-        sweep.check(representatives(runs), ns.overrides, spec["entry"])
+        check(representatives(runs), ns.overrides, spec["entry"])
     except ConfigError as err:
         return str(err)
     return None
@@ -402,8 +533,6 @@ def check_pages(paths: list[Path]) -> tuple[int, list[str]]:
     """(commands checked, one message per problem: `file:line: command: what is wrong`). A command
     its page shows failing (`<!-- docs-run: error -->`, `exit N`) is not held to composing: running
     it (`docs_run`) checks that it fails as shown."""
-    from tools.docs.run import read_page
-
     count, problems = 0, []
     for path in paths:
         failing = {d.command.line for d in read_page(path) if d.error or d.status}

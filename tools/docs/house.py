@@ -21,13 +21,13 @@ PACKAGE = CHECKOUT / "pazo"
 RUN_PATH = [
     ("pazo.train", "cli", "the command line: plugins loaded, the overrides checked, a Ctrl-C one line"),
     ("pazo.train", "main", "Hydra's composed config, one launch into its run directory"),
-    ("pazo.run", "run", "the launch accepted (attempts, lock), the records opened, the run assembled"),
-    ("pazo.experiment", "build_run", "random streams, data, model, warm start, privacy plan, engine, method"),
-    ("pazo.loop", "train_loop", "the steps, evaluations and checkpoints"),
+    ("pazo.run.launch", "run", "the launch accepted (attempts, lock), the records opened, the run assembled"),
+    ("pazo.run.build", "build_run", "random streams, data, model, warm start, privacy plan, engine, method"),
+    ("pazo.run.loop", "train_loop", "the steps, evaluations and checkpoints"),
     ("pazo.methods.base", "Method.step", "one step of the method: its perturbed forwards or gradients"),
     ("pazo.privacy.mechanisms", "ScalarPrivatizer.release", "the one noisy release of a step (clipped, counted)"),
-    ("pazo.recorder", "Recorder.log", "a metrics row: the released keys only (`pazo.outlets`)"),
-    ("pazo.gate", "write_released", "every file a run leaves, checked against the gate's list"),
+    ("pazo.run.recorder", "Recorder.log", "a metrics row: the released keys only (`pazo.run.outlets`)"),
+    ("pazo.run.gate", "write_released", "every file a run leaves, checked against the gate's list"),
 ]
 
 

@@ -27,7 +27,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from pazo import REPO_ROOT
-from pazo.commands import ArgumentParser, command, summary_of
+from pazo.commands.start import ArgumentParser, command, summary_of
 
 #: the window sizes a reader's screen may have: a laptop and a phone
 WINDOWS = ((1280, 900), (390, 844))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pazo.rundir import save_figure_atomic
+from pazo.files.rundir import save_figure_atomic
 
 #: matplotlib's settings for every docs figure: what makes the SVG the same on every run
 SVG_STYLE = {"svg.hashsalt": "pazo-docs", "svg.fonttype": "none", "font.size": 9}

@@ -5,7 +5,7 @@
 (or `make docs-pages`; `make docs` runs it with `--check`). It writes docs/reference/configs.md (every config key with
 its default and comment), docs/reference/cli.md (every entry point and command with its help),
 docs/reference/api.md (the public modules, rendered by mkdocstrings), docs/reference/outlets.md
-(what leaves a run, from `pazo.outlets`) and docs/results/ (a page per
+(what leaves a run, from `pazo.run.outlets`) and docs/results/ (a page per
 kind of measurement, with its figures), and removes any other file there: these two folders are
 generated, never edited by hand. `--check` writes nothing, lists the pages that differ from what
 would be generated and exits 1 if any does (`make docs` runs it, so a stale page fails the build
@@ -18,20 +18,22 @@ import sys
 from pathlib import Path
 
 from pazo import REPO_ROOT
-from pazo.commands import command, summary_of
-from pazo.rundir import write_text_atomic
+from pazo.commands.start import command, summary_of
+from pazo.files.rundir import write_text_atomic
 
 #: the folders under docs/ this generator owns
 GENERATED = ("reference", "results")
 
 #: the public modules of the Python API page, each with why a reader would open it
 API_MODULES = {
-    "pazo.experiment": "Assemble a run from a config (`build_run`): data, model, privacy plan, engine, method.",
+    "pazo.run.build": "Assemble a run from a config (`build_run`): data, model, privacy plan, engine, method.",
     "pazo.private": "The library entry: a private zeroth-order optimiser in your own loop (`private_zo`).",
     "pazo.train": "The training entry point: a run's launch, attempts, replay and exits.",
-    "pazo.loop": "The training loop: Poisson batches, steps, rows, evaluations, checkpoints.",
-    "pazo.sweep": "Sweeps over the paper's grids.",
-    "pazo.selection": "A sweep's private hyperparameter selection: each cell's cost, the draw of K, the release.",
+    "pazo.run.loop": "The training loop: Poisson batches, steps, rows, evaluations, checkpoints.",
+    "pazo.sweep.command": "Sweeps over the paper's grids (`pazo-sweep`).",
+    "pazo.sweep.spec": "A sweep spec and its grids, enumerated as planned runs.",
+    "pazo.sweep.launchers": "How a sweep's runs are launched: one after another, joblib, SLURM.",
+    "pazo.sweep.selection": "A sweep's private hyperparameter selection: each cell's cost, the draw of K, the release.",
     "pazo.methods.registry": "Methods by name, their facts and typed configs.",
     "pazo.methods.base": "What every method implements.",
     "pazo.catalog": "Data sets and models by name, with their facts (schema, input kinds).",
@@ -43,8 +45,8 @@ API_MODULES = {
     "pazo.privacy.mechanisms": "Clipping and the Gaussian mechanism.",
     "pazo.zo.engines": "The zeroth-order engines (vectorised and in place).",
     "pazo.models.functional": "The functional model wrapper the engines perturb.",
-    "pazo.results": "Sweep results from run directories.",
-    "pazo.summary": "A run's summary.json.",
+    "pazo.run.results": "Sweep results from run directories.",
+    "pazo.run.summary": "A run's summary.json.",
     "pazo.audit.run": "The privacy audit.",
     "pazo.bench.common": "What the benchmarks share: result files and their provenance.",
 }
@@ -96,12 +98,11 @@ def algorithm_modules() -> dict[str, str]:
 
 
 def outlets_page() -> str:
-    """Every key that may leave a run, with its status (`pazo.outlets`, the list the recorder and
-    the outlet test read), then every file of each kind of computation (`pazo.gate.FILES`)."""
-    from pazo import gate, outlets
-
+    """Every key that may leave a run, with its status (`pazo.run.outlets`, the list the recorder and
+    the outlet test read), then every file of each kind of computation (`pazo.run.gate.FILES`)."""
+    from pazo.run import gate, outlets
     intro = outlets.__doc__.split("\n\n", 1)[1]
-    return ("# What leaves a run\n\nGenerated from `pazo/outlets.py` and `pazo/gate.py` by `make docs-pages`; "
+    return ("# What leaves a run\n\nGenerated from `pazo/run/outlets.py` and `pazo/run/gate.py` by `make docs-pages`; "
             "[the guarantee](../concepts/guarantee.md) says what each status means for the printed epsilon, "
             "[the release gate](../design/release-gate.md) why one module writes every file.\n\n"
             f"{intro.strip()}\n\n{outlets.as_markdown()}\n{gate.as_markdown()}")

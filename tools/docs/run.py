@@ -44,145 +44,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from pazo import REPO_ROOT
-from pazo.commands import ArgumentParser, command, summary_of
-from tools.docs.commands import FENCE, SHELL_FENCES, Command, _commands, classify, documented_pages
+from pazo.commands.start import ArgumentParser, command, summary_of
+from tools.docs.commands import DIRECTIVE, Documented, classify, documented_pages, read_page
 
-DIRECTIVE = re.compile(r"^[ \t]*<!--\s*docs-run(?:\s+`(?P<select>[^`]+)`)?\s*:\s*(?P<what>.*?)\s*-->", re.S | re.M)
-SPREAD = re.compile(r"^output below(?:,\s*within\s+(?P<spread>[0-9.eE+-]+))?$")
-STATUS = re.compile(r"^exit (?P<status>\d+)$")
 NUMBER = re.compile(r"[-+]?\d+\.\d+(?:[eE][-+]?\d+)?|[-+]?\d+(?:[eE][-+]?\d+)?")
 WILDCARD = re.compile(r"\.\.\.|<[^<>\s][^<>]*>")
-#: the spread allowed on a shown number when the comment states none
-DEFAULT_SPREAD = 0.0
-#: what the docs' generated pages (docs/reference/) cannot carry as a comment: page -> [(selector, what)]
-GENERATED: dict[str, list[tuple[str | None, str]]] = {
-    "docs/reference/cli.md": [
-        ("pazo-train", "train.steps=5"),
-        ("pazo-audit", "train.steps=5 audit.canaries=50"),
-        ("experiment=cifar10", "error"),                        # CIFAR-10 is not bundled: its one line
-        ("--launcher slurm", "skip because it submits to a SLURM cluster"),
-    ],
-}
 #: the files a clone has beside the commands that name them, copied (and dated before the venv's
 #: stamp, so that `make` runs its target instead of re-installing the venv); `scripts/` is copied too
 LINKED = ("Makefile", "pyproject.toml", "requirements.txt", "requirements-dev.txt", "requirements-bench.txt")
 
 
-@dataclass
-class Documented:
-    """One documented command line and what its page says about running it."""
-    command: Command
-    sizes: list[str] = field(default_factory=list)
-    skip: str | None = None
-    error: bool = False
-    status: int | None = None          # the exit status the page says it ends with (`exit N`), if not 0
-    output: list[str] | None = None
-    spread: float = DEFAULT_SPREAD
-
-    @property
-    def where(self) -> str:
-        return self.command.where
-
-    @property
-    def plan(self) -> str:
-        if self.skip:
-            return f"skip: {self.skip}"
-        expected = "error line expected" if self.error else f"exit {self.status} expected" if self.status else "run"
-        return expected + (
-            f", output compared within {self.spread:g}" if self.output is not None else "")
-
-
 # ---------------------------------------------------------------------------------- reading a page
-
-def read_page(path: Path) -> list[Documented]:
-    """The page's commands (as `docs_commands.extract` finds them) with the comments before their blocks."""
-    lines = path.read_text().splitlines()
-    text = "\n".join(lines)
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line) + 1)
-    comments = [(text.count("\n", 0, m.end()), m["select"], m["what"].strip()) for m in DIRECTIVE.finditer(text)]
-    try:
-        rel = str(path.resolve().relative_to(REPO_ROOT))
-    except ValueError:
-        rel = path.name
-    generated = GENERATED.get(rel, [])
-    out: list[Documented] = []
-    pending: list[tuple[str | None, str]] = []
-    last_block_end, i = 0, 0
-    while i < len(lines):
-        match = FENCE.match(lines[i])
-        if not match:
-            i += 1
-            continue
-        pending = [(sel, what) for at, sel, what in comments if last_block_end <= at < i] + generated
-        fence, info = match["fence"], match["info"].lower()
-        j = i + 1
-        while j < len(lines) and not lines[j].strip().startswith(fence[0] * len(fence)):
-            j += 1
-        body = lines[i + 1:j]
-        if info in SHELL_FENCES:
-            shown = transcript(body, i + 2, match["indent"])
-            for command in _commands(path, body, i + 2, match["indent"]):
-                out.append(_documented(command, pending))
-                out[-1].output = shown.get(command.line)
-        for sel, what in pending:
-            spread = SPREAD.match(what)
-            if spread and info not in SHELL_FENCES:
-                target = _select(out, sel)
-                if target is None:
-                    raise ValueError(f"{rel}:{i + 1}: no command above matches {sel!r} for its output")
-                target.output = [line for line in body if line.strip()]
-                target.spread = float(spread["spread"] or DEFAULT_SPREAD)
-        last_block_end, i = j + 1, j + 1
-    return out
-
-
-def transcript(body: list[str], first_line: int, indent: str = "") -> dict[int, list[str]]:
-    """In a block with `$ ` prompts, each command's shown output: the non-empty lines after it (and
-    after its continuation lines) up to the next prompt, by the line the command starts on."""
-    shown: dict[int, list[str]] = {}
-    current, continued = None, False
-    for k, raw in enumerate(body):
-        line = (raw[len(indent):] if raw.startswith(indent) else raw).rstrip()
-        if line.lstrip().startswith("$ "):
-            current, continued = first_line + k, line.endswith("\\")
-            shown[current] = []
-        elif continued:
-            continued = line.endswith("\\")
-        elif current is not None and line.strip():
-            shown[current].append(line)
-    return {start: lines for start, lines in shown.items() if lines}
-
-
-def _select(documented: list[Documented], selector: str | None) -> Documented | None:
-    for d in reversed(documented):
-        if selector is None or selector in d.command.text:
-            return d
-    return None
-
-
-def _documented(command: Command, comments: list[tuple[str | None, str]]) -> Documented:
-    d = Documented(command)
-    for selector, what in comments:
-        if selector is not None and selector not in command.text:
-            continue
-        if SPREAD.match(what):
-            continue
-        if what.startswith("skip"):
-            reason = what.removeprefix("skip").strip().removeprefix("because").strip()
-            d.skip = d.skip or reason or "no reason given"
-        elif what == "error":
-            d.error = True
-        elif STATUS.match(what):
-            d.status = int(STATUS.match(what)["status"]) if d.status is None else d.status
-        else:
-            d.sizes.append(what)
-    return d
 
 
 def problems_in_comments(path: Path) -> list[str]:

@@ -35,8 +35,8 @@ def run_case(name: str, overrides, workdir: Path) -> dict:
     on one machine and compared on another."""
     from hydra import compose, initialize_config_dir
 
-    import pazo.validate  # noqa: F401  (registers the schemas the config composes with)
-    from pazo.run import run
+    import pazo.run.validate  # noqa: F401  (registers the schemas the config composes with)
+    from pazo.run.launch import run
 
     with initialize_config_dir(config_dir=str(HERE.parents[2] / "configs"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[*COMMON, *overrides])

@@ -1,0 +1,329 @@
+"""The one place a run is assembled: data, model, privacy plan, engine and method, from a config.
+
+Training (`pazo.train`), the privacy audit (`pazo.audit`) and the benchmarks (`pazo.bench`) all
+call `build_run`, so the model an audit attacks, the one a benchmark times and the one a training
+run trains are built by the same code: same streams, same placement, same loss, same sigma.
+
+    cfg -> fingerprint -> streams -> data -> model (placed, loss) -> key -> warm start -> plan (sigma)
+        -> engine -> method
+
+The fingerprint (`pazo.run.fingerprint`, of the config with its values cast to their schema types)
+and, once the model is built, the digests of the private data, the public data and the initial
+parameters key the secret streams (noise, Poisson batches; docs/design/noise-key.md): computed
+here, they are the same for a run, its audit and its benchmark.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+from torch import nn
+
+from pazo.data import DataBundle, build_dataset
+from pazo.run.digests import state_digest, tensors_digest
+from pazo.run import outlets
+from pazo.config_schema import TopSchema
+from pazo.errors import ConfigError
+from pazo.run import distributed
+from pazo.run.fingerprint import computation_fingerprint
+from pazo.methods import Method, MethodConfig, MethodInfo, build_method, method_config, method_info
+from pazo.zo.engines import build_engine, choose_engine
+from pazo.zo.memory import check_step_memory
+from pazo.models import FunctionalModel, build_model, check_no_batchnorm, dispatched, place
+from pazo.models.functional import cross_entropy_per_example
+from pazo.privacy.accountants import BudgetError
+from pazo.privacy.mechanisms import LOCAL_SUMS
+from pazo.privacy.plan import PrivacyPlan, make_plan
+from pazo.privacy.planner import steps_from_epochs
+from pazo.privacy.sampling import SAMPLERS
+from pazo.rng import RandomStreams
+from pazo.threads import apply_threads
+from pazo.run.validate import typed_config, validate_against_data
+from pazo.run.warm_start import warm_start
+
+
+@dataclass
+class Run:
+    """Everything one run is made of, before its first step."""
+
+    cfg: DictConfig
+    method_cfg: MethodConfig
+    info: MethodInfo
+    streams: RandomStreams
+    data: DataBundle
+    module: nn.Module
+    model: FunctionalModel
+    device: torch.device   # where batches go (the first module's device on a model spread over GPUs)
+    warm_start: dict
+    plan: PrivacyPlan
+    engine: dict           # {requested, name, reason}
+    method: Method
+    total_steps: int
+    threads: dict          # {count, requested, why}: the CPU threads (pazo.threads)
+    #: the private data's digest (`data_digest`), which keys the secret streams: never released
+    data_digest: str = ""
+    #: every digest that keys the secret streams (`key_secret_streams`): kept in the checkpoint only
+    key_digests: dict = field(default_factory=dict)
+    #: this process's place among the run's processes (torchrun; rank 0 of 1 for one process)
+    group: distributed.Group = field(default_factory=distributed.Group)
+
+    @property
+    def n(self) -> int:
+        return len(self.data.private)
+
+    @property
+    def batch_size(self) -> int:
+        return self.cfg.train.batch_size
+
+    @property
+    def steps_per_epoch(self) -> float:
+        return self.n / self.batch_size
+
+    def sampler(self):
+        """The private batch sampler the plan's accountant was told about, on the run's data stream."""
+        return SAMPLERS[self.cfg.privacy.sampling](self.n, self.batch_size, self.streams.numpy["data"])
+
+    @property
+    def computation(self) -> dict:
+        """What decides the numbers a step computes, and may be released (summary.json): the
+        computation fingerprint of the config (which, with the seed, keys the secret streams), the
+        device, how the public gradients are taken, sigma (from the cache or calibration) and where
+        the data were read. A replay of steps with the same noise (a resume, a seeded start over)
+        releases nothing new only if these are the earlier attempt's."""
+        public_grads = self.method.describe().get("public_grads", {})
+        return {"fingerprint": self.streams.fingerprint,
+                "device": str(self.device), "parameter_devices": [str(d) for d in self.model.devices],
+                "sigma": self.plan.sigma, "public_grads_together": public_grads.get("together"),
+                "dataset_root": self.cfg.dataset.get("root")}
+
+    @functools.cached_property
+    def private_computation(self) -> dict:
+        """`computation` with the digests that key the secret streams (the private data's, the
+        public data's, the initial parameters') in place of where the data were read (a resume may
+        read the same data elsewhere): kept in the checkpoint only (0600), since a hash of the
+        private data would tell which data set it is."""
+        where = {k: v for k, v in self.computation.items() if k != "dataset_root"}
+        return {**where, "private_data_sha256": self.data_digest or data_digest(self.data.private),
+                **{k: v for k, v in self.key_digests.items() if k != "private_data_sha256"}}
+
+    def describe(self) -> dict:
+        """The set-up half of the run's summary (what ran, where, on what, with what guarantee)."""
+        method = self.method.describe()
+        engine = {**self.engine, **method.pop("engine", {})}  # the method's engine facts beside the ZO engine's
+        return {"method": self.cfg.method.name, "dataset": self.cfg.dataset.name, "model": self.cfg.model.name,
+                "device": str(self.device), "dim": self.model.dim,
+                "parameter_devices": [str(d) for d in self.model.devices],
+                "privacy": self.plan.as_dict(), "data": self.data.describe(), "warm_start": self.warm_start,
+                "engine": engine, "threads": self.threads, "method_departures": self.method_cfg.departures(),
+                "outside_guarantee": self.outside_guarantee(), "computation": self.computation,
+                **self.update_rule_block(), **method}
+
+    def update_rule_block(self) -> dict:
+        """The summary's `update_rule` (schedule and optimiser) where it is not the default."""
+        rule = self.method.update_rule.describe()
+        return {"update_rule": rule} if rule else {}
+
+    def outside_guarantee(self) -> list[str]:
+        """What a private run computes from its private data and releases without noise, so outside
+        the printed epsilon: the data set's own (`DataBundle.info`), the step times and the private
+        diagnostics (`pazo.run.outlets`)."""
+        if not self.plan.private:
+            return []
+        return [*self.data.info.get("outside_guarantee", []), *self.method.outside_guarantee(),
+                outlets.STEP_TIMES_SENTENCE, outlets.private_diagnostics_sentence()]
+
+
+#: a private seeded run on the shipped default seed: its seed is no secret, whatever config.yaml's mode
+SHIPPED_SEED_NOTE = (f"seed={TopSchema.seed} is the shipped default: anyone can regenerate this run's noise and "
+                     "batches; give a secret seed (seed=$(python -c 'import secrets; print(secrets.randbits(62))')) "
+                     "or privacy.secure_mode=true")
+
+
+def resolve_device(name: str, option: str = "device=") -> torch.device:
+    """The one resolver of a device name (`auto`: CUDA where there is one), checked against this
+    machine before any compute: a name torch does not know, or a device this machine lacks, is one
+    ConfigError naming the option as the user spelled it (`device=` in a run's config, `--device `
+    on a benchmark's command line)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"unknown device {name!r}; choices: auto, cpu, cuda, cuda:N, mps") from None
+    asked, instead = f"{option}{name} asked for but", f"use {option}auto or {option}cpu"
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{asked} CUDA is not available; {instead}")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"{asked} this machine has {torch.cuda.device_count()} CUDA "
+                          f"device(s) (cuda:0 ... cuda:{torch.cuda.device_count() - 1})")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"{asked} MPS is not available; {instead}")
+    return device
+
+
+def planned_steps(train_cfg, n: int) -> int:
+    """`train.steps`, or `train.epochs` passes of expected batches over n private examples (epochs
+    that give no step: a ConfigError, `steps_from_epochs`)."""
+    if train_cfg.steps:
+        return train_cfg.steps
+    try:
+        return steps_from_epochs(train_cfg.epochs, train_cfg.batch_size / n, "train.epochs", "train.steps")
+    except BudgetError as err:
+        raise ConfigError(str(err)) from None
+
+
+def run_privacy_plan(cfg: DictConfig, n_private: int) -> PrivacyPlan:
+    """The privacy plan of the run `cfg` describes on `n_private` private examples: q, T, sigma
+    (calibrated by its accountant, or given and checked) and its notes. A run makes it in
+    `build_run`; `pazo-train ... --plan` prints it without training."""
+    method_cfg = method_config(cfg.method)
+    plan = make_plan(cfg.privacy, n_private, cfg.train.batch_size, planned_steps(cfg.train, n_private),
+                     method_cfg.release(), SAMPLERS[cfg.privacy.sampling], method_info(method_cfg.name).privacy_note)
+    return _with_seed_note(cfg, plan)
+
+
+def _with_seed_note(cfg: DictConfig, plan: PrivacyPlan) -> PrivacyPlan:
+    """`plan`, noting that a private run's seed is the shipped default (`SHIPPED_SEED_NOTE`) where it is."""
+    if plan.private and not cfg.privacy.secure_mode and cfg.seed == TopSchema.seed:
+        plan.notes.append(SHIPPED_SEED_NOTE)
+    return plan
+
+
+def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engines: bool = True,
+              data: DataBundle | None = None, module: nn.Module | None = None,
+              sigma: float | None = None) -> Run:
+    """Assemble the run `cfg` describes (the config is validated by the caller).
+
+    earlier_engine: a resumed run's first-attempt engine choice, kept so that its steps stay those
+    of one engine. time_engines: let `engine.name=auto` time the engines on CUDA (off in an audit).
+    data, module, sigma: a benchmark's synthetic data and model, and a fixed noise multiplier
+    (nothing calibrated or accounted); a run never passes them. A run sets its CPU threads
+    (`train.threads`, `pazo.threads`) once its model is built, before the warm start and the
+    calibration; a benchmark (given its data) keeps the threads it set itself.
+    """
+    own_data = data is None
+    method_cfg = method_config(cfg.method)
+    info = method_info(method_cfg.name)
+    group = distributed.current()
+    require_shards(info, group, cfg.privacy.secure_mode)
+    streams = RandomStreams(cfg.seed, secure=cfg.privacy.secure_mode,
+                            fingerprint=computation_fingerprint(typed_config(cfg)))
+    if data is None:
+        data = build_dataset(cfg.dataset, streams)
+        validate_against_data(cfg, len(data.private), len(data.public))
+    device = resolve_device(cfg.device)
+    module, model, device = _model(cfg, data, streams, device, module)
+    # (before the sampler and the noise draw anything)
+    key_digests = key_secret_streams(streams, data.private, data.public, module)
+    # by the whole model's size, frozen weights included: a LoRA step's cost is the full forward
+    size = sum(p.numel() for p in module.parameters())
+    threads = (apply_threads(cfg.train.threads, size) if own_data else
+               {"count": torch.get_num_threads(), "requested": None, "why": "set by the benchmark"})
+    warm = warm_start(model, data.public, cfg, streams, device)
+    total_steps = planned_steps(cfg.train, len(data.private))
+    if sigma is None:
+        plan = run_privacy_plan(cfg, len(data.private))
+    else:
+        plan = _with_seed_note(cfg, PrivacyPlan.with_sigma(sigma if info.private else None, cfg.train.batch_size,
+                                                           method_cfg.release(), steps=total_steps))
+    # (several ranks: the engines are not timed, a choice all make alike)
+    engine = _engine_choice(cfg, model, method_cfg, info, data, earlier_engine, time_engines and not group.several)
+    method = assemble_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public,
+                             engine_cfg=cfg.engine, engine_name=engine["name"], batch_size=cfg.train.batch_size,
+                             schedule=cfg.get("schedule"), optimizer=cfg.get("optimizer"),
+                             sums=distributed.ShardSums(group) if group.several else LOCAL_SUMS)
+    return Run(cfg=cfg, method_cfg=method_cfg, info=info, streams=streams, data=data, module=module, model=model,
+               device=device, warm_start=warm, plan=plan, engine=engine, method=method, total_steps=total_steps,
+               threads=threads, data_digest=key_digests["private_data_sha256"], key_digests=key_digests, group=group)
+
+
+def require_shards(info: MethodInfo, group: distributed.Group, secure_mode: bool) -> None:
+    """Several processes share a batch only with a method whose sums over it they can add, and only
+    drawing it and its noise from the seeded streams every rank shares (secure mode draws each
+    process's own from the operating system)."""
+    if not group.several:
+        return
+    if not info.cls.shards_batches:
+        raise ConfigError(f"method {info.name!r} does not run on several processes yet (torchrun with "
+                          f"WORLD_SIZE={group.world_size}): the zeroth-order methods, DP-SGD, DPMD, DOPE-SGD and "
+                          "GEP do; run it as one process")
+    if secure_mode:
+        raise ConfigError("privacy.secure_mode=true draws each process's batches and noise from its own "
+                          "entropy, so the ranks of a torchrun would not share them: run it as one process")
+
+
+def assemble_method(method_cfg: MethodConfig, *, model: FunctionalModel, plan: PrivacyPlan, streams: RandomStreams,
+                    public, engine_cfg, engine_name: str, batch_size: int, schedule=None, optimizer=None,
+                    sums=LOCAL_SUMS) -> Method:
+    """The method on its engine, once what its step holds is known to fit (a zeroth-order step
+    grows with method.q and the batch: refused in one line if it cannot), with the run's step-size
+    schedule and optimiser (None: constant, sgd). A run's method and a library user's
+    (`pazo.private`) are assembled here."""
+    if method_info(method_cfg.name).zeroth_order:
+        check_step_memory(method_cfg.release().queries, batch_size, model.dim, model.params[0].element_size(),
+                          engine_name, engine_cfg.get("chunk_size"), model.device)
+    # batches go to the input's device; directions, noise and updates are made where the trainable
+    # parameters start (model.device: with LoRA on a model spread over GPUs, possibly another GPU)
+    return build_method(method_cfg, model=model, plan=plan, streams=streams, public=public, device=model.device,
+                        engine=build_engine(engine_cfg, engine_name),
+                        query_train_mode=bool(engine_cfg.get("query_dropout")), schedule=schedule, optimizer=optimizer,
+                        sums=sums)
+
+
+def data_digest(split) -> str:
+    """The hex sha256 of a split's inputs and labels (shapes and dtypes included): private, never released."""
+    return tensors_digest(split.inputs, split.labels)
+
+
+def key_secret_streams(streams: RandomStreams, private, public, module: nn.Module) -> dict[str, str]:
+    """Key the secret streams to what decides the released values beyond the config and the seed:
+    the private data, the public data (read from files or split off; the warm start's too) and
+    the initial parameters (initialised, or read from a checkpoint or pretrained weights; the warm
+    start follows from these and the config). Returns the digests, which are never released."""
+    digests = {"private_data_sha256": data_digest(private), "public_data_sha256": data_digest(public),
+               "initial_state_sha256": state_digest(module)}
+    streams.key_to(*digests.values())
+    return digests
+
+
+def _model(cfg, data: DataBundle, streams: RandomStreams, device: torch.device, module: nn.Module | None):
+    """The model from the run's init stream (unless given), placed, with its own per-example loss."""
+    if module is None:
+        torch.manual_seed(streams.seeds["init"])
+        module = build_model(cfg.model, data.input_shape, data.num_classes)
+    return functional_model(module, device, private=cfg.privacy.epsilon is not None, name=cfg.model.name)
+
+
+def functional_model(module: nn.Module, device: torch.device, *, private: bool, name: str, loss_fn=None):
+    """`module` placed on `device` (unless accelerate spread it over devices), refused under a
+    private method if it has BatchNorm, and seen as a function of its parameters with its
+    per-example loss (`loss_fn`, else the module's own `loss_fn`, else cross-entropy); returns
+    (module, functional model, input device). A run's model and a library user's
+    (`pazo.private`) go through here."""
+    module = place(module, device)
+    if private:
+        check_no_batchnorm(module, name)
+    loss_fn = loss_fn or getattr(module, "loss_fn", cross_entropy_per_example)
+    model = FunctionalModel(module, loss_fn=loss_fn)
+    if dispatched(module):  # model.device_map: batches go to the first module's device, as accelerate expects
+        if any(d.type == "meta" for d in model.devices):
+            raise ConfigError("model.device_map offloads parameters to the CPU or disk (accelerate keeps them on "
+                              "the meta device between uses): the zeroth-order step perturbs the parameters in "
+                              "place and cannot reach offloaded ones; give a device map within the GPUs' memory")
+        device = model.input_device
+    return module, model, device
+
+
+def _engine_choice(cfg, model, method_cfg, info, data, earlier: dict | None, time_engines: bool) -> dict:
+    """The zeroth-order engine (`engine.name`, or what `auto` picks) and why, for the summary."""
+    if cfg.engine.name == "auto" and earlier and earlier.get("requested") == "auto":
+        return {**earlier, "reason": f"kept from the first attempt ({earlier['reason']})"}
+    sample = None
+    if time_engines and model.device.type == "cuda" and len(data.test):  # non-private examples to time on
+        sample = data.test.batch(np.arange(min(cfg.train.batch_size, len(data.test))), model.input_device)
+    name, reason = choose_engine(cfg.engine, model, zeroth_order=info.family == "zeroth_order",
+                                 queries=method_cfg.release().queries, sample=sample)
+    return {"requested": cfg.engine.name, "name": name, "reason": reason}

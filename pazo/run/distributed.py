@@ -1,0 +1,229 @@
+"""Data-parallel runs on torch.distributed, launched by torchrun (docs/design/distributed.md).
+
+Every rank draws the same Poisson batch from the secret stream and takes its own shard of it
+(`Group.shard`: disjoint, together the batch); each computes its examples' clipped contributions
+and adds them as the exact int64 limbs of `pazo.privacy.device_sum`, all-reduced (`ShardSums`), so
+the sums, and so the run, do not depend on how many ranks there are or in what order they add. The
+noise, the directions and the update are drawn and made on every rank alike from the shared
+streams. With WORLD_SIZE unset or 1 nothing here runs: `current()` is the one-process group.
+"""
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from pazo.errors import ConfigError
+from pazo.privacy.device_sum import correctly_rounded, exact_limbs
+from pazo.privacy.mechanisms import LocalSums
+
+
+class RankLost(RuntimeError):
+    """Another rank of the run died, or hung past `train.distributed_timeout_s`: the run ends."""
+
+
+@dataclass
+class Group:
+    """This process's place in the run (rank 0 of 1 for a one-process run) and what it has sent."""
+
+    rank: int = 0
+    world_size: int = 1
+    bytes_exchanged: int = 0   # bytes this rank has put into all-reductions (the tensors' sizes)
+
+    @property
+    def several(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def leader(self) -> bool:
+        """Rank 0: the one rank that writes (the run directory, loggers, the terminal's lines)."""
+        return self.rank == 0
+
+    def describe(self, steps: int) -> dict:
+        """The summary's `distributed` block: how many processes, and the bytes a rank exchanged a step."""
+        return {"world_size": self.world_size, "rank_bytes_per_step": self.bytes_exchanged / steps if steps else None}
+
+    def shard(self, indices: np.ndarray) -> np.ndarray:
+        """This rank's examples of a batch: every world_size-th from position `rank` (disjoint shards
+        that together are the batch, whatever its size)."""
+        return indices[self.rank::self.world_size]
+
+    def all_sum(self, values: torch.Tensor) -> torch.Tensor:
+        """`values` summed over the ranks (int64 limbs and counts: exact, in any order)."""
+        if not self.several:
+            return values
+        total = values.clone()
+        try:
+            dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        except (RuntimeError, dist.DistError) as err:
+            raise RankLost(lost_line(err)) from None
+        self.bytes_exchanged += total.numel() * total.element_size()
+        return total
+
+    def add_in_rank_order(self, local: torch.Tensor) -> torch.Tensor:
+        """Every rank's `local` (a float tensor), gathered and added in rank order, on the host: the
+        same floats on every rank, whatever the reduction's algorithm (an all_reduce of floats may
+        add in another order on each rank); returned on `local`'s device."""
+        if not self.several:
+            return local
+        host = local.detach().to("cpu").contiguous()
+        parts = [torch.empty_like(host) for _ in range(self.world_size)]
+        try:
+            dist.all_gather(parts, host)
+        except (RuntimeError, dist.DistError) as err:
+            raise RankLost(lost_line(err)) from None
+        self.bytes_exchanged += host.numel() * host.element_size()
+        total = parts[0].clone()
+        for part in parts[1:]:
+            total += part
+        return total.to(local.device)
+
+    def stopping(self, reason: str | None) -> bool:
+        """Whether the run stops after this step: rank 0's stop request (a signal), sent to every rank
+        (8 bytes a step), so that all stop at the same step; rank 0 then checkpoints. The other ranks
+        ignore signals (`ignore_stop_signals`): rank 0 alone decides."""
+        if not self.several:
+            return reason is not None
+        asked = torch.tensor([int(self.leader and reason is not None)], dtype=torch.int64)
+        return bool(self.all_sum(asked)[0])
+
+    def share(self, value):
+        """Rank 0's `value` on every rank (the others pass None): how a launch starts (afresh, or from
+        which checkpoint), which rank 0 alone decides from its run directory."""
+        if not self.several:
+            return value
+        box = [value if self.leader else None]
+        try:
+            dist.broadcast_object_list(box, src=0)
+        except (RuntimeError, dist.DistError) as err:
+            raise RankLost(lost_line(err)) from None
+        return box[0]
+
+    def agree(self, facts: dict[str, str]) -> None:
+        """Refuse, on every rank and before any compute, a run whose ranks differ in any of `facts`
+        (config, data, code): they would not compute one run."""
+        if not self.several:
+            return
+        gathered: list = [None] * self.world_size
+        try:
+            dist.all_gather_object(gathered, facts)
+        except (RuntimeError, dist.DistError) as err:
+            raise RankLost(lost_line(err)) from None
+        differ = [key for key in facts if len({str(g.get(key)) for g in gathered}) > 1]
+        if differ:
+            rank = next(r for r, g in enumerate(gathered) if any(g.get(k) != gathered[0].get(k) for k in differ))
+            starts = (f"; rank 0 starts at {gathered[0].get('start')}, rank {rank} at {gathered[rank].get('start')}"
+                      if "start" in differ else "")
+            raise ConfigError(f"the {self.world_size} processes of this run differ in {', '.join(differ)} (rank "
+                              f"{rank} from rank 0{starts}): every rank must run the same config, data and code, "
+                              "from the same step of the run")
+
+
+class ShardSums(LocalSums):
+    """A release's sums over a batch held in shards, one per rank: each rank's exact limbs, summed
+    over the ranks, rounded once (the float `math.fsum` gives over the whole batch). A NaN or infinite
+    value gives what fsum's own fallback gives: NaN, or the infinity if all of one sign."""
+
+    def __init__(self, group: Group):
+        self.group = group
+
+    def row_sums(self, rows: Sequence[Sequence[float]]) -> list[float]:
+        if not rows:
+            return []
+        values = torch.tensor([list(row) for row in rows], dtype=torch.float64).reshape(len(rows), -1)
+        finite = torch.isfinite(values)
+        special = torch.stack([values.isnan().sum(1), (values == math.inf).sum(1), (values == -math.inf).sum(1)], 1)
+        total = self.group.all_sum(torch.cat([exact_limbs(values.where(finite, 0.0)), special], dim=1))
+        sums = correctly_rounded(total[:, :-3])
+        return [nonfinite_sum(nan, pos, neg, s) for s, (nan, pos, neg) in zip(sums, total[:, -3:].tolist())]
+
+    def count(self, local: int) -> int:
+        return int(self.group.all_sum(torch.tensor([local], dtype=torch.int64))[0])
+
+    def vector_sum(self, local: torch.Tensor) -> torch.Tensor:
+        """The ranks' float sums over their shards, added in rank order (`Group.add_in_rank_order`):
+        the same on every rank; within float rounding of one process's sum over the whole batch,
+        whose additions come in another order (a first-order step's gradients: d floats a rank)."""
+        return self.group.add_in_rank_order(local)
+
+
+def nonfinite_sum(nans: int, positive: int, negative: int, finite_sum: float) -> float:
+    """A row's sum given how many NaN, +inf and -inf values it had, as fsum's fallback adds them."""
+    if nans or (positive and negative):
+        return math.nan
+    return math.inf if positive else -math.inf if negative else finite_sum
+
+
+def lost_line(err: BaseException) -> str:
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return f"another rank of this run stopped answering ({first}); the run ended on every rank"
+
+
+def ignore_stop_signals() -> None:
+    """A rank other than 0: Ctrl-C and SIGTERM (torchrun sends them to every rank) are rank 0's to act
+    on; this rank stops when rank 0 says so (`Group.stopping`), or when rank 0 is gone."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def world_from_environment(environ=os.environ) -> tuple[int, int]:
+    """(rank, world size) as torchrun sets them (RANK, WORLD_SIZE); (0, 1) when WORLD_SIZE is unset."""
+    try:
+        world = int(environ.get("WORLD_SIZE", "1"))
+        rank = int(environ.get("RANK", "0"))
+    except ValueError:
+        raise ConfigError(f"RANK={environ.get('RANK')!r} and WORLD_SIZE={environ.get('WORLD_SIZE')!r} must be "
+                          "integers (torchrun sets them)") from None
+    if world < 1 or not 0 <= rank < world:
+        raise ConfigError(f"RANK={rank} does not fit WORLD_SIZE={world}: torchrun sets them")
+    return rank, world
+
+
+_CURRENT = Group()
+
+
+def current() -> Group:
+    """The group this process joined (`join`), else the one-process group."""
+    return _CURRENT
+
+
+def join(timeout_s: float) -> Group:
+    """Join the run's process group as torchrun describes it, each exchange waiting at most
+    `timeout_s`; nothing when WORLD_SIZE is 1. gloo on every device: what is exchanged is a few
+    host integers a step (a rank with a GPU uses its LOCAL_RANK's)."""
+    global _CURRENT
+    rank, world = world_from_environment()
+    if world > 1 and not dist.is_initialized():
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("gloo", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+    _CURRENT = Group(rank, world)
+    return _CURRENT
+
+
+def leave() -> None:
+    """Leave the process group (if one was joined)."""
+    global _CURRENT
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _CURRENT = Group()
+
+
+def code_digest() -> str:
+    """A digest of the package's Python sources: ranks running other code would compute another run."""
+    import hashlib
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent   # the package, from its run/ wing
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()

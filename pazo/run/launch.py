@@ -1,0 +1,213 @@
+"""One training run into its directory, top to bottom (the command around it is `pazo.train`):
+
+validate -> check and lock the run directory -> prepare it (fresh, resume or finished) ->
+`pazo.run.build.build_run` (data, model, privacy plan, engine, method) -> accept the launch (from
+here the directory is written: its record, train.log, the summary) -> `pazo.run.loop` (Poisson batch,
+step, row, evaluation, checkpoint) -> final epsilon check -> summary.json, all written through one
+`pazo.run.recorder.Recorder`. Everything before the launch is accepted only reads: a launch refused
+there (a user's mistake, a directory in use, a relaunch with another config) leaves the directory's
+files as they were.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import socket
+from functools import partial
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from pazo.run import distributed, gate
+from pazo.run.attempts import accept_launch, check_launch, plan_launch
+from pazo.run.checkpoint import (Heartbeat, LoopState, StopRequests, checkpoint_path, config_fingerprint,
+                                 read_checkpoint, restore_checkpoint)
+from pazo.run.cli import DEBUG_ONLY
+from pazo.commands.console import open_run_logs
+from pazo.run.build import build_run, resolve_device
+from pazo.run.loop import follow_loop, train_loop
+from pazo.privacy.mechanisms import active_debug_break
+from pazo.run.recorder import Recorder
+from pazo.files.rundir import (RunDirLock, WriteFault, accept_hydra_record, check_output_dir, drop_hydra_record,
+                         remove_broken_writes)
+from pazo.privacy.plan import epsilon_spent
+from pazo.run.summary import print_header, print_summary, released_beyond, resumed_line
+from pazo.run.validate import ConfigError, typed_config, validate_config
+
+log = logging.getLogger("pazo.train")  # (the run's lines, as `pazo.train` logs them)
+
+def run(cfg: DictConfig, run_dir: str | Path, hydra_record: str | Path | None = None,
+        show_header=print_header) -> dict:
+    """Train one configuration into `run_dir`, or continue it from its checkpoint; returns the
+    summary written to `run_dir/summary.json`. `hydra_record`: where Hydra wrote this launch's
+    record (`pazo.files.rundir.staging_subdir`), moved into `.hydra/` once the launch is accepted and
+    dropped otherwise. `show_header(summary, plan)`: the lines printed before the first step (a
+    multirun prints what its jobs share once)."""
+    try:
+        return _run(cfg, Path(run_dir), hydra_record, show_header)
+    finally:
+        drop_hydra_record(hydra_record)  # refused, or nothing to do: .hydra/ stays the record of what ran
+
+
+def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
+    refuse_debug_breaks(cfg)
+    validate_config(cfg)
+    fingerprint = config_fingerprint(typed_config(cfg))
+    resolve_device(cfg.device)  # (again: a multirun's jobs are checked here)
+    check_output_dir(run_dir)
+    with RunDirLock(run_dir):  # a second launch into run_dir is refused until this one ends
+        remove_broken_writes(run_dir)
+        start = plan_launch(run_dir, cfg)  # fresh, resume, replay, finished, or refused (pazo.run.attempts)
+        distributed.current().share(start_for_followers(run_dir, start))   # (several ranks: where they start)
+        if start.kind == "finished":
+            log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
+                     f"(final test accuracy {start.summary.get('final_test_accuracy')})")
+            return start.summary
+        r = build_run(cfg, earlier_engine=(start.summary or {}).get("engine") if start.resuming else None)
+        sampler = r.sampler()
+        check_launch(run_dir, start, r)
+        loop = resume_state(r, sampler, start.checkpoint, checkpoint_path(run_dir)) if start.resuming else LoopState()
+        r.group.agree(rank_facts(r, fingerprint, loop.step))   # before the first write and the first step
+        accept_launch(run_dir, start, r)   # the first write into run_dir
+        accept_hydra_record(run_dir, hydra_record, archive_to=start.moved_to)
+        open_run_logs()   # train.log: the lines said since the launch began, and on
+        recorder, summary = _start_records(cfg, run_dir, start, r, loop, fingerprint)
+        show_header(summary, r.plan)
+        if start.resuming:
+            log.info(resumed_line(run_dir, loop.step, r.total_steps))
+        _train(r, sampler, loop, recorder, summary, cfg)
+    return summary
+
+
+def resume_state(r, sampler, checkpoint: dict, path: Path) -> LoopState:
+    """The run `r` and its sampler put back where `checkpoint` (read from `path`) left them, the
+    optimiser's moments included (none under sgd: the resumed steps continue them); the loop's state."""
+    loop = restore_checkpoint(checkpoint, module=r.module, streams=r.streams, sampler=sampler, path=path)
+    r.method.update_rule.load_state_dict(checkpoint["extra"].get("optimizer"))
+    return loop
+
+
+def start_for_followers(run_dir: Path, start) -> dict:
+    """What the other ranks of a data-parallel run need of rank 0's launch to start where it does:
+    whether there is anything to do, and a resumed run's checkpoint (every rank reads the one rank 0
+    resumes from, in the private workspace rank 0 owns) and its first attempt's engine."""
+    return {"finished": start.kind == "finished",
+            "checkpoint": str(checkpoint_path(run_dir).absolute()) if start.resuming else None,
+            "earlier_engine": (start.summary or {}).get("engine") if start.resuming else None}
+
+
+def follow(cfg: DictConfig) -> None:
+    """A rank other than 0 of a data-parallel run (torchrun): the run's steps on this rank's shards,
+    from the step rank 0 starts at (its checkpoint, read here too), once every rank agrees it runs
+    the same config, data and code from the same step; nothing written."""
+    validate_config(cfg)
+    fingerprint = config_fingerprint(typed_config(cfg))
+    start = distributed.current().share(None)
+    if start["finished"]:   # rank 0 says so, and there is nothing to do
+        return
+    r = build_run(cfg, earlier_engine=start["earlier_engine"])
+    sampler = r.sampler()
+    loop, where = follower_start(r, sampler, start["checkpoint"])
+    r.group.agree({**rank_facts(r, fingerprint, loop.step), "start": where})
+    follow_loop(r, sampler, loop)
+
+
+def follower_start(r, sampler, path: str | None) -> tuple[LoopState, str]:
+    """A follower's loop state (from rank 0's checkpoint at `path`, or the first step) and where it
+    starts, in words; a checkpoint it cannot read starts it nowhere, which the ranks' agreement
+    refuses on every rank in one line."""
+    if path is None:
+        return LoopState(), "step 0"
+    if not Path(path).is_file():
+        return LoopState(), (f"no step: rank 0's checkpoint {path} is not there (every rank reads rank 0's run "
+                             "directory: one machine, or a shared file system)")
+    try:
+        loop = resume_state(r, sampler, read_checkpoint(Path(path)), Path(path))
+    except ConfigError as err:
+        return LoopState(), f"no step: {str(err).split(';')[0]}"
+    return loop, f"step {loop.step}"
+
+
+def rank_facts(r, fingerprint: str, start_step: int) -> dict[str, str]:
+    """What every rank of a run must share: the config, the digests that key the secret streams
+    (hashed once more: the private data's stays among the run's processes), the code, the engine
+    and the step it starts from (a resumed run: its checkpoint's, read on every rank)."""
+    keys = hashlib.sha256(json.dumps(r.key_digests, sort_keys=True).encode()).hexdigest()
+    return {"config": hashlib.sha256(fingerprint.encode()).hexdigest(), "data": keys,
+            "code": distributed.code_digest(), "engine": r.engine["name"], "start": f"step {start_step}"}
+
+
+def _start_records(cfg, run_dir: Path, start, r, loop: LoopState, fingerprint: str):
+    """The recorder and the summary the accepted launch starts with (status running), written."""
+    previous = start.summary or {}
+    replayed_rows = carry_released_rows(run_dir, start)
+    recorder = Recorder(run_dir, cfg, cfg.logger,
+                        resume_bytes=loop.metrics_bytes if start.resuming else replayed_rows,
+                        wandb_id=previous.get("wandb_run_id") if start.resuming else None, fingerprint=fingerprint,
+                        released_before=start.released.step)
+    summary = launch_summary(run_dir, r, start, loop, recorder)
+    try:
+        recorder.write_summary(summary)
+    except WriteFault:
+        recorder.close(failed=True)
+        raise
+    return recorder, summary
+
+
+def launch_summary(run_dir: Path, r, start, loop: LoopState, recorder: Recorder) -> dict:
+    """The summary an attempt writes as it starts (status running). From then on it covers what
+    earlier attempts released (`privacy.steps_released` and its epsilon), as a kill may come before
+    this attempt's first row."""
+    previous = start.summary or {}
+    summary = {"status": "running", **r.describe(), "run_dir": str(run_dir),
+               "attempt": previous.get("attempt", 0) + 1 if start.resuming else 1,
+               "resumed_from_step": loop.step if start.resuming else None,
+               "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": recorder.wandb_id,
+               "host": socket.gethostname(), "pid": os.getpid()}
+    summary["privacy"].update(released_beyond(r.plan, recorder.steps_released, loop.step,
+                                              partial(epsilon_spent, r.plan)))
+    if start.replaying and r.device.type == "cuda" and r.plan.private:
+        summary["outside_guarantee"].append(
+            f"the steps after step {loop.step} were run again with an earlier attempt's noise on CUDA, whose "
+            "kernels need not be deterministic: rows that attempt released for them (W&B cannot retract "
+            "them) may differ from this attempt's by more than the noise covers")
+    return summary
+
+
+def _train(r, sampler, loop: LoopState, recorder: Recorder, summary: dict, cfg) -> None:
+    """The loop, then the run's last files and its summary lines; `summary` is updated with how it ended."""
+    with StopRequests() as stop:
+        with Heartbeat(recorder.beat):
+            _, stopped = train_loop(r, sampler, loop, recorder, summary, stop)
+        stop.shield()  # from here on the run writes its last files: a Ctrl-C waits for them
+        if stopped:
+            summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
+        try:
+            recorder.finish(summary, r.module, cfg.train)
+        except WriteFault as fault:  # the model or the last summary: the checkpoint stays for the relaunch
+            summary.update(status="fault", failure=f"fault after step {loop.step}: {fault}",
+                           final_test_accuracy=None)
+            recorder.fail(summary)
+            raise
+        print_summary(summary)   # (still shielded: a Ctrl-C now does not turn the finished run into an error)
+
+
+def carry_released_rows(run_dir: Path, start) -> int | None:
+    """A replay draws the earlier attempt's noise again from step 1: the rows that attempt released
+    (archived to attempts/<n>/) are copied back to the directory's metrics.jsonl, so that its last
+    row keeps covering them, and the replay does not write them twice (`Recorder.released_through`).
+    Returns the byte offset the recorder continues from (None: not a replay, or no rows)."""
+    earlier = Path(start.moved_to or "") / "metrics.jsonl"
+    if not start.replaying or not start.moved_to or not earlier.exists():
+        return None
+    gate.write_released(run_dir / "metrics.jsonl", earlier.read_bytes())
+    return 0
+
+
+def refuse_debug_breaks(cfg) -> None:
+    """A training run never runs with a debug break of the mechanisms (`pazo.audit` only)."""
+    audit = cfg.get("audit")
+    if active_debug_break() is not None or (audit is not None and audit.get("debug_break") is not None):
+        raise ConfigError(DEBUG_ONLY)

@@ -1,0 +1,208 @@
+"""The training loop of a run, apart from its launch (attempts, replay, exits: `pazo.train`): each
+step a Poisson batch and the method's step, a row of metrics when due, an evaluation, a checkpoint;
+the outcome into the run's summary. Everything it writes goes through the run's `Recorder`."""
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+from pazo.run.checkpoint import LoopState, StopRequests
+from pazo.run.distributed import RankLost
+from pazo.run.build import Run
+from pazo.methods.base import check_statistics, host_stats
+from pazo.privacy.plan import EpsilonTracker
+from pazo.run.progress import Progress
+from pazo.run.recorder import Recorder
+from pazo.files.rundir import WriteFault
+from pazo.run.summary import outcome
+
+log = logging.getLogger("pazo.train")  # the run's lines, under the entry point's logger
+
+
+@dataclass
+class Schedule:
+    """When the loop writes a row (every `log_every` steps) and evaluates (`evals_per_epoch` times
+    an epoch, else at the end); the last step does both."""
+
+    total_steps: int
+    log_every: int
+    eval_every: int
+
+    @classmethod
+    def of(cls, train_cfg, steps_per_epoch: float, total_steps: int) -> Schedule:
+        eval_every = (max(1, round(steps_per_epoch / train_cfg.evals_per_epoch))
+                      if train_cfg.evals_per_epoch else total_steps)
+        return cls(total_steps, train_cfg.log_every, eval_every)
+
+    def evaluates(self, step: int) -> bool:
+        return step % self.eval_every == 0 or step == self.total_steps
+
+    def writes_row(self, step: int) -> bool:
+        return step % self.log_every == 0 or self.evaluates(step)
+
+    def row_steps(self, after: int) -> list[int]:
+        return [t for t in range(after + 1, self.total_steps + 1) if self.writes_row(t)]
+
+
+def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: dict,
+               stop: StopRequests) -> tuple[str | None, str | None]:
+    """Steps `loop.step + 1 .. T`: a Poisson batch, the method's step, a row, an evaluation, a
+    checkpoint when due (or when `stop` asks for one). Fills `summary` with the outcome; returns
+    (failure, stop reason). A crash, a second Ctrl-C or a write the machine refuses is recorded
+    (status failed, interrupted or fault) and raised again."""
+    schedule = Schedule.of(r.cfg.train, r.steps_per_epoch, r.total_steps)
+    tracker = EpsilonTracker(r.plan, schedule.row_steps(after=loop.step), after=loop.step)
+    window, stat_sums = defaultdict(list, loop.window), defaultdict(float, loop.stat_sums)
+    failure, stopped, last_saved, first_step = None, None, time.monotonic(), loop.step
+
+    def sync_loop() -> LoopState:
+        loop.window, loop.stat_sums = dict(window), dict(stat_sums)
+        return loop
+
+    def record_outcome(failure: str | None) -> None:
+        test_histogram = r.data.test.class_histogram(r.data.num_classes)
+        summary.update(outcome(r.plan, tracker, sync_loop(), r.total_steps, failure, test_histogram,
+                               recorder.steps_released))
+        merge_into(summary, r.method.outcome(stat_sums, loop.step))
+        if r.group.several:
+            summary["distributed"] = r.group.describe(loop.step - first_step)
+
+    r.module.train()
+    bar = tqdm(range(loop.step + 1, r.total_steps + 1), desc=f"{r.cfg.method.name}", dynamic_ncols=True,
+               disable=None, initial=loop.step, total=r.total_steps)
+    progress = Progress(log.info, r.total_steps, r.steps_per_epoch, loop.step, r.cfg.train.progress_seconds,
+                        quiet=not bar.disable)
+    try:
+        for step in bar:
+            stats = timed_step(r, sampler, loop, step)
+            for key, value in stats.items():
+                if value is not None and not (isinstance(value, float) and math.isnan(value)):
+                    window[key].append(value)
+                    stat_sums[key] += value
+            if diverged(r, schedule, step):
+                failure = f"diverged at step {step}: non-finite parameters"
+            if schedule.writes_row(step) or failure:
+                row = metrics_row(r, loop, window, step, tracker.at(step))
+                if not failure and schedule.evaluates(step):
+                    evaluate(r, loop, row)
+                    bar.set_postfix(acc=f"{loop.last_eval['accuracy']:.3f}",
+                                    eps="-" if row["epsilon"] is None else f"{row['epsilon']:.3f}")
+                recorder.log(row)
+                progress.update(step, row["epsilon"])
+            else:
+                progress.update(step)
+            if failure:
+                break
+            if r.group.stopping(stop.reason):   # (several processes: rank 0's request, at the same step on all)
+                stopped = stop.reason
+                stop.shield()  # a second Ctrl-C now would only break the checkpoint's write
+                recorder.checkpoint(r, sampler, sync_loop())
+                break
+            if step < r.total_steps and _checkpoint_due(r.cfg.train, step, last_saved):
+                recorder.checkpoint(r, sampler, sync_loop())
+                last_saved = time.monotonic()
+    except BaseException as err:  # a crash, a second Ctrl-C, a refused write: keep what was written, mark the run
+        stop.shield()
+        if isinstance(err, (WriteFault, RankLost)):  # the machine's (a write, another rank), not the run's: resumable
+            status, what = "fault", f"fault after step {loop.step}: {err}"
+        elif isinstance(err, KeyboardInterrupt):
+            status, what = "interrupted", f"interrupted at step {loop.step + 1}: KeyboardInterrupt: {err}"
+        else:
+            status, what = "failed", f"crashed at step {loop.step + 1}: {type(err).__name__}: {err}"
+        record_outcome(what)
+        summary.update(status=status)
+        recorder.fail(summary)
+        raise
+    finally:
+        stop.shield()
+        bar.close()
+        tracker.close()
+    record_outcome(failure)
+    return failure, stopped
+
+
+def follow_loop(r: Run, sampler, loop: LoopState) -> None:
+    """A rank other than 0 of a data-parallel run: the steps rank 0 takes, each on this rank's shard
+    of the same batch, reporting nothing (rank 0 writes the run); it stops where rank 0 stops: for
+    non-finite parameters (the same on every rank), or when rank 0 is asked to (`Group.stopping`)."""
+    schedule = Schedule.of(r.cfg.train, r.steps_per_epoch, r.total_steps)
+    r.module.train()
+    for step in range(loop.step + 1, r.total_steps + 1):
+        timed_step(r, sampler, loop, step)
+        if diverged(r, schedule, step) or r.group.stopping(None):
+            return
+
+
+def diverged(r: Run, schedule: Schedule, step: int) -> bool:
+    """Non-finite parameters, looked at when a row is due: read from the parameters, never from raw
+    private statistics."""
+    return (step % schedule.log_every == 0 or step == r.total_steps) and not r.model.all_finite()
+
+
+def timed_step(r: Run, sampler, loop: LoopState, step: int) -> dict:
+    """One step of the method on a fresh Poisson batch, its time recorded (CUDA synchronised); its
+    statistics as Python floats, read after the timing."""
+    _sync(r.device)
+    t0 = time.perf_counter()
+    x, y = r.data.private.batch(r.group.shard(sampler.sample()), r.device)   # (one process: the whole batch)
+    stats = r.method.take_step(x, y, step)
+    check_statistics(stats, r.cfg.method.name)   # (statistics it cannot read: the step failed, at `step`)
+    _sync(r.device)
+    loop.step_times.append(time.perf_counter() - t0)
+    loop.step = step
+    return host_stats(stats, r.cfg.method.name)
+
+
+def metrics_row(r: Run, loop: LoopState, window: dict, step: int, epsilon: float | None) -> dict:
+    """A row of metrics.jsonl: the step, epsilon so far, and the means of the method's statistics
+    since the last row (the window is emptied)."""
+    row = {"step": step, "epoch": step / r.steps_per_epoch,
+           "s_per_iter": statistics.fmean(loop.step_times[loop.last_row:]), "sigma": r.plan.sigma,
+           "epsilon": epsilon}
+    if not r.method.update_rule.schedule.is_default:   # the step size of the row's step (a constant one is method.lr)
+        row["lr"] = r.method.update_rule.lr_at(step)
+    row.update({("train_loss" if k == "loss" else k): statistics.fmean(v) for k, v in window.items() if v})
+    window.clear()
+    loop.last_row = len(loop.step_times)
+    return row
+
+
+def evaluate(r: Run, loop: LoopState, row: dict) -> None:
+    """Test (and validation, if the data set has one) accuracy and loss into `row` and `loop`."""
+    eval_batch_size = r.cfg.train.eval_batch_size
+    loop.last_eval = r.model.evaluate(r.data.test, eval_batch_size)
+    loop.best_acc = max(loop.best_acc, loop.last_eval["accuracy"])
+    row.update(test_accuracy=loop.last_eval["accuracy"], test_loss=loop.last_eval["loss"])
+    row.update({f"test_{k}": v for k, v in loop.last_eval.items() if k not in ("accuracy", "loss")})
+    if r.data.val is not None and len(r.data.val):
+        loop.last_val = r.model.evaluate(r.data.val, eval_batch_size)
+        loop.best_val_acc = max(loop.best_val_acc, loop.last_val["accuracy"])
+        row.update(val_accuracy=loop.last_val["accuracy"], val_loss=loop.last_val["loss"])
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def merge_into(summary: dict, facts: dict) -> None:
+    """`facts` into `summary`, a nested block (such as `engine`) merged rather than replaced."""
+    for key, value in facts.items():
+        if isinstance(value, dict) and isinstance(summary.get(key), dict):
+            summary[key] = {**summary[key], **value}
+        else:
+            summary[key] = value
+
+
+def _checkpoint_due(train_cfg, step: int, last_saved: float) -> bool:
+    """Every `checkpoint_every` steps if set, else every `checkpoint_minutes` of wall time."""
+    if train_cfg.checkpoint_every:
+        return step % train_cfg.checkpoint_every == 0
+    return time.monotonic() - last_saved >= 60 * train_cfg.checkpoint_minutes
