@@ -11,6 +11,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import signal
 import subprocess
 import sys
@@ -40,13 +41,15 @@ def git_commit() -> str | None:
 def command_line() -> str:
     """The command that started this process, for its result file: `python scripts/<script>.py ...`
     as typed (a launcher), `python -m pazo.bench.<module> ...`, or `pazo-bench <name> ...` (the
-    entry point names the command in `sys.argv[0]`)."""
+    entry point names the command in `sys.argv[0]`). The arguments are quoted as a shell reads
+    them, so the recorded command runs again as written (`--note 'a shared machine'`)."""
+    arguments = shlex.join(sys.argv[1:])
     if sys.argv[0].startswith(("pazo-bench ", "pazo-report ")):
-        return " ".join(sys.argv)
+        return f"{sys.argv[0]} {arguments}".rstrip()
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     if spec is not None and spec.name.startswith("pazo."):
-        return " ".join(["python -m", spec.name, *sys.argv[1:]])
-    return "python " + " ".join(sys.argv)
+        return f"python -m {spec.name} {arguments}".rstrip()
+    return f"python {shlex.join(sys.argv)}"
 
 
 #: what every result file under scripts/results/ records first (tests/docs checks it; `null` where unknown)

@@ -45,6 +45,8 @@ def _needed(args, answer: str) -> None:
         raise BudgetError(f"pazo-privacy {answer} needs {' and '.join(missing)}")
     if answer == "steps" and (args.steps is not None or args.epochs is not None):
         raise BudgetError("pazo-privacy steps computes the steps: give no --steps or --epochs")
+    if answer in ("sigma", "epsilon") and getattr(args, answer) is not None:
+        raise BudgetError(f"pazo-privacy {answer} computes {answer}: give no --{answer}")
 
 
 def answer_line(args, accountant: str) -> str:
@@ -52,8 +54,10 @@ def answer_line(args, accountant: str) -> str:
     q = sample_rate_of(args.sample_rate, args.batch_size, args.n)
     if args.answer == "steps":
         steps = steps_for(args.epsilon, args.sigma, q, args.delta, accountant)
+        none_fits = (f": one step already spends epsilon "
+                     f"{epsilon_of(args.sigma, q, 1, args.delta, accountant).upper:.4f}" if steps == 0 else "")
         return (f"steps = {steps} at sigma {args.sigma:g} within epsilon {args.epsilon:g} (delta {args.delta:g}, "
-                f"q {q:.4g}; {accountant})")
+                f"q {q:.4g}; {accountant}){none_fits}")
     steps = steps_of(args.steps, args.epochs, q)
     if args.answer == "sigma":
         sigma = sigma_for(args.epsilon, q, steps, args.delta, accountant)

@@ -219,8 +219,16 @@ def steps_for(epsilon: float, sigma: float, sample_rate: float, delta: float, ac
     check_inputs(sample_rate, 1, delta, accountant, sigma)
 
     def within(t: int) -> bool:
-        return epsilon_of(sigma, sample_rate, t, delta, accountant, default_eps_error(epsilon)).upper <= epsilon
+        try:
+            return epsilon_of(sigma, sample_rate, t, delta, accountant, default_eps_error(epsilon)).upper <= epsilon
+        except BudgetError:
+            if t == 1:
+                raise
+            raise BudgetError(f"at least {low:,} steps fit within epsilon {epsilon:g} at sigma {sigma:g}; the "
+                              f"{accountant} account of {t:,} steps is out of reach, so how many more cannot be told "
+                              "with it (--accountant rdp accounts any number of steps)") from None
 
+    low = 0
     if not within(1):
         return 0
     low, high = 1, 2

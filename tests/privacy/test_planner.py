@@ -79,7 +79,7 @@ BAD_VALUES = ["0", "-1", "nan", "inf", "x", "1e400", "2", "1e-300", "10000000000
        value=st.sampled_from(BAD_VALUES) | st.none(), extra=st.sampled_from([[], ["--n", "10"], ["--epochs", "3"],
                                                                               ["--accountant", "xyz"]]))
 def test_a_bad_command_line_is_one_line_and_exit_2(answer, key, value, extra, capsys):
-    given_args = {**GOOD, key: value}
+    given_args = {**{k: v for k, v in GOOD.items() if k != f"--{answer}"}, key: value}   # (the answer is not given)
     argv = [answer, *[a for k, v in given_args.items() if v is not None for a in (k, v)], *extra]
     try:
         code = main(argv)
@@ -91,3 +91,48 @@ def test_a_bad_command_line_is_one_line_and_exit_2(answer, key, value, extra, ca
         return
     assert code == 2 and err.count("\n") == 1 and err.startswith("pazo: error: "), err
     assert "Traceback" not in err and not out
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(answer=st.sampled_from(["sigma", "epsilon"]), value=st.sampled_from(["1", "0.5", "3"]))
+def test_the_value_a_question_computes_is_refused_as_an_input(answer, value, capsys):
+    """`pazo-privacy epsilon --epsilon 1 ...` would silently ignore the given epsilon: refused in one line."""
+    argv = [answer, *[a for k, v in GOOD.items() for a in (k, v)]]
+    argv[argv.index(f"--{answer}") + 1] = value
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert not out and err == f"pazo: error: pazo-privacy {answer} computes {answer}: give no --{answer}\n"
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(epsilon=st.floats(0.01, 0.5), sigma=st.floats(0.3, 0.6), q=st.floats(0.3, 1.0))
+@example(epsilon=0.1, sigma=0.5, q=0.5)
+def test_steps_zero_says_what_one_step_spends(epsilon, sigma, q, capsys):
+    """No step fits: the answer says so with one step's epsilon, which is over the target."""
+    argv = ["steps", "--epsilon", repr(epsilon), "--sigma", repr(sigma), "--delta", "1e-5", "--sample-rate", repr(q),
+            "--accountant", "rdp"]
+    assert main(argv) == 0
+    line = capsys.readouterr().out.strip()
+    if line.startswith("steps = 0 "):
+        assert float(line.rsplit("one step already spends epsilon ", 1)[1]) > epsilon
+    else:
+        assert "one step" not in line
+
+
+@pytest.mark.parametrize("reach", [1, 2, 5, 1000])
+def test_steps_beyond_the_accountants_reach_are_a_lower_bound_not_advice_it_cannot_follow(reach, monkeypatch):
+    """When the account of more steps is out of reach, the answer is the steps known to fit, not a
+    knob of a run's config (privacy.eps_error) that pazo-privacy does not have."""
+    import pazo.privacy.planner as planner
+
+    def epsilon_within_reach(sigma, q, steps, delta, accountant, eps_error=None):
+        if steps > reach:
+            raise BudgetError("out of reach: use privacy.eps_error >= 0.1")
+        return type("Account", (), {"upper": 0.0})()
+
+    monkeypatch.setattr(planner, "epsilon_of", epsilon_within_reach)
+    with pytest.raises(BudgetError) as refused:
+        steps_for(10.0, 100.0, 0.01, 1e-5, "prv")
+    fits = 1 << (reach.bit_length() - 1)   # (the doubling search's last step within reach)
+    assert str(refused.value).startswith(f"at least {fits:,} steps fit within epsilon 10 at sigma 100; ")
+    assert "eps_error" not in str(refused.value)

@@ -177,6 +177,16 @@ def test_pazo_eval_refuses_bad_or_private_evaluation_data_in_one_line(runs, over
     assert message in err
 
 
+@pytest.mark.parametrize("argv", [[], ["--device", "cpu"]])
+def test_pazo_eval_without_a_run_names_only_the_run_directory_as_missing(argv, capsys, monkeypatch):
+    """The overrides are optional: a command without a run names the one argument it needs."""
+    monkeypatch.setattr(sys, "argv", ["pazo-eval", *argv])
+    with pytest.raises(SystemExit) as stop:
+        pazo.eval.cli()
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.strip().endswith("the following arguments are required: run_dir"), err
+
+
 @pytest.mark.parametrize("override", ["dataset.val_fraction=0.2", "dataset.public_fraction=0.3"])
 def test_overrides_that_keep_the_test_split_evaluate_the_same_examples(runs, override):
     """A re-split that moves no private example into the test split (the validation and public
