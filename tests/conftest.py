@@ -186,6 +186,17 @@ def hydra_cfg(tmp_path, monkeypatch):
     return build
 
 
+def dataset_node(hydra_cfg, *fixed):
+    """A builder of the composed `dataset` node: the `fixed` overrides (the data set, its root),
+    then the test's own."""
+    return lambda *overrides: hydra_cfg(*fixed, *overrides).dataset
+
+
+def seeded_bundle(loader, cfg, seed: int = 0):
+    """An image loader's bundle from `cfg`, its public split drawn with `seed` (its generator fixed)."""
+    return loader(cfg, np.random.default_rng(seed), torch.Generator().manual_seed(0))
+
+
 #: a PLD grid step ten times the package's (`planner.PLD_INTERVAL`): each PLD account is several
 #: times cheaper, its bounds about ten times looser (1e-2 instead of 1e-3)
 CHEAP_PLD_INTERVAL = 1e-3

@@ -124,3 +124,27 @@ def write_squad(root: Path, n_train: int = 30, n_val: int = 12, seed: int = 0) -
 
     DatasetDict({"train": split(n_train, 0), "validation": split(n_val, 1000)}).save_to_disk(str(Path(root) / "squad"))
     return Path(root)
+
+
+def write_opt_and_sst2(root: Path) -> Path:
+    """A tiny OPT (random weights) under root/opt and SST-2 under root: a causal LM on a prompted
+    task, the smallest LLM setting."""
+    write_tiny_causal_lm(root / "opt")
+    write_sst2(root)
+    return root
+
+
+def tiny_opt_model(root: Path, dtype: str = "float32", device_map=None, lora=None):
+    """`write_opt_and_sst2`'s OPT as a FunctionalModel on SST-2 (seeded: every call the same weights)."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from pazo.models.functional import FunctionalModel
+    from pazo.models.hf_lm import build_hf_lm_task
+
+    cfg = OmegaConf.create({"path": str(root / "opt"), "download": False, "random_init": False, "dtype": dtype,
+                            "attention": "eager", "device_map": device_map, "dropout": None, "lora": lora,
+                            "task": "sst2", "label_words": None, "stop": "\n", "max_new_tokens": 4})
+    torch.manual_seed(0)
+    module = build_hf_lm_task(cfg, "causal")
+    return FunctionalModel(module, loss_fn=module.loss_fn)

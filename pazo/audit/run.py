@@ -170,71 +170,114 @@ def run_audit(cfg: DictConfig, run_dir: str | Path, hydra_record: str | Path | N
     _check_run(cfg, a)
     run_dir = Path(run_dir)
     started = time.perf_counter()
+    with debug_break(a.debug_break):
+        c = train_canary_run(cfg, a, run_dir, hydra_record)
+    result, score_info, noise, metrics = attack(cfg, a, c)
+    model, plan, device = c.r.model, c.r.plan, c.r.device
+    final = model.evaluate(c.r.data.test, cfg.train.eval_batch_size) if model.all_finite() else None
+    audit = audit_record(a, c, result, score_info, noise, metrics, started)
+    summary = {"status": "finished", "kind": "audit", "method": cfg.method.name, "dataset": cfg.dataset.name,
+               "model": cfg.model.name, "device": str(device), "run_dir": str(run_dir),  # the seed: config.yaml only
+               "privacy": plan.as_dict(), "final_test_accuracy": final["accuracy"] if final else None,
+               "audit": audit}
+    c.recorder.write_record("audit.json", audit)
+    c.recorder.write_summary(summary)
+    c.recorder.close(failed=False)
+    log_audit(a, c, result, audit)
+    log.info(f"  results: {run_dir}")
+    return summary
+
+
+@dataclass
+class CanaryRun:
+    """A finished training run with canaries: what scoring and the audit's record read of it."""
+    r: object                  # the run as `build_run` built it
+    recorder: Recorder
+    included: np.ndarray       # which canaries were in the private data (never passed to scoring)
+    hook: object | None        # the white box's canaries between method and privatiser
+    canary_examples: object | None   # the black box's canary examples
+    printed: float             # the run's epsilon at its own delta
+    delta: float               # the audit's delta
+    comparable: float          # the run's epsilon at the audit's delta: what the bound is compared with
+
+
+def train_canary_run(cfg, a: AuditConfig, run_dir: Path, hydra_record) -> CanaryRun:
+    """The run without canaries as training builds it (q = b / n, sigma, T and the printed epsilon),
+    its canaries added and trained; its files start once every check has passed."""
     inclusion_rng = np.random.default_rng([AUDIT_ENTROPY, cfg.seed, 0])
     design_rng = np.random.default_rng([AUDIT_ENTROPY, cfg.seed, 1])
     m = a.canaries
-
-    with debug_break(a.debug_break):
-        # the run without canaries, as training builds it: q = b / n, sigma, T and the printed epsilon
-        r = build_run(cfg, time_engines=False)  # no engine start-up timing in an audit
-        method, data, plan, model, total_steps = r.method, r.data, r.plan, r.model, r.total_steps
-        device, n, streams = r.device, r.n, r.streams
-        check_canaries_fit(cfg, a, r)
-        recorder = start_writing(run_dir, cfg, hydra_record)
-        included = inclusion_rng.random(m) < 0.5  # never passed to the scoring code
-        hook, private, canary_examples = None, data.private, None
-        if a.threat == "black_box":
-            canary_examples = example_canaries(data.private, m, data.num_classes, design_rng)
-            private = with_examples(data.private, canary_examples, included)
-        else:
-            hook = attach_white_box(method, m, a.canary_scale, design_rng, a.worst_case, plan.sample_rate)
-        canary_ids = np.flatnonzero(included)
-        sampler = FixedRatePoissonSampler(n + len(canary_ids), plan.sample_rate, streams.numpy["data"])
-        log.info(f"audit: {cfg.method.name} on {cfg.dataset.name}, {a.threat}, {m} canaries "
-                 f"({len(canary_ids)} included), {total_steps} steps, sigma {plan.sigma:.4g}, q {plan.sample_rate:.4g}"
-                 + (f", DEBUG BREAK {a.debug_break}" if a.debug_break else ""))
-        r.module.train()
-        train_with_canaries(method, private, n, canary_ids, sampler, total_steps, device, hook)
-        printed = epsilon_spent(plan, total_steps)
-        delta = plan.delta if a.delta is None else min(a.delta, plan.delta)
-        # the same run's guarantee at the audit's delta: the epsilon the bound is compared with
-        comparable = printed if delta == plan.delta else epsilon_spent(replace(plan, delta=delta), total_steps)
-
-    seeds = public_seeds(streams)
+    r = build_run(cfg, time_engines=False)  # no engine start-up timing in an audit
+    plan, total_steps = r.plan, r.total_steps
+    check_canaries_fit(cfg, a, r)
+    recorder = start_writing(run_dir, cfg, hydra_record)
+    included = inclusion_rng.random(m) < 0.5  # never passed to the scoring code
+    hook, private, canary_examples = None, r.data.private, None
     if a.threat == "black_box":
-        scores, score_info = black_box_scores(model, canary_examples, device), {}
+        canary_examples = example_canaries(r.data.private, m, r.data.num_classes, design_rng)
+        private = with_examples(r.data.private, canary_examples, included)
     else:
-        scores, score_info = hook.scores(seeds, device)
-    result = audit_guesses(scores, included, beta=1 - a.confidence, delta=delta)
+        hook = attach_white_box(r.method, m, a.canary_scale, design_rng, a.worst_case, plan.sample_rate)
+    canary_ids = np.flatnonzero(included)
+    sampler = FixedRatePoissonSampler(r.n + len(canary_ids), plan.sample_rate, r.streams.numpy["data"])
+    log.info(f"audit: {cfg.method.name} on {cfg.dataset.name}, {a.threat}, {m} canaries "
+             f"({len(canary_ids)} included), {total_steps} steps, sigma {plan.sigma:.4g}, q {plan.sample_rate:.4g}"
+             + (f", DEBUG BREAK {a.debug_break}" if a.debug_break else ""))
+    r.module.train()
+    train_with_canaries(r.method, private, r.n, canary_ids, sampler, total_steps, r.device, hook)
+    printed = epsilon_spent(plan, total_steps)
+    delta = plan.delta if a.delta is None else min(a.delta, plan.delta)
+    # the same run's guarantee at the audit's delta: the epsilon the bound is compared with
+    comparable = printed if delta == plan.delta else epsilon_spent(replace(plan, delta=delta), total_steps)
+    return CanaryRun(r, recorder, included, hook, canary_examples, printed, delta, comparable)
+
+
+def attack(cfg, a: AuditConfig, c: CanaryRun) -> tuple[dict, dict, dict | None, dict]:
+    """The canaries' scores turned into guesses and the bound on epsilon, the white box's noise
+    check and the membership metrics: (bound result, score info, noise check or None, metrics)."""
+    if a.threat == "black_box":
+        scores, score_info = black_box_scores(c.r.model, c.canary_examples, c.r.device), {}
+    else:
+        scores, score_info = c.hook.scores(public_seeds(c.r.streams), c.r.device)
+    result = audit_guesses(scores, c.included, beta=1 - a.confidence, delta=c.delta)
     noise = None
     if a.threat == "white_box":  # the run's steps again with nothing added: the releases are its noise
         with debug_break(a.debug_break):
             probe = noise_pass(cfg)
         # tested at the level of one of the bounds' tries, so that it adds little to the audit's false alarms
-        noise = probe and noise_check(probe_statistic(probe, plan), probe.values, plan, total_steps, delta,
-                                      1 - result["per_test_beta"], comparable)
-    metrics = membership_metrics(scores, included, a.confidence, seed=int(np.random.default_rng(
+        plan = c.r.plan
+        noise = probe and noise_check(probe_statistic(probe, plan), probe.values, plan, c.r.total_steps, c.delta,
+                                      1 - result["per_test_beta"], c.comparable)
+    metrics = membership_metrics(scores, c.included, a.confidence, seed=int(np.random.default_rng(
         [AUDIT_ENTROPY, cfg.seed, 2]).integers(2**63)))
-    final = model.evaluate(data.test, cfg.train.eval_batch_size) if model.all_finite() else None
-    audit = {**asdict(a), **result, "printed_epsilon": printed, "printed_delta": plan.delta,
-             "audit_delta": delta, "epsilon_at_audit_delta": comparable, "target_epsilon": plan.target_epsilon,
-             "sigma": plan.sigma, "sample_rate": plan.sample_rate, "steps": total_steps,
-             "canaries_included": int(included.sum()),
+    return result, score_info, noise, metrics
+
+
+def audit_record(a: AuditConfig, c: CanaryRun, result: dict, score_info: dict, noise: dict | None, metrics: dict,
+                 started: float) -> dict:
+    """audit.json (and summary.json's audit block): the settings, the bounds, the run's epsilons
+    they are compared with, the checks and the verdict over them."""
+    plan, comparable = c.r.plan, c.comparable
+    audit = {**asdict(a), **result, "printed_epsilon": c.printed, "printed_delta": plan.delta,
+             "audit_delta": c.delta, "epsilon_at_audit_delta": comparable, "target_epsilon": plan.target_epsilon,
+             "sigma": plan.sigma, "sample_rate": plan.sample_rate, "steps": c.r.total_steps,
+             "canaries_included": int(c.included.sum()),
              "exceeds_printed_canaries": result["epsilon_lower_bound"] > comparable,
              "exceeds_printed_fdp": result["epsilon_lower_bound_fdp"] > comparable,
              "membership": metrics, "scores": score_info, "noise_check": noise,
              "threads": torch.get_num_threads(), "seconds": time.perf_counter() - started}
     audit.update(verdict(audit, comparable))
-    summary = {"status": "finished", "kind": "audit", "method": cfg.method.name, "dataset": cfg.dataset.name,
-               "model": cfg.model.name, "device": str(device), "run_dir": str(run_dir),  # the seed: config.yaml only
-               "privacy": plan.as_dict(), "final_test_accuracy": final["accuracy"] if final else None,
-               "audit": audit}
-    recorder.write_record("audit.json", audit)
-    recorder.write_summary(summary)
-    recorder.close(failed=False)
+    return audit
+
+
+def log_audit(a: AuditConfig, c: CanaryRun, result: dict, audit: dict) -> None:
+    """The audit's findings in the log: each bound against the run's epsilon, the noise check, the verdict."""
+    plan, comparable, printed, delta = c.r.plan, c.comparable, c.printed, c.delta
+    metrics, noise = audit["membership"], audit["noise_check"]
     log.info(f"audit: epsilon lower bound {result['epsilon_lower_bound']:.4f} at {a.confidence:.0%} confidence "
              f"({result['correct']} of {result['guesses']} guesses correct: {result['guesses_in']} in, "
-             f"{result['guesses_out']} out; ceiling {result['ceiling']:.3f} with {m} canaries, delta {delta:.3g}); "
+             f"{result['guesses_out']} out; ceiling {result['ceiling']:.3f} with {a.canaries} canaries, "
+             f"delta {delta:.3g}); "
              f"the run's epsilon at that delta {comparable:.4f} (printed: {printed:.4f} at delta {plan.delta:.3g})"
              + (" -> the run is NOT as private as printed" if audit["exceeds_printed_canaries"] else ""))
     log.info(f"audit: f-DP lower bound {result['epsilon_lower_bound_fdp']:.4f} ({result['fdp_correct']} of "
@@ -253,8 +296,6 @@ def run_audit(cfg: DictConfig, run_dir: str | Path, hydra_record: str | Path | N
     log.info(f"audit: verdict: audited epsilon {audit['epsilon_audited']:.4f} ({audit['epsilon_audited_from']}) "
              f"against the run's {comparable:.4f}: "
              + ("the run is NOT as private as printed" if audit["exceeds_printed"] else "no evidence against it"))
-    log.info(f"  results: {run_dir}")
-    return summary
 
 
 def verdict(audit: dict, comparable: float) -> dict:

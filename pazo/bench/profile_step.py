@@ -101,6 +101,32 @@ def profiled_ops(fn, device, steps: int, top: int = 40) -> list[dict]:
 
 
 def main():
+    args = _parser().parse_args()
+    torch.set_num_threads(args.threads)
+    device = device_or_exit(args.device)
+    x, y = synthetic_inputs(args.setting, SETTINGS[args.setting][3], device)
+    op_times, per_op = [], []
+    jobs, bare = build_jobs(args.setting, device, x, y, op_times)
+    for fn, _ in jobs.values():
+        for _ in range(args.warmup):
+            fn()
+    rows = {}
+    for name, (fn, model) in jobs.items():
+        record_ops = (lambda: per_op.append(list(op_times))) if name == "minimal" else None
+        rows[name] = paired_against_floor(fn, model, x, y, device, args.pairs, record_ops)
+    ops_us = {op: statistics.median(r[k] for r in per_op) * 1e6 for k, op in enumerate(OPS)}
+    result = {"command": command_line(), "commit": git_commit(),
+              "machine": machine_details(device=device_name(device), threads=torch.get_num_threads()),
+              "setting": args.setting, "dim": bare.dim, "batch_size": len(y), "threads": args.threads,
+              "pairs": args.pairs, "steps": rows, "minimal_step_op_us": ops_us}
+    if args.trace_steps:
+        result["ours_profiled_ops"] = profiled_ops(jobs["ours"][0], device, args.trace_steps)
+    print_profile(rows, ops_us, result.get("ours_profiled_ops", []), device)
+    out = Path(args.out or RESULTS_DIR / f"zo_step_profile_{device.type}_{args.setting}.json")
+    write_result(out, result)
+
+
+def _parser() -> ArgumentParser:
     parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("--setting", default="digits", choices=list(SETTINGS))
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -109,59 +135,57 @@ def main():
     parser.add_argument("--threads", type=at_least(1), default=1)
     parser.add_argument("--trace-steps", type=at_least(0), default=0)
     parser.add_argument("--out", type=output_file, default=None)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    device = device_or_exit(args.device)
-    x, y = synthetic_inputs(args.setting, SETTINGS[args.setting][3], device)
-    jobs = {}  # name -> (step, its model): ours with packed parameters, ours without, the minimal step
+    return parser
+
+
+def build_jobs(setting: str, device, x, y, op_times: list) -> tuple[dict, object]:
+    """name -> (step, its model): ours with packed parameters, ours without, and the minimal step
+    (its per-op times into `op_times`); and the minimal step's model."""
+    jobs = {}
     for name in ("ours", "ours_unpacked"):
-        method, _, model = build_benchmark_method("dpzero", args.setting, device, "inplace")
+        method, _, model = build_benchmark_method("dpzero", setting, device, "inplace")
         if name == "ours_unpacked":
             model._packed = None          # the parameters stay views of the buffer, but are moved one by one
         jobs[name] = (stepper(method, x, y), model)
-    _, _, bare = build_benchmark_method("dpzero", args.setting, device, "inplace")
-    op_times, per_op = [], []
+    _, _, bare = build_benchmark_method("dpzero", setting, device, "inplace")
     minimal = minimal_step(bare, x, y)
     jobs["minimal"] = (lambda: minimal(op_times), bare)
-    for fn, _ in jobs.values():
-        for _ in range(args.warmup):
-            fn()
-    rows = {}
-    for name, (fn, model) in jobs.items():
-        pairs = []
-        for _ in range(args.pairs):
-            sync(device)
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                model.current_losses(x, y)
-                model.current_losses(x, y)
-            sync(device)
-            t1 = time.perf_counter()
-            fn()
-            sync(device)
-            pairs.append((time.perf_counter() - t1, t1 - t0))
-            if name == "minimal":
-                per_op.append(list(op_times))
-        rows[name] = {"paired_floor_ratio": statistics.median(s / f for s, f in pairs),
-                      "median_step_ms": statistics.median(s for s, _ in pairs) * 1e3,
-                      "median_floor_ms": statistics.median(f for _, f in pairs) * 1e3}
-    ops_us = {op: statistics.median(r[k] for r in per_op) * 1e6 for k, op in enumerate(OPS)}
-    result = {"command": command_line(), "commit": git_commit(),
-              "machine": machine_details(device=device_name(device), threads=torch.get_num_threads()),
-              "setting": args.setting, "dim": bare.dim, "batch_size": len(y), "threads": args.threads,
-              "pairs": args.pairs, "steps": rows, "minimal_step_op_us": ops_us}
-    if args.trace_steps:
-        result["ours_profiled_ops"] = profiled_ops(jobs["ours"][0], device, args.trace_steps)
+    return jobs, bare
+
+
+def paired_against_floor(fn, model, x, y, device, pairs: int, after_step=None) -> dict:
+    """`pairs` times: two bare no-grad forwards (the floor), then one step; the median of the step
+    over its floor pair by pair (the machine's drift cancels), and of each alone. `after_step` runs
+    after each step (the minimal step's op times)."""
+    timed = []
+    for _ in range(pairs):
+        sync(device)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            model.current_losses(x, y)
+            model.current_losses(x, y)
+        sync(device)
+        t1 = time.perf_counter()
+        fn()
+        sync(device)
+        timed.append((time.perf_counter() - t1, t1 - t0))
+        if after_step is not None:
+            after_step()
+    return {"paired_floor_ratio": statistics.median(s / f for s, f in timed),
+            "median_step_ms": statistics.median(s for s, _ in timed) * 1e3,
+            "median_floor_ms": statistics.median(f for _, f in timed) * 1e3}
+
+
+def print_profile(rows: dict, ops_us: dict, profiled: list[dict], device) -> None:
+    """Each job's step against its floor, the minimal step's time per op, the most costly profiled ops."""
     for name, r in rows.items():
         print(f"{name:8s} x floor (paired) {r['paired_floor_ratio']:.3f}  step {r['median_step_ms']:.2f} ms  "
               f"floor {r['median_floor_ms']:.2f} ms")
     print("minimal step, us per op" + (" (host)" if device.type == "cuda" else "") + ":",
           ", ".join(f"{k} {v:.0f}" for k, v in ops_us.items()))
-    for row in result.get("ours_profiled_ops", [])[:15]:
+    for row in profiled[:15]:
         print(f"  {row['op'][:40]:40s} calls {row['calls_per_step']:7.1f}  host {row['self_host_us_per_step']:8.0f} us"
               f"  device {row['device_us_per_step']:8.0f} us")
-    out = Path(args.out or RESULTS_DIR / f"zo_step_profile_{device.type}_{args.setting}.json")
-    write_result(out, result)
 
 
 #: `pazo-bench profile`, `python -m pazo.bench.profile_step`, `python scripts/profile_zo_step.py`.

@@ -107,56 +107,18 @@ def time_default_runs(counts: list[int], runs: int) -> dict:
 
 
 def main():
-    parser = ArgumentParser(description=summary_of(__doc__))
-    parser.add_argument("--settings", default=DEFAULT_SETTINGS)
-    parser.add_argument("--methods", default="sgd,dpsgd,pazo_m")
-    parser.add_argument("--counts", default=None, help="thread counts (default: 1, 2 and the machine's cores)")
-    parser.add_argument("--iters", type=at_least(1), default=10)
-    parser.add_argument("--warmup", type=at_least(0), default=2)
-    parser.add_argument("--batch-size", type=at_least(1), default=None,
-                        help="every setting's batch size (default: each setting's own)")
-    parser.add_argument("--no-train", action="store_true", help="skip timing the whole default run")
-    parser.add_argument("--train-runs", type=at_least(1), default=3,
-                        help="how many times the default run is timed at each count and at auto (interleaved)")
-    parser.add_argument("--out", type=output_file, default=None)
-    parser.add_argument("--note", default=None, help="a note for the result file (e.g. the machine's load)")
-    parser.add_argument("--job", default=None, help=argparse.SUPPRESS)  # internal: one job in this process
-    args = parser.parse_args()
+    args = _parser().parse_args()
     if args.job:
         job = json.loads(args.job)
         print(json.dumps(time_job(job["setting"], job["method"], args.iters, args.warmup, args.batch_size)))
         return
-    from pazo.bench.settings import SETTINGS
     from pazo.threads import usable_cores
 
-    try:
-        counts = sorted({int(c) for c in args.counts.split(",")} if args.counts else {1, 2, usable_cores()})
-        if min(counts) < 1:
-            raise ValueError
-    except ValueError:
-        print(f"pazo: error: --counts must be integers >= 1, got {args.counts!r}", file=sys.stderr)
-        sys.exit(2)
-    unknown = sorted(set(args.settings.split(",")) - set(SETTINGS))
-    if unknown:
-        print(f"pazo: error: {ConfigError(f'unknown setting(s) {unknown}; choices: {list(SETTINGS)}')}",
-              file=sys.stderr)
-        sys.exit(2)
+    counts = _thread_counts(args.counts)
+    _refuse_unknown_settings(args.settings)
     rows, load = [], [os.getloadavg()]
     for setting in args.settings.split(","):
-        for method in args.methods.split(","):
-            by_count = {}
-            for n in counts:
-                by_count[n] = run_isolated({"setting": setting, "method": method}, n, args)
-                print(json.dumps({"setting": setting, "method": method, "threads": n, **by_count[n]}), flush=True)
-            medians = {n: r["median_s"] for n, r in by_count.items() if "median_s" in r}
-            row = {"setting": setting, "method": method, "by_threads": by_count}
-            if medians:
-                best = min(medians, key=medians.get)
-                dim = next(r["dim"] for r in by_count.values() if "dim" in r)
-                auto = auto_pick(dim)
-                row.update(best_threads=best, auto_threads=auto,
-                           auto_over_best=medians[auto] / medians[best] if auto in medians else None)
-            rows.append(row)
+        rows += [time_counts(setting, method, counts, args) for method in args.methods.split(",")]
         load.append(os.getloadavg())
     train = None
     if not args.no_train:
@@ -172,6 +134,73 @@ def main():
                                                   load_average_median=float(np.median([a[0] for a in load]))),
                        **({"note": args.note} if args.note else {}), "counts": counts, "iters": args.iters,
                        "results": rows, "default_run": train})
+    print_summary(rows, train)
+
+
+def _parser() -> ArgumentParser:
+    parser = ArgumentParser(description=summary_of(__doc__))
+    parser.add_argument("--settings", default=DEFAULT_SETTINGS)
+    parser.add_argument("--methods", default="sgd,dpsgd,pazo_m")
+    parser.add_argument("--counts", default=None, help="thread counts (default: 1, 2 and the machine's cores)")
+    parser.add_argument("--iters", type=at_least(1), default=10)
+    parser.add_argument("--warmup", type=at_least(0), default=2)
+    parser.add_argument("--batch-size", type=at_least(1), default=None,
+                        help="every setting's batch size (default: each setting's own)")
+    parser.add_argument("--no-train", action="store_true", help="skip timing the whole default run")
+    parser.add_argument("--train-runs", type=at_least(1), default=3,
+                        help="how many times the default run is timed at each count and at auto (interleaved)")
+    parser.add_argument("--out", type=output_file, default=None)
+    parser.add_argument("--note", default=None, help="a note for the result file (e.g. the machine's load)")
+    parser.add_argument("--job", default=None, help=argparse.SUPPRESS)  # internal: one job in this process
+    return parser
+
+
+def _thread_counts(text: str | None) -> list[int]:
+    """--counts as sorted distinct counts (default 1, 2 and the usable cores); one error line and
+    exit 2 where one is not an integer >= 1."""
+    from pazo.threads import usable_cores
+
+    try:
+        counts = sorted({int(c) for c in text.split(",")} if text else {1, 2, usable_cores()})
+        if min(counts) < 1:
+            raise ValueError
+    except ValueError:
+        print(f"pazo: error: --counts must be integers >= 1, got {text!r}", file=sys.stderr)
+        sys.exit(2)
+    return counts
+
+
+def _refuse_unknown_settings(settings: str) -> None:
+    """One error line and exit 2 where --settings names a setting the bench does not have."""
+    from pazo.bench.settings import SETTINGS
+
+    unknown = sorted(set(settings.split(",")) - set(SETTINGS))
+    if unknown:
+        print(f"pazo: error: {ConfigError(f'unknown setting(s) {unknown}; choices: {list(SETTINGS)}')}",
+              file=sys.stderr)
+        sys.exit(2)
+
+
+def time_counts(setting: str, method: str, counts: list[int], args) -> dict:
+    """One method on one setting at each thread count (a subprocess each, printed as it ends), the
+    best count and how `auto`'s pick compares with it."""
+    by_count = {}
+    for n in counts:
+        by_count[n] = run_isolated({"setting": setting, "method": method}, n, args)
+        print(json.dumps({"setting": setting, "method": method, "threads": n, **by_count[n]}), flush=True)
+    medians = {n: r["median_s"] for n, r in by_count.items() if "median_s" in r}
+    row = {"setting": setting, "method": method, "by_threads": by_count}
+    if medians:
+        best = min(medians, key=medians.get)
+        dim = next(r["dim"] for r in by_count.values() if "dim" in r)
+        auto = auto_pick(dim)
+        row.update(best_threads=best, auto_threads=auto,
+                   auto_over_best=medians[auto] / medians[best] if auto in medians else None)
+    return row
+
+
+def print_summary(rows: list[dict], train: dict | None) -> None:
+    """One line per setting and method (time at each count, best, auto) and the default run's times."""
     for r in rows:
         meds = {n: v.get("median_s") for n, v in r["by_threads"].items()}
         print(f"{r['setting']:>18} {r['method']:>7} " + " ".join(

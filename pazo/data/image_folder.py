@@ -143,6 +143,32 @@ def load_public_folder(folder: str | Path, class_names: list[str], size: int, *,
     """
     exclude = exclude or {}
     folder = Path(str(folder)).expanduser()
+    found, files = _public_class_files(folder, class_names)
+    index = {name: i for i, name in enumerate(class_names)}
+    by_class = {name: [p for p, n in files if n == name] for name in found}
+    picked = _pick_per_class(folder, by_class, per_class, rng)
+    chosen = [(by_class[name][i], index[name]) for name in found for i in picked[name]]
+    images = cached(cache_dir, ["public_folder", size, channels, folder_fingerprint([(p, "") for p, _ in chosen])],
+                    lambda: {"images": decode_images([p for p, _ in chosen], size, channels)})["images"]
+    labels = torch.tensor([y for _, y in chosen])
+    dropped = dict.fromkeys(exclude, 0)
+    keep = ~_copies(images, exclude, dropped)
+    images, labels = [images[keep]], [labels[keep]]
+    for name in found if per_class is not None else []:      # replace the dropped copies of each class
+        missing = per_class - int((labels[0] == index[name]).sum())
+        untried = np.setdiff1d(np.arange(len(by_class[name])), picked[name])
+        for extra in _replacements(folder / name, by_class[name], untried, missing, per_class, rng,
+                                   lambda paths: decode_images(paths, size, channels), exclude, dropped):
+            images.append(extra)
+            labels.append(torch.full((len(extra),), index[name], dtype=torch.long))
+    return torch.cat(images), torch.cat(labels).long(), {
+        "public": str(folder), "public_classes_present": len(found),
+        **{f"public_copies_of_{name}_dropped": n for name, n in dropped.items()}}
+
+
+def _public_class_files(folder: Path, class_names: list[str]) -> tuple[list[str], list]:
+    """The folder's class names and (image, class) files, refused where the folder is missing,
+    names a class the private data does not have, or holds no image."""
     if not folder.is_dir():
         raise DataMissingError(
             f"public image folder {folder} does not exist: it should hold one sub-folder per class "
@@ -157,8 +183,12 @@ def load_public_folder(folder: str | Path, class_names: list[str], size: int, *,
                           f"{' ...' if len(class_names) > 10 else ''}")
     if not files:
         raise DataMissingError(f"public image folder {folder} holds no images ({', '.join(IMG_EXTENSIONS)})")
-    index = {name: i for i, name in enumerate(class_names)}
-    by_class = {name: [p for p, n in files if n == name] for name in found}
+    return found, files
+
+
+def _pick_per_class(folder: Path, by_class: dict[str, list], per_class: int | None,
+                    rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Each class's chosen file positions: all of them, or `per_class` drawn at random (in order)."""
     picked = {}
     for name, mine in by_class.items():
         if per_class is not None and per_class > len(mine):
@@ -166,30 +196,23 @@ def load_public_folder(folder: str | Path, class_names: list[str], size: int, *,
                               f"{folder / name} holds {len(mine)}")
         picked[name] = (np.arange(len(mine)) if per_class is None
                         else np.sort(rng.choice(len(mine), size=per_class, replace=False)))
-    chosen = [(by_class[name][i], index[name]) for name in found for i in picked[name]]
-    images = cached(cache_dir, ["public_folder", size, channels, folder_fingerprint([(p, "") for p, _ in chosen])],
-                    lambda: {"images": decode_images([p for p, _ in chosen], size, channels)})["images"]
-    labels = torch.tensor([y for _, y in chosen])
-    dropped = dict.fromkeys(exclude, 0)
-    keep = ~_copies(images, exclude, dropped)
-    images, labels = [images[keep]], [labels[keep]]
-    for name in found if per_class is not None else []:      # replace the dropped copies of each class
-        missing = per_class - int((labels[0] == index[name]).sum())
-        untried = np.setdiff1d(np.arange(len(by_class[name])), picked[name])
-        while missing:
-            if not len(untried):
-                raise ConfigError(f"asked for {per_class} public images of class {name!r} but {folder / name} "
-                                  f"holds only {per_class - missing} that are not copies of test images")
-            draw = np.sort(rng.choice(untried, size=min(missing, len(untried)), replace=False))
-            untried = np.setdiff1d(untried, draw)
-            extra = decode_images([by_class[name][i] for i in draw], size, channels)
-            extra = extra[~_copies(extra, exclude, dropped)]
-            images.append(extra)
-            labels.append(torch.full((len(extra),), index[name], dtype=torch.long))
-            missing -= len(extra)
-    return torch.cat(images), torch.cat(labels).long(), {
-        "public": str(folder), "public_classes_present": len(found),
-        **{f"public_copies_of_{name}_dropped": n for name, n in dropped.items()}}
+    return picked
+
+
+def _replacements(where: Path, paths: list, untried: np.ndarray, missing: int, per_class: int,
+                  rng: np.random.Generator, decode, exclude: dict[str, set[bytes]], dropped: dict[str, int]):
+    """Decoded images of one class drawn from its untried files until `missing` of them are not
+    copies of an excluded image (yielded a draw at a time); a ConfigError where the class runs out."""
+    while missing:
+        if not len(untried):
+            raise ConfigError(f"asked for {per_class} public images of class {where.name!r} but {where} "
+                              f"holds only {per_class - missing} that are not copies of test images")
+        draw = np.sort(rng.choice(untried, size=min(missing, len(untried)), replace=False))
+        untried = np.setdiff1d(untried, draw)
+        extra = decode([paths[i] for i in draw])
+        extra = extra[~_copies(extra, exclude, dropped)]
+        yield extra
+        missing -= len(extra)
 
 
 def public_split_size(cfg) -> dict:

@@ -211,63 +211,93 @@ def load_prompt_bundle(cfg, streams, tokenizer) -> DataBundle:
     """A prompted task (`cfg.task`) as private / validation / public / test splits of token ids."""
     spec = task_spec(cfg.task)
     kind = model_kind(cfg.model_kind)
+    _refuse_sizes(cfg, spec, kind)
+    rng = _rng(cfg, streams)
+    train, test = _load_task_data(cfg, spec)
+    train, y_train = _gold_labelled(train, _labels(train, spec))
+    train_labels = y_train if y_train is not None else np.zeros(len(train))
+    private_idx = sample_rows(train_labels, rng, per_class=cfg.get("k_shot"), total=cfg.get("n_train"),
+                              what=f"{spec.name} train")
+    val_idx = sample_rows(train_labels, rng, per_class=cfg.get("val_k_shot") or None, total=cfg.get("n_val") or None,
+                          taken=private_idx, what=f"{spec.name} validation")
+    test = _test_sample(cfg, spec, _gold_labelled(test, _labels(test, spec))[0], rng)
+    public = _public_split(cfg, spec, train, train_labels, np.concatenate([private_idx, val_idx]), rng)
+    if spec.generation:
+        encode = _squad_encoder(tokenizer, cfg.max_length)
+    else:
+        encode = _classification_encoder(tokenizer, spec, kind, cfg.max_length)
+    info = _bundle_info(cfg, spec, kind)
+    val = train.select(val_idx) if len(val_idx) else None
+    return DataBundle(name=spec.name, private=encode(train.select(private_idx)), public=encode(public),
+                      test=encode(test), val=encode(val) if val is not None else None,
+                      num_classes=1 if spec.generation else len(spec.classes),
+                      input_shape=(cfg.max_length,), info=info)
+
+
+def _refuse_sizes(cfg, spec: TaskSpec, kind: str) -> None:
+    """The settings a prompted task cannot run with, refused before any data is read."""
     if spec.generation and kind != "causal":
         raise ConfigError(f"task {spec.name} is answered by generation: use model=hf_causal_lm")
     if cfg.get("k_shot") is not None and cfg.get("n_train") is not None:
         raise ConfigError("set dataset.k_shot (examples per class) or dataset.n_train (in all), not both")
     if cfg.get("k_shot") is None and cfg.get("n_train") is None:
         raise ConfigError("set dataset.k_shot (examples per class) or dataset.n_train (examples in all)")
-    rng = _rng(cfg, streams)
-    train, test = _load_task_data(cfg, spec)
-    y_train = _labels(train, spec)
-    if y_train is not None and (y_train < 0).any():               # GLUE / SNLI rows without a gold label
-        keep = np.flatnonzero(y_train >= 0)
-        train, y_train = train.select(keep), y_train[keep]
-    private_idx = sample_rows(y_train if y_train is not None else np.zeros(len(train)), rng,
-                              per_class=cfg.get("k_shot"), total=cfg.get("n_train"), what=f"{spec.name} train")
-    val_idx = sample_rows(y_train if y_train is not None else np.zeros(len(train)), rng,
-                          per_class=cfg.get("val_k_shot") or None, total=cfg.get("n_val") or None,
-                          taken=private_idx, what=f"{spec.name} validation")
-    taken = np.concatenate([private_idx, val_idx])
-    y_test = _labels(test, spec)
-    if y_test is not None and (y_test < 0).any():
-        keep = np.flatnonzero(y_test >= 0)
-        test, y_test = test.select(keep), y_test[keep]
-    if cfg.get("test_size") is not None:
-        if cfg.test_size > len(test):
-            raise ConfigError(f"asked for {cfg.test_size} test examples but split {spec.test_split!r} holds "
-                              f"{len(test)}")
-        test = test.select(np.sort(rng.choice(len(test), size=cfg.test_size, replace=False)))
 
+
+def _gold_labelled(ds, labels: np.ndarray | None):
+    """(rows, labels) without the rows that have no gold label (GLUE / SNLI mark them -1)."""
+    if labels is not None and (labels < 0).any():
+        keep = np.flatnonzero(labels >= 0)
+        return ds.select(keep), labels[keep]
+    return ds, labels
+
+
+def _test_sample(cfg, spec: TaskSpec, test, rng: np.random.Generator):
+    """The test split, or `dataset.test_size` of its rows drawn at random (in their order)."""
+    if cfg.get("test_size") is None:
+        return test
+    if cfg.test_size > len(test):
+        raise ConfigError(f"asked for {cfg.test_size} test examples but split {spec.test_split!r} holds "
+                          f"{len(test)}")
+    return test.select(np.sort(rng.choice(len(test), size=cfg.test_size, replace=False)))
+
+
+def _public_split(cfg, spec: TaskSpec, train, train_labels: np.ndarray, taken: np.ndarray,
+                  rng: np.random.Generator):
+    """The public rows `dataset.public_source` names: none, train rows outside the private and
+    validation ones (split), or a folder's (folder)."""
     source = cfg.get("public_source", "none")
     if source == "split":
-        pub_idx = sample_rows(y_train if y_train is not None else np.zeros(len(train)), rng,
-                              per_class=cfg.get("public_per_class"), total=cfg.get("public_size"),
-                              taken=taken, what=f"{spec.name} public")
-        public = train.select(pub_idx)
-    elif source == "folder":
-        pool = _public_pool(cfg, spec)
-        y_pool = _labels(pool, spec)
-        if y_pool is not None:
-            pool = pool.select(np.flatnonzero(y_pool >= 0))
-            y_pool = y_pool[y_pool >= 0]
-            if y_pool.max(initial=0) >= len(spec.classes):
-                raise ConfigError(f"public labels go up to {y_pool.max()} but task {spec.name} has "
-                                  f"{len(spec.classes)} classes")
-        if cfg.get("public_per_class") is not None or cfg.get("public_size") is not None:
-            pool = pool.select(sample_rows(y_pool if y_pool is not None else np.zeros(len(pool)), rng,
-                                           per_class=cfg.get("public_per_class"), total=cfg.get("public_size"),
-                                           what="public"))
-        public = pool
-    elif source == "none":
-        public = train.select([])
-    else:
-        raise ConfigError(f"dataset.public_source must be none, split or folder, got {source!r}")
+        return train.select(sample_rows(train_labels, rng, per_class=cfg.get("public_per_class"),
+                                        total=cfg.get("public_size"), taken=taken, what=f"{spec.name} public"))
+    if source == "folder":
+        return _public_folder_rows(cfg, spec, rng)
+    if source == "none":
+        return train.select([])
+    raise ConfigError(f"dataset.public_source must be none, split or folder, got {source!r}")
 
-    if spec.generation:
-        encode = _squad_encoder(tokenizer, cfg.max_length)
-    else:
-        encode = _classification_encoder(tokenizer, spec, kind, cfg.max_length)
+
+def _public_folder_rows(cfg, spec: TaskSpec, rng: np.random.Generator):
+    """The public folder's labelled rows (labels checked against the task's classes), sampled when
+    `dataset.public_per_class` or `dataset.public_size` asks."""
+    pool = _public_pool(cfg, spec)
+    y_pool = _labels(pool, spec)
+    if y_pool is not None:
+        pool = pool.select(np.flatnonzero(y_pool >= 0))
+        y_pool = y_pool[y_pool >= 0]
+        if y_pool.max(initial=0) >= len(spec.classes):
+            raise ConfigError(f"public labels go up to {y_pool.max()} but task {spec.name} has "
+                              f"{len(spec.classes)} classes")
+    if cfg.get("public_per_class") is not None or cfg.get("public_size") is not None:
+        pool = pool.select(sample_rows(y_pool if y_pool is not None else np.zeros(len(pool)), rng,
+                                       per_class=cfg.get("public_per_class"), total=cfg.get("public_size"),
+                                       what="public"))
+    return pool
+
+
+def _bundle_info(cfg, spec: TaskSpec, kind: str) -> dict:
+    """What the run's summary records of the data: the task, its template, sizes and sources."""
+    source = cfg.get("public_source", "none")
     info = {"task": spec.name, "template": kind, "max_length": cfg.max_length,
             "data_seed": cfg.get("data_seed"), "public_source": source,
             **{k: cfg.get(k) for k in ("k_shot", "n_train", "val_k_shot", "n_val", "test_size",
@@ -280,11 +310,7 @@ def load_prompt_bundle(cfg, streams, tokenizer) -> DataBundle:
                                      "with its length in the error"]
     else:
         info["label_words"] = dict(zip(spec.classes, resolve_label_words(spec.name, kind, cfg.get("label_words"))))
-    val = train.select(val_idx) if len(val_idx) else None
-    return DataBundle(name=spec.name, private=encode(train.select(private_idx)), public=encode(public),
-                      test=encode(test), val=encode(val) if val is not None else None,
-                      num_classes=1 if spec.generation else len(spec.classes),
-                      input_shape=(cfg.max_length,), info=info)
+    return info
 
 
 def _classification_encoder(tokenizer, spec: TaskSpec, kind: str, max_length: int):

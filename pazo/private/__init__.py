@@ -261,18 +261,14 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
         secure = secure_mode or seed is None
         privacy = PrivacySchema(epsilon=epsilon, delta=delta, sigma=sigma, adjacency=adjacency, eps_error=eps_error,
                                 secure_mode=secure, cache_dir=cache_dir, accountant=accountant)
-        device = resolve_device(str(device)) if device is not None else _parameter_device(model)
-        check_finite_model(model)
-        module, fmodel, input_device = functional_model(model, device, private=epsilon is not None,
-                                                        name=type(model).__name__, loss_fn=loss_fn)
-        check_model_and_loss(fmodel, {"train_data": private, "public": public_split}, input_device)
+        module, fmodel, input_device = _checked_model(model, loss_fn, device, epsilon is not None, private,
+                                                      public_split)
         settings = {"method": dataclasses.asdict(method_cfg), "privacy": dataclasses.asdict(privacy), "steps": steps,
                     "batch_size": batch_size, "engine": {"query_dropout": query_dropout}}
         key = library_key(fingerprint, settings, module, fmodel.loss_fn, public_split, secure)
         streams = _keyed_streams(seed, secure, key, private, public_split, module)
         plan = _library_plan(privacy, len(private), batch_size, steps, method_cfg, key, seeded=not secure)
-        engine_cfg = OmegaConf.structured(EngineSchema(name=engine, chunk_size=chunk_size,
-                                                       query_dropout=query_dropout))
+        engine_cfg = OmegaConf.structured(EngineSchema(name=engine, chunk_size=chunk_size, query_dropout=query_dropout))
         zo_method, engine_facts = _method_on_engine(method_cfg, fmodel, plan, streams, public_split, engine_cfg,
                                                     batch_size)
     module.train()
@@ -282,6 +278,17 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
     if verbose:
         _announce(optimiser, len(public_split))
     return optimiser
+
+
+def _checked_model(model: nn.Module, loss_fn, device, private_run: bool, private, public_split):
+    """(module, functional model, input device): the model as the steps take it, once its initial
+    parameters are finite and it and the loss take both splits (else one error naming the argument)."""
+    device = resolve_device(str(device)) if device is not None else _parameter_device(model)
+    check_finite_model(model)
+    module, fmodel, input_device = functional_model(model, device, private=private_run, name=type(model).__name__,
+                                                    loss_fn=loss_fn)
+    check_model_and_loss(fmodel, {"train_data": private, "public": public_split}, input_device)
+    return module, fmodel, input_device
 
 
 def _splits(train_data, public, batch_size: int, method_cfg: MethodConfig) -> tuple[TensorSplit, TensorSplit]:

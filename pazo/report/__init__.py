@@ -14,6 +14,16 @@ COMMANDS = {
 }
 
 
+def show_table(text: str, out: str | None) -> int:
+    """A table command's ending: the table on stdout, and into `out` too where one is named
+    (written whole or not at all); the command's status, 0."""
+    from pazo.files.rundir import write_text_atomic
+    print(text)
+    if out:
+        write_text_atomic(out, text + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """`pazo-report <name> [args]`."""
     from pazo.commands.start import dispatch

@@ -21,7 +21,7 @@ from pazo.files.file_kinds import output_file
 from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo.audit.run import read_audits
 from pazo.methods import METHODS
-from pazo.files.rundir import write_text_atomic
+from pazo.report import show_table
 
 ORDER = {name: i for i, name in enumerate(METHODS.names())}
 THREAT = {"white_box": "white box", "black_box": "black box"}
@@ -94,10 +94,7 @@ def main(argv=None) -> int:
         print(f"pazo: error: no audit summary.json below {', '.join(args.dirs)}", file=sys.stderr)
         return 2
     text = table(summaries)
-    print(text)
-    if args.out:
-        write_text_atomic(args.out, text + "\n")
-    return 0
+    return show_table(text, args.out)
 
 
 #: `pazo-report audit-table`, `python -m pazo.report.audit_table`, `python scripts/make_audit_table.py`.

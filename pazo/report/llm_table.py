@@ -24,8 +24,8 @@ import pandas as pd
 from pazo.files.file_kinds import output_file
 from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo.errors import ConfigError
+from pazo.report import show_table
 from pazo.run.results import load_runs, missing_dirs, read_json_object
-from pazo.files.rundir import write_text_atomic
 
 SEED_KEYS = ("dataset.data_seed",)
 
@@ -85,10 +85,7 @@ def main(argv=None) -> int:
               f"holds (run directories: {counts})", file=sys.stderr)
         return 1
     text = table.to_markdown(index=False, floatfmt=".4f")
-    print(text)
-    if args.out:
-        write_text_atomic(args.out, text + "\n")
-    return 0
+    return show_table(text, args.out)
 
 
 #: `pazo-report llm-table`, `python -m pazo.report.llm_table`, `python scripts/llm_table.py`.

@@ -439,6 +439,31 @@ def write(out: Path, name: str, title: str, frame: pd.DataFrame, long: list[dict
 
 
 def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    refused = _refuse_inputs(args)
+    if refused:
+        return refused
+    out, paper = Path(args.out), paper_values()
+    all_excluded = []
+    try:
+        for sweep_dir in args.sweeps:
+            runs = load_runs([sweep_dir])
+            if runs.empty:
+                print(f"pazo: error: no usable run directory (a config.yaml and, once run, a summary.json) "
+                      f"under {sweep_dir}", file=sys.stderr)
+                return 1
+            all_excluded.append(write_sweep_tables(out, paper, args, sweep_dir, runs))
+    except ConfigError as err:
+        print(f"pazo: error: {err}", file=sys.stderr)
+        return 2
+    if args.sweeps:
+        write_text_atomic(out / "excluded.csv", pd.concat(all_excluded).to_csv(index=False))
+    if args.benchmark:
+        write_benchmark_tables(out, paper, [Path(p) for p in args.benchmark])
+    return 0
+
+
+def _parser() -> ArgumentParser:
     parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("sweeps", nargs="*", help="sweep directories (outputs/sweeps/<name>)")
     parser.add_argument("--selection", default="val", choices=SELECTIONS,
@@ -450,9 +475,14 @@ def main(argv=None) -> int:
     parser.add_argument("--benchmark", nargs="+", default=None,
                         help="`pazo-bench methods` result files (Table 5 and the speedup over DP-SGD)")
     parser.add_argument("--out", default=str(ROOT / "outputs" / "tables"))
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _refuse_inputs(args) -> int:
+    """2, after one `pazo: error:` line, where a benchmark file or a sweep directory named is missing
+    or a benchmark file is unreadable; else 0. Checked before any table is written."""
     missing = [f for f in args.benchmark or [] if not Path(f).is_file()]
-    if missing:  # before any table is written
+    if missing:
         print(f"pazo: error: no benchmark result file {', '.join(missing)} (pazo-bench methods writes "
               "them, e.g. scripts/results/methods_cpu_digits.json)", file=sys.stderr)
         return 2
@@ -465,61 +495,53 @@ def main(argv=None) -> int:
     if missing_dirs(args.sweeps):
         print(f"pazo: error: no sweep directory {', '.join(missing_dirs(args.sweeps))}", file=sys.stderr)
         return 2
-    out, paper = Path(args.out), paper_values()
-    all_excluded = []
-    try:
-        for sweep_dir in args.sweeps:
-            runs = load_runs([sweep_dir])
-            if runs.empty:
-                print(f"pazo: error: no usable run directory (a config.yaml and, once run, a summary.json) "
-                      f"under {sweep_dir}", file=sys.stderr)
-                return 1
-            name = Path(sweep_dir).name
-            excluded = excluded_runs(runs, args.include_shuffle)
-            all_excluded.append(excluded)
-            if name.startswith("table8"):
-                best = select_configs(runs, args.metric, args.selection, ("setting", "method", "q"),
-                                      args.include_shuffle)
-                long, frame = q_table(best, paper)
-                write(out, name, f"Table 8: accuracy (%) at q = 1 and q = 5; {PROTOCOL[args.selection]}", frame,
-                      long, notes_for(best, args.selection, args.metric, shows_paper(long)), excluded)
-                continue
-            best = select_configs(runs, args.metric, args.selection, include_shuffle=args.include_shuffle)
-            settings = [s for s in SETTING_ORDER if s in set(runs.setting)]
-            for setting in settings + sorted(set(runs.setting) - set(SETTING_ORDER)):
-                long, frame = accuracy_table(best, setting, paper)
-                table = PAPER_TABLE.get(setting)
-                title = (f"{'Table ' + table + ': ' if table else ''}{setting} test accuracy (%) ({name}); "
-                         f"{PROTOCOL[args.selection]}")
-                counts = runs[runs.setting == setting].status.value_counts().to_dict()
-                write(out, f"{name}_{setting}", title, frame, long,
-                      [*notes_for(best[best.setting == setting], args.selection, args.metric, shows_paper(long)),
-                       f"Runs: {counts}; source: {sweep_dir}."], excluded[excluded.setting == setting])
-    except ConfigError as err:
-        print(f"pazo: error: {err}", file=sys.stderr)
-        return 2
-    if args.sweeps:
-        write_text_atomic(out / "excluded.csv", pd.concat(all_excluded).to_csv(index=False))
-    if args.benchmark:
-        paths = [Path(p) for p in args.benchmark]
-        long, frame, note = speed_table(paths, paper)
-        write(out, "table5_speed", "Table 5: median s/iter (paper's L40S s/iter in brackets)", frame, long,
-              [note, "[Nx floor]: the method's time over the bare passes it needs (private forwards and "
-                     "public forward-and-backward passes), each timed alone in the same run."])
-        long, frame, note = floor_table(paths)
-        write(out, "table5_floor", "Each zeroth-order step against its floor (ms per step; x floor: paired, the "
-              "goal is at most 1.15x; peak memory over one no-grad forward's, the goal at most 1.1x)", frame, long,
-              [note, "Floor: the bare passes a step needs (2q, or k + 1, no-grad forwards of the private batch and "
-                     "the public forward-and-backward passes), each timed alone in the same job; paired: the step "
-                     "over its bare passes run just before it, pair by pair (the machine's drift cancels)."])
-        long, frame, note = speedup_table(paths, paper)
-        write(out, "table5_speedup", "Speedup over DP-SGD per step (DP-SGD's step time over the method's; the "
-              "paper's Table 5 ratio in brackets)", frame, long,
-              [note, "Of the two engines benchmarked, the faster (by the paired ratio where both have one); the "
-                     "median of paired steps (DP-SGD's, then the method's, in one process) where the file records "
-                     "it, else the ratio of the two jobs' "
-                     "medians; one run only (one file per setting)."])
     return 0
+
+
+def write_sweep_tables(out: Path, paper: pd.DataFrame, args, sweep_dir: str, runs: pd.DataFrame) -> pd.DataFrame:
+    """One sweep's tables (Table 8 for a sweep named table8*, else one accuracy table per setting);
+    returns its excluded runs (for excluded.csv)."""
+    name = Path(sweep_dir).name
+    excluded = excluded_runs(runs, args.include_shuffle)
+    if name.startswith("table8"):
+        best = select_configs(runs, args.metric, args.selection, ("setting", "method", "q"), args.include_shuffle)
+        long, frame = q_table(best, paper)
+        write(out, name, f"Table 8: accuracy (%) at q = 1 and q = 5; {PROTOCOL[args.selection]}", frame,
+              long, notes_for(best, args.selection, args.metric, shows_paper(long)), excluded)
+        return excluded
+    best = select_configs(runs, args.metric, args.selection, include_shuffle=args.include_shuffle)
+    settings = [s for s in SETTING_ORDER if s in set(runs.setting)]
+    for setting in settings + sorted(set(runs.setting) - set(SETTING_ORDER)):
+        long, frame = accuracy_table(best, setting, paper)
+        table = PAPER_TABLE.get(setting)
+        title = (f"{'Table ' + table + ': ' if table else ''}{setting} test accuracy (%) ({name}); "
+                 f"{PROTOCOL[args.selection]}")
+        counts = runs[runs.setting == setting].status.value_counts().to_dict()
+        write(out, f"{name}_{setting}", title, frame, long,
+              [*notes_for(best[best.setting == setting], args.selection, args.metric, shows_paper(long)),
+               f"Runs: {counts}; source: {sweep_dir}."], excluded[excluded.setting == setting])
+    return excluded
+
+
+def write_benchmark_tables(out: Path, paper: pd.DataFrame, paths: list[Path]) -> None:
+    """Table 5 (speed), each step against its floor, and the speedup over DP-SGD, from benchmark files."""
+    long, frame, note = speed_table(paths, paper)
+    write(out, "table5_speed", "Table 5: median s/iter (paper's L40S s/iter in brackets)", frame, long,
+          [note, "[Nx floor]: the method's time over the bare passes it needs (private forwards and "
+                 "public forward-and-backward passes), each timed alone in the same run."])
+    long, frame, note = floor_table(paths)
+    write(out, "table5_floor", "Each zeroth-order step against its floor (ms per step; x floor: paired, the "
+          "goal is at most 1.15x; peak memory over one no-grad forward's, the goal at most 1.1x)", frame, long,
+          [note, "Floor: the bare passes a step needs (2q, or k + 1, no-grad forwards of the private batch and "
+                 "the public forward-and-backward passes), each timed alone in the same job; paired: the step "
+                 "over its bare passes run just before it, pair by pair (the machine's drift cancels)."])
+    long, frame, note = speedup_table(paths, paper)
+    write(out, "table5_speedup", "Speedup over DP-SGD per step (DP-SGD's step time over the method's; the "
+          "paper's Table 5 ratio in brackets)", frame, long,
+          [note, "Of the two engines benchmarked, the faster (by the paired ratio where both have one); the "
+                 "median of paired steps (DP-SGD's, then the method's, in one process) where the file records "
+                 "it, else the ratio of the two jobs' "
+                 "medians; one run only (one file per setting)."])
 
 
 #: `pazo-report tables`, `python -m pazo.report.tables`, `python scripts/make_tables.py`.

@@ -257,13 +257,33 @@ def choose_engine(cfg, model: FunctionalModel, *, zeroth_order: bool, queries: i
     non-private data; directions from fixed seeds, parameters restored exactly, the run's random
     streams untouched).
     """
+    _refuse_vectorised_when_spread(cfg, model, zeroth_order)
+    if cfg.name != "auto":
+        return cfg.name, f"engine.name={cfg.name}"
+    points = [(j, s) for j in range(queries) for s in (1e-3, -1e-3)]
+    ruled = _ruled_choice(model, zeroth_order, points)
+    if ruled is not None:
+        return ruled
+    if sample is None:
+        return "inplace", "no sample batch to measure on"
+    times = _measure_engines(cfg, model, sample, queries, points, repeats)
+    best = min(times, key=times.get)
+    return best, "measured " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in times.items()) + \
+        f" for {len(points)} queries of a batch of {len(sample[1])}"
+
+
+def _refuse_vectorised_when_spread(cfg, model: FunctionalModel, zeroth_order: bool) -> None:
+    """One clear message before any compute: the vectorised engine stacks parameters on one device."""
     devices = model.devices
     if len(devices) > 1 and zeroth_order and cfg.name == "vectorised":
         raise ConfigError(f"engine.name=vectorised stacks all parameters into one block, but the model's "
                           f"parameters are on {len(devices)} devices ({', '.join(map(str, devices))}, "
                           "model.device_map): use engine.name=inplace or auto")
-    if cfg.name != "auto":
-        return cfg.name, f"engine.name={cfg.name}"
+
+
+def _ruled_choice(model: FunctionalModel, zeroth_order: bool, points: list[Point]) -> tuple[str, str] | None:
+    """`auto`'s choice where a rule decides without measuring (inplace and why), else None."""
+    devices = model.devices
     if not zeroth_order:
         return "inplace", "first-order method: the engine is not used"
     if len(devices) > 1:
@@ -275,29 +295,23 @@ def choose_engine(cfg, model: FunctionalModel, *, zeroth_order: bool, queries: i
     if device.type != "cuda":
         return "inplace", f"{device.type}: the in-place engine (rule: faster in paired CPU timings; no start-up " \
                           "measurement off the GPU)"
-    points = [(j, s) for j in range(queries) for s in (1e-3, -1e-3)]
     stacked_mb = len(points) * model.dim * model.params[0].element_size() / 2**20
     free_mb = torch.cuda.mem_get_info(device)[0] / 2**20
     if stacked_mb > free_mb / 4:
         return "inplace", f"{len(points)} stacked parameter copies ({stacked_mb:.0f} MiB) exceed a quarter of " \
                           f"the free GPU memory ({free_mb:.0f} MiB)"
-    if sample is None:
-        return "inplace", "no sample batch to measure on"
-    from pazo.zo.directions import SeededDirections
-    x, y = sample
+    return None
+
+
+def _measure_engines(cfg, model: FunctionalModel, sample, queries: int, points: list[Point],
+                     repeats: int) -> dict[str, float]:
+    """Each engine's median time for the points on the sample batch (inf for a vectorised engine
+    that runs out of GPU memory); the parameters are restored exactly and the GPU cache emptied."""
     saved = [p.detach().clone() for p in model.params]
     times = {}
     try:
         for engine in (VectorisedEngine(chunk_size=cfg.get("chunk_size")), InPlaceEngine()):
-            runs = []
-            for i in range(repeats + 1):
-                directions = SeededDirections(model.shapes, range(queries), device=device, dtype=saved[0].dtype)
-                torch.cuda.synchronize(device)
-                t0 = time.perf_counter()
-                engine.losses(model, x, y, directions, points)
-                torch.cuda.synchronize(device)
-                runs.append(time.perf_counter() - t0)
-            times[engine.name] = statistics.median(runs[1:])
+            times[engine.name] = _median_time(engine, model, sample, queries, points, repeats, saved[0].dtype)
     except torch.cuda.OutOfMemoryError:
         times.setdefault("vectorised", float("inf"))
     finally:
@@ -305,9 +319,24 @@ def choose_engine(cfg, model: FunctionalModel, *, zeroth_order: bool, queries: i
             for p, s in zip(model.params, saved):
                 p.copy_(s)
         torch.cuda.empty_cache()
-    best = min(times, key=times.get)
-    return best, "measured " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in times.items()) + \
-        f" for {len(points)} queries of a batch of {len(y)}"
+    return times
+
+
+def _median_time(engine, model: FunctionalModel, sample, queries: int, points: list[Point], repeats: int,
+                 dtype: torch.dtype) -> float:
+    """The median of `repeats` synchronised timings of one engine's losses, after one warm-up call."""
+    from pazo.zo.directions import SeededDirections
+    x, y = sample
+    device = model.device
+    runs = []
+    for _ in range(repeats + 1):
+        directions = SeededDirections(model.shapes, range(queries), device=device, dtype=dtype)
+        torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        engine.losses(model, x, y, directions, points)
+        torch.cuda.synchronize(device)
+        runs.append(time.perf_counter() - t0)
+    return statistics.median(runs[1:])
 
 
 def build_engine(cfg, choice: str | None = None):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import dataset_node
 from fixtures import write_saved_pairs, write_saved_text
 from pazo.data.hf_text import load_hf_text_bundle
 from pazo.data.text import PAD, UNK
@@ -24,11 +25,9 @@ def text_root(tmp_path_factory):
 
 @pytest.fixture
 def text_cfg(hydra_cfg, text_root):
-    def build(*overrides):
-        return hydra_cfg("dataset=hf_text", "model=lstm", f"dataset.root={text_root}", "dataset.hf_name=sst",
-                         "dataset.text_column=sentence", "dataset.test_split=validation", "dataset.max_length=24",
-                         *overrides).dataset
-    return build
+    return dataset_node(hydra_cfg, "dataset=hf_text", "model=lstm", f"dataset.root={text_root}",
+                        "dataset.hf_name=sst", "dataset.text_column=sentence", "dataset.test_split=validation",
+                        "dataset.max_length=24")
 
 
 def load(cfg, seed=0):

@@ -1,10 +1,13 @@
 """dataset=image_folder: train/ and test/ class folders of real JPEG/PNG files; classes, channels
 and size read from the data, the seeded public split, out-of-distribution public folders, the
 errors a user's folder can cause, and a tiny PAZO-M run through Hydra."""
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
 
+from conftest import dataset_node, seeded_bundle
 from fixtures import write_image_folder
 from pazo.data.image_folder import load_image_folder_bundle
 from pazo.errors import ConfigError, DataMissingError
@@ -23,13 +26,10 @@ def folder(tmp_path_factory):
 
 @pytest.fixture
 def folder_cfg(hydra_cfg, folder):
-    def build(*overrides):
-        return hydra_cfg("dataset=image_folder", f"dataset.root={folder}", *overrides).dataset
-    return build
+    return dataset_node(hydra_cfg, "dataset=image_folder", f"dataset.root={folder}")
 
 
-def load(cfg, seed=0):
-    return load_image_folder_bundle(cfg, np.random.default_rng(seed), torch.Generator().manual_seed(0))
+load = partial(seeded_bundle, load_image_folder_bundle)
 
 
 def red_level(x):

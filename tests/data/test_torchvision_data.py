@@ -2,10 +2,13 @@
 FashionMNIST idx files under <root>/<Name>/raw/, Food-101's meta/ and images/), shapes and
 classes read from the data, the seeded public split, missing data, unknown names, and a tiny
 PAZO-M run through Hydra."""
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
 
+from conftest import dataset_node, seeded_bundle
 from fixtures import write_food101, write_image_folder, write_mnist_raw
 from pazo.data.torchvision_data import CLASSIFICATION, _from_arrays, _from_items, load_torchvision_bundle, open_split
 from pazo.errors import ConfigError, DataMissingError
@@ -26,13 +29,10 @@ def tv_root(tmp_path_factory):
 @pytest.fixture
 def tv_cfg(hydra_cfg, tv_root):
     """The real configs/dataset/torchvision.yaml with overrides."""
-    def build(*overrides):
-        return hydra_cfg("dataset=torchvision", f"dataset.root={tv_root}", *overrides).dataset
-    return build
+    return dataset_node(hydra_cfg, "dataset=torchvision", f"dataset.root={tv_root}")
 
 
-def load(cfg, seed=0):
-    return load_torchvision_bundle(cfg, np.random.default_rng(seed), torch.Generator().manual_seed(0))
+load = partial(seeded_bundle, load_torchvision_bundle)
 
 
 def test_mnist_shapes_classes_and_pixels_from_the_idx_files(tv_cfg, tv_root):

@@ -22,6 +22,7 @@ from pazo.data.image_folder import read_image_folder
 from pazo.run.build import build_run
 from pazo.privacy import calibration
 from pazo.privacy.calibration import calibrate_sigma
+from sigma_cache_checks import check_bad_entry_is_recalibrated
 
 # --- the sigma cache -------------------------------------------------------------------------------
 
@@ -53,23 +54,9 @@ SIGMA_POISONS = {
 @pytest.mark.parametrize("poison", sorted(SIGMA_POISONS))
 def test_a_sigma_entry_that_is_not_calibrations_answer_is_recalibrated(poison, fresh_sigma, tmp_path,
                                                                        monkeypatch, caplog):
-    calls = []
-
-    def calibrate(*args, **kwargs):   # calibration's real answer, without paying for the solve again
-        calls.append(args)
-        return fresh_sigma
-    monkeypatch.setattr(calibration, "_calibrate_uncached", calibrate)
-    calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path)
-    path = _entry(tmp_path)
-    good = json.loads(path.read_text())
+    good = check_bad_entry_is_recalibrated(lambda e: json.dumps(SIGMA_POISONS[poison](e)), fresh_sigma, CACHE_ARGS,
+                                           tmp_path, monkeypatch, caplog)
     assert 0.99 <= good["epsilon_spent"] <= 1.0   # the entry records the epsilon its sigma spends
-    path.write_text(json.dumps(SIGMA_POISONS[poison](good)))
-    with caplog.at_level(logging.WARNING, logger="pazo.privacy.sigma_cache"):
-        assert calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path) == fresh_sigma
-        assert calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path) == fresh_sigma
-    warnings = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
-    assert len(warnings) == 1 and len(calls) == 2   # one line, recalibrated once, then served
-    assert json.loads(path.read_text()) == good
 
 
 def test_a_sigma_entry_with_more_noise_says_so(fresh_sigma, tmp_path, monkeypatch, caplog):

@@ -1,6 +1,5 @@
 """The accountant against independent values and its own consistency."""
 import json
-import logging
 import math
 
 import pytest
@@ -13,6 +12,7 @@ from pazo.privacy import accountants as acc
 from pazo.privacy import calibration, rdp
 from pazo.privacy.accountants import BudgetError, GaussianAccountant, rdp_epsilon
 from pazo.privacy.calibration import calibrate_sigma
+from sigma_cache_checks import check_bad_entry_is_recalibrated
 
 
 def pld_epsilon(sigma, q, steps, delta, mechanisms=1):
@@ -346,18 +346,6 @@ def fresh_sigma():
     return calibrate_sigma(*CACHE_ARGS)
 
 
-def _only_entry(tmp_path):
-    files = list((tmp_path / "sigma").glob("*.json"))
-    assert len(files) == 1
-    return files[0]
-
-
-def _poison(text_of):
-    def make(path, entry):
-        path.write_text(text_of(entry))
-    return make
-
-
 POISONS = {
     "overspending sigma": lambda e: json.dumps({**e, "sigma": e["sigma"] * 0.5}),
     "null": lambda e: json.dumps({**e, "sigma": None}),
@@ -383,22 +371,7 @@ POISONS = {
 @pytest.mark.parametrize("poison", sorted(POISONS))
 def test_poisoned_cache_entry_is_recomputed_overwritten_and_warned_once(poison, fresh_sigma, tmp_path,
                                                                          monkeypatch, caplog):
-    calls = []
-
-    def calibrate(*args, **kwargs):  # the real result, without paying for the solve again
-        calls.append(args)
-        return fresh_sigma
-    monkeypatch.setattr(calibration, "_calibrate_uncached", calibrate)
-    calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path)
-    path = _only_entry(tmp_path)
-    entry = json.loads(path.read_text())
-    path.write_text(POISONS[poison](entry))
-    with caplog.at_level(logging.WARNING, logger="pazo.privacy.sigma_cache"):
-        assert calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path) == fresh_sigma
-        assert calibrate_sigma(*CACHE_ARGS, cache_dir=tmp_path) == fresh_sigma
-    assert len(calls) == 2  # recomputed once, then served from the repaired entry (re-confirmed)
-    assert len([r for r in caplog.records if "ignored" in r.getMessage()]) == 1
-    assert json.loads(path.read_text()) == entry
+    check_bad_entry_is_recalibrated(POISONS[poison], fresh_sigma, CACHE_ARGS, tmp_path, monkeypatch, caplog)
 
 
 def test_cache_entry_that_meets_the_target_is_served_without_recomputing(fresh_sigma, tmp_path, monkeypatch):

@@ -30,6 +30,7 @@ from pazo.rng import STREAMS, RandomStreams
 from pazo.run.validate import typed_config
 from pazo.run.weights import read_weights
 from conftest import CONFIG_DIR, ROOT, run_cache
+from step_faults import fail_at_step
 
 #: keys that change what a run computes: each gives another fingerprint
 WHAT = ["method.lr=0.3", "method.clip=2.0", "privacy.epsilon=2.0", "train.batch_size=32", "train.steps=5",
@@ -148,13 +149,7 @@ def test_a_resume_whose_fingerprint_changed_is_refused(hydra_cfg, tmp_path, monk
     """The checkpoint records the fingerprint its streams were keyed by: an attempt that would key
     them otherwise (here: a version of pazo that counts log_every as a computing key) is refused."""
     cfg = hydra_cfg("method=dpzero", "train.steps=6", "train.checkpoint_every=2")
-    real = training_loop.timed_step
-
-    def step(r, sampler, loop, t):
-        if t == 5:
-            raise KeyboardInterrupt
-        return real(r, sampler, loop, t)
-    monkeypatch.setattr(training_loop, "timed_step", step)
+    real = fail_at_step(monkeypatch, training_loop, "timed_step", 5, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         train.run(cfg, tmp_path)
     monkeypatch.setattr(training_loop, "timed_step", real)
@@ -171,13 +166,7 @@ def test_a_failed_run_started_over_with_another_learning_rate_is_refused(hydra_c
     Under another fingerprint (here another lr) a start over would draw independent noise, which
     the printed epsilon would not compose with the earlier attempt's releases: it is refused, and
     nothing is moved."""
-    real = training_loop.timed_step
-
-    def step(r, sampler, loop, t):
-        if t == 3:
-            raise RuntimeError("injected fault")
-        return real(r, sampler, loop, t)
-    monkeypatch.setattr(training_loop, "timed_step", step)
+    fail_at_step(monkeypatch, training_loop, "timed_step", 3, RuntimeError("injected fault"))
     with pytest.raises(RuntimeError):
         train.run(hydra_cfg("method=pazo_p", "train.steps=6", "method.public_grads_together=true"), tmp_path)
     monkeypatch.undo()

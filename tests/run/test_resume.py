@@ -20,6 +20,7 @@ from pazo.methods import method_info
 from pazo.methods.two_point import TwoPointMethod
 from pazo.train import run
 from pazo.run.weights import read_weights
+from step_faults import fail_at_step
 
 
 def rows(run_dir):
@@ -292,14 +293,7 @@ def test_a_replay_of_an_attempt_whose_private_record_lacks_a_key_is_refused(hydr
     from pazo.errors import ConfigError
 
     cfg = hydra_cfg("method=dpzero", "train.steps=6", "train.log_every=1")
-    original = TwoPointMethod.step
-
-    def crash(self, x, y, t):
-        if t == 3:
-            raise RuntimeError("a crash at step 3")
-        return original(self, x, y, t)
-
-    monkeypatch.setattr(TwoPointMethod, "step", crash)
+    original = fail_at_step(monkeypatch, TwoPointMethod, "step", 3, RuntimeError("a crash at step 3"))
     with pytest.raises(RuntimeError):
         run(cfg, tmp_path / "run")
     monkeypatch.setattr(TwoPointMethod, "step", original)

@@ -12,6 +12,7 @@ from conftest import ROOT, run_cache
 from pazo.methods import METHODS, method_info, method_names
 from pazo.train import run
 from pazo.run.validate import ConfigError
+from step_faults import fail_at_step
 from wandb_log import wandb_records
 
 
@@ -252,14 +253,7 @@ def test_wandb_offline_history_and_summary_read_back(hydra_cfg, tmp_path, monkey
 def test_a_crash_is_recorded_before_it_propagates(hydra_cfg, tmp_path, monkeypatch):
     from pazo.methods.zeroth_order import DPZero
 
-    original = DPZero.step
-
-    def step(self, x, y, t):
-        if t == 3:
-            raise RuntimeError("CUDA out of memory (simulated)")
-        return original(self, x, y, t)
-
-    monkeypatch.setattr(DPZero, "step", step)
+    fail_at_step(monkeypatch, DPZero, "step", 3, RuntimeError("CUDA out of memory (simulated)"))
     with pytest.raises(RuntimeError, match="simulated"):
         run(hydra_cfg("method=dpzero", "train.log_every=1"), tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -9,13 +9,12 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from llm_fixtures import write_sst2, write_tiny_causal_lm
+from llm_fixtures import tiny_opt_model, write_opt_and_sst2
 from pazo.data.base import TensorSplit
 from pazo.data.prompt_tasks import encode_causal
 from pazo.errors import ConfigError
 from pazo.methods.base import host_stats
 from pazo.models.functional import FunctionalModel
-from pazo.models.hf_lm import build_hf_lm_task
 from pazo.train import run
 from pazo.zo.directions import SeededDirections
 from pazo.zo.engines import apply_flat_update, choose_engine, shift
@@ -104,19 +103,7 @@ def test_vectorised_is_refused_and_auto_picks_inplace_on_several_devices():
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("devmap")
-    write_tiny_causal_lm(root / "opt")
-    write_sst2(root)
-    return root
-
-
-def build(root, device_map, dtype="float32", lora=None):
-    cfg = OmegaConf.create({"path": str(root / "opt"), "download": False, "random_init": False, "dtype": dtype,
-                            "attention": "eager", "device_map": device_map, "dropout": None, "lora": lora,
-                            "task": "sst2", "label_words": None, "stop": "\n", "max_new_tokens": 4})
-    torch.manual_seed(0)
-    module = build_hf_lm_task(cfg, "causal")
-    return FunctionalModel(module, loss_fn=module.loss_fn)
+    return write_opt_and_sst2(tmp_path_factory.mktemp("devmap"))
 
 
 # the tiny OPT's modules, each placed by name (accelerate's dispatch, as model.device_map=auto does)
@@ -128,7 +115,7 @@ CPU_MAP = {"model.decoder.embed_tokens": "cpu", "model.decoder.embed_positions":
 @pytest.mark.llm
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_a_dispatched_model_takes_the_same_step_as_without_device_map(root, make_method, dtype):
-    plain, mapped = build(root, None, dtype), build(root, CPU_MAP, dtype)
+    plain, mapped = tiny_opt_model(root, dtype), tiny_opt_model(root, dtype, CPU_MAP)
     assert mapped.module.lm.hf_device_map == CPU_MAP and mapped.input_device == torch.device("cpu")
     assert all(torch.equal(a, b) for a, b in zip(plain.params, mapped.params))
     x, y = sst2_batch(plain.module.tokenizer, plain.module.pad_id)
@@ -160,7 +147,7 @@ def sst2_batch(tok, pad_id):
 def test_first_order_parts_on_a_dispatched_lora_model_take_the_undispatched_step(root, make_method, name, cfg):
     """Gradients through accelerate's hooks (DP-SGD's per-example adapter gradients under vmap, PAZO-M's
     public gradient) give the step of the same LoRA model without a device map."""
-    plain, mapped = build(root, None, lora=LORA), build(root, CPU_MAP, lora=LORA)
+    plain, mapped = tiny_opt_model(root, lora=LORA), tiny_opt_model(root, device_map=CPU_MAP, lora=LORA)
     assert all("lora_" in n for n in mapped.names) and mapped.module.lm.hf_device_map == CPU_MAP
     x, y = sst2_batch(plain.module.tokenizer, plain.module.pad_id)
     before = [p.detach().clone() for p in plain.params]
@@ -216,8 +203,8 @@ def test_two_gpus_take_the_step_of_one(root, make_method):
     split = {"model.decoder.embed_tokens": 0, "model.decoder.embed_positions": 0, "model.decoder.layers.0": 0,
              "model.decoder.layers.1": 1, "model.decoder.final_layer_norm": 1, "lm_head": 0}
     for dtype in ("float32", "float16"):
-        one = build(root, {"": 0}, dtype)
-        two = build(root, split, dtype)
+        one = tiny_opt_model(root, dtype, {"": 0})
+        two = tiny_opt_model(root, dtype, split)
         assert len(two.devices) == 2 and two.input_device == torch.device("cuda", 0)
         name, _ = choose_engine(OmegaConf.create({"name": "auto"}), two, zeroth_order=True, queries=2)
         assert name == "inplace"

@@ -7,10 +7,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from llm_fixtures import write_sst2, write_tiny_causal_lm
+from llm_fixtures import tiny_opt_model, write_opt_and_sst2
 from pazo.data.prompt_tasks import load_prompt_bundle
 from pazo.models.functional import FunctionalModel
-from pazo.models.hf_lm import build_hf_lm_task
 from pazo.pretrained import load_pretrained
 from pazo.rng import RandomStreams
 from pazo.zo.directions import FlatDirections, SeededDirections
@@ -46,19 +45,7 @@ def test_a_thousand_cycles_leave_half_precision_tensors_bit_identical(scale):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("half")
-    write_tiny_causal_lm(root / "opt")
-    write_sst2(root)
-    return root
-
-
-def build(root, dtype):
-    cfg = OmegaConf.create({"path": str(root / "opt"), "download": False, "random_init": False, "dtype": dtype,
-                            "attention": "eager", "device_map": None, "dropout": None, "lora": None,
-                            "task": "sst2", "label_words": None, "stop": "\n", "max_new_tokens": 4})
-    torch.manual_seed(0)
-    module = build_hf_lm_task(cfg, "causal")
-    return FunctionalModel(module, loss_fn=module.loss_fn)
+    return write_opt_and_sst2(tmp_path_factory.mktemp("half"))
 
 
 def batch(root, n=8):
@@ -73,7 +60,7 @@ def batch(root, n=8):
 @pytest.mark.llm
 @pytest.mark.parametrize("calls", [50, pytest.param(500, marks=pytest.mark.slow)])
 def test_the_inplace_engine_leaves_a_float16_model_bit_identical(tiny, calls):
-    model = build(tiny, "float16")
+    model = tiny_opt_model(tiny, "float16")
     x, y = batch(tiny, 2)
     original = [p.detach().clone() for p in model.params]
     engine = InPlaceEngine()
@@ -109,7 +96,7 @@ def test_on_the_fly_queries_give_the_exact_shifts_losses_and_never_write_the_par
     """Each module's perturbed weights built as it runs (direction pieces served per parameter, in
     the forward's order: one group kept whole, or many groups redrawn from recorded states) give
     bit for bit the losses of the parameters moved to round(x + s u)."""
-    model = build(tiny, dtype)
+    model = tiny_opt_model(tiny, dtype)
     x, y = batch(tiny, 4)
     original = [p.detach().clone() for p in model.params]
     engine, points = InPlaceEngine(), [(0, 1e-3), (0, -1e-3), (1, 1e-2), (1, -1e-2)]
@@ -221,7 +208,7 @@ def test_a_tiny_model_trains_in_float16_as_in_float32(tiny, make_method):
     x, y = batch(tiny, 8)
     curves = {}
     for dtype in ("float32", "float16"):
-        model = build(tiny, dtype)
+        model = tiny_opt_model(tiny, dtype)
         method = make_method("mezo", model, {"lr": 5e-3, "clip": 1.0, "q": 4, "smoothing": 1e-2}, engine="inplace")
         curves[dtype] = [method.step(x, y, t)["loss"] for t in range(1, 41)]
     full, half = np.array(curves["float32"]), np.array(curves["float16"])
