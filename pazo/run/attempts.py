@@ -43,7 +43,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from pazo.run import gate
 from pazo.run.checkpoint import (NOT_COMPARED, RESUMABLE, archive_files, checkpoint_path, config_fingerprint,
@@ -52,7 +52,7 @@ from pazo.errors import ConfigError
 from pazo.run.fingerprint import canonical_json
 from pazo.run.metrics_file import FILE as METRICS, CorruptMetrics, read_metric_rows
 from pazo.run.releases import Release, earlier_releases, summary_step
-from pazo.run.validate import typed_config
+from pazo.run.validate import RunConfig, typed_config
 
 #: the private record of the last attempt's computation (its data digest among it): 0600, never archived
 PRIVATE_RECORD = "private_computation.json"
@@ -85,15 +85,17 @@ class Start:
         return self.kind in ("resume", "replay")
 
 
-def secure_run(cfg) -> bool:
-    """Whether `cfg` (a config, or a resolved config as a dict) draws its secret streams from the OS."""
-    privacy = (cfg.get("privacy") if isinstance(cfg, dict) else cfg.privacy) or {}
+def secure_run(values: dict) -> bool:
+    """Whether the typed values of a config (`RunConfig.values`, `earlier_config`) draw its secret
+    streams from the OS."""
+    privacy = values.get("privacy") or {}
     return bool(privacy.get("secure_mode") and privacy.get("epsilon") is not None)
 
 
-def plan_launch(run_dir: Path, cfg) -> Start:
-    """What a launch of `cfg` into `run_dir` does, decided from the directory's files before any
-    compute; a ConfigError (one line, nothing moved) where the rule refuses it."""
+def plan_launch(run_dir: Path, cfg: RunConfig, fingerprint: str) -> Start:
+    """What a launch of `cfg` (`fingerprint`: its `config_fingerprint`) into `run_dir` does, decided
+    from the directory's files before any compute; a ConfigError (one line, nothing moved) where the
+    rule refuses it."""
     run_dir = Path(run_dir)
     summary_path, ckpt_path = run_dir / "summary.json", checkpoint_path(run_dir)
     if not summary_path.exists():
@@ -120,8 +122,8 @@ def plan_launch(run_dir: Path, cfg) -> Start:
                           f"{heartbeat_age(summary):.0f} s ago; wait for it, or give another hydra.run.dir")
     if status in RESUMABLE and ckpt_path.exists():
         checkpoint = read_checkpoint(ckpt_path)
-        if checkpoint["fingerprint"] != config_fingerprint(typed_config(cfg)):
-            changed = differences(earlier_config(run_dir), cfg)
+        if checkpoint["fingerprint"] != fingerprint:
+            changed = differences(earlier_config(run_dir), cfg.values)
             raise ConfigError(f"run directory {run_dir} holds a checkpoint of a run with another config"
                               f"{f' ({shown(changed)})' if changed else ''}; resume it with the same overrides, "
                               "or give another hydra.run.dir")
@@ -151,7 +153,7 @@ def _start_over(run_dir: Path, cfg, summary: dict | None, released: Release) -> 
         missing = "summary.json" if summary is None else "config.yaml"
         _refuse(run_dir, released, "", f"its {missing} cannot be read, so whether this launch computes the same "
                 "cannot be told, and its releases would not be counted")
-    if secure_run(cfg):
+    if secure_run(cfg.values):
         _refuse(run_dir, released, "of a seeded run", "this launch is in secure mode: it would draw new noise, and "
                 "the printed epsilon would not count the earlier releases")
     changed = config_changes(run_dir, cfg)
@@ -237,33 +239,36 @@ def read_private_record(run_dir: Path) -> dict | None:
 
 
 def earlier_config(run_dir: Path) -> dict | None:
-    """The resolved config the directory's last attempt wrote (config.yaml), or None."""
+    """The resolved config the directory's last attempt wrote (config.yaml), its values cast to
+    their schema's types (`typed_config`, once, as it is read), or None."""
     try:
         then = OmegaConf.to_container(OmegaConf.load(Path(run_dir) / "config.yaml"), resolve=False)
     except Exception:  # no readable config.yaml (an older or hand-made run): nothing to compare with
         return None
-    return then if isinstance(then, dict) else None
+    return typed_config(then) if isinstance(then, dict) else None
 
 
-def config_changes(run_dir: Path, cfg) -> list[str]:
+def config_changes(run_dir: Path, cfg: RunConfig | DictConfig) -> list[str]:
     """How `cfg` differs from the config of the run the directory holds (`differences`, or "keys
-    added or removed" where only the fingerprints tell them apart); [] where it holds none."""
+    added or removed" where only the fingerprints tell them apart); [] where it holds none. A
+    DictConfig (a sweep's check of its run directories) is typed here, a launch's `RunConfig` was."""
     earlier = earlier_config(run_dir)
     if earlier is None:
         return []
-    changed = differences(earlier, cfg)
-    if not changed and config_fingerprint(typed_config(earlier)) != config_fingerprint(typed_config(cfg)):
+    now = cfg.values if isinstance(cfg, RunConfig) else typed_config(cfg)
+    changed = differences(earlier, now)
+    if not changed and config_fingerprint(earlier) != config_fingerprint(now):
         changed = ["keys added or removed"]
     return changed
 
 
-def differences(then: dict | None, cfg) -> list[str]:
-    """`key: old -> new` for each compared key (`NOT_COMPARED` aside) that the earlier resolved
-    config `then` and `cfg` both hold with different values, each cast to its schema's type (a key
-    only one holds, added since, is not a difference); a secret key's values are not shown."""
+def differences(then: dict | None, now: dict) -> list[str]:
+    """`key: old -> new` for each compared key (`NOT_COMPARED` aside) that the earlier config
+    `then` and `now` (both typed values: `earlier_config`, `RunConfig.values`) hold with different
+    values (a key only one holds, added since, is not a difference); a secret key's values are not
+    shown."""
     if then is None:
         return []
-    then, now = typed_config(then), typed_config(cfg)
 
     def flat(node, prefix=""):
         out = {}

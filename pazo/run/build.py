@@ -41,7 +41,7 @@ from pazo.privacy.planner import steps_from_epochs
 from pazo.privacy.sampling import SAMPLERS
 from pazo.rng import RandomStreams
 from pazo.threads import apply_threads
-from pazo.run.validate import typed_config, validate_against_data
+from pazo.run.validate import RunConfig, run_config, validate_against_data
 from pazo.run.warm_start import warm_start
 
 
@@ -192,10 +192,11 @@ def _with_seed_note(cfg: DictConfig, plan: PrivacyPlan) -> PrivacyPlan:
     return plan
 
 
-def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engines: bool = True,
+def build_run(cfg: RunConfig | DictConfig, *, earlier_engine: dict | None = None, time_engines: bool = True,
               data: DataBundle | None = None, module: nn.Module | None = None,
               sigma: float | None = None) -> Run:
-    """Assemble the run `cfg` describes (the config is validated by the caller).
+    """Assemble the run `cfg` describes (the config is validated by the caller, and typed by a
+    launch; a DictConfig, an audit's or a benchmark's, is typed here).
 
     earlier_engine: a resumed run's first-attempt engine choice, kept so that its steps stay those
     of one engine. time_engines: let `engine.name=auto` time the engines on CUDA (off in an audit).
@@ -205,12 +206,13 @@ def build_run(cfg: DictConfig, *, earlier_engine: dict | None = None, time_engin
     calibration; a benchmark (given its data) keeps the threads it set itself.
     """
     own_data = data is None
-    method_cfg = method_config(cfg.method)
+    typed = cfg if isinstance(cfg, RunConfig) else run_config(cfg)
+    cfg, method_cfg = typed.raw, typed.method
     info = method_info(method_cfg.name)
     group = distributed.current()
-    require_shards(info, group, cfg.privacy.secure_mode)
-    streams = RandomStreams(cfg.seed, secure=cfg.privacy.secure_mode,
-                            fingerprint=computation_fingerprint(typed_config(cfg)))
+    require_shards(info, group, typed.privacy.secure_mode)
+    streams = RandomStreams(typed.seed, secure=typed.privacy.secure_mode,
+                            fingerprint=computation_fingerprint(typed.values))
     if data is None:
         data = build_dataset(cfg.dataset, streams)
         validate_against_data(cfg, len(data.private), len(data.public))

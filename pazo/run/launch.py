@@ -34,7 +34,7 @@ from pazo.files.rundir import (RunDirLock, WriteFault, accept_hydra_record, chec
                          remove_broken_writes)
 from pazo.privacy.plan import epsilon_spent
 from pazo.run.summary import print_header, print_summary, released_beyond, resumed_line
-from pazo.run.validate import ConfigError, typed_config, validate_config
+from pazo.run.validate import ConfigError, run_config, validate_config
 
 log = logging.getLogger("pazo.train")  # (the run's lines, as `pazo.train` logs them)
 
@@ -54,18 +54,19 @@ def run(cfg: DictConfig, run_dir: str | Path, hydra_record: str | Path | None = 
 def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
     refuse_debug_breaks(cfg)
     validate_config(cfg)
-    fingerprint = config_fingerprint(typed_config(cfg))
-    resolve_device(cfg.device)  # (again: a multirun's jobs are checked here)
+    typed = run_config(cfg)   # the run's config typed once: what is below reads it (and its fingerprints)
+    fingerprint = config_fingerprint(typed.values)
+    resolve_device(typed.device)  # (again: a multirun's jobs are checked here)
     check_output_dir(run_dir)
     with RunDirLock(run_dir):  # a second launch into run_dir is refused until this one ends
         remove_broken_writes(run_dir)
-        start = plan_launch(run_dir, cfg)  # fresh, resume, replay, finished, or refused (pazo.run.attempts)
+        start = plan_launch(run_dir, typed, fingerprint)  # fresh, resume, replay, finished or refused (attempts)
         distributed.current().share(start_for_followers(run_dir, start))   # (several ranks: where they start)
         if start.kind == "finished":
             log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
                      f"(final test accuracy {start.summary.get('final_test_accuracy')})")
             return start.summary
-        r = build_run(cfg, earlier_engine=(start.summary or {}).get("engine") if start.resuming else None)
+        r = build_run(typed, earlier_engine=(start.summary or {}).get("engine") if start.resuming else None)
         sampler = r.sampler()
         check_launch(run_dir, start, r)
         loop = resume_state(r, sampler, start.checkpoint, checkpoint_path(run_dir)) if start.resuming else LoopState()
@@ -103,11 +104,12 @@ def follow(cfg: DictConfig) -> None:
     from the step rank 0 starts at (its checkpoint, read here too), once every rank agrees it runs
     the same config, data and code from the same step; nothing written."""
     validate_config(cfg)
-    fingerprint = config_fingerprint(typed_config(cfg))
+    typed = run_config(cfg)
+    fingerprint = config_fingerprint(typed.values)
     start = distributed.current().share(None)
     if start["finished"]:   # rank 0 says so, and there is nothing to do
         return
-    r = build_run(cfg, earlier_engine=start["earlier_engine"])
+    r = build_run(typed, earlier_engine=start["earlier_engine"])
     sampler = r.sampler()
     loop, where = follower_start(r, sampler, start["checkpoint"])
     r.group.agree({**rank_facts(r, fingerprint, loop.step), "start": where})

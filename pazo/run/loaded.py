@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,38 +23,19 @@ from torch import nn
 from pazo import CONFIG_DIR
 from pazo.catalog import DATASETS, pairing_problem
 from pazo.run.checkpoint import read_summary
-from pazo.config_schema import SECTIONS, TopSchema, check_config_values
+from pazo.config_schema import check_config_values
 from pazo.data import DataBundle, build_dataset
 from pazo.errors import ConfigError, unknown_key
-from pazo.methods import MethodConfig, method_config
-from pazo.models import MODELS, build_model, dispatched
+from pazo.models import build_model, dispatched
 from pazo.models.functional import FunctionalModel, cross_entropy_per_example
 from pazo.rng import RandomStreams
 from pazo.files.rundir import MODEL_FILE, OLD_MODEL_FILE
+from pazo.run.validate import RunConfig, run_config
 from pazo.run.weights import read_weights
 
 #: what `pazo-eval` says of every evaluation it prints
 POST_PROCESSING = ("post-processing of the released model: it costs no privacy beyond the run's own guarantee, "
                    "and the examples evaluated are not the run's private training examples")
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """A run's config, each section its schema's dataclass (`pazo.config_schema`; the method's
-    registered config); `raw` is config.yaml as read (a DictConfig, what `build_run` takes)."""
-    seed: int
-    device: str
-    dataset: object
-    model: object
-    method: MethodConfig
-    train: object
-    privacy: object
-    engine: object
-    warm_start: object
-    logger: object
-    schedule: object
-    optimizer: object
-    raw: DictConfig = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -204,23 +185,13 @@ def model_file(run_dir: Path, cfg: DictConfig) -> Path:
 
 
 def typed_run_config(cfg: DictConfig, run_dir: Path) -> RunConfig:
-    """`cfg` as `RunConfig`: each section through its schema (a value the schema refuses is one
-    ConfigError naming config.yaml)."""
+    """`cfg` as `RunConfig` (`pazo.run.validate.run_config`): a value its schema refuses is one
+    ConfigError naming config.yaml."""
     try:
         check_config_values(cfg)
-        data = OmegaConf.to_container(cfg, resolve=True)
-        sections = {name: _typed(schema, data.get(name) or {}) for name, schema in SECTIONS.items()}
-        for group in ("dataset", "model"):
-            registry = DATASETS if group == "dataset" else MODELS
-            sections[group] = _typed(registry.get(data[group]["name"]).schema, data[group])
-        top = _typed(TopSchema, {k: data[k] for k in ("seed", "device", "sweep_name") if k in data})
-        return RunConfig(seed=top.seed, device=top.device, method=method_config(cfg.method), raw=cfg, **sections)
+        return run_config(cfg)
     except ConfigError as err:
         raise ConfigError(f"{run_dir / 'config.yaml'}: {err}") from None
-
-
-def _typed(schema: type, values: dict):
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
 
 
 def shape_facts(cfg: DictConfig, summary: dict) -> tuple[tuple[int, ...], int]:

@@ -7,13 +7,16 @@ set produces against the kinds a model accepts) or the data set's sizes."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from pazo.config_schema import check_config_values, typed_values
+from omegaconf import DictConfig, OmegaConf
+
+from pazo.config_schema import SECTIONS, TopSchema, check_config_values, typed_values
 from pazo.catalog import pairing_problem
 from pazo.data import DATASETS
 from pazo.data.validation import check_validation_size
 from pazo.errors import ConfigError, unknown_choice
-from pazo.methods import METHODS, method_config, method_info
+from pazo.methods import METHODS, MethodConfig, method_config, method_info
 from pazo.models import MODELS
 from pazo.privacy.accountants import BudgetError, check_delta, check_target_epsilon
 from pazo.privacy.planner import check_accountant
@@ -91,3 +94,42 @@ def typed_config(cfg) -> dict:
     method = cfg.get("method") if hasattr(cfg, "get") else None
     name = method.get("name") if hasattr(method, "get") else None
     return typed_values(cfg, {"method": method_info(name).config} if name in METHODS else None)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A run's config typed once, at the door of the command that runs or reads it: each section
+    its schema's dataclass (`pazo.config_schema`; the method's registered config); `raw` is the
+    DictConfig it was made from (what the data set's and model's builders take), `values` the
+    resolved config with each value cast to its schema's type (`typed_config`: what the
+    fingerprints hash)."""
+    seed: int
+    device: str
+    dataset: object
+    model: object
+    method: MethodConfig
+    train: object
+    privacy: object
+    engine: object
+    warm_start: object
+    logger: object
+    schedule: object
+    optimizer: object
+    raw: DictConfig = field(repr=False)
+    values: dict = field(repr=False, default_factory=dict)
+
+
+def run_config(cfg: DictConfig) -> RunConfig:
+    """`cfg` (checked: `validate_config`, or `check_config_values` for a run read back) as
+    `RunConfig`, each section through its schema (a section absent from `cfg` at its defaults)."""
+    data = OmegaConf.to_container(cfg, resolve=True)
+    sections = {name: _typed(schema, data.get(name) or {}) for name, schema in SECTIONS.items()}
+    sections["dataset"] = _typed(DATASETS.get(data["dataset"]["name"]).schema, data["dataset"])
+    sections["model"] = _typed(MODELS.get(data["model"]["name"]).schema, data["model"])
+    top = _typed(TopSchema, {k: data[k] for k in ("seed", "device", "sweep_name") if k in data})
+    return RunConfig(seed=top.seed, device=top.device, method=method_config(cfg.method), raw=cfg,
+                     values=typed_config(cfg), **sections)
+
+
+def _typed(schema: type, values: dict):
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))

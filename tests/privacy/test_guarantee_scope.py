@@ -15,9 +15,10 @@ from omegaconf import OmegaConf
 import pazo.run.loop as training_loop
 import pazo.train as train
 from pazo.run.attempts import plan_launch, same_computation
-from pazo.run.checkpoint import CHECKPOINT, checkpoint_path
+from pazo.run.checkpoint import CHECKPOINT, checkpoint_path, config_fingerprint
 from pazo.errors import ConfigError
 from pazo.run.recorder import Recorder
+from pazo.run.validate import run_config
 from conftest import CONFIG_DIR
 
 
@@ -58,6 +59,12 @@ def test_a_seeded_run_starts_over_with_the_same_noise_and_archives_no_checkpoint
     assert (archived / "metrics.jsonl").exists() and not list(archived.glob("checkpoint*"))
 
 
+def launch_plan(run_dir, cfg):
+    """`plan_launch` as a launch calls it: with the config typed once, and its fingerprint."""
+    typed = run_config(cfg)
+    return plan_launch(run_dir, typed, config_fingerprint(typed.values))
+
+
 def test_plan_launch_refuses_a_start_over_after_releases_unless_it_is_the_same_seeded_config(hydra_cfg, tmp_path):
     """(Was: only secure mode was refused, and a seeded start over of any config was archived.)"""
     from omegaconf import OmegaConf
@@ -67,20 +74,20 @@ def test_plan_launch_refuses_a_start_over_after_releases_unless_it_is_the_same_s
     (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(seeded, resolve=True))
     (tmp_path / CHECKPOINT).write_bytes(b"noise stream")   # (the old layout's place: found there too)
     with pytest.raises(ConfigError, match="secure mode"):
-        plan_launch(tmp_path, secure)
+        launch_plan(tmp_path, secure)
     with pytest.raises(ConfigError, match=r"method.lr: 0.05 -> 0.5"):
-        plan_launch(tmp_path, hydra_cfg("method=dpzero", "method.lr=0.5"))
+        launch_plan(tmp_path, hydra_cfg("method=dpzero", "method.lr=0.5"))
     with pytest.raises(ConfigError, match=r"seed: changed \(not shown\)"):
-        plan_launch(tmp_path, hydra_cfg("method=dpzero", "seed=7"))
-    start = plan_launch(tmp_path, seeded)
+        launch_plan(tmp_path, hydra_cfg("method=dpzero", "seed=7"))
+    start = launch_plan(tmp_path, seeded)
     assert start.kind == "replay" and start.pending_archive and checkpoint_path(tmp_path).exists()  # nothing moved yet
     (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(secure, resolve=True))
     with pytest.raises(ConfigError, match="secure-mode run"):
-        plan_launch(tmp_path, seeded)  # a seeded attempt never continues a secure one
+        launch_plan(tmp_path, seeded)  # a seeded attempt never continues a secure one
     quiet = tmp_path / "quiet"
     quiet.mkdir()
     (quiet / "summary.json").write_text(json.dumps({"status": "failed", "steps_done": 0}))
-    assert plan_launch(quiet, secure).kind == "fresh"  # nothing was released
+    assert launch_plan(quiet, secure).kind == "fresh"  # nothing was released
 
 
 def test_a_kept_checkpoint_is_readable_by_its_owner_only(hydra_cfg, tmp_path):
