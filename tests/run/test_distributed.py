@@ -342,7 +342,7 @@ def test_a_run_resumes_on_two_processes_and_back_on_one_as_the_same_run(tmp_path
 
 
 def test_a_follower_that_cannot_read_rank_0s_checkpoint_starts_nowhere(tmp_path):
-    from pazo.run import follower_start
+    from pazo.run.launch import follower_start
 
     loop, where = follower_start(None, None, str(tmp_path / "private" / "checkpoint.pt"))
     assert loop.step == 0 and where.startswith("no step: rank 0's checkpoint") and "shared file system" in where
