@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from pazo.config_schema import LoggerSchema
 from pazo.audit.bound import audit_guesses
 from pazo.audit.memory import bytes_per_canary, check_canary_memory
 from pazo.audit.metrics import membership_metrics
@@ -114,7 +115,7 @@ def start_writing(run_dir: Path, cfg, hydra_record) -> Recorder:
     and summary.json at its end; no rows, and nothing to W&B). Nothing is written before this."""
     accept_hydra_record(run_dir, hydra_record)
     open_run_logs()
-    return Recorder(run_dir, cfg, OmegaConf.create({"mode": "disabled"}), rows=False)
+    return Recorder(run_dir, cfg, LoggerSchema(mode="disabled"), rows=False)
 
 
 def check_canaries_fit(cfg, a: AuditConfig, r) -> None:

@@ -29,7 +29,7 @@ def export_hf(run, folder: Path) -> Path:
         raise ConfigError(f"{run.path} is a run of model={model_cfg.name}, not of a Hugging Face language model "
                           "(model=hf_causal_lm or hf_masked_lm): it has no Hugging Face format to export")
     _empty_folder(folder)
-    lora = model_cfg.get("lora")
+    lora = getattr(run.config.model, "lora", None)   # (the typed model section: a Hugging Face model's has one)
     if lora is not None and lora.enabled:
         _write_adapter(lm, model_cfg, "causal" if hasattr(module, "lm") else "masked", module.tokenizer, folder)
     else:

@@ -34,7 +34,7 @@ from pazo.files.rundir import (RunDirLock, WriteFault, accept_hydra_record, chec
                          remove_broken_writes)
 from pazo.privacy.plan import epsilon_spent
 from pazo.run.summary import print_header, print_summary, released_beyond, resumed_line
-from pazo.run.validate import ConfigError, run_config, validate_config
+from pazo.run.validate import ConfigError, RunConfig, run_config, validate_config
 
 log = logging.getLogger("pazo.train")  # (the run's lines, as `pazo.train` logs them)
 
@@ -74,7 +74,7 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
         accept_launch(run_dir, start, r)   # the first write into run_dir
         accept_hydra_record(run_dir, hydra_record, archive_to=start.moved_to)
         open_run_logs()   # train.log: the lines said since the launch began, and on
-        recorder, summary = _start_records(cfg, run_dir, start, r, loop, fingerprint)
+        recorder, summary = _start_records(typed, run_dir, start, r, loop, fingerprint)
         show_header(summary, r.plan)
         if start.resuming:
             log.info(resumed_line(run_dir, loop.step, r.total_steps))
@@ -141,11 +141,11 @@ def rank_facts(r, fingerprint: str, start_step: int) -> dict[str, str]:
             "code": distributed.code_digest(), "engine": r.engine["name"], "start": f"step {start_step}"}
 
 
-def _start_records(cfg, run_dir: Path, start, r, loop: LoopState, fingerprint: str):
+def _start_records(typed: RunConfig, run_dir: Path, start, r, loop: LoopState, fingerprint: str):
     """The recorder and the summary the accepted launch starts with (status running), written."""
     previous = start.summary or {}
     replayed_rows = carry_released_rows(run_dir, start)
-    recorder = Recorder(run_dir, cfg, cfg.logger,
+    recorder = Recorder(run_dir, typed.raw, typed.logger,
                         resume_bytes=loop.metrics_bytes if start.resuming else replayed_rows,
                         wandb_id=previous.get("wandb_run_id") if start.resuming else None, fingerprint=fingerprint,
                         released_before=start.released.step)

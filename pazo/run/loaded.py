@@ -133,7 +133,7 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     summary = finished_summary(run_dir)
     raw = read_config(run_dir)
     config = typed_run_config(raw, run_dir)
-    module = trained_model(raw, summary, model_file(run_dir, raw), torch.device(device))
+    module = trained_model(raw, summary, model_file(run_dir, config), torch.device(device))
     return LoadedRun(run_dir, module, config, RunPrivacy.of(summary), summary)
 
 
@@ -174,12 +174,12 @@ def read_config(run_dir: Path) -> DictConfig:
     return cfg
 
 
-def model_file(run_dir: Path, cfg: DictConfig) -> Path:
+def model_file(run_dir: Path, config: RunConfig) -> Path:
     """The run's weights file: model.safetensors, or an older run's model.pt."""
     for name in (MODEL_FILE, OLD_MODEL_FILE):
         if (run_dir / name).exists():
             return run_dir / name
-    if not cfg.get("train", {}).get("save_model", True):
+    if not config.train.save_model:
         raise ConfigError(f"{run_dir} kept no model: the run had train.save_model=false")
     raise ConfigError(f"{run_dir} is not a whole pazo run: its {MODEL_FILE} is missing")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from pazo.config_schema import LoggerSchema
 from pazo.run import gate, outlets
 from pazo.run.checkpoint import LoopState, discard_checkpoint, save_checkpoint
 from pazo.run.loggers import WRITERS
@@ -77,9 +78,10 @@ class Recorder:
     `wandb_id`: the W&B run to continue (the other loggers continue past the last step their files
     hold, given first the rows of metrics.jsonl they lack: `pazo.run.loggers`); `fingerprint`: the
     config's, stored in every checkpoint so that only the same run resumes from it; `rows`: False
-    for a run that logs no rows (the audit), which then has no metrics.jsonl nor loggers but W&B."""
+    for a run that logs no rows (the audit), which then has no metrics.jsonl nor loggers but W&B;
+    `logger`: the run's typed `logger` section (`pazo.config_schema.LoggerSchema`)."""
 
-    def __init__(self, run_dir: str | Path, cfg, wandb_cfg, resume_bytes: int | None = None,
+    def __init__(self, run_dir: str | Path, cfg, logger: LoggerSchema, resume_bytes: int | None = None,
                  wandb_id: str | None = None, fingerprint: str = "", rows: bool = True, released_before: int = 0):
         self.dir, self.fingerprint, self.released_before = Path(run_dir), fingerprint, released_before
         with writing(self.dir):
@@ -103,23 +105,23 @@ class Recorder:
         #: a heartbeat the machine refused to write (the run goes on; its next summary write tells)
         self.beat_fault: WriteFault | None = None
         self._lock = threading.Lock()
-        self.private_diagnostics = bool(wandb_cfg.get("private_diagnostics", False))
-        report_to = list(wandb_cfg.get("report_to", ["wandb"]))
+        self.private_diagnostics = bool(logger.private_diagnostics)
+        report_to = list(logger.report_to)
         self.loggers = [WRITERS[name](self.dir) for name in report_to if name in WRITERS] if rows else []
         self._give_loggers_earlier_rows()
         self.wandb = None
-        if "wandb" in report_to and wandb_cfg.mode != "disabled":
+        if "wandb" in report_to and logger.mode != "disabled":
             import wandb
 
             # W&B prints its own lines (run name, sync hint, history and summary tables) only when asked;
             # it records no metadata (the command line holds the seed) nor system load (it follows the
             # realised batches), and its config has no seed
-            settings = wandb.Settings(silent=not wandb_cfg.get("verbose", False), x_disable_meta=True,
+            settings = wandb.Settings(silent=not logger.verbose, x_disable_meta=True,
                                       x_disable_stats=True, disable_git=True, save_code=False)
             self.wandb = wandb.init(
-                mode=wandb_cfg.mode, project=wandb_cfg.project, entity=wandb_cfg.get("entity"),
-                group=wandb_cfg.get("group"), name=wandb_cfg.get("name") or self.dir.name,
-                tags=list(wandb_cfg.get("tags") or []), dir=str(self.dir),
+                mode=logger.mode, project=logger.project, entity=logger.entity,
+                group=logger.group, name=logger.name or self.dir.name,
+                tags=list(logger.tags or []), dir=str(self.dir),
                 config=outlets.without_secrets(self.resolved),
                 reinit="finish_previous", settings=settings,
                 **({"id": wandb_id, "resume": "allow"} if wandb_id else {}))

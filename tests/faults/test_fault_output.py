@@ -182,9 +182,10 @@ def test_wherever_the_disk_fills_every_file_stays_whole(free, hydra_cfg, tmp_pat
 def test_a_heartbeat_the_disk_refuses_does_not_stop_the_run(hydra_cfg, tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
+    from pazo.config_schema import LoggerSchema
     from pazo.run.recorder import Recorder
 
-    recorder = Recorder(tmp_path, OmegaConf.create({"seed": 0}), OmegaConf.create({"mode": "disabled"}))
+    recorder = Recorder(tmp_path, OmegaConf.create({"seed": 0}), LoggerSchema(mode="disabled"))
     recorder.write_summary({"status": "running"})
     before = (tmp_path / "summary.json").read_text()
     Disk(monkeypatch, only=("summary.json",), free=10)

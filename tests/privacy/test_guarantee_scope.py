@@ -12,6 +12,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from pazo.config_schema import LoggerSchema
 import pazo.run.loop as training_loop
 import pazo.train as train
 from pazo.run.attempts import plan_launch, same_computation
@@ -122,7 +123,7 @@ class FakeWandb:
 
 @pytest.mark.parametrize("diagnostics", [False, True])
 def test_validation_metrics_reach_wandb_only_when_asked(tmp_path, diagnostics):
-    logger_cfg = OmegaConf.create({"mode": "disabled", "private_diagnostics": diagnostics})
+    logger_cfg = LoggerSchema(mode="disabled", private_diagnostics=diagnostics)
     recorder = Recorder(tmp_path, OmegaConf.create({"seed": 0}), logger_cfg)
     recorder.wandb = FakeWandb()
     fake = recorder.wandb

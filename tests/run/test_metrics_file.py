@@ -12,11 +12,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
+from pazo.config_schema import LoggerSchema
 from pazo.errors import ConfigError
 from pazo.run.metrics_file import CorruptMetrics, MetricRows, read_metric_rows
 from pazo.run.recorder import Recorder
 
-DISABLED = OmegaConf.create({"mode": "disabled"})
+DISABLED = LoggerSchema(mode="disabled")
 
 row = st.fixed_dictionaries({"step": st.integers(0, 60)},
                             optional={"epsilon": st.floats(0, 10), "test_accuracy": st.floats(0, 1),

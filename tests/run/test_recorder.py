@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from outlet_damage import damage
+from pazo.config_schema import LoggerSchema
 from pazo.run.recorder import Recorder, _whole_rows_kept
 
-DISABLED = OmegaConf.create({"mode": "disabled"})
+DISABLED = LoggerSchema(mode="disabled")
 values = st.recursive(st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats() | st.text(max_size=8),
                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
                                                                                    max_size=3), max_leaves=12)
@@ -110,3 +111,19 @@ def test_every_row_is_in_the_ledger_before_any_outlet_gets_it(tmp_path_factory, 
     recorder.close(failed=False)
     assert outlet.seen == [True] * 3 * len(steps)
     assert (run_dir / "private" / "released_steps").stat().st_mode & 0o777 == 0o600
+
+
+@settings(max_examples=20, deadline=None)
+@given(report_to=st.lists(st.sampled_from(["csv", "tensorboard"]), unique=True), diagnostics=st.booleans())
+@example(report_to=["csv"], diagnostics=True)
+def test_the_recorder_follows_the_runs_typed_logger_section(tmp_path_factory, report_to, diagnostics):
+    """The recorder reads the typed `logger` section the launch hands it (issue 57: the run's
+    config typed once, at the door): its loggers and whether rows carry the private diagnostics."""
+    logger = LoggerSchema(mode="disabled", report_to=["wandb", *report_to], private_diagnostics=diagnostics)
+    recorder = Recorder(tmp_path_factory.mktemp("run"), OmegaConf.create({"seed": 3}), logger)
+    try:
+        assert [type(w).__name__ for w in recorder.loggers] == \
+            [{"csv": "CsvLogger", "tensorboard": "TensorBoardLogger"}[name] for name in report_to]
+        assert recorder.private_diagnostics is diagnostics and recorder.wandb is None
+    finally:
+        recorder.close(failed=False)

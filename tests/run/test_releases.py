@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
+from pazo.config_schema import LoggerSchema
 from pazo.errors import ConfigError
 from pazo.run.progress import Progress
 from pazo.run.recorder import Recorder
@@ -188,7 +189,7 @@ def test_a_killed_runs_rows_are_counted_when_metrics_jsonl_is_deleted(k, kept, t
     W&B leaves it until a 32 KiB block fills) after `k` rows, its metrics.jsonl deleted: the next
     launch still sees the `k` rows released, from the run's ledger, whichever of its other files stay."""
     run_dir = tmp_path_factory.mktemp("run")
-    recorder = Recorder(run_dir, OmegaConf.create({"seed": 3}), OmegaConf.create({"mode": "disabled"}))
+    recorder = Recorder(run_dir, OmegaConf.create({"seed": 3}), LoggerSchema(mode="disabled"))
     recorder.write_summary({"status": "running"})
     for t in range(1, k + 1):
         recorder.log({"step": t, "epsilon": t / 100})
