@@ -29,8 +29,8 @@ def parser():
                        epilog="Overrides take the data set only, as pazo-train does: dataset=<name> picks another "
                               "data set's config, dataset.<key>=<value> sets one of its keys.")
     p.add_argument("run_dir", help="a finished run's directory (pazo-train's hydra.run.dir)")
-    p.add_argument("overrides", nargs="*", help="dataset=<name> and dataset.<key>=<value> (default: the run's "
-                   "own test split)")
+    p.add_argument("overrides", nargs="*", default=[],   # (a default: argparse then names run_dir alone as missing)
+                   help="dataset=<name> and dataset.<key>=<value> (default: the run's own test split)")
     p.add_argument("--device", default="auto", help="where to evaluate: auto (CUDA if there is one), cpu, cuda, "
                    "cuda:N, mps (default: auto)")
     p.add_argument("--batch-size", type=int, default=None, help="examples per forward (default: the run's "
