@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from pazo.audit.command import NOT_AS_PRIVATE
 from pazo.audit.bound import audit_guesses, epsilon_lower_bound, guess_accuracy, guess_grid, p_value
 from pazo.audit.canaries import FixedRatePoissonSampler, public_seeds
 from pazo.audit.run import attach_white_box, run_audit, train_with_canaries
@@ -257,7 +258,7 @@ def test_audit_command_writes_its_result(tmp_path, monkeypatch):
            "audit.threat=white_box", "audit.debug_break=noise_div10", "train.steps=30", "train.batch_size=256",
            "logger.mode=disabled", "device=cpu", f"hydra.run.dir={tmp_path / 'run'}"]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == NOT_AS_PRIVATE, done.stderr   # (a tenth of the noise: the verdict a script gates on)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     audit = json.loads((tmp_path / "run" / "audit.json").read_text())
     assert summary["audit"] == audit and summary["kind"] == "audit"
