@@ -189,3 +189,20 @@ def test_a_bad_override_under_torchrun_is_named(tmp_path):
         """)
     count, problems = check_pages([path])
     assert count == 1 and len(problems) == 1 and "trian" in problems[0], problems
+
+
+@pytest.mark.parametrize("flag_first", [True, False])
+def test_pazo_train_plan_is_checked_as_the_run_its_overrides_describe(tmp_path, flag_first):
+    """`--plan` is pazo-train's own flag (read before Hydra): the overrides beside it still compose,
+    and a misspelt one is still reported."""
+    def command(override):
+        return f"pazo-train --plan {override}" if flag_first else f"pazo-train {override} --plan"
+
+    path = page(tmp_path, f"""\
+        ```bash
+        {command("train.steps=3")}
+        {command("trian.steps=3")}
+        ```
+        """)
+    count, problems = check_pages([path])
+    assert count == 2 and len(problems) == 1 and "trian.steps" in problems[0], problems

@@ -361,7 +361,11 @@ def _make(args: list[str]) -> str | None:
 
 
 def _train(args: list[str]) -> str | None:
-    return _hydra("config", args)
+    """pazo-train's overrides composed as Hydra does; `--plan` (read before Hydra, `pazo.train`'s
+    PLAN_FLAG) plans the run the same overrides describe."""
+    from pazo.train import PLAN_FLAG
+
+    return _hydra("config", [a for a in args if a != PLAN_FLAG])
 
 
 def _audit(args: list[str]) -> str | None:
