@@ -260,12 +260,12 @@ def choose_engine(cfg, model: FunctionalModel, *, zeroth_order: bool, queries: i
     _refuse_vectorised_when_spread(cfg, model, zeroth_order)
     if cfg.name != "auto":
         return cfg.name, f"engine.name={cfg.name}"
-    points = [(j, s) for j in range(queries) for s in (1e-3, -1e-3)]
-    ruled = _ruled_choice(model, zeroth_order, points)
+    ruled = _ruled_choice(model, zeroth_order, 2 * queries)
     if ruled is not None:
         return ruled
     if sample is None:
         return "inplace", "no sample batch to measure on"
+    points = [(j, s) for j in range(queries) for s in (1e-3, -1e-3)]   # only measured here, where they fit
     times = _measure_engines(cfg, model, sample, queries, points, repeats)
     best = min(times, key=times.get)
     return best, "measured " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in times.items()) + \
@@ -281,8 +281,10 @@ def _refuse_vectorised_when_spread(cfg, model: FunctionalModel, zeroth_order: bo
                           "model.device_map): use engine.name=inplace or auto")
 
 
-def _ruled_choice(model: FunctionalModel, zeroth_order: bool, points: list[Point]) -> tuple[str, str] | None:
-    """`auto`'s choice where a rule decides without measuring (inplace and why), else None."""
+def _ruled_choice(model: FunctionalModel, zeroth_order: bool, n_points: int) -> tuple[str, str] | None:
+    """`auto`'s choice where a rule decides without measuring (inplace and why), else None; in
+    constant memory whatever the number of query points (a huge method.q is refused after the
+    choice, by its step's memory estimate)."""
     devices = model.devices
     if not zeroth_order:
         return "inplace", "first-order method: the engine is not used"
@@ -295,10 +297,10 @@ def _ruled_choice(model: FunctionalModel, zeroth_order: bool, points: list[Point
     if device.type != "cuda":
         return "inplace", f"{device.type}: the in-place engine (rule: faster in paired CPU timings; no start-up " \
                           "measurement off the GPU)"
-    stacked_mb = len(points) * model.dim * model.params[0].element_size() / 2**20
+    stacked_mb = n_points * model.dim * model.params[0].element_size() / 2**20
     free_mb = torch.cuda.mem_get_info(device)[0] / 2**20
     if stacked_mb > free_mb / 4:
-        return "inplace", f"{len(points)} stacked parameter copies ({stacked_mb:.0f} MiB) exceed a quarter of " \
+        return "inplace", f"{n_points} stacked parameter copies ({stacked_mb:.0f} MiB) exceed a quarter of " \
                           f"the free GPU memory ({free_mb:.0f} MiB)"
     return None
 

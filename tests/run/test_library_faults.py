@@ -188,6 +188,25 @@ def test_every_message_names_the_librarys_arguments_not_the_frameworks_keys(bad)
     assert not FRAMEWORK_WORDS.search(message), message
 
 
+
+@FEW
+@given(q=st.integers(10**8, 10**15), method=st.sampled_from(["dpzero", "mezo", "dp_aggzo"]))
+def test_a_query_count_too_large_to_fit_is_refused_in_bounded_time_and_memory(q, method):
+    """The refusal comes from the step's memory estimate, before anything grows with q (a list of
+    2q query points once filled gigabytes here and killed the test worker)."""
+    import time
+    import tracemalloc
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(ConfigError, match=f"^q={q} with batch_size=16 needs about"):
+            private_zo(Tiny(0), cross_entropy_per_example, tiny_data(0), **{**QUICK, "method": method, "q": q})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 2**20, f"{peak / 2**20:.0f} MiB held on the way to the refusal"
+    assert time.monotonic() - started < 30
+
 # ------------------------------------------------------------------ a batch changed in place
 
 def _mutated(batch, which: int, position: int, how: str, value: float):
