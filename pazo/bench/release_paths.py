@@ -78,6 +78,7 @@ def compare_paths(name: str, setting: str, steps: dict, rounds: tuple[int, int],
 
 
 def _parser(zeroth_order: list[str]) -> ArgumentParser:
+    """`pazo-bench release`'s arguments (`zeroth_order`: the methods it may time, named in the help)."""
     parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("--setting", default="digits", choices=list(settings.SETTINGS))
     parser.add_argument("--methods", default="dpzero",

@@ -160,6 +160,7 @@ class _Training:
             summary["distributed"] = r.group.describe(loop.step - self.first_step)
 
     def close(self) -> None:
+        """The progress bar and the epsilon tracker closed, however the loop ended."""
         self.bar.close()
         self.tracker.close()
 
