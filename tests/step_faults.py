@@ -1,6 +1,10 @@
-"""A training step made to fail at a chosen step: for the tests of what a crash or an interrupt
-in the middle of a run leaves behind (records, checkpoints, a refused relaunch)."""
+"""A training step made to fail, or to be signalled, at a chosen step: for the tests of what a
+crash, an interrupt or a preemption in the middle of a run leaves behind (records, checkpoints, a
+refused relaunch, a resumed run)."""
 from __future__ import annotations
+
+import os
+import signal
 
 
 def fail_at_step(monkeypatch, owner, name: str, at: int, error: BaseException):
@@ -15,3 +19,15 @@ def fail_at_step(monkeypatch, owner, name: str, at: int, error: BaseException):
         return original(*args)
     monkeypatch.setattr(owner, name, step)
     return original
+
+
+def signalled_at_step(original, at: int, signum: int = signal.SIGTERM):
+    """`original`, a step whose last positional argument is the step number (as `fail_at_step`
+    takes it), sending `signum` to this process once it has taken step `at`: a scheduler's
+    preemption or a Ctrl-C arriving mid-run, honoured after that step."""
+    def step(*args):
+        out = original(*args)
+        if args[-1] == at:
+            os.kill(os.getpid(), signum)
+        return out
+    return step

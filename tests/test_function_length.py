@@ -12,14 +12,10 @@ from hypothesis import strategies as st
 
 MAX_LINES = 60
 
-#: (file basename, function name): the functions still over the limit, to be split; an entry
-#: whose function is split (or gone) fails the test below, so the list only shrinks
-BEING_SPLIT = {("loop.py", "train_loop"), ("command.py", "_main")}
 
-
-def long_functions(package: Path, allowed: set[tuple[str, str]] = frozenset()) -> list[str]:
+def long_functions(package: Path) -> list[str]:
     """`path:line name (N lines)` for each function (nested ones and methods too) over MAX_LINES
-    lines in the .py files below `package`, but those `allowed` names by (basename, name)."""
+    lines in the .py files below `package`."""
     found = []
     for path in sorted(package.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -27,17 +23,15 @@ def long_functions(package: Path, allowed: set[tuple[str, str]] = frozenset()) -
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             lines = node.end_lineno - node.lineno + 1
-            if lines > MAX_LINES and (path.name, node.name) not in allowed:
+            if lines > MAX_LINES:
                 found.append(f"{path.relative_to(package.parent)}:{node.lineno} {node.name} ({lines} lines)")
     return found
 
 
 def test_no_function_in_the_package_is_over_60_lines():
-    too_long = long_functions(ROOT / "pazo", BEING_SPLIT)
+    too_long = long_functions(ROOT / "pazo")
     assert not too_long, (f"functions over {MAX_LINES} lines (split them into functions with one job "
                           "each):\n" + "\n".join(too_long))
-    still_long = {(line.split(":")[0].rsplit("/", 1)[-1], line.split()[1]) for line in long_functions(ROOT / "pazo")}
-    assert BEING_SPLIT <= still_long, f"split already, drop from BEING_SPLIT: {sorted(BEING_SPLIT - still_long)}"
 
 
 def _function(name: str, body_lines: int, indent: str = "") -> str:
@@ -63,4 +57,3 @@ def test_a_function_is_named_exactly_when_over_the_limit(tmp_path_factory, lines
     assert bool(named) == (lines > MAX_LINES)
     if named:
         assert named == [f"pkg/sub/mod.py:{1 + nested} {'inner' if nested else 'f'} ({lines} lines)"]
-        assert long_functions(package, {("mod.py", "inner" if nested else "f")}) == []

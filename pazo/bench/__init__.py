@@ -12,6 +12,7 @@ COMMANDS = {
     "memory": ("pazo.bench.memory", "peak memory of a forward and of each ZO method's step on an OPT-shaped LM"),
     "calibration": ("pazo.bench.calibration", "time sigma calibration against a plain PRV bisection"),
     "profile": ("pazo.bench.profile_step", "a DPZero step against its floor and a minimal hand-written step"),
+    "release": ("pazo.bench.release_paths", "a ZO step's release on the host path and the device path, on CPU"),
     "step-ops": ("pazo.bench.step_ops", "tensor operations a ZO step issues besides its floor's"),
     "defaults": ("pazo.bench.defaults", "every method with its default hyperparameters on digits"),
     "dimension": ("pazo.bench.dimension", "DPZero's dimension experiment (its Figures 1-2) on a quadratic"),

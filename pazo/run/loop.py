@@ -57,75 +57,112 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
     checkpoint when due (or when `stop` asks for one). Fills `summary` with the outcome; returns
     (failure, stop reason). A crash, a second Ctrl-C or a write the machine refuses is recorded
     (status failed, interrupted or fault) and raised again."""
-    schedule = Schedule.of(r.cfg.train, r.steps_per_epoch, r.total_steps)
-    tracker = EpsilonTracker(r.plan, schedule.row_steps(after=loop.step), after=loop.step)
-    window, stat_sums = defaultdict(list, loop.window), defaultdict(float, loop.stat_sums)
-    failure, stopped, last_saved, first_step = None, None, time.monotonic(), loop.step
-
-    def sync_loop() -> LoopState:
-        loop.window, loop.stat_sums = dict(window), dict(stat_sums)
-        return loop
-
-    def record_outcome(failure: str | None) -> None:
-        test_histogram = r.data.test.class_histogram(r.data.num_classes)
-        summary.update(outcome(r.plan, tracker, sync_loop(), r.total_steps, failure, test_histogram,
-                               recorder.steps_released))
-        merge_into(summary, r.method.outcome(stat_sums, loop.step))
-        if r.group.several:
-            summary["distributed"] = r.group.describe(loop.step - first_step)
-
-    r.module.train()
-    bar = tqdm(range(loop.step + 1, r.total_steps + 1), desc=f"{r.cfg.method.name}", dynamic_ncols=True,
-               disable=None, initial=loop.step, total=r.total_steps)
-    progress = Progress(log.info, r.total_steps, r.steps_per_epoch, loop.step, r.cfg.train.progress_seconds,
-                        quiet=not bar.disable)
+    training = _Training(r, sampler, loop, recorder, stop)
     try:
-        for step in bar:
-            stats = timed_step(r, sampler, loop, step)
-            for key, value in stats.items():
-                if value is not None and not (isinstance(value, float) and math.isnan(value)):
-                    window[key].append(value)
-                    stat_sums[key] += value
-            if diverged(r, schedule, step):
-                failure = f"diverged at step {step}: non-finite parameters"
-            if schedule.writes_row(step) or failure:
-                row = metrics_row(r, loop, window, step, tracker.at(step))
-                if not failure and schedule.evaluates(step):
-                    evaluate(r, loop, row)
-                    bar.set_postfix(acc=f"{loop.last_eval['accuracy']:.3f}",
-                                    eps="-" if row["epsilon"] is None else f"{row['epsilon']:.3f}")
-                recorder.log(row)
-                progress.update(step, row["epsilon"])
-            else:
-                progress.update(step)
-            if failure:
-                break
-            if r.group.stopping(stop.reason):   # (several processes: rank 0's request, at the same step on all)
-                stopped = stop.reason
-                stop.shield()  # a second Ctrl-C now would only break the checkpoint's write
-                recorder.checkpoint(r, sampler, sync_loop())
-                break
-            if step < r.total_steps and _checkpoint_due(r.cfg.train, step, last_saved):
-                recorder.checkpoint(r, sampler, sync_loop())
-                last_saved = time.monotonic()
+        failure, stopped = training.run()
     except BaseException as err:  # a crash, a second Ctrl-C, a refused write: keep what was written, mark the run
         stop.shield()
-        if isinstance(err, (WriteFault, RankLost)):  # the machine's (a write, another rank), not the run's: resumable
-            status, what = "fault", f"fault after step {loop.step}: {err}"
-        elif isinstance(err, KeyboardInterrupt):
-            status, what = "interrupted", f"interrupted at step {loop.step + 1}: KeyboardInterrupt: {err}"
-        else:
-            status, what = "failed", f"crashed at step {loop.step + 1}: {type(err).__name__}: {err}"
-        record_outcome(what)
+        status, what = _how_it_ended(err, loop.step)
+        training.record_outcome(summary, what)
         summary.update(status=status)
         recorder.fail(summary)
         raise
     finally:
         stop.shield()
-        bar.close()
-        tracker.close()
-    record_outcome(failure)
+        training.close()
+    training.record_outcome(summary, failure)
     return failure, stopped
+
+
+def _how_it_ended(err: BaseException, step: int) -> tuple[str, str]:
+    """The status and failure line of a loop that `err` ended after `step`: a fault is the
+    machine's (a write, another rank), not the run's, so it is resumable."""
+    if isinstance(err, (WriteFault, RankLost)):
+        return "fault", f"fault after step {step}: {err}"
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted", f"interrupted at step {step + 1}: KeyboardInterrupt: {err}"
+    return "failed", f"crashed at step {step + 1}: {type(err).__name__}: {err}"
+
+
+class _Training:
+    """One call of `train_loop`: what its steps share (the schedule, the epsilon tracker, the
+    statistics since the last row and since the start, the progress display), so that each part of
+    a step is a method of its own."""
+
+    def __init__(self, r: Run, sampler, loop: LoopState, recorder: Recorder, stop: StopRequests):
+        self.r, self.sampler, self.loop, self.recorder, self.stop = r, sampler, loop, recorder, stop
+        self.schedule = Schedule.of(r.cfg.train, r.steps_per_epoch, r.total_steps)
+        self.tracker = EpsilonTracker(r.plan, self.schedule.row_steps(after=loop.step), after=loop.step)
+        self.window, self.stat_sums = defaultdict(list, loop.window), defaultdict(float, loop.stat_sums)
+        self.last_saved, self.first_step = time.monotonic(), loop.step
+        r.module.train()
+        self.bar = tqdm(range(loop.step + 1, r.total_steps + 1), desc=f"{r.cfg.method.name}", dynamic_ncols=True,
+                        disable=None, initial=loop.step, total=r.total_steps)
+        self.progress = Progress(log.info, r.total_steps, r.steps_per_epoch, loop.step,
+                                 r.cfg.train.progress_seconds, quiet=not self.bar.disable)
+
+    def run(self) -> tuple[str | None, str | None]:
+        """The steps until the last, a divergence (its failure line) or a stop request (its reason)."""
+        for step in self.bar:
+            failure = self.take_step(step)
+            if failure:
+                return failure, None
+            if self.r.group.stopping(self.stop.reason):  # (several processes: rank 0's, at the same step on all)
+                stopped = self.stop.reason
+                self.stop.shield()  # a second Ctrl-C now would only break the checkpoint's write
+                self.recorder.checkpoint(self.r, self.sampler, self.sync_loop())
+                return None, stopped
+            if step < self.r.total_steps and _checkpoint_due(self.r.cfg.train, step, self.last_saved):
+                self.recorder.checkpoint(self.r, self.sampler, self.sync_loop())
+                self.last_saved = time.monotonic()
+        return None, None
+
+    def take_step(self, step: int) -> str | None:
+        """One step, its statistics kept and its row written when due; the failure line if it diverged."""
+        self.keep_statistics(timed_step(self.r, self.sampler, self.loop, step))
+        failure = f"diverged at step {step}: non-finite parameters" if diverged(self.r, self.schedule, step) else None
+        if self.schedule.writes_row(step) or failure:
+            self.write_row(step, evaluates=not failure and self.schedule.evaluates(step))
+        else:
+            self.progress.update(step)
+        return failure
+
+    def keep_statistics(self, stats: dict) -> None:
+        """A step's statistics into the row's window and the run's sums (those it did not measure left out)."""
+        for key, value in stats.items():
+            if value is not None and not (isinstance(value, float) and math.isnan(value)):
+                self.window[key].append(value)
+                self.stat_sums[key] += value
+
+    def write_row(self, step: int, evaluates: bool) -> None:
+        """The row of `step` (with an evaluation if `evaluates`) into metrics.jsonl and the progress."""
+        row = metrics_row(self.r, self.loop, self.window, step, self.tracker.at(step))
+        if evaluates:
+            evaluate(self.r, self.loop, row)
+            self.bar.set_postfix(acc=f"{self.loop.last_eval['accuracy']:.3f}",
+                                 eps="-" if row["epsilon"] is None else f"{row['epsilon']:.3f}")
+        self.recorder.log(row)
+        self.progress.update(step, row["epsilon"])
+
+    def sync_loop(self) -> LoopState:
+        """The loop's state with the statistics kept so far, as a checkpoint or the outcome reads it."""
+        self.loop.window, self.loop.stat_sums = dict(self.window), dict(self.stat_sums)
+        return self.loop
+
+    def record_outcome(self, summary: dict, failure: str | None) -> None:
+        """The run's outcome (epsilon spent, accuracies, the method's own facts) into `summary`."""
+        r, loop = self.r, self.sync_loop()
+        test_histogram = r.data.test.class_histogram(r.data.num_classes)
+        summary.update(outcome(r.plan, self.tracker, loop, r.total_steps, failure, test_histogram,
+                               self.recorder.steps_released))
+        merge_into(summary, r.method.outcome(self.stat_sums, loop.step))
+        if r.group.several:
+            summary["distributed"] = r.group.describe(loop.step - self.first_step)
+
+    def close(self) -> None:
+        """The progress bar and the epsilon tracker closed, however the loop ended."""
+        self.bar.close()
+        self.tracker.close()
 
 
 def follow_loop(r: Run, sampler, loop: LoopState) -> None:

@@ -229,6 +229,34 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
+    """The sweep: its plan checked whole before any run starts (a mistake: one line, exit 2), then
+    its private selections or its grid's runs."""
+    args = _parser().parse_intermixed_args(argv)
+    use_console()
+    load_plugins()   # (its runs' subprocesses load them too: the entry points, and PAZO_PLUGINS inherited)
+    try:
+        spec, runs, launcher = _planned_sweep(args)
+        t0 = time.time()
+        composed = check(runs, args.overrides, spec["entry"])
+        missing = _missing_data(spec, runs, args)
+    except ConfigError as err:
+        return _refused(err)
+    runs = _runs_with_data(spec, runs, missing)
+    if not runs:  # a sweep that ran nothing has not done what was asked: the user's one line, exit 2
+        return _refused(f"sweep {spec['name']}: nothing to run, the data of every setting are missing "
+                        "(each setting's line above says what is missing and how to get it)")
+    sweep_dir = Path(args.out).resolve() / spec["name"]
+    if (args.selection or spec["selection"]) == "private":
+        try:
+            work_starts()   # (the runs' Ctrl-C: each records it)
+            return private_selection(spec, runs, args, launcher, sweep_dir)
+        except ConfigError as err:
+            return _refused(err)
+    return _grid_sweep(spec, runs, args, launcher, sweep_dir, (composed, t0))
+
+
+def _parser() -> ArgumentParser:
+    """`pazo-sweep`'s arguments."""
     parser = ArgumentParser(prog="pazo-sweep", description=summary_of(__doc__))
     parser.add_argument("spec", help="a name in configs/sweeps/ (e.g. table1_cifar10) or a YAML path")
     parser.add_argument("overrides", nargs="*",
@@ -252,61 +280,66 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k-mean", type=float, default=None, help="private selection: E[K] (default 10)")
     parser.add_argument("--k-shape", type=float, default=None,
                         help="private selection: the truncated negative binomial's shape eta > 0")
-    args = parser.parse_intermixed_args(argv)
-    use_console()
-    load_plugins()   # (its runs' subprocesses load them too: the entry points, and PAZO_PLUGINS inherited)
-    try:
-        spec = load_spec(args.spec)
-        if args.methods is not None:
-            spec = {**spec, "methods": select_methods(spec, args.methods)}
-        runs = enumerate_runs(spec, args.max_runs)
-        launcher = {**load_yaml(args.launcher, SWEEPS / "launchers", "launcher"), **parse_sets(args.set)}
-        check_launcher(launcher)
-        t0 = time.time()
-        composed = check(runs, args.overrides, spec["entry"])
-        missing = missing_data(runs, args.overrides, spec["entry"])
-        if missing and not spec["skip_missing_data"] and not args.dry_run:
-            (setting, message), *others = missing.items()
-            also = f" (and the data of {len(others)} other setting(s))" if others else ""
-            raise ConfigError(f"setting {setting}: {message.rstrip('.')}{also}; no run was started (or set "
-                              "skip_missing_data: true in the spec to leave such settings out)")
-    except ConfigError as err:
-        log.error(f"pazo: error: {err}")
-        return 2
+    return parser
+
+
+def _refused(err: ConfigError | str) -> int:
+    """A user's mistake: its one line, exit status 2."""
+    log.error(f"pazo: error: {err}")
+    return 2
+
+
+def _planned_sweep(args) -> tuple[dict, list[PlannedRun], dict]:
+    """The spec (only the methods asked for), its runs (at most `--max-runs`) and the launcher's
+    settings, checked; a mistake in any is a ConfigError."""
+    spec = load_spec(args.spec)
+    if args.methods is not None:
+        spec = {**spec, "methods": select_methods(spec, args.methods)}
+    runs = enumerate_runs(spec, args.max_runs)
+    launcher = {**load_yaml(args.launcher, SWEEPS / "launchers", "launcher"), **parse_sets(args.set)}
+    check_launcher(launcher)
+    return spec, runs, launcher
+
+
+def _missing_data(spec: dict, runs: list[PlannedRun], args) -> dict[str, str]:
+    """Each setting whose data are missing here, with the line that says so; a ConfigError for the
+    first when the spec does not skip such settings and the sweep would start runs."""
+    missing = missing_data(runs, args.overrides, spec["entry"])
+    if missing and not spec["skip_missing_data"] and not args.dry_run:
+        (setting, message), *others = missing.items()
+        also = f" (and the data of {len(others)} other setting(s))" if others else ""
+        raise ConfigError(f"setting {setting}: {message.rstrip('.')}{also}; no run was started (or set "
+                          "skip_missing_data: true in the spec to leave such settings out)")
+    return missing
+
+
+def _runs_with_data(spec: dict, runs: list[PlannedRun], missing: dict[str, str]) -> list[PlannedRun]:
+    """The runs of the settings whose data are here when the spec skips the others (each said in a
+    line); all of them otherwise (a dry run: the plan is shown whole, the gap said)."""
     for setting, message in missing.items():
-        if not spec["skip_missing_data"]:   # (a dry run: the plan is shown whole, the gap said)
+        if not spec["skip_missing_data"]:
             log.info(f"sweep {spec['name']}: setting {setting} cannot run here, its data are missing: {message}")
             continue
         log.info(f"sweep {spec['name']}: setting {setting} skipped, its data are missing: {message}")
         runs = [r for r in runs if r.setting != setting]
-    if not runs:  # a sweep that ran nothing has not done what was asked: the user's one line, exit 2
-        log.error(f"pazo: error: sweep {spec['name']}: nothing to run, the data of every setting are missing "
-                  "(each setting's line above says what is missing and how to get it)")
-        return 2
-    sweep_dir = Path(args.out).resolve() / spec["name"]
-    if (args.selection or spec["selection"]) == "private":
-        try:
-            work_starts()   # (the runs' Ctrl-C: each records it)
-            return private_selection(spec, runs, args, launcher, sweep_dir)
-        except ConfigError as err:
-            log.error(f"pazo: error: {err}")
-            return 2
+    return runs
+
+
+def _grid_sweep(spec: dict, runs: list[PlannedRun], args, launcher: dict, sweep_dir: Path,
+                checked: tuple[int, float]) -> int:
+    """Every run of the grid not yet done, after the earlier runs in `sweep_dir` are checked; a dry
+    run lists them and stops (`checked`: the compositions the checks made, and when they began).
+    Exit status 0 when all finished (or were submitted), 1 otherwise."""
     planned = [(r, sweep_dir / r.run_id) for r in runs]
     done = {"finished", "failed"} if args.skip_failed else {"finished"}
     try:
         check_replicates(planned)
         check_earlier_runs(planned, args.overrides, done, spec["entry"])
     except ConfigError as err:
-        log.error(f"pazo: error: {err}")
-        return 2
+        return _refused(err)
     states = {d: status(d) for _, d in planned}
     todo = [(r, d, command(r, d, args.overrides, spec["entry"])) for r, d in planned if states[d] not in done]
-    counts = {s: list(states.values()).count(s) for s in ("finished", "failed", "incomplete", "new")}
-    log.info(f"sweep {spec['name']}: {len(runs)} runs in {sweep_dir} "
-             f"({', '.join(f'{v} {k}' for k, v in counts.items() if v)}); {len(todo)} to run; "
-             f"every config valid ({composed} compositions, {time.time() - t0:.1f} s)")
-    for (setting, method), n in Counter((r.setting, r.method) for r in runs).items():
-        log.info(f"  {setting:14s} {method:13s} {n:5d}")
+    _say_plan(spec, runs, sweep_dir, states, len(todo), checked)
     if args.dry_run:
         for _, _, cmd in todo[:args.show]:
             log.info("  " + " ".join(cmd[3:]))
@@ -317,12 +350,29 @@ def _main(argv: list[str] | None = None) -> int:
         check_sweep_folder(sweep_dir)
         check_can_launch(launcher, args.overrides)
     except ConfigError as err:
-        log.error(f"pazo: error: {err}")
-        return 2
+        return _refused(err)
     work_starts()   # (the runs' Ctrl-C: each records it)
     launch(todo, launcher, sweep_dir)
     if launcher.get("launcher") == "submitit" and not launcher.get("wait"):
         return 0
+    return _say_finished(spec, todo)
+
+
+def _say_plan(spec: dict, runs: list[PlannedRun], sweep_dir: Path, states: dict, to_run: int,
+              checked: tuple[int, float]) -> None:
+    """The grid's lines before it launches: its runs by state, how many to run, how long the checks
+    took, a line per setting and method."""
+    composed, t0 = checked
+    counts = {s: list(states.values()).count(s) for s in ("finished", "failed", "incomplete", "new")}
+    log.info(f"sweep {spec['name']}: {len(runs)} runs in {sweep_dir} "
+             f"({', '.join(f'{v} {k}' for k, v in counts.items() if v)}); {to_run} to run; "
+             f"every config valid ({composed} compositions, {time.time() - t0:.1f} s)")
+    for (setting, method), n in Counter((r.setting, r.method) for r in runs).items():
+        log.info(f"  {setting:14s} {method:13s} {n:5d}")
+
+
+def _say_finished(spec: dict, todo: list) -> int:
+    """How many of the runs launched finished: exit status 0 when all did, 1 otherwise."""
     final = [status(d) for _, d, _ in todo]
     log.info(f"sweep {spec['name']}: {final.count('finished')} of {len(todo)} runs finished"
              + (f"; not finished: {len(todo) - final.count('finished')} (see their stdout.log; "

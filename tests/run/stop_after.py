@@ -5,23 +5,19 @@ honoured after that step with a checkpoint, as a scheduler preempts a run.
     python stop_after.py STEP OVERRIDE ...
 """
 import os
-import signal
 import sys
+from pathlib import Path
 
-from pazo.methods.base import Method
-from pazo.train import cli
+sys.path.append(str(Path(__file__).resolve().parents[1]))   # tests/, for step_faults (as pytest finds it)
+
+from pazo.methods.base import Method  # noqa: E402
+from pazo.train import cli  # noqa: E402
+from step_faults import signalled_at_step  # noqa: E402
 
 
 def stop_after(step_number: int) -> None:
     """SIGTERM to this process during the step `step_number`, once the method has taken it."""
-    original = Method.take_step
-
-    def take_step(self, x, y, step):
-        stats = original(self, x, y, step)
-        if step == step_number:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return stats
-    Method.take_step = take_step
+    Method.take_step = signalled_at_step(Method.take_step, step_number)
 
 
 if __name__ == "__main__":

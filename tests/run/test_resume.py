@@ -20,7 +20,7 @@ from pazo.methods import method_info
 from pazo.methods.two_point import TwoPointMethod
 from pazo.train import run
 from pazo.run.weights import read_weights
-from step_faults import fail_at_step
+from step_faults import fail_at_step, signalled_at_step
 
 
 def rows(run_dir):
@@ -49,14 +49,7 @@ def test_a_signal_checkpoints_and_the_relaunch_continues_exactly(method, signum,
 
     owner = method_info(method).cls
     original = owner.step
-
-    def step(self, x, y, t):
-        out = original(self, x, y, t)
-        if t == 7:
-            os.kill(os.getpid(), signum)  # arrives mid-run; honoured after this step
-        return out
-
-    monkeypatch.setattr(owner, "step", step)
+    monkeypatch.setattr(owner, "step", signalled_at_step(original, 7, signum))  # arrives mid-run; honoured after it
     stopped = run(cfg, tmp_path / "split")
     assert stopped["status"] == status and stopped["steps_done"] == 7 and stopped["stopped_at_step"] == 7
     assert stopped["privacy"]["epsilon_spent"] > 0  # the steps done were spent, and say so
@@ -73,14 +66,7 @@ def preempted_after(step_number: int, cfg, run_dir: Path, monkeypatch) -> dict:
     step, with a checkpoint); its summary."""
     owner = method_info(cfg.method.name).cls
     original = owner.step
-
-    def step(self, x, y, t):
-        out = original(self, x, y, t)
-        if t == step_number:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return out
-
-    monkeypatch.setattr(owner, "step", step)
+    monkeypatch.setattr(owner, "step", signalled_at_step(original, step_number))
     try:
         return run(cfg, run_dir)
     finally:
@@ -213,13 +199,7 @@ def test_a_live_run_directory_is_refused(hydra_cfg, tmp_path):
 def test_resuming_with_another_config_is_refused(hydra_cfg, tmp_path, monkeypatch):
     cfg = hydra_cfg("method=dpzero", "train.steps=10", "train.checkpoint_every=2")
     original = TwoPointMethod.step
-
-    def step(self, x, y, t):
-        if t == 3:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return original(self, x, y, t)
-
-    monkeypatch.setattr(TwoPointMethod, "step", step)
+    monkeypatch.setattr(TwoPointMethod, "step", signalled_at_step(original, 3))
     assert run(cfg, tmp_path)["status"] == "preempted"
     monkeypatch.setattr(TwoPointMethod, "step", original)
     with pytest.raises(ValueError, match="another config"):

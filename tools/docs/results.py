@@ -158,8 +158,11 @@ PAGES = (
          summary=("setting", "method", "engine", "extra_ops"), overview=step_ops_overview),
     Page("profiles", "A zeroth-order step against its floor",
          "DPZero's step against its floor and against a minimal hand-written step (`pazo-bench "
-         "profile`), and the microseconds of each operation of the minimal step.",
-         ("zo_step_profile_*.json",)),
+         "profile`), and the microseconds of each operation of the minimal step. `release_paths_*` "
+         "time a step's release on the host path (Python floats) and on the device path (tensors) "
+         "in one process, alternating (`pazo-bench release`; docs/design/exact-releases.md): "
+         "`paired_device_over_host` is the device step over the host step, round by round.",
+         ("zo_step_profile_*.json", "release_paths_*.json")),
     Page("dimension", "DPZero's dimension experiment",
          "DPZero's Figures 1-2 on a synthetic quadratic (`pazo-bench dimension`): the best loss and the "
          "gradient norm against the dimension, for each mode of the Hessian's spectrum.",
@@ -308,7 +311,7 @@ def file_section(path: Path, page: Page, figures: dict[str, str], figure_dir: Pa
     if rows:
         full = table(rows, page.columns)
         lines += [*(folded(f"{rel}: {counted(len(rows), 'row')}", full) if page.overview else full), ""]
-    if page.name == "profiles":
+    if page.name == "profiles" and "steps" in data:   # (a profile; the release paths have rows)
         lines += ["Steps against the floor:", "", *table([{"step": k, **v} for k, v in data["steps"].items()]), "",
                   "Microseconds per operation of the minimal step:", "",
                   *table([data["minimal_step_op_us"]]), ""]
