@@ -370,12 +370,14 @@ def plan_lines(argv: list[str]) -> list[str]:
 
     from pazo.run.build import planned_steps, run_privacy_plan
     from pazo.run.summary import privacy_lines
+    from pazo.run.validate import check_schedule_fits
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=list(argv))
     n, how = _private_size(cfg)
-    plan = run_privacy_plan(cfg, n)
     steps = planned_steps(cfg.train, n)
+    check_schedule_fits(cfg, steps)   # (where n is estimated, the data's own check has not run)
+    plan = run_privacy_plan(cfg, n)
     return [f"plan: {cfg.method.name} on {cfg.dataset.name}: n = {n} private examples ({how}), batch "
             f"{cfg.train.batch_size} -> q = {cfg.train.batch_size / n:.4f}, T = {steps} steps",
             *privacy_lines(plan),
