@@ -285,7 +285,8 @@ def cli() -> None:
     single = not any(a.startswith("-") for a in argv)   # not a multirun, --help, --cfg, ...
     problem = _command_line_problem(argv, single) or _torchrun_problem(single)
     if problem:
-        print(f"pazo: error: {problem}", file=sys.stderr)
+        if not _said_by_rank_0(argv, problem):
+            print(f"pazo: error: {problem}", file=sys.stderr)
         sys.exit(2)
     if os.environ.get("RANK", "0") != "0":   # torchrun's other ranks: rank 0 alone writes the run
         sys.exit(follow(argv))
@@ -299,6 +300,17 @@ def cli() -> None:
         hydra_main()
         return
     run_multirun(jobs)
+
+
+def _said_by_rank_0(argv: list[str], problem: str) -> bool:
+    """Whether torchrun's rank 0 prints `problem` too, this being another rank: a refusal of the
+    config alone, which every rank reaches from the same command line (this rank's device, or
+    where it would write, may differ from rank 0's: said by the rank that finds it)."""
+    from pazo.run import cli as command_line
+
+    if os.environ.get("RANK", "0") == "0" or os.environ.get("WORLD_SIZE", "1") in ("", "1"):
+        return False
+    return problem == command_line.check_overrides(argv)
 
 
 def _torchrun_problem(single: bool) -> str | None:
@@ -326,6 +338,8 @@ def follow(argv: list[str]) -> int:
             cfg = compose(config_name="config", overrides=list(argv))
         distributed.join(cfg.train.distributed_timeout_s)
         training.follow(cfg)
+    except distributed.LeaderRefused:   # rank 0 refused the run and printed why
+        return 2
     except USER_ERRORS as err:
         print(f"pazo: error: rank {rank}: {err}", file=sys.stderr)
         return 2
