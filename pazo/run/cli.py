@@ -289,7 +289,7 @@ def refusal_before_torch(overrides: list[str], config_name: str = "config", valu
     from omegaconf.errors import OmegaConfBaseException
 
     from pazo.config_schema import check_section_values
-    from pazo.run.door import method_schemas_stood_in
+    from pazo.run.door import method_schemas_stood_in, schedule_problem
 
     with method_schemas_stood_in(), initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         try:
@@ -301,12 +301,13 @@ def refusal_before_torch(overrides: list[str], config_name: str = "config", valu
     if not values:
         return None
     try:
-        check_section_values(cfg)
+        data = check_section_values(cfg)
     except ConfigError as err:
         return str(err)
     except OmegaConfBaseException:
         return None
-    return None
+    steps = data["train"].get("steps")   # (given; from epochs, the steps wait for the data's size)
+    return schedule_problem(data.get("schedule") or {}, steps, f"train.steps={steps}") if steps else None
 
 
 def _composition_refusal(err: Exception, overrides: list[str], compose) -> str | None:

@@ -3,8 +3,9 @@
 Checking a run's overrides in full reads the method, data set and model registries, whose modules
 import torch: seconds on a loaded machine before a one-line refusal. Most mistakes need none of
 that: a list where a config group takes one name (`list_for_one_choice`), a config group's option
-that is not one, a key that is not there, a value the sections' schemas refuse
-(`pazo.run.cli.refusal_before_torch`, which composes with `method_schemas_stood_in`). What needs
+that is not one, a key that is not there, a value the sections' schemas refuse, a schedule that
+does not fit the steps given (`schedule_problem`; `pazo.run.cli.refusal_before_torch`, which
+composes with `method_schemas_stood_in`). What needs
 the registries (the method's own keys and values, the data set's and model's) is left to the full
 check, which refuses the same command lines with the same lines."""
 from __future__ import annotations
@@ -79,3 +80,17 @@ def method_schemas_stood_in():
         for name, node in stand_ins.items():
             if stored.get(f"{name}.yaml") is node:
                 del stored[f"{name}.yaml"]
+
+
+def schedule_problem(schedule, steps: int, how: str = "") -> str | None:
+    """Why schedule section `schedule` does not fit a run of `steps` steps (set by `how`), or None."""
+    name = schedule.get("name", "constant")
+    warmup, every = schedule.get("warmup_steps", 0), schedule.get("decay_every", 0)
+    if name in ("warmup", "cosine") and warmup > steps:
+        return (f"schedule.warmup_steps={warmup} is longer than the run's {steps} steps ({how}): the run would "
+                f"end before its warm-up does; give schedule.warmup_steps={steps} or fewer, or more steps")
+    if name == "step" and every >= steps:
+        return (f"schedule.decay_every={every} is not shorter than the run's {steps} steps ({how}): "
+                f"schedule=step would never decay; give schedule.decay_every={max(1, steps - 1)} or fewer, "
+                "or schedule=constant")
+    return None

@@ -21,6 +21,7 @@ from pazo.models import MODELS
 from pazo.privacy.accountants import BudgetError, check_delta, check_target_epsilon
 from pazo.privacy.planner import check_accountant, steps_from_epochs
 from pazo.privacy.sampling import SAMPLERS
+from pazo.run.door import schedule_problem
 from pazo.zo.engines import ENGINES
 
 
@@ -110,20 +111,6 @@ def check_schedule_fits(cfg, steps: int) -> None:
     problem = schedule_problem(cfg.get("schedule") or {}, steps, how)
     if problem:
         raise ConfigError(problem)
-
-
-def schedule_problem(schedule, steps: int, how: str = "") -> str | None:
-    """Why schedule section `schedule` does not fit a run of `steps` steps (set by `how`), or None."""
-    name = schedule.get("name", "constant")
-    warmup, every = schedule.get("warmup_steps", 0), schedule.get("decay_every", 0)
-    if name in ("warmup", "cosine") and warmup > steps:
-        return (f"schedule.warmup_steps={warmup} is longer than the run's {steps} steps ({how}): the run would "
-                f"end before its warm-up does; give schedule.warmup_steps={steps} or fewer, or more steps")
-    if name == "step" and every >= steps:
-        return (f"schedule.decay_every={every} is not shorter than the run's {steps} steps ({how}): "
-                f"schedule=step would never decay; give schedule.decay_every={max(1, steps - 1)} or fewer, "
-                "or schedule=constant")
-    return None
 
 
 def typed_config(cfg) -> dict:

@@ -29,7 +29,7 @@ def test_refused_configs_leave_torch_unimported(tmp_path):
     schema refuses, a list for one name), through `pazo-train`'s own start in a fresh process: exit 2
     with its line, and torch not imported."""
     refused = [["method=pazom"], ["+train.foo=1"], ["train.steps=0"], ["privacy.epsilon=abc"], ["method=[mezo]"],
-               ["schedule=cosine", "schedule.warmup_steps=-1"]]
+               ["schedule=cosine", "schedule.warmup_steps=-1"], ["schedule=step", "train.steps=5"]]
     code = ("import json, sys\n"
             "import pazo.train\n"
             "codes = []\n"
@@ -57,7 +57,12 @@ def misspelled(name: str) -> str:
 @st.composite
 def refused_command_lines(draw) -> list[str]:
     """An override set with one mistake of a kind found without the registries."""
-    kind = draw(st.sampled_from(["option", "key", "value"]))
+    kind = draw(st.sampled_from(["option", "key", "value", "schedule"]))
+    if kind == "schedule":   # (a warm-up longer than the run, or a step decay that never comes)
+        steps = draw(st.integers(1, 50))
+        name, key = draw(st.sampled_from([("cosine", "warmup_steps"), ("warmup", "warmup_steps"),
+                                          ("step", "decay_every")]))
+        return [f"schedule={name}", f"schedule.{key}={steps + draw(st.integers(1, 100))}", f"train.steps={steps}"]
     if kind == "option":
         group = draw(st.sampled_from(GROUPS))
         return [f"{group}={misspelled(draw(st.sampled_from(options(group))))}"]
