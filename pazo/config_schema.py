@@ -585,12 +585,7 @@ def _plain(value):
 def check_config_values(cfg) -> None:
     """Type and range of every key of a composed run config (train, audit or benchmark), before
     any data are read: one ConfigError for the first bad value."""
-    data = resolvable(cfg) if isinstance(cfg, DictConfig) else _plain(cfg)
-    top = {k: v for k, v in data.items() if k not in SECTIONS and k not in CHECKED_ELSEWHERE}
-    typed(TopSchema, top, "")
-    for name, schema in SECTIONS.items():
-        if name in data:
-            typed(schema, data[name] or {}, name)
+    data = check_section_values(cfg)
     for group, registry in NAMED_GROUPS.items():
         values = data.get(group)
         if isinstance(values, dict):   # an unregistered name is refused, not left unchecked
@@ -599,6 +594,19 @@ def check_config_values(cfg) -> None:
             except UnknownNameError as err:
                 raise ConfigError(str(err)) from None
             typed(schema, values, group)
+
+
+def check_section_values(cfg) -> dict:
+    """`check_config_values` of the top level and the `SECTIONS`, which need no registry (the
+    refusals said before torch loads, `pazo.run.cli.refusal_before_torch`); the config as plain
+    containers, resolved."""
+    data = resolvable(cfg) if isinstance(cfg, DictConfig) else _plain(cfg)
+    top = {k: v for k, v in data.items() if k not in SECTIONS and k not in CHECKED_ELSEWHERE}
+    typed(TopSchema, top, "")
+    for name, schema in SECTIONS.items():
+        if name in data:
+            typed(schema, data[name] or {}, name)
+    return data
 
 
 def typed_values(cfg, extra: dict[str, type] | None = None) -> dict:

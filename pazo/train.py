@@ -285,7 +285,8 @@ def cli() -> None:
     single = not any(a.startswith("-") for a in argv)   # not a multirun, --help, --cfg, ...
     problem = _command_line_problem(argv, single) or _torchrun_problem(single)
     if problem:
-        print(f"pazo: error: {problem}", file=sys.stderr)
+        if not _said_by_rank_0(argv, problem):
+            print(f"pazo: error: {problem}", file=sys.stderr)
         sys.exit(2)
     if os.environ.get("RANK", "0") != "0":   # torchrun's other ranks: rank 0 alone writes the run
         sys.exit(follow(argv))
@@ -299,6 +300,17 @@ def cli() -> None:
         hydra_main()
         return
     run_multirun(jobs)
+
+
+def _said_by_rank_0(argv: list[str], problem: str) -> bool:
+    """Whether torchrun's rank 0 prints `problem` too, this being another rank: a refusal of the
+    config alone, which every rank reaches from the same command line (this rank's device, or
+    where it would write, may differ from rank 0's: said by the rank that finds it)."""
+    from pazo.run import cli as command_line
+
+    if os.environ.get("RANK", "0") == "0" or os.environ.get("WORLD_SIZE", "1") in ("", "1"):
+        return False
+    return problem == command_line.check_overrides(argv)
 
 
 def _torchrun_problem(single: bool) -> str | None:
@@ -326,6 +338,8 @@ def follow(argv: list[str]) -> int:
             cfg = compose(config_name="config", overrides=list(argv))
         distributed.join(cfg.train.distributed_timeout_s)
         training.follow(cfg)
+    except distributed.LeaderRefused:   # rank 0 refused the run and printed why
+        return 2
     except USER_ERRORS as err:
         print(f"pazo: error: rank {rank}: {err}", file=sys.stderr)
         return 2
@@ -370,12 +384,14 @@ def plan_lines(argv: list[str]) -> list[str]:
 
     from pazo.run.build import planned_steps, run_privacy_plan
     from pazo.run.summary import privacy_lines
+    from pazo.run.validate import check_schedule_fits
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=list(argv))
     n, how = _private_size(cfg)
-    plan = run_privacy_plan(cfg, n)
     steps = planned_steps(cfg.train, n)
+    check_schedule_fits(cfg, steps)   # (where n is estimated, the data's own check has not run)
+    plan = run_privacy_plan(cfg, n)
     return [f"plan: {cfg.method.name} on {cfg.dataset.name}: n = {n} private examples ({how}), batch "
             f"{cfg.train.batch_size} -> q = {cfg.train.batch_size / n:.4f}, T = {steps} steps",
             *privacy_lines(plan),

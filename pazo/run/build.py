@@ -34,14 +34,12 @@ from pazo.zo.engines import build_engine, choose_engine
 from pazo.zo.memory import check_step_memory
 from pazo.models import FunctionalModel, build_model, check_no_batchnorm, dispatched, place
 from pazo.models.functional import cross_entropy_per_example
-from pazo.privacy.accountants import BudgetError
 from pazo.privacy.mechanisms import LOCAL_SUMS
 from pazo.privacy.plan import PrivacyPlan, make_plan
-from pazo.privacy.planner import steps_from_epochs
 from pazo.privacy.sampling import SAMPLERS
 from pazo.rng import RandomStreams
 from pazo.threads import apply_threads
-from pazo.run.validate import RunConfig, run_config, validate_against_data
+from pazo.run.validate import RunConfig, planned_steps, run_config, validate_against_data
 from pazo.run.warm_start import warm_start
 
 
@@ -162,17 +160,6 @@ def resolve_device(name: str, option: str = "device=") -> torch.device:
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(f"{asked} MPS is not available; {instead}")
     return device
-
-
-def planned_steps(train_cfg, n: int) -> int:
-    """`train.steps`, or `train.epochs` passes of expected batches over n private examples (epochs
-    that give no step: a ConfigError, `steps_from_epochs`)."""
-    if train_cfg.steps:
-        return train_cfg.steps
-    try:
-        return steps_from_epochs(train_cfg.epochs, train_cfg.batch_size / n, "train.epochs", "train.steps")
-    except BudgetError as err:
-        raise ConfigError(str(err)) from None
 
 
 def run_privacy_plan(cfg: DictConfig, n_private: int) -> PrivacyPlan:

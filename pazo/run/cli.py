@@ -239,9 +239,16 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from pazo.run.validate import validate_config  # (also registers the method schemas Hydra composes with)
+    from pazo.run.door import list_for_one_choice
 
     overrides = [a for a in argv if not a.startswith("hydra.")]
+    problem = list_for_one_choice(overrides)
+    if problem is None and "torch" not in sys.modules:   # (the audit's own check words its values better)
+        problem = refusal_before_torch(overrides, config_name, values=check is None or config_name == "config")
+    if problem:
+        return problem
+    from pazo.run.validate import validate_config  # (also registers the method schemas Hydra composes with)
+
     try:
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             try:
@@ -260,10 +267,67 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
     except ConfigError as err:
         return str(err)
     except (HydraException, OmegaConfBaseException, ValueError) as err:
-        lines = [line.strip() for e in (err, err.__cause__) if e is not None for line in str(e).splitlines()]
-        lines = [line for line in lines if line and not line.startswith(("full_key", "object_type", "To append"))]
+        lines = _error_lines(err)
         return _unknown_option(lines) or "; ".join(dict.fromkeys(lines[:2])) or type(err).__name__
     return None
+
+
+def _error_lines(err: Exception) -> list[str]:
+    """The lines of Hydra's or OmegaConf's error (and its cause) that say what is wrong."""
+    lines = [line.strip() for e in (err, err.__cause__) if e is not None for line in str(e).splitlines()]
+    return [line for line in lines if line and not line.startswith(("full_key", "object_type", "To append"))]
+
+
+def refusal_before_torch(overrides: list[str], config_name: str = "config", values: bool = True) -> str | None:
+    """The line `check_overrides` refuses `overrides` with, where it is found without the method,
+    data set and model registries (whose modules import torch: seconds before a refusal): an
+    option not in its config group, a key not in its section (but the method's, which its
+    registered schema holds), and with `values` a value of a section the schemas check (`train`,
+    `privacy`, `schedule`, ...). None: nothing found here, and the full check decides."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from pazo.config_schema import check_section_values
+    from pazo.run.door import method_schemas_stood_in, schedule_problem
+
+    with method_schemas_stood_in(), initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        try:
+            cfg = compose(config_name=config_name, overrides=overrides)
+        except HydraException as err:
+            return _composition_refusal(err, overrides, lambda o: compose(config_name=config_name, overrides=o))
+        except OmegaConfBaseException:
+            return None
+    if not values:
+        return None
+    try:
+        data = check_section_values(cfg)
+    except ConfigError as err:
+        return str(err)
+    except OmegaConfBaseException:
+        return None
+    steps = data["train"].get("steps")   # (given; from epochs, the steps wait for the data's size)
+    return schedule_problem(data.get("schedule") or {}, steps, f"train.steps={steps}") if steps else None
+
+
+def _composition_refusal(err: Exception, overrides: list[str], compose) -> str | None:
+    """Hydra's refusal of a composition where its meaning is certain without the registries: an
+    option not in its group's (`method=pazom`), a key not in a section that is not the method."""
+    lines = _error_lines(err)
+    if lines and "_schema'" not in lines[0] and _unknown_option(lines):
+        return _unknown_option(lines)
+    key = _unknown_key_named(str(err))
+    if key is None or key.split(".")[0] == "method":
+        return None
+    return explain_unknown_key(err, overrides, compose)
+
+
+def _unknown_key_named(message: str) -> str | None:
+    """The key of Hydra's "Could not override 'train.foo'", or None for another message."""
+    import re
+
+    found = re.match(r"Could not (?:override|append to config)[^']*'([^']+)'", message)
+    return found.group(1) if found else None
 
 
 def _unknown_option(lines: list[str]) -> str | None:
@@ -316,15 +380,12 @@ def explain_unknown_key(err: Exception, overrides: list[str], compose) -> str | 
     """Hydra's "Could not override 'method.k'" as one line that names the close match and the keys
     there are (`pazo.errors.unknown_key`), found by composing the config without that override
     (`compose(overrides)`); None for another error of composition."""
-    import re
-
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
 
-    found = re.match(r"Could not (?:override|append to config)[^']*'([^']+)'", str(err))
-    if not found:
+    key = _unknown_key_named(str(err))
+    if key is None:
         return None
-    key = found.group(1)
     rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
     try:
         cfg = compose(rest)

@@ -29,6 +29,11 @@ class RankLost(RuntimeError):
     """Another rank of the run died, or hung past `train.distributed_timeout_s`: the run ends."""
 
 
+class LeaderRefused(ConfigError):
+    """Rank 0 refused the run before its first step and told the others in an exchange they waited
+    in (`pazo.run.launch.LeaderExchanges`): they end as it does, and rank 0 alone prints the line."""
+
+
 @dataclass
 class Group:
     """This process's place in the run (rank 0 of 1 for a one-process run) and what it has sent."""
@@ -116,6 +121,8 @@ class Group:
             dist.all_gather_object(gathered, facts)
         except (RuntimeError, dist.DistError) as err:
             raise RankLost(lost_line(err)) from None
+        if "refused" in gathered[0] and not self.leader:
+            raise LeaderRefused(gathered[0]["refused"])
         differ = [key for key in facts if len({str(g.get(key)) for g in gathered}) > 1]
         if differ:
             rank = next(r for r, g in enumerate(gathered) if any(g.get(k) != gathered[0].get(k) for k in differ))

@@ -24,7 +24,7 @@ from pazo.run import distributed, gate
 from pazo.run.attempts import accept_launch, check_launch, plan_launch
 from pazo.run.checkpoint import (Heartbeat, LoopState, StopRequests, checkpoint_path, config_fingerprint,
                                  read_checkpoint, restore_checkpoint)
-from pazo.run.cli import DEBUG_ONLY
+from pazo.run.cli import DEBUG_ONLY, USER_ERRORS
 from pazo.commands.console import open_run_logs
 from pazo.run.build import build_run, resolve_device
 from pazo.run.loop import follow_loop, train_loop
@@ -51,7 +51,46 @@ def run(cfg: DictConfig, run_dir: str | Path, hydra_record: str | Path | None = 
         drop_hydra_record(hydra_record)  # refused, or nothing to do: .hydra/ stays the record of what ran
 
 
+class LeaderExchanges:
+    """Rank 0's exchanges with the other ranks before the first step: where the run starts (`share`),
+    then the ranks' agreement (`agree`). A refusal on rank 0 before them is told there
+    (`tell_refusal`): the ranks waiting in it end as rank 0 does, exit 2 with the line rank 0
+    prints (they ended in a lost rank's fault, exit 75)."""
+
+    def __init__(self, group: distributed.Group):
+        self.group, self.next = group, "share"
+
+    def share(self, value):
+        self.next = "agree"
+        return self.group.share(value)
+
+    def agree(self, facts: dict[str, str]) -> None:
+        self.next = None
+        self.group.agree(facts)
+
+    def tell_refusal(self, err: Exception) -> None:
+        """The other ranks hear of rank 0's refusal `err` in the exchange they wait in (none: nothing)."""
+        if not self.group.several or self.next is None:
+            return
+        try:
+            if self.next == "share":
+                self.group.share({"refused": str(err)})
+            else:
+                self.group.agree({"refused": str(err)})
+        except (ConfigError, distributed.RankLost):   # (the agreement's own refusal; ranks already gone)
+            pass
+
+
 def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
+    exchanges = LeaderExchanges(distributed.current())
+    try:
+        return _launch(cfg, run_dir, hydra_record, show_header, exchanges)
+    except USER_ERRORS as err:
+        exchanges.tell_refusal(err)
+        raise
+
+
+def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges: LeaderExchanges) -> dict:
     refuse_debug_breaks(cfg)
     validate_config(cfg)
     typed = run_config(cfg)   # the run's config typed once: what is below reads it (and its fingerprints)
@@ -61,7 +100,7 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
     with RunDirLock(run_dir):  # a second launch into run_dir is refused until this one ends
         remove_broken_writes(run_dir)
         start = plan_launch(run_dir, typed, fingerprint)  # fresh, resume, replay, finished or refused (attempts)
-        distributed.current().share(start_for_followers(run_dir, start))   # (several ranks: where they start)
+        exchanges.share(start_for_followers(run_dir, start))   # (several ranks: where they start)
         if start.kind == "finished":
             log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
                      f"(final test accuracy {start.summary.get('final_test_accuracy')})")
@@ -70,7 +109,7 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
         sampler = r.sampler()
         check_launch(run_dir, start, r)
         loop = resume_state(r, sampler, start.checkpoint, checkpoint_path(run_dir)) if start.resuming else LoopState()
-        r.group.agree(rank_facts(r, fingerprint, loop.step))   # before the first write and the first step
+        exchanges.agree(rank_facts(r, fingerprint, loop.step))   # before the first write and the first step
         accept_launch(run_dir, start, r)   # the first write into run_dir
         accept_hydra_record(run_dir, hydra_record, archive_to=start.moved_to)
         open_run_logs()   # train.log: the lines said since the launch began, and on
@@ -103,10 +142,12 @@ def follow(cfg: DictConfig) -> None:
     """A rank other than 0 of a data-parallel run (torchrun): the run's steps on this rank's shards,
     from the step rank 0 starts at (its checkpoint, read here too), once every rank agrees it runs
     the same config, data and code from the same step; nothing written."""
+    start = distributed.current().share(None)   # (first: rank 0 may have refused the run)
+    if "refused" in start:
+        raise distributed.LeaderRefused(start["refused"])
     validate_config(cfg)
     typed = run_config(cfg)
     fingerprint = config_fingerprint(typed.values)
-    start = distributed.current().share(None)
     if start["finished"]:   # rank 0 says so, and there is nothing to do
         return
     r = build_run(typed, earlier_engine=start["earlier_engine"])

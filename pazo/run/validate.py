@@ -19,8 +19,9 @@ from pazo.errors import ConfigError, unknown_choice
 from pazo.methods import METHODS, MethodConfig, method_config, method_info
 from pazo.models import MODELS
 from pazo.privacy.accountants import BudgetError, check_delta, check_target_epsilon
-from pazo.privacy.planner import check_accountant
+from pazo.privacy.planner import check_accountant, steps_from_epochs
 from pazo.privacy.sampling import SAMPLERS
+from pazo.run.door import schedule_problem
 from pazo.zo.engines import ENGINES
 
 
@@ -71,6 +72,8 @@ def validate_config(cfg) -> None:
     if p.sigma is not None and p.epsilon is None:
         raise ConfigError("privacy.sigma is set but privacy.epsilon is null: give the target epsilon "
                           "the given sigma must meet")
+    if cfg.train.steps:   # (given: known before the data are; from epochs: `validate_against_data`)
+        check_schedule_fits(cfg, cfg.train.steps)
 
 
 def validate_against_data(cfg, n_private: int, n_public: int) -> None:
@@ -85,6 +88,29 @@ def validate_against_data(cfg, n_private: int, n_public: int) -> None:
     if uses_public and "public_batch_size" in m and m.public_batch_size > n_public:
         raise ConfigError(f"method.public_batch_size={m.public_batch_size} exceeds the {n_public} "
                           "public examples")
+    if "schedule" in cfg:
+        check_schedule_fits(cfg, planned_steps(cfg.train, n_private))
+
+
+def planned_steps(train_cfg, n: int) -> int:
+    """`train.steps`, or `train.epochs` passes of expected batches over n private examples (epochs
+    that give no step: a ConfigError, `steps_from_epochs`)."""
+    if train_cfg.steps:
+        return train_cfg.steps
+    try:
+        return steps_from_epochs(train_cfg.epochs, train_cfg.batch_size / n, "train.epochs", "train.steps")
+    except BudgetError as err:
+        raise ConfigError(str(err)) from None
+
+
+def check_schedule_fits(cfg, steps: int) -> None:
+    """The step-size schedule (`schedule`) fits the run's `steps`: a warm-up longer than the run
+    would end it still warming up, and a step decay at intervals no shorter than it would never
+    decay; either is a ConfigError naming the fix (the schedule's own ranges: its schema)."""
+    how = f"train.steps={steps}" if cfg.train.get("steps") else f"train.epochs={cfg.train.epochs:g}"
+    problem = schedule_problem(cfg.get("schedule") or {}, steps, how)
+    if problem:
+        raise ConfigError(problem)
 
 
 def typed_config(cfg) -> dict:

@@ -307,20 +307,26 @@ def _ruled_choice(model: FunctionalModel, zeroth_order: bool, n_points: int) -> 
 
 def _measure_engines(cfg, model: FunctionalModel, sample, queries: int, points: list[Point],
                      repeats: int) -> dict[str, float]:
-    """Each engine's median time for the points on the sample batch (inf for a vectorised engine
-    that runs out of GPU memory); the parameters are restored exactly and the GPU cache emptied."""
+    """Each engine's median time for the points on the sample batch (inf for one that runs out of
+    GPU memory; both out of memory: a ConfigError naming what to lower); after each engine the
+    parameters are restored exactly (an engine stopped mid-step leaves them shifted) and the GPU
+    cache emptied."""
     saved = [p.detach().clone() for p in model.params]
     times = {}
-    try:
-        for engine in (VectorisedEngine(chunk_size=cfg.get("chunk_size")), InPlaceEngine()):
+    for engine in (VectorisedEngine(chunk_size=cfg.get("chunk_size")), InPlaceEngine()):
+        try:
             times[engine.name] = _median_time(engine, model, sample, queries, points, repeats, saved[0].dtype)
-    except torch.cuda.OutOfMemoryError:
-        times.setdefault("vectorised", float("inf"))
-    finally:
-        with torch.no_grad():
-            for p, s in zip(model.params, saved):
-                p.copy_(s)
-        torch.cuda.empty_cache()
+        except torch.cuda.OutOfMemoryError:
+            times[engine.name] = float("inf")
+        finally:
+            with torch.no_grad():
+                for p, s in zip(model.params, saved):
+                    p.copy_(s)
+            torch.cuda.empty_cache()
+    if min(times.values()) == float("inf"):
+        raise ConfigError(f"neither zeroth-order engine fits one step in GPU memory: both ran out of it on "
+                          f"{len(points)} query points ({queries} queries) of a batch of {len(sample[1])}; "
+                          "lower method.q or train.batch_size (or give the model a GPU with more free memory)")
     return times
 
 

@@ -3,9 +3,9 @@ config key, group option, command or flag fails the build with the page and line
 import textwrap
 
 import pytest
-from hypothesis import example, given, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
-from tools.docs.commands import called_another_way, check_pages, documented_pages, extract, split
+from tools.docs.commands import called_another_way, check_pages, documented_pages, extract, split, tool_lines
 
 
 def page(tmp_path, text, name="page.md"):
@@ -116,9 +116,10 @@ def test_a_hydra_interpolation_that_does_not_resolve_is_named(tmp_path):
 
 def test_every_documented_command_calls_each_pazo_tool_one_way():
     """The docs called the tools three ways (`python -m pazo.train`, `.venv/bin/python -m pazo.train`,
-    `.venv/bin/pazo-train`): every command of a shell block, and every `$ ` line of any code block,
-    in README.md and docs/ now calls them as the venv's entry points."""
-    commands = [c for path in documented_pages() for c in extract(path, every_fence=True)]
+    `.venv/bin/pazo-train`): every command of a shell block, every `$ ` line of any code block and
+    every line of a `text` block that starts with a tool (a plugin guide's bare `pazo-train`), in
+    README.md and docs/, now calls them as the venv's entry points."""
+    commands = [c for path in documented_pages() for c in [*extract(path, every_fence=True), *tool_lines(path)]]
     assert len(commands) > 60
     other = [f"{c.where}: {way}" for c in commands for way in called_another_way(c.text)]
     assert not other, "pazo tools called another way than .venv/bin/pazo-<name>:\n" + "\n".join(other)
@@ -127,9 +128,11 @@ def test_every_documented_command_calls_each_pazo_tool_one_way():
 #: (tool, its command) as the entry point names them, with the module `python -m` runs for it
 TOOLS = [("train", "", "train"), ("sweep", "demo --dry-run", "sweep"), ("audit", "", "audit"),
          ("bench", "methods", "bench"), ("report", "tables", "report"), ("bench", "", "bench.methods"),
-         ("report", "", "report.audit_table")]
+         ("report", "", "report.audit_table"), ("privacy", "sigma --epsilon 1", "privacy.command"),
+         ("eval", "outputs/run", "eval")]
 #: ways of calling a tool: (how it is written, whether it is the docs' one way)
-WAYS = st.sampled_from([(".venv/bin/pazo-{tool}", True), ("pazo-{tool}", False), ("python -m pazo.{module}", False),
+WAYS = st.sampled_from([(".venv/bin/pazo-{tool}", True), ("/path/to/pazo/.venv/bin/pazo-{tool}", True),
+                        ("pazo-{tool}", False), ("python -m pazo.{module}", False),
                         (".venv/bin/python -m pazo.{module}", False), ("python3 -m pazo.{module}", False)])
 OTHERS = st.sampled_from(["make run", "make docs", "git status", "cd /tmp", ".venv/bin/python -m pytest -m gpu",
                           "python -c 'print(1)'", "wandb sync"])
@@ -160,6 +163,24 @@ def test_a_tool_called_another_way_is_named_and_the_one_way_passes(parts, joiner
     line = ("OMP_NUM_THREADS=1 " if with_env else "") + joiner.join(texts)
     found = called_another_way(line)
     assert len(found) == len(wrong) and all(f.startswith(w) for f, w in zip(found, wrong)), (line, found)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(WAYS, st.sampled_from(TOOLS)), min_size=1, max_size=4),
+       st.sampled_from(["text", "console", "", "text title=\"try it\""]), st.booleans())
+@example([((".venv/bin/pazo-{tool}", True), TOOLS[0]), (("pazo-{tool}", False), TOOLS[1])], "text", False)
+def test_a_tool_called_another_way_in_any_code_block_is_named_with_its_line(tmp_path_factory, calls, info, prompted):
+    """The rule over pages of random blocks (a `text` block of commands, a terminal session, a block
+    with no language): a line that starts with a pazo tool not called as `.venv/bin/pazo-<name>` is
+    found, with its page and line; a tool named inside what a command printed is not a call."""
+    lines = [("$ " if prompted else "") + tool_call(way, tool) for (way, _), tool in calls]
+    body = [line for pair in zip(lines, ["usage: pazo-train [-h] (printed)"] * len(lines)) for line in pair]
+    path = page(tmp_path_factory.mktemp("page"), "# A page\n\n```" + info + "\n" + "\n".join(body) + "\n```\n")
+    found = [(c.line, c.text) for c in tool_lines(path) if called_another_way(c.text)]
+    wrong = [(4 + 2 * k, lines[k].removeprefix("$ ")) for k, ((_, canonical), _) in enumerate(calls) if not canonical]
+    if info in ("console",):   # (a shell block's commands: `extract` reads them, and its own test checks those)
+        wrong = []
+    assert found == wrong
 
 
 TORCHRUN_OPTIONS = st.lists(st.sampled_from(["--standalone", "--nproc_per_node=2", "--nproc_per_node 4", "--nnodes=1",

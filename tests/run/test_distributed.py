@@ -346,3 +346,29 @@ def test_a_follower_that_cannot_read_rank_0s_checkpoint_starts_nowhere(tmp_path)
 
     loop, where = follower_start(None, None, str(tmp_path / "private" / "checkpoint.pt"))
     assert loop.step == 0 and where.startswith("no step: rank 0's checkpoint") and "shared file system" in where
+
+
+def test_a_refusal_on_rank_0_before_the_first_exchange_ends_every_rank_with_its_line_once(tmp_path):
+    """Rank 0 refuses the launch after the ranks joined, before they exchange anything (its run
+    directory in use by another launch: a check only rank 0 makes). Was: rank 0 exit 2, rank 1 lost
+    in the exchange, exit 75 (a fault). Now every rank exits 2, and the line is printed once."""
+    from pazo.files.rundir import RunDirLock
+
+    (tmp_path / "run").mkdir()
+    port = _free_port()
+    with RunDirLock(tmp_path / "run"):
+        ranks = [_rank(tmp_path, rank, port, "train.steps=2") for rank in (0, 1)]
+        outs = [p.communicate(timeout=300) for p in ranks]
+    assert [p.returncode for p in ranks] == [2, 2], [err[-2000:] for _, err in outs]
+    lines = [_errors(out + err) for out, err in outs]
+    assert len(lines[0]) == 1 and "in use by another launch" in lines[0][0] and lines[1] == [], lines
+    assert not any("Traceback" in err for _, err in outs)
+
+
+def test_a_config_refused_on_every_rank_is_said_once(tmp_path):
+    """A mistake in the config, found by every rank before they join: exit 2 on each, one line."""
+    port = _free_port()
+    ranks = [_rank(tmp_path, rank, port, "train.steps=0") for rank in (0, 1)]
+    outs = [p.communicate(timeout=300) for p in ranks]
+    assert [p.returncode for p in ranks] == [2, 2]
+    assert [len(_errors(out + err)) for out, err in outs] == [1, 0], outs

@@ -22,12 +22,14 @@ leading `VAR=value` assignments dropped). Then:
 
 A placeholder value such as `method=<name>` is not composed; its key must still exist. A command
 that should not be checked belongs in a `text` block. Running the commands is `docs_run`'s. The
-pages call every pazo tool one way, `.venv/bin/pazo-<name>` (`called_another_way` names the others;
-the other forms are still read and checked here, for pages written before)."""
+pages call every pazo tool one way, `.venv/bin/pazo-<name>` (`called_another_way` names the others,
+in shell blocks and in the lines of other blocks that start with a tool, `tool_lines`; the other
+forms are still read and checked here, for pages written before)."""
 from __future__ import annotations
 
 import re
 import shlex
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,6 +77,25 @@ def extract(path: Path, every_fence: bool = False) -> list[Command]:
         if info in SHELL_FENCES or every_fence and any(line.lstrip().startswith("$ ") for line in body):
             out += _commands(path, body, body_start + 1, match["indent"])
         i = j + 1
+    return out
+
+
+def tool_lines(path: Path) -> list[Command]:
+    """The lines of a Markdown file's code blocks other than shell and Python ones (`text`, a
+    terminal session) that start with a pazo tool (`calls_a_tool`, a `$ ` prompt aside): commands
+    shown, not checked by composing (e.g. a plugin's, from a folder of the reader's own)."""
+    lines = path.read_text().splitlines()
+    out, info = [], None
+    for number, line in enumerate(lines, 1):
+        fence = FENCE.match(line)
+        if fence:
+            info = None if info is not None else fence["info"].lower()
+            continue
+        text = line.strip().removeprefix("$ ")
+        if info is not None and info not in SHELL_FENCES | {"python", "py", "pycon"} and text:
+            words = text.split()
+            if calls_a_tool(words):
+                out.append(Command(path, number, text.rstrip("\\").strip()))
     return out
 
 
@@ -504,10 +525,12 @@ def representatives(runs: list) -> list:
     return list(firsts.values())
 
 
+#: pazo's console scripts, as pyproject.toml's [project.scripts] names them
+ENTRY_POINTS = tuple(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"])
 #: the one way the docs call a pazo tool: the venv's entry point, from the clone's root (what
 #: `make run` installs and `docs_run` runs; `python -m pazo.<x>` and a bare `pazo-<x>` are the same
 #: code, shown nowhere so that a reader meets one form)
-TOOL_CALL = re.compile(r"\.venv/bin/pazo-(?:train|sweep|audit|bench|report)")
+TOOL_CALL = re.compile(rf"(?:\S*/)?\.venv/bin/(?:{'|'.join(ENTRY_POINTS)})")
 #: torchrun, which starts a module (`-m pazo.train`) in each of its processes: the one way to run one under it
 TORCHRUN = re.compile(r"(?:\S*/)?torchrun")
 
@@ -519,10 +542,19 @@ def called_another_way(text: str) -> list[str]:
     out = []
     for words in split(text):
         kind = classify(words)
-        if kind is not None and kind[0] != "make" and not (TOOL_CALL.fullmatch(words[0])
-                                                           or TORCHRUN.fullmatch(words[0])):
+        tool = calls_a_tool(words) or kind is not None and kind[0] != "make"
+        if tool and not (TOOL_CALL.fullmatch(words[0]) or TORCHRUN.fullmatch(words[0])):
             out.append(" ".join(words[:3] if PYTHON.match(words[0].rsplit("/", 1)[-1]) else words[:1]))
     return out
+
+
+def calls_a_tool(words: list[str]) -> bool:
+    """Whether a command's words call a pazo tool, in any form: one of its console scripts
+    (`ENTRY_POINTS`, whatever the folder), or Python running a module of the package."""
+    head = words[0].rsplit("/", 1)[-1] if words else ""
+    if PYTHON.match(head):
+        return words[1:2] == ["-m"] and len(words) > 2 and words[2].split(".")[0] == "pazo"
+    return head in ENTRY_POINTS
 
 
 CHECKERS = {"pazo-train": _train, "pazo-audit": _audit, "pazo-sweep": _sweep, "make": _make, "unknown": _unknown}

@@ -1,0 +1,96 @@
+"""The refusals a command line can be given before torch loads (`pazo.run.cli.check_overrides`).
+
+Checking a run's overrides in full reads the method, data set and model registries, whose modules
+import torch: seconds on a loaded machine before a one-line refusal. Most mistakes need none of
+that: a list where a config group takes one name (`list_for_one_choice`), a config group's option
+that is not one, a key that is not there, a value the sections' schemas refuse, a schedule that
+does not fit the steps given (`schedule_problem`; `pazo.run.cli.refusal_before_torch`, which
+composes with `method_schemas_stood_in`). What needs
+the registries (the method's own keys and values, the data set's and model's) is left to the full
+check, which refuses the same command lines with the same lines."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from omegaconf import OmegaConf
+
+from pazo import CONFIG_DIR
+
+#: config groups whose option may be a list on purpose (Hydra merges the options in order)
+LIST_GROUPS = ("logger",)
+
+
+def one_choice_groups() -> list[str]:
+    """The config groups of `configs/config.yaml`'s defaults (dataset, model, method, ...) that take
+    one option: every one but Hydra's own and `LIST_GROUPS`."""
+    groups = []
+    for entry in OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "config.yaml"))["defaults"]:
+        if isinstance(entry, dict):
+            group = next(iter(entry)).split()[-1]
+            if "/" not in group and group not in LIST_GROUPS:
+                groups.append(group)
+    return groups
+
+
+def list_for_one_choice(overrides: list[str]) -> str | None:
+    """`method=[mezo]` (a list where a config group takes one name) as one line that says so and
+    how to run several; None when no override gives such a group a list. (Hydra composed such a
+    list and then failed on `${dataset}_${method}` with a message about interpolation.)"""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    groups = one_choice_groups()
+    for text in overrides:
+        try:
+            override = OverridesParser.create().parse_override(text)
+        except Exception:   # a grammar Hydra refuses: its own line, from the check that composes
+            continue
+        group = override.key_or_group.lstrip("+~")
+        value = override.value() if group in groups and override.package is None else None
+        if isinstance(value, list):
+            return (f"{text.split('=', 1)[0].lstrip('+~')}={override.get_value_element_as_str()} is a list; "
+                    f"{group} takes one name (for several runs: -m {group}={','.join(_examples(group, value))} "
+                    "or pazo-sweep)")
+    return None
+
+
+def _examples(group: str, given: list) -> list[str]:
+    """Two options of `group` for the hint: the list's own, else the group's first options."""
+    names = [str(v) for v in given if isinstance(v, str)]
+    options = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml") if p.stem not in names)
+    return (names + options)[:max(2, len(names))]
+
+
+@contextmanager
+def method_schemas_stood_in():
+    """Each `configs/method/<name>.yaml` starts from `<name>_schema`, which the method's module
+    stores in Hydra's ConfigStore when it registers (and imports torch to do so): while composing
+    here, an empty node stands in for each schema not stored yet, and goes again after."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    stored = store.repo.setdefault("method", {})
+    added = [f"{path.stem}_schema" for path in (CONFIG_DIR / "method").glob("*.yaml")
+             if f"{path.stem}_schema.yaml" not in stored]
+    for name in added:
+        store.store(group="method", name=name, node={})
+    stand_ins = {name: stored[f"{name}.yaml"] for name in added}
+    try:
+        yield
+    finally:
+        for name, node in stand_ins.items():
+            if stored.get(f"{name}.yaml") is node:
+                del stored[f"{name}.yaml"]
+
+
+def schedule_problem(schedule, steps: int, how: str = "") -> str | None:
+    """Why schedule section `schedule` does not fit a run of `steps` steps (set by `how`), or None."""
+    name = schedule.get("name", "constant")
+    warmup, every = schedule.get("warmup_steps", 0), schedule.get("decay_every", 0)
+    if name in ("warmup", "cosine") and warmup > steps:
+        return (f"schedule.warmup_steps={warmup} is longer than the run's {steps} steps ({how}): the run would "
+                f"end before its warm-up does; give schedule.warmup_steps={steps} or fewer, or more steps")
+    if name == "step" and every >= steps:
+        return (f"schedule.decay_every={every} is not shorter than the run's {steps} steps ({how}): "
+                f"schedule=step would never decay; give schedule.decay_every={max(1, steps - 1)} or fewer, "
+                "or schedule=constant")
+    return None
