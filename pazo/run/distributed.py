@@ -167,9 +167,10 @@ def lost_line(err: BaseException) -> str:
 
 
 def ignore_stop_signals() -> None:
-    """A rank other than 0: Ctrl-C and SIGTERM (torchrun sends them to every rank) are rank 0's to act
-    on; this rank stops when rank 0 says so (`Group.stopping`), or when rank 0 is gone."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    """A rank other than 0: Ctrl-C and SIGTERM (torchrun sends them to every rank), and a scheduler's
+    warning SIGUSR1/SIGUSR2 (SLURM sends it to every task of a job), are rank 0's to act on; this
+    rank stops when rank 0 says so (`Group.stopping`), or when rank 0 is gone."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(signum, signal.SIG_IGN)
 
 
