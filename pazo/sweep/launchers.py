@@ -70,6 +70,10 @@ class SubmititLauncher:
         if self.cluster == "debug" and self.tasks_per_node > 1:
             raise ConfigError("cluster debug runs a job inside the sweep's process, as one task: tasks_per_node "
                               f"must be 1, got {self.tasks_per_node} (cluster local runs several on this machine)")
+        if self.tasks_per_node > 1 and 0 < self.gpus_per_node < self.tasks_per_node:
+            raise ConfigError(f"each of a node's {self.tasks_per_node} tasks takes the GPU of its LOCAL_RANK: "
+                              f"gpus_per_node must be 0 (a CPU run) or at least tasks_per_node={self.tasks_per_node}, "
+                              f"got {self.gpus_per_node}")
 
 
 LAUNCHER_SCHEMAS = {"sequential": SequentialLauncher, "joblib": JoblibLauncher, "submitit": SubmititLauncher}

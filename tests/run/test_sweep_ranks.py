@@ -28,7 +28,7 @@ NOT_AN_INTEGER_AT_LEAST_1 = st.one_of(st.integers(max_value=0), st.floats(allow_
 @settings(deadline=None)
 @given(st.sampled_from(["nodes", "tasks_per_node"]), st.integers(1, 64))
 def test_any_integer_from_1_is_a_jobs_nodes_and_tasks_per_node(key, value):
-    check_launcher({**SLURM, key: value})
+    check_launcher({**SLURM, key: value, "gpus_per_node": 0})
 
 
 @settings(deadline=None)
@@ -46,6 +46,20 @@ def test_nodes_and_tasks_per_node_other_than_integers_from_1_are_one_error_namin
 def test_a_cluster_on_this_machine_refuses_what_it_cannot_run(cluster, key, says):
     with pytest.raises(ConfigError, match=says):
         check_launcher({**SLURM, "cluster": cluster, key: 2})
+
+
+@settings(deadline=None)
+@given(st.integers(1, 8), st.integers(0, 8))
+@example(2, 1)   # slurm.yaml's one GPU a node, two tasks: rank 1 would ask for a GPU its node has not
+def test_each_task_of_a_node_takes_its_own_gpu_or_none(tasks_per_node, gpus_per_node):
+    """A rank with CUDA takes the GPU of its LOCAL_RANK (`pazo.run.distributed.join`): a node's tasks
+    need as many GPUs as there are tasks, or none (a CPU run)."""
+    launcher = {**SLURM, "tasks_per_node": tasks_per_node, "gpus_per_node": gpus_per_node}
+    if tasks_per_node > 1 and 0 < gpus_per_node < tasks_per_node:
+        with pytest.raises(ConfigError, match=f"gpus_per_node must be 0 .* at least tasks_per_node={tasks_per_node}"):
+            check_launcher(launcher)
+    else:
+        check_launcher(launcher)
 
 
 def _todo(method: str, *extra: str) -> list:
@@ -82,7 +96,7 @@ def test_a_sweep_of_a_method_that_does_not_shard_is_refused_before_submission(tm
     spec = tmp_path / "mini.yaml"
     spec.write_text("name: mini\nsettings: [digits]\nmethods: [sgd]\nepsilons: [1]\nnonprivate: [sgd]\ngrid: false\n")
     code = sweep.main([str(spec), "--out", str(tmp_path / "out"), "--launcher", "slurm", "--set", "cluster=local",
-                       "--set", "tasks_per_node=2"])
+                       "--set", "tasks_per_node=2", "--set", "gpus_per_node=0"])
     err = capsys.readouterr().err
     assert code == 2 and submitted == []
     assert err.count("\n") == 1 and err.startswith("pazo: error: run digits/sgd/") and \
@@ -148,7 +162,7 @@ def _sweep(tmp_path, out: str, *launcher: str) -> dict:
 def test_a_sweeps_job_of_two_local_tasks_is_the_one_process_run(tmp_path):
     one = _sweep(tmp_path, "one")
     two = _sweep(tmp_path, "two", "--launcher", "slurm", "--set", "cluster=local", "--set", "tasks_per_node=2",
-                 "--set", "wait=true", "--set", "timeout_min=10")
+                 "--set", "gpus_per_node=0", "--set", "wait=true", "--set", "timeout_min=10")
     assert two["status"] == "finished" and two["distributed"]["world_size"] == 2
     assert (one["dir"] / "model.safetensors").read_bytes() == (two["dir"] / "model.safetensors").read_bytes()
     assert one["privacy"]["epsilon_spent"] == two["privacy"]["epsilon_spent"]
