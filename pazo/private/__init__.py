@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import logging
 import os
 import secrets
@@ -39,18 +40,21 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from pazo import CONFIG_DIR
-from pazo.config_schema import DEVICE, EngineSchema, PrivacySchema
+from pazo.config_schema import DEVICE, EngineSchema, PrivacySchema, TrainSchema
 from pazo.commands.console import use_console
 from pazo.data.base import TensorSplit
 from pazo.run.digests import callable_digest, module_digest, tensors_digest
 from pazo.errors import ConfigError, UserCodeError, at_least_one, require
-from pazo.run.build import assemble_method, data_digest, functional_model, key_secret_streams, resolve_device
+from pazo.run import distributed
+from pazo.run.build import (assemble_method, data_digest, functional_model, key_secret_streams, require_shards,
+                            resolve_device)
 from pazo.run.fingerprint import computation_fingerprint
 from pazo.private.checks import (check_finite_data, check_finite_model, check_model_and_loss, first_line,
                                  in_library_terms, library_terms, user_culprit)
 from pazo.methods import Method, MethodConfig, method_config, method_info, method_names
 from pazo.methods.base import host_stats
 from pazo.models.functional import FunctionalModel
+from pazo.privacy.mechanisms import LOCAL_SUMS
 from pazo.privacy.plan import EpsilonTracker, PrivacyPlan, make_plan
 from pazo.privacy.sampling import PoissonSampler
 from pazo.rng import RandomStreams
@@ -96,6 +100,8 @@ class PrivateZO:
     engine: dict             # {requested, name, reason}: the zeroth-order engine
     key: dict = dataclasses.field(default_factory=dict)   # what keys the secret streams (`LibraryKey.facts`)
     steps_done: int = 0
+    #: the processes sharing each batch (torch.distributed; `library_group`): this one takes its shard
+    group: distributed.Group = dataclasses.field(default_factory=distributed.Group)
 
     def __post_init__(self):
         self._pending: tuple | None = None
@@ -109,9 +115,10 @@ class PrivateZO:
     def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """(inputs, labels) of a fresh Poisson batch for each step the budget has left, on the
         model's input device; hand each to `step` with its content unchanged (checked there: the
-        same tensors re-packed, `step((x, y))`, or copied step too)."""
+        same tensors re-packed, `step((x, y))`, or copied step too). In a group of several processes,
+        this rank's shard of the batch (every rank draws the same batch)."""
         for _ in range(self.plan.steps - self.steps_done):
-            self._pending = self.data.batch(self.sampler.sample(), self.device)
+            self._pending = self._fresh_batch()
             self._pending_digest = tensors_digest(*self._pending)
             yield self._pending
 
@@ -145,7 +152,7 @@ class PrivateZO:
         same tensors re-packed or copied step too; changed in place, they do not), or a fresh
         Poisson batch for None."""
         if batch is None:
-            return self.data.batch(self.sampler.sample(), self.device)
+            return self._fresh_batch()
         if self._pending_digest is not None and _is_pair(batch) and tensors_digest(*batch) == self._pending_digest:
             return self._pending   # (the drawn tensors: where batches() put them)
         if self._pending is not None and _is_pair(batch) and all(a is b for a, b in zip(batch, self._pending)):
@@ -154,6 +161,10 @@ class PrivateZO:
                               "(work on a copy, e.g. x.clone()) or on none")
         raise ConfigError("step() takes the batch batches() just gave (or none): the accountant counts each step "
                           "on a fresh Poisson sample of the private data, not on a batch of one's own")
+
+    def _fresh_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A fresh Poisson batch of the private data (this rank's shard of it), on the input device."""
+        return self.data.batch(self.group.shard(self.sampler.sample()), self.device)
 
     def epsilon(self) -> float | None:
         """Epsilon spent by the steps taken so far (the accountant's upper bound at the plan's delta;
@@ -170,11 +181,12 @@ class PrivateZO:
         """The facts of the optimiser, as a run's summary gives them (no private data, no seed): the
         guarantee with its assumptions and notes in full, and what keys its noise (`key`)."""
         method = self.method.describe()
+        shared = {"distributed": self.group.describe(self.steps_done)} if self.group.several else {}
         return {"method": self.method.cfg.name, "dim": self.model.dim, "device": str(self.device),
                 "privacy": {**self.plan.as_dict(), "steps_done": self.steps_done, "epsilon_spent": self.epsilon()},
                 "engine": {**self.engine, **method.pop("engine", {})}, "fingerprint": self.streams.fingerprint,
                 "key": self.key, "method_departures": [library_terms(d) for d in self.method.cfg.departures()],
-                "outside_guarantee": self.outside_guarantee()}
+                "outside_guarantee": self.outside_guarantee(), **shared}
 
 
 def _is_pair(batch) -> bool:
@@ -230,19 +242,17 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
     - `model`: the `nn.Module` to train (its trainable parameters are updated in place).
     - `loss_fn`: `loss_fn(outputs, targets) -> [B]` per-example losses (`reduction="none"`).
     - `train_data`: the private examples: `(inputs, labels)` tensors or a map-style Dataset of pairs.
-    - `method`: a registered zeroth-order method (`pazo.methods.method_names("zeroth_order")`);
-      its settings (lr, clip, q, k, ...) as keywords, defaults from `configs/method/<name>.yaml`.
-    - `epsilon, delta`: the target guarantee for `steps` steps (delta None: 1 / n); epsilon None:
-      non-private (MeZO).
+    - `method`: a registered zeroth-order method (`pazo.methods.method_names("zeroth_order")`); its settings
+      (lr, clip, q, k, ...) as keywords, defaults from `configs/method/<name>.yaml`.
+    - `epsilon, delta`: the target guarantee for `steps` steps (delta None: 1 / n); epsilon None: non-private (MeZO).
     - `steps, batch_size`: the number of steps the budget covers and the expected Poisson batch size.
     - `public`: public examples (tensors or a Dataset), from which PAZO-M/P/S sample public batches.
     - `sigma`: a noise multiplier to use as given (it must meet epsilon); None: calibrated.
     - `accountant`: "prv" (the default), "rdp" or "pld" (dp-accounting's), as a run's
       `privacy.accountant`: sigma is calibrated and epsilon counted with it (Gaussian noise only;
       a Laplace method is accounted exactly); `eps_error` is PRV's accuracy.
-    - `seed`: seeds the streams; the secret ones (noise, Poisson batches) with the computation's key
-      (`library_key`) and the private data's digest. Keep it secret. None: secure mode.
-    - `secure_mode`: the secret streams from the operating system's entropy.
+    - `seed`: seeds the streams; the secret ones (noise, Poisson batches) with the computation's key (`library_key`)
+      and the private data's digest. Keep it secret. None, or `secure_mode`: those from the operating system's entropy.
     - `fingerprint`: the computation's public fingerprint (hex), used as the key in place of
       pazo's hash (a framework run's is its summary's `computation.fingerprint`): give it only
       where it names the whole computation; None: pazo's hash of everything that decides it.
@@ -250,6 +260,7 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
       where the model is put and batches go (None: where its parameters are).
     - `verbose`: print the guarantee, what it assumes and the plan's notes once.
 
+    In a torch.distributed group (yours, or torchrun's) each rank steps on its shard: the one-process loop, bit for bit.
     A mistake is one ConfigError naming these arguments before any step (BudgetError: a target out
     of reach; UserCodeError: an error inside `model` or `loss_fn`).
     """
@@ -269,13 +280,14 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
         streams = _keyed_streams(seed, secure, key, private, public_split, module)
         plan = _library_plan(privacy, len(private), batch_size, steps, method_cfg, key, seeded=not secure)
         engine_cfg = OmegaConf.structured(EngineSchema(name=engine, chunk_size=chunk_size, query_dropout=query_dropout))
+        group = _library_group(method_cfg, secure, key)
         zo_method, engine_facts = _method_on_engine(method_cfg, fmodel, plan, streams, public_split, engine_cfg,
-                                                    batch_size)
+                                                    batch_size, group, lambda: _rank_facts(key, private, seed))
     module.train()
     optimiser = PrivateZO(method=zo_method, plan=plan, model=fmodel, streams=streams,
                           sampler=PoissonSampler(len(private), batch_size, streams.numpy["data"]), data=private,
-                          device=input_device, engine=engine_facts, key=key.facts)
-    if verbose:
+                          device=input_device, engine=engine_facts, key=key.facts, group=group)
+    if verbose and group.leader:
         _announce(optimiser, len(public_split))
     return optimiser
 
@@ -313,12 +325,45 @@ def _keyed_streams(seed: int | None, secure: bool, key: LibraryKey, private: Ten
 
 
 def _method_on_engine(method_cfg: MethodConfig, model: FunctionalModel, plan: PrivacyPlan, streams: RandomStreams,
-                      public: TensorSplit, engine_cfg, batch_size: int) -> tuple[Method, dict]:
-    """The method on the zeroth-order engine asked for (or the one `auto` picks), and that choice."""
+                      public: TensorSplit, engine_cfg, batch_size: int, group: distributed.Group,
+                      rank_facts) -> tuple[Method, dict]:
+    """The method on the zeroth-order engine asked for (or the one `auto` picks), and that choice; in a
+    group of several processes its sums over a batch added over the ranks (`ShardSums`), once every
+    rank is known to run this loop (`rank_facts()`, the engine with them: computed only then)."""
     name, reason = choose_engine(engine_cfg, model, zeroth_order=True, queries=method_cfg.release().queries)
+    if group.several:
+        group.agree({**rank_facts(), "engine": name})
     method = assemble_method(method_cfg, model=model, plan=plan, streams=streams, public=public,
-                             engine_cfg=engine_cfg, engine_name=name, batch_size=batch_size)
+                             engine_cfg=engine_cfg, engine_name=name, batch_size=batch_size,
+                             sums=distributed.ShardSums(group) if group.several else LOCAL_SUMS)
     return method, {"requested": engine_cfg.name, "name": name, "reason": reason}
+
+
+def _library_group(method_cfg: MethodConfig, secure: bool, key: LibraryKey) -> distributed.Group:
+    """The torch.distributed group the loop runs in (`distributed.library_group`; one process: none),
+    once its ranks can share every batch and its noise: drawn alike on every rank from the seed and
+    the key, never from a rank's own entropy (secure mode, an unhashable loss_fn)."""
+    group = distributed.library_group(TrainSchema.distributed_timeout_s)
+    if not group.several:
+        return group
+    require_shards(method_info(method_cfg.name), group, secure_mode=False)
+    require(not secure, f"secure_mode=True (or no seed) draws each process's Poisson batches and noise from its own "
+            f"entropy: the {group.world_size} processes of this torch.distributed group would not share them; give "
+            "every rank the same secret seed, or run the loop as one process")
+    require(not key.facts["unhashed"], f"loss_fn could not be hashed deterministically "
+            f"({'; '.join(key.facts['unhashed'])}): each of the {group.world_size} processes of this "
+            "torch.distributed group would key its noise with its own entropy; give fingerprint= (the same on every "
+            "rank), or run the loop as one process")
+    return group
+
+
+def _rank_facts(key: LibraryKey, private: TensorSplit, seed: int | None) -> dict[str, str]:
+    """What every rank of a loop must share, hashed (the seed's and the private data's stay among the
+    group's processes): the key's fingerprint, the private data, the seed and pazo's code."""
+    def hashed(value: str) -> str:
+        return hashlib.sha256(value.encode()).hexdigest()
+    return {"fingerprint": key.fingerprint, "train_data": hashed(data_digest(private)), "seed": hashed(str(seed)),
+            "code": distributed.code_digest()}
 
 
 def _library_plan(privacy: PrivacySchema, n: int, batch_size: int, steps: int, method_cfg: MethodConfig,

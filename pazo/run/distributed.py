@@ -14,7 +14,7 @@ import math
 import os
 import signal
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -41,6 +41,8 @@ class Group:
     rank: int = 0
     world_size: int = 1
     bytes_exchanged: int = 0   # bytes this rank has put into all-reductions (the tensors' sizes)
+    #: the torch.distributed group its exchanges go through (None: the default one, torchrun's)
+    process_group: object = field(default=None, repr=False, compare=False)
 
     @property
     def several(self) -> bool:
@@ -66,7 +68,7 @@ class Group:
             return values
         total = values.clone()
         try:
-            dist.all_reduce(total, op=dist.ReduceOp.SUM)
+            dist.all_reduce(total, op=dist.ReduceOp.SUM, group=self.process_group)
         except (RuntimeError, dist.DistError) as err:
             raise RankLost(lost_line(err)) from None
         self.bytes_exchanged += total.numel() * total.element_size()
@@ -81,7 +83,7 @@ class Group:
         host = local.detach().to("cpu").contiguous()
         parts = [torch.empty_like(host) for _ in range(self.world_size)]
         try:
-            dist.all_gather(parts, host)
+            dist.all_gather(parts, host, group=self.process_group)
         except (RuntimeError, dist.DistError) as err:
             raise RankLost(lost_line(err)) from None
         self.bytes_exchanged += host.numel() * host.element_size()
@@ -106,7 +108,7 @@ class Group:
             return value
         box = [value if self.leader else None]
         try:
-            dist.broadcast_object_list(box, src=0)
+            dist.broadcast_object_list(box, src=0, group=self.process_group)
         except (RuntimeError, dist.DistError) as err:
             raise RankLost(lost_line(err)) from None
         return box[0]
@@ -118,7 +120,7 @@ class Group:
             return
         gathered: list = [None] * self.world_size
         try:
-            dist.all_gather_object(gathered, facts)
+            dist.all_gather_object(gathered, facts, group=self.process_group)
         except (RuntimeError, dist.DistError) as err:
             raise RankLost(lost_line(err)) from None
         if "refused" in gathered[0] and not self.leader:
@@ -174,9 +176,10 @@ def lost_line(err: BaseException) -> str:
 
 
 def ignore_stop_signals() -> None:
-    """A rank other than 0: Ctrl-C and SIGTERM (torchrun sends them to every rank) are rank 0's to act
-    on; this rank stops when rank 0 says so (`Group.stopping`), or when rank 0 is gone."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    """A rank other than 0: Ctrl-C and SIGTERM (torchrun sends them to every rank), and a scheduler's
+    warning SIGUSR1/SIGUSR2 (SLURM sends it to every task of a job), are rank 0's to act on; this
+    rank stops when rank 0 says so (`Group.stopping`), or when rank 0 is gone."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(signum, signal.SIG_IGN)
 
 
@@ -214,6 +217,19 @@ def join(timeout_s: float) -> Group:
                                 timeout=datetime.timedelta(seconds=timeout_s))
     _CURRENT = Group(rank, world)
     return _CURRENT
+
+
+def library_group(timeout_s: float) -> Group:
+    """The group a library loop (`pazo.private.private_zo`) shares its batches with: the user's, where
+    they initialised torch.distributed (its exchanges over gloo: with another backend, a gloo group
+    of the same processes made beside it), else the one torchrun describes, joined here (`join`);
+    else one process."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return join(timeout_s)
+    if dist.get_world_size() == 1:
+        return Group()
+    host_group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+    return Group(dist.get_rank(), dist.get_world_size(), process_group=host_group)
 
 
 def leave() -> None:

@@ -123,6 +123,7 @@ def private_selection(spec: dict, runs: list[PlannedRun], args, launcher: dict, 
     done = {"finished", "failed"} if args.skip_failed else {"finished"}
     todo_ordinary = [(r, d, command(r, d, args.overrides)) for r, d in ordinary if status(d) not in done]
     private, todo_private = _selection_runs(cells, costs, k, sweep_dir, args.overrides, done)
+    check_can_launch(launcher, args.overrides, todo_ordinary + todo_private)
     if todo_private:
         log.info("  the selections' runs log nothing to W&B (logger.mode=disabled) and draw their noise and batches "
                  "from the operating system (privacy.secure_mode=true): only the released runs are outputs")
@@ -348,7 +349,7 @@ def _grid_sweep(spec: dict, runs: list[PlannedRun], args, launcher: dict, sweep_
         return 0
     try:
         check_sweep_folder(sweep_dir)
-        check_can_launch(launcher, args.overrides)
+        check_can_launch(launcher, args.overrides, todo)
     except ConfigError as err:
         return _refused(err)
     work_starts()   # (the runs' Ctrl-C: each records it)

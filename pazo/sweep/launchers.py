@@ -56,13 +56,24 @@ class SubmititLauncher:
     array_parallelism: int = 16
     setup: list[str] = field(default_factory=list)
     wait: bool = False
+    nodes: int = 1            # a job's nodes; with tasks_per_node, its tasks: one rank each of one run
+    tasks_per_node: int = 1
 
     def __post_init__(self):
         if self.cluster not in ("slurm", "local", "debug"):
             raise ConfigError(f"unknown cluster {self.cluster!r}; choices: slurm, local, debug")
         integer_at_least(self.gpus_per_node, 0, "gpus_per_node")
-        for key in ("cpus_per_task", "mem_gb", "timeout_min", "array_parallelism"):
+        for key in ("cpus_per_task", "mem_gb", "timeout_min", "array_parallelism", "nodes", "tasks_per_node"):
             integer_at_least(getattr(self, key), 1, key)
+        if self.cluster != "slurm" and self.nodes > 1:
+            raise ConfigError(f"cluster {self.cluster} runs a job on this machine: nodes must be 1, got {self.nodes}")
+        if self.cluster == "debug" and self.tasks_per_node > 1:
+            raise ConfigError("cluster debug runs a job inside the sweep's process, as one task: tasks_per_node "
+                              f"must be 1, got {self.tasks_per_node} (cluster local runs several on this machine)")
+        if self.tasks_per_node > 1 and 0 < self.gpus_per_node < self.tasks_per_node:
+            raise ConfigError(f"each of a node's {self.tasks_per_node} tasks takes the GPU of its LOCAL_RANK: "
+                              f"gpus_per_node must be 0 (a CPU run) or at least tasks_per_node={self.tasks_per_node}, "
+                              f"got {self.gpus_per_node}")
 
 
 LAUNCHER_SCHEMAS = {"sequential": SequentialLauncher, "joblib": JoblibLauncher, "submitit": SubmititLauncher}
@@ -91,15 +102,16 @@ def without_seed(cmd: list[str]) -> list[str]:
     return ["seed=..." if arg.startswith("seed=") else arg for arg in cmd]
 
 
-def run_one(cmd: list[str], run_dir: str, threads: int | None = None) -> int | None:
+def run_one(cmd: list[str], run_dir: str, threads: int | None = None, rank: dict[str, str] | None = None) -> int | None:
     """One training run as a subprocess (`pazo.sweep.child_runs`); its output goes to `<run_dir>/stdout.log`.
     `threads` caps its CPU threads: runs side by side that each spin up one OpenMP thread per core
-    slow each other down many times over (36x for DP-SGD on digits, two runs on two cores). None:
-    not started, a Ctrl-C stopped the sweep."""
+    slow each other down many times over (36x for DP-SGD on digits, two runs on two cores). `rank`:
+    rank 0's place in a multi-task job (`rank_environment`). None: not started, a Ctrl-C stopped the
+    sweep."""
     if CHILDREN.stopping:
         return None
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
+    env = {**os.environ, **(rank or {})}
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     with gate.open_released(Path(run_dir) / "stdout.log", append=True) as out:  # a relaunch appends: earlier lines stay
@@ -110,10 +122,38 @@ def run_one(cmd: list[str], run_dir: str, threads: int | None = None) -> int | N
 class TrainJob(submitit.helpers.Checkpointable):
     """One run as a SLURM job. On preemption or at its time limit submitit calls `checkpoint`,
     which requeues the same command; the run itself saves a checkpoint on the scheduler's signal
-    (SIGTERM/SIGUSR1/SIGUSR2) and the requeued job resumes from it."""
+    (SIGTERM/SIGUSR1/SIGUSR2) and the requeued job resumes from it. A job of several tasks (nodes x
+    tasks_per_node) is one run on that many processes: each task runs the command as one rank
+    (`rank_environment`); rank 0 writes the run and its stdout.log, the others' lines go to their
+    task's submitit log; rank 0's task requeues the whole job, and the run resumes on every rank."""
 
-    def __call__(self, cmd: list[str], run_dir: str) -> int:
-        return run_one(cmd, run_dir)
+    def __call__(self, cmd: list[str], run_dir: str) -> int | None:
+        rank = rank_environment(submitit.JobEnvironment())
+        if rank is None:
+            return run_one(cmd, run_dir)
+        if rank["RANK"] == "0":
+            return run_one(cmd, run_dir, rank=rank)
+        return None if CHILDREN.stopping else CHILDREN.run(cmd, cwd=ROOT, env={**os.environ, **rank})
+
+
+def rank_environment(job) -> dict[str, str] | None:
+    """What torch.distributed reads to join a run (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+    MASTER_PORT: `pazo.run.distributed.join`), from submitit's environment of the job's task `job`:
+    the master is the job's first node, its port one drawn from the job's id (or MASTER_PORT if the
+    job sets it). None for a job of one task: a one-process run."""
+    if job.num_tasks == 1:
+        return None
+    torch_env = submitit.helpers.TorchDistributedEnvironment()
+    return {"RANK": str(torch_env.rank), "WORLD_SIZE": str(torch_env.world_size),
+            "LOCAL_RANK": str(torch_env.local_rank), "LOCAL_WORLD_SIZE": str(torch_env.local_world_size),
+            "MASTER_ADDR": torch_env.master_addr, "MASTER_PORT": str(torch_env.master_port)}
+
+
+def tasks_in_all(launcher: dict) -> int:
+    """How many processes each of a submitit launcher's runs takes (1: any other launcher)."""
+    if launcher.get("launcher") != "submitit":
+        return 1
+    return int(launcher.get("nodes", 1)) * int(launcher.get("tasks_per_node", 1))
 
 
 def _report(i: int, n: int, run: PlannedRun, run_dir: Path, seconds: float) -> None:
@@ -126,11 +166,14 @@ def _report(i: int, n: int, run: PlannedRun, run_dir: Path, seconds: float) -> N
     log.info(f"[{i}/{n}] {run.run_id}: {state}{acc} ({seconds:.0f} s)")
 
 
-def check_can_launch(launcher: dict, overrides: list[str]) -> None:
+def check_can_launch(launcher: dict, overrides: list[str], todo=()) -> None:
     """What this machine must have before the first run starts: the device the overrides ask for
-    (`device=cuda` without CUDA), and SLURM's commands for a SLURM launcher; one ConfigError each,
+    (`device=cuda` without CUDA), SLURM's commands for a SLURM launcher, and for jobs of several
+    tasks runs that can be shared among them (`check_ranks_can_share`); one ConfigError each,
     instead of runs that fail one by one or submitit's traceback."""
     from pazo.run.build import resolve_device
+
+    check_ranks_can_share(todo, tasks_in_all(launcher))
 
     for override in overrides:
         key, _, value = override.partition("=")
@@ -144,6 +187,28 @@ def check_can_launch(launcher: dict, overrides: list[str]) -> None:
         raise ConfigError("the SLURM launcher needs SLURM's sbatch, which is not on this machine's PATH; run the "
                           "sweep on the cluster's login node, or use --launcher sequential or joblib; no run was "
                           "started")
+
+
+def check_ranks_can_share(todo, world_size: int) -> None:
+    """With jobs of `world_size` > 1 tasks, every run of `todo` (planned run, directory, command) a
+    training run whose method shards its batches, without secure mode (each command's last
+    `privacy.secure_mode`): the refusal `pazo-train` under torchrun would give, before submission."""
+    from pazo.methods import method_info
+    from pazo.run.build import require_shards
+    from pazo.run.distributed import Group
+
+    if world_size == 1:
+        return
+    for run, _, cmd in todo:
+        if "pazo.train" not in cmd:
+            raise ConfigError(f"a job of {world_size} tasks is one training run on {world_size} processes; "
+                              f"{cmd[2]} runs as one process: set nodes=1 and tasks_per_node=1; no job was submitted")
+        secure = [a.partition("=")[2] for a in cmd if a.lstrip("+~").startswith("privacy.secure_mode=")]
+        try:
+            require_shards(method_info(run.method), Group(0, world_size),
+                           bool(secure) and secure[-1].lower() == "true")
+        except ConfigError as err:
+            raise ConfigError(f"run {run.run_id}: {err}; no job was submitted") from None
 
 
 def launch(todo: list[tuple[PlannedRun, Path, list[str]]], launcher: dict, sweep_dir: Path,
@@ -206,14 +271,15 @@ def launch_submitit(todo, launcher: dict, sweep_dir: Path, quiet: bool = False) 
         gpus_per_node=int(launcher.get("gpus_per_node", 1)), cpus_per_task=int(launcher.get("cpus_per_task", 8)),
         mem_gb=int(launcher.get("mem_gb", 64)), slurm_partition=launcher.get("partition"),
         slurm_array_parallelism=int(launcher.get("array_parallelism", 16)),
-        slurm_setup=list(launcher.get("setup", [])))
+        slurm_setup=list(launcher.get("setup", [])),
+        nodes=int(launcher.get("nodes", 1)), tasks_per_node=int(launcher.get("tasks_per_node", 1)))
     jobs = executor.map_array(TrainJob(), [cmd for *_, cmd in todo], [str(d) for _, d, _ in todo])
     if not quiet:
         log.info(f"submitted {len(jobs)} jobs ({jobs[0].job_id if jobs else '-'} ...); "
                  f"logs under {sweep_dir / '.submitit'}")
     if launcher.get("wait"):
-        for (run, run_dir, _), job in zip(todo, jobs):
-            job.result()
+        for job in jobs:
+            job.results()   # (a job of several tasks: one result each)
         for i, (run, run_dir, _) in enumerate(todo, 1):
             if not quiet:
                 _report(i, len(todo), run, run_dir, 0.0)

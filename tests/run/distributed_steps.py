@@ -1,6 +1,7 @@
-"""Run by `test_distributed.py`, as one process or under torchrun: each method's run on digits for a
-few steps (the run's own assembly and steps, nothing written), and, on rank 0, a JSON line per
-method with its parameters' bytes (hex), their dtype, its epsilon and whether every rank holds them.
+"""Run by `test_distributed.py` (and `test_distributed_opt.py`), as one process or under torchrun:
+each method's run on digits (or the data set and model a spec's overrides name) for a few steps
+(the run's own assembly and steps, nothing written), and, on rank 0, a JSON line per method with
+its parameters' bytes (hex), their dtype, its epsilon and whether every rank holds them.
 
     python distributed_steps.py STEPS METHOD[:OVERRIDE,...] ...
 """
@@ -25,8 +26,10 @@ from pazo.run.validate import validate_config
 def run_method(spec: str, steps: int) -> dict:
     """`spec`'s run for `steps` steps: its parameters' bytes and its epsilon."""
     method, _, extra = spec.partition(":")
-    overrides = [f"method={method}", "dataset=digits", f"train.steps={steps}", "train.batch_size=96",
-                 "logger.report_to=[]", "device=cpu", *[o for o in extra.split(",") if o]]
+    given = [o for o in extra.split(",") if o]
+    replaced = {o.partition("=")[0] for o in given}   # (a spec's dataset=... or batch size in place of digits')
+    overrides = [o for o in [f"method={method}", "dataset=digits", f"train.steps={steps}", "train.batch_size=96",
+                             "logger.report_to=[]", "device=cpu"] if o.partition("=")[0] not in replaced] + given
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
     validate_config(cfg)
