@@ -43,6 +43,8 @@ _CODE_KIND_FLAGS = 0xFFFF
 MAX_DEPTH = 24
 #: how many objects one digest walks (globals of globals, their items ...) before the rest counts as unhashed
 MAX_OBJECTS = 100_000
+#: what every nn.Module holds (parameters, buffers and submodules are hashed as the state and structure)
+_MODULE_INTERNALS = frozenset(vars(nn.Module()))
 #: the opcodes that read a module-level global by name
 _GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS"})
 
@@ -67,8 +69,8 @@ def tensors_digest(*tensors: torch.Tensor) -> str:
 
 def module_digest(module: nn.Module) -> CallableDigest:
     """The digest of a module's structure (each submodule's name, class, forward code and
-    `extra_repr`; a user class's forward with the globals, methods and class attributes it reads)
-    and of the values of all its parameters and buffers (frozen ones included)."""
+    `extra_repr`; a user class's forward with the globals, methods and class and instance
+    attributes it reads) and of the values of all its parameters and buffers (frozen ones included)."""
     hasher = _Hasher("model")
     for sub in module.modules():   # (every class first: a forward may call a submodule's method)
         hasher.own(type(sub))
@@ -80,8 +82,22 @@ def module_digest(module: nn.Module) -> CallableDigest:
             hasher.add(forward, f"model's {cls.__qualname__}.forward", 0)
         else:
             hasher.tag(_forward_code_digest(cls))
+    _add_attributes_named(hasher, module)
     update_with_state(hasher.digest, module)
     return CallableDigest(hasher.digest.hexdigest(), hasher.unhashed)
+
+
+def _add_attributes_named(hasher: _Hasher, module: nn.Module) -> None:
+    """The instance attributes of the user's submodules (`self.temperature`) that the code walked
+    names, until the values walked name no more (an attribute holding a function names others)."""
+    done: set[tuple[str, str]] = set()
+    while todo := [(name, sub, attribute) for name, sub in module.named_modules() if not _is_library_class(type(sub))
+                   for attribute in sorted(set(vars(sub)) & hasher.names_used - _MODULE_INTERNALS)
+                   if (name, attribute) not in done]:
+        for name, sub, attribute in todo:
+            done.add((name, attribute))
+            hasher.tag("attribute", name, attribute)
+            hasher.add(vars(sub)[attribute], f"model's {type(sub).__qualname__}.{attribute}", 0)
 
 
 def state_digest(module: nn.Module) -> str:
@@ -200,6 +216,7 @@ class _Hasher:
         self.digest = hashlib.sha256()
         self.unhashed: list[str] = []
         self.owners: list[type] = []
+        self.names_used: set[str] = set()   # every name the user's code walked uses (attributes among them)
         self._open: list[int] = []   # ids of the objects being walked now (a cycle is hashed as a back reference)
         self._functions: dict[int, tuple[int, types.FunctionType]] = {}   # id: (order, function) of those walked
         self._members: set[tuple[int, str]] = set()   # (id of owner, name) of the class members walked
@@ -325,7 +342,9 @@ class _Hasher:
 
     def _members_named(self, fn: types.FunctionType, depth: int) -> None:
         """The owner classes' methods and class attributes whose names the code uses, each once."""
-        for name in _names_read(fn.__code__)[1]:
+        names = _names_read(fn.__code__)[1]
+        self.names_used.update(names)
+        for name in names:
             for owner in self.owners:
                 if (id(owner), name) in self._members or (member := _class_member(owner, name)) is None:
                     continue

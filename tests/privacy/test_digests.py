@@ -255,3 +255,35 @@ def test_past_the_bound_on_objects_a_global_is_named_not_walked(monkeypatch):
     assert callable_digest(user_module(list(range(30)))["loss_fn"]).unhashed == []
     digest = callable_digest(user_module(list(range(80)))["loss_fn"], "loss_fn")
     assert len(digest.unhashed) == 1 and "more than 50 objects" in digest.unhashed[0]
+
+
+class Attributed(nn.Module):
+    """A model whose forward reads an instance attribute through a method, and holds one it never reads."""
+
+    def __init__(self, value, unread=None):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer, self.value, self.unread = nn.Linear(3, 2), value, unread
+
+    def forward(self, x):
+        return self.layer(x) * self.factor()
+
+    def factor(self):
+        used = self.value   # noqa: F841  (read: it could decide the output)
+        return 1.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(a=global_values, b=global_values)
+@example(a=1.0, b=2.0)
+def test_a_model_digest_differs_exactly_when_an_attribute_its_forward_reads_differs(a, b):
+    one, two = module_digest(Attributed(a)), module_digest(Attributed(b))
+    assert one == module_digest(Attributed(a)) and one.unhashed == two.unhashed == []
+    assert (one.hex == two.hex) == (canonical(a) == canonical(b))
+
+
+def test_an_attribute_the_forward_does_not_name_is_not_hashed():
+    with open(os.devnull) as handle:
+        assert module_digest(Attributed(1.0, unread=handle)) == module_digest(Attributed(1.0, unread=None))
+        assert module_digest(Attributed(handle)).unhashed == [
+            "model's Attributed.value (TextIOWrapper: an object pazo cannot hash deterministically)"]
