@@ -220,7 +220,8 @@ class _Hasher:
         self._open: list[int] = []   # ids of the objects being walked now (a cycle is hashed as a back reference)
         self._functions: dict[int, tuple[int, types.FunctionType]] = {}   # id: (order, function) of those walked
         self._members: set[tuple[int, str]] = set()   # (id of owner, name) of the class members walked
-        self._objects = 0
+        self._objects = 0   # (values walked, a set's members among them: past MAX_OBJECTS the rest is unhashed)
+        self._bound_named = False
 
     def tag(self, *parts) -> None:
         self.digest.update(repr(parts).encode())
@@ -265,12 +266,15 @@ class _Hasher:
 
     def _past_the_bound(self, value, where: str) -> None:
         """The first value past `MAX_OBJECTS` is named (and the rest with it); the others only tagged."""
-        if self._objects == MAX_OBJECTS + 1:
+        if not self._bound_named:
+            self._bound_named = True
             self._unhashed(value, where, f"more than {MAX_OBJECTS} objects to hash: it and the rest not hashed")
         else:
             self.tag("unhashed")
 
     def _tensor(self, value: torch.Tensor, where: str, depth: int) -> None:
+        if value.is_meta:
+            return self._unhashed(value, where, "a tensor on the meta device, without values")
         self.tag("tensor")
         update_with_tensors(self.digest, [value])
 
@@ -298,6 +302,9 @@ class _Hasher:
 
     def _set(self, value, where: str, depth: int) -> None:
         """By its members' own digests, sorted (a set's order varies between processes)."""
+        self._objects += len(value)
+        if self._objects > MAX_OBJECTS:
+            return self._past_the_bound(value, where)
         members = sorted((callable_digest(item, f"{where} member") for item in value), key=lambda m: m.hex)
         self.tag(type(value).__name__, [m.hex for m in members])
         self.unhashed.extend(u for m in members for u in m.unhashed)

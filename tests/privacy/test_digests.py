@@ -287,3 +287,15 @@ def test_an_attribute_the_forward_does_not_name_is_not_hashed():
         assert module_digest(Attributed(1.0, unread=handle)) == module_digest(Attributed(1.0, unread=None))
         assert module_digest(Attributed(handle)).unhashed == [
             "model's Attributed.value (TextIOWrapper: an object pazo cannot hash deterministically)"]
+
+
+@settings(max_examples=10, deadline=None)
+@given(kind=st.sampled_from([list, set, dict.fromkeys]), extra=st.integers(1, 100))
+def test_past_the_bound_any_container_of_a_global_is_named_once(kind, extra):
+    digests.MAX_OBJECTS, before = 50, digests.MAX_OBJECTS
+    try:
+        digest = callable_digest(user_module(kind(range(50 + extra)))["loss_fn"], "loss_fn")
+    finally:
+        digests.MAX_OBJECTS = before
+    assert len(digest.unhashed) == 1 and "loss_fn's global 'GLOBAL'" in digest.unhashed[0]
+    assert "more than 50 objects" in digest.unhashed[0]
