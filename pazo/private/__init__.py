@@ -80,7 +80,7 @@ KEY_COVERS = ["the method's settings, the privacy target, steps, batch_size and 
               "the model's structure and the initial values of all its parameters and buffers",
               "the public data", "loss_fn (its code and the values it holds)",
               "the module-level globals that loss_fn and the model's forward read by name (and the functions, "
-              "methods and class attributes they name, followed the same way)",
+              "methods, class attributes and the model's own instance attributes they name, followed the same way)",
               "the private data (its digest, beside the public fingerprint: never released)"]
 
 

@@ -179,11 +179,10 @@ def _is_library_class(klass: type) -> bool:
     """Whether a class is the library's (by its functions' module, else by its own)."""
     if klass.__module__ == "builtins":
         return True
-    module = sys.modules.get(klass.__module__)
     functions = [member for member in vars(klass).values() if isinstance(member, types.FunctionType)]
     if functions:
         return is_library_code(functions[0])
-    file = getattr(module, "__file__", None)
+    file = getattr(sys.modules.get(klass.__module__), "__file__", None)
     return isinstance(file, str) and _is_library_file(file)
 
 
