@@ -15,8 +15,9 @@ registered method by name on its engine (`assemble_method`), the functional mode
 the Poisson sampler and accountant the plan was made for, and the run's random streams
 (`pazo.rng`). The secret ones (noise, Poisson batches) are keyed, beside the seed, to everything
 that decides a released value (`library_key`): the settings, the model's structure and initial
-values, the public data and the loss (a public fingerprint), and the private data's digest (kept
-inside the process); or drawn from the operating system's entropy in secure mode. Two loops that
+values, the public data and the loss, with the module-level globals the loss and the model's
+forward read (a public fingerprint), and the private data's digest (kept inside the process); or
+drawn from the operating system's entropy in secure mode. Two loops that
 differ in any of these draw independent noise, so two released models never reveal a noise-free
 difference; the same loop with the same seed is replayed bit for bit. Given a framework run's
 fingerprint, the loop gives bit for bit that run's model (tests/run/test_library.py).
@@ -82,6 +83,8 @@ ASSUMPTIONS_IN = "engine.describe()['privacy']['assumptions']"
 KEY_COVERS = ["the method's settings, the privacy target, steps, batch_size and query_dropout",
               "the model's structure and the initial values of all its parameters and buffers",
               "the public data", "loss_fn (its code and the values it holds)",
+              "the module-level globals that loss_fn and the model's forward read by name (and the functions, "
+              "methods, class attributes and the model's own instance attributes they name, followed the same way)",
               "the private data (its digest, beside the public fingerprint: never released)"]
 
 
@@ -210,9 +213,10 @@ def library_key(given: str | None, settings: dict, module: nn.Module, loss_fn, p
                 secure: bool) -> LibraryKey:
     """The fingerprint that keys the secret streams (with the seed, and the private data's digest):
     as given (hex: you vouch that it names the whole computation, as a framework run's does), or a
-    hash of `settings`, the model's structure and initial values, the public data and the loss. A
-    part of the loss that cannot be hashed deterministically is replaced by fresh OS entropy: the
-    loop then draws noise no other loop shares, and cannot be replayed from its seed."""
+    hash of `settings`, the model's structure and initial values, the public data and the loss (with
+    the module-level globals the loss and the model's forward read). A part of the loss or the model
+    that cannot be hashed deterministically is replaced by fresh OS entropy: the loop then draws
+    noise no other loop shares, and cannot be replayed from its seed."""
     if given is not None:
         try:
             int(given, 16)
@@ -221,13 +225,14 @@ def library_key(given: str | None, settings: dict, module: nn.Module, loss_fn, p
         return LibraryKey(given, {"fingerprint": given, "source": "given: it names the whole computation",
                                   "covers": ["what the given fingerprint names", KEY_COVERS[-1]],
                                   "replayable": not secure, "unhashed": []})
-    loss = callable_digest(loss_fn, "loss_fn")
-    parts = {**settings, "model": module_digest(module), "public_data": data_digest(public), "loss_fn": loss.hex}
-    if loss.unhashed:
+    loss, model = callable_digest(loss_fn, "loss_fn"), module_digest(module)
+    parts = {**settings, "model": model.hex, "public_data": data_digest(public), "loss_fn": loss.hex}
+    unhashed = loss.unhashed + model.unhashed
+    if unhashed:
         parts["entropy"] = secrets.token_hex(32)
     fingerprint = computation_fingerprint(parts)
     return LibraryKey(fingerprint, {"fingerprint": fingerprint, "source": "computed", "covers": KEY_COVERS,
-                                    "replayable": not secure and not loss.unhashed, "unhashed": loss.unhashed})
+                                    "replayable": not secure and not unhashed, "unhashed": unhashed})
 
 
 def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m", epsilon: float | None = 1.0,
@@ -379,10 +384,17 @@ def _library_plan(privacy: PrivacySchema, n: int, batch_size: int, steps: int, m
     if seeded and plan.private:
         plan.notes.append(SEED_NOTE)
     if seeded and key.facts["unhashed"]:
-        plan.notes.append(f"loss_fn could not be hashed deterministically ({'; '.join(key.facts['unhashed'])}): "
+        plan.notes.append(f"{_unhashed_subject(key.facts['unhashed'])} could not be hashed deterministically "
+                          f"({'; '.join(key.facts['unhashed'])}): "
                           "fresh entropy from the operating system is mixed into the key of the noise and the "
                           "Poisson batches, so this loop cannot be replayed from its seed")
     return plan
+
+
+def _unhashed_subject(unhashed: list[str]) -> str:
+    """Which of the library's arguments the unhashed parts belong to: "loss_fn", "model" or both."""
+    subjects = [name for name in ("loss_fn", "model") if any(part.startswith(name) for part in unhashed)]
+    return " and ".join(subjects) or "loss_fn"
 
 
 def _announce(optimiser: PrivateZO, n_public: int) -> None:

@@ -7,13 +7,25 @@ initial weights, the public data, the loss. A digest is the same in any process 
 torch for the same object (no `id`, no `hash()` of a string, no set's order), and differs when a
 value it covers differs. What cannot be hashed so (an object of an unknown class in a loss's
 closure) is named in `CallableDigest.unhashed`, for the caller to mix in fresh entropy instead.
+
+A user's function is followed into the module-level globals its code reads by name (`LOAD_GLOBAL`,
+in nested code too) and, on the classes of the objects being hashed (a model's submodules, a loss
+module), into the methods and class attributes its code names: a loss or a forward that reads a
+global scale draws other noise when the scale differs. The library's code (the standard library,
+installed packages, pazo) is hashed by its code alone: its globals are that library's state.
 """
 from __future__ import annotations
 
+import dis
 import functools
 import hashlib
+import inspect
+import site
+import sys
+import sysconfig
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,6 +41,12 @@ _NAMED = (types.BuiltinFunctionType, types.MethodWrapperType, types.WrapperDescr
 _CODE_KIND_FLAGS = 0xFFFF
 #: how deep a callable's values are followed (closures of closures ...) before a part counts as unhashed
 MAX_DEPTH = 24
+#: how many objects one digest walks (globals of globals, their items ...) before the rest counts as unhashed
+MAX_OBJECTS = 100_000
+#: what every nn.Module holds (parameters, buffers and submodules are hashed as the state and structure)
+_MODULE_INTERNALS = frozenset(vars(nn.Module()))
+#: the opcodes that read a module-level global by name
+_GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS"})
 
 
 def update_with_tensors(digest, tensors) -> None:
@@ -49,16 +67,37 @@ def tensors_digest(*tensors: torch.Tensor) -> str:
     return digest.hexdigest()
 
 
-def module_digest(module: nn.Module) -> str:
-    """The hex sha256 of a module's structure (each submodule's name, class, forward code and
-    `extra_repr`) and of the values of all its parameters and buffers (frozen ones included)."""
-    digest = hashlib.sha256()
+def module_digest(module: nn.Module) -> CallableDigest:
+    """The digest of a module's structure (each submodule's name, class, forward code and
+    `extra_repr`; a user class's forward with the globals, methods and class and instance
+    attributes it reads) and of the values of all its parameters and buffers (frozen ones included)."""
+    hasher = _Hasher("model")
+    for sub in module.modules():   # (every class first: a forward may call a submodule's method)
+        hasher.own(type(sub))
     for name, sub in module.named_modules():
         cls = type(sub)
-        digest.update(repr((name, cls.__module__, cls.__qualname__, _forward_code_digest(cls),
-                            sub.extra_repr())).encode())
-    update_with_state(digest, module)
-    return digest.hexdigest()
+        hasher.tag(name, cls.__module__, cls.__qualname__, sub.extra_repr())
+        forward = getattr(cls, "forward", None)
+        if isinstance(forward, types.FunctionType) and not is_library_code(forward):
+            hasher.add(forward, f"model's {cls.__qualname__}.forward", 0)
+        else:
+            hasher.tag(_forward_code_digest(cls))
+    _add_attributes_named(hasher, module)
+    update_with_state(hasher.digest, module)
+    return CallableDigest(hasher.digest.hexdigest(), hasher.unhashed)
+
+
+def _add_attributes_named(hasher: _Hasher, module: nn.Module) -> None:
+    """The instance attributes of the user's submodules (`self.temperature`) that the code walked
+    names, until the values walked name no more (an attribute holding a function names others)."""
+    done: set[tuple[str, str]] = set()
+    while todo := [(name, sub, attribute) for name, sub in module.named_modules() if not _is_library_class(type(sub))
+                   for attribute in sorted(set(vars(sub)) & hasher.names_used - _MODULE_INTERNALS)
+                   if (name, attribute) not in done]:
+        for name, sub, attribute in todo:
+            done.add((name, attribute))
+            hasher.tag("attribute", name, attribute)
+            hasher.add(vars(sub)[attribute], f"model's {type(sub).__qualname__}.{attribute}", 0)
 
 
 def state_digest(module: nn.Module) -> str:
@@ -80,10 +119,71 @@ def update_with_state(digest, module: nn.Module) -> None:
 
 @functools.lru_cache(maxsize=1024)
 def _forward_code_digest(cls: type) -> str:
-    """The digest of a module class's forward code (its bytecode, constants and names)."""
+    """The digest of a library module class's forward code (its bytecode, constants and names)."""
     forward = getattr(cls, "forward", None)
     code = getattr(forward, "__code__", None)
     return callable_digest(code).hex if code is not None else f"{cls.__module__}.{cls.__qualname__}.forward"
+
+
+@functools.cache
+def _library_roots() -> tuple[Path, ...]:
+    """Where the library's code lives: the standard library, installed packages and pazo."""
+    paths = sysconfig.get_paths()
+    roots = [paths[kind] for kind in ("stdlib", "platstdlib", "purelib", "platlib")] + [site.getusersitepackages()]
+    return tuple(Path(root).resolve() for root in roots) + (Path(__file__).resolve().parents[1],)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_library_file(file: str) -> bool:
+    path = Path(file).resolve()
+    return any(path.is_relative_to(root) for root in _library_roots())
+
+
+def is_library_code(fn: types.FunctionType) -> bool:
+    """Whether a function is the library's (its module's file in the standard library, an installed
+    package or pazo), not the user's (a script, a notebook, the user's own modules)."""
+    file = fn.__globals__.get("__file__")
+    return isinstance(file, str) and _is_library_file(file)
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_read(code: types.CodeType) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the globals read by name, every name used) in `code` and the code nested in it, sorted."""
+    globals_read = {ins.argval for ins in dis.get_instructions(code) if ins.opname in _GLOBAL_LOADS}
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            nested_globals, nested_names = _names_read(const)
+            globals_read.update(nested_globals)
+            names.update(nested_names)
+    return tuple(sorted(globals_read)), tuple(sorted(names))
+
+
+def _class_member(owner: type, name: str):
+    """What `owner.name` finds statically in the user's classes of its MRO (a function for a
+    method), or None where it is not there or is the library's (nn.Module's own, object's)."""
+    for klass in owner.__mro__:
+        if name in vars(klass):
+            member = inspect.getattr_static(klass, name)
+            if isinstance(member, (staticmethod, classmethod)):
+                member = member.__func__
+            elif isinstance(member, property):
+                member = member.fget
+            library = isinstance(member, types.FunctionType) and is_library_code(member)
+            return None if library or _is_library_class(klass) else member
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_library_class(klass: type) -> bool:
+    """Whether a class is the library's (by its functions' module, else by its own)."""
+    if klass.__module__ == "builtins":
+        return True
+    functions = [member for member in vars(klass).values() if isinstance(member, types.FunctionType)]
+    if functions:
+        return is_library_code(functions[0])
+    file = getattr(sys.modules.get(klass.__module__), "__file__", None)
+    return isinstance(file, str) and _is_library_file(file)
 
 
 @dataclass
@@ -99,28 +199,42 @@ def callable_digest(fn, what: str = "the callable") -> CallableDigest:
     """A function's (or lambda's, partial's, bound method's, module's, callable object's) digest:
     its qualified name, its code (bytecode, constants, names; nested code too), and the values of
     its closure cells, defaults and attributes where they are tensors, arrays, numbers, strings,
-    containers of them, or callables hashed the same way. Anything else is listed as unhashed."""
-    hasher = _Hasher()
+    containers of them, or callables hashed the same way; a user's function also the module-level
+    globals it reads, by the same rule. Anything else is listed as unhashed."""
+    hasher = _Hasher(what)
     hasher.add(fn, what, 0)
     return CallableDigest(hasher.digest.hexdigest(), hasher.unhashed)
 
 
 class _Hasher:
-    """One walk over a callable's parts, in a fixed order, into one sha256."""
+    """One walk over a callable's parts, in a fixed order, into one sha256. `owners`: the user's
+    classes whose methods and class attributes a user's function may name (`self.helper()`)."""
 
-    def __init__(self):
+    def __init__(self, what: str):
+        self.what = what
         self.digest = hashlib.sha256()
         self.unhashed: list[str] = []
+        self.owners: list[type] = []
+        self.names_used: set[str] = set()   # every name the user's code walked uses (attributes among them)
         self._open: list[int] = []   # ids of the objects being walked now (a cycle is hashed as a back reference)
+        self._functions: dict[int, tuple[int, types.FunctionType]] = {}   # id: (order, function) of those walked
+        self._members: set[tuple[int, str]] = set()   # (id of owner, name) of the class members walked
+        self._objects = 0   # (values walked, a set's members among them: past MAX_OBJECTS the rest is unhashed)
+        self._bound_named = False
 
     def tag(self, *parts) -> None:
         self.digest.update(repr(parts).encode())
 
     def add(self, value, where: str, depth: int) -> None:
+        self._objects += 1
+        if self._objects > MAX_OBJECTS:
+            return self._past_the_bound(value, where)
         if isinstance(value, _PLAIN):
             return self.tag(type(value).__name__, repr(value))
         if id(value) in self._open:
             return self.tag("cycle", self._open.index(id(value)))
+        if id(value) in self._functions:   # (a function met again: a back reference, so each is walked once)
+            return self.tag("function again", self._functions[id(value)][0])
         if depth > MAX_DEPTH:
             return self._unhashed(value, where, "nested too deep")
         self._open.append(id(value))
@@ -149,7 +263,17 @@ class _Hasher:
         self.unhashed.append(f"{where} ({type(value).__name__}: {why})")
         self.tag("unhashed", where)
 
+    def _past_the_bound(self, value, where: str) -> None:
+        """The first value past `MAX_OBJECTS` is named (and the rest with it); the others only tagged."""
+        if not self._bound_named:
+            self._bound_named = True
+            self._unhashed(value, where, f"more than {MAX_OBJECTS} objects to hash: it and the rest not hashed")
+        else:
+            self.tag("unhashed")
+
     def _tensor(self, value: torch.Tensor, where: str, depth: int) -> None:
+        if value.is_meta:
+            return self._unhashed(value, where, "a tensor on the meta device, without values")
         self.tag("tensor")
         update_with_tensors(self.digest, [value])
 
@@ -177,6 +301,9 @@ class _Hasher:
 
     def _set(self, value, where: str, depth: int) -> None:
         """By its members' own digests, sorted (a set's order varies between processes)."""
+        self._objects += len(value)
+        if self._objects > MAX_OBJECTS:
+            return self._past_the_bound(value, where)
         members = sorted((callable_digest(item, f"{where} member") for item in value), key=lambda m: m.hex)
         self.tag(type(value).__name__, [m.hex for m in members])
         self.unhashed.extend(u for m in members for u in m.unhashed)
@@ -188,7 +315,16 @@ class _Hasher:
         self.add(code.co_consts, f"{where} constants", depth)
 
     def _function(self, fn: types.FunctionType, where: str, depth: int) -> None:
+        """Its name, code, defaults and closure; a user's function also the globals it reads and
+        the members of the owner classes it names."""
+        self._functions[id(fn)] = (len(self._functions), fn)
         self.tag("function", fn.__module__, fn.__qualname__)
+        self._function_values(fn, where, depth)
+        if not is_library_code(fn):
+            self._globals_read(fn, where, depth)
+            self._members_named(fn, depth)
+
+    def _function_values(self, fn: types.FunctionType, where: str, depth: int) -> None:
         self.add(fn.__code__, f"{where} code", depth)
         self.add(fn.__defaults__, f"{where} defaults", depth)
         self.add(fn.__kwdefaults__, f"{where} keyword defaults", depth)
@@ -201,8 +337,35 @@ class _Hasher:
                 continue
             self.add(contents, f"{where}'s closure cell {name!r}", depth)
 
+    def _globals_read(self, fn: types.FunctionType, where: str, depth: int) -> None:
+        """Each module-level global the code reads by name (a builtin or a name not yet bound: its absence)."""
+        for name in _names_read(fn.__code__)[0]:
+            if name in fn.__globals__:
+                self.tag("global", name)
+                self.add(fn.__globals__[name], f"{where}'s global {name!r}", depth)
+            else:
+                self.tag("no global", name)
+
+    def _members_named(self, fn: types.FunctionType, depth: int) -> None:
+        """The owner classes' methods and class attributes whose names the code uses, each once."""
+        names = _names_read(fn.__code__)[1]
+        self.names_used.update(names)
+        for name in names:
+            for owner in self.owners:
+                if (id(owner), name) in self._members or (member := _class_member(owner, name)) is None:
+                    continue
+                self._members.add((id(owner), name))
+                self.tag("member", owner.__module__, owner.__qualname__, name)
+                self.add(member, f"{self.what}'s {owner.__qualname__}.{name}", depth)
+
+    def own(self, cls: type) -> None:
+        """Make a user's class an owner: the functions walked after may name its members."""
+        if cls not in self.owners and not _is_library_class(cls):
+            self.owners.append(cls)
+
     def _bound(self, method: types.MethodType, where: str, depth: int) -> None:
         self.tag("bound method")
+        self.own(type(method.__self__))
         self.add(method.__func__, where, depth)
         self.add(method.__self__, f"{where}'s object", depth)
 
@@ -216,6 +379,7 @@ class _Hasher:
         """Its class, its forward (code and what it closes over) and its attributes (settings,
         parameters, buffers, submodules, hooks)."""
         cls = type(module)
+        self.own(cls)
         self.tag("module", cls.__module__, cls.__qualname__)
         self.add(getattr(cls, "forward", None), f"{where}'s forward", depth)
         self.add(vars(module), f"{where}'s attributes", depth)
@@ -235,6 +399,7 @@ class _Hasher:
     def _callable_object(self, value, where: str, depth: int) -> None:
         """An object of a class with `__call__`: its class, that `__call__` and its attributes."""
         cls = type(value)
+        self.own(cls)
         self.tag("callable object", cls.__module__, cls.__qualname__)
         self.add(getattr(cls, "__call__", None), f"{where}'s __call__", depth)
         self.add(vars(value), f"{where}'s attributes", depth)

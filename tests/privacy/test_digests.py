@@ -8,11 +8,13 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+from pazo.run import digests
 from pazo.run.digests import callable_digest, module_digest, tensors_digest
 from conftest import ROOT
 
@@ -46,13 +48,13 @@ SAMPLED = [scaled(2.0), cross_entropy_per_example, nn.CrossEntropyLoss(reduction
 def sample_digests() -> list[str]:
     namespace = {"__name__": "__main__"}   # (as in the other process: a function's module is part of it)
     exec(SAMPLES, namespace)
-    return [callable_digest(fn).hex for fn in namespace["SAMPLED"]] + [module_digest(namespace["SAMPLED"][-1])]
+    return [callable_digest(fn).hex for fn in namespace["SAMPLED"]] + [module_digest(namespace["SAMPLED"][-1]).hex]
 
 
 def test_every_digest_is_the_same_in_another_process():
     """(Another process hashes strings and orders sets otherwise: PYTHONHASHSEED differs.)"""
     script = f"import json\nfrom pazo.run.digests import callable_digest, module_digest\n{SAMPLES}\n" \
-             "print(json.dumps([callable_digest(f).hex for f in SAMPLED] + [module_digest(SAMPLED[-1])]))"
+             "print(json.dumps([callable_digest(f).hex for f in SAMPLED] + [module_digest(SAMPLED[-1]).hex]))"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
     here = sample_digests()
@@ -116,3 +118,184 @@ def test_a_module_digest_covers_the_structure_and_the_data_digest_the_bytes():
     assert module_digest(relu) != module_digest(tanh)
     x = torch.zeros(4)
     assert tensors_digest(x) != tensors_digest(x.double()) != tensors_digest(x.reshape(2, 2))
+
+
+# ------------------------------------------------------------- the module-level globals they read
+
+#: a user's module (exec'd below with its own globals, as a script's or a notebook's): a loss that reads
+#: GLOBAL, one that reads it through a helper function, and a model whose forward reads it through a method
+USER_MODULE = '''
+import torch
+from torch import nn
+
+def loss_fn(outputs, targets):
+    used = GLOBAL
+    return outputs.sum(1) * 0.0
+
+def helper():
+    return [GLOBAL for _ in range(1)]
+
+def loss_through_helper(outputs, targets):
+    return outputs.sum(1) * 0.0 + len(helper())
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.layer(x) * self.factor()
+
+    def factor(self):
+        used = GLOBAL
+        return 1.0
+
+class Outer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Net()
+
+    def forward(self, x):
+        return self.inner(x)
+'''
+
+
+def user_module(value) -> dict:
+    """USER_MODULE's namespace with GLOBAL bound to `value`."""
+    namespace = {"__name__": "user_module", "GLOBAL": value}
+    exec(USER_MODULE, namespace)
+    return namespace
+
+
+plain = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=4), st.binary(max_size=4))
+tensors = st.tuples(st.lists(st.floats(-4, 4, width=32), min_size=0, max_size=4),
+                    st.sampled_from([torch.float32, torch.float64, torch.int64])).map(
+    lambda pair: torch.tensor(pair[0], dtype=torch.float64).to(pair[1]))
+arrays = tensors.map(lambda tensor: tensor.numpy().copy())
+global_values = st.recursive(st.one_of(plain, tensors, arrays), lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.lists(inner, max_size=3).map(tuple),
+    st.dictionaries(st.text(max_size=3), inner, max_size=3)), max_leaves=6)
+
+
+def canonical(value):
+    """What decides a value, bit for bit: its type and repr, a tensor's or array's dtype, shape and bytes."""
+    if isinstance(value, torch.Tensor):
+        return "tensor", str(value.dtype), tuple(value.shape), value.numpy().tobytes()
+    if isinstance(value, np.ndarray):
+        return "ndarray", str(value.dtype), value.shape, value.tobytes()
+    if isinstance(value, (list, tuple)):
+        return type(value).__name__, tuple(canonical(item) for item in value)
+    if isinstance(value, dict):
+        return "dict", tuple(sorted((key, canonical(item)) for key, item in value.items()))
+    return type(value).__name__, repr(value)
+
+
+def digests_of(namespace: dict) -> list:
+    """The digests of each callable and model of a user module that reads GLOBAL."""
+    return [callable_digest(namespace["loss_fn"], "loss_fn"), callable_digest(namespace["loss_through_helper"]),
+            module_digest(namespace["Net"]()), module_digest(namespace["Outer"]())]
+
+
+@settings(max_examples=80, deadline=None)
+@given(a=global_values, b=global_values)
+@example(a=2.0, b=3.0)
+@example(a=torch.ones(3), b=torch.ones(3).double())
+@example(a=np.zeros(2), b=np.zeros(3))
+@example(a={"w": torch.zeros(2)}, b={"w": torch.tensor([0.0, 1e-30])})
+def test_a_digest_differs_exactly_when_a_global_the_loss_or_the_forward_reads_differs(a, b):
+    same = canonical(a) == canonical(b)
+    one, two = digests_of(user_module(a)), digests_of(user_module(b))
+    assert all(d.unhashed == [] for d in one + two)
+    assert [d.hex for d in one] == [d.hex for d in digests_of(user_module(a))]   # (the same value: the same digest)
+    assert all((x.hex == y.hex) == same for x, y in zip(one, two))
+
+
+def test_a_global_rebound_between_two_digests_of_the_same_function_changes_it():
+    namespace = user_module(2.0)
+    loss, model = namespace["loss_fn"], namespace["Net"]()
+    before = callable_digest(loss).hex, module_digest(model).hex
+    namespace["GLOBAL"] = 3.0
+    assert callable_digest(loss).hex != before[0] and module_digest(model).hex != before[1]
+
+
+def test_modules_and_classes_are_named_and_functions_followed_with_their_own_globals():
+    import math
+    one, two, other = user_module(math), user_module(math), user_module(np)
+    assert digests_of(one) == digests_of(two) and digests_of(one)[0].hex != digests_of(other)[0].hex
+    linear, tanh = (callable_digest(user_module(cls)["loss_fn"]).hex for cls in (nn.Linear, nn.Tanh))
+    assert linear != tanh
+    inner_a, inner_b = user_module(1), user_module(2)
+    assert callable_digest(user_module(inner_a["helper"])["loss_fn"]).hex != \
+        callable_digest(user_module(inner_b["helper"])["loss_fn"]).hex   # a global function's own global
+
+
+def test_a_recursive_global_function_is_hashed_once():
+    namespace = {"__name__": "user_module"}
+    exec("def walk(n):\n    return 0 if n == 0 else walk(n - 1) + DEPTH\nDEPTH = 1", namespace)
+    first = callable_digest(namespace["walk"])
+    namespace["DEPTH"] = 2
+    assert first.unhashed == [] and callable_digest(namespace["walk"]).hex != first.hex
+
+
+def test_a_global_that_cannot_be_hashed_is_named():
+    handle = open(os.devnull)
+    try:
+        namespace = user_module(handle)
+        loss, model = callable_digest(namespace["loss_fn"], "loss_fn"), module_digest(namespace["Net"]())
+    finally:
+        handle.close()
+    why = "(TextIOWrapper: an object pazo cannot hash deterministically)"
+    assert loss.unhashed == [f"loss_fn's global 'GLOBAL' {why}"]
+    assert model.unhashed == [f"model's Net.factor's global 'GLOBAL' {why}"]
+
+
+def test_past_the_bound_on_objects_a_global_is_named_not_walked(monkeypatch):
+    monkeypatch.setattr(digests, "MAX_OBJECTS", 50)
+    assert callable_digest(user_module(list(range(30)))["loss_fn"]).unhashed == []
+    digest = callable_digest(user_module(list(range(80)))["loss_fn"], "loss_fn")
+    assert len(digest.unhashed) == 1 and "more than 50 objects" in digest.unhashed[0]
+
+
+class Attributed(nn.Module):
+    """A model whose forward reads an instance attribute through a method, and holds one it never reads."""
+
+    def __init__(self, value, unread=None):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer, self.value, self.unread = nn.Linear(3, 2), value, unread
+
+    def forward(self, x):
+        return self.layer(x) * self.factor()
+
+    def factor(self):
+        used = self.value   # noqa: F841  (read: it could decide the output)
+        return 1.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(a=global_values, b=global_values)
+@example(a=1.0, b=2.0)
+def test_a_model_digest_differs_exactly_when_an_attribute_its_forward_reads_differs(a, b):
+    one, two = module_digest(Attributed(a)), module_digest(Attributed(b))
+    assert one == module_digest(Attributed(a)) and one.unhashed == two.unhashed == []
+    assert (one.hex == two.hex) == (canonical(a) == canonical(b))
+
+
+def test_an_attribute_the_forward_does_not_name_is_not_hashed():
+    with open(os.devnull) as handle:
+        assert module_digest(Attributed(1.0, unread=handle)) == module_digest(Attributed(1.0, unread=None))
+        assert module_digest(Attributed(handle)).unhashed == [
+            "model's Attributed.value (TextIOWrapper: an object pazo cannot hash deterministically)"]
+
+
+@settings(max_examples=10, deadline=None)
+@given(kind=st.sampled_from([list, set, dict.fromkeys]), extra=st.integers(1, 100))
+def test_past_the_bound_any_container_of_a_global_is_named_once(kind, extra):
+    digests.MAX_OBJECTS, before = 50, digests.MAX_OBJECTS
+    try:
+        digest = callable_digest(user_module(kind(range(50 + extra)))["loss_fn"], "loss_fn")
+    finally:
+        digests.MAX_OBJECTS = before
+    assert len(digest.unhashed) == 1 and "loss_fn's global 'GLOBAL'" in digest.unhashed[0]
+    assert "more than 50 objects" in digest.unhashed[0]

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import re
 
+import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_library import SIGMA_CACHE, run_all, tiny_data
 from torch import nn
@@ -174,3 +175,112 @@ def test_describe_says_what_keys_the_noise(secure):
     for part in ("initial values", "public data", "loss_fn", "private data"):
         assert any(part in covered for covered in key["covers"])
     assert not re.search(r"\b(train|privacy|engine|method)\.[a-z_]", str(facts["privacy"]["notes"]))
+
+
+# ------------------------------------------------------------- module-level globals the loss and the model read
+
+#: a user's module (exec'd with its own globals, as a script's or a notebook's): a loss that reads LOSS_GLOBAL
+#: through a helper function, and a model whose forward reads MODEL_GLOBAL through a method
+USER_CODE = '''
+import torch
+from torch import nn
+from pazo.models.functional import cross_entropy_per_example
+
+def loss_fn(outputs, targets):
+    return cross_entropy_per_example(outputs * scale(), targets)
+
+def scale():
+    used = LOSS_GLOBAL
+    return 1.0
+
+class Reading(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = nn.Linear(5, 3, dtype=torch.float64)
+
+    def forward(self, x):
+        return self.layer(x) * self.factor()
+
+    def factor(self):
+        used = MODEL_GLOBAL
+        return 1.0
+'''
+
+
+def user_code(loss_global=1.0, model_global=1.0) -> dict:
+    namespace = {"__name__": "user_code", "LOSS_GLOBAL": loss_global, "MODEL_GLOBAL": model_global}
+    exec(USER_CODE, namespace)
+    return namespace
+
+
+def user_loop(namespace: dict, seed=3, **options):
+    """A loop on USER_CODE's model and loss (non-private unless `options` say: the same streams)."""
+    x, y = tiny_data(0)
+    options = {"method": "dpzero", "epsilon": None, "steps": 3, "batch_size": 16, "seed": seed, "lr": 0.1,
+               "clip": 1.0, "verbose": False, "cache_dir": SIGMA_CACHE, **options}
+    return private_zo(namespace["Reading"](), namespace["loss_fn"], (x, y), **options)
+
+
+global_values = st.one_of(
+    st.integers(), st.floats(allow_nan=False), st.text(max_size=3), st.binary(max_size=3), st.booleans(), st.none(),
+    st.lists(st.floats(-2, 2), min_size=1, max_size=3).map(torch.tensor),
+    st.lists(st.integers(-3, 3), min_size=1, max_size=3).map(np.array),
+    st.dictionaries(st.sampled_from(["w", "b"]), st.lists(st.floats(-2, 2), min_size=1, max_size=2).map(
+        torch.tensor), min_size=1))
+
+
+def bits(value):
+    """What decides a global's value bit for bit (the key's view of it)."""
+    if isinstance(value, torch.Tensor | np.ndarray):
+        return type(value).__name__, str(value.dtype), tuple(value.shape), np.asarray(value).tobytes()
+    if isinstance(value, dict):
+        return tuple(sorted((key, bits(item)) for key, item in value.items()))
+    return type(value).__name__, repr(value)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(which=st.sampled_from(["loss_global", "model_global"]), a=global_values, b=global_values,
+       seed=st.integers(0, 2**62))
+@example(which="loss_global", a=2.0, b=3.0, seed=1)
+def test_loops_that_differ_in_a_global_the_loss_or_the_forward_reads_draw_other_noise_and_batches(which, a, b, seed):
+    one, again, other = (user_loop(user_code(**{which: value}), seed=seed) for value in (a, a, b))
+    assert one.streams.fingerprint == again.streams.fingerprint
+    assert (one.streams.fingerprint == other.streams.fingerprint) == (bits(a) == bits(b))
+    if bits(a) != bits(b):
+        assert secret_draws(one)[0] != secret_draws(other)[0] and not torch.equal(secret_draws(one)[1],
+                                                                                   secret_draws(other)[1])
+    assert one.describe()["key"]["unhashed"] == [] and one.describe()["key"]["replayable"]
+
+
+def test_a_loop_whose_globals_are_equal_is_replayed_bit_for_bit():
+    private = {"epsilon": 2.0, "sigma": 4.0}
+    first = user_loop(user_code({"w": torch.ones(2)}, np.arange(3)), **private)
+    second = user_loop(user_code({"w": torch.ones(2)}, np.arange(3)), **private)
+    assert first.streams.fingerprint == second.streams.fingerprint
+    assert torch.equal(run_all(first), run_all(second))
+
+
+def test_a_global_rebound_between_two_loops_of_the_same_loss_changes_the_key():
+    namespace = user_code(loss_global=2.0)
+    before = user_loop(namespace)
+    namespace["LOSS_GLOBAL"] = 3.0
+    after = user_loop(namespace)
+    assert before.streams.fingerprint != after.streams.fingerprint
+    assert secret_draws(before)[0] != secret_draws(after)[0]
+
+
+@pytest.mark.parametrize("which", ["loss_global", "model_global"])
+def test_a_global_that_cannot_be_hashed_draws_fresh_entropy_and_is_named_in_the_note(which, capsys):
+    opaque = argparse.Namespace(temperature=1.0)
+    first = user_loop(user_code(**{which: opaque}), verbose=True, epsilon=2.0, sigma=4.0)
+    second = user_loop(user_code(**{which: opaque}), epsilon=2.0, sigma=4.0)
+    part = ("loss_fn's global 'scale''s global 'LOSS_GLOBAL'" if which == "loss_global"
+            else "model's Reading.factor's global 'MODEL_GLOBAL'")
+    key = first.describe()["key"]
+    assert key["unhashed"] == [f"{part} (Namespace: an object pazo cannot hash deterministically)"]
+    assert not key["replayable"] and first.streams.fingerprint != second.streams.fingerprint
+    assert secret_draws(first)[0] != secret_draws(second)[0]
+    subject = "loss_fn" if which == "loss_global" else "model"
+    note = next(n for n in first.plan.notes if n.startswith(f"{subject} could not be hashed"))
+    assert part in note and capsys.readouterr().out.count(note) == 1
