@@ -6,17 +6,16 @@ stream, `pazo.data.validation`)."""
 from __future__ import annotations
 
 from pazo.data.base import DataBundle, TensorSplit
-from pazo.data.cifar10 import load_cifar10_bundle
-from pazo.data.digits import load_digits_bundle
-from pazo.data.hf_text import load_hf_text_bundle
-from pazo.data.image_folder import load_image_folder_bundle
-from pazo.data.imdb import load_imdb_bundle
-from pazo.data.mnli import load_mnli_bundle
-from pazo.data.tiny_imagenet import load_tiny_imagenet_bundle
-from pazo.data.torchvision_data import load_torchvision_bundle
+from pazo.data.cifar10 import Cifar10Schema, load_cifar10_bundle
+from pazo.data.digits import DigitsSchema, load_digits_bundle
+from pazo.data.hf_text import HfTextSchema, load_hf_text_bundle
+from pazo.data.image_folder import ImageFolderSchema, load_image_folder_bundle
+from pazo.data.imdb import ImdbSchema, load_imdb_bundle
+from pazo.data.mnli import MnliSchema, load_mnli_bundle
+from pazo.data.prompt_tasks import PromptTaskSchema
+from pazo.data.tiny_imagenet import TinyImagenetSchema, load_tiny_imagenet_bundle
+from pazo.data.torchvision_data import TorchvisionSchema, load_torchvision_bundle
 from pazo.catalog import DATASETS, register_dataset
-from pazo.config_schema import (Cifar10Schema, DigitsSchema, HfTextSchema, ImageFolderSchema, ImdbSchema, MnliSchema,
-                                PromptTaskSchema, TinyImagenetSchema, TorchvisionSchema)
 from pazo.data.validation import carve_validation
 
 

@@ -8,13 +8,14 @@ augmentation, and any input size (32 native; the authors resize to 224).
 from __future__ import annotations
 
 import pickle
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from pazo.data.base import DataBundle
-from pazo.data.image_folder import image_bundle
+from pazo.data.image_folder import ImageSetSchema, image_bundle
 from pazo.errors import DataCorruptError, DataMissingError
 
 FOLDER = "cifar-10-batches-py"
@@ -92,6 +93,12 @@ def read_cifar10(root: str | Path, download: bool = False):
             f"dataset.download=true (torchvision downloads {URL}), or download and extract that "
             f"archive into {root} yourself; dataset.root (or $PAZO_DATA) sets where we look.")
     return (*_read(folder, TRAIN_FILES), *_read(folder, TEST_FILES))
+
+
+@dataclass
+class Cifar10Schema(ImageSetSchema):
+    download: bool = False
+    public_fraction: float = 0.04
 
 
 def load_cifar10_bundle(cfg, rng: np.random.Generator, aug_generator: torch.Generator) -> DataBundle:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from pazo.files.cache_files import key_digest, load_entry, save_entry
-from pazo.data.base import DataBundle, TensorSplit
+from pazo.data.base import DataBundle, DatasetSchema, TensorSplit
 from pazo.data.images import ImageTransform
 from pazo.data.public_split import split_public
-from pazo.errors import ConfigError, DataCorruptError, DataMissingError
+from pazo.errors import ConfigError, DataCorruptError, DataMissingError, one_of
 
 # what torchvision's ImageFolder accepts (torchvision itself is imported only when decoding: it
 # costs ~1.5 s per process, which every run of a sweep would pay)
@@ -213,6 +214,28 @@ def _replacements(where: Path, paths: list, untried: np.ndarray, missing: int, p
         extra = extra[~_copies(extra, exclude, dropped)]
         yield extra
         missing -= len(extra)
+
+
+@dataclass
+class ImageSetSchema(DatasetSchema):
+    root: str | None = None
+    public_source: str = "split"
+    public_per_class: int | None = None
+    public_imbalance: float = 0.0
+    public_folder: str | None = None
+    augment_public: bool = False
+    cache_dir: str | None = None
+    image_size: int | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        one_of(self.public_source, ("split", "folder"), "dataset.public_source")
+
+
+@dataclass
+class ImageFolderSchema(ImageSetSchema):
+    normalize: bool = True
+    public_fraction: float = 0.04
 
 
 def public_split_size(cfg) -> dict:

@@ -32,22 +32,22 @@ from the front of the prompt (after the tokenizer's leading special token), as i
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from pazo.data.base import DataBundle, TensorSplit
+from pazo.config_schema import integer_at_least, optional
+from pazo.data.base import DataBundle, DatasetSchema, TensorSplit
 from pazo.data.saved_hub import load_saved, read_saved
-from pazo.errors import ConfigError, DataMissingError
+from pazo.errors import ConfigError, DataMissingError, one_of
 from pazo.text.prompts import TaskSpec, resolve_label_words, squad_prompt, task_spec
 from pazo.text.tokens import pad_token_id
 
 CAUSAL_MODELS = ("hf_causal_lm",)
 MASKED_MODELS = ("hf_masked_lm", "roberta_prompt")
 SEEDS = (13, 21, 42, 87, 100)   # MeZO's and DPZero's data seeds
-
-
 
 
 def model_kind(model_name: str) -> str:
@@ -57,7 +57,6 @@ def model_kind(model_name: str) -> str:
         return "masked"
     raise ConfigError(f"prompted tasks need a language model (model=hf_causal_lm or hf_masked_lm), "
                       f"not model={model_name}")
-
 
 
 # --- encoding -------------------------------------------------------------------------------------
@@ -205,6 +204,36 @@ def _labels(split, spec: TaskSpec) -> np.ndarray | None:
 
 def _rng(cfg, streams) -> np.random.Generator:
     return np.random.default_rng(cfg.data_seed) if cfg.get("data_seed") is not None else streams.numpy["split"]
+
+
+@dataclass
+class PromptTaskSchema(DatasetSchema):
+    task: str = "sst2"
+    root: str = "data"
+    download: bool = False
+    tokenizer: str = ""
+    model_kind: str = ""
+    data_seed: int | None = None
+    k_shot: int | None = 512
+    n_train: int | None = None
+    val_k_shot: int | None = None
+    n_val: int | None = None
+    test_size: int | None = 1000
+    max_length: int = 256
+    label_words: list[str] | None = None
+    public_source: str = "none"
+    public_per_class: int | None = None
+    public_size: int | None = None
+    public_folder: str | None = None
+    public_split: str = "train"
+    public_columns: list[str] | None = None
+    max_new_tokens: int | None = None
+    val_fraction: float = 0.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        optional(integer_at_least, self.data_seed, 0, "dataset.data_seed")
+        one_of(self.public_source, ("none", "split", "folder"), "dataset.public_source")
 
 
 def load_prompt_bundle(cfg, streams, tokenizer) -> DataBundle:

@@ -21,13 +21,16 @@ from __future__ import annotations
 import inspect
 import pickle
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from pazo.data.base import DataBundle
-from pazo.data.image_folder import cached, folder_fingerprint, image_bundle, public_split_size, resize_uint8
+from pazo.data.image_folder import (ImageFolderSchema, cached, folder_fingerprint, image_bundle, public_split_size,
+                                    resize_uint8)
 from pazo.errors import ConfigError, DataCorruptError, DataMissingError
 
 # torchvision's data sets whose items are (image, class id) and that have a train and a test split
@@ -258,6 +261,15 @@ def read_split(cls, cfg, root: Path, train: bool):
            folder_fingerprint([(p, "") for p in files]) if files else None]
     items = cached(cfg.cache_dir if files else None, key, lambda: _from_items(ds, cfg.image_size))
     return items["images"], items["labels"], ds
+
+
+@dataclass
+class TorchvisionSchema(ImageFolderSchema):
+    torchvision_name: str = "MNIST"
+    download: bool = False
+    train_split: str = "train"
+    test_split: str = "test"
+    torchvision_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 def load_torchvision_bundle(cfg, rng: np.random.Generator, aug_generator: torch.Generator) -> DataBundle:

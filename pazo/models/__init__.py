@@ -6,14 +6,13 @@ from torch import nn
 
 from pazo.errors import ConfigError
 from pazo.models.functional import FunctionalModel
-from pazo.models.lstm import LSTMClassifier
-from pazo.models.nf_resnet import NFResNet18
-from pazo.models.prompt_mlm import build_prompt_mlm
-from pazo.models.small_cnn import SmallCNN
-from pazo.models.vit import build_vit
+from pazo.models.hf_lm import HfCausalLmSchema, HfLmSchema
+from pazo.models.lstm import LSTMClassifier, LstmSchema
+from pazo.models.nf_resnet import NFResNet18, NfResnetSchema
+from pazo.models.prompt_mlm import RobertaPromptSchema, build_prompt_mlm
+from pazo.models.small_cnn import SmallCNN, SmallCnnSchema
+from pazo.models.vit import VitSchema, build_vit
 from pazo.catalog import MODELS, register_model
-from pazo.config_schema import (HfCausalLmSchema, HfLmSchema, LstmSchema, NfResnetSchema, RobertaPromptSchema,
-                                SmallCnnSchema, VitSchema)
 
 _BATCHNORM = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 

@@ -21,13 +21,16 @@ gradients). Logits are cast to float32 before any loss.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pazo.errors import ConfigError
+from pazo.config_schema import dropout_rate, optional
+from pazo.errors import ConfigError, at_least_one, one_of, positive
 from pazo.pretrained import missing_pretrained
 from pazo.text.prompts import resolve_label_words, task_spec
 from pazo.text import tokens
@@ -268,6 +271,50 @@ class MaskedLMTask(nn.Module):
         h = h.to(head.dense.weight.device)                   # the head's device (model.device_map)
         h = head.layer_norm(F.gelu(head.dense(h)))
         return label_word_columns(head.decoder, h, self.label_word_ids, ids.device)
+
+
+@dataclass
+class LoraSchema:
+    enabled: bool = False
+    rank: int = 8
+    alpha: float = 16
+    dropout: float = 0.0
+    target_modules: list[str] | None = None
+
+    def __post_init__(self):
+        at_least_one(self.rank, "model.lora.rank")
+        positive(self.alpha, "model.lora.alpha")
+        dropout_rate(self.dropout, "model.lora.dropout")
+
+
+@dataclass
+class HfLmSchema:
+    name: str = ""
+    path: str = ""
+    download: bool = False
+    random_init: bool = False
+    dtype: str = "float32"
+    attention: str = "sdpa"
+    device_map: Any = None
+    dropout: float | None = None
+    lora: LoraSchema = field(default_factory=LoraSchema)
+    task: str | None = None
+    label_words: list[str] | None = None
+
+    def __post_init__(self):
+        one_of(self.dtype, ("float32", "float16", "bfloat16"), "model.dtype")
+        one_of(self.attention, ("sdpa", "eager"), "model.attention")
+        optional(dropout_rate, self.dropout, "model.dropout")
+
+
+@dataclass
+class HfCausalLmSchema(HfLmSchema):
+    stop: str = "\n"
+    max_new_tokens: int = 50
+
+    def __post_init__(self):
+        super().__post_init__()
+        at_least_one(self.max_new_tokens, "model.max_new_tokens")
 
 
 def build_hf_lm_task(cfg, kind: str) -> nn.Module:
