@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from pazo.config_schema import fraction, integer_at_least, optional
-from pazo.errors import at_least_one
+from pazo.errors import at_least_one, require
 
 
 @dataclass
@@ -27,6 +27,10 @@ class DatasetSchema:
             fraction(self.public_imbalance, "dataset.public_imbalance", low_open=False)
         if getattr(self, "val_k_shot", None) is not None:
             integer_at_least(self.val_k_shot, 0, "dataset.val_k_shot")
+            # (a loader that draws its own validation sample, MNLI's and the prompted tasks')
+            require(not (self.val_fraction and self.val_k_shot),
+                    f"dataset.val_fraction={self.val_fraction} and dataset.val_k_shot={self.val_k_shot} both ask for "
+                    "a validation split; set one of them to 0")
 
 
 class TensorSplit:

@@ -101,7 +101,8 @@ class Cifar10Schema(ImageSetSchema):
     public_fraction: float = 0.04
 
 
-def load_cifar10_bundle(cfg, rng: np.random.Generator, aug_generator: torch.Generator) -> DataBundle:
+def load_cifar10_bundle(cfg: Cifar10Schema, rng: np.random.Generator,
+                        aug_generator: torch.Generator) -> DataBundle:
     """Public data: a seeded 4% of the training set with class imbalance, or another image folder
     with the CIFAR-10 class names (e.g. CINIC-10's ImageNet images, `train/airplane/*.png`)."""
     x_train, y_train, x_test, y_test = read_cifar10(cfg.root, cfg.download)

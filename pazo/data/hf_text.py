@@ -118,7 +118,7 @@ class HfTextSchema(DatasetSchema):
         one_of(self.public_source, ("split", "folder"), "dataset.public_source")
 
 
-def load_hf_text_bundle(cfg, rng: np.random.Generator) -> DataBundle:
+def load_hf_text_bundle(cfg: HfTextSchema, rng: np.random.Generator) -> DataBundle:
     if not cfg.hf_name:
         raise ConfigError("dataset=hf_text needs dataset.hf_name=<folder under dataset.root written by "
                           "datasets' save_to_disk>")

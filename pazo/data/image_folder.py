@@ -238,17 +238,18 @@ class ImageFolderSchema(ImageSetSchema):
     public_fraction: float = 0.04
 
 
-def public_split_size(cfg) -> dict:
+def public_split_size(cfg: DatasetSchema) -> dict:
     """The size of a public split of the training set: `dataset.public_per_class` images of each
     class when set, else `dataset.public_fraction` of the whole set."""
-    if cfg.get("public_per_class") is not None:
+    if cfg.public_per_class is not None:
         return {"per_class": cfg.public_per_class}
     return {"fraction": cfg.public_fraction}
 
 
-def image_bundle(name: str, cfg, train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Tensor, torch.Tensor],
-                 class_names: list[str], rng: np.random.Generator, aug_generator: torch.Generator, *,
-                 image_size: int | None = None, info: dict | None = None, **split_size) -> DataBundle:
+def image_bundle(name: str, cfg: ImageSetSchema, train: tuple[torch.Tensor, torch.Tensor],
+                 test: tuple[torch.Tensor, torch.Tensor], class_names: list[str], rng: np.random.Generator,
+                 aug_generator: torch.Generator, *, image_size: int | None = None, normalize: bool = False,
+                 info: dict | None = None, **split_size) -> DataBundle:
     """The bundle of an image data set from uint8 (images [N, C, H, W], labels) train and test pairs.
 
     `dataset.public_source=split` draws the public set from the training set (`split_size`:
@@ -256,11 +257,10 @@ def image_bundle(name: str, cfg, train: tuple[torch.Tensor, torch.Tensor], test:
     `dataset.public_folder` (out-of-distribution public data, decoded at the stored size and
     channel count, without exact copies of any test image) and keeps the whole
     training set private. Public batches are augmented; every
-    batch is resized to `image_size` (default `dataset.image_size`) and, with `dataset.normalize`,
-    mapped to [-1, 1]."""
+    batch is resized to `image_size` (default `dataset.image_size`) and, with `normalize` (the
+    `dataset.normalize` of the data sets that have it), mapped to [-1, 1]."""
     (x_train, y_train), (x_test, y_test) = train, test
     size = image_size or cfg.image_size
-    normalize = bool(cfg.get("normalize", False))
     plain = ImageTransform(size, normalize=normalize)
     public_tf = ImageTransform(size, augment=cfg.augment_public, generator=aug_generator, normalize=normalize)
     info = {**(info or {}), "image_size": size, "normalize": normalize, "augment_public": cfg.augment_public,
@@ -342,12 +342,13 @@ def read_image_folder(root, image_size: int | None, cache_dir: str | None = None
     return images[:n], labels[:n], images[n:], labels[n:], classes
 
 
-def load_image_folder_bundle(cfg, rng: np.random.Generator, aug_generator: torch.Generator) -> DataBundle:
+def load_image_folder_bundle(cfg: ImageFolderSchema, rng: np.random.Generator,
+                             aug_generator: torch.Generator) -> DataBundle:
     """Any image classification set kept as `train/` and `test/` class folders, with the public-data
     options of the paper's image settings."""
     x_train, y_train, x_test, y_test, classes = read_image_folder(cfg.root, cfg.image_size, cfg.cache_dir)
     return image_bundle("image_folder", cfg, (x_train, y_train), (x_test, y_test), classes, rng, aug_generator,
-                        image_size=x_train.shape[-1],
+                        image_size=x_train.shape[-1], normalize=cfg.normalize,
                         info={"root": str(cfg.root), "classes": len(classes),
                               "outside_guarantee": ["the image size (when dataset.image_size is not set) and the "
                                                     "grey-scale choice are read from the training images, "

@@ -44,7 +44,7 @@ class ImdbSchema(DatasetSchema):
         one_of(self.vocab_source, ("public", "private"), "dataset.vocab_source")
 
 
-def load_imdb_bundle(cfg, rng: np.random.Generator) -> DataBundle:
+def load_imdb_bundle(cfg: ImdbSchema, rng: np.random.Generator) -> DataBundle:
     root = Path(str(cfg.root)).expanduser()
     imdb, amazon = (load_saved(root, name, HUB[name], None, cfg.download) for name in ("imdb", "amazon_polarity"))
     train, test, pool = imdb["train"], imdb["test"], amazon["train"]

@@ -107,7 +107,7 @@ class MnliSchema(DatasetSchema):
                                             f"contradiction), got {self.label_words!r}")
 
 
-def load_mnli_bundle(cfg, rng: np.random.Generator, tokenizer,
+def load_mnli_bundle(cfg: MnliSchema, rng: np.random.Generator, tokenizer,
                      val_rng: np.random.Generator | None = None) -> DataBundle:
     """`val_rng` draws the `val_k_shot` validation sample (none without it or with `val_k_shot=0`)."""
     root = Path(str(cfg.root)).expanduser()
@@ -115,7 +115,7 @@ def load_mnli_bundle(cfg, rng: np.random.Generator, tokenizer,
     train, dev, pool = mnli["train"], mnli["validation_matched"], snli["train"]
     private_idx = _per_class(train, cfg.k_shot, rng, "MNLI train")
     private = train.select(private_idx)
-    val_k_shot = cfg.get("val_k_shot") or 0
+    val_k_shot = cfg.val_k_shot or 0
     val = (train.select(_per_class(train, val_k_shot, val_rng, "MNLI train validation", taken=private_idx))
            if val_k_shot and val_rng is not None else None)
     if cfg.test_size > len(dev):

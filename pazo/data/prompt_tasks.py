@@ -185,7 +185,7 @@ def _public_pool(cfg, spec: TaskSpec):
             raise ConfigError(f"{path} has no split {cfg.public_split!r} (it has {', '.join(data)})")
         data = data[cfg.public_split]
     wanted = list(spec.columns) + [spec.label_column]
-    given = list(cfg.public_columns) if cfg.get("public_columns") else wanted
+    given = list(cfg.public_columns) if cfg.public_columns else wanted
     if len(given) != len(wanted):
         raise ConfigError(f"dataset.public_columns names {len(given)} columns; task {spec.name} needs "
                           f"{len(wanted)} ({', '.join(wanted)}: text columns, then the label)")
@@ -203,7 +203,7 @@ def _labels(split, spec: TaskSpec) -> np.ndarray | None:
 
 
 def _rng(cfg, streams) -> np.random.Generator:
-    return np.random.default_rng(cfg.data_seed) if cfg.get("data_seed") is not None else streams.numpy["split"]
+    return np.random.default_rng(cfg.data_seed) if cfg.data_seed is not None else streams.numpy["split"]
 
 
 @dataclass
@@ -236,7 +236,7 @@ class PromptTaskSchema(DatasetSchema):
         one_of(self.public_source, ("none", "split", "folder"), "dataset.public_source")
 
 
-def load_prompt_bundle(cfg, streams, tokenizer) -> DataBundle:
+def load_prompt_bundle(cfg: PromptTaskSchema, streams, tokenizer) -> DataBundle:
     """A prompted task (`cfg.task`) as private / validation / public / test splits of token ids."""
     spec = task_spec(cfg.task)
     kind = model_kind(cfg.model_kind)
@@ -245,9 +245,9 @@ def load_prompt_bundle(cfg, streams, tokenizer) -> DataBundle:
     train, test = _load_task_data(cfg, spec)
     train, y_train = _gold_labelled(train, _labels(train, spec))
     train_labels = y_train if y_train is not None else np.zeros(len(train))
-    private_idx = sample_rows(train_labels, rng, per_class=cfg.get("k_shot"), total=cfg.get("n_train"),
+    private_idx = sample_rows(train_labels, rng, per_class=cfg.k_shot, total=cfg.n_train,
                               what=f"{spec.name} train")
-    val_idx = sample_rows(train_labels, rng, per_class=cfg.get("val_k_shot") or None, total=cfg.get("n_val") or None,
+    val_idx = sample_rows(train_labels, rng, per_class=cfg.val_k_shot or None, total=cfg.n_val or None,
                           taken=private_idx, what=f"{spec.name} validation")
     test = _test_sample(cfg, spec, _gold_labelled(test, _labels(test, spec))[0], rng)
     public = _public_split(cfg, spec, train, train_labels, np.concatenate([private_idx, val_idx]), rng)
@@ -267,9 +267,9 @@ def _refuse_sizes(cfg, spec: TaskSpec, kind: str) -> None:
     """The settings a prompted task cannot run with, refused before any data is read."""
     if spec.generation and kind != "causal":
         raise ConfigError(f"task {spec.name} is answered by generation: use model=hf_causal_lm")
-    if cfg.get("k_shot") is not None and cfg.get("n_train") is not None:
+    if cfg.k_shot is not None and cfg.n_train is not None:
         raise ConfigError("set dataset.k_shot (examples per class) or dataset.n_train (in all), not both")
-    if cfg.get("k_shot") is None and cfg.get("n_train") is None:
+    if cfg.k_shot is None and cfg.n_train is None:
         raise ConfigError("set dataset.k_shot (examples per class) or dataset.n_train (examples in all)")
 
 
@@ -283,7 +283,7 @@ def _gold_labelled(ds, labels: np.ndarray | None):
 
 def _test_sample(cfg, spec: TaskSpec, test, rng: np.random.Generator):
     """The test split, or `dataset.test_size` of its rows drawn at random (in their order)."""
-    if cfg.get("test_size") is None:
+    if cfg.test_size is None:
         return test
     if cfg.test_size > len(test):
         raise ConfigError(f"asked for {cfg.test_size} test examples but split {spec.test_split!r} holds "
@@ -295,10 +295,10 @@ def _public_split(cfg, spec: TaskSpec, train, train_labels: np.ndarray, taken: n
                   rng: np.random.Generator):
     """The public rows `dataset.public_source` names: none, train rows outside the private and
     validation ones (split), or a folder's (folder)."""
-    source = cfg.get("public_source", "none")
+    source = cfg.public_source
     if source == "split":
-        return train.select(sample_rows(train_labels, rng, per_class=cfg.get("public_per_class"),
-                                        total=cfg.get("public_size"), taken=taken, what=f"{spec.name} public"))
+        return train.select(sample_rows(train_labels, rng, per_class=cfg.public_per_class,
+                                        total=cfg.public_size, taken=taken, what=f"{spec.name} public"))
     if source == "folder":
         return _public_folder_rows(cfg, spec, rng)
     if source == "none":
@@ -317,20 +317,20 @@ def _public_folder_rows(cfg, spec: TaskSpec, rng: np.random.Generator):
         if y_pool.max(initial=0) >= len(spec.classes):
             raise ConfigError(f"public labels go up to {y_pool.max()} but task {spec.name} has "
                               f"{len(spec.classes)} classes")
-    if cfg.get("public_per_class") is not None or cfg.get("public_size") is not None:
+    if cfg.public_per_class is not None or cfg.public_size is not None:
         pool = pool.select(sample_rows(y_pool if y_pool is not None else np.zeros(len(pool)), rng,
-                                       per_class=cfg.get("public_per_class"), total=cfg.get("public_size"),
+                                       per_class=cfg.public_per_class, total=cfg.public_size,
                                        what="public"))
     return pool
 
 
 def _bundle_info(cfg, spec: TaskSpec, kind: str) -> dict:
     """What the run's summary records of the data: the task, its template, sizes and sources."""
-    source = cfg.get("public_source", "none")
+    source = cfg.public_source
     info = {"task": spec.name, "template": kind, "max_length": cfg.max_length,
-            "data_seed": cfg.get("data_seed"), "public_source": source,
-            **{k: cfg.get(k) for k in ("k_shot", "n_train", "val_k_shot", "n_val", "test_size",
-                                       "public_per_class", "public_size") if cfg.get(k) is not None}}
+            "data_seed": cfg.data_seed, "public_source": source,
+            **{k: getattr(cfg, k) for k in ("k_shot", "n_train", "val_k_shot", "n_val", "test_size",
+                                       "public_per_class", "public_size") if getattr(cfg, k) is not None}}
     if source == "folder":
         info["public"] = str(cfg.public_folder)
     if spec.generation:
@@ -338,7 +338,7 @@ def _bundle_info(cfg, spec: TaskSpec, kind: str) -> dict:
         info["outside_guarantee"] = ["a private answer too long for max_length ends the run before training, "
                                      "with its length in the error"]
     else:
-        info["label_words"] = dict(zip(spec.classes, resolve_label_words(spec.name, kind, cfg.get("label_words"))))
+        info["label_words"] = dict(zip(spec.classes, resolve_label_words(spec.name, kind, cfg.label_words)))
     return info
 
 

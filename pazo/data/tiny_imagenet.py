@@ -99,7 +99,8 @@ class TinyImagenetSchema(ImageSetSchema):
     download: bool = False
 
 
-def load_tiny_imagenet_bundle(cfg, rng: np.random.Generator, aug_generator: torch.Generator) -> DataBundle:
+def load_tiny_imagenet_bundle(cfg: TinyImagenetSchema, rng: np.random.Generator,
+                              aug_generator: torch.Generator) -> DataBundle:
     x_train, y_train, x_test, y_test, classes = read_tiny_imagenet(cfg.root, cfg.download, cfg.cache_dir)
     return image_bundle("tiny_imagenet", cfg, (x_train, y_train), (x_test, y_test), classes, rng, aug_generator,
                         per_class=cfg.public_per_class)

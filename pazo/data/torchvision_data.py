@@ -272,7 +272,8 @@ class TorchvisionSchema(ImageFolderSchema):
     torchvision_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-def load_torchvision_bundle(cfg, rng: np.random.Generator, aug_generator: torch.Generator) -> DataBundle:
+def load_torchvision_bundle(cfg: TorchvisionSchema, rng: np.random.Generator,
+                            aug_generator: torch.Generator) -> DataBundle:
     cls = dataset_class(cfg.torchvision_name)
     root = Path(str(cfg.root)).expanduser()
     x_train, y_train, train_set = read_split(cls, cfg, root, train=True)
@@ -288,5 +289,5 @@ def load_torchvision_bundle(cfg, rng: np.random.Generator, aug_generator: torch.
     names = ([str(c) for c in classes] if isinstance(classes, (list, tuple)) and len(classes) >= n_classes
              else [str(i) for i in range(n_classes)])
     return image_bundle(cls.__name__, cfg, (x_train, y_train), (x_test, y_test), names, rng, aug_generator,
-                        image_size=cfg.image_size or x_train.shape[-1],
+                        image_size=cfg.image_size or x_train.shape[-1], normalize=cfg.normalize,
                         info={"torchvision_name": cls.__name__, "classes": len(names)}, **public_split_size(cfg))

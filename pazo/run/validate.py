@@ -14,7 +14,6 @@ from omegaconf import DictConfig, OmegaConf
 from pazo.config_schema import SECTIONS, TopSchema, check_config_values, typed_values
 from pazo.catalog import pairing_problem
 from pazo.data import DATASETS
-from pazo.data.validation import check_validation_size
 from pazo.errors import ConfigError, unknown_choice
 from pazo.methods import METHODS, MethodConfig, method_config, method_info
 from pazo.models import MODELS
@@ -39,7 +38,6 @@ def validate_config(cfg) -> None:
     m, p = cfg.method, cfg.privacy
     method = method_config(m)  # the method's own checks (its typed config)
     d = cfg.dataset
-    check_validation_size(d)
     pairing = pairing_problem(d.name, cfg.model.name)   # the data set's input kind, the model's accepted ones
     if pairing:
         raise ConfigError(pairing)
