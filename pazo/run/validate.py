@@ -97,10 +97,10 @@ def typed_config(cfg) -> dict:
 @dataclass(frozen=True)
 class RunConfig:
     """A run's config typed once, at the door of the command that runs or reads it: each section
-    its schema's dataclass (`pazo.config_schema`; the method's registered config); `raw` is the
-    DictConfig it was made from (what the data set's and model's builders take), `values` the
-    resolved config with each value cast to its schema's type (`typed_config`: what the
-    fingerprints hash)."""
+    its schema's dataclass (`pazo.config_schema`; the data set's and the model's registered schemas,
+    beside their loader and builder, which take these sections; the method's registered config);
+    `raw` is the DictConfig it was made from, `values` the resolved config with each value cast to
+    its schema's type (`typed_config`: what the fingerprints hash)."""
     seed: int
     device: str
     dataset: object
