@@ -1,15 +1,17 @@
 """Data sets and models by name, with their facts, as methods are (`pazo.methods.registry`).
 
 A data set's registration (`@register_dataset`, in `pazo.data` or a plugin) binds its loader, its
-typed config (the schema `pazo.config_schema` checks `dataset.*` against) and what it produces: the
-kind of input, and where fixed its shape and number of classes, and whether it can give a public
-split. A model's (`@register_model`, in `pazo.models` or a plugin) binds its builder, its schema and
-the kinds of input it accepts. Validation pairs the two by these facts, not by names; each
-registration also stores its config in Hydra's ConfigStore as `dataset=<name>` / `model=<name>`
-where there is no yaml of that name, so a new data set or model needs no file but its module.
+typed config (the schema beside the loader: `dataset.*` is checked against it, and the loader is
+handed the `dataset` section as an instance of it) and what it produces: the kind of input, and
+where fixed its shape and number of classes, and whether it can give a public split. A model's
+(`@register_model`, in `pazo.models` or a plugin) binds its builder, its schema (the builder is
+handed the `model` section as an instance of it) and the kinds of input it accepts. Validation
+pairs the two by these facts, not by names; each registration also stores its config in Hydra's
+ConfigStore as `dataset=<name>` / `model=<name>` where there is no yaml of that name, so a new data
+set or model needs no file but its module.
 
-This module sits below `pazo.config_schema`, which reads the registries; the registrations sit
-above it, in `pazo.data` and `pazo.models`, which import the schemas."""
+This module sits below `pazo.config_schema`, which reads the registries; the registrations and
+their schemas sit above it, in `pazo.data` and `pazo.models`."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -31,7 +33,7 @@ INPUT_KINDS = {"image": "images", "tokens": "token ids", "features": "feature ve
 @dataclass(frozen=True)
 class DatasetInfo:
     name: str
-    load: Callable            # (cfg, streams) -> DataBundle, before the validation split is carved
+    load: Callable            # (typed section, streams) -> DataBundle, before the validation split is carved
     schema: type              # the typed config of `dataset.*`
     produces: str             # the kind of input (INPUT_KINDS)
     input_shape: tuple | None = None   # one example's shape, where the data set fixes it
@@ -45,7 +47,7 @@ class DatasetInfo:
 @dataclass(frozen=True)
 class ModelInfo:
     name: str
-    build: Callable           # (cfg, input_shape, num_classes) -> nn.Module
+    build: Callable           # (typed section, input_shape, num_classes) -> nn.Module
     schema: type              # the typed config of `model.*`
     accepts: tuple[str, ...]  # the kinds of input it reads (INPUT_KINDS)
 

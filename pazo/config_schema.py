@@ -1,12 +1,16 @@
-"""The typed schema of a run's config: every key of every config group with its type and range,
-checked before any data are read (`check_config_values`), so that a value of the wrong type or
-out of range is one `pazo: error:` line, never a traceback deep in the run nor a silent run.
+"""The typed schema of a run's own sections (the top level, train, warm_start, engine, privacy,
+logger, schedule, optimizer) and the checks every schema shares: every key of every config group
+with its type and range, checked before any data are read (`check_config_values`), so that a value
+of the wrong type or out of range is one `pazo: error:` line, never a traceback deep in the run nor
+a silent run.
 
-Types are checked by OmegaConf (the config is merged into the dataclasses below: `seed=abc`,
+Types are checked by OmegaConf (the config is merged into the dataclasses: `seed=abc`,
 `privacy.secure_mode=maybe` and a key no schema names are refused); ranges by each dataclass's
-`__post_init__`. The method group has its own schemas (`pazo/methods/`, one per method, also
-Hydra's), the audit section its own (`pazo/audit/run.py`). What spans groups (a model that does
-not read a data set, delta against the noise) stays in `pazo/run/validate.py`.
+`__post_init__`. The other groups' schemas sit beside what they configure, found through their
+registries: each data set's beside its loader (`pazo/data/`), each model's beside its builder
+(`pazo/models/`), each method's beside the method (`pazo/methods/`); the audit section has its own
+(`pazo/audit/run.py`). What spans groups (a model that does not read a data set, delta against the
+noise) stays in `pazo/run/validate.py`.
 """
 from __future__ import annotations
 
@@ -25,7 +29,6 @@ from pazo.registry import UnknownNameError
 from pazo.threads import valid_threads
 
 
-
 def integer_at_least(value, low: int, what: str) -> None:
     require(isinstance(value, int) and not isinstance(value, bool) and value >= low,
             f"{what} must be an integer >= {low}, got {value!r}")
@@ -41,6 +44,10 @@ def fraction(value, what: str, *, low_open: bool = True, high_open: bool = True)
 def optional(check, value, *args, **kwargs) -> None:
     if value is not None:
         check(value, *args, **kwargs)
+
+
+def dropout_rate(value, what: str) -> None:
+    fraction(value, what, low_open=False)
 
 
 # ---------------------------------------------------------------------------- top level
@@ -195,292 +202,6 @@ class TopSchema:
         require(self.seed < 2 ** 63, f"seed must be below 2**63, got {self.seed!r}")
         require(DEVICE.fullmatch(self.device) is not None,
                 f"unknown device {self.device!r}; choices: auto, cpu, cuda, cuda:N, mps")
-
-
-# ---------------------------------------------------------------------------- data sets
-
-@dataclass
-class DatasetSchema:
-    """What several data sets share; each adds its own keys."""
-    name: str = ""
-    val_fraction: float = 0.1
-
-    def __post_init__(self):
-        fraction(self.val_fraction, "dataset.val_fraction", low_open=False)
-        for key in ("image_size", "n_train", "n_val", "public_size", "public_per_class", "k_shot", "test_size",
-                    "max_length", "premise_limit", "vocab_size", "max_new_tokens"):
-            optional(at_least_one, getattr(self, key, None), f"dataset.{key}")
-        for key in ("public_fraction", "test_fraction"):
-            optional(fraction, getattr(self, key, None), f"dataset.{key}")
-        if getattr(self, "public_imbalance", None) is not None:
-            fraction(self.public_imbalance, "dataset.public_imbalance", low_open=False)
-        if getattr(self, "val_k_shot", None) is not None:
-            integer_at_least(self.val_k_shot, 0, "dataset.val_k_shot")
-
-
-@dataclass
-class DigitsSchema(DatasetSchema):
-    test_fraction: float = 0.2
-    public_fraction: float = 0.1
-    public_imbalance: float = 0.5
-
-
-@dataclass
-class ImageSetSchema(DatasetSchema):
-    root: str | None = None
-    public_source: str = "split"
-    public_per_class: int | None = None
-    public_imbalance: float = 0.0
-    public_folder: str | None = None
-    augment_public: bool = False
-    cache_dir: str | None = None
-    image_size: int | None = None
-
-    def __post_init__(self):
-        super().__post_init__()
-        one_of(self.public_source, ("split", "folder"), "dataset.public_source")
-
-
-@dataclass
-class Cifar10Schema(ImageSetSchema):
-    download: bool = False
-    public_fraction: float = 0.04
-
-
-@dataclass
-class TinyImagenetSchema(ImageSetSchema):
-    download: bool = False
-
-
-@dataclass
-class ImageFolderSchema(ImageSetSchema):
-    normalize: bool = True
-    public_fraction: float = 0.04
-
-
-@dataclass
-class TorchvisionSchema(ImageFolderSchema):
-    torchvision_name: str = "MNIST"
-    download: bool = False
-    train_split: str = "train"
-    test_split: str = "test"
-    torchvision_kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class ImdbSchema(DatasetSchema):
-    root: str = "data"
-    download: bool = False
-    vocab_size: int = 10000
-    vocab_source: str = "public"
-    max_length: int = 290
-    public_size: int = 2000
-    public_with_title: bool = False
-    test_size: int | None = 2000
-
-    def __post_init__(self):
-        super().__post_init__()
-        one_of(self.vocab_source, ("public", "private"), "dataset.vocab_source")
-
-
-@dataclass
-class HfTextSchema(DatasetSchema):
-    root: str = "data"
-    hf_name: str | None = None
-    download: bool = False
-    hub_id: str | None = None
-    hub_config: str | None = None
-    train_split: str = "train"
-    test_split: str = "test"
-    text_column: str = "text"
-    text_pair_column: str | None = None
-    label_column: str = "label"
-    test_size: int | None = None
-    vocab_size: int = 10000
-    vocab_source: str = "public"
-    max_length: int = 128
-    public_source: str = "split"
-    public_fraction: float = 0.04
-    public_per_class: int | None = None
-    public_imbalance: float = 0.0
-    public_folder: str | None = None
-    public_split: str = "train"
-
-    def __post_init__(self):
-        super().__post_init__()
-        one_of(self.vocab_source, ("public", "private"), "dataset.vocab_source")
-        one_of(self.public_source, ("split", "folder"), "dataset.public_source")
-
-
-@dataclass
-class MnliSchema(DatasetSchema):
-    root: str = "data"
-    download: bool = False
-    tokenizer: str = ""
-    k_shot: int = 512
-    public_per_class: int = 100
-    test_size: int | None = 1000
-    max_length: int = 256
-    premise_limit: int = 240
-    label_words: list[str] = field(default_factory=list)
-    val_k_shot: int | None = None
-    val_fraction: float = 0.0
-
-    def __post_init__(self):
-        super().__post_init__()
-        require(len(self.label_words) == 3, f"dataset.label_words must be three words (entailment, neutral, "
-                                            f"contradiction), got {self.label_words!r}")
-
-
-@dataclass
-class PromptTaskSchema(DatasetSchema):
-    task: str = "sst2"
-    root: str = "data"
-    download: bool = False
-    tokenizer: str = ""
-    model_kind: str = ""
-    data_seed: int | None = None
-    k_shot: int | None = 512
-    n_train: int | None = None
-    val_k_shot: int | None = None
-    n_val: int | None = None
-    test_size: int | None = 1000
-    max_length: int = 256
-    label_words: list[str] | None = None
-    public_source: str = "none"
-    public_per_class: int | None = None
-    public_size: int | None = None
-    public_folder: str | None = None
-    public_split: str = "train"
-    public_columns: list[str] | None = None
-    max_new_tokens: int | None = None
-    val_fraction: float = 0.0
-
-    def __post_init__(self):
-        super().__post_init__()
-        optional(integer_at_least, self.data_seed, 0, "dataset.data_seed")
-        one_of(self.public_source, ("none", "split", "folder"), "dataset.public_source")
-
-
-# ---------------------------------------------------------------------------- models
-
-def dropout_rate(value, what: str) -> None:
-    fraction(value, what, low_open=False)
-
-
-@dataclass
-class SmallCnnSchema:
-    name: str = "small_cnn"
-    width: int = 16
-    dropout: float = 0.0
-
-    def __post_init__(self):
-        at_least_one(self.width, "model.width")
-        dropout_rate(self.dropout, "model.dropout")
-
-
-@dataclass
-class LstmSchema:
-    name: str = "lstm"
-    vocab_size: int = 10000
-    embed: int = 128
-    hidden: int = 64
-    layers: int = 2
-    dropout: float = 0.2
-
-    def __post_init__(self):
-        for key in ("vocab_size", "embed", "hidden", "layers"):
-            at_least_one(getattr(self, key), f"model.{key}")
-        dropout_rate(self.dropout, "model.dropout")
-
-
-@dataclass
-class NfResnetSchema:
-    name: str = "nf_resnet18"
-    width: int = 64
-    stem: str = "auto"
-    alpha: float = 0.2
-    beta: float = 1.0
-
-    def __post_init__(self):
-        at_least_one(self.width, "model.width")
-        one_of(self.stem, ("auto", "cifar", "imagenet"), "model.stem")
-        positive(self.alpha, "model.alpha")
-        positive(self.beta, "model.beta")
-
-
-@dataclass
-class VitSchema:
-    name: str = "vit"
-    variant: str = "vit_tiny_patch16_224"
-    pretrained: bool = False
-    checkpoint: str | None = None
-    attention: str = "eager"
-    patch_size: int | None = None
-    depth: int | None = None
-    embed_dim: int | None = None
-    num_heads: int | None = None
-
-    def __post_init__(self):
-        one_of(self.attention, ("eager", "fused"), "model.attention")
-        for key in ("patch_size", "depth", "embed_dim", "num_heads"):
-            optional(at_least_one, getattr(self, key), f"model.{key}")
-
-
-@dataclass
-class RobertaPromptSchema:
-    name: str = "roberta_prompt"
-    path: str = ""
-    download: bool = False
-    label_words: list[str] | None = None
-    dropout: float | None = None
-
-    def __post_init__(self):
-        optional(dropout_rate, self.dropout, "model.dropout")
-
-
-@dataclass
-class LoraSchema:
-    enabled: bool = False
-    rank: int = 8
-    alpha: float = 16
-    dropout: float = 0.0
-    target_modules: list[str] | None = None
-
-    def __post_init__(self):
-        at_least_one(self.rank, "model.lora.rank")
-        positive(self.alpha, "model.lora.alpha")
-        dropout_rate(self.dropout, "model.lora.dropout")
-
-
-@dataclass
-class HfLmSchema:
-    name: str = ""
-    path: str = ""
-    download: bool = False
-    random_init: bool = False
-    dtype: str = "float32"
-    attention: str = "sdpa"
-    device_map: Any = None
-    dropout: float | None = None
-    lora: LoraSchema = field(default_factory=LoraSchema)
-    task: str | None = None
-    label_words: list[str] | None = None
-
-    def __post_init__(self):
-        one_of(self.dtype, ("float32", "float16", "bfloat16"), "model.dtype")
-        one_of(self.attention, ("sdpa", "eager"), "model.attention")
-        optional(dropout_rate, self.dropout, "model.dropout")
-
-
-@dataclass
-class HfCausalLmSchema(HfLmSchema):
-    stop: str = "\n"
-    max_new_tokens: int = 50
-
-    def __post_init__(self):
-        super().__post_init__()
-        at_least_one(self.max_new_tokens, "model.max_new_tokens")
 
 
 #: the groups whose schema is their option's: `dataset.name` / `model.name` -> the registration's schema

@@ -405,10 +405,10 @@ def _private_size(cfg) -> tuple[int, str]:
     from pazo.errors import DataMissingError
     from pazo.rng import RandomStreams
     from pazo.sweep.selection import private_size
-    from pazo.run.validate import validate_against_data
+    from pazo.run.validate import run_config, validate_against_data
 
     try:
-        data = build_dataset(cfg.dataset, RandomStreams(cfg.seed))
+        data = build_dataset(run_config(cfg).dataset, RandomStreams(cfg.seed))
     except DataMissingError:   # a published size, or the line that says the data are missing
         size = private_size(cfg)
         return size.n, size.estimated

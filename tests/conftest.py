@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 from hypothesis import HealthCheck, settings
 from torch import nn
 
@@ -184,6 +185,12 @@ def hydra_cfg(tmp_path, monkeypatch):
             return compose(config_name="config", overrides=[
                 "logger.mode=disabled", "train.steps=4", "train.log_every=2", "device=cpu", *overrides])
     return build
+
+
+def typed_section(schema: type, values: dict):
+    """`values` (a section's keys, the others at the schema's defaults) as an instance of `schema`:
+    a section as a run's config is typed at the door and handed to a loader or a builder."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
 
 
 def dataset_node(hydra_cfg, *fixed):

@@ -137,14 +137,15 @@ def write_opt_and_sst2(root: Path) -> Path:
 def tiny_opt_model(root: Path, dtype: str = "float32", device_map=None, lora=None):
     """`write_opt_and_sst2`'s OPT as a FunctionalModel on SST-2 (seeded: every call the same weights)."""
     import torch
-    from omegaconf import OmegaConf
+    from conftest import typed_section
 
     from pazo.models.functional import FunctionalModel
-    from pazo.models.hf_lm import build_hf_lm_task
+    from pazo.models.hf_lm import HfCausalLmSchema, build_hf_lm_task
 
-    cfg = OmegaConf.create({"path": str(root / "opt"), "download": False, "random_init": False, "dtype": dtype,
-                            "attention": "eager", "device_map": device_map, "dropout": None, "lora": lora,
-                            "task": "sst2", "label_words": None, "stop": "\n", "max_new_tokens": 4})
+    cfg = typed_section(HfCausalLmSchema, {
+        "path": str(root / "opt"), "download": False, "random_init": False, "dtype": dtype, "attention": "eager",
+        "device_map": device_map, "dropout": None, **({"lora": lora} if lora is not None else {}), "task": "sst2",
+        "label_words": None, "stop": "\n", "max_new_tokens": 4})
     torch.manual_seed(0)
     module = build_hf_lm_task(cfg, "causal")
     return FunctionalModel(module, loss_fn=module.loss_fn)

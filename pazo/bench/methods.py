@@ -70,6 +70,7 @@ from pazo.bench.settings import (ENGINE_NAMES, PAPER_SETTING, SETTINGS, add_data
 from pazo.bench.timing import paired_times, result_record, time_steps
 from pazo.errors import ConfigError, DataMissingError
 from pazo.run.build import resolve_device
+from pazo.run.validate import run_config
 from pazo.methods import method_info, method_names
 from pazo.methods.base import public_grads_batched
 from pazo.models import build_model
@@ -170,7 +171,7 @@ def opacus_dpsgd(mode, setting, device, warmup, iters):
     shape, classes, model_overrides, b = SETTINGS[setting]
     cfg = compose_cfg(["method=dpsgd", *model_overrides])
     torch.manual_seed(0)
-    module = build_model(cfg.model, shape, classes).to(device)
+    module = build_model(run_config(cfg).model, shape, classes).to(device)
     optimizer = torch.optim.SGD(module.parameters(), lr=float(cfg.method.lr))
     data = torch.utils.data.TensorDataset(*synthetic_inputs(setting, 4 * b))
     loader = torch.utils.data.DataLoader(data, batch_size=b)

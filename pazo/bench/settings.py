@@ -18,6 +18,7 @@ from pazo.methods import method_info
 from pazo.methods.base import public_grads_batched
 from pazo.models import build_model
 from pazo.run.results import BENCHMARK_PAPER_SETTING
+from pazo.run.validate import run_config
 
 class Settings(dict):
     """Setting name -> (input shape, classes, config overrides, expected batch size): the paper's
@@ -61,7 +62,7 @@ def add_dataset_setting(name: str, overrides=()) -> None:
     from pazo.rng import RandomStreams
 
     own = [o for o in overrides if o.split("=", 1)[0] in ("model", "model.name") or o.startswith("dataset.")]
-    _EXAMPLES[name] = build_dataset(compose_cfg([f"dataset={name}", *own]).dataset, RandomStreams(0))
+    _EXAMPLES[name] = build_dataset(run_config(compose_cfg([f"dataset={name}", *own])).dataset, RandomStreams(0))
     data = _EXAMPLES[name]
     SETTINGS[name] = (tuple(data.input_shape), data.num_classes, [f"dataset={name}", *own], 64)
 TEXT_VOCAB = {"imdb_lstm": 10002, "mnli_roberta": 50265}
@@ -148,7 +149,8 @@ def device_or_exit(name: str) -> torch.device:
         raise SystemExit(2) from None
 
 
-def make_module(cfg, setting):
+def make_module(model_cfg, setting):
+    """The setting's model from its typed `model` section (random weights, seed 0)."""
     shape, classes, _, _ = SETTINGS[setting]
     torch.manual_seed(0)
     if setting == "mnli_roberta":
@@ -161,7 +163,7 @@ def make_module(cfg, setting):
                                                attn_implementation="eager"))
         # 3 label-word rows; the ids do not matter for timing
         return PromptMaskedLM(mlm, [100, 200, 300], pad_id=1, mask_id=MASK_ID)
-    return build_model(cfg.model, shape, classes)
+    return build_model(model_cfg, shape, classes)
 
 
 def bare_model(setting, device):
@@ -188,7 +190,8 @@ def build_benchmark_method(name, setting, device, engine=None, extra=()):
                        f"device={torch.device(device)}", f"train.batch_size={b}", "train.steps=1000", "seed=0",
                        "warm_start.epochs=0"])
     torch.manual_seed(0)
-    r = build_run(cfg, data=synthetic_data(setting, b), module=make_module(cfg, setting), sigma=1.0,
+    typed = run_config(cfg)
+    r = build_run(typed, data=synthetic_data(setting, b), module=make_module(typed.model, setting), sigma=1.0,
                   time_engines=False)
     r.module.train()
     return r.method, r.method_cfg, r.model

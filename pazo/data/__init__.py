@@ -1,27 +1,26 @@
 """Data sets by name, registered with their facts (`pazo.catalog.register_dataset`: schema, the kind
-of input, shape and classes where fixed, public split). Each loader takes its config node and the
-run's random streams (splits draw from the `split` stream, public augmentation from a substream of
-`public`); `build_dataset` then carves the validation split from the private set (`validation`
-stream, `pazo.data.validation`)."""
+of input, shape and classes where fixed, public split). Each loader takes its typed config (its
+schema's dataclass, beside the loader) and the run's random streams (splits draw from the `split`
+stream, public augmentation from a substream of `public`); `build_dataset` then carves the
+validation split from the private set (`validation` stream, `pazo.data.validation`)."""
 from __future__ import annotations
 
-from pazo.data.base import DataBundle, TensorSplit
-from pazo.data.cifar10 import load_cifar10_bundle
-from pazo.data.digits import load_digits_bundle
-from pazo.data.hf_text import load_hf_text_bundle
-from pazo.data.image_folder import load_image_folder_bundle
-from pazo.data.imdb import load_imdb_bundle
-from pazo.data.mnli import load_mnli_bundle
-from pazo.data.tiny_imagenet import load_tiny_imagenet_bundle
-from pazo.data.torchvision_data import load_torchvision_bundle
+from pazo.data.base import DataBundle, DatasetSchema, TensorSplit
+from pazo.data.cifar10 import Cifar10Schema, load_cifar10_bundle
+from pazo.data.digits import DigitsSchema, load_digits_bundle
+from pazo.data.hf_text import HfTextSchema, load_hf_text_bundle
+from pazo.data.image_folder import ImageFolderSchema, load_image_folder_bundle
+from pazo.data.imdb import ImdbSchema, load_imdb_bundle
+from pazo.data.mnli import MnliSchema, load_mnli_bundle
+from pazo.data.prompt_tasks import PromptTaskSchema
+from pazo.data.tiny_imagenet import TinyImagenetSchema, load_tiny_imagenet_bundle
+from pazo.data.torchvision_data import TorchvisionSchema, load_torchvision_bundle
 from pazo.catalog import DATASETS, register_dataset
-from pazo.config_schema import (Cifar10Schema, DigitsSchema, HfTextSchema, ImageFolderSchema, ImdbSchema, MnliSchema,
-                                PromptTaskSchema, TinyImagenetSchema, TorchvisionSchema)
 from pazo.data.validation import carve_validation
 
 
 @register_dataset("digits", schema=DigitsSchema, produces="image", input_shape=(1, 8, 8), classes=10)
-def _digits(cfg, streams) -> DataBundle:
+def _digits(cfg: DigitsSchema, streams) -> DataBundle:
     return load_digits_bundle(streams.numpy["split"], test_fraction=cfg.test_fraction,
                               public_fraction=cfg.public_fraction,
                               public_imbalance=cfg.public_imbalance)
@@ -52,7 +51,7 @@ register_dataset("hf_text", schema=HfTextSchema, produces="tokens")(_text_loader
 
 
 @register_dataset("mnli", schema=MnliSchema, produces="mlm_prompt", classes=3)
-def _mnli(cfg, streams) -> DataBundle:
+def _mnli(cfg: MnliSchema, streams) -> DataBundle:
     from pazo.pretrained import load_pretrained
 
     tokenizer = load_pretrained(cfg.tokenizer, "tokenizer", cfg.download, key="model.path (dataset.tokenizer)",
@@ -60,7 +59,7 @@ def _mnli(cfg, streams) -> DataBundle:
     return load_mnli_bundle(cfg, streams.numpy["split"], tokenizer, streams.numpy["validation"])
 
 
-def _prompt_task(cfg, streams) -> DataBundle:
+def _prompt_task(cfg: PromptTaskSchema, streams) -> DataBundle:
     from pazo.data.prompt_tasks import load_prompt_bundle, model_kind
     from pazo.pretrained import load_pretrained
 
@@ -76,10 +75,11 @@ register_dataset("glue_prompt", schema=PromptTaskSchema, produces="lm_prompt")(_
 register_dataset("squad", schema=PromptTaskSchema, produces="lm_generation")(_prompt_task)
 
 
-def build_dataset(cfg, streams) -> DataBundle:
-    """The data set's splits; the validation split is carved here, once for every data set."""
+def build_dataset(cfg: DatasetSchema, streams) -> DataBundle:
+    """The splits of the data set `cfg` (the run's typed `dataset` section: an instance of the data
+    set's registered schema) describes; the validation split is carved here, once for every data set."""
     data = DATASETS.get(cfg.name)(cfg, streams)
     return carve_validation(data, cfg.val_fraction, streams.numpy["validation"])
 
 
-__all__ = ["DATASETS", "DataBundle", "TensorSplit", "build_dataset", "register_dataset"]
+__all__ = ["DATASETS", "DataBundle", "DatasetSchema", "TensorSplit", "build_dataset", "register_dataset"]

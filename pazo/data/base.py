@@ -6,6 +6,32 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from pazo.config_schema import fraction, integer_at_least, optional
+from pazo.errors import at_least_one, require
+
+
+@dataclass
+class DatasetSchema:
+    """What several data sets share; each adds its own keys."""
+    name: str = ""
+    val_fraction: float = 0.1
+
+    def __post_init__(self):
+        fraction(self.val_fraction, "dataset.val_fraction", low_open=False)
+        for key in ("image_size", "n_train", "n_val", "public_size", "public_per_class", "k_shot", "test_size",
+                    "max_length", "premise_limit", "vocab_size", "max_new_tokens"):
+            optional(at_least_one, getattr(self, key, None), f"dataset.{key}")
+        for key in ("public_fraction", "test_fraction"):
+            optional(fraction, getattr(self, key, None), f"dataset.{key}")
+        if getattr(self, "public_imbalance", None) is not None:
+            fraction(self.public_imbalance, "dataset.public_imbalance", low_open=False)
+        if getattr(self, "val_k_shot", None) is not None:
+            integer_at_least(self.val_k_shot, 0, "dataset.val_k_shot")
+            # (a loader that draws its own validation sample, MNLI's and the prompted tasks')
+            require(not (self.val_fraction and self.val_k_shot),
+                    f"dataset.val_fraction={self.val_fraction} and dataset.val_k_shot={self.val_k_shot} both ask for "
+                    "a validation split; set one of them to 0")
+
 
 class TensorSplit:
     """An in-memory split: inputs and integer labels, fetched by index arrays.

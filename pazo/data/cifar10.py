@@ -8,13 +8,14 @@ augmentation, and any input size (32 native; the authors resize to 224).
 from __future__ import annotations
 
 import pickle
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from pazo.data.base import DataBundle
-from pazo.data.image_folder import image_bundle
+from pazo.data.image_folder import ImageSetSchema, image_bundle
 from pazo.errors import DataCorruptError, DataMissingError
 
 FOLDER = "cifar-10-batches-py"
@@ -94,7 +95,14 @@ def read_cifar10(root: str | Path, download: bool = False):
     return (*_read(folder, TRAIN_FILES), *_read(folder, TEST_FILES))
 
 
-def load_cifar10_bundle(cfg, rng: np.random.Generator, aug_generator: torch.Generator) -> DataBundle:
+@dataclass
+class Cifar10Schema(ImageSetSchema):
+    download: bool = False
+    public_fraction: float = 0.04
+
+
+def load_cifar10_bundle(cfg: Cifar10Schema, rng: np.random.Generator,
+                        aug_generator: torch.Generator) -> DataBundle:
     """Public data: a seeded 4% of the training set with class imbalance, or another image folder
     with the CIFAR-10 class names (e.g. CINIC-10's ImageNet images, `train/airplane/*.png`)."""
     x_train, y_train, x_test, y_test = read_cifar10(cfg.root, cfg.download)

@@ -2,11 +2,20 @@
 download, used as the embedded offline default."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
-from pazo.data.base import DataBundle, TensorSplit
+from pazo.data.base import DataBundle, DatasetSchema, TensorSplit
 from pazo.data.public_split import split_public, stratified_holdout
+
+
+@dataclass
+class DigitsSchema(DatasetSchema):
+    test_fraction: float = 0.2
+    public_fraction: float = 0.1
+    public_imbalance: float = 0.5
 
 
 def load_digits_bundle(rng: np.random.Generator, test_fraction: float = 0.2,

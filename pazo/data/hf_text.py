@@ -19,17 +19,18 @@ per class, seeded, or all of it) as out-of-distribution public data.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from pazo.data.base import DataBundle, TensorSplit
+from pazo.data.base import DataBundle, DatasetSchema, TensorSplit
 from pazo.data.image_folder import public_split_size
 from pazo.data.public_split import split_public
 from pazo.data.saved_hub import load_saved, read_saved
 from pazo.data.text import encode, source_vocab
-from pazo.errors import ConfigError, DataMissingError
+from pazo.errors import ConfigError, DataMissingError, one_of
 
 
 def _split(data, name: str, where: Path, cfg):
@@ -88,7 +89,36 @@ def _public_folder(cfg, names: list[str]):
     return _labelled(pool, class_ids(pool, cfg.label_column, names)[0])
 
 
-def load_hf_text_bundle(cfg, rng: np.random.Generator) -> DataBundle:
+@dataclass
+class HfTextSchema(DatasetSchema):
+    root: str = "data"
+    hf_name: str | None = None
+    download: bool = False
+    hub_id: str | None = None
+    hub_config: str | None = None
+    train_split: str = "train"
+    test_split: str = "test"
+    text_column: str = "text"
+    text_pair_column: str | None = None
+    label_column: str = "label"
+    test_size: int | None = None
+    vocab_size: int = 10000
+    vocab_source: str = "public"
+    max_length: int = 128
+    public_source: str = "split"
+    public_fraction: float = 0.04
+    public_per_class: int | None = None
+    public_imbalance: float = 0.0
+    public_folder: str | None = None
+    public_split: str = "train"
+
+    def __post_init__(self):
+        super().__post_init__()
+        one_of(self.vocab_source, ("public", "private"), "dataset.vocab_source")
+        one_of(self.public_source, ("split", "folder"), "dataset.public_source")
+
+
+def load_hf_text_bundle(cfg: HfTextSchema, rng: np.random.Generator) -> DataBundle:
     if not cfg.hf_name:
         raise ConfigError("dataset=hf_text needs dataset.hf_name=<folder under dataset.root written by "
                           "datasets' save_to_disk>")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from pazo.files.cache_files import key_digest, load_entry, save_entry
-from pazo.data.base import DataBundle, TensorSplit
+from pazo.data.base import DataBundle, DatasetSchema, TensorSplit
 from pazo.data.images import ImageTransform
 from pazo.data.public_split import split_public
-from pazo.errors import ConfigError, DataCorruptError, DataMissingError
+from pazo.errors import ConfigError, DataCorruptError, DataMissingError, one_of
 
 # what torchvision's ImageFolder accepts (torchvision itself is imported only when decoding: it
 # costs ~1.5 s per process, which every run of a sweep would pay)
@@ -215,17 +216,40 @@ def _replacements(where: Path, paths: list, untried: np.ndarray, missing: int, p
         missing -= len(extra)
 
 
-def public_split_size(cfg) -> dict:
+@dataclass
+class ImageSetSchema(DatasetSchema):
+    root: str | None = None
+    public_source: str = "split"
+    public_per_class: int | None = None
+    public_imbalance: float = 0.0
+    public_folder: str | None = None
+    augment_public: bool = False
+    cache_dir: str | None = None
+    image_size: int | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        one_of(self.public_source, ("split", "folder"), "dataset.public_source")
+
+
+@dataclass
+class ImageFolderSchema(ImageSetSchema):
+    normalize: bool = True
+    public_fraction: float = 0.04
+
+
+def public_split_size(cfg: DatasetSchema) -> dict:
     """The size of a public split of the training set: `dataset.public_per_class` images of each
     class when set, else `dataset.public_fraction` of the whole set."""
-    if cfg.get("public_per_class") is not None:
+    if cfg.public_per_class is not None:
         return {"per_class": cfg.public_per_class}
     return {"fraction": cfg.public_fraction}
 
 
-def image_bundle(name: str, cfg, train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Tensor, torch.Tensor],
-                 class_names: list[str], rng: np.random.Generator, aug_generator: torch.Generator, *,
-                 image_size: int | None = None, info: dict | None = None, **split_size) -> DataBundle:
+def image_bundle(name: str, cfg: ImageSetSchema, train: tuple[torch.Tensor, torch.Tensor],
+                 test: tuple[torch.Tensor, torch.Tensor], class_names: list[str], rng: np.random.Generator,
+                 aug_generator: torch.Generator, *, image_size: int | None = None, normalize: bool = False,
+                 info: dict | None = None, **split_size) -> DataBundle:
     """The bundle of an image data set from uint8 (images [N, C, H, W], labels) train and test pairs.
 
     `dataset.public_source=split` draws the public set from the training set (`split_size`:
@@ -233,11 +257,10 @@ def image_bundle(name: str, cfg, train: tuple[torch.Tensor, torch.Tensor], test:
     `dataset.public_folder` (out-of-distribution public data, decoded at the stored size and
     channel count, without exact copies of any test image) and keeps the whole
     training set private. Public batches are augmented; every
-    batch is resized to `image_size` (default `dataset.image_size`) and, with `dataset.normalize`,
-    mapped to [-1, 1]."""
+    batch is resized to `image_size` (default `dataset.image_size`) and, with `normalize` (the
+    `dataset.normalize` of the data sets that have it), mapped to [-1, 1]."""
     (x_train, y_train), (x_test, y_test) = train, test
     size = image_size or cfg.image_size
-    normalize = bool(cfg.get("normalize", False))
     plain = ImageTransform(size, normalize=normalize)
     public_tf = ImageTransform(size, augment=cfg.augment_public, generator=aug_generator, normalize=normalize)
     info = {**(info or {}), "image_size": size, "normalize": normalize, "augment_public": cfg.augment_public,
@@ -319,12 +342,13 @@ def read_image_folder(root, image_size: int | None, cache_dir: str | None = None
     return images[:n], labels[:n], images[n:], labels[n:], classes
 
 
-def load_image_folder_bundle(cfg, rng: np.random.Generator, aug_generator: torch.Generator) -> DataBundle:
+def load_image_folder_bundle(cfg: ImageFolderSchema, rng: np.random.Generator,
+                             aug_generator: torch.Generator) -> DataBundle:
     """Any image classification set kept as `train/` and `test/` class folders, with the public-data
     options of the paper's image settings."""
     x_train, y_train, x_test, y_test, classes = read_image_folder(cfg.root, cfg.image_size, cfg.cache_dir)
     return image_bundle("image_folder", cfg, (x_train, y_train), (x_test, y_test), classes, rng, aug_generator,
-                        image_size=x_train.shape[-1],
+                        image_size=x_train.shape[-1], normalize=cfg.normalize,
                         info={"root": str(cfg.root), "classes": len(classes),
                               "outside_guarantee": ["the image size (when dataset.image_size is not set) and the "
                                                     "grey-scale choice are read from the training images, "

@@ -14,20 +14,37 @@ authors' code.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from pazo.data.base import DataBundle, TensorSplit
+from pazo.data.base import DataBundle, DatasetSchema, TensorSplit
 from pazo.data.saved_hub import load_saved
 from pazo.data.text import encode, source_vocab
-from pazo.errors import ConfigError
+from pazo.errors import ConfigError, one_of
 
 HUB = {"imdb": "stanfordnlp/imdb", "amazon_polarity": "fancyzhx/amazon_polarity"}
 
 
-def load_imdb_bundle(cfg, rng: np.random.Generator) -> DataBundle:
+@dataclass
+class ImdbSchema(DatasetSchema):
+    root: str = "data"
+    download: bool = False
+    vocab_size: int = 10000
+    vocab_source: str = "public"
+    max_length: int = 290
+    public_size: int = 2000
+    public_with_title: bool = False
+    test_size: int | None = 2000
+
+    def __post_init__(self):
+        super().__post_init__()
+        one_of(self.vocab_source, ("public", "private"), "dataset.vocab_source")
+
+
+def load_imdb_bundle(cfg: ImdbSchema, rng: np.random.Generator) -> DataBundle:
     root = Path(str(cfg.root)).expanduser()
     imdb, amazon = (load_saved(root, name, HUB[name], None, cfg.download) for name in ("imdb", "amazon_polarity"))
     train, test, pool = imdb["train"], imdb["test"], amazon["train"]

@@ -21,14 +21,15 @@ hypothesis cut so that the whole stays within `max_length`; the mask is always k
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from pazo.data.base import DataBundle, TensorSplit
+from pazo.data.base import DataBundle, DatasetSchema, TensorSplit
 from pazo.data.saved_hub import load_saved
-from pazo.errors import ConfigError
+from pazo.errors import ConfigError, require
 
 HUB = {"mnli": ("nyu-mll/glue", "mnli"), "snli": ("stanfordnlp/snli", None)}
 LABELS = ["entailment", "neutral", "contradiction"]      # the GLUE / SNLI label ids 0, 1, 2
@@ -86,7 +87,27 @@ def _per_class(split, per_class: int, rng: np.random.Generator, what: str,
     return np.sort(np.concatenate(chosen))
 
 
-def load_mnli_bundle(cfg, rng: np.random.Generator, tokenizer,
+@dataclass
+class MnliSchema(DatasetSchema):
+    root: str = "data"
+    download: bool = False
+    tokenizer: str = ""
+    k_shot: int = 512
+    public_per_class: int = 100
+    test_size: int | None = 1000
+    max_length: int = 256
+    premise_limit: int = 240
+    label_words: list[str] = field(default_factory=list)
+    val_k_shot: int | None = None
+    val_fraction: float = 0.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        require(len(self.label_words) == 3, f"dataset.label_words must be three words (entailment, neutral, "
+                                            f"contradiction), got {self.label_words!r}")
+
+
+def load_mnli_bundle(cfg: MnliSchema, rng: np.random.Generator, tokenizer,
                      val_rng: np.random.Generator | None = None) -> DataBundle:
     """`val_rng` draws the `val_k_shot` validation sample (none without it or with `val_k_shot=0`)."""
     root = Path(str(cfg.root)).expanduser()
@@ -94,7 +115,7 @@ def load_mnli_bundle(cfg, rng: np.random.Generator, tokenizer,
     train, dev, pool = mnli["train"], mnli["validation_matched"], snli["train"]
     private_idx = _per_class(train, cfg.k_shot, rng, "MNLI train")
     private = train.select(private_idx)
-    val_k_shot = cfg.get("val_k_shot") or 0
+    val_k_shot = cfg.val_k_shot or 0
     val = (train.select(_per_class(train, val_k_shot, val_rng, "MNLI train validation", taken=private_idx))
            if val_k_shot and val_rng is not None else None)
     if cfg.test_size > len(dev):

@@ -32,22 +32,22 @@ from the front of the prompt (after the tokenizer's leading special token), as i
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from pazo.data.base import DataBundle, TensorSplit
+from pazo.config_schema import integer_at_least, optional
+from pazo.data.base import DataBundle, DatasetSchema, TensorSplit
 from pazo.data.saved_hub import load_saved, read_saved
-from pazo.errors import ConfigError, DataMissingError
+from pazo.errors import ConfigError, DataMissingError, one_of
 from pazo.text.prompts import TaskSpec, resolve_label_words, squad_prompt, task_spec
 from pazo.text.tokens import pad_token_id
 
 CAUSAL_MODELS = ("hf_causal_lm",)
 MASKED_MODELS = ("hf_masked_lm", "roberta_prompt")
 SEEDS = (13, 21, 42, 87, 100)   # MeZO's and DPZero's data seeds
-
-
 
 
 def model_kind(model_name: str) -> str:
@@ -57,7 +57,6 @@ def model_kind(model_name: str) -> str:
         return "masked"
     raise ConfigError(f"prompted tasks need a language model (model=hf_causal_lm or hf_masked_lm), "
                       f"not model={model_name}")
-
 
 
 # --- encoding -------------------------------------------------------------------------------------
@@ -186,7 +185,7 @@ def _public_pool(cfg, spec: TaskSpec):
             raise ConfigError(f"{path} has no split {cfg.public_split!r} (it has {', '.join(data)})")
         data = data[cfg.public_split]
     wanted = list(spec.columns) + [spec.label_column]
-    given = list(cfg.public_columns) if cfg.get("public_columns") else wanted
+    given = list(cfg.public_columns) if cfg.public_columns else wanted
     if len(given) != len(wanted):
         raise ConfigError(f"dataset.public_columns names {len(given)} columns; task {spec.name} needs "
                           f"{len(wanted)} ({', '.join(wanted)}: text columns, then the label)")
@@ -204,10 +203,40 @@ def _labels(split, spec: TaskSpec) -> np.ndarray | None:
 
 
 def _rng(cfg, streams) -> np.random.Generator:
-    return np.random.default_rng(cfg.data_seed) if cfg.get("data_seed") is not None else streams.numpy["split"]
+    return np.random.default_rng(cfg.data_seed) if cfg.data_seed is not None else streams.numpy["split"]
 
 
-def load_prompt_bundle(cfg, streams, tokenizer) -> DataBundle:
+@dataclass
+class PromptTaskSchema(DatasetSchema):
+    task: str = "sst2"
+    root: str = "data"
+    download: bool = False
+    tokenizer: str = ""
+    model_kind: str = ""
+    data_seed: int | None = None
+    k_shot: int | None = 512
+    n_train: int | None = None
+    val_k_shot: int | None = None
+    n_val: int | None = None
+    test_size: int | None = 1000
+    max_length: int = 256
+    label_words: list[str] | None = None
+    public_source: str = "none"
+    public_per_class: int | None = None
+    public_size: int | None = None
+    public_folder: str | None = None
+    public_split: str = "train"
+    public_columns: list[str] | None = None
+    max_new_tokens: int | None = None
+    val_fraction: float = 0.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        optional(integer_at_least, self.data_seed, 0, "dataset.data_seed")
+        one_of(self.public_source, ("none", "split", "folder"), "dataset.public_source")
+
+
+def load_prompt_bundle(cfg: PromptTaskSchema, streams, tokenizer) -> DataBundle:
     """A prompted task (`cfg.task`) as private / validation / public / test splits of token ids."""
     spec = task_spec(cfg.task)
     kind = model_kind(cfg.model_kind)
@@ -216,9 +245,9 @@ def load_prompt_bundle(cfg, streams, tokenizer) -> DataBundle:
     train, test = _load_task_data(cfg, spec)
     train, y_train = _gold_labelled(train, _labels(train, spec))
     train_labels = y_train if y_train is not None else np.zeros(len(train))
-    private_idx = sample_rows(train_labels, rng, per_class=cfg.get("k_shot"), total=cfg.get("n_train"),
+    private_idx = sample_rows(train_labels, rng, per_class=cfg.k_shot, total=cfg.n_train,
                               what=f"{spec.name} train")
-    val_idx = sample_rows(train_labels, rng, per_class=cfg.get("val_k_shot") or None, total=cfg.get("n_val") or None,
+    val_idx = sample_rows(train_labels, rng, per_class=cfg.val_k_shot or None, total=cfg.n_val or None,
                           taken=private_idx, what=f"{spec.name} validation")
     test = _test_sample(cfg, spec, _gold_labelled(test, _labels(test, spec))[0], rng)
     public = _public_split(cfg, spec, train, train_labels, np.concatenate([private_idx, val_idx]), rng)
@@ -238,9 +267,9 @@ def _refuse_sizes(cfg, spec: TaskSpec, kind: str) -> None:
     """The settings a prompted task cannot run with, refused before any data is read."""
     if spec.generation and kind != "causal":
         raise ConfigError(f"task {spec.name} is answered by generation: use model=hf_causal_lm")
-    if cfg.get("k_shot") is not None and cfg.get("n_train") is not None:
+    if cfg.k_shot is not None and cfg.n_train is not None:
         raise ConfigError("set dataset.k_shot (examples per class) or dataset.n_train (in all), not both")
-    if cfg.get("k_shot") is None and cfg.get("n_train") is None:
+    if cfg.k_shot is None and cfg.n_train is None:
         raise ConfigError("set dataset.k_shot (examples per class) or dataset.n_train (examples in all)")
 
 
@@ -254,7 +283,7 @@ def _gold_labelled(ds, labels: np.ndarray | None):
 
 def _test_sample(cfg, spec: TaskSpec, test, rng: np.random.Generator):
     """The test split, or `dataset.test_size` of its rows drawn at random (in their order)."""
-    if cfg.get("test_size") is None:
+    if cfg.test_size is None:
         return test
     if cfg.test_size > len(test):
         raise ConfigError(f"asked for {cfg.test_size} test examples but split {spec.test_split!r} holds "
@@ -266,10 +295,10 @@ def _public_split(cfg, spec: TaskSpec, train, train_labels: np.ndarray, taken: n
                   rng: np.random.Generator):
     """The public rows `dataset.public_source` names: none, train rows outside the private and
     validation ones (split), or a folder's (folder)."""
-    source = cfg.get("public_source", "none")
+    source = cfg.public_source
     if source == "split":
-        return train.select(sample_rows(train_labels, rng, per_class=cfg.get("public_per_class"),
-                                        total=cfg.get("public_size"), taken=taken, what=f"{spec.name} public"))
+        return train.select(sample_rows(train_labels, rng, per_class=cfg.public_per_class,
+                                        total=cfg.public_size, taken=taken, what=f"{spec.name} public"))
     if source == "folder":
         return _public_folder_rows(cfg, spec, rng)
     if source == "none":
@@ -288,20 +317,20 @@ def _public_folder_rows(cfg, spec: TaskSpec, rng: np.random.Generator):
         if y_pool.max(initial=0) >= len(spec.classes):
             raise ConfigError(f"public labels go up to {y_pool.max()} but task {spec.name} has "
                               f"{len(spec.classes)} classes")
-    if cfg.get("public_per_class") is not None or cfg.get("public_size") is not None:
+    if cfg.public_per_class is not None or cfg.public_size is not None:
         pool = pool.select(sample_rows(y_pool if y_pool is not None else np.zeros(len(pool)), rng,
-                                       per_class=cfg.get("public_per_class"), total=cfg.get("public_size"),
+                                       per_class=cfg.public_per_class, total=cfg.public_size,
                                        what="public"))
     return pool
 
 
 def _bundle_info(cfg, spec: TaskSpec, kind: str) -> dict:
     """What the run's summary records of the data: the task, its template, sizes and sources."""
-    source = cfg.get("public_source", "none")
+    source = cfg.public_source
     info = {"task": spec.name, "template": kind, "max_length": cfg.max_length,
-            "data_seed": cfg.get("data_seed"), "public_source": source,
-            **{k: cfg.get(k) for k in ("k_shot", "n_train", "val_k_shot", "n_val", "test_size",
-                                       "public_per_class", "public_size") if cfg.get(k) is not None}}
+            "data_seed": cfg.data_seed, "public_source": source,
+            **{k: getattr(cfg, k) for k in ("k_shot", "n_train", "val_k_shot", "n_val", "test_size",
+                                       "public_per_class", "public_size") if getattr(cfg, k) is not None}}
     if source == "folder":
         info["public"] = str(cfg.public_folder)
     if spec.generation:
@@ -309,7 +338,7 @@ def _bundle_info(cfg, spec: TaskSpec, kind: str) -> dict:
         info["outside_guarantee"] = ["a private answer too long for max_length ends the run before training, "
                                      "with its length in the error"]
     else:
-        info["label_words"] = dict(zip(spec.classes, resolve_label_words(spec.name, kind, cfg.get("label_words"))))
+        info["label_words"] = dict(zip(spec.classes, resolve_label_words(spec.name, kind, cfg.label_words)))
     return info
 
 

@@ -12,13 +12,15 @@ imbalance; or, with `public_source=folder`, another image folder (out-of-distrib
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from pazo.data.base import DataBundle
-from pazo.data.image_folder import cached, decode_images, folder_fingerprint, image_bundle, list_class_folder
+from pazo.data.image_folder import (ImageSetSchema, cached, decode_images, folder_fingerprint, image_bundle,
+                                    list_class_folder)
 from pazo.errors import DataCorruptError, DataMissingError
 
 FOLDER = "tiny-imagenet-200"
@@ -92,7 +94,13 @@ def read_tiny_imagenet(root: str | Path, download: bool = False, cache_dir: str 
     return images["train"], y_train, images["val"], y_val, classes
 
 
-def load_tiny_imagenet_bundle(cfg, rng: np.random.Generator, aug_generator: torch.Generator) -> DataBundle:
+@dataclass
+class TinyImagenetSchema(ImageSetSchema):
+    download: bool = False
+
+
+def load_tiny_imagenet_bundle(cfg: TinyImagenetSchema, rng: np.random.Generator,
+                              aug_generator: torch.Generator) -> DataBundle:
     x_train, y_train, x_test, y_test, classes = read_tiny_imagenet(cfg.root, cfg.download, cfg.cache_dir)
     return image_bundle("tiny_imagenet", cfg, (x_train, y_train), (x_test, y_test), classes, rng, aug_generator,
                         per_class=cfg.public_per_class)

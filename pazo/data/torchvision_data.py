@@ -21,13 +21,16 @@ from __future__ import annotations
 import inspect
 import pickle
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from pazo.data.base import DataBundle
-from pazo.data.image_folder import cached, folder_fingerprint, image_bundle, public_split_size, resize_uint8
+from pazo.data.image_folder import (ImageFolderSchema, cached, folder_fingerprint, image_bundle, public_split_size,
+                                    resize_uint8)
 from pazo.errors import ConfigError, DataCorruptError, DataMissingError
 
 # torchvision's data sets whose items are (image, class id) and that have a train and a test split
@@ -260,7 +263,17 @@ def read_split(cls, cfg, root: Path, train: bool):
     return items["images"], items["labels"], ds
 
 
-def load_torchvision_bundle(cfg, rng: np.random.Generator, aug_generator: torch.Generator) -> DataBundle:
+@dataclass
+class TorchvisionSchema(ImageFolderSchema):
+    torchvision_name: str = "MNIST"
+    download: bool = False
+    train_split: str = "train"
+    test_split: str = "test"
+    torchvision_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def load_torchvision_bundle(cfg: TorchvisionSchema, rng: np.random.Generator,
+                            aug_generator: torch.Generator) -> DataBundle:
     cls = dataset_class(cfg.torchvision_name)
     root = Path(str(cfg.root)).expanduser()
     x_train, y_train, train_set = read_split(cls, cfg, root, train=True)
@@ -276,5 +289,5 @@ def load_torchvision_bundle(cfg, rng: np.random.Generator, aug_generator: torch.
     names = ([str(c) for c in classes] if isinstance(classes, (list, tuple)) and len(classes) >= n_classes
              else [str(i) for i in range(n_classes)])
     return image_bundle(cls.__name__, cfg, (x_train, y_train), (x_test, y_test), names, rng, aug_generator,
-                        image_size=cfg.image_size or x_train.shape[-1],
+                        image_size=cfg.image_size or x_train.shape[-1], normalize=cfg.normalize,
                         info={"torchvision_name": cls.__name__, "classes": len(names)}, **public_split_size(cfg))

@@ -19,21 +19,6 @@ from pazo.data.public_split import stratified_holdout
 from pazo.errors import ConfigError
 
 
-def check_validation_size(cfg) -> None:
-    """`dataset.val_fraction` in [0, 1) and, where a loader draws its own validation sample
-    (MNLI's `val_k_shot`), not both."""
-    fraction = cfg.get("val_fraction")
-    if "val_fraction" in cfg and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
-                                  or not 0 <= fraction < 1):
-        raise ConfigError(f"dataset.val_fraction must be in [0, 1) (0 = no validation split), got {fraction!r}")
-    k = cfg.get("val_k_shot")
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
-        raise ConfigError(f"dataset.val_k_shot must be an integer >= 0 (0 = no validation sample), got {k!r}")
-    if fraction and k:
-        raise ConfigError(f"dataset.val_fraction={fraction} and dataset.val_k_shot={k} both ask for a validation "
-                          "split; set one of them to 0")
-
-
 def carve_validation(data: DataBundle, fraction: float, rng: np.random.Generator) -> DataBundle:
     """`data` with a stratified `fraction` of its private examples moved to `data.val` (none with 0:
     then `data` itself is returned, its private split untouched)."""

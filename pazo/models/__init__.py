@@ -1,52 +1,53 @@
 """Models by name, registered with their facts (`pazo.catalog.register_model`: schema, the kinds of
-input they accept). Builders take the model config node and the data set's shape facts."""
+input they accept). Builders take the typed model config (its schema's dataclass, beside the
+builder) and the data set's shape facts."""
 from __future__ import annotations
 
 from torch import nn
 
 from pazo.errors import ConfigError
 from pazo.models.functional import FunctionalModel
-from pazo.models.lstm import LSTMClassifier
-from pazo.models.nf_resnet import NFResNet18
-from pazo.models.prompt_mlm import build_prompt_mlm
-from pazo.models.small_cnn import SmallCNN
-from pazo.models.vit import build_vit
+from pazo.models.hf_lm import HfCausalLmSchema, HfLmSchema
+from pazo.models.lstm import LSTMClassifier, LstmSchema
+from pazo.models.nf_resnet import NFResNet18, NfResnetSchema
+from pazo.models.prompt_mlm import RobertaPromptSchema, build_prompt_mlm
+from pazo.models.small_cnn import SmallCNN, SmallCnnSchema
+from pazo.models.vit import VitSchema, build_vit
 from pazo.catalog import MODELS, register_model
-from pazo.config_schema import (HfCausalLmSchema, HfLmSchema, LstmSchema, NfResnetSchema, RobertaPromptSchema,
-                                SmallCnnSchema, VitSchema)
 
 _BATCHNORM = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
 
 @register_model("small_cnn", schema=SmallCnnSchema, accepts="image")
-def _small_cnn(cfg, input_shape, num_classes) -> nn.Module:
+def _small_cnn(cfg: SmallCnnSchema, input_shape, num_classes) -> nn.Module:
     return SmallCNN(in_channels=input_shape[0], num_classes=num_classes,
                     image_size=input_shape[-1], width=cfg.width, dropout=cfg.dropout)
 
 
 @register_model("nf_resnet18", schema=NfResnetSchema, accepts="image")
-def _nf_resnet18(cfg, input_shape, num_classes) -> nn.Module:
+def _nf_resnet18(cfg: NfResnetSchema, input_shape, num_classes) -> nn.Module:
     stem = cfg.stem if cfg.stem != "auto" else ("cifar" if input_shape[-1] <= 64 else "imagenet")
     return NFResNet18(num_classes, in_channels=input_shape[0], width=cfg.width, stem=stem,
                       alpha=cfg.alpha, beta=cfg.beta)
 
 
 @register_model("lstm", schema=LstmSchema, accepts="tokens")
-def _lstm(cfg, input_shape, num_classes) -> nn.Module:
+def _lstm(cfg: LstmSchema, input_shape, num_classes) -> nn.Module:
     return LSTMClassifier(cfg.vocab_size + 2, num_classes, embed=cfg.embed, hidden=cfg.hidden,
                           layers=cfg.layers, dropout=cfg.dropout)
 
 
 @register_model("vit", schema=VitSchema, accepts="image")
-def _vit(cfg, input_shape, num_classes) -> nn.Module:
-    overrides = {k: cfg[k] for k in ("patch_size", "depth", "embed_dim", "num_heads") if cfg.get(k) is not None}
+def _vit(cfg: VitSchema, input_shape, num_classes) -> nn.Module:
+    overrides = {k: getattr(cfg, k) for k in ("patch_size", "depth", "embed_dim", "num_heads")
+                 if getattr(cfg, k) is not None}
     return build_vit(cfg.variant, num_classes, image_size=input_shape[-1], in_channels=input_shape[0],
                      pretrained=cfg.pretrained, checkpoint=cfg.checkpoint, attention=cfg.attention,
                      overrides=overrides)
 
 
 @register_model("roberta_prompt", schema=RobertaPromptSchema, accepts="mlm_prompt")
-def _roberta_prompt(cfg, input_shape, num_classes) -> nn.Module:
+def _roberta_prompt(cfg: RobertaPromptSchema, input_shape, num_classes) -> nn.Module:
     if not cfg.label_words or len(cfg.label_words) != num_classes:
         raise ConfigError(f"model roberta_prompt needs one label word per class ({num_classes}) from the "
                           f"data set config (dataset.label_words), got {cfg.label_words}; use dataset=mnli")
@@ -54,14 +55,14 @@ def _roberta_prompt(cfg, input_shape, num_classes) -> nn.Module:
 
 
 @register_model("hf_causal_lm", schema=HfCausalLmSchema, accepts=("lm_prompt", "lm_generation"))
-def _hf_causal_lm(cfg, input_shape, num_classes) -> nn.Module:
+def _hf_causal_lm(cfg: HfCausalLmSchema, input_shape, num_classes) -> nn.Module:
     from pazo.models.hf_lm import build_hf_lm_task
 
     return build_hf_lm_task(cfg, "causal")
 
 
 @register_model("hf_masked_lm", schema=HfLmSchema, accepts="lm_prompt")
-def _hf_masked_lm(cfg, input_shape, num_classes) -> nn.Module:
+def _hf_masked_lm(cfg: HfLmSchema, input_shape, num_classes) -> nn.Module:
     from pazo.models.hf_lm import build_hf_lm_task
 
     return build_hf_lm_task(cfg, "masked")
@@ -90,6 +91,8 @@ def place(module: nn.Module, device) -> nn.Module:
 
 
 def build_model(cfg, input_shape, num_classes) -> nn.Module:
+    """The model `cfg` (the run's typed `model` section: an instance of the model's registered
+    schema) describes, for inputs of `input_shape` and `num_classes` classes."""
     return MODELS.get(cfg.name)(cfg, input_shape, num_classes)
 
 

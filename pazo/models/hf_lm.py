@@ -21,13 +21,16 @@ gradients). Logits are cast to float32 before any loss.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pazo.errors import ConfigError
+from pazo.config_schema import dropout_rate, optional
+from pazo.errors import ConfigError, at_least_one, one_of, positive
 from pazo.pretrained import missing_pretrained
 from pazo.text.prompts import resolve_label_words, task_spec
 from pazo.text import tokens
@@ -270,21 +273,65 @@ class MaskedLMTask(nn.Module):
         return label_word_columns(head.decoder, h, self.label_word_ids, ids.device)
 
 
-def build_hf_lm_task(cfg, kind: str) -> nn.Module:
-    """The model of `model=hf_causal_lm` / `model=hf_masked_lm` from its config node."""
+@dataclass
+class LoraSchema:
+    enabled: bool = False
+    rank: int = 8
+    alpha: float = 16
+    dropout: float = 0.0
+    target_modules: list[str] | None = None
+
+    def __post_init__(self):
+        at_least_one(self.rank, "model.lora.rank")
+        positive(self.alpha, "model.lora.alpha")
+        dropout_rate(self.dropout, "model.lora.dropout")
+
+
+@dataclass
+class HfLmSchema:
+    name: str = ""
+    path: str = ""
+    download: bool = False
+    random_init: bool = False
+    dtype: str = "float32"
+    attention: str = "sdpa"
+    device_map: Any = None
+    dropout: float | None = None
+    lora: LoraSchema = field(default_factory=LoraSchema)
+    task: str | None = None
+    label_words: list[str] | None = None
+
+    def __post_init__(self):
+        one_of(self.dtype, ("float32", "float16", "bfloat16"), "model.dtype")
+        one_of(self.attention, ("sdpa", "eager"), "model.attention")
+        optional(dropout_rate, self.dropout, "model.dropout")
+
+
+@dataclass
+class HfCausalLmSchema(HfLmSchema):
+    stop: str = "\n"
+    max_new_tokens: int = 50
+
+    def __post_init__(self):
+        super().__post_init__()
+        at_least_one(self.max_new_tokens, "model.max_new_tokens")
+
+
+def build_hf_lm_task(cfg: HfLmSchema, kind: str) -> nn.Module:
+    """The model of `model=hf_causal_lm` / `model=hf_masked_lm` from its typed config."""
     from pazo.pretrained import load_pretrained
 
     auto = "AutoModelForCausalLM" if kind == "causal" else "AutoModelForMaskedLM"
     tokenizer = load_pretrained(cfg.path, "tokenizer", cfg.download, model_class=auto)
     lm = load_hf_lm(cfg.path, kind, dtype=cfg.dtype, random_init=cfg.random_init, download=cfg.download,
-                    attention=cfg.attention, device_map=_plain(cfg.get("device_map")))
-    if cfg.get("dropout") is not None:
+                    attention=cfg.attention, device_map=cfg.device_map)
+    if cfg.dropout is not None:
         for module in lm.modules():
             if isinstance(module, nn.Dropout):
                 module.p = cfg.dropout
-    lora = cfg.get("lora")
-    if lora is not None and lora.enabled:
-        lm = add_lora(lm, lora.rank, lora.alpha, lora.dropout, _plain(lora.target_modules))
+    lora = cfg.lora
+    if lora.enabled:
+        lm = add_lora(lm, lora.rank, lora.alpha, lora.dropout, lora.target_modules)
     else:
         lm.requires_grad_(True)
     words, generation = _task_words(cfg, kind)
@@ -300,21 +347,13 @@ def build_hf_lm_task(cfg, kind: str) -> nn.Module:
     return MaskedLMTask(lm, tokenizer, words)
 
 
-def _task_words(cfg, kind: str) -> tuple[list[str] | None, bool]:
+def _task_words(cfg: HfLmSchema, kind: str) -> tuple[list[str] | None, bool]:
     """(label words, whether the task is generation) of the data set's prompted task
     (`model.task`, from `dataset.task`), or the config's own label words without one."""
-    override = _plain(cfg.get("label_words"))
-    if cfg.get("task") is None:
+    override = cfg.label_words
+    if cfg.task is None:
         return override, False
     spec = task_spec(cfg.task)
     if spec.generation:
         return None, True
     return resolve_label_words(spec.name, kind, override), False
-
-
-def _plain(value):
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True)
-    return value

@@ -15,10 +15,15 @@ head), except that the mean pools over real tokens only (the authors' code poole
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch._C import _functorch
+
+from pazo.config_schema import dropout_rate
+from pazo.errors import at_least_one
 
 
 def under_vmap() -> bool:
@@ -48,6 +53,21 @@ class LSTMLayer(nn.Module):
             h = torch.sigmoid(o) * torch.tanh(c)
             out.append(h)
         return torch.stack(out, dim=1)
+
+
+@dataclass
+class LstmSchema:
+    name: str = "lstm"
+    vocab_size: int = 10000
+    embed: int = 128
+    hidden: int = 64
+    layers: int = 2
+    dropout: float = 0.2
+
+    def __post_init__(self):
+        for key in ("vocab_size", "embed", "hidden", "layers"):
+            at_least_one(getattr(self, key), f"model.{key}")
+        dropout_rate(self.dropout, "model.dropout")
 
 
 class LSTMClassifier(nn.Module):

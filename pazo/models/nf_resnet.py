@@ -8,10 +8,13 @@ No BatchNorm, so per-example clipping bounds each example's influence and the mo
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from pazo.errors import at_least_one, one_of, positive
 
 RELU_GAIN = math.sqrt(2 / (1 - 1 / math.pi))  # keeps the variance of ReLU activations at 1
 
@@ -39,6 +42,21 @@ class NFBasicBlock(nn.Module):
         skip = self.shortcut(out) if self.shortcut is not None else x
         out = self.conv2(F.relu(self.conv1(out)))
         return skip + self.alpha * out
+
+
+@dataclass
+class NfResnetSchema:
+    name: str = "nf_resnet18"
+    width: int = 64
+    stem: str = "auto"
+    alpha: float = 0.2
+    beta: float = 1.0
+
+    def __post_init__(self):
+        at_least_one(self.width, "model.width")
+        one_of(self.stem, ("auto", "cifar", "imagenet"), "model.stem")
+        positive(self.alpha, "model.alpha")
+        positive(self.beta, "model.beta")
 
 
 class NFResNet18(nn.Module):

@@ -9,10 +9,13 @@ attention runs in its eager form (the fused kernel has no vmap batching rule).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pazo.config_schema import dropout_rate, optional
 from pazo.errors import ConfigError
 from pazo.pretrained import load_pretrained
 from pazo.text.tokens import label_word_ids
@@ -46,6 +49,18 @@ class PromptMaskedLM(nn.Module):
         h = head.layer_norm(F.gelu(head.dense(h)))
         bias = head.decoder.bias[self.label_word_ids] if head.decoder.bias is not None else None
         return F.linear(h, head.decoder.weight[self.label_word_ids], bias)
+
+
+@dataclass
+class RobertaPromptSchema:
+    name: str = "roberta_prompt"
+    path: str = ""
+    download: bool = False
+    label_words: list[str] | None = None
+    dropout: float | None = None
+
+    def __post_init__(self):
+        optional(dropout_rate, self.dropout, "model.dropout")
 
 
 def build_prompt_mlm(path: str, label_words: list[str], download: bool = False,

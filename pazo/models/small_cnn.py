@@ -1,8 +1,24 @@
 """A small convolutional classifier for small images (the offline default on 8x8 digits)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
+
+from pazo.config_schema import dropout_rate
+from pazo.errors import at_least_one
+
+
+@dataclass
+class SmallCnnSchema:
+    name: str = "small_cnn"
+    width: int = 16
+    dropout: float = 0.0
+
+    def __post_init__(self):
+        at_least_one(self.width, "model.width")
+        dropout_rate(self.dropout, "model.dropout")
 
 
 class SmallCNN(nn.Module):

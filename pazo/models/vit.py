@@ -13,12 +13,14 @@ and falls back to a Python loop over the vmapped dimension.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from pazo.errors import ConfigError, DataMissingError
+from pazo.config_schema import optional
+from pazo.errors import ConfigError, DataMissingError, at_least_one, one_of
 
 
 def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
@@ -53,6 +55,24 @@ def load_vit_checkpoint(model: nn.Module, path: str | Path) -> dict:
         raise ConfigError(f"checkpoint {path} does not fit model {type(model).__name__}: missing "
                           f"{missing[:5]}, unexpected {result.unexpected_keys[:5]}")
     return {"checkpoint": str(path), "head_reinitialised": bool(dropped)}
+
+
+@dataclass
+class VitSchema:
+    name: str = "vit"
+    variant: str = "vit_tiny_patch16_224"
+    pretrained: bool = False
+    checkpoint: str | None = None
+    attention: str = "eager"
+    patch_size: int | None = None
+    depth: int | None = None
+    embed_dim: int | None = None
+    num_heads: int | None = None
+
+    def __post_init__(self):
+        one_of(self.attention, ("eager", "fused"), "model.attention")
+        for key in ("patch_size", "depth", "embed_dim", "num_heads"):
+            optional(at_least_one, getattr(self, key), f"model.{key}")
 
 
 def build_vit(variant: str, num_classes: int, image_size: int, in_channels: int = 3, *,

@@ -14,6 +14,7 @@ here, they are the same for a run, its audit and its benchmark.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 
@@ -25,7 +26,7 @@ from torch import nn
 from pazo.data import DataBundle, build_dataset
 from pazo.run.digests import state_digest, tensors_digest
 from pazo.run import outlets
-from pazo.config_schema import TopSchema
+from pazo.config_schema import EngineSchema, TopSchema
 from pazo.errors import ConfigError
 from pazo.run import distributed
 from pazo.run.fingerprint import computation_fingerprint
@@ -201,10 +202,10 @@ def build_run(cfg: RunConfig | DictConfig, *, earlier_engine: dict | None = None
     streams = RandomStreams(typed.seed, secure=typed.privacy.secure_mode,
                             fingerprint=computation_fingerprint(typed.values))
     if data is None:
-        data = build_dataset(cfg.dataset, streams)
+        data = build_dataset(typed.dataset, streams)
         validate_against_data(cfg, len(data.private), len(data.public))
     device = resolve_device(cfg.device)
-    module, model, device = _model(cfg, data, streams, device, module)
+    module, model, device = _model(typed, data, streams, device, module)
     # (before the sampler and the noise draw anything)
     key_digests = key_secret_streams(streams, data.private, data.public, module)
     # by the whole model's size, frozen weights included: a LoRA step's cost is the full forward
@@ -219,10 +220,10 @@ def build_run(cfg: RunConfig | DictConfig, *, earlier_engine: dict | None = None
         plan = _with_seed_note(cfg, PrivacyPlan.with_sigma(sigma if info.private else None, cfg.train.batch_size,
                                                            method_cfg.release(), steps=total_steps))
     # (several ranks: the engines are not timed, a choice all make alike)
-    engine = _engine_choice(cfg, model, method_cfg, info, data, earlier_engine, time_engines and not group.several)
+    engine = _engine_choice(typed, model, method_cfg, info, data, earlier_engine, time_engines and not group.several)
     method = assemble_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public,
-                             engine_cfg=cfg.engine, engine_name=engine["name"], batch_size=cfg.train.batch_size,
-                             schedule=cfg.get("schedule"), optimizer=cfg.get("optimizer"),
+                             engine_cfg=typed.engine, engine_name=engine["name"], batch_size=typed.train.batch_size,
+                             schedule=dataclasses.asdict(typed.schedule), optimizer=dataclasses.asdict(typed.optimizer),
                              sums=distributed.ShardSums(group) if group.several else LOCAL_SUMS)
     return Run(cfg=cfg, method_cfg=method_cfg, info=info, streams=streams, data=data, module=module, model=model,
                device=device, warm_start=warm, plan=plan, engine=engine, method=method, total_steps=total_steps,
@@ -245,7 +246,7 @@ def require_shards(info: MethodInfo, group: distributed.Group, secure_mode: bool
 
 
 def assemble_method(method_cfg: MethodConfig, *, model: FunctionalModel, plan: PrivacyPlan, streams: RandomStreams,
-                    public, engine_cfg, engine_name: str, batch_size: int, schedule=None, optimizer=None,
+                    public, engine_cfg: EngineSchema, engine_name: str, batch_size: int, schedule=None, optimizer=None,
                     sums=LOCAL_SUMS) -> Method:
     """The method on its engine, once what its step holds is known to fit (a zeroth-order step
     grows with method.q and the batch: refused in one line if it cannot), with the run's step-size
@@ -253,12 +254,12 @@ def assemble_method(method_cfg: MethodConfig, *, model: FunctionalModel, plan: P
     (`pazo.private`) are assembled here."""
     if method_info(method_cfg.name).zeroth_order:
         check_step_memory(method_cfg.release().queries, batch_size, model.dim, model.params[0].element_size(),
-                          engine_name, engine_cfg.get("chunk_size"), model.device)
+                          engine_name, engine_cfg.chunk_size, model.device)
     # batches go to the input's device; directions, noise and updates are made where the trainable
     # parameters start (model.device: with LoRA on a model spread over GPUs, possibly another GPU)
     return build_method(method_cfg, model=model, plan=plan, streams=streams, public=public, device=model.device,
                         engine=build_engine(engine_cfg, engine_name),
-                        query_train_mode=bool(engine_cfg.get("query_dropout")), schedule=schedule, optimizer=optimizer,
+                        query_train_mode=engine_cfg.query_dropout, schedule=schedule, optimizer=optimizer,
                         sums=sums)
 
 
@@ -278,7 +279,7 @@ def key_secret_streams(streams: RandomStreams, private, public, module: nn.Modul
     return digests
 
 
-def _model(cfg, data: DataBundle, streams: RandomStreams, device: torch.device, module: nn.Module | None):
+def _model(cfg: RunConfig, data: DataBundle, streams: RandomStreams, device: torch.device, module: nn.Module | None):
     """The model from the run's init stream (unless given), placed, with its own per-example loss."""
     if module is None:
         torch.manual_seed(streams.seeds["init"])
@@ -306,7 +307,7 @@ def functional_model(module: nn.Module, device: torch.device, *, private: bool, 
     return module, model, device
 
 
-def _engine_choice(cfg, model, method_cfg, info, data, earlier: dict | None, time_engines: bool) -> dict:
+def _engine_choice(cfg: RunConfig, model, method_cfg, info, data, earlier: dict | None, time_engines: bool) -> dict:
     """The zeroth-order engine (`engine.name`, or what `auto` picks) and why, for the summary."""
     if cfg.engine.name == "auto" and earlier and earlier.get("requested") == "auto":
         return {**earlier, "reason": f"kept from the first attempt ({earlier['reason']})"}

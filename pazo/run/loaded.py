@@ -86,7 +86,7 @@ class LoadedRun:
         """The model's test metrics: on the run's test split, or on the test split of the data set
         `overrides` describe (`dataset=<name>`, `dataset.<key>=<value>`, as pazo-train takes them),
         which must have the run's label space and hold none of its private training examples."""
-        cfg = dataset_overridden(self.config.raw, list(overrides))
+        cfg = run_config(dataset_overridden(self.config.raw, list(overrides)))
         info = DATASETS.get(cfg.dataset.name)   # (facts its registration fixes: checked before any data is read)
         check_label_space(self, cfg.dataset.name, info.classes, info.input_shape)
         data = build_dataset(cfg.dataset, RandomStreams(cfg.seed))
@@ -133,7 +133,7 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     summary = finished_summary(run_dir)
     raw = read_config(run_dir)
     config = typed_run_config(raw, run_dir)
-    module = trained_model(raw, summary, model_file(run_dir, config), torch.device(device))
+    module = trained_model(config, summary, model_file(run_dir, config), torch.device(device))
     return LoadedRun(run_dir, module, config, RunPrivacy.of(summary), summary)
 
 
@@ -194,7 +194,7 @@ def typed_run_config(cfg: DictConfig, run_dir: Path) -> RunConfig:
         raise ConfigError(f"{run_dir / 'config.yaml'}: {err}") from None
 
 
-def shape_facts(cfg: DictConfig, summary: dict) -> tuple[tuple[int, ...], int]:
+def shape_facts(cfg: RunConfig, summary: dict) -> tuple[tuple[int, ...], int]:
     """(input shape, number of classes) the run's model was built for: from its summary, else from
     the data set's registration, else (an older run of a data set that fixes neither) from the
     data set itself, read as the run read it."""
@@ -208,7 +208,7 @@ def shape_facts(cfg: DictConfig, summary: dict) -> tuple[tuple[int, ...], int]:
     return tuple(bundle.input_shape), bundle.num_classes
 
 
-def trained_model(cfg: DictConfig, summary: dict, weights: Path, device: torch.device) -> nn.Module:
+def trained_model(cfg: RunConfig, summary: dict, weights: Path, device: torch.device) -> nn.Module:
     """The run's model built from its config (the global random state left as it was) with the
     weights in `weights` loaded, on `device`, in eval mode."""
     input_shape, num_classes = shape_facts(cfg, summary)
@@ -283,7 +283,7 @@ def check_label_space(run: LoadedRun, name: str, num_classes: int | None, input_
     """The evaluation data's classes, input shape and label words (those known: None is not known
     yet) must be the run's: a model scores the classes it was trained on, and an accuracy against
     other labels means nothing."""
-    shape, classes = shape_facts(run.config.raw, run.summary)
+    shape, classes = shape_facts(run.config, run.summary)
     facts = lambda c, s: f"{c} classes of {'x'.join(map(str, s))} inputs"  # noqa: E731
     if (num_classes is not None and num_classes != classes) or (input_shape is not None
                                                                  and tuple(input_shape) != tuple(shape)):
@@ -298,7 +298,7 @@ def check_not_private(run: LoadedRun, data: DataBundle) -> None:
     """Refuse an evaluation split that holds any of the run's private training (or validation)
     examples, compared as stored (inputs and label); examples of the run's own test split stay
     allowed where the data set has duplicates across its splits."""
-    own = build_dataset(run.config.raw.dataset, RandomStreams(run.config.seed))
+    own = build_dataset(run.config.dataset, RandomStreams(run.config.seed))
     private = (example_hashes(own.private) | example_hashes(own.val)) - example_hashes(own.test)
     found = len(example_hashes(data.test) & private)
     if found:

@@ -14,7 +14,6 @@ from omegaconf import DictConfig, OmegaConf
 from pazo.config_schema import SECTIONS, TopSchema, check_config_values, typed_values
 from pazo.catalog import pairing_problem
 from pazo.data import DATASETS
-from pazo.data.validation import check_validation_size
 from pazo.errors import ConfigError, unknown_choice
 from pazo.methods import METHODS, MethodConfig, method_config, method_info
 from pazo.models import MODELS
@@ -40,7 +39,6 @@ def validate_config(cfg) -> None:
     m, p = cfg.method, cfg.privacy
     method = method_config(m)  # the method's own checks (its typed config)
     d = cfg.dataset
-    check_validation_size(d)
     pairing = pairing_problem(d.name, cfg.model.name)   # the data set's input kind, the model's accepted ones
     if pairing:
         raise ConfigError(pairing)
@@ -125,10 +123,10 @@ def typed_config(cfg) -> dict:
 @dataclass(frozen=True)
 class RunConfig:
     """A run's config typed once, at the door of the command that runs or reads it: each section
-    its schema's dataclass (`pazo.config_schema`; the method's registered config); `raw` is the
-    DictConfig it was made from (what the data set's and model's builders take), `values` the
-    resolved config with each value cast to its schema's type (`typed_config`: what the
-    fingerprints hash)."""
+    its schema's dataclass (`pazo.config_schema`; the data set's and the model's registered schemas,
+    beside their loader and builder, which take these sections; the method's registered config);
+    `raw` is the DictConfig it was made from, `values` the resolved config with each value cast to
+    its schema's type (`typed_config`: what the fingerprints hash)."""
     seed: int
     device: str
     dataset: object

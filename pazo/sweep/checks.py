@@ -156,6 +156,7 @@ def missing_data(runs: list[PlannedRun], extra: list[str], entry: str = "train")
     from pazo.data import build_dataset  # imports torch: not needed by --help
     from pazo.errors import DataMissingError
     from pazo.rng import RandomStreams
+    from pazo.run.validate import run_config
 
     firsts = {}
     for run in runs:
@@ -166,7 +167,7 @@ def missing_data(runs: list[PlannedRun], extra: list[str], entry: str = "train")
         for setting, run in firsts.items():
             cfg = checker.compose([*run.overrides(), *extra])
             try:
-                build_dataset(cfg.dataset, RandomStreams(cfg.seed))
+                build_dataset(run_config(cfg).dataset, RandomStreams(cfg.seed))
             except DataMissingError as err:
                 out[setting] = str(err).splitlines()[0]
     return out

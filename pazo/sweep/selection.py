@@ -72,9 +72,10 @@ def private_size(cfg) -> PrivateSize:
     fractions (a dry run's preview; a real run reads the data)."""
     from pazo.data import build_dataset  # imports torch: not needed by --help
     from pazo.rng import RandomStreams
+    from pazo.run.validate import run_config
 
     try:
-        return PrivateSize(len(build_dataset(cfg.dataset, RandomStreams(cfg.seed)).private))
+        return PrivateSize(len(build_dataset(run_config(cfg).dataset, RandomStreams(cfg.seed)).private))
     except DataMissingError as err:
         total, name = PUBLISHED_TRAIN_SIZE.get(cfg.dataset.name), cfg.dataset.name
         if total is None or cfg.dataset.get("public_source", "split") != "split":

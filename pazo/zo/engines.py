@@ -48,6 +48,7 @@ from collections.abc import Sequence
 
 import torch
 
+from pazo.config_schema import EngineSchema
 from pazo.errors import ConfigError
 from pazo.models.functional import FunctionalModel
 from pazo.privacy.device_sum import to_device
@@ -240,9 +241,10 @@ class InPlaceEngine:
         return out
 
 
-def choose_engine(cfg, model: FunctionalModel, *, zeroth_order: bool, queries: int,
+def choose_engine(cfg: EngineSchema, model: FunctionalModel, *, zeroth_order: bool, queries: int,
                   sample: tuple[torch.Tensor, torch.Tensor] | None = None, repeats: int = 3) -> tuple[str, str]:
-    """The engine for `engine.name` (`auto`: picked for the model, method and device) and why.
+    """The engine for `engine.name` (`cfg`: the run's typed `engine` section; `auto`: picked for the
+    model, method and device) and why.
 
     A zeroth-order method on a model whose parameters are on several devices (`model.device_map`):
     `vectorised` is refused (ConfigError), `auto` picks inplace.
@@ -272,7 +274,7 @@ def choose_engine(cfg, model: FunctionalModel, *, zeroth_order: bool, queries: i
         f" for {len(points)} queries of a batch of {len(sample[1])}"
 
 
-def _refuse_vectorised_when_spread(cfg, model: FunctionalModel, zeroth_order: bool) -> None:
+def _refuse_vectorised_when_spread(cfg: EngineSchema, model: FunctionalModel, zeroth_order: bool) -> None:
     """One clear message before any compute: the vectorised engine stacks parameters on one device."""
     devices = model.devices
     if len(devices) > 1 and zeroth_order and cfg.name == "vectorised":
@@ -305,7 +307,7 @@ def _ruled_choice(model: FunctionalModel, zeroth_order: bool, n_points: int) -> 
     return None
 
 
-def _measure_engines(cfg, model: FunctionalModel, sample, queries: int, points: list[Point],
+def _measure_engines(cfg: EngineSchema, model: FunctionalModel, sample, queries: int, points: list[Point],
                      repeats: int) -> dict[str, float]:
     """Each engine's median time for the points on the sample batch (inf for one that runs out of
     GPU memory; both out of memory: a ConfigError naming what to lower); after each engine the
@@ -313,7 +315,7 @@ def _measure_engines(cfg, model: FunctionalModel, sample, queries: int, points: 
     cache emptied."""
     saved = [p.detach().clone() for p in model.params]
     times = {}
-    for engine in (VectorisedEngine(chunk_size=cfg.get("chunk_size")), InPlaceEngine()):
+    for engine in (VectorisedEngine(chunk_size=cfg.chunk_size), InPlaceEngine()):
         try:
             times[engine.name] = _median_time(engine, model, sample, queries, points, repeats, saved[0].dtype)
         except torch.cuda.OutOfMemoryError:
@@ -347,11 +349,11 @@ def _median_time(engine, model: FunctionalModel, sample, queries: int, points: l
     return statistics.median(runs[1:])
 
 
-def build_engine(cfg, choice: str | None = None):
+def build_engine(cfg: EngineSchema, choice: str | None = None):
     """The engine named by `cfg.name`; for `auto`, `choice` is the engine `choose_engine` picked."""
     name = choice if cfg.name == "auto" else cfg.name
     if name == "vectorised":
-        return VectorisedEngine(chunk_size=cfg.get("chunk_size"))
+        return VectorisedEngine(chunk_size=cfg.chunk_size)
     if name == "inplace":
         return InPlaceEngine()
     if name == "auto":

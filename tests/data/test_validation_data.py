@@ -14,7 +14,7 @@ from pazo.data.validation import carve_validation
 from pazo.errors import ConfigError
 from pazo.rng import STREAMS, RandomStreams
 from pazo.train import run
-from pazo.run.validate import validate_config
+from pazo.run.validate import run_config, validate_config
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ TEXT = {"imdb", "hf_text", "mnli"}
                                   "hf_text", "mnli"])
 def test_every_data_set_carves_a_seeded_stratified_validation_split(name, roots, hydra_cfg):
     def build(fraction, seed=0):
-        return build_dataset(hydra_cfg(*overrides(name, roots), f"dataset.val_fraction={fraction}").dataset,
+        return build_dataset(run_config(hydra_cfg(*overrides(name, roots), f"dataset.val_fraction={fraction}")).dataset,
                              RandomStreams(seed))
 
     plain, data, again, other = build(0), build(0.25), build(0.25), build(0.25, seed=1)
@@ -86,7 +86,7 @@ def test_every_data_set_carves_a_seeded_stratified_validation_split(name, roots,
 
 @pytest.mark.parametrize("name", ["digits", "cifar10", "imdb"])
 def test_val_fraction_zero_is_the_data_of_a_run_without_validation(name, roots, hydra_cfg):
-    cfg = hydra_cfg(*overrides(name, roots), "dataset.val_fraction=0").dataset
+    cfg = run_config(hydra_cfg(*overrides(name, roots), "dataset.val_fraction=0")).dataset
     plain = build_dataset(cfg, RandomStreams(3))
     loader = DATASETS.get(cfg.name)(cfg, RandomStreams(3))      # the loader alone, as before validation existed
     for part in ("private", "public", "test"):
@@ -124,18 +124,21 @@ def test_a_bad_val_fraction_is_one_config_error(value, hydra_cfg):
 
 def test_mnli_validation_is_a_second_k_shot_sample_disjoint_from_the_private_one(roots, hydra_cfg):
     base = [o for o in overrides("mnli", roots) if not o.startswith("dataset.val_k_shot")]
-    cfg = hydra_cfg(*base, "dataset.k_shot=5").dataset
+    cfg = run_config(hydra_cfg(*base, "dataset.k_shot=5")).dataset
     assert cfg.val_k_shot == 5 and cfg.val_fraction == 0          # the MeZO/DPZero dev set: k per class
     data = build_dataset(cfg, RandomStreams(0))
     assert len(data.private) == 15 and data.val.class_histogram(3) == [5, 5, 5]
     assert data.describe()["val_k_shot"] == 5 and "val_outside_guarantee" in data.describe()
     # k_shot + val_k_shot = all 15 rows of each class: the two samples partition MNLI train
-    whole = build_dataset(hydra_cfg(*base, "dataset.k_shot=15", "dataset.val_k_shot=0").dataset, RandomStreams(0))
+    whole = build_dataset(run_config(hydra_cfg(*base, "dataset.k_shot=15", "dataset.val_k_shot=0")).dataset,
+                          RandomStreams(0))
     full = rows(whole.private)
-    parts = build_dataset(hydra_cfg(*base, "dataset.k_shot=5", "dataset.val_k_shot=10").dataset, RandomStreams(0))
+    parts = build_dataset(run_config(hydra_cfg(*base, "dataset.k_shot=5", "dataset.val_k_shot=10")).dataset,
+                          RandomStreams(0))
     assert sorted(rows(parts.private) + rows(parts.val)) == full
     with pytest.raises(ConfigError, match="asked for 11 MNLI train validation examples .* only 10"):
-        build_dataset(hydra_cfg(*base, "dataset.k_shot=5", "dataset.val_k_shot=11").dataset, RandomStreams(0))
+        build_dataset(run_config(hydra_cfg(*base, "dataset.k_shot=5", "dataset.val_k_shot=11")).dataset,
+                      RandomStreams(0))
     with pytest.raises(ConfigError, match="val_fraction=0.1 and dataset.val_k_shot=5 both"):
         validate_config(hydra_cfg("experiment=mnli", "dataset.k_shot=5", "dataset.val_fraction=0.1"))
 

@@ -8,16 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
+from conftest import typed_section
 from fixtures import write_mnli_and_snli, write_tiny_roberta
 from llm_fixtures import write_squad, write_sst2, write_tiny_causal_lm
 from model_checks import check_engines_and_per_example_grads
-from pazo.data.prompt_tasks import encode_causal, encode_squad_example, load_prompt_bundle
+from pazo.data.prompt_tasks import PromptTaskSchema, encode_causal, encode_squad_example, load_prompt_bundle
 from pazo.data.base import TensorSplit
 from pazo.errors import ConfigError, DataMissingError
 from pazo.models.functional import FunctionalModel
-from pazo.models.hf_lm import build_hf_lm_task
+from pazo.models.hf_lm import HfCausalLmSchema, build_hf_lm_task
 from pazo.pretrained import load_pretrained
 from pazo.rng import RandomStreams
 from pazo.train import run
@@ -44,7 +44,7 @@ def model_cfg(path, **kw):
                                                            "target_modules": None},
             "task": "sst2", "label_words": None, "stop": "\n", "max_new_tokens": 8}
     base.update(kw)
-    return OmegaConf.create(base)
+    return typed_section(HfCausalLmSchema, base)
 
 
 def data_cfg(root, **kw):
@@ -53,7 +53,7 @@ def data_cfg(root, **kw):
             "label_words": None, "public_source": "none", "public_per_class": None, "public_size": None,
             "public_folder": None, "public_split": "train", "public_columns": None}
     base.update(kw)
-    return OmegaConf.create(base)
+    return typed_section(PromptTaskSchema, base)
 
 
 def test_sst2_causal_prompt_on_a_hand_checked_example(root):
@@ -75,7 +75,7 @@ def test_squad_prompt_on_a_hand_checked_example(root):
     assert tok.decode(ids[:n]) == ("</s>Title: Alice story\nContext: Alice lived in Paris.\n"
                                    "Question: Where did Alice live?\nAnswer:")
     assert tok.decode(ids[n:]) == " Paris\n"
-    data = load_prompt_bundle(data_cfg(root, task="squad", n_train=10, n_val=0, test_size=4), RandomStreams(0), tok)
+    data = load_prompt_bundle(data_cfg(root, task="squad", n_train=10, n_val=None, test_size=4), RandomStreams(0), tok)
     x, _ = data.private.batch(np.arange(3))
     assert x.shape[1] == 2 and data.private.class_histogram(1) == []
     for i in range(3):
@@ -136,7 +136,7 @@ def test_masked_lm_generalises_the_roberta_prompt_model(root):
     torch.manual_seed(0)
     model = build_hf_lm_task(model_cfg(root / "roberta", task="mnli"), "masked").eval()
     tok = model.tokenizer
-    data = load_prompt_bundle(data_cfg(root, task="mnli", model_kind="hf_masked_lm", n_train=None, k_shot=2, n_val=0,
+    data = load_prompt_bundle(data_cfg(root, task="mnli", model_kind="hf_masked_lm", n_train=None, k_shot=2, n_val=None,
                                        test_size=5), RandomStreams(0), tok)
     x, _ = data.test.batch(np.arange(5))
     assert tok.decode(x[0][x[0] != tok.pad_token_id]).startswith("<s>")
@@ -153,7 +153,7 @@ def half_precision_batch(model, root, family):
     tok = model.tokenizer
     if family == "roberta":
         data = load_prompt_bundle(data_cfg(root, task="mnli", model_kind="hf_masked_lm", n_train=None, k_shot=2,
-                                           n_val=0, test_size=3), RandomStreams(0), tok)
+                                           n_val=None, test_size=3), RandomStreams(0), tok)
         return data.test.batch(np.arange(3))
     rows = [encode_causal(tok, t, 64) for t in ["a great movie, so. It was", "boring and dull. It was"]]
     ids = torch.full((2, max(map(len, rows))), model.pad_id)
@@ -216,7 +216,7 @@ def test_engines_agree_and_per_example_grads_in_float32(root, task):
     module = build_hf_lm_task(model_cfg(root / "opt", task=task), "causal")
     model = FunctionalModel(module, loss_fn=module.loss_fn)
     tok = load_pretrained(str(root / "opt"), "tokenizer")
-    data = load_prompt_bundle(data_cfg(root, task=task, n_train=8, n_val=0, test_size=4), RandomStreams(0), tok)
+    data = load_prompt_bundle(data_cfg(root, task=task, n_train=8, n_val=None, test_size=4), RandomStreams(0), tok)
     x, y = data.private.batch(np.arange(3))
     check_engines_and_per_example_grads(model, x, y, chunk=2)
 
@@ -406,7 +406,7 @@ def test_dpsgd_by_the_ghost_engine_equals_the_per_example_engine(root, make_meth
     tok = load_pretrained(str(root / family), "tokenizer")
     masked = family == "roberta"
     task = {"task": "mnli", "model_kind": "hf_masked_lm", "k_shot": 2, "n_train": None} if masked else {"n_train": 8}
-    data = load_prompt_bundle(data_cfg(root, n_val=0, test_size=4, **task), RandomStreams(0), tok)
+    data = load_prompt_bundle(data_cfg(root, n_val=None, test_size=4, **task), RandomStreams(0), tok)
     x, y = data.private.batch(np.arange(3))
     updates, blocks = {}, {}
     for engine in ("per_example", "ghost"):

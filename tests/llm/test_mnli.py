@@ -5,11 +5,11 @@ through Hydra. The RoBERTa is a random tiny one with a byte-level BPE tokenizer 
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
+from conftest import typed_section
 from model_checks import check_engines_and_per_example_grads
 from fixtures import write_mnli_and_snli, write_tiny_roberta
-from pazo.data.mnli import TrimPadding, encode_pairs, encode_prompt, load_mnli_bundle
+from pazo.data.mnli import MnliSchema, TrimPadding, encode_pairs, encode_prompt, load_mnli_bundle
 from pazo.errors import ConfigError, DataMissingError
 from pazo.models import FunctionalModel
 from pazo.models.prompt_mlm import build_prompt_mlm, label_word_ids
@@ -34,9 +34,9 @@ def tokenizer(nli_root):
 
 
 def cfg(root, **kw):
-    return OmegaConf.create({"root": str(root), "download": False, "k_shot": 5, "public_per_class": 3,
-                             "test_size": 10, "max_length": 256, "premise_limit": 240,
-                             "label_words": WORDS, **kw})
+    return typed_section(MnliSchema, {"root": str(root), "download": False, "k_shot": 5, "public_per_class": 3,
+                                      "test_size": 10, "max_length": 256, "premise_limit": 240,
+                                      "label_words": WORDS, **kw})
 
 
 def test_template_on_a_hand_checked_example(tokenizer):

@@ -144,7 +144,7 @@ def test_batchnorm_is_refused_under_a_private_method(hydra_cfg, tmp_path, monkey
             return self.net(x)
 
     from pazo.catalog import ModelInfo
-    from pazo.config_schema import SmallCnnSchema
+    from pazo.models.small_cnn import SmallCnnSchema
 
     monkeypatch.setitem(models.MODELS._items, "bn_test",
                         ModelInfo("bn_test", lambda cfg, shape, k: WithBN(), SmallCnnSchema, ("image",)))

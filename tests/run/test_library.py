@@ -27,6 +27,7 @@ from pazo.privacy.plan import make_accountant
 from pazo.private import private_zo
 from pazo.rng import RandomStreams
 from pazo.train import run
+from pazo.run.validate import run_config
 from pazo.run.weights import read_weights
 
 _spec = importlib.util.spec_from_file_location("golden_cases", ROOT / "tests/paper/golden/cases.py")
@@ -78,9 +79,10 @@ def test_the_loop_equals_the_framework_run_bit_for_bit(name, tmp_path, monkeypat
     trained = read_weights(tmp_path / "run" / "model.safetensors")
 
     streams = RandomStreams(cfg.seed)   # the splits and the initial weights follow from the seed alone
-    data = build_dataset(cfg.dataset, streams)
+    typed = run_config(cfg)
+    data = build_dataset(typed.dataset, streams)
     torch.manual_seed(streams.seeds["init"])
-    model = build_model(cfg.model, data.input_shape, data.num_classes)
+    model = build_model(typed.model, data.input_shape, data.num_classes)
     engine = private_zo(model, cross_entropy_per_example, (data.private.inputs, data.private.labels),
                         public=(data.public.inputs, data.public.labels), steps=cfg.train.steps,
                         batch_size=cfg.train.batch_size, seed=cfg.seed, device="cpu",

@@ -62,16 +62,15 @@ def test_engine_auto_records_its_choice_and_an_explicit_engine_is_kept(hydra_cfg
 
 
 def test_engine_auto_rules_for_the_lstm_and_a_given_engine():
-    from omegaconf import OmegaConf
-
+    from pazo.config_schema import EngineSchema
     from pazo.models import FunctionalModel
     from pazo.models.lstm import LSTMClassifier
     from pazo.zo.engines import choose_engine
     lstm = FunctionalModel(LSTMClassifier(14, embed=8, hidden=6))
-    auto = OmegaConf.create({"name": "auto", "chunk_size": None})
+    auto = EngineSchema(name="auto")
     assert choose_engine(auto, lstm, zeroth_order=True, queries=1) == (
         "inplace", "the model's fused kernel runs only outside vmap")
-    given = OmegaConf.create({"name": "vectorised", "chunk_size": None})
+    given = EngineSchema(name="vectorised")
     assert choose_engine(given, lstm, zeroth_order=True, queries=1)[0] == "vectorised"
 
 

@@ -6,10 +6,10 @@ real split is the two-GPU test (skipped without two GPUs)."""
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 from torch import nn
 
 from llm_fixtures import tiny_opt_model, write_opt_and_sst2
+from pazo.config_schema import EngineSchema
 from pazo.data.base import TensorSplit
 from pazo.data.prompt_tasks import encode_causal
 from pazo.errors import ConfigError
@@ -95,10 +95,10 @@ def test_on_the_fly_queries_build_each_parameters_perturbed_copy_on_its_device()
 def test_vectorised_is_refused_and_auto_picks_inplace_on_several_devices():
     model = FunctionalModel(split_module())
     with pytest.raises(ConfigError, match=r"engine.name=vectorised .* on 2 devices \(cpu, meta.*inplace or auto"):
-        choose_engine(OmegaConf.create({"name": "vectorised"}), model, zeroth_order=True, queries=1)
-    name, reason = choose_engine(OmegaConf.create({"name": "auto"}), model, zeroth_order=True, queries=1)
+        choose_engine(EngineSchema(name="vectorised"), model, zeroth_order=True, queries=1)
+    name, reason = choose_engine(EngineSchema(name="auto"), model, zeroth_order=True, queries=1)
     assert name == "inplace" and "2 devices" in reason
-    assert choose_engine(OmegaConf.create({"name": "inplace"}), model, zeroth_order=True, queries=1)[0] == "inplace"
+    assert choose_engine(EngineSchema(name="inplace"), model, zeroth_order=True, queries=1)[0] == "inplace"
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +206,7 @@ def test_two_gpus_take_the_step_of_one(root, make_method):
         one = tiny_opt_model(root, dtype, {"": 0})
         two = tiny_opt_model(root, dtype, split)
         assert len(two.devices) == 2 and two.input_device == torch.device("cuda", 0)
-        name, _ = choose_engine(OmegaConf.create({"name": "auto"}), two, zeroth_order=True, queries=2)
+        name, _ = choose_engine(EngineSchema(name="auto"), two, zeroth_order=True, queries=2)
         assert name == "inplace"
         tok = one.module.tokenizer
         x = torch.tensor([encode_causal(tok, "a great movie, so. It was", 32)] * 4, device="cuda:0")

@@ -5,10 +5,10 @@ same losses; and a tiny model trains in float16 as it does in float32 (losses co
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
+from conftest import typed_section
 from llm_fixtures import tiny_opt_model, write_opt_and_sst2
-from pazo.data.prompt_tasks import load_prompt_bundle
+from pazo.data.prompt_tasks import PromptTaskSchema, load_prompt_bundle
 from pazo.models.functional import FunctionalModel
 from pazo.pretrained import load_pretrained
 from pazo.rng import RandomStreams
@@ -50,9 +50,10 @@ def tiny(tmp_path_factory):
 
 def batch(root, n=8):
     tok = load_pretrained(str(root / "opt"), "tokenizer")
-    cfg = OmegaConf.create({"task": "sst2", "root": str(root), "download": False, "model_kind": "hf_causal_lm",
-                            "data_seed": 13, "k_shot": None, "n_train": n, "n_val": 0, "test_size": None,
-                            "max_length": 64, "label_words": None, "public_source": "none"})
+    cfg = typed_section(PromptTaskSchema, {"task": "sst2", "root": str(root), "download": False,
+                                           "model_kind": "hf_causal_lm", "data_seed": 13, "k_shot": None, "n_train": n,
+                                           "n_val": None, "test_size": None, "max_length": 64, "label_words": None,
+                                           "public_source": "none"})
     data = load_prompt_bundle(cfg, RandomStreams(0), tok)
     return data.private.batch(np.arange(n))
 
