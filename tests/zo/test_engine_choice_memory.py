@@ -3,13 +3,13 @@ and when both do, the choice ends in one line naming what to lower (issue #60: t
 torch's traceback). CPU-testable: the measurement is patched to run out of memory as asked."""
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from pazo.config_schema import EngineSchema
 from pazo.errors import ConfigError
 from pazo.models import FunctionalModel
 from pazo.models.small_cnn import SmallCNN
@@ -44,7 +44,7 @@ def test_the_choice_is_the_fastest_engine_that_fits_or_one_line(out_of_memory, q
         patch.setattr(engines, "_ruled_choice", lambda *a: None)   # (as on a GPU with room for both)
         patch.setattr(engines, "_median_time", timed_short_of_memory(out_of_memory))
         fitting = {name: t for name, t in SPEEDS.items() if name not in out_of_memory}
-        choose = lambda: engines.choose_engine(SimpleNamespace(name="auto", get=lambda k: None), model,  # noqa: E731
+        choose = lambda: engines.choose_engine(EngineSchema(name="auto"), model,  # noqa: E731
                                                zeroth_order=True, queries=queries, sample=sample)
         if fitting:
             assert choose()[0] == min(fitting, key=fitting.get)
