@@ -369,7 +369,7 @@ def _walk(monkeypatch, max_examples: int, steps: int, with_selection: bool) -> N
 
 
 def test_no_entry_point_releases_a_secret_or_an_uncounted_row(monkeypatch):
-    _walk(monkeypatch, max_examples=2, steps=8, with_selection=False)
+    _walk(monkeypatch, max_examples=2, steps=5, with_selection=False)
 
 
 def test_a_private_selection_releases_no_secret_and_tells_nothing_of_k(monkeypatch):
