@@ -58,9 +58,8 @@ def test_pazo_train_help_imports_no_torch_and_names_every_registered_option(tmp_
     as `python -m pazo.train --help` in a process of its own, it leaves torch unimported and still
     names every method, data set and model the registries hold (each has its yaml)."""
     import json
-    import os
-    import subprocess
-    import sys
+
+    from fresh_python import fresh_python
 
     from pazo.catalog import DATASETS, MODELS
     from pazo.methods.registry import method_names
@@ -71,10 +70,7 @@ def test_pazo_train_help_imports_no_torch_and_names_every_registered_option(tmp_
             "sys.argv = ['pazo-train', '--help']\n"
             "runpy.run_module('pazo.train', run_name='__main__', alter_sys=True)\n"
             "print(json.dumps(sorted(m for m in ('torch', 'numpy') if m in sys.modules)))\n")
-    env = {k: v for k, v in os.environ.items() if k != "PAZO_PLUGINS"}
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
+    out = fresh_python(code, tmp_path)
     *help_lines, imported = out.stdout.splitlines()
     assert "torch" not in json.loads(imported), imported
     named = {line.split()[0] for line in help_lines if line.startswith("  ") and not line.startswith("   ")}

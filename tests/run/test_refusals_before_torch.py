@@ -4,10 +4,8 @@ config group takes one name is said to be one (it was an error about interpolati
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
+from fresh_python import fresh_python
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -40,10 +38,7 @@ def test_refused_configs_leave_torch_unimported(tmp_path):
             "    except SystemExit as stop:\n"
             "        codes.append(stop.code)\n"
             "print(json.dumps([codes, 'torch' in sys.modules]))\n")
-    env = {k: v for k, v in os.environ.items() if k != "PAZO_PLUGINS"}
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
+    out = fresh_python(code, tmp_path)
     codes, torch_loaded = json.loads(out.stdout.splitlines()[-1])
     assert codes == [2] * len(refused), out.stderr
     assert out.stderr.count("pazo: error: ") == len(refused), out.stderr
