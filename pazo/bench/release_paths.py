@@ -117,7 +117,7 @@ def main():
     common.write_result(Path(args.out), timing.result_record(CPU, rows))
 
 
-#: `pazo-bench release`, `python -m pazo.bench.release_paths`.
+#: `pazo-bench release`, `python -m pazo.bench.release_paths`, `python scripts/benchmark_release_paths.py`.
 cli = command(partial(common.run_main, "release_paths", main))
 
 

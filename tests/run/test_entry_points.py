@@ -151,7 +151,7 @@ def test_pyproject_declares_the_pinned_requirements():
 
 
 @pytest.mark.parametrize("package,names", [
-    ("bench", ["methods", "engines", "memory", "calibration", "profile", "step-ops", "defaults", "dimension",
+    ("bench", ["methods", "engines", "memory", "calibration", "profile", "release", "step-ops", "defaults", "dimension",
                "threads", "scaling"]),
     ("report", ["tables", "figures", "audit-table", "llm-table", "configs", "run"]),
 ])
