@@ -382,7 +382,8 @@ def plan_lines(argv: list[str]) -> list[str]:
     where the data are missing, n is estimated from a published size (`pazo.sweep.selection.private_size`)."""
     from hydra import compose, initialize_config_dir
 
-    from pazo.run.build import planned_steps, run_privacy_plan
+    from pazo.run.build import run_privacy_plan
+    from pazo.run.validate import planned_steps
     from pazo.run.summary import privacy_lines
     from pazo.run.validate import check_schedule_fits
 

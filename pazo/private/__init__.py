@@ -284,7 +284,7 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
         key = library_key(fingerprint, settings, module, fmodel.loss_fn, public_split, secure)
         streams = _keyed_streams(seed, secure, key, private, public_split, module)
         plan = _library_plan(privacy, len(private), batch_size, steps, method_cfg, key, seeded=not secure)
-        engine_cfg = OmegaConf.structured(EngineSchema(name=engine, chunk_size=chunk_size, query_dropout=query_dropout))
+        engine_cfg = EngineSchema(name=engine, chunk_size=chunk_size, query_dropout=query_dropout)
         group = _library_group(method_cfg, secure, key)
         zo_method, engine_facts = _method_on_engine(method_cfg, fmodel, plan, streams, public_split, engine_cfg,
                                                     batch_size, group, lambda: _rank_facts(key, private, seed))
@@ -330,7 +330,7 @@ def _keyed_streams(seed: int | None, secure: bool, key: LibraryKey, private: Ten
 
 
 def _method_on_engine(method_cfg: MethodConfig, model: FunctionalModel, plan: PrivacyPlan, streams: RandomStreams,
-                      public: TensorSplit, engine_cfg, batch_size: int, group: distributed.Group,
+                      public: TensorSplit, engine_cfg: EngineSchema, batch_size: int, group: distributed.Group,
                       rank_facts) -> tuple[Method, dict]:
     """The method on the zeroth-order engine asked for (or the one `auto` picks), and that choice; in a
     group of several processes its sums over a batch added over the ranks (`ShardSums`), once every
