@@ -32,7 +32,8 @@ from pazo.plugins import load_plugins
 from pazo.sweep.checks import (_Checker, check, check_earlier_runs, check_replicates, check_sweep_folder,
                                composed_configs, missing_data, status)
 from pazo.sweep.child_runs import EXIT_INTERRUPTED, Interrupted
-from pazo.sweep.launchers import check_can_launch, check_launcher, command, launch, parse_sets
+from pazo.sweep.launchers import (check_can_launch, check_launcher, check_ranks_can_share, command, launch,
+                                  parse_sets, tasks_in_all)
 from pazo.sweep.spec import (MAX_RUNS, ROOT, SELECTION_MODES, SWEEPS, PlannedRun, enumerate_runs, fmt, load_spec,
                              load_yaml, select_methods)
 
@@ -341,6 +342,10 @@ def _grid_sweep(spec: dict, runs: list[PlannedRun], args, launcher: dict, sweep_
     states = {d: status(d) for _, d in planned}
     todo = [(r, d, command(r, d, args.overrides, spec["entry"])) for r, d in planned if states[d] not in done]
     _say_plan(spec, runs, sweep_dir, states, len(todo), checked)
+    try:   # (what the launcher's jobs can hold is the plan's, so a dry run says it too)
+        check_ranks_can_share(todo, tasks_in_all(launcher))
+    except ConfigError as err:
+        return _refused(err)
     if args.dry_run:
         for _, _, cmd in todo[:args.show]:
             log.info("  " + " ".join(cmd[3:]))
@@ -349,7 +354,7 @@ def _grid_sweep(spec: dict, runs: list[PlannedRun], args, launcher: dict, sweep_
         return 0
     try:
         check_sweep_folder(sweep_dir)
-        check_can_launch(launcher, args.overrides, todo)
+        check_can_launch(launcher, args.overrides)   # (the runs' ranks: checked with the plan)
     except ConfigError as err:
         return _refused(err)
     work_starts()   # (the runs' Ctrl-C: each records it)

@@ -90,13 +90,14 @@ def test_an_audit_run_is_not_a_job_of_several_tasks():
         check_ranks_can_share([(run, run_dir, cmd)], 2)
 
 
-def test_a_sweep_of_a_method_that_does_not_shard_is_refused_before_submission(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_a_sweep_of_a_method_that_does_not_shard_is_refused_before_submission(dry_run, tmp_path, monkeypatch, capsys):
     submitted = []
     monkeypatch.setattr(launchers, "launch_submitit", lambda *args, **kw: submitted.append(args))
     spec = tmp_path / "mini.yaml"
     spec.write_text("name: mini\nsettings: [digits]\nmethods: [sgd]\nepsilons: [1]\nnonprivate: [sgd]\ngrid: false\n")
     code = sweep.main([str(spec), "--out", str(tmp_path / "out"), "--launcher", "slurm", "--set", "cluster=local",
-                       "--set", "tasks_per_node=2", "--set", "gpus_per_node=0"])
+                       "--set", "tasks_per_node=2", "--set", "gpus_per_node=0", *dry_run])
     err = capsys.readouterr().err
     assert code == 2 and submitted == []
     assert err.count("\n") == 1 and err.startswith("pazo: error: run digits/sgd/") and \
