@@ -426,3 +426,46 @@ def test_a_module_the_loss_imports_when_it_runs_is_covered_as_loaded_or_named_wh
     loaded = callable_digest(namespace["loss_fn"], "loss_fn")
     module.SCALE = 2.0
     assert loaded.unhashed == [] and callable_digest(namespace["loss_fn"]).hex != loaded.hex
+
+
+#: a user's module (a file of one's own) whose loss reads a dataclass, an enum, an OmegaConf config and an
+#: attribute of another module of the user's, imported at the top and inside the loss
+CONFIG_MODULE = '''
+import dataclasses, enum
+from omegaconf import OmegaConf
+import {other}
+
+class Kind(enum.Enum):
+    SMALL = "small"
+
+@dataclasses.dataclass
+class Config:
+    temperature: float = 2.0
+    kind: Kind = Kind.SMALL
+    tags: dict = dataclasses.field(default_factory=lambda: {{"z": 1, "a": [1, "x"], "m": {{"q": 2.0}}}})
+
+CONFIG = Config()
+SETTINGS = OmegaConf.create({{"scale": 1.5, "read": "${{scale}}", "nested": {{"b": [1, 2], "a": "s"}}}})
+
+def loss_fn(outputs, targets):
+    import {other} as again
+    return outputs * CONFIG.temperature * SETTINGS.read * {other}.SCALE * again.helper()
+'''
+
+
+def test_config_objects_and_user_modules_digest_the_same_in_another_process(tmp_path):
+    """(Another process hashes strings and orders sets and dicts' iteration otherwise: PYTHONHASHSEED differs.)"""
+    name, other = f"user_config_{os.getpid()}", f"user_other_{os.getpid()}"
+    (tmp_path / f"{other}.py").write_text("SCALE = 3.0\ndef helper():\n    return OTHER\nOTHER = 4.0\n")
+    (tmp_path / f"{name}.py").write_text(CONFIG_MODULE.format(other=other))
+    script = f"import {name}\nfrom pazo.run.digests import callable_digest\nprint(callable_digest({name}.loss_fn).hex)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]), "PYTHONHASHSEED": "4321"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+    sys.path.insert(0, str(tmp_path))
+    try:
+        here = callable_digest(importlib.import_module(name).loss_fn)
+    finally:
+        sys.path.remove(str(tmp_path))
+        for module in (name, other):
+            sys.modules.pop(module, None)
+    assert here.unhashed == [] and out.strip() == here.hex
