@@ -33,6 +33,7 @@ import site
 import sys
 import sysconfig
 import types
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -149,15 +150,22 @@ def is_library_code(fn: types.FunctionType) -> bool:
 
 
 def is_library_module(module: types.ModuleType) -> bool:
-    """Whether a module is the library's: built into Python, frozen, or from files of the standard
-    library, an installed package or pazo (a namespace package: all its folders there)."""
-    file = getattr(module, "__file__", None)
-    if isinstance(file, str):
+    """Whether a module is the library's: from files of the standard library, an installed package or
+    pazo (a namespace package: all its folders there); one without such a file (an extension's
+    submodule, `torch.ops`) by its top-level package; else built into Python or frozen. A module made
+    in code or a notebook's `__main__` is the user's."""
+    held = vars(module)   # (not getattr: a module's `__getattr__` may make up any name, as torch.classes does)
+    file = held.get("__file__")
+    if isinstance(file, str) and Path(file).is_absolute():
         return _is_library_file(file)
-    folders = [folder for folder in getattr(module, "__path__", ()) if isinstance(folder, str)]
+    path = held.get("__path__")
+    folders = [folder for folder in path if isinstance(folder, str)] if isinstance(path, Iterable) else []
     if folders:
         return all(_is_library_file(folder) for folder in folders)
-    origin = getattr(getattr(module, "__spec__", None), "origin", None)
+    top = sys.modules.get(str(module.__name__).partition(".")[0])
+    if isinstance(top, types.ModuleType) and top is not module:
+        return is_library_module(top)
+    origin = getattr(held.get("__spec__"), "origin", None)
     return module.__name__ in sys.builtin_module_names or origin in _BUILT_IN_ORIGINS
 
 

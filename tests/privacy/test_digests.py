@@ -78,8 +78,9 @@ values = st.one_of(st.floats(allow_nan=False), st.integers(), st.text(max_size=4
 
 @settings(max_examples=60, deadline=None)
 @given(a=values, b=values)
+@example(a=torch.tensor([0.0]), b=torch.tensor([-0.0]))   # (equal as numbers, not bit for bit: 1 / x differs)
 def test_a_loss_digest_differs_exactly_when_a_value_it_holds_differs(a, b):
-    same = type(a) is type(b) and (torch.equal(a, b) if isinstance(a, torch.Tensor) else repr(a) == repr(b))
+    same = canonical(a) == canonical(b)
     one, two = callable_digest(closure_with(a)), callable_digest(closure_with(b))
     assert (one.hex == two.hex) == same and one.unhashed == two.unhashed == []
     partial_a = functools.partial(torch.nn.functional.cross_entropy, label_smoothing=a)
@@ -407,6 +408,8 @@ def test_a_library_module_counts_by_its_name_and_version(monkeypatch):
     exec("import numpy as np\ndef loss_fn(outputs, targets):\n    return outputs * np.pi", namespace)
     before = callable_digest(namespace["loss_fn"])
     assert digests.library_version("numpy") == np.__version__ and digests.library_version("json").startswith("python")
+    assert all(digests.is_library_module(module) for module in (np, sys, torch.ops, torch.classes, torch._C._nn))
+    assert not digests.is_library_module(types.ModuleType("settings"))   # (made in code: the user's)
     monkeypatch.setattr(digests, "library_version", lambda name: "another version")
     assert before.unhashed == [] and callable_digest(namespace["loss_fn"]).hex != before.hex
 
