@@ -84,7 +84,10 @@ KEY_COVERS = ["the method's settings, the privacy target, steps, batch_size and 
               "the model's structure and the initial values of all its parameters and buffers",
               "the public data", "loss_fn (its code and the values it holds)",
               "the module-level globals that loss_fn and the model's forward read by name (and the functions, "
-              "methods, class attributes and the model's own instance attributes they name, followed the same way)",
+              "methods, class attributes and the model's own instance attributes they name, followed the same way; "
+              "dataclass instances by their fields, OmegaConf configs by their resolved values)",
+              "the attributes your own modules hold that this code names (config.SCALE, and modules it imports "
+              "when it runs); an installed package's or the standard library's module by its name and version",
               "the private data (its digest, beside the public fingerprint: never released)"]
 
 

@@ -11,19 +11,29 @@ closure) is named in `CallableDigest.unhashed`, for the caller to mix in fresh e
 A user's function is followed into the module-level globals its code reads by name (`LOAD_GLOBAL`,
 in nested code too) and, on the classes of the objects being hashed (a model's submodules, a loss
 module), into the methods and class attributes its code names: a loss or a forward that reads a
-global scale draws other noise when the scale differs. The library's code (the standard library,
-installed packages, pazo) is hashed by its code alone: its globals are that library's state.
+global scale draws other noise when the scale differs. Config objects are hashed by their values: a
+dataclass instance by its fields, an OmegaConf config by its resolved container. A user's module
+(`import config` of a file of one's own) is followed into the attributes the user's code names
+(`config.SCALE`); a module of the library by its name and version. The library's code (the
+standard library, installed packages, pazo) is hashed by its code alone: its globals are that
+library's state.
 """
 from __future__ import annotations
 
+import dataclasses
 import dis
+import enum
 import functools
 import hashlib
+import importlib.metadata
+import importlib.util
 import inspect
+import platform
 import site
 import sys
 import sysconfig
 import types
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +45,7 @@ from torch import nn
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, type(Ellipsis))
 #: values hashed by their qualified name: the library's code, not the user's
 _NAMED = (types.BuiltinFunctionType, types.MethodWrapperType, types.WrapperDescriptorType,
-          types.MethodDescriptorType, types.ClassMethodDescriptorType, types.ModuleType, type, np.ufunc)
+          types.MethodDescriptorType, types.ClassMethodDescriptorType, type, np.ufunc)
 #: the flags that say what kind of code it is (generator, varargs, ...); the ones above are `__future__`
 #: imports of the defining module, which change no value computed
 _CODE_KIND_FLAGS = 0xFFFF
@@ -45,8 +55,13 @@ MAX_DEPTH = 24
 MAX_OBJECTS = 100_000
 #: what every nn.Module holds (parameters, buffers and submodules are hashed as the state and structure)
 _MODULE_INTERNALS = frozenset(vars(nn.Module()))
+#: what every Python module holds (its loader, spec, file ...): not values the user's code reads
+_PYTHON_MODULE_INTERNALS = frozenset(vars(types.ModuleType("m"))) | {"__file__", "__cached__", "__builtins__",
+                                                                      "__path__"}
 #: the opcodes that read a module-level global by name
 _GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS"})
+#: where a module without a file comes from when it is Python's own
+_BUILT_IN_ORIGINS = frozenset({"built-in", "frozen"})
 
 
 def update_with_tensors(digest, tensors) -> None:
@@ -70,7 +85,8 @@ def tensors_digest(*tensors: torch.Tensor) -> str:
 def module_digest(module: nn.Module) -> CallableDigest:
     """The digest of a module's structure (each submodule's name, class, forward code and
     `extra_repr`; a user class's forward with the globals, methods and class and instance
-    attributes it reads) and of the values of all its parameters and buffers (frozen ones included)."""
+    attributes it reads; the user's modules' attributes it names) and of the values of all its
+    parameters and buffers (frozen ones included)."""
     hasher = _Hasher("model")
     for sub in module.modules():   # (every class first: a forward may call a submodule's method)
         hasher.own(type(sub))
@@ -82,22 +98,9 @@ def module_digest(module: nn.Module) -> CallableDigest:
             hasher.add(forward, f"model's {cls.__qualname__}.forward", 0)
         else:
             hasher.tag(_forward_code_digest(cls))
-    _add_attributes_named(hasher, module)
+    hasher.follow_names(module)
     update_with_state(hasher.digest, module)
     return CallableDigest(hasher.digest.hexdigest(), hasher.unhashed)
-
-
-def _add_attributes_named(hasher: _Hasher, module: nn.Module) -> None:
-    """The instance attributes of the user's submodules (`self.temperature`) that the code walked
-    names, until the values walked name no more (an attribute holding a function names others)."""
-    done: set[tuple[str, str]] = set()
-    while todo := [(name, sub, attribute) for name, sub in module.named_modules() if not _is_library_class(type(sub))
-                   for attribute in sorted(set(vars(sub)) & hasher.names_used - _MODULE_INTERNALS)
-                   if (name, attribute) not in done]:
-        for name, sub, attribute in todo:
-            done.add((name, attribute))
-            hasher.tag("attribute", name, attribute)
-            hasher.add(vars(sub)[attribute], f"model's {type(sub).__qualname__}.{attribute}", 0)
 
 
 def state_digest(module: nn.Module) -> str:
@@ -146,6 +149,46 @@ def is_library_code(fn: types.FunctionType) -> bool:
     return isinstance(file, str) and _is_library_file(file)
 
 
+def is_library_module(module: types.ModuleType) -> bool:
+    """Whether a module is the library's: from files of the standard library, an installed package or
+    pazo (a namespace package: all its folders there); one without such a file (an extension's
+    submodule, `torch.ops`) by its top-level package; else built into Python or frozen. A module made
+    in code or a notebook's `__main__` is the user's."""
+    held = vars(module)   # (not getattr: a module's `__getattr__` may make up any name, as torch.classes does)
+    file = held.get("__file__")
+    if isinstance(file, str) and Path(file).is_absolute():
+        return _is_library_file(file)
+    path = held.get("__path__")
+    folders = [folder for folder in path if isinstance(folder, str)] if isinstance(path, Iterable) else []
+    if folders:
+        return all(_is_library_file(folder) for folder in folders)
+    top = sys.modules.get(str(module.__name__).partition(".")[0])
+    if isinstance(top, types.ModuleType) and top is not module:
+        return is_library_module(top)
+    origin = getattr(held.get("__spec__"), "origin", None)
+    return module.__name__ in sys.builtin_module_names or origin in _BUILT_IN_ORIGINS
+
+
+@functools.lru_cache(maxsize=1024)
+def library_version(name: str) -> str:
+    """The version of what holds the library's module `name`: Python's for the standard library,
+    else its package's `__version__` or its installed distributions' versions."""
+    top = name.partition(".")[0]
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        return f"python {platform.python_version()}"
+    version = getattr(sys.modules.get(top), "__version__", None)
+    if isinstance(version, str):
+        return str(version)
+    distributions = sorted(set(_distributions().get(top, ())))
+    return ", ".join(f"{dist} {importlib.metadata.version(dist)}" for dist in distributions) or "no version"
+
+
+@functools.cache
+def _distributions() -> dict[str, list[str]]:
+    """Each importable top-level name's installed distributions (read once: it scans them all)."""
+    return importlib.metadata.packages_distributions()
+
+
 @functools.lru_cache(maxsize=4096)
 def _names_read(code: types.CodeType) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(the globals read by name, every name used) in `code` and the code nested in it, sorted."""
@@ -157,6 +200,51 @@ def _names_read(code: types.CodeType) -> tuple[tuple[str, ...], tuple[str, ...]]
             globals_read.update(nested_globals)
             names.update(nested_names)
     return tuple(sorted(globals_read)), tuple(sorted(names))
+
+
+@functools.lru_cache(maxsize=4096)
+def _imports(code: types.CodeType) -> tuple[tuple[int, str], ...]:
+    """(level, name) of each `import` statement in `code` and the code nested in it, sorted."""
+    instructions = list(dis.get_instructions(code))
+    found = {(_import_level(instructions, i), ins.argval) for i, ins in enumerate(instructions)
+             if ins.opname == "IMPORT_NAME"}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found.update(_imports(const))
+    return tuple(sorted(found))
+
+
+def _import_level(instructions: list, index: int) -> int:
+    """The level of the import at `index` (0 absolute; 1 for `from . import`): the constant loaded
+    two instructions before IMPORT_NAME (level, then the names imported)."""
+    level = instructions[index - 2] if index >= 2 else None
+    return level.argval if level is not None and level.opname == "LOAD_CONST" and isinstance(level.argval, int) else 0
+
+
+def _imported_modules(level: int, name: str, package) -> tuple[str, list[types.ModuleType]]:
+    """The absolute name an import names, and the loaded modules it binds or reads from (the
+    package first, then the module named): none where it is not loaded yet."""
+    try:
+        absolute = importlib.util.resolve_name("." * level + name, package) if level else name
+    except (ImportError, ValueError):   # (a relative import outside a package: it fails when run)
+        return name, []
+    names = [absolute.partition(".")[0], absolute] if absolute else []
+    return absolute, [sys.modules[each] for each in dict.fromkeys(names) if each in sys.modules]
+
+
+def is_library_name(name: str) -> bool:
+    """Whether a module not loaded yet would come from the library (found without importing
+    anything: by its top-level package's location)."""
+    top = name.partition(".")[0]
+    if top in sys.builtin_module_names or top in sys.stdlib_module_names:
+        return True
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    places = [spec.origin] if spec is not None and isinstance(spec.origin, str) else []
+    places += list(spec.submodule_search_locations or ()) if spec is not None else []
+    return bool(places) and all(place in _BUILT_IN_ORIGINS or _is_library_file(place) for place in places)
 
 
 def _class_member(owner: type, name: str):
@@ -186,6 +274,12 @@ def _is_library_class(klass: type) -> bool:
     return isinstance(file, str) and _is_library_file(file)
 
 
+def _is_omegaconf(value) -> bool:
+    """Whether `value` is an OmegaConf config (looked up only where omegaconf is already loaded)."""
+    omegaconf = sys.modules.get("omegaconf")
+    return omegaconf is not None and isinstance(value, omegaconf.Container)
+
+
 @dataclass
 class CallableDigest:
     """The hex sha256 of a callable and what it holds, and the parts that could not be hashed
@@ -203,6 +297,7 @@ def callable_digest(fn, what: str = "the callable") -> CallableDigest:
     globals it reads, by the same rule. Anything else is listed as unhashed."""
     hasher = _Hasher(what)
     hasher.add(fn, what, 0)
+    hasher.follow_names()
     return CallableDigest(hasher.digest.hexdigest(), hasher.unhashed)
 
 
@@ -221,9 +316,35 @@ class _Hasher:
         self._members: set[tuple[int, str]] = set()   # (id of owner, name) of the class members walked
         self._objects = 0   # (values walked, a set's members among them: past MAX_OBJECTS the rest is unhashed)
         self._bound_named = False
+        self._user_modules: list[types.ModuleType] = []   # the user's modules met, in order (followed by name)
 
     def tag(self, *parts) -> None:
         self.digest.update(repr(parts).encode())
+
+    def follow_names(self, model: nn.Module | None = None) -> None:
+        """Hash the attributes the user's code names (`config.SCALE`, `self.temperature`) of the
+        user's modules met and of `model`'s own submodules, until the values walked name no more
+        (an attribute holding a function names others)."""
+        done: set[tuple[str, str]] = set()
+        while todo := [item for item in self._attributes_named(model) if item[:2] not in done]:
+            for owner, attribute, value, where in todo:
+                done.add((owner, attribute))
+                self.tag("attribute", owner, attribute)
+                self.add(value, where, 0)
+
+    def _attributes_named(self, model: nn.Module | None):
+        """(owner, attribute, value, where) for each attribute the code walked names, in a fixed order."""
+        named = []
+        for module in self._user_modules:
+            for attribute in sorted(set(vars(module)) & self.names_used - _PYTHON_MODULE_INTERNALS):
+                named.append((f"module {module.__name__}", attribute, vars(module)[attribute],
+                              f"{self.what}'s {module.__name__}.{attribute}"))
+        for name, sub in model.named_modules() if model is not None else ():
+            if not _is_library_class(type(sub)):
+                for attribute in sorted(set(vars(sub)) & self.names_used - _MODULE_INTERNALS):
+                    named.append((f"submodule {name}", attribute, vars(sub)[attribute],
+                                  f"model's {type(sub).__qualname__}.{attribute}"))
+        return named
 
     def add(self, value, where: str, depth: int) -> None:
         self._objects += 1
@@ -247,6 +368,10 @@ class _Hasher:
         for kinds, add in self._handlers():
             if isinstance(value, kinds):
                 return add(value, where, depth)
+        if _is_omegaconf(value):
+            return self._omegaconf(value, where, depth)
+        if dataclasses.is_dataclass(value):   # (an instance: a dataclass itself is a class, named)
+            return self._dataclass(value, where, depth)
         if callable(value) and hasattr(value, "__dict__"):
             return self._callable_object(value, where, depth)
         self._unhashed(value, where, "an object pazo cannot hash deterministically")
@@ -256,7 +381,7 @@ class _Hasher:
                 (dict, self._mapping), ((set, frozenset), self._set), (types.CodeType, self._code),
                 (types.FunctionType, self._function), (types.MethodType, self._bound),
                 (functools.partial, self._partial), (nn.Module, self._module), (slice, self._slice),
-                (_NAMED, self._named),
+                (types.ModuleType, self._python_module), (enum.Enum, self._enum), (_NAMED, self._named),
                 ((np.generic,), self._numpy_scalar))
 
     def _unhashed(self, value, where: str, why: str) -> None:
@@ -322,6 +447,7 @@ class _Hasher:
         self._function_values(fn, where, depth)
         if not is_library_code(fn):
             self._globals_read(fn, where, depth)
+            self._imports_read(fn, where, depth)
             self._members_named(fn, depth)
 
     def _function_values(self, fn: types.FunctionType, where: str, depth: int) -> None:
@@ -345,6 +471,18 @@ class _Hasher:
                 self.add(fn.__globals__[name], f"{where}'s global {name!r}", depth)
             else:
                 self.tag("no global", name)
+
+    def _imports_read(self, fn: types.FunctionType, where: str, depth: int) -> None:
+        """Each module the code imports when it runs (`import config` in a loss), as a global: the one
+        loaded now. A module of the user's not loaded yet is read only when the code runs: unhashed."""
+        for level, name in _imports(fn.__code__):
+            absolute, modules = _imported_modules(level, name, fn.__globals__.get("__package__"))
+            self.tag("import", level, absolute)
+            for module in modules:
+                self.add(module, f"{where}'s import of {module.__name__}", depth)
+            if not modules and not is_library_name(absolute):
+                self.unhashed.append(f"{where}'s import of {absolute} (a module not loaded yet: its values are "
+                                     "read only when the code runs)")
 
     def _members_named(self, fn: types.FunctionType, depth: int) -> None:
         """The owner classes' methods and class attributes whose names the code uses, each once."""
@@ -387,9 +525,45 @@ class _Hasher:
     def _slice(self, value: slice, where: str, depth: int) -> None:
         self.add((value.start, value.stop, value.step), where, depth)
 
+    def _python_module(self, module: types.ModuleType, where: str, depth: int) -> None:
+        """The library's module by its name and version (its state is that library's); the user's by
+        its name, and the attributes the user's code names (`follow_names`)."""
+        if is_library_module(module):
+            return self.tag("module", module.__name__, library_version(module.__name__))
+        self.tag("user module", module.__name__)
+        if all(module is not known for known in self._user_modules):
+            self._user_modules.append(module)
+
+    def _enum(self, member: enum.Enum, where: str, depth: int) -> None:
+        cls = type(member)
+        self.tag("enum", cls.__module__, cls.__qualname__, member.name)
+        self.add(member.value, f"{where}'s value", depth)
+
+    def _dataclass(self, value, where: str, depth: int) -> None:
+        """A dataclass instance (a config object): its class, its fields and other attributes (in
+        name order), and the `__call__` of a callable one; its methods the code names, as an owner's."""
+        cls = type(value)
+        self.own(cls)
+        self.tag("dataclass", cls.__module__, cls.__qualname__)
+        fields = [item.name for item in dataclasses.fields(value)]
+        state = {name: getattr(value, name) for name in fields if hasattr(value, name)}
+        self.add({**state, **getattr(value, "__dict__", {})}, f"{where}'s fields", depth)
+        if callable(value):
+            self.add(cls.__call__, f"{where}'s __call__", depth)
+
+    def _omegaconf(self, config, where: str, depth: int) -> None:
+        """An OmegaConf config by its values, interpolations resolved (what the code reads from it)."""
+        omegaconf = sys.modules["omegaconf"]
+        try:
+            values = omegaconf.OmegaConf.to_container(config, resolve=True)
+        except omegaconf.errors.OmegaConfBaseException as error:
+            return self._unhashed(config, where, f"a config that cannot be resolved ({type(error).__name__})")
+        self.tag("omegaconf", type(config).__name__)
+        self.add(values, f"{where}'s values", depth)
+
     def _named(self, value, where: str, depth: int) -> None:
-        """A builtin function, a module, a class or a ufunc: by its qualified name (its code is the
-        library's); a builtin bound to an object other than a module also by that object."""
+        """A builtin function, a class or a ufunc: by its qualified name (its code is the library's);
+        a builtin bound to an object other than a module also by that object."""
         name = getattr(value, "__qualname__", None) or getattr(value, "__name__", "")
         self.tag("named", type(value).__name__, getattr(value, "__module__", None), name)
         owner = getattr(value, "__self__", None)

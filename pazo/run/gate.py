@@ -12,7 +12,11 @@ keys, the outlet list of `pazo.run.outlets` that says which keys may be in it. T
   stream's state): owner-only.
 
 Owner-only is 0600 for a file and 0700 for its folder: a run keeps its checkpoint and the record of
-its private computation in `private/` (`workspace`), a sweep its selections' runs in `.private/`.
+its private computation in `private/` (`workspace`), a sweep its selections' runs in `.private/`
+(`SWEEP_WORKSPACE`). Every file in a sweep's `.private/` is owner-only from its creation, whatever
+its status would be in a run of its own: the gate writes it so, and a run launched there writes
+under an owner-only umask (`umask_for`), so that nothing there is ever readable by others, even
+before the sweep seals the folder or where it never does (an interrupted launch).
 The functions below are how pazo writes, copies, moves or seals a file of a run, an audit, a sweep
 or a release; a test over the package's source (tests/privacy/test_gate_source.py) fails when
 another module does so. Files written by Hydra's and W&B's own code (`writer`) are listed too, and
@@ -20,6 +24,7 @@ the gate sets the owner-only ones' modes.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from dataclasses import dataclass
@@ -35,6 +40,10 @@ MODES = {RELEASED: 0o644, PUBLIC: 0o644, PRIVATE_WORKSPACE: 0o600, SECRET: 0o600
 OWNER_ONLY = (PRIVATE_WORKSPACE, SECRET)
 #: a run's private workspace (0700): what must never leave it
 WORKSPACE = "private"
+#: a sweep's private workspace (0700): its selections' draws and their K runs, never released
+SWEEP_WORKSPACE = ".private"
+#: the umask of a process that writes into a sweep's private workspace: what it creates is owner-only
+OWNER_ONLY_UMASK = 0o077
 #: the step of every row a run lets out, one a line, written before the row reaches any outlet
 LEDGER = f"{WORKSPACE}/released_steps"
 
@@ -108,7 +117,7 @@ FILES = {
     ),
     "sweep": (
         File("*/stdout.log", PUBLIC, "a run's console output, the command line without its seed"),
-        File(".private/**", PRIVATE_WORKSPACE, "the selections' draws (K) and their K runs: never released"),
+        File(f"{SWEEP_WORKSPACE}/**", PRIVATE_WORKSPACE, "the selections' draws (K) and their K runs: never released"),
         File(".submitit/**", PUBLIC, "the scheduler's job records and logs (`launcher=submitit`)", writer="submitit"),
     ),
 }
@@ -135,15 +144,51 @@ def _matches(relative: str, pattern: str) -> bool:
 
 # ------------------------------------------------------------------ writes of released and public files
 
+def in_sweep_workspace(path: Path | str) -> bool:
+    """Whether `path` lies in a sweep's private workspace (`<sweep>/.private/`), where every file is
+    owner-only: a K run's released and public files are the workspace's, never released as they are."""
+    path = Path(path)
+    with contextlib.suppress(OSError):   # (a working directory since removed: the path as given)
+        path = path.absolute()
+    return SWEEP_WORKSPACE in path.parts[:-1]
+
+
+def umask_for(folder: Path | str) -> int:
+    """The umask for a process that writes into `folder` (`subprocess.Popen`'s `umask`): owner-only in
+    a sweep's private workspace (the files other programs' code writes there, Hydra's log and launch
+    record, are then owner-only from creation); -1 elsewhere (the parent's)."""
+    return OWNER_ONLY_UMASK if in_sweep_workspace(Path(folder) / "file") else -1
+
+
+@contextlib.contextmanager
+def umask_in(folder: Path | str):
+    """This process's umask, while it has other programs' code write into `folder`, `umask_for`'s
+    (submitit's job records and logs in a sweep's private workspace: owner-only from creation; the
+    jobs it submits inherit it). The umask is the process's: only around work of one thread."""
+    mask = umask_for(folder)
+    before = os.umask(mask) if mask >= 0 else None
+    try:
+        yield
+    finally:
+        if before is not None:
+            os.umask(before)
+
+
+def released_mode(path: Path | str) -> int:
+    """A released or public file's mode: 0644, or 0600 in a sweep's private workspace."""
+    return MODES[PRIVATE_WORKSPACE] if in_sweep_workspace(path) else MODES[RELEASED]
+
+
 def write_released(path: Path | str, content) -> None:
-    """A released or public file, whole or not at all (`pazo.files.rundir.write_atomic`), mode 0644.
-    `content`: bytes, or a function writing into the open binary file."""
-    rundir.write_atomic(path, content, mode=MODES[RELEASED])
+    """A released or public file, whole or not at all (`pazo.files.rundir.write_atomic`), mode
+    `released_mode` from its creation. `content`: bytes, or a function writing into the open binary file."""
+    rundir.write_atomic(path, content, mode=released_mode(path))
 
 
 def open_released(path: Path | str, append: bool = False):
-    """A released or public file opened for binary writing (metrics.jsonl, a run's stdout.log), mode 0644."""
-    return rundir.open_file(path, MODES[RELEASED], append=append)   # (the module's: what a test patches)
+    """A released or public file opened for binary writing (metrics.jsonl, a run's stdout.log), mode
+    `released_mode` (also where an earlier launch left it with another)."""
+    return rundir.open_file(path, released_mode(path), append=append)   # (the module's: what a test patches)
 
 
 def cut_back(path: Path | str, size: int) -> None:

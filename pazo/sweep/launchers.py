@@ -103,7 +103,8 @@ def without_seed(cmd: list[str]) -> list[str]:
 
 
 def run_one(cmd: list[str], run_dir: str, threads: int | None = None, rank: dict[str, str] | None = None) -> int | None:
-    """One training run as a subprocess (`pazo.sweep.child_runs`); its output goes to `<run_dir>/stdout.log`.
+    """One training run as a subprocess (`pazo.sweep.child_runs`); its output goes to `<run_dir>/stdout.log`
+    (in a sweep's private workspace, that and all the run writes are owner-only from creation: `gate.umask_for`).
     `threads` caps its CPU threads: runs side by side that each spin up one OpenMP thread per core
     slow each other down many times over (36x for DP-SGD on digits, two runs on two cores). `rank`:
     rank 0's place in a multi-task job (`rank_environment`). None: not started, a Ctrl-C stopped the
@@ -116,7 +117,8 @@ def run_one(cmd: list[str], run_dir: str, threads: int | None = None, rank: dict
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     with gate.open_released(Path(run_dir) / "stdout.log", append=True) as out:  # a relaunch appends: earlier lines stay
         out.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(without_seed(cmd))}\n".encode())
-        return CHILDREN.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        return CHILDREN.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
+                            umask=gate.umask_for(run_dir))   # (a selection's run: all it writes owner-only)
 
 
 class TrainJob(submitit.helpers.Checkpointable):
@@ -220,7 +222,8 @@ def launch(todo: list[tuple[PlannedRun, Path, list[str]]], launcher: dict, sweep
     kind = launcher.get("launcher", "sequential")
     if kind == "submitit":
         try:
-            return launch_submitit(todo, launcher, sweep_dir, quiet)
+            with gate.umask_in(sweep_dir / ".submitit"):   # (a selection's jobs: their records owner-only)
+                return launch_submitit(todo, launcher, sweep_dir, quiet)
         except KeyboardInterrupt:
             raise Interrupted("the jobs submitted go on under SLURM (squeue lists them; scancel stops them), "
                               "and a relaunch once they have ended runs the rest") from None

@@ -36,7 +36,7 @@ from pazo.privacy.selection import KDistribution, RunAccount, run_epsilon, selec
 from pazo.run.results import guarantee_problem, read_json_object
 
 #: the folder under a sweep's directory that holds the K runs of every selection (never released)
-PRIVATE = ".private"
+PRIVATE = gate.SWEEP_WORKSPACE
 #: the validation score a selection picks on (summary.json key); a run without it scores lowest
 SCORE = "final_val_accuracy"
 #: training sets' published sizes, for a dry run whose data are not on this machine (n estimated)

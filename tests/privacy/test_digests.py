@@ -2,16 +2,21 @@
 process, different when any value they cover differs, and what they cannot cover named."""
 from __future__ import annotations
 
+import dataclasses
+import enum
 import functools
+import importlib
 import json
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 from torch import nn
 
 from pazo.run import digests
@@ -73,8 +78,9 @@ values = st.one_of(st.floats(allow_nan=False), st.integers(), st.text(max_size=4
 
 @settings(max_examples=60, deadline=None)
 @given(a=values, b=values)
+@example(a=torch.tensor([0.0]), b=torch.tensor([-0.0]))   # (equal as numbers, not bit for bit: 1 / x differs)
 def test_a_loss_digest_differs_exactly_when_a_value_it_holds_differs(a, b):
-    same = type(a) is type(b) and (torch.equal(a, b) if isinstance(a, torch.Tensor) else repr(a) == repr(b))
+    same = canonical(a) == canonical(b)
     one, two = callable_digest(closure_with(a)), callable_digest(closure_with(b))
     assert (one.hex == two.hex) == same and one.unhashed == two.unhashed == []
     partial_a = functools.partial(torch.nn.functional.cross_entropy, label_smoothing=a)
@@ -299,3 +305,170 @@ def test_past_the_bound_any_container_of_a_global_is_named_once(kind, extra):
         digests.MAX_OBJECTS = before
     assert len(digest.unhashed) == 1 and "loss_fn's global 'GLOBAL'" in digest.unhashed[0]
     assert "more than 50 objects" in digest.unhashed[0]
+
+
+# ------------------------------------------------- config objects, the user's modules, the library's modules
+
+class Kind(enum.Enum):
+    SMALL = "small"
+    LARGE = 2
+
+
+@dataclasses.dataclass
+class Inner:
+    value: object = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Config:
+    """A config object as a researcher's loss reads it: a field, a nested dataclass, an enum."""
+    inner: Inner
+    kind: Kind = Kind.SMALL
+    extra: object = 0.0
+
+
+#: a user's module (a real module object, as `import settings` gives): a helper reading its own global
+SETTINGS_MODULE = '''
+def helper():
+    return OTHER
+OTHER = 0
+'''
+
+#: a loss that reads a global config object and an attribute of the user's module `settings`
+READING_LOSS = '''
+def loss_fn(outputs, targets):
+    used = (CONFIG, settings.SCALE, settings.helper())
+    return outputs.sum(1) * 0.0
+'''
+
+
+def settings_module(scale, other=0) -> types.ModuleType:
+    """A user module `settings` (no file: as one made in a notebook) holding SCALE and OTHER."""
+    module = types.ModuleType("settings")
+    exec(SETTINGS_MODULE, vars(module))
+    module.SCALE, module.OTHER = scale, other
+    with open(os.devnull) as handle:   # an attribute the code never names: not hashed, so not unhashed
+        module.unread = handle
+    return module
+
+
+def reading_loss(config, module):
+    namespace = {"__name__": "user_loss", "CONFIG": config, "settings": module}
+    exec(READING_LOSS, namespace)
+    return namespace["loss_fn"]
+
+
+text = st.text("abcxyz", max_size=3)   # (no "$": an OmegaConf interpolation is tested on its own)
+config_leaves = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), text)
+config_values = st.recursive(config_leaves, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(text, inner, max_size=3)), max_leaves=6)
+
+
+def omegaconf_global(value):
+    return OmegaConf.create({"value": value, "copy": "${value}"})
+
+
+def dataclass_global(value):
+    return Config(Inner(value), Kind.LARGE if isinstance(value, bool) else Kind.SMALL, extra=[value])
+
+
+@settings(max_examples=60, deadline=None)
+@given(where=st.sampled_from(["dataclass", "omegaconf", "module attribute", "module's function's global"]),
+       a=config_values, b=config_values)
+@example(where="dataclass", a=1.0, b=2.0)
+@example(where="omegaconf", a={"t": 1}, b={"t": 1.0})
+@example(where="module attribute", a=2.0, b=3.0)
+@example(where="module's function's global", a="a", b="b")
+def test_a_digest_differs_exactly_when_a_config_object_or_a_user_module_attribute_the_loss_reads_differs(
+        where, a, b):
+    def loss(value):
+        config = {"dataclass": dataclass_global, "omegaconf": omegaconf_global}.get(where, lambda v: None)(value)
+        module = settings_module(scale=value if where == "module attribute" else 1.0,
+                                 other=value if where == "module's function's global" else 0)
+        return reading_loss(config, module)
+    one, again, two = (callable_digest(loss(value), "loss_fn") for value in (a, a, b))
+    assert one.unhashed == two.unhashed == []
+    assert one.hex == again.hex   # (equal values in other objects: the same digest)
+    assert (one.hex == two.hex) == (canonical(a) == canonical(b))
+
+
+def test_an_omegaconf_config_is_hashed_by_its_resolved_values_and_a_broken_one_named():
+    def digest(config):
+        return callable_digest(reading_loss(config, settings_module(1.0)), "loss_fn")
+    base = digest(OmegaConf.create({"a": 1, "b": "${a}"}))
+    assert base == digest(OmegaConf.create({"a": 1, "b": 1}))   # what the code reads: the resolved value
+    assert base.hex != digest(OmegaConf.create({"a": 2, "b": "${a}"})).hex
+    broken = digest(OmegaConf.create({"b": "${nowhere}"}))
+    assert broken.unhashed == ["loss_fn's global 'CONFIG' (DictConfig: a config that cannot be resolved "
+                               "(InterpolationKeyError))"]
+
+
+def test_a_library_module_counts_by_its_name_and_version(monkeypatch):
+    namespace = {"__name__": "user_loss"}
+    exec("import numpy as np\ndef loss_fn(outputs, targets):\n    return outputs * np.pi", namespace)
+    before = callable_digest(namespace["loss_fn"])
+    assert digests.library_version("numpy") == np.__version__ and digests.library_version("json").startswith("python")
+    assert all(digests.is_library_module(module) for module in (np, sys, torch.ops, torch.classes, torch._C._nn))
+    assert not digests.is_library_module(types.ModuleType("settings"))   # (made in code: the user's)
+    monkeypatch.setattr(digests, "library_version", lambda name: "another version")
+    assert before.unhashed == [] and callable_digest(namespace["loss_fn"]).hex != before.hex
+
+
+def test_a_module_the_loss_imports_when_it_runs_is_covered_as_loaded_or_named_when_not(tmp_path, monkeypatch):
+    name = f"user_settings_{os.getpid()}"
+    (tmp_path / f"{name}.py").write_text("SCALE = 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    namespace = {"__name__": "user_loss"}
+    exec(f"def loss_fn(outputs, targets):\n    import {name}\n    return outputs * {name}.SCALE", namespace)
+    not_loaded = callable_digest(namespace["loss_fn"], "loss_fn")
+    assert not_loaded.unhashed == [f"loss_fn's import of {name} (a module not loaded yet: its values are read only "
+                                   "when the code runs)"]
+    module = importlib.import_module(name)
+    monkeypatch.delitem(sys.modules, name)   # (gone again after the test)
+    monkeypatch.setitem(sys.modules, name, module)
+    loaded = callable_digest(namespace["loss_fn"], "loss_fn")
+    module.SCALE = 2.0
+    assert loaded.unhashed == [] and callable_digest(namespace["loss_fn"]).hex != loaded.hex
+
+
+#: a user's module (a file of one's own) whose loss reads a dataclass, an enum, an OmegaConf config and an
+#: attribute of another module of the user's, imported at the top and inside the loss
+CONFIG_MODULE = '''
+import dataclasses, enum
+from omegaconf import OmegaConf
+import {other}
+
+class Kind(enum.Enum):
+    SMALL = "small"
+
+@dataclasses.dataclass
+class Config:
+    temperature: float = 2.0
+    kind: Kind = Kind.SMALL
+    tags: dict = dataclasses.field(default_factory=lambda: {{"z": 1, "a": [1, "x"], "m": {{"q": 2.0}}}})
+
+CONFIG = Config()
+SETTINGS = OmegaConf.create({{"scale": 1.5, "read": "${{scale}}", "nested": {{"b": [1, 2], "a": "s"}}}})
+
+def loss_fn(outputs, targets):
+    import {other} as again
+    return outputs * CONFIG.temperature * SETTINGS.read * {other}.SCALE * again.helper()
+'''
+
+
+def test_config_objects_and_user_modules_digest_the_same_in_another_process(tmp_path):
+    """(Another process hashes strings and orders sets and dicts' iteration otherwise: PYTHONHASHSEED differs.)"""
+    name, other = f"user_config_{os.getpid()}", f"user_other_{os.getpid()}"
+    (tmp_path / f"{other}.py").write_text("SCALE = 3.0\ndef helper():\n    return OTHER\nOTHER = 4.0\n")
+    (tmp_path / f"{name}.py").write_text(CONFIG_MODULE.format(other=other))
+    script = f"import {name}\nfrom pazo.run.digests import callable_digest\nprint(callable_digest({name}.loss_fn).hex)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]), "PYTHONHASHSEED": "4321"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+    sys.path.insert(0, str(tmp_path))
+    try:
+        here = callable_digest(importlib.import_module(name).loss_fn)
+    finally:
+        sys.path.remove(str(tmp_path))
+        for module in (name, other):
+            sys.modules.pop(module, None)
+    assert here.unhashed == [] and out.strip() == here.hex

@@ -9,13 +9,16 @@ bit for bit. A loss that cannot be hashed deterministically gets fresh OS entrop
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
+import types
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 from test_library import SIGMA_CACHE, run_all, tiny_data
 from torch import nn
 
@@ -284,3 +287,72 @@ def test_a_global_that_cannot_be_hashed_draws_fresh_entropy_and_is_named_in_the_
     subject = "loss_fn" if which == "loss_global" else "model"
     note = next(n for n in first.plan.notes if n.startswith(f"{subject} could not be hashed"))
     assert part in note and capsys.readouterr().out.count(note) == 1
+
+
+# ------------------------------------------- config objects and the attributes of the user's modules the loss reads
+
+#: a loss that reads a global config object and an attribute of the user's module `settings` (`import settings`)
+CONFIG_CODE = '''
+from pazo.models.functional import cross_entropy_per_example
+
+def loss_fn(outputs, targets):
+    used = (CONFIG, settings.SCALE)
+    return cross_entropy_per_example(outputs, targets)
+'''
+
+
+@dataclasses.dataclass
+class LossConfig:
+    """A researcher's config object, as a loss reads it."""
+    temperature: object = 1.0
+    kinds: tuple = ("a", "b")
+
+
+def config_loss(where: str, value):
+    """CONFIG_CODE's loss with `value` held where `where` says: a dataclass's field, an OmegaConf
+    config's value (read through an interpolation), or the user's module's attribute `settings.SCALE`."""
+    config = {"dataclass": lambda: LossConfig(value),
+              "omegaconf": lambda: OmegaConf.create({"temperature": value, "read": "${temperature}"})}
+    settings_module = types.ModuleType("settings")   # (no file: the user's, as a notebook's module)
+    settings_module.SCALE = value if where == "module attribute" else 1.0
+    namespace = {"__name__": "user_code", "CONFIG": config.get(where, lambda: None)(), "settings": settings_module}
+    exec(CONFIG_CODE, namespace)
+    return namespace["loss_fn"]
+
+
+def config_loop(loss_fn, seed=3, **options):
+    """A loop on Buffered with `loss_fn` (non-private unless `options` say: the same streams)."""
+    x, y = tiny_data(0)
+    options = {"method": "dpzero", "epsilon": None, "steps": 3, "batch_size": 16, "seed": seed, "lr": 0.1,
+               "clip": 1.0, "verbose": False, "cache_dir": SIGMA_CACHE, **options}
+    return private_zo(Buffered(), loss_fn, (x, y), **options)
+
+
+config_values = st.one_of(st.integers(), st.floats(allow_nan=False), st.text("abc", max_size=3), st.booleans(),
+                          st.none())
+PLACES = ["dataclass", "omegaconf", "module attribute"]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(where=st.sampled_from(PLACES), a=config_values, b=config_values, seed=st.integers(0, 2**62))
+@example(where="dataclass", a=1.0, b=2.0, seed=1)
+@example(where="omegaconf", a=1.0, b=2.0, seed=1)
+@example(where="module attribute", a=1.0, b=2.0, seed=1)
+def test_loops_that_differ_in_a_config_object_or_a_user_module_attribute_draw_other_noise_and_equal_ones_the_same(
+        where, a, b, seed):
+    one, again, other = (config_loop(config_loss(where, value), seed=seed) for value in (a, a, b))
+    assert one.describe()["key"]["unhashed"] == [] and one.describe()["key"]["replayable"]
+    assert one.streams.fingerprint == again.streams.fingerprint
+    assert secret_draws(one)[0] == secret_draws(again)[0]
+    assert (one.streams.fingerprint == other.streams.fingerprint) == (bits(a) == bits(b))
+    if bits(a) != bits(b):
+        assert secret_draws(one)[0] != secret_draws(other)[0] and not torch.equal(secret_draws(one)[1],
+                                                                                   secret_draws(other)[1])
+
+
+@pytest.mark.parametrize("where", PLACES)
+def test_a_loop_whose_config_object_or_module_attribute_is_equal_is_replayed_bit_for_bit(where):
+    private = {"epsilon": 2.0, "sigma": 4.0}
+    first, second = (config_loop(config_loss(where, 2.0), **private) for _ in range(2))
+    assert first.streams.fingerprint == second.streams.fingerprint
+    assert torch.equal(run_all(first), run_all(second))
