@@ -59,9 +59,11 @@ def evaluate(args) -> list[str]:
 
 def _loads_with(run) -> str:
     lora = run.config.raw.model.get("lora")
+    causal = run.config.raw.model.name == "hf_causal_lm"
     if lora is not None and lora.enabled:
-        return "peft.PeftModel.from_pretrained(base, folder) loads the adapter; adapter_config.json names the base"
-    auto = "AutoModelForCausalLM" if run.config.raw.model.name == "hf_causal_lm" else "AutoModelForMaskedLM"
+        auto = "AutoPeftModelForCausalLM" if causal else "AutoPeftModel"
+        return f"peft.{auto}.from_pretrained(folder) loads the adapter over the base adapter_config.json names"
+    auto = "AutoModelForCausalLM" if causal else "AutoModelForMaskedLM"
     return f"transformers.{auto}.from_pretrained(folder) loads it"
 
 

@@ -17,8 +17,9 @@ import logging
 import math
 from dataclasses import dataclass
 
-from pazo.privacy.accountants import (BudgetError, EpsilonBounds, GaussianAccountant, check_delta, check_run,
-                                      check_target_epsilon, default_eps_error, effective_noise_multiplier)
+from pazo.privacy.accountants import (EPSILON_MAX, PRV_GRID_MAX, BudgetError, EpsilonBounds, GaussianAccountant,
+                                      check_delta, check_run, check_target_epsilon, default_eps_error,
+                                      effective_noise_multiplier, prv_grid)
 from pazo.privacy.calibration import calibrate_sigma
 
 ACCOUNTANTS = ("prv", "pld", "rdp")
@@ -134,7 +135,8 @@ def check_inputs(sample_rate, steps, delta, accountant: str, sigma=None) -> None
 def epsilon_of(sigma: float, sample_rate: float, steps: int, delta: float, accountant: str = "prv",
                eps_error: float | None = None) -> Account:
     """The epsilon T steps at noise multiplier `sigma` spend, by `accountant` (PRV to `eps_error`:
-    a run's is that of its target epsilon, `default_eps_error`; None: from a rough RDP estimate)."""
+    a run's is that of its target epsilon, `default_eps_error`; None: from a rough RDP estimate,
+    no finer than a grid that fits allows)."""
     check_inputs(sample_rate, steps, delta, accountant, sigma)
     if accountant == "prv":
         error = eps_error or _eps_error(sigma, sample_rate, steps, delta)
@@ -147,9 +149,17 @@ def epsilon_of(sigma: float, sample_rate: float, steps: int, delta: float, accou
 
 def _eps_error(sigma: float, sample_rate: float, steps: int, delta: float) -> float:
     """PRV's accuracy for an epsilon not known in advance: 1% of the RDP epsilon (above the true
-    one), at most 0.01, as a run's own accounting uses for its target."""
+    one), at most 0.01, as a run's own accounting uses for its target; but no finer than the
+    finest whose grid fits in memory: the tiny epsilon of a large sigma would otherwise ask for a
+    grid beyond PRV_GRID_MAX and be refused, where a coarser account still bounds it (the answer
+    prints its lower bound beside the upper one)."""
     rough = DpAccountingAccountant("rdp", sigma, sample_rate, steps, delta).upper(steps)
-    return default_eps_error(max(rough, 1e-3))
+    wanted = default_eps_error(max(rough, 1e-3))
+    if sample_rate >= 1:   # exact: no grid
+        return wanted
+    _, points = prv_grid(sigma, sample_rate, steps, delta, wanted)
+    fitting = wanted * points / PRV_GRID_MAX * 1.05   # the grid's points go as 1 / eps_error
+    return min(max(wanted, fitting), default_eps_error(EPSILON_MAX))
 
 
 def sigma_for(epsilon: float, sample_rate: float, steps: int, delta: float, accountant: str = "prv") -> float:

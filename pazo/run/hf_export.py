@@ -4,7 +4,8 @@
 - a full fine-tuning run (`model=hf_causal_lm` / `hf_masked_lm`): the LM's `save_pretrained` output
   and its tokenizer; `AutoModelForCausalLM.from_pretrained(folder)` (or `AutoModelForMaskedLM`);
 - a LoRA run (`model.lora.enabled=true`): a peft adapter (adapter_config.json,
-  adapter_model.safetensors) and the tokenizer; `PeftModel.from_pretrained(base, folder)`, with the
+  adapter_model.safetensors) and the tokenizer; `PeftModel.from_pretrained(base, folder)`, or peft's
+  `AutoPeftModelForCausalLM.from_pretrained(folder)` (`AutoPeftModel` for a masked LM), with the
   base model the adapter config names: `model.path` where it holds pretrained weights, else (a
   base of random weights, `model.random_init` or a folder with a config only) the run's own base
   weights, written to `folder/base/`.
@@ -62,11 +63,23 @@ def _write_adapter(lm, model_cfg, kind: str, tokenizer, folder: Path) -> None:
     config = copy.deepcopy(lm.peft_config["default"])
     config.base_model_name_or_path = _base_reference(lm, model_cfg, kind, tokenizer, folder)
     config.inference_mode = True
+    _name_the_auto_class(config, lm, kind)
     config.save_pretrained(str(folder))
     state = {f"base_model.model.{name}": tensor.detach().cpu().contiguous()
              for name, tensor in get_peft_model_state_dict(lm).items()}
     save_file(state, str(folder / ADAPTER_WEIGHTS), metadata={"format": "pt"})
     _save_tokenizer(tokenizer, folder)
+
+
+def _name_the_auto_class(config, lm, kind: str) -> None:
+    """What peft's `AutoPeftModel*.from_pretrained(folder)` needs to build the base by itself, as
+    `PeftModel.save_pretrained` writes it: a causal LM's task type (`AutoPeftModelForCausalLM`); for
+    a masked LM, which has no peft task type, the base's transformers class (`AutoPeftModel`)."""
+    if kind == "causal":
+        config.task_type = "CAUSAL_LM"
+    else:
+        config.task_type = None
+        config.auto_mapping = {"base_model_class": type(lm).__name__, "parent_library": type(lm).__module__}
 
 
 def _base_reference(lm, model_cfg, kind: str, tokenizer, folder: Path) -> str:

@@ -62,3 +62,37 @@ def test_a_lora_run_loads_as_a_peft_adapter_over_its_base(root, hydra_cfg, tmp_p
     adapted = PeftModel.from_pretrained(base, folder).eval()
     with torch.no_grad():
         assert torch.equal(adapted(input_ids=_ids(loaded)).logits, loaded.model.lm(input_ids=_ids(loaded)).logits)
+
+
+@pytest.fixture(scope="module")
+def masked_root(root):
+    from fixtures import write_tiny_roberta
+
+    write_tiny_roberta(root / "roberta")
+    return root
+
+
+def _trained_masked(hydra_cfg, root, tmp_path, *extra):
+    cfg = hydra_cfg("model=hf_masked_lm", f"model.path={root / 'roberta'}", f"dataset.root={root}", "dataset=sst2",
+                    "dataset.label_words=[' No',' Yes']", "dataset.n_train=24", "dataset.n_val=6",
+                    "train.batch_size=8", "train.steps=2", "method=dpzero", "privacy.sigma=5.0",
+                    "engine.name=inplace", *extra)
+    assert run(cfg, tmp_path / "run")["status"] == "finished"
+    return pazo.load_run(tmp_path / "run")
+
+
+@pytest.mark.parametrize("model", ["opt", "opt_weights", "roberta"])
+def test_a_lora_adapter_loads_with_peft_auto_class_from_its_folder_alone(masked_root, hydra_cfg, tmp_path, model):
+    """peft's own one-line loader (`AutoPeftModelForCausalLM`, `AutoPeftModel` for a masked LM, which
+    has no peft task type) builds the base from the adapter's config and gives the run's logits."""
+    from peft import AutoPeftModel, AutoPeftModelForCausalLM
+
+    if model == "roberta":
+        loaded = _trained_masked(hydra_cfg, masked_root, tmp_path, "model.lora.enabled=true")
+        auto, run_lm = AutoPeftModel, loaded.model.mlm
+    else:
+        loaded = _trained(hydra_cfg, masked_root, tmp_path, model, "model.lora.enabled=true")
+        auto, run_lm = AutoPeftModelForCausalLM, loaded.model.lm
+    adapted = auto.from_pretrained(loaded.export_hf(tmp_path / "adapter"), attn_implementation="eager").eval()
+    with torch.no_grad():
+        assert torch.equal(adapted(input_ids=_ids(loaded)).logits, run_lm(input_ids=_ids(loaded)).logits)
