@@ -21,6 +21,7 @@ from hypothesis import example, given, settings, strategies as st
 from safetensors.torch import load_file
 
 from conftest import run_cache
+from distributed_session import ALL_ZEROTH_ORDER, FIRST_ORDER, one_launch
 from pazo.run.distributed import Group, nonfinite_sum
 from pazo.privacy.device_sum import correctly_rounded, exact_limbs
 from pazo.privacy.mechanisms import exact_sum
@@ -123,33 +124,30 @@ def _steps(tmp_path, specs: list[str], processes: int) -> list[dict]:
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
-ALL_ZEROTH_ORDER = ["mezo:privacy=none", "dpzero", "dp_zo", "dp_zo:method.noise=laplace,privacy.delta=0",
-                    "dp_zogd", "dp_aggzo", "pazo_m", "pazo_p", "pazo_p_prime", "pazo_s"]
-#: one method of each way a release adds its batch: the scalar privatiser, the joint clip, PAZO-S's losses
-QUICK = ["dpzero", "dp_aggzo", "pazo_s"]
-#: the first-order methods that run on several processes (DP-SGD without privacy: the plain mean)
-FIRST_ORDER = ["dpsgd", "dpmd", "dope_sgd", "gep", "dpsgd:privacy=none"]
+#: (ALL_ZEROTH_ORDER, FIRST_ORDER: distributed_session's, every method its one launch runs)
 
 
 @pytest.fixture(scope="module")
-def quick_steps(tmp_path_factory) -> tuple[list[dict], list[dict]]:
-    """QUICK's and FIRST_ORDER's results on 1 and on 2 processes (one launch each: they share it)."""
-    tmp_path = tmp_path_factory.mktemp("quick")
-    specs = QUICK + FIRST_ORDER
-    one, two = _steps(tmp_path, specs, 1), _steps(tmp_path, specs, 2)
-    assert [r["spec"] for r in one] == [r["spec"] for r in two] == specs
-    return one, two
+def launched(tmp_path_factory) -> dict:
+    """The session's one 2-process launch, its one-process references and the runs it left."""
+    return one_launch(tmp_path_factory)
 
 
 def _same_bits(one: list[dict], two: list[dict]) -> None:
-    for a, b in zip(one, two):
+    for a, b in zip(one, two, strict=True):
         assert a["params"] == b["params"], f"{a['spec']}: parameters differ after 3 steps"
         assert a["epsilon"] == b["epsilon"] and b["ranks_agree"]
 
 
-def test_two_processes_train_the_parameters_of_one_bit_for_bit(quick_steps):
-    one, two = quick_steps
-    _same_bits(*([r for r in rows if r["spec"] in QUICK] for rows in (one, two)))
+def _one_and_two(launched: dict, specs: list[str]) -> tuple[list[dict], list[dict]]:
+    """`specs`' results on one process (here) and on the launch's two (rank 0's lines)."""
+    return [launched["one"][s] for s in specs], [launched["ranks"][0][s] for s in specs]
+
+
+def test_two_processes_train_the_parameters_of_one_bit_for_bit(launched):
+    """Every zeroth-order method on digits, 3 steps: the same parameters, to the bit, on every rank,
+    with the same epsilon."""
+    _same_bits(*_one_and_two(launched, ALL_ZEROTH_ORDER))
 
 
 @pytest.mark.slow
@@ -161,15 +159,14 @@ def _params(result: dict) -> np.ndarray:
     return np.frombuffer(bytes.fromhex(result["params"]), dtype=result["dtype"])
 
 
-def test_two_processes_train_the_first_order_parameters_of_one_within_float_rounding(quick_steps):
+def test_two_processes_train_the_first_order_parameters_of_one_within_float_rounding(launched):
     """DP-SGD, DPMD, DOPE-SGD and GEP on 2 processes: each rank clips its shard's per-example
     gradients and sums them; the sums are gathered and added in rank order (the same floats on every
     rank) and the noise, drawn alike on every rank, is added once. Not bit for bit: one process adds
     the whole batch's gradients in another order (float32 here), so after 3 steps the parameters are
     one process's within float rounding (about 1e-8 apart on digits; a rank that missed the other's
     shard would be about 1e-3 off), with the same epsilon, and every rank holds the same bits."""
-    one, two = quick_steps
-    for a, b in ((a, b) for a, b in zip(one, two) if a["spec"] in FIRST_ORDER):
+    for a, b in zip(*_one_and_two(launched, FIRST_ORDER), strict=True):
         assert b["ranks_agree"], f"{b['spec']}: the ranks' parameters differ"
         assert a["epsilon"] == b["epsilon"]
         np.testing.assert_allclose(_params(b), _params(a), rtol=0, atol=1e-6, err_msg=a["spec"])
@@ -181,6 +178,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow   # (torchrun and pazo-train, 3 processes; the default suite's: test_a_follower_writes_nothing...)
 def test_torchrun_pazo_train_is_the_one_process_run_and_rank_1_writes_nothing(tmp_path):
     args = ["-m", "pazo.train", "dataset=digits", "method=dpzero", "train.steps=4", "logger.report_to=[]"]
     cwd = tmp_path / "elsewhere"
@@ -214,6 +212,7 @@ def _errors(text: str) -> list[str]:
     return [line for line in text.splitlines() if "pazo: error:" in line]
 
 
+@pytest.mark.slow   # (pazo-train's ranks; the default suite's: test_ranks_whose_configs_differ_..._in_one_launch)
 def test_a_rank_whose_config_differs_is_refused_before_compute_on_every_rank(tmp_path):
     port = _free_port()
     ranks = [_rank(tmp_path, 0, port, "train.steps=3"), _rank(tmp_path, 1, port, "train.steps=3", "method.lr=0.5")]
@@ -312,6 +311,7 @@ def _preempt_on_two(tmp_path, step: int, *overrides: str) -> dict:
     return json.loads((tmp_path / "run" / "summary.json").read_text())
 
 
+@pytest.mark.slow   # (pazo-train's ranks; the default suite's: test_a_run_resumes_..._in_one_launch)
 def test_a_run_resumes_on_two_processes_and_back_on_one_as_the_same_run(tmp_path, hydra_cfg, monkeypatch):
     """One process to step 1, two to step 3 (rank 1 reads rank 0's checkpoint), one to the end: the
     uninterrupted one-process run's parameters, rows and epsilon, bit for bit."""
@@ -348,6 +348,7 @@ def test_a_follower_that_cannot_read_rank_0s_checkpoint_starts_nowhere(tmp_path)
     assert loop.step == 0 and where.startswith("no step: rank 0's checkpoint") and "shared file system" in where
 
 
+@pytest.mark.slow   # (pazo-train's ranks; the default suite's: test_a_refusal_on_rank_0_..._in_one_launch)
 def test_a_refusal_on_rank_0_before_the_first_exchange_ends_every_rank_with_its_line_once(tmp_path):
     """Rank 0 refuses the launch after the ranks joined, before they exchange anything (its run
     directory in use by another launch: a check only rank 0 makes). Was: rank 0 exit 2, rank 1 lost
@@ -372,3 +373,61 @@ def test_a_config_refused_on_every_rank_is_said_once(tmp_path):
     outs = [p.communicate(timeout=300) for p in ranks]
     assert [p.returncode for p in ranks] == [2, 2]
     assert [len(_errors(out + err)) for out, err in outs] == [1, 0], outs
+
+
+# ------------------------------------------------------------------ the default suite's: one launch
+
+def test_a_run_resumes_from_one_process_on_two_and_back_on_one_in_one_launch(launched):
+    """One process to step 1, the launch's two to step 3 (rank 1 reads rank 0's checkpoint), one to
+    the end: the uninterrupted one-process run's parameters, rows and epsilon, bit for bit; the
+    2-process attempt's summary says its world size and that a rank exchanged bytes, not a model."""
+    root, whole, last = launched["root"], launched["whole"]["resumed"], launched["last"]["resumed"]
+    on_two = launched["two"]["resumed"]
+    assert launched["first"]["stopped_at_step"] == 1
+    assert [launched["ranks"][r]["resumed"].get("status") for r in (0, 1)] == ["preempted", "followed"]
+    assert on_two["resumed_from_step"] == 1 and on_two["stopped_at_step"] == 3
+    assert on_two["distributed"]["world_size"] == 2 and 0 < on_two["distributed"]["rank_bytes_per_step"] < 4096
+    assert last["resumed_from_step"] == 3 and last["status"] == "finished"
+    assert _rows(root / "resumed") == _rows(root / "whole_resumed")
+    assert last["privacy"]["epsilon_spent"] == whole["privacy"]["epsilon_spent"]
+    a, b = load_file(root / "whole_resumed/model.safetensors"), load_file(root / "resumed/model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_killed_rank_ends_the_run_with_one_line_and_one_process_resumes_it_in_one_launch(launched):
+    """pazo-train on 2 ranks, rank 1 killed (SIGKILL) as its step 5 starts: rank 0 ends at once with
+    one line, exit 75 (a fault of the machine: resumable), its summary says so; one process then
+    resumes from the step-4 checkpoint to the uninterrupted run's parameters, bit for bit."""
+    root, (leader, follower) = launched["root"], launched["outputs"]
+    assert launched["exits"] == [75, -signal.SIGKILL], leader[-3000:]
+    assert "Traceback" not in leader + follower
+    errors = _errors(leader)
+    assert len(errors) == 1 and "another rank of this run stopped answering" in errors[0], leader[-3000:]
+    fault = launched["two"]["killed"]
+    assert fault["status"] == "fault" and "another rank" in fault["failure"]
+    assert launched["last"]["killed"]["resumed_from_step"] == 4 and launched["last"]["killed"]["status"] == "finished"
+    a, b = load_file(root / "whole_killed/model.safetensors"), load_file(root / "killed/model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_ranks_whose_configs_differ_refuse_the_run_in_one_launch(launched):
+    """Rank 1 with another learning rate: every rank refuses, before the run's first write."""
+    for rank in (0, 1):
+        refusal = launched["ranks"][rank]["differs"]
+        assert refusal["error"] == "ConfigError" and "differ in config" in refusal["message"], refusal
+    assert not (launched["root"] / "differs" / "summary.json").exists()
+
+
+def test_a_refusal_on_rank_0_before_the_first_exchange_ends_every_rank_in_one_launch(launched):
+    """Rank 0 refuses the launch (its run directory in use by another launch: a check only rank 0
+    makes) and tells rank 1 in the exchange it waits in: rank 1 ends as refused (LeaderRefused: rank 0
+    prints the line), not as a lost rank."""
+    leader, follower = (launched["ranks"][rank]["locked"] for rank in (0, 1))
+    assert leader["error"] == "ConfigError" and "in use by another launch" in leader["message"], leader
+    assert follower["error"] == "LeaderRefused" and follower["message"] == leader["message"], follower
+
+
+def test_a_follower_writes_nothing_in_one_launch(launched):
+    """The launch's ranks ran in a folder of their own: rank 1 (and rank 0, its runs given their
+    directories) left nothing there."""
+    assert launched["elsewhere"] == []
