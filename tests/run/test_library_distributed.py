@@ -112,3 +112,11 @@ def test_a_loss_fn_that_cannot_be_hashed_is_refused_on_several_processes(monkeyp
     with pytest.raises(ConfigError, match=r"^loss_fn could not be hashed deterministically \(loss_fn holds an "
                                           r"object\): each of the 2 processes .* give fingerprint="):
         _loop_on(2, seed=5)
+
+
+def test_a_loop_with_dropout_in_its_queries_is_refused_on_several_processes_naming_the_argument():
+    """Each rank would draw its queries' dropout masks for its own shard (not one process's run)."""
+    with pytest.raises(ConfigError, match=r"^query_dropout=True draws the queries' dropout masks for each rank's "
+                                          r"shard .* the 2 processes would not compute one run: run it as one "
+                                          r"process, or with query_dropout=False$"):
+        _loop_on(2, seed=5, query_dropout=True)
