@@ -159,13 +159,26 @@ def launch_and_compare(root: Path, env: dict) -> dict:
         try:
             one = references(root)
             whole = {name: run_here(overrides, root / f"whole_{name}") for name, overrides in RUNS.items()}
+        except BaseException:   # (a Ctrl-C, or a reference that failed: the ranks are not waited for)
+            for p in ranks:
+                p.kill()
+            raise
         finally:
             ended = finish_ranks(ranks)
+    records = [_records(root / f"rank{r}.jsonl") for r in range(2)]
+    _check_every_job_ran(json.loads(plan.read_text()), records, ended)
     two = {name: _summary(root / name) for name in RUNS}   # (as the launch left them)
     last = {name: run_here(overrides, root / name) for name, overrides in RUNS.items()}   # on 1 process
-    return {"one": one, "ranks": [_records(root / f"rank{r}.jsonl") for r in range(2)],
+    return {"one": one, "ranks": records,
             "exits": [code for code, _ in ended], "outputs": [text for _, text in ended], "first": first,
             "two": two, "last": last, "whole": whole, "elsewhere": sorted(os.listdir(root / "elsewhere"))}
+
+
+def _check_every_job_ran(jobs: list[dict], records: list[dict], ended: list[tuple[int, str]]) -> None:
+    """Each rank recorded every job but the last (whose rank 1 is killed): else what it said."""
+    for rank, (found, (code, output)) in enumerate(zip(records, ended)):
+        missing = [job["name"] for job in jobs[:-1] if job["name"] not in found]
+        assert not missing, f"rank {rank} (exit {code}) did not run {missing[0]}: {output[-3000:]}"
 
 
 def _records(path: Path) -> dict:
