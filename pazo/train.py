@@ -304,13 +304,14 @@ def cli() -> None:
 
 def _said_by_rank_0(argv: list[str], problem: str) -> bool:
     """Whether torchrun's rank 0 prints `problem` too, this being another rank: a refusal of the
-    config alone, which every rank reaches from the same command line (this rank's device, or
-    where it would write, may differ from rank 0's: said by the rank that finds it)."""
+    config alone, or of what its ranks cannot share, which every rank reaches from the same command
+    line (this rank's device, or where it would write, may differ from rank 0's: said by the rank
+    that finds it)."""
     from pazo.run import cli as command_line
 
     if os.environ.get("RANK", "0") == "0" or os.environ.get("WORLD_SIZE", "1") in ("", "1"):
         return False
-    return problem == command_line.check_overrides(argv)
+    return problem == command_line.check_overrides(argv, check=_check_ranks_can_share)
 
 
 def _torchrun_problem(single: bool) -> str | None:
@@ -425,7 +426,7 @@ def _command_line_problem(argv: list[str], single: bool) -> str | None:
     if any(k == "audit" or k.startswith("audit.") for k in keys):
         return command_line.DEBUG_ONLY if "audit.debug_break" in keys else \
             "audit.* settings belong to the privacy audit (python -m pazo.audit), not to a training run"
-    problem = command_line.check_overrides(argv, check=_check_device)   # (the device too, before Hydra runs)
+    problem = command_line.check_overrides(argv, check=_check_launch)   # (the device too, before Hydra runs)
     if problem or not single:
         return problem
     return command_line.check_single_launch(argv)
@@ -435,6 +436,25 @@ def _check_device(cfg) -> None:
     from pazo.run.build import resolve_device
 
     resolve_device(cfg.device)
+
+
+def _check_launch(cfg) -> None:
+    """The device, and under torchrun whether the ranks can share the run: found by every rank
+    before any joins, and said once (`_said_by_rank_0`)."""
+    _check_device(cfg)
+    _check_ranks_can_share(cfg)
+
+
+def _check_ranks_can_share(cfg) -> None:
+    """Under torchrun (WORLD_SIZE > 1), the run's method, secure mode and query dropout
+    (`pazo.run.build.require_shards`, which the run applies again as it builds)."""
+    from pazo.methods import method_info
+    from pazo.run import distributed
+    from pazo.run.build import require_shards
+
+    rank, world = distributed.world_from_environment()
+    require_shards(method_info(cfg.method.name), distributed.Group(rank, world), cfg.privacy.secure_mode,
+                   cfg.engine.query_dropout)
 
 
 def run_multirun(jobs) -> None:

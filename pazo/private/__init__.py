@@ -288,7 +288,7 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
         streams = _keyed_streams(seed, secure, key, private, public_split, module)
         plan = _library_plan(privacy, len(private), batch_size, steps, method_cfg, key, seeded=not secure)
         engine_cfg = EngineSchema(name=engine, chunk_size=chunk_size, query_dropout=query_dropout)
-        group = _library_group(method_cfg, secure, key)
+        group = _library_group(method_cfg, secure, key, query_dropout)
         zo_method, engine_facts = _method_on_engine(method_cfg, fmodel, plan, streams, public_split, engine_cfg,
                                                     batch_size, group, lambda: _rank_facts(key, private, seed))
     module.train()
@@ -347,14 +347,15 @@ def _method_on_engine(method_cfg: MethodConfig, model: FunctionalModel, plan: Pr
     return method, {"requested": engine_cfg.name, "name": name, "reason": reason}
 
 
-def _library_group(method_cfg: MethodConfig, secure: bool, key: LibraryKey) -> distributed.Group:
+def _library_group(method_cfg: MethodConfig, secure: bool, key: LibraryKey, query_dropout: bool) -> distributed.Group:
     """The torch.distributed group the loop runs in (`distributed.library_group`; one process: none),
     once its ranks can share every batch and its noise: drawn alike on every rank from the seed and
-    the key, never from a rank's own entropy (secure mode, an unhashable loss_fn)."""
+    the key, never from a rank's own entropy (secure mode, an unhashable loss_fn), its queries in
+    eval mode (`require_shards`)."""
     group = distributed.library_group(TrainSchema.distributed_timeout_s)
     if not group.several:
         return group
-    require_shards(method_info(method_cfg.name), group, secure_mode=False)
+    require_shards(method_info(method_cfg.name), group, secure_mode=False, query_dropout=query_dropout)
     require(not secure, f"secure_mode=True (or no seed) draws each process's Poisson batches and noise from its own "
             f"entropy: the {group.world_size} processes of this torch.distributed group would not share them; give "
             "every rank the same secret seed, or run the loop as one process")

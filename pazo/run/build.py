@@ -198,7 +198,7 @@ def build_run(cfg: RunConfig | DictConfig, *, earlier_engine: dict | None = None
     cfg, method_cfg = typed.raw, typed.method
     info = method_info(method_cfg.name)
     group = distributed.current()
-    require_shards(info, group, typed.privacy.secure_mode)
+    require_shards(info, group, typed.privacy.secure_mode, typed.engine.query_dropout)
     streams = RandomStreams(typed.seed, secure=typed.privacy.secure_mode,
                             fingerprint=computation_fingerprint(typed.values))
     if data is None:
@@ -230,10 +230,11 @@ def build_run(cfg: RunConfig | DictConfig, *, earlier_engine: dict | None = None
                threads=threads, data_digest=key_digests["private_data_sha256"], key_digests=key_digests, group=group)
 
 
-def require_shards(info: MethodInfo, group: distributed.Group, secure_mode: bool) -> None:
+def require_shards(info: MethodInfo, group: distributed.Group, secure_mode: bool, query_dropout: bool = False) -> None:
     """Several processes share a batch only with a method whose sums over it they can add, and only
     drawing it and its noise from the seeded streams every rank shares (secure mode draws each
-    process's own from the operating system)."""
+    process's own from the operating system), and with queries in eval mode (dropout masks drawn in
+    train mode are drawn for a rank's shard, so each example's mask depends on how the batch is split)."""
     if not group.several:
         return
     if not info.cls.shards_batches:
@@ -243,6 +244,10 @@ def require_shards(info: MethodInfo, group: distributed.Group, secure_mode: bool
     if secure_mode:
         raise ConfigError("privacy.secure_mode=true draws each process's batches and noise from its own "
                           "entropy, so the ranks of a torchrun would not share them: run it as one process")
+    if query_dropout:
+        raise ConfigError("engine.query_dropout=true draws the queries' dropout masks for each rank's shard of a "
+                          f"batch, not for the whole batch as one process does, so the {group.world_size} processes "
+                          "would not compute one run: run it as one process, or with engine.query_dropout=false")
 
 
 def assemble_method(method_cfg: MethodConfig, *, model: FunctionalModel, plan: PrivacyPlan, streams: RandomStreams,

@@ -193,8 +193,9 @@ def check_can_launch(launcher: dict, overrides: list[str], todo=()) -> None:
 
 def check_ranks_can_share(todo, world_size: int) -> None:
     """With jobs of `world_size` > 1 tasks, every run of `todo` (planned run, directory, command) a
-    training run whose method shards its batches, without secure mode (each command's last
-    `privacy.secure_mode`): the refusal `pazo-train` under torchrun would give, before submission."""
+    training run whose method shards its batches, without secure mode or dropout in its queries (each
+    command's last `privacy.secure_mode`, `engine.query_dropout`): the refusal `pazo-train` under
+    torchrun would give, before submission."""
     from pazo.methods import method_info
     from pazo.run.build import require_shards
     from pazo.run.distributed import Group
@@ -205,12 +206,17 @@ def check_ranks_can_share(todo, world_size: int) -> None:
         if "pazo.train" not in cmd:
             raise ConfigError(f"a job of {world_size} tasks is one training run on {world_size} processes; "
                               f"{cmd[2]} runs as one process: set nodes=1 and tasks_per_node=1; no job was submitted")
-        secure = [a.partition("=")[2] for a in cmd if a.lstrip("+~").startswith("privacy.secure_mode=")]
         try:
-            require_shards(method_info(run.method), Group(0, world_size),
-                           bool(secure) and secure[-1].lower() == "true")
+            require_shards(method_info(run.method), Group(0, world_size), last_flag(cmd, "privacy.secure_mode"),
+                           last_flag(cmd, "engine.query_dropout"))
         except ConfigError as err:
             raise ConfigError(f"run {run.run_id}: {err}; no job was submitted") from None
+
+
+def last_flag(cmd: list[str], key: str) -> bool:
+    """Whether the last override of the boolean `key` in the command `cmd` sets it true (none: false)."""
+    given = [a.partition("=")[2] for a in cmd if a.lstrip("+~").startswith(f"{key}=")]
+    return bool(given) and given[-1].lower() == "true"
 
 
 def launch(todo: list[tuple[PlannedRun, Path, list[str]]], launcher: dict, sweep_dir: Path,

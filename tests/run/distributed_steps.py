@@ -1,4 +1,6 @@
-"""Run by `test_distributed.py` (and `test_distributed_opt.py`), as one process or under torchrun:
+"""Run by the slow tests of `test_distributed.py` (and `test_distributed_opt.py`), as one process or under
+torchrun (the default suite calls `run_method` in its one launch, `distributed_launch.py`, and for the
+one-process references, `distributed_session.py`):
 each method's run on digits (or the data set and model a spec's overrides name) for a few steps
 (the run's own assembly and steps, nothing written), and, on rank 0, a JSON line per method with
 its parameters' bytes (hex), their dtype, its epsilon and whether every rank holds them.

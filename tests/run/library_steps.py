@@ -1,4 +1,5 @@
-"""Run by `test_library_distributed.py`, as one process or under torchrun: the library loop
+"""Run by the slow test of `test_library_distributed.py`, as one process or under torchrun (the default
+suite calls `run_method` in its one launch, `distributed_launch.py`): the library loop
 (`pazo.private.private_zo`) for a few steps of each method on a small model and data, and, on rank 0,
 a JSON line per method with its parameters' bytes (hex), its epsilon and whether every rank holds them.
 The first loop joins torchrun's group itself (RANK, WORLD_SIZE); the next find it initialised, as a

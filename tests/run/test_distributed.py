@@ -5,6 +5,7 @@ a run resumes on another number of processes as the same run; ranks that differ 
 compute; a killed rank ends the run with one line."""
 import json
 import math
+import re
 import os
 import signal
 import socket
@@ -21,6 +22,8 @@ from hypothesis import example, given, settings, strategies as st
 from safetensors.torch import load_file
 
 from conftest import run_cache
+from distributed_session import ALL_ZEROTH_ORDER, FIRST_ORDER, one_launch
+from pazo.methods import METHODS, method_info
 from pazo.run.distributed import Group, nonfinite_sum
 from pazo.privacy.device_sum import correctly_rounded, exact_limbs
 from pazo.privacy.mechanisms import exact_sum
@@ -123,33 +126,30 @@ def _steps(tmp_path, specs: list[str], processes: int) -> list[dict]:
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
-ALL_ZEROTH_ORDER = ["mezo:privacy=none", "dpzero", "dp_zo", "dp_zo:method.noise=laplace,privacy.delta=0",
-                    "dp_zogd", "dp_aggzo", "pazo_m", "pazo_p", "pazo_p_prime", "pazo_s"]
-#: one method of each way a release adds its batch: the scalar privatiser, the joint clip, PAZO-S's losses
-QUICK = ["dpzero", "dp_aggzo", "pazo_s"]
-#: the first-order methods that run on several processes (DP-SGD without privacy: the plain mean)
-FIRST_ORDER = ["dpsgd", "dpmd", "dope_sgd", "gep", "dpsgd:privacy=none"]
+#: (ALL_ZEROTH_ORDER, FIRST_ORDER: distributed_session's, every method its one launch runs)
 
 
 @pytest.fixture(scope="module")
-def quick_steps(tmp_path_factory) -> tuple[list[dict], list[dict]]:
-    """QUICK's and FIRST_ORDER's results on 1 and on 2 processes (one launch each: they share it)."""
-    tmp_path = tmp_path_factory.mktemp("quick")
-    specs = QUICK + FIRST_ORDER
-    one, two = _steps(tmp_path, specs, 1), _steps(tmp_path, specs, 2)
-    assert [r["spec"] for r in one] == [r["spec"] for r in two] == specs
-    return one, two
+def launched(tmp_path_factory) -> dict:
+    """The session's one 2-process launch, its one-process references and the runs it left."""
+    return one_launch(tmp_path_factory)
 
 
 def _same_bits(one: list[dict], two: list[dict]) -> None:
-    for a, b in zip(one, two):
+    for a, b in zip(one, two, strict=True):
         assert a["params"] == b["params"], f"{a['spec']}: parameters differ after 3 steps"
         assert a["epsilon"] == b["epsilon"] and b["ranks_agree"]
 
 
-def test_two_processes_train_the_parameters_of_one_bit_for_bit(quick_steps):
-    one, two = quick_steps
-    _same_bits(*([r for r in rows if r["spec"] in QUICK] for rows in (one, two)))
+def _one_and_two(launched: dict, specs: list[str]) -> tuple[list[dict], list[dict]]:
+    """`specs`' results on one process (here) and on the launch's two (rank 0's lines)."""
+    return [launched["one"][s] for s in specs], [launched["ranks"][0][s] for s in specs]
+
+
+def test_two_processes_train_the_parameters_of_one_bit_for_bit(launched):
+    """Every zeroth-order method on digits, 3 steps: the same parameters, to the bit, on every rank,
+    with the same epsilon."""
+    _same_bits(*_one_and_two(launched, ALL_ZEROTH_ORDER))
 
 
 @pytest.mark.slow
@@ -161,15 +161,14 @@ def _params(result: dict) -> np.ndarray:
     return np.frombuffer(bytes.fromhex(result["params"]), dtype=result["dtype"])
 
 
-def test_two_processes_train_the_first_order_parameters_of_one_within_float_rounding(quick_steps):
+def test_two_processes_train_the_first_order_parameters_of_one_within_float_rounding(launched):
     """DP-SGD, DPMD, DOPE-SGD and GEP on 2 processes: each rank clips its shard's per-example
     gradients and sums them; the sums are gathered and added in rank order (the same floats on every
     rank) and the noise, drawn alike on every rank, is added once. Not bit for bit: one process adds
     the whole batch's gradients in another order (float32 here), so after 3 steps the parameters are
     one process's within float rounding (about 1e-8 apart on digits; a rank that missed the other's
     shard would be about 1e-3 off), with the same epsilon, and every rank holds the same bits."""
-    one, two = quick_steps
-    for a, b in ((a, b) for a, b in zip(one, two) if a["spec"] in FIRST_ORDER):
+    for a, b in zip(*_one_and_two(launched, FIRST_ORDER), strict=True):
         assert b["ranks_agree"], f"{b['spec']}: the ranks' parameters differ"
         assert a["epsilon"] == b["epsilon"]
         np.testing.assert_allclose(_params(b), _params(a), rtol=0, atol=1e-6, err_msg=a["spec"])
@@ -181,6 +180,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow   # (torchrun and pazo-train, 3 processes; the default suite's: test_a_follower_writes_nothing...)
 def test_torchrun_pazo_train_is_the_one_process_run_and_rank_1_writes_nothing(tmp_path):
     args = ["-m", "pazo.train", "dataset=digits", "method=dpzero", "train.steps=4", "logger.report_to=[]"]
     cwd = tmp_path / "elsewhere"
@@ -214,6 +214,7 @@ def _errors(text: str) -> list[str]:
     return [line for line in text.splitlines() if "pazo: error:" in line]
 
 
+@pytest.mark.slow   # (pazo-train's ranks; the default suite's: test_ranks_whose_configs_differ_..._in_one_launch)
 def test_a_rank_whose_config_differs_is_refused_before_compute_on_every_rank(tmp_path):
     port = _free_port()
     ranks = [_rank(tmp_path, 0, port, "train.steps=3"), _rank(tmp_path, 1, port, "train.steps=3", "method.lr=0.5")]
@@ -258,18 +259,26 @@ def _run_as_one(tmp_path, *overrides: str) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
 
 
-@pytest.mark.parametrize("method, secure_mode, refused", [
-    ("sgd", False, "does not run on several processes yet"),
-    ("dpzero", True, "privacy.secure_mode=true"),
-])
-def test_several_processes_refuse_what_they_cannot_share(method, secure_mode, refused):
+@settings(deadline=None)
+@given(st.sampled_from(sorted(METHODS.names())), st.integers(1, 8), st.booleans(), st.booleans())
+@example("sgd", 2, False, False)      # a method whose sums the ranks cannot add
+@example("dpzero", 2, True, False)    # secure mode: each rank its own entropy
+@example("dpzero", 2, False, True)    # dropout in the queries: each rank's masks drawn for its shard
+def test_several_processes_refuse_what_they_cannot_share(method, world, secure_mode, query_dropout):
+    """One process runs anything; several only a method that shards its batches, without secure mode
+    and with its queries in eval mode (engine.query_dropout=true on 2 processes was not one process's
+    run: small_cnn with dropout 0.5 on digits, dpzero, 3 steps, gave other parameters)."""
     from pazo.errors import ConfigError
     from pazo.run.build import require_shards
-    from pazo.methods import method_info
 
-    require_shards(method_info(method), Group(0, 1), secure_mode)   # one process: anything goes
-    with pytest.raises(ConfigError, match=refused):
-        require_shards(method_info(method), Group(1, 2), secure_mode)
+    info = method_info(method)
+    refused = ([f"method {method!r} does not run on several processes yet"] if not info.cls.shards_batches else []) + \
+        (["privacy.secure_mode=true"] if secure_mode else []) + (["engine.query_dropout=true"] if query_dropout else [])
+    if world == 1 or not refused:
+        require_shards(info, Group(0, world), secure_mode, query_dropout)
+    else:
+        with pytest.raises(ConfigError, match=f"^{re.escape(refused[0])}"):
+            require_shards(info, Group(1, world), secure_mode, query_dropout)
 
 
 @pytest.mark.slow   # (about 30 s: two runs start, rows are written, then Ctrl-C)
@@ -312,6 +321,7 @@ def _preempt_on_two(tmp_path, step: int, *overrides: str) -> dict:
     return json.loads((tmp_path / "run" / "summary.json").read_text())
 
 
+@pytest.mark.slow   # (pazo-train's ranks; the default suite's: test_a_run_resumes_..._in_one_launch)
 def test_a_run_resumes_on_two_processes_and_back_on_one_as_the_same_run(tmp_path, hydra_cfg, monkeypatch):
     """One process to step 1, two to step 3 (rank 1 reads rank 0's checkpoint), one to the end: the
     uninterrupted one-process run's parameters, rows and epsilon, bit for bit."""
@@ -348,6 +358,7 @@ def test_a_follower_that_cannot_read_rank_0s_checkpoint_starts_nowhere(tmp_path)
     assert loop.step == 0 and where.startswith("no step: rank 0's checkpoint") and "shared file system" in where
 
 
+@pytest.mark.slow   # (pazo-train's ranks; the default suite's: test_a_refusal_on_rank_0_..._in_one_launch)
 def test_a_refusal_on_rank_0_before_the_first_exchange_ends_every_rank_with_its_line_once(tmp_path):
     """Rank 0 refuses the launch after the ranks joined, before they exchange anything (its run
     directory in use by another launch: a check only rank 0 makes). Was: rank 0 exit 2, rank 1 lost
@@ -365,10 +376,103 @@ def test_a_refusal_on_rank_0_before_the_first_exchange_ends_every_rank_with_its_
     assert not any("Traceback" in err for _, err in outs)
 
 
-def test_a_config_refused_on_every_rank_is_said_once(tmp_path):
-    """A mistake in the config, found by every rank before they join: exit 2 on each, one line."""
+@settings(deadline=None, max_examples=8)
+@given(st.integers(2, 4).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n - 1))),
+       st.sampled_from(["dpzero", "pazo_s", "dpsgd", "sgd"]), st.booleans(), st.booleans())
+@example((2, 1), "dpzero", False, True)   # query dropout: each rank's masks drawn for its shard
+def test_what_the_ranks_cannot_share_is_refused_on_every_rank_before_they_join_and_said_by_rank_0(
+        rank_world, method, secure_mode, query_dropout):
+    """pazo-train's check of its command line under torchrun (`require_shards`'s rule): every rank
+    finds the same refusal before any joins; a rank other than 0 leaves the line to rank 0."""
+    import pazo.train as train
+    from pazo.methods import method_info
+
+    (world, rank), argv = rank_world, [f"method={method}", "dataset=digits", f"privacy.secure_mode={secure_mode}",
+                                       f"engine.query_dropout={query_dropout}"]
+    shards = method_info(method).cls.shards_batches
+    expected = (f"method {method!r} does not run on several processes yet" if not shards else
+                "privacy.secure_mode=true" if secure_mode else "engine.query_dropout=true" if query_dropout else None)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RANK", str(rank))
+        patch.setenv("WORLD_SIZE", str(world))
+        problem = train._command_line_problem(argv, single=False)   # (the overrides alone: no run directory)
+        said_by_rank_0 = problem is not None and train._said_by_rank_0(argv, problem)
+    assert (problem or "").startswith(expected or ""), problem
+    assert (problem is None) == (expected is None)
+    assert said_by_rank_0 == (problem is not None and rank > 0)
+
+
+@pytest.mark.parametrize("override, says", [
+    ("train.steps=0", "train.steps"),
+    # was: each rank refused it as it built the run, after joining: a line from each, rank 0 lost in
+    # its exchange (torchrun: SIGTERM) unless rank 1 was slower
+    ("engine.query_dropout=true", "engine.query_dropout=true draws the queries' dropout masks"),
+])
+def test_a_config_refused_on_every_rank_is_said_once(tmp_path, override, says):
+    """A mistake in the config, or what the ranks cannot share, found by every rank before they join:
+    exit 2 on each, one line (rank 0's), nothing written."""
     port = _free_port()
-    ranks = [_rank(tmp_path, rank, port, "train.steps=0") for rank in (0, 1)]
+    ranks = [_rank(tmp_path, rank, port, override) for rank in (0, 1)]
     outs = [p.communicate(timeout=300) for p in ranks]
-    assert [p.returncode for p in ranks] == [2, 2]
+    assert [p.returncode for p in ranks] == [2, 2], outs
     assert [len(_errors(out + err)) for out, err in outs] == [1, 0], outs
+    assert says in _errors(outs[0][0] + outs[0][1])[0]
+    assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------ the default suite's: one launch
+
+def test_a_run_resumes_from_one_process_on_two_and_back_on_one_in_one_launch(launched):
+    """One process to step 1, the launch's two to step 3 (rank 1 reads rank 0's checkpoint), one to
+    the end: the uninterrupted one-process run's parameters, rows and epsilon, bit for bit; the
+    2-process attempt's summary says its world size and that a rank exchanged bytes, not a model."""
+    root, whole, last = launched["root"], launched["whole"]["resumed"], launched["last"]["resumed"]
+    on_two = launched["two"]["resumed"]
+    assert launched["first"]["stopped_at_step"] == 1
+    assert [launched["ranks"][r]["resumed"].get("status") for r in (0, 1)] == ["preempted", "followed"]
+    assert on_two["resumed_from_step"] == 1 and on_two["stopped_at_step"] == 3
+    assert on_two["distributed"]["world_size"] == 2 and 0 < on_two["distributed"]["rank_bytes_per_step"] < 4096
+    assert last["resumed_from_step"] == 3 and last["status"] == "finished"
+    assert _rows(root / "resumed") == _rows(root / "whole_resumed")
+    assert last["privacy"]["epsilon_spent"] == whole["privacy"]["epsilon_spent"]
+    a, b = load_file(root / "whole_resumed/model.safetensors"), load_file(root / "resumed/model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_killed_rank_ends_the_run_with_one_line_and_one_process_resumes_it_in_one_launch(launched):
+    """pazo-train on 2 ranks, rank 1 killed (SIGKILL) as its step 5 starts: rank 0 ends at once with
+    one line, exit 75 (a fault of the machine: resumable), its summary says so; one process then
+    resumes from the step-4 checkpoint to the uninterrupted run's parameters, bit for bit."""
+    root, (leader, follower) = launched["root"], launched["outputs"]
+    assert launched["exits"] == [75, -signal.SIGKILL], leader[-3000:]
+    assert "Traceback" not in leader + follower
+    errors = _errors(leader)
+    assert len(errors) == 1 and "another rank of this run stopped answering" in errors[0], leader[-3000:]
+    fault = launched["two"]["killed"]
+    assert fault["status"] == "fault" and "another rank" in fault["failure"]
+    assert launched["last"]["killed"]["resumed_from_step"] == 4 and launched["last"]["killed"]["status"] == "finished"
+    a, b = load_file(root / "whole_killed/model.safetensors"), load_file(root / "killed/model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_ranks_whose_configs_differ_refuse_the_run_in_one_launch(launched):
+    """Rank 1 with another learning rate: every rank refuses, before the run's first write."""
+    for rank in (0, 1):
+        refusal = launched["ranks"][rank]["differs"]
+        assert refusal["error"] == "ConfigError" and "differ in config" in refusal["message"], refusal
+    assert not (launched["root"] / "differs" / "summary.json").exists()
+
+
+def test_a_refusal_on_rank_0_before_the_first_exchange_ends_every_rank_in_one_launch(launched):
+    """Rank 0 refuses the launch (its run directory in use by another launch: a check only rank 0
+    makes) and tells rank 1 in the exchange it waits in: rank 1 ends as refused (LeaderRefused: rank 0
+    prints the line), not as a lost rank."""
+    leader, follower = (launched["ranks"][rank]["locked"] for rank in (0, 1))
+    assert leader["error"] == "ConfigError" and "in use by another launch" in leader["message"], leader
+    assert follower["error"] == "LeaderRefused" and follower["message"] == leader["message"], follower
+
+
+def test_a_follower_writes_nothing_in_one_launch(launched):
+    """The launch's ranks ran in a folder of their own: rank 1 (and rank 0, its runs given their
+    directories) left nothing there."""
+    assert launched["elsewhere"] == []

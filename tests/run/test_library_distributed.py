@@ -15,6 +15,7 @@ from hypothesis import example, given, settings, strategies as st
 from torch import nn
 
 from conftest import run_cache
+from distributed_session import LIBRARY, one_launch
 from pazo.errors import ConfigError
 from pazo.methods import method_names
 from pazo.run import distributed
@@ -51,16 +52,20 @@ def _same_loops(one: list[dict], two: list[dict], methods: list[str]) -> None:
         assert a["epsilon"] == b["epsilon"]
 
 
-#: the scalar privatiser (the first loop: it joins torchrun's group) and PAZO-S's losses (the second:
-#: the group found initialised)
-QUICK = ["dpzero", "pazo_s"]
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory) -> dict:
+    """The session's one 2-process launch, whose first runs are the library loop's (`LIBRARY`)."""
+    return one_launch(tmp_path_factory)
 
 
-def test_two_processes_run_the_library_loop_of_one_bit_for_bit(tmp_path):
-    _same_loops(_loops(tmp_path, QUICK, 1), _loops(tmp_path, QUICK, 2), QUICK)
+def test_two_processes_run_the_library_loop_of_one_bit_for_bit(launched):
+    """The scalar privatiser's loop (the launch's first: it joins the ranks' group itself) and PAZO-S's
+    losses (the group found initialised)."""
+    one, two = ([rows[f"library:{m}"] for m in LIBRARY] for rows in (launched["one"], launched["ranks"][0]))
+    _same_loops(one, two, LIBRARY)
 
 
-@pytest.mark.slow   # (every zeroth-order method: about a minute on 2 loaded cores)
+@pytest.mark.slow   # (every zeroth-order method under torchrun: about a minute on 2 loaded cores)
 def test_two_processes_run_the_library_loop_of_one_bit_for_bit_for_every_zeroth_order_method(tmp_path):
     methods = method_names("zeroth_order")
     _same_loops(_loops(tmp_path, methods, 1), _loops(tmp_path, methods, 2), methods)
@@ -107,3 +112,11 @@ def test_a_loss_fn_that_cannot_be_hashed_is_refused_on_several_processes(monkeyp
     with pytest.raises(ConfigError, match=r"^loss_fn could not be hashed deterministically \(loss_fn holds an "
                                           r"object\): each of the 2 processes .* give fingerprint="):
         _loop_on(2, seed=5)
+
+
+def test_a_loop_with_dropout_in_its_queries_is_refused_on_several_processes_naming_the_argument():
+    """Each rank would draw its queries' dropout masks for its own shard (not one process's run)."""
+    with pytest.raises(ConfigError, match=r"^query_dropout=True draws the queries' dropout masks for each rank's "
+                                          r"shard .* the 2 processes would not compute one run: run it as one "
+                                          r"process, or with query_dropout=False$"):
+        _loop_on(2, seed=5, query_dropout=True)

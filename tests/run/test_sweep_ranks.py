@@ -71,15 +71,19 @@ def _todo(method: str, *extra: str) -> list:
 
 
 @settings(deadline=None)
-@given(st.sampled_from(sorted(METHODS.names())), st.integers(1, 8), st.booleans())
-def test_a_job_of_several_tasks_takes_only_runs_whose_method_shards_without_secure_mode(method, world, secure):
+@given(st.sampled_from(sorted(METHODS.names())), st.integers(1, 8), st.booleans(), st.booleans())
+@example("dpzero", 2, False, True)   # dropout in the queries: each rank's masks drawn for its shard
+def test_a_job_of_several_tasks_takes_only_runs_whose_method_shards_without_secure_mode(method, world, secure,
+                                                                                       query_dropout):
     """The rule `pazo-train` under torchrun applies (`require_shards`), applied before submission."""
-    todo = _todo(method, *(["privacy.secure_mode=true"] if secure else []))
-    if world == 1 or (method_info(method).cls.shards_batches and not secure):
+    todo = _todo(method, *(["privacy.secure_mode=true"] if secure else []),
+                 *(["engine.query_dropout=false", "engine.query_dropout=true"] if query_dropout else []))
+    if world == 1 or (method_info(method).cls.shards_batches and not secure and not query_dropout):
         check_ranks_can_share(todo, world)
     else:
         with pytest.raises(ConfigError, match=r"^run digits/.*(does not run on several processes yet|"
-                                              r"privacy.secure_mode=true).*no job was submitted$"):
+                                              r"privacy.secure_mode=true|engine.query_dropout=true)"
+                                              r".*no job was submitted$"):
             check_ranks_can_share(todo, world)
 
 

@@ -1,0 +1,112 @@
+"""Run by `distributed_session.py` as each rank of ONE 2-process launch (started as torchrun starts
+its ranks: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) that serves the default suite's distributed
+tests: the jobs of a plan, in order, in this one process per rank (starting a rank costs more than
+most of its jobs). Each rank writes a JSON line per job to OUT/rank<R>.jsonl.
+
+Jobs (`kind`): `library` (`library_steps.run_method`: it joins the group itself, as a user's loop
+would), `steps` (`distributed_steps.run_method`), `run` (a run into its directory: `pazo.run.launch`'s
+`run` on rank 0 and `follow` on the others, as pazo-train does, its refusal recorded), and last
+`cli` (pazo-train's own command line, whose rank `kill_rank` kills itself with SIGKILL during its step
+`kill_at`: the process ends there, so it is the plan's last job).
+
+    python distributed_launch.py PLAN.json OUT
+"""
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]   # distributed_steps, library_steps; step_faults (tests/)
+
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+import distributed_steps  # noqa: E402
+import library_steps  # noqa: E402
+import pazo.privacy.plan  # noqa: E402
+import pazo.train  # noqa: E402
+from pazo import CONFIG_DIR  # noqa: E402
+from pazo.methods.base import Method  # noqa: E402
+from pazo.run import distributed, launch  # noqa: E402
+from pazo.run.cli import USER_ERRORS  # noqa: E402
+from step_faults import signalled_at_step  # noqa: E402
+
+RANK = int(os.environ["RANK"])
+
+
+def compose_run(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def run_job(job: dict) -> dict:
+    """A `run` job on this rank: rank 0 trains into `run_dir` (SIGTERM during its step `stop_at`, if
+    given: a preemption, honoured after that step with a checkpoint), the others follow; its status,
+    or the refusal this rank met."""
+    cfg = compose_run([*job["overrides"], *job.get("rank_overrides", {}).get(str(RANK), [])])
+    distributed.join(60)   # (the group joined: a fresh count of the bytes this run exchanges)
+    original = Method.take_step
+    if RANK == 0 and job.get("stop_at"):
+        Method.take_step = signalled_at_step(original, job["stop_at"])
+    try:
+        summary = launch.run(cfg, job["run_dir"]) if RANK == 0 else launch.follow(cfg)
+    except USER_ERRORS as err:
+        return {"error": type(err).__name__, "message": str(err)}
+    finally:
+        Method.take_step = original
+    return {"status": summary["status"] if summary else "followed"}
+
+
+def killed_at(step_number: int):
+    """`Method.take_step` that kills this process (SIGKILL: nothing more written) as step
+    `step_number` starts, the steps before it taken as usual."""
+    original = Method.take_step
+
+    def take_step(self, x, y, step):
+        if step == step_number:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(self, x, y, step)
+    return take_step
+
+
+def cli_job(job: dict) -> None:
+    """pazo-train's command line for `argv`, as torchrun's rank RANK runs it; its process ends there."""
+    if RANK == job["kill_rank"]:
+        Method.take_step = killed_at(job["kill_at"])
+    sys.argv = ["pazo-train", *job["argv"]]
+    pazo.train.cli()
+
+
+def one_job(job: dict) -> dict:
+    kind = job["kind"]
+    if kind == "library":
+        return library_steps.run_method(job["method"], job["steps"])
+    if kind == "cli":
+        cli_job(job)
+        return {"ended": "the command returned"}
+    distributed.join(60)
+    if kind == "steps":
+        return distributed_steps.run_method(job["spec"], job["steps"])
+    return run_job(job)
+
+
+def main(plan_path: str, out: str) -> None:
+    torch.set_num_threads(1)
+    # the plan's cross-check by the other accountants (seconds a plan) is a line of the header: not needed here
+    pazo.privacy.plan.cross_check = lambda plan, steps: {}
+    jobs = json.loads(Path(plan_path).read_text())
+    with open(Path(out) / f"rank{RANK}.jsonl", "a") as results:
+        for job in jobs:
+            started, cpu = time.perf_counter(), time.process_time()
+            record = {"job": job["name"], **one_job(job)}
+            record["seconds"] = round(time.perf_counter() - started, 2)   # (where a launch spends its time)
+            record["cpu"] = round(time.process_time() - cpu, 2)
+            results.write(json.dumps(record) + "\n")
+            results.flush()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,232 @@
+"""ONE 2-process launch for the default suite's distributed tests (`one_launch`, once a session even
+across xdist's workers), beside the one-process references computed in this process: every method
+on digits and on the tiny OPT, the library loop, a run resumed from 1 process on 2 and back on 1, a
+rank killed mid-run and the run resumed, and the ranks' refusals. Starting a rank (torch, pazo) costs
+more than most of its runs, so each rank runs them all in sequence (`distributed_launch.py`); the
+tests then read the files this leaves. The ranks are started as torchrun starts them (RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT); torchrun itself is the slow tests'."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cache
+from llm_fixtures import write_opt_and_sst2
+
+HERE = Path(__file__).parent
+
+ALL_ZEROTH_ORDER = ["mezo:privacy=none", "dpzero", "dp_zo", "dp_zo:method.noise=laplace,privacy.delta=0",
+                    "dp_zogd", "dp_aggzo", "pazo_m", "pazo_p", "pazo_p_prime", "pazo_s"]
+#: the first-order methods that run on several processes (DP-SGD without privacy: the plain mean)
+FIRST_ORDER = ["dpsgd", "dpmd", "dope_sgd", "gep", "dpsgd:privacy=none"]
+#: the library loop's methods: the scalar privatiser (its loop joins the ranks' group itself) and
+#: PAZO-S's losses (the group found initialised)
+LIBRARY = ["dpzero", "pazo_s"]
+
+#: the tiny OPT on SST-2 as the LLM tests run it (test_llm.py's `run_cfg`): a given sigma, nothing calibrated
+OPT = ("model=hf_causal_lm", "model.attention=eager", "dataset=sst2", "dataset.n_train=24", "dataset.n_val=6",
+       "train.batch_size=8", "engine.name=inplace")
+PUBLIC = ("dataset.public_source=split", "dataset.public_size=8", "method.public_batch_size=4")
+#: every zeroth-order method, with what it needs on the tiny OPT (public data; PAZO-P/S: k=2 directions)
+OPT_METHODS = {"mezo": ("privacy=none",), "dpzero": (), "dp_zo": (), "dp_zo_laplace": ("method.noise=laplace",
+               "privacy.delta=0"), "dp_zogd": (), "dp_aggzo": (), "pazo_m": PUBLIC, "pazo_p": (*PUBLIC, "method.k=2"),
+               "pazo_p_prime": (*PUBLIC, "method.k=2"), "pazo_s": (*PUBLIC, "method.k=2")}
+
+STEPS = 3
+#: the run resumed across process counts: 1 process to step 1, 2 to step 3, 1 to the end
+RESUMED = ["dataset=digits", "method=dpzero", "train.steps=4", "train.log_every=1", "logger.report_to=[]",
+           "logger.mode=disabled", "device=cpu"]
+#: the run whose rank 1 is killed as its step KILL_AT starts (rank 0 checkpointed at step 4)
+KILLED = ["dataset=digits", "method=dpzero", "train.steps=6", "train.log_every=1", "train.evals_per_epoch=0",
+          "train.checkpoint_every=2", "logger.report_to=[]", "logger.mode=disabled", "device=cpu"]
+KILL_AT = 5
+#: the runs the launch leaves to be resumed on one process, beside their uninterrupted one-process runs
+RUNS = {"resumed": RESUMED, "killed": KILLED}
+
+
+def opt_specs(root: Path, names: list[str]) -> list[str]:
+    """distributed_steps.py's specs: each method on the tiny OPT under `root` (`name:override,...`)."""
+    def spec(name: str) -> str:
+        method = "dp_zo" if name == "dp_zo_laplace" else name
+        sigma = () if "privacy=none" in OPT_METHODS[name] else ("privacy.sigma=5.0",)
+        return f"{method}:" + ",".join([*OPT, f"model.path={root / 'opt'}", f"dataset.root={root}", *sigma,
+                                        *OPT_METHODS[name]])
+    return [spec(name) for name in names]
+
+
+def step_specs(root: Path) -> list[str]:
+    """Every method's spec the launch runs for STEPS steps: on digits, then on the tiny OPT."""
+    return ALL_ZEROTH_ORDER + FIRST_ORDER + opt_specs(root, list(OPT_METHODS))
+
+
+def launch_plan(root: Path) -> list[dict]:
+    """The launch's jobs, in order (`distributed_launch.py`); the killed run last (it ends the ranks)."""
+    def run(name: str, overrides: list[str], **more) -> dict:
+        return {"kind": "run", "name": name, "overrides": overrides, "run_dir": str(root / name), **more}
+    return [*({"kind": "library", "name": f"library:{m}", "method": m, "steps": STEPS} for m in LIBRARY),
+            *({"kind": "steps", "name": spec, "spec": spec, "steps": STEPS} for spec in step_specs(root)),
+            run("differs", [*RESUMED, "train.steps=3"], rank_overrides={"1": ["method.lr=0.5"]}),
+            run("locked", [*RESUMED, "train.steps=2"]),
+            run("resumed", RESUMED, stop_at=3),
+            {"kind": "cli", "name": "killed", "argv": [*KILLED, f"hydra.run.dir={root / 'killed'}"], "kill_rank": 1,
+             "kill_at": KILL_AT}]
+
+
+def compose_run(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+
+    from pazo import CONFIG_DIR
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def run_here(overrides: list[str], run_dir: Path, stop_at: int | None = None) -> dict:
+    """`overrides`' run into `run_dir` in this process (one process), SIGTERM during its step
+    `stop_at` if given (a preemption: a checkpoint after that step); its summary."""
+    from pazo.methods.base import Method
+    from pazo.train import run
+    from step_faults import signalled_at_step
+
+    with pytest.MonkeyPatch.context() as patch:
+        if stop_at is not None:
+            patch.setattr(Method, "take_step", signalled_at_step(Method.take_step, stop_at))
+        return run(compose_run(overrides), run_dir)
+
+
+def references(root: Path) -> dict:
+    """One process's results of the launch's library loops and method runs (`distributed_steps`)."""
+    import distributed_steps
+    import library_steps
+
+    found = {f"library:{m}": library_steps.run_method(m, STEPS) for m in LIBRARY}
+    return {**found, **{spec: distributed_steps.run_method(spec, STEPS) for spec in step_specs(root)}}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_ranks(root: Path, plan: Path, env: dict) -> list[subprocess.Popen]:
+    """The launch's 2 ranks, each in `root/elsewhere` (a follower writes nowhere: it stays empty)."""
+    port, cwd = _free_port(), root / "elsewhere"
+    cwd.mkdir()
+    return [subprocess.Popen([sys.executable, str(HERE / "distributed_launch.py"), str(plan), str(root)], cwd=cwd,
+                             env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                                  "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for rank in range(2)]
+
+
+def finish_ranks(ranks: list[subprocess.Popen]) -> list[tuple[int, str]]:
+    """Each rank's exit status and output (stdout, then stderr); a rank past 10 minutes is killed."""
+    ended = []
+    for p in ranks:
+        try:
+            out, err = p.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            for q in ranks:
+                q.kill()
+            out, err = p.communicate()
+        ended.append((p.returncode, out + err))
+    return ended
+
+
+def _summary(run_dir: Path) -> dict | None:
+    path = run_dir / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def launch_and_compare(root: Path, env: dict) -> dict:
+    """The whole session's work: the launch, the references beside it, the runs resumed after it."""
+    from pazo.files.rundir import RunDirLock
+
+    first = run_here(RESUMED, root / "resumed", stop_at=1)   # 1 process to step 1; 2 go on from there
+    plan = root / "plan.json"
+    plan.write_text(json.dumps(launch_plan(root)))
+    (root / "locked").mkdir()
+    with RunDirLock(root / "locked"):   # (held while the launch runs: its rank 0 finds it in use)
+        ranks = start_ranks(root, plan, env)
+        try:
+            one = references(root)
+            whole = {name: run_here(overrides, root / f"whole_{name}") for name, overrides in RUNS.items()}
+        except BaseException:   # (a Ctrl-C, or a reference that failed: the ranks are not waited for)
+            for p in ranks:
+                p.kill()
+            raise
+        finally:
+            ended = finish_ranks(ranks)
+    records = [_records(root / f"rank{r}.jsonl") for r in range(2)]
+    _check_every_job_ran(json.loads(plan.read_text()), records, ended)
+    two = {name: _summary(root / name) for name in RUNS}   # (as the launch left them)
+    last = {name: run_here(overrides, root / name) for name, overrides in RUNS.items()}   # on 1 process
+    return {"one": one, "ranks": records,
+            "exits": [code for code, _ in ended], "outputs": [text for _, text in ended], "first": first,
+            "two": two, "last": last, "whole": whole, "elsewhere": sorted(os.listdir(root / "elsewhere"))}
+
+
+def _check_every_job_ran(jobs: list[dict], records: list[dict], ended: list[tuple[int, str]]) -> None:
+    """Each rank recorded every job but the last (whose rank 1 is killed): else what it said."""
+    for rank, (found, (code, output)) in enumerate(zip(records, ended)):
+        missing = [job["name"] for job in jobs[:-1] if job["name"] not in found]
+        assert not missing, f"rank {rank} (exit {code}) did not run {missing[0]}: {output[-3000:]}"
+
+
+def _records(path: Path) -> dict:
+    lines = path.read_text().splitlines() if path.exists() else []
+    return {record.pop("job"): record for record in map(json.loads, lines)}
+
+
+def session_root(tmp_path_factory) -> Path:
+    """A folder every xdist worker of this session shares (their base folders' parent)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def one_launch(tmp_path_factory) -> dict:
+    """The launch's results (`launch_and_compare`), and the folder its runs are in (`root`): made
+    once a session by the first worker that asks, under a lock the others wait on, then read from
+    results.json (each test module's fixture calls this)."""
+    shared = session_root(tmp_path_factory)
+    root, results = shared / "distributed_launch", shared / "distributed_launch.json"
+    with open(shared / "distributed_launch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not results.exists():
+            results.write_text(json.dumps(_launch_once(root)))
+    launched = json.loads(results.read_text())
+    assert "error" not in launched, f"the session's 2-process launch did not run: {launched['error']}"
+    return {**launched, "root": root}
+
+
+def _launch_once(root: Path) -> dict:
+    """`launch_and_compare` in `root`, with the environment the ranks and this process's runs share;
+    what stopped it, if anything did (the tests then fail saying so, on every worker)."""
+    import pazo.privacy.plan
+    import torch
+
+    root.mkdir()
+    write_opt_and_sst2(root)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "RANK", "WORLD_SIZE", "MASTER_"))}
+    env.update(PAZO_CACHE_DIR=str(run_cache(root / "cache")), OMP_NUM_THREADS="1")
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PAZO_CACHE_DIR", env["PAZO_CACHE_DIR"])
+        patch.setenv("OMP_NUM_THREADS", "1")
+        # the plan's cross-check by the other accountants (seconds a plan) is a line of the header: not needed here
+        patch.setattr(pazo.privacy.plan, "cross_check", lambda plan, steps: {})
+        torch.set_num_threads(1)
+        try:
+            return launch_and_compare(root, env)
+        except Exception:   # (every worker's tests say what stopped the launch)
+            return {"error": traceback.format_exc()}
+        finally:
+            torch.set_num_threads(threads)
