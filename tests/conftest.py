@@ -220,5 +220,14 @@ def cheap_pld_grid():
         yield
 
 
+@pytest.fixture
+def cheap_pld():
+    """`cheap_pld_grid` for a whole test of runs (`pytestmark = pytest.mark.usefixtures("cheap_pld")`):
+    a private run's PLD account is its cross-check's, several seconds of each in-process run, and a
+    rule that reads no PLD bound (what a run releases, refuses or draws) holds on any grid."""
+    with cheap_pld_grid():
+        yield
+
+
 def rng(seed=0):
     return np.random.default_rng(seed)

@@ -23,6 +23,10 @@ from pazo.run.validate import run_config
 from conftest import CONFIG_DIR
 
 
+#: the runs here read no PLD bound: their cross-check on the cheaper grid (conftest `cheap_pld`)
+pytestmark = pytest.mark.usefixtures("cheap_pld")
+
+
 def crash_at(monkeypatch, bad_step: int) -> None:
     """The step `bad_step` of the next run raises (a crash after rows were written)."""
     real = training_loop.timed_step
