@@ -174,17 +174,20 @@ def run_cache(folder: Path) -> Path:
     return folder
 
 
+def tiny_cfg(*overrides):
+    """The real configs composed with `overrides`, for a tiny run with W&B disabled (`hydra_cfg`'s;
+    a module-scoped fixture's run sets PAZO_CACHE_DIR itself)."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=[
+            "logger.mode=disabled", "train.steps=4", "train.log_every=2", "device=cpu", *overrides])
+
+
 @pytest.fixture
 def hydra_cfg(tmp_path, monkeypatch):
     """Compose the real configs with overrides; runs are tiny and W&B is disabled. The run's cache
     directory is its own, but for the session's shared sigma cache (`run_cache`)."""
     monkeypatch.setenv("PAZO_CACHE_DIR", str(run_cache(tmp_path / "cache")))
-
-    def build(*overrides):
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            return compose(config_name="config", overrides=[
-                "logger.mode=disabled", "train.steps=4", "train.log_every=2", "device=cpu", *overrides])
-    return build
+    return tiny_cfg
 
 
 def typed_section(schema: type, values: dict):
