@@ -262,7 +262,6 @@ class Entries(RuleBasedStateMachine):
             with self.monkeypatch.context() as patch, contextlib.redirect_stdout(self.printed), \
                     contextlib.redirect_stderr(self.printed):
                 patch.setattr(KDistribution, "draw", lambda distribution, rng=None: k)
-                patch.setenv("PAZO_CACHE_DIR", str(self.cache))   # (the session's sigmas, not the user's cache)
                 sweep.main([spec, "--out", str(out), "train.steps=3", "device=cpu"])
         finally:
             logging.getLogger("pazo").removeHandler(handler)
