@@ -174,17 +174,20 @@ def run_cache(folder: Path) -> Path:
     return folder
 
 
+def tiny_cfg(*overrides):
+    """The real configs composed with `overrides`, for a tiny run with W&B disabled (`hydra_cfg`'s;
+    a module-scoped fixture's run sets PAZO_CACHE_DIR itself)."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=[
+            "logger.mode=disabled", "train.steps=4", "train.log_every=2", "device=cpu", *overrides])
+
+
 @pytest.fixture
 def hydra_cfg(tmp_path, monkeypatch):
     """Compose the real configs with overrides; runs are tiny and W&B is disabled. The run's cache
     directory is its own, but for the session's shared sigma cache (`run_cache`)."""
     monkeypatch.setenv("PAZO_CACHE_DIR", str(run_cache(tmp_path / "cache")))
-
-    def build(*overrides):
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            return compose(config_name="config", overrides=[
-                "logger.mode=disabled", "train.steps=4", "train.log_every=2", "device=cpu", *overrides])
-    return build
+    return tiny_cfg
 
 
 def typed_section(schema: type, values: dict):
@@ -217,6 +220,15 @@ def cheap_pld_grid():
     that compares PLD's bounds with another accountant's (a looser grid would hide a gap)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(planner, "PLD_INTERVAL", CHEAP_PLD_INTERVAL)
+        yield
+
+
+@pytest.fixture
+def cheap_pld():
+    """`cheap_pld_grid` for a whole test of runs (`pytestmark = pytest.mark.usefixtures("cheap_pld")`):
+    a private run's PLD account is its cross-check's, several seconds of each in-process run, and a
+    rule that reads no PLD bound (what a run releases, refuses or draws) holds on any grid."""
+    with cheap_pld_grid():
         yield
 
 

@@ -14,8 +14,8 @@ import sys
 
 from pazo.commands.start import ArgumentParser, summary_of
 from pazo.privacy.accountants import BudgetError, default_eps_error
-from pazo.privacy.planner import (ACCOUNTANTS, epsilon_of, sample_rate_of, sigma_for, steps_for,
-                                  steps_of)
+from pazo.privacy.planner import (ACCOUNTANTS, epsilon_of, sample_rate_of, sigma_for, steps_for, steps_of,
+                                  upper_epsilon_of)
 
 ANSWERS = ("sigma", "epsilon", "steps")
 
@@ -55,13 +55,13 @@ def answer_line(args, accountant: str) -> str:
     if args.answer == "steps":
         steps = steps_for(args.epsilon, args.sigma, q, args.delta, accountant)
         none_fits = (f": one step already spends epsilon "
-                     f"{epsilon_of(args.sigma, q, 1, args.delta, accountant).upper:.4f}" if steps == 0 else "")
+                     f"{upper_epsilon_of(args.sigma, q, 1, args.delta, accountant):.4f}" if steps == 0 else "")
         return (f"steps = {steps} at sigma {args.sigma:g} within epsilon {args.epsilon:g} (delta {args.delta:g}, "
                 f"q {q:.4g}; {accountant}){none_fits}")
     steps = steps_of(args.steps, args.epochs, q)
     if args.answer == "sigma":
         sigma = sigma_for(args.epsilon, q, steps, args.delta, accountant)
-        spent = epsilon_of(sigma, q, steps, args.delta, accountant, default_eps_error(args.epsilon)).upper
+        spent = upper_epsilon_of(sigma, q, steps, args.delta, accountant, default_eps_error(args.epsilon))
         return (f"sigma = {sigma:.4f} for epsilon {args.epsilon:g} (spends {spent:.4f}; delta {args.delta:g}, "
                 f"q {q:.4g}, T {steps}; {accountant})")
     account = epsilon_of(args.sigma, q, steps, args.delta, accountant)

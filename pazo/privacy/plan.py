@@ -12,8 +12,8 @@ from pazo.privacy.accountants import (BudgetError, LaplaceAccountant, accountant
                                       gaussian_one_step_delta)
 from pazo.privacy.calibration import calibrate_sigma
 from pazo.privacy.mechanisms import NoiseSpec, Release
-from pazo.privacy.planner import (ACCOUNTANTS, DP_ACCOUNTING, DpAccountingAccountant, check_accountant, epsilon_of,
-                                  sigma_for)
+from pazo.privacy.planner import (ACCOUNTANTS, DP_ACCOUNTING, DpAccountingAccountant, check_accountant, sigma_for,
+                                  upper_epsilon_of)
 
 #: what each `privacy.accountant` is, as a Gaussian run's summary names it (privacy.accountant)
 GAUSSIAN_ACCOUNTANTS = {"prv": "prv-accountant upper bound, Poisson-subsampled Gaussian, add/remove",
@@ -161,7 +161,7 @@ def calibrated_sigma(accountant: str, epsilon: float, delta: float, sample_rate:
 
 
 def cross_check(plan: PrivacyPlan, steps: int) -> dict:
-    """The epsilon of the run's (q, sigma, `steps`, delta) by each accountant (`epsilon_of`: its
+    """The epsilon of the run's (q, sigma, `steps`, delta) by each accountant (`upper_epsilon_of`: its
     upper bound, the guarantee it would print), as a cross-check of the one the run uses: they bound
     one true epsilon, so they differ only by how tight each is (RDP the loosest). PRV at the run's
     eps_error (with another accountant, the default). An account that cannot be computed (a grid
@@ -171,7 +171,7 @@ def cross_check(plan: PrivacyPlan, steps: int) -> dict:
     epsilon, refused = {}, {}
     for name in ACCOUNTANTS:
         try:
-            epsilon[name] = epsilon_of(sigma, plan.sample_rate, steps, plan.delta, name, error).upper if steps else 0.0
+            epsilon[name] = upper_epsilon_of(sigma, plan.sample_rate, steps, plan.delta, name, error) if steps else 0.0
         except BudgetError as err:
             epsilon[name], refused[name] = None, str(err)
     return {"steps": steps, "epsilon": epsilon, "used": plan.accountant_name, "refused": refused,

@@ -147,6 +147,15 @@ def epsilon_of(sigma: float, sample_rate: float, steps: int, delta: float, accou
     return Account(accountant, min(account.lower(steps), upper), upper)
 
 
+def upper_epsilon_of(sigma: float, sample_rate: float, steps: int, delta: float, accountant: str = "prv",
+                     eps_error: float | None = None) -> float:
+    """`epsilon_of(...).upper`, the guarantee alone: PLD's lower bound is a second account as costly
+    as the first (a run's cross-check and the planner's printout need only the guarantee)."""
+    if accountant == "prv":
+        return epsilon_of(sigma, sample_rate, steps, delta, accountant, eps_error).upper
+    return DpAccountingAccountant(accountant, sigma, sample_rate, steps, delta).upper(steps)
+
+
 def _eps_error(sigma: float, sample_rate: float, steps: int, delta: float) -> float:
     """PRV's accuracy for an epsilon not known in advance: 1% of the RDP epsilon (above the true
     one), at most 0.01, as a run's own accounting uses for its target; but no finer than the

@@ -21,6 +21,9 @@ from pazo.privacy.plan import PrivacyPlan, epsilon_spent, make_accountant
 from conftest import run_cache
 from test_audit import audit_cfg
 
+#: the runs here read no PLD bound: their cross-check on the cheaper grid (conftest `cheap_pld`)
+pytestmark = pytest.mark.usefixtures("cheap_pld")
+
 SPEC = NoiseSpec(sigma=2.0, clip=0.5, expected_batch_size=8)
 
 

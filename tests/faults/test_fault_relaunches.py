@@ -40,13 +40,16 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 import pazo.train as train
 import killed_launch
-from conftest import CONFIG_DIR
+from conftest import CONFIG_DIR, run_cache
 from fault_runtime_helpers import snapshot
 from outlet_damage import DAMAGE, damage
 from wandb_log import wandb_records
 from pazo.config_schema import LoggerSchema, PrivacySchema, TrainSchema
 from pazo.errors import ConfigError
 from pazo.methods import method_config
+
+#: the runs here read no PLD bound: their cross-check on the cheaper grid (conftest `cheap_pld`)
+pytestmark = pytest.mark.usefixtures("cheap_pld")
 
 BASE = ["method=dpzero", "train.steps=5", "train.log_every=1", "train.checkpoint_every=null", "device=cpu",
         "logger.mode=disabled"]
@@ -138,7 +141,7 @@ class Relaunches(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         self.tmp = Path(tempfile.mkdtemp(prefix="pazo-relaunch-"))
-        self.run_dir, self.cache = self.tmp / "run", self.tmp / "cache"
+        self.run_dir, self.cache = self.tmp / "run", run_cache(self.tmp / "cache")   # (the session's sigmas)
         self.current = list(BASE)   # the overrides of the last launch that ran
         self.changes = 0
         #: what left the process, launch by launch: (rows of metrics.jsonl, the privacy facts)
@@ -298,7 +301,7 @@ class Tampered(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         self.tmp = Path(tempfile.mkdtemp(prefix="pazo-tampered-"))
-        self.run_dir, self.cache = self.tmp / "run", self.tmp / "cache"
+        self.run_dir, self.cache = self.tmp / "run", run_cache(self.tmp / "cache")
         #: the W&B logs damaged, by name (the name stays when they are archived): no longer read strictly
         self.damaged: set[str] = set()
         self.launches, self.turn = 0, 0
@@ -407,7 +410,7 @@ def test_a_release_only_wandb_still_shows_decides_the_relaunch(monkeypatch, tmp_
     relaunch with another lr is refused in one line that names the W&B log; one as it ran replays,
     and stopped after 3 steps its summary's epsilon still covers the 12 steps released."""
     base = [*BASE[:-1], "logger.mode=offline", "train.steps=20"]
-    run_dir, cache = tmp_path / "run", tmp_path / "cache"
+    run_dir, cache = tmp_path / "run", run_cache(tmp_path / "cache")
     monkeypatch.setenv("WANDB_SILENT", "true")
     assert launch(compose_cfg(base, cache), run_dir, "SIGKILL", 13, monkeypatch) == "SIGKILL"
     twelve = rows_of(run_dir)[-1]

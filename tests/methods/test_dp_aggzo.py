@@ -142,6 +142,7 @@ def _pld_epsilon(sigma, q, steps, delta):
     return account.get_epsilon(delta)
 
 
+@pytest.mark.usefixtures("cheap_pld")   # (its oracle is dp-accounting's own PLD, on its own grid)
 def test_a_digits_run_spends_the_epsilon_of_its_gaussian_mechanism_and_trains_above_chance(hydra_cfg, tmp_path):
     """Defaults (K = 16) on digits for 120 steps: the printed epsilon is the PLD account of one
     Gaussian mechanism of the run's sigma per step, within the target, and the model beats chance."""

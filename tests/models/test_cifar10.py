@@ -96,6 +96,7 @@ def test_nf_resnet18_under_vmap_and_both_engines():
     check_engines_and_per_example_grads(model, x, y, chunk=2)
 
 
+@pytest.mark.usefixtures("cheap_pld")   # (three runs; none reads a PLD bound)
 def test_tiny_cifar_run_with_cached_warm_start(cifar_root, hydra_cfg, tmp_path):
     overrides = ["dataset=cifar10", f"dataset.root={cifar_root}", "dataset.public_fraction=0.1",
                  "model=nf_resnet18", "model.width=4", "train.batch_size=16", "method=pazo_m",

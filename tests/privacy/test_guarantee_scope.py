@@ -20,7 +20,11 @@ from pazo.run.checkpoint import CHECKPOINT, checkpoint_path, config_fingerprint
 from pazo.errors import ConfigError
 from pazo.run.recorder import Recorder
 from pazo.run.validate import run_config
-from conftest import CONFIG_DIR
+from conftest import CONFIG_DIR, cheap_pld_grid, run_cache, tiny_cfg
+
+
+#: the runs here read no PLD bound: their cross-check on the cheaper grid (conftest `cheap_pld`)
+pytestmark = pytest.mark.usefixtures("cheap_pld")
 
 
 def crash_at(monkeypatch, bad_step: int) -> None:
@@ -101,10 +105,21 @@ def test_a_kept_checkpoint_is_readable_by_its_owner_only(hydra_cfg, tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_the_summary_says_what_the_guarantee_assumes(hydra_cfg, tmp_path):
-    seeded = train.run(hydra_cfg("method=dpzero"), tmp_path / "seeded")["privacy"]["assumptions"]
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """The summaries of a tiny seeded private run and a public one, which two rules below read (a
+    run each, not one a test)."""
+    root = tmp_path_factory.mktemp("finished")
+    with cheap_pld_grid(), pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PAZO_CACHE_DIR", str(run_cache(root / "cache")))
+        return {"seeded": train.run(tiny_cfg("method=dpzero"), root / "seeded"),
+                "public": train.run(tiny_cfg("method=sgd", "privacy=none"), root / "public")}
+
+
+def test_the_summary_says_what_the_guarantee_assumes(finished, hydra_cfg, tmp_path):
+    seeded = finished["seeded"]["privacy"]["assumptions"]
     secure = train.run(hydra_cfg("method=dpzero", "privacy.secure_mode=true"), tmp_path / "secure")
-    public = train.run(hydra_cfg("method=sgd", "privacy=none"), tmp_path / "public")
+    public = finished["public"]
     assert "secure_mode" in seeded["seed_secret"] and {"no_selection", "n_private_public"} <= seeded.keys()
     assert "seed_secret" not in secure["privacy"]["assumptions"] and "no_selection" in secure["privacy"]["assumptions"]
     assert public["privacy"]["assumptions"] == {}
@@ -208,8 +223,8 @@ def test_a_missing_device_is_refused_before_the_run_directory_is_touched(hydra_c
     assert not (tmp_path / "attempts").exists() and (tmp_path / "summary.json").exists()
 
 
-def test_the_summary_lists_what_a_private_run_releases_outside_the_guarantee(hydra_cfg, tmp_path):
-    private = train.run(hydra_cfg("method=dpzero"), tmp_path / "private")["outside_guarantee"]
+def test_the_summary_lists_what_a_private_run_releases_outside_the_guarantee(finished):
+    private = finished["seeded"]["outside_guarantee"]
     assert any("s_per_iter" in line for line in private)
     assert any("validation split" in line for line in private)  # digits carves one from the private set
-    assert train.run(hydra_cfg("method=sgd", "privacy=none"), tmp_path / "public")["outside_guarantee"] == []
+    assert finished["public"]["outside_guarantee"] == []

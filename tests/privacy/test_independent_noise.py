@@ -32,6 +32,9 @@ from pazo.run.weights import read_weights
 from conftest import CONFIG_DIR, ROOT, run_cache
 from step_faults import fail_at_step
 
+#: the runs here read no PLD bound: their cross-check on the cheaper grid (conftest `cheap_pld`)
+pytestmark = pytest.mark.usefixtures("cheap_pld")
+
 #: keys that change what a run computes: each gives another fingerprint
 WHAT = ["method.lr=0.3", "method.clip=2.0", "privacy.epsilon=2.0", "train.batch_size=32", "train.steps=5",
         "model.width=8", "dataset.public_fraction=0.2", "engine.query_dropout=true", "method=dpzero"]

@@ -15,6 +15,9 @@ from pazo.run.build import build_run
 from conftest import run_cache
 from privacy.test_independent_noise import compose_cfg, secret_draws
 
+#: the runs here read no PLD bound: their cross-check on the cheaper grid (conftest `cheap_pld`)
+pytestmark = pytest.mark.usefixtures("cheap_pld")
+
 #: what two computations may differ in (one at a time); None: nothing (the same computation)
 PARTS = ("setting", "private data", "public data", "initial weights", None)
 

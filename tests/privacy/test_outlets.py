@@ -177,6 +177,7 @@ def test_a_sweep_names_its_runs_and_commands_without_the_seed(seed, values):
     assert not any(str(seed) in arg for arg in cmd if arg.startswith(("logger.name", "hydra.run.dir")))
 
 
+@pytest.mark.usefixtures("cheap_pld")   # (reads no PLD bound)
 def test_the_shipped_default_seed_says_its_noise_is_anyones(hydra_cfg, tmp_path):
     shipped = train.run(hydra_cfg("method=dpzero", "train.steps=1"), tmp_path / "shipped")["privacy"]["notes"]
     own = train.run(hydra_cfg("method=dpzero", "train.steps=1", "seed=5"), tmp_path / "own")["privacy"]["notes"]

@@ -5,6 +5,8 @@ are the last ones within it, the plan of the default run is the run's own sigma,
 the command line is one line."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 from conftest import cheap_pld_grid
 from pazo.privacy.accountants import BudgetError, default_eps_error
 from pazo.privacy.cli import main
-from pazo.privacy.planner import ACCOUNTANTS, epsilon_of, sigma_for, steps_for
+from pazo.privacy.planner import ACCOUNTANTS, epsilon_of, sigma_for, steps_for, upper_epsilon_of
 
 DELTAS = st.sampled_from([1e-5, 1e-3])
 
@@ -31,6 +33,23 @@ def test_the_accountants_bound_one_epsilon_as_the_theory_says(sigma, q, steps, d
     slack = 2e-3 * max(1.0, prv.upper)   # the grids' own error
     assert max(prv.lower, pld.lower) <= min(prv.upper, pld.upper) + slack
     assert rdp.upper >= max(prv.lower, pld.lower) - slack
+
+
+@settings(max_examples=3)
+@given(accountant=st.sampled_from(ACCOUNTANTS), sigma=st.floats(0.6, 5.0), q=st.floats(1e-3, 0.2),
+       steps=st.integers(1, 400), delta=DELTAS)
+@example(accountant="pld", sigma=1.0, q=0.05, steps=4, delta=1e-3)   # a digits run's cross-check
+def test_the_guarantee_alone_is_the_upper_bound_of_the_full_account(accountant, sigma, q, steps, delta):
+    """`upper_epsilon_of` (a run's cross-check, the planner's printout) skips PLD's lower bound and
+    nothing else. (PLD on a cheaper grid: both read the one grid.)"""
+    with cheap_pld_grid():
+        try:
+            full = epsilon_of(sigma, q, steps, delta, accountant, 0.01)
+        except BudgetError as refusal:   # (prv-accountant's discretisation fails in places)
+            with pytest.raises(BudgetError, match=re.escape(str(refusal))):
+                upper_epsilon_of(sigma, q, steps, delta, accountant, 0.01)
+            return
+        assert upper_epsilon_of(sigma, q, steps, delta, accountant, 0.01) == full.upper
 
 
 @pytest.mark.parametrize("accountant", ACCOUNTANTS)

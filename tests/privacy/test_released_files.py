@@ -50,6 +50,9 @@ import pazo.train as train
 from pazo.errors import ConfigError
 from pazo.private import private_zo
 
+#: the runs here read no PLD bound: their cross-check on the cheaper grid (conftest `cheap_pld`)
+pytestmark = pytest.mark.usefixtures("cheap_pld")
+
 SEEDS = st.integers(2**40, 2**62)
 METHODS = ("dpzero", "pazo_m", "dpsgd")
 KILLS = (None, "SIGTERM", "SIGINT", "crash")

@@ -71,6 +71,20 @@ def test_the_cross_check_bounds_one_epsilon_as_the_theory_says(sigma, q, steps, 
     assert check["epsilon"]["rdp"] >= min(check["epsilon"]["prv"], check["epsilon"]["pld"]) - slack
 
 
+def test_a_runs_cross_check_builds_no_lower_bound(monkeypatch):
+    """Every private run cross-checks its epsilon: PLD's lower bound, which the cross-check does not
+    print, would double its cost (a second grid as large as the first)."""
+    from pazo.privacy.planner import DpAccountingAccountant
+
+    def no_lower(self, steps_done):
+        raise AssertionError("the cross-check built PLD's lower bound")
+    monkeypatch.setattr(DpAccountingAccountant, "lower", no_lower)
+    with cheap_pld_grid():
+        plan = plan_for("prv", 1000, 50, 4, epsilon=50.0, sigma=1.0)
+        pld = DpAccountingAccountant("pld", 1.0, 0.05, 4, 1e-3).upper(4)
+        assert plan.cross_check["epsilon"]["pld"] == pytest.approx(pld, rel=1e-12)
+
+
 @given(accountant=st.sampled_from(["rdp", "pld"]), noise=st.sampled_from(["gaussian", "laplace"]),
        eps_error=st.none() | st.floats(1e-4, 0.1))
 def test_an_accountant_that_does_not_apply_is_refused(accountant, noise, eps_error):

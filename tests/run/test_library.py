@@ -30,6 +30,9 @@ from pazo.train import run
 from pazo.run.validate import run_config
 from pazo.run.weights import read_weights
 
+#: the runs here read no PLD bound: their cross-check on the cheaper grid (conftest `cheap_pld`)
+pytestmark = pytest.mark.usefixtures("cheap_pld")
+
 _spec = importlib.util.spec_from_file_location("golden_cases", ROOT / "tests/paper/golden/cases.py")
 GOLDEN = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(GOLDEN)
