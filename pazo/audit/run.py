@@ -124,7 +124,7 @@ def check_canaries_fit(cfg, a: AuditConfig, r) -> None:
     private = r.data.private
     example_bytes = private.inputs[:1].numel() * private.inputs.element_size()
     per_canary = bytes_per_canary(a.threat, a.worst_case, method_info(cfg.method.name).zeroth_order,
-                                  r.total_steps, r.method_cfg.release().queries, r.plan.sample_rate, example_bytes)
+                                  r.total_steps, r.cfg.method.release().queries, r.plan.sample_rate, example_bytes)
     check_canary_memory(a.canaries, per_canary, available_bytes(r.device)[1], r.total_steps)
 
 

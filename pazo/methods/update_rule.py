@@ -31,22 +31,19 @@ from pazo.models.functional import FunctionalModel
 from pazo.zo.engines import apply_directional_update, apply_flat_update
 
 
-@dataclass(frozen=True)
-class StepSchedule:
-    """The factor of the step size at step t (1-based) of `total` steps: lr_t = lr * factor(t)."""
+@dataclass
+class StepSchedule(ScheduleSchema):
+    """The factor of the step size at step t (1-based) of `total` steps: lr_t = lr * factor(t), as
+    the `schedule` section's keys say (warmup, cosine: linear from 1/warmup_steps to 1 over the
+    first steps; step: multiplied by gamma every decay_every steps; cosine: decaying towards final,
+    reached after the last step)."""
 
-    name: str = "constant"
-    warmup_steps: int = 0     # warmup, cosine: linear from 1/warmup_steps to 1 over the first steps
-    decay_every: int = 1000   # step: the factor is multiplied by gamma every decay_every steps
-    gamma: float = 0.1
-    final: float = 0.0        # cosine: the factor the cosine decays towards (reached after the last step)
     total: int = 1
 
     @classmethod
     def of(cls, section: ScheduleSchema | None, total: int) -> StepSchedule:
         """The schedule of a run's typed `schedule` section (None: constant)."""
-        section = section or ScheduleSchema()
-        return cls(section.name, section.warmup_steps, section.decay_every, section.gamma, section.final, total)
+        return cls(**vars(section or ScheduleSchema()), total=total)
 
     @property
     def is_default(self) -> bool:

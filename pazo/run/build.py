@@ -66,10 +66,6 @@ class Run:
     group: distributed.Group = field(default_factory=distributed.Group)
 
     @property
-    def method_cfg(self) -> MethodConfig:
-        return self.cfg.method
-
-    @property
     def n(self) -> int:
         return len(self.data.private)
 
@@ -116,7 +112,7 @@ class Run:
                 "device": str(self.device), "dim": self.model.dim,
                 "parameter_devices": [str(d) for d in self.model.devices],
                 "privacy": self.plan.as_dict(), "data": self.data.describe(), "warm_start": self.warm_start,
-                "engine": engine, "threads": self.threads, "method_departures": self.method_cfg.departures(),
+                "engine": engine, "threads": self.threads, "method_departures": self.cfg.method.departures(),
                 "outside_guarantee": self.outside_guarantee(), "computation": self.computation,
                 **self.update_rule_block(), **method}
 
