@@ -384,16 +384,15 @@ def plan_lines(argv: list[str]) -> list[str]:
     from hydra import compose, initialize_config_dir
 
     from pazo.run.build import run_privacy_plan
-    from pazo.run.validate import planned_steps
     from pazo.run.summary import privacy_lines
-    from pazo.run.validate import check_schedule_fits
+    from pazo.run.validate import check_schedule_fits, planned_steps, run_config
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=list(argv))
+        cfg = run_config(compose(config_name="config", overrides=list(argv)))   # (checked: `plan_only`)
     n, how = _private_size(cfg)
     steps = planned_steps(cfg.train, n)
-    check_schedule_fits(cfg, steps)   # (where n is estimated, the data's own check has not run)
-    plan = run_privacy_plan(cfg, n)
+    check_schedule_fits(cfg.train, cfg.schedule, steps)   # (where n is estimated, the data's own check has not run)
+    plan = run_privacy_plan(cfg, n, steps)
     return [f"plan: {cfg.method.name} on {cfg.dataset.name}: n = {n} private examples ({how}), batch "
             f"{cfg.train.batch_size} -> q = {cfg.train.batch_size / n:.4f}, T = {steps} steps",
             *privacy_lines(plan),
@@ -401,20 +400,20 @@ def plan_lines(argv: list[str]) -> list[str]:
 
 
 def _private_size(cfg) -> tuple[int, str]:
-    """n, the private set's size, as the run's loader gives it, and how it was found; a batch larger
-    than the data is refused as a run refuses it."""
+    """n, the private set's size, as the run's loader gives it from the run's typed config
+    (`RunConfig`), and how it was found; a batch larger than the data is refused as a run refuses it."""
     from pazo.data import build_dataset
     from pazo.errors import DataMissingError
     from pazo.rng import RandomStreams
     from pazo.sweep.selection import private_size
-    from pazo.run.validate import run_config, validate_against_data
+    from pazo.run.validate import validate_against_data
 
     try:
-        data = build_dataset(run_config(cfg).dataset, RandomStreams(cfg.seed))
+        data = build_dataset(cfg.dataset, RandomStreams(cfg.seed))
     except DataMissingError:   # a published size, or the line that says the data are missing
         size = private_size(cfg)
         return size.n, size.estimated
-    validate_against_data(cfg, len(data.private), len(data.public))
+    validate_against_data(cfg.train, cfg.method, cfg.schedule, len(data.private), len(data.public))
     return len(data.private), "the data set's split sizes; no model read any example"
 
 

@@ -36,7 +36,7 @@ from pazo.privacy.plan import epsilon_spent
 from pazo.run.recorder import Recorder
 from pazo.run.results import read_json_object, skipped
 from pazo.files.rundir import WriteFault, accept_hydra_record
-from pazo.run.validate import validate_config
+from pazo.run.validate import run_config, validate_config
 from pazo.zo.memory import available_bytes
 
 log = logging.getLogger("pazo.audit")
@@ -124,7 +124,7 @@ def check_canaries_fit(cfg, a: AuditConfig, r) -> None:
     private = r.data.private
     example_bytes = private.inputs[:1].numel() * private.inputs.element_size()
     per_canary = bytes_per_canary(a.threat, a.worst_case, method_info(cfg.method.name).zeroth_order,
-                                  r.total_steps, r.method_cfg.release().queries, r.plan.sample_rate, example_bytes)
+                                  r.total_steps, r.cfg.method.release().queries, r.plan.sample_rate, example_bytes)
     check_canary_memory(a.canaries, per_canary, available_bytes(r.device)[1], r.total_steps)
 
 
@@ -208,7 +208,7 @@ def train_canary_run(cfg, a: AuditConfig, run_dir: Path, hydra_record) -> Canary
     inclusion_rng = np.random.default_rng([AUDIT_ENTROPY, cfg.seed, 0])
     design_rng = np.random.default_rng([AUDIT_ENTROPY, cfg.seed, 1])
     m = a.canaries
-    r = build_run(cfg, time_engines=False)  # no engine start-up timing in an audit
+    r = build_run(run_config(cfg), time_engines=False)  # no engine start-up timing in an audit
     plan, total_steps = r.plan, r.total_steps
     check_canaries_fit(cfg, a, r)
     recorder = start_writing(run_dir, cfg, hydra_record)
@@ -319,7 +319,7 @@ def noise_pass(cfg: DictConfig, min_values: int = NOISE_CHECK_VALUES):
     own Poisson batches with every example's contribution zero inside each release
     (`pazo.audit.noise_check`), repeated until at least `min_values` values are released: returns
     the probe that collected the releases' noise, or None where the method has no privatiser."""
-    r = build_run(cfg, time_engines=False)
+    r = build_run(run_config(cfg), time_engines=False)
     probe = attach_noise_probe(r.method)
     if probe is None:
         return None

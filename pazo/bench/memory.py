@@ -72,6 +72,7 @@ def one(what: str, args) -> dict:
     from pazo.bench.settings import compose_cfg
     from pazo.data.base import DataBundle, TensorSplit
     from pazo.run.build import build_run
+    from pazo.run.validate import run_config
 
     device = torch.device(args.device)
     model = build(args.shape, args.dtype, args.device)
@@ -94,7 +95,7 @@ def one(what: str, args) -> dict:
         split = TensorSplit(x.cpu(), y.cpu())
         data = DataBundle(name="synthetic_opt", private=split, public=split.subset(np.arange(0)),
                           test=split.subset(np.arange(0)), num_classes=2, input_shape=(args.length,))
-        r = build_run(cfg, data=data, module=model.module, sigma=1.0, time_engines=False)
+        r = build_run(run_config(cfg), data=data, module=model.module, sigma=1.0, time_engines=False)
         method, engine = r.method, r.method.ctx.engine
         method.step(x, y, 1)
         on_the_fly = engine.on_the_fly[1] if engine.on_the_fly else None

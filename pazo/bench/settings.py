@@ -194,7 +194,7 @@ def build_benchmark_method(name, setting, device, engine=None, extra=()):
     r = build_run(typed, data=synthetic_data(setting, b), module=make_module(typed.model, setting), sigma=1.0,
                   time_engines=False)
     r.module.train()
-    return r.method, r.method_cfg, r.model
+    return r.method, r.cfg.method, r.model
 
 
 def public_passes(setting, device, public_batch_size, batches, model, together=None):

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from omegaconf import MISSING
 
+from pazo.config_schema import OptimizerSchema
 from pazo.data.base import TensorSplit
 from pazo.errors import ConfigError, UserCodeError, at_least_one, one_of, positive, require  # noqa: F401 (the methods' checks)
 from pazo.methods.update_rule import StepSchedule, UpdateRule
@@ -141,7 +142,7 @@ class MethodContext:
     query_train_mode: bool = False
     total_steps: int = 1
     schedule: StepSchedule | None = None   # the step size's schedule (None: constant)
-    optimizer: dict | None = None          # the `optimizer` config section (None: sgd)
+    optimizer: OptimizerSchema | None = None   # the run's typed `optimizer` section (None: sgd)
     sums: LocalSums = LOCAL_SUMS           # how a release adds its batch (a data-parallel run: over the ranks)
 
 

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from pazo import CONFIG_DIR
+from pazo.config_schema import OptimizerSchema, ScheduleSchema
 from pazo.errors import ConfigError, unknown_key
 from pazo.methods.base import Method, MethodConfig, MethodContext
 from pazo.methods.update_rule import StepSchedule
@@ -179,14 +180,15 @@ _TYPED: dict[str, MethodConfig] = {}
 
 
 def build_method(cfg, *, model, plan: PrivacyPlan, streams: RandomStreams, public, device, engine,
-                 query_train_mode: bool = False, schedule=None, optimizer=None, sums=LOCAL_SUMS) -> Method:
+                 query_train_mode: bool = False, schedule: ScheduleSchema | None = None,
+                 optimizer: OptimizerSchema | None = None, sums=LOCAL_SUMS) -> Method:
     """The method of a run: typed config, the plan's noise for its clip, and its context; its step
-    size follows the `schedule` config section and its update the `optimizer` one (None: constant
-    and sgd); its releases add their batch with `sums` (a data-parallel run's: over the ranks)."""
+    size follows the run's typed `schedule` section and its update the `optimizer` one (None:
+    constant and sgd); its releases add their batch with `sums` (a data-parallel run's: over the ranks)."""
     config = method_config(cfg)
     info = method_info(config.name)
     ctx = MethodContext(model=model, noise=plan.noise_spec(config.clip), streams=streams, public=public,
                         engine=engine, device=device, query_train_mode=query_train_mode,
                         total_steps=plan.steps, schedule=StepSchedule.of(schedule, plan.steps),
-                        optimizer=dict(optimizer) if optimizer else None, sums=sums)
+                        optimizer=optimizer, sums=sums)
     return info.cls(config, ctx)

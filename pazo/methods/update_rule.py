@@ -26,27 +26,24 @@ from dataclasses import dataclass
 import torch
 
 from pazo.config_schema import OPTIMIZERS, SCHEDULES  # noqa: F401 (the choices, named where they are checked)
+from pazo.config_schema import OptimizerSchema, ScheduleSchema
 from pazo.models.functional import FunctionalModel
 from pazo.zo.engines import apply_directional_update, apply_flat_update
 
 
-@dataclass(frozen=True)
-class StepSchedule:
-    """The factor of the step size at step t (1-based) of `total` steps: lr_t = lr * factor(t)."""
+@dataclass
+class StepSchedule(ScheduleSchema):
+    """The factor of the step size at step t (1-based) of `total` steps: lr_t = lr * factor(t), as
+    the `schedule` section's keys say (warmup, cosine: linear from 1/warmup_steps to 1 over the
+    first steps; step: multiplied by gamma every decay_every steps; cosine: decaying towards final,
+    reached after the last step)."""
 
-    name: str = "constant"
-    warmup_steps: int = 0     # warmup, cosine: linear from 1/warmup_steps to 1 over the first steps
-    decay_every: int = 1000   # step: the factor is multiplied by gamma every decay_every steps
-    gamma: float = 0.1
-    final: float = 0.0        # cosine: the factor the cosine decays towards (reached after the last step)
     total: int = 1
 
     @classmethod
-    def of(cls, cfg, total: int) -> StepSchedule:
-        """The schedule of a `schedule` config section (a mapping or None: constant)."""
-        values = dict(cfg or {})
-        known = {k: values[k] for k in ("name", "warmup_steps", "decay_every", "gamma", "final") if k in values}
-        return cls(**known, total=total)
+    def of(cls, section: ScheduleSchema | None, total: int) -> StepSchedule:
+        """The schedule of a run's typed `schedule` section (None: constant)."""
+        return cls(**vars(section or ScheduleSchema()), total=total)
 
     @property
     def is_default(self) -> bool:
@@ -114,21 +111,18 @@ class Adam:
         self.steps, self.m, self.v = int(state["steps"]), state["m"], state["v"]
 
 
-def make_optimizer(cfg) -> Momentum | Adam | None:
-    """The optimiser of an `optimizer` config section (None: plain SGD, the default)."""
-    values = dict(cfg or {})
-    name = values.get("name", "sgd")
-    if name == "momentum":
-        return Momentum(values.get("beta", 0.9))
-    if name == "adam":
-        return Adam(values.get("beta1", 0.9), values.get("beta2", 0.999), values.get("eps", 1e-8))
+def make_optimizer(section: OptimizerSchema) -> Momentum | Adam | None:
+    """The optimiser of a run's typed `optimizer` section (None: plain SGD, the default)."""
+    if section.name == "momentum":
+        return Momentum(section.beta)
+    if section.name == "adam":
+        return Adam(section.beta1, section.beta2, section.eps)
     return None
 
 
-def describe_optimizer(cfg) -> dict:
-    values = dict(cfg or {})
-    keys = {"sgd": (), "momentum": ("beta",), "adam": ("beta1", "beta2", "eps")}[values.get("name", "sgd")]
-    return {"name": values.get("name", "sgd"), **{k: values[k] for k in keys if k in values}}
+def describe_optimizer(section: OptimizerSchema) -> dict:
+    keys = {"sgd": (), "momentum": ("beta",), "adam": ("beta1", "beta2", "eps")}[section.name]
+    return {"name": section.name, **{k: getattr(section, k) for k in keys}}
 
 
 class UpdateRule:
@@ -137,9 +131,9 @@ class UpdateRule:
     parameters by the optimiser's transform of their sum (nothing to do under SGD, which applied
     each part at once)."""
 
-    def __init__(self, lr: float, schedule: StepSchedule | None = None, optimizer_cfg=None):
+    def __init__(self, lr: float, schedule: StepSchedule | None = None, optimizer_cfg: OptimizerSchema | None = None):
         self.lr, self.schedule = lr, schedule or StepSchedule()
-        self.optimizer_cfg = dict(optimizer_cfg or {"name": "sgd"})
+        self.optimizer_cfg = optimizer_cfg or OptimizerSchema()
         self.optimizer = make_optimizer(self.optimizer_cfg)
         self.pending: torch.Tensor | None = None
         self._held: list | None = None   # inside `held`, under SGD: the step's parts, not yet applied

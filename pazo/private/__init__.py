@@ -60,7 +60,7 @@ from pazo.privacy.plan import EpsilonTracker, PrivacyPlan, make_plan
 from pazo.privacy.sampling import PoissonSampler
 from pazo.rng import RandomStreams
 from pazo.run.summary import privacy_lines
-from pazo.run.validate import validate_against_data
+from pazo.run.validate import check_batches_fit
 from pazo.zo.engines import ENGINES, choose_engine
 
 log = logging.getLogger("pazo.private")
@@ -318,8 +318,7 @@ def _splits(train_data, public, batch_size: int, method_cfg: MethodConfig) -> tu
     public_split = as_split(public, "public") if public is not None else private.subset(np.empty(0, np.int64))
     check_finite_data(private, "train_data")
     check_finite_data(public_split, "public")
-    validate_against_data(OmegaConf.create({"train": {"batch_size": batch_size},
-                                            "method": dataclasses.asdict(method_cfg)}), len(private), len(public_split))
+    check_batches_fit(batch_size, method_cfg, len(private), len(public_split))
     return private, public_split
 
 

@@ -46,10 +46,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from pazo.run import gate
-from pazo.run.checkpoint import (NOT_COMPARED, RESUMABLE, archive_files, checkpoint_path, config_fingerprint,
-                             effective_status, heartbeat_age, read_checkpoint, read_summary, remove_tmp_checkpoint)
+from pazo.run.checkpoint import (RESUMABLE, archive_files, checkpoint_path, effective_status, heartbeat_age,
+                                 read_checkpoint, read_summary, remove_tmp_checkpoint)
 from pazo.errors import ConfigError
-from pazo.run.fingerprint import canonical_json
+from pazo.run.fingerprint import NOT_COMPARED, canonical_json, config_fingerprint
 from pazo.run.metrics_file import FILE as METRICS, CorruptMetrics, read_metric_rows
 from pazo.run.releases import Release, earlier_releases, summary_step
 from pazo.run.validate import RunConfig, typed_config

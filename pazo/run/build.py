@@ -14,23 +14,20 @@ here, they are the same for a run, its audit and its benchmark.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 from torch import nn
 
 from pazo.data import DataBundle, build_dataset
 from pazo.run.digests import state_digest, tensors_digest
 from pazo.run import outlets
-from pazo.config_schema import EngineSchema, TopSchema
+from pazo.config_schema import EngineSchema, OptimizerSchema, ScheduleSchema, TopSchema
 from pazo.errors import ConfigError
 from pazo.run import distributed
-from pazo.run.fingerprint import computation_fingerprint
-from pazo.methods import Method, MethodConfig, MethodInfo, build_method, method_config, method_info
+from pazo.methods import Method, MethodConfig, MethodInfo, build_method, method_info
 from pazo.zo.engines import build_engine, choose_engine
 from pazo.zo.memory import check_step_memory
 from pazo.models import FunctionalModel, build_model, check_no_batchnorm, dispatched, place
@@ -40,7 +37,7 @@ from pazo.privacy.plan import PrivacyPlan, make_plan
 from pazo.privacy.sampling import SAMPLERS
 from pazo.rng import RandomStreams
 from pazo.threads import apply_threads
-from pazo.run.validate import RunConfig, planned_steps, run_config, validate_against_data
+from pazo.run.validate import RunConfig, planned_steps, validate_against_data
 from pazo.run.warm_start import warm_start
 
 
@@ -48,8 +45,7 @@ from pazo.run.warm_start import warm_start
 class Run:
     """Everything one run is made of, before its first step."""
 
-    cfg: DictConfig
-    method_cfg: MethodConfig
+    cfg: RunConfig         # the run's config, typed once at the door
     info: MethodInfo
     streams: RandomStreams
     data: DataBundle
@@ -96,7 +92,7 @@ class Run:
         return {"fingerprint": self.streams.fingerprint,
                 "device": str(self.device), "parameter_devices": [str(d) for d in self.model.devices],
                 "sigma": self.plan.sigma, "public_grads_together": public_grads.get("together"),
-                "dataset_root": self.cfg.dataset.get("root")}
+                "dataset_root": getattr(self.cfg.dataset, "root", None)}
 
     @functools.cached_property
     def private_computation(self) -> dict:
@@ -116,7 +112,7 @@ class Run:
                 "device": str(self.device), "dim": self.model.dim,
                 "parameter_devices": [str(d) for d in self.model.devices],
                 "privacy": self.plan.as_dict(), "data": self.data.describe(), "warm_start": self.warm_start,
-                "engine": engine, "threads": self.threads, "method_departures": self.method_cfg.departures(),
+                "engine": engine, "threads": self.threads, "method_departures": self.cfg.method.departures(),
                 "outside_guarantee": self.outside_guarantee(), "computation": self.computation,
                 **self.update_rule_block(), **method}
 
@@ -163,28 +159,27 @@ def resolve_device(name: str, option: str = "device=") -> torch.device:
     return device
 
 
-def run_privacy_plan(cfg: DictConfig, n_private: int) -> PrivacyPlan:
-    """The privacy plan of the run `cfg` describes on `n_private` private examples: q, T, sigma
-    (calibrated by its accountant, or given and checked) and its notes. A run makes it in
-    `build_run`; `pazo-train ... --plan` prints it without training."""
-    method_cfg = method_config(cfg.method)
-    plan = make_plan(cfg.privacy, n_private, cfg.train.batch_size, planned_steps(cfg.train, n_private),
-                     method_cfg.release(), SAMPLERS[cfg.privacy.sampling], method_info(method_cfg.name).privacy_note)
+def run_privacy_plan(cfg: RunConfig, n_private: int, steps: int) -> PrivacyPlan:
+    """The privacy plan of the run `cfg` describes on `n_private` private examples over its planned
+    `steps` (`planned_steps`): q, T, sigma (calibrated by its accountant, or given and checked) and
+    its notes. A run makes it in `build_run`; `pazo-train ... --plan` prints it without training."""
+    plan = make_plan(cfg.privacy, n_private, cfg.train.batch_size, steps, cfg.method.release(),
+                     SAMPLERS[cfg.privacy.sampling], method_info(cfg.method.name).privacy_note)
     return _with_seed_note(cfg, plan)
 
 
-def _with_seed_note(cfg: DictConfig, plan: PrivacyPlan) -> PrivacyPlan:
+def _with_seed_note(cfg: RunConfig, plan: PrivacyPlan) -> PrivacyPlan:
     """`plan`, noting that a private run's seed is the shipped default (`SHIPPED_SEED_NOTE`) where it is."""
     if plan.private and not cfg.privacy.secure_mode and cfg.seed == TopSchema.seed:
         plan.notes.append(SHIPPED_SEED_NOTE)
     return plan
 
 
-def build_run(cfg: RunConfig | DictConfig, *, earlier_engine: dict | None = None, time_engines: bool = True,
+def build_run(cfg: RunConfig, *, earlier_engine: dict | None = None, time_engines: bool = True,
               data: DataBundle | None = None, module: nn.Module | None = None,
               sigma: float | None = None) -> Run:
-    """Assemble the run `cfg` describes (the config is validated by the caller, and typed by a
-    launch; a DictConfig, an audit's or a benchmark's, is typed here).
+    """Assemble the run `cfg` describes (checked and typed at the door of the command that runs it:
+    `pazo.run.validate.validated_run_config`, or `run_config`).
 
     earlier_engine: a resumed run's first-attempt engine choice, kept so that its steps stay those
     of one engine. time_engines: let `engine.name=auto` time the engines on CUDA (off in an audit).
@@ -194,18 +189,15 @@ def build_run(cfg: RunConfig | DictConfig, *, earlier_engine: dict | None = None
     calibration; a benchmark (given its data) keeps the threads it set itself.
     """
     own_data = data is None
-    typed = cfg if isinstance(cfg, RunConfig) else run_config(cfg)
-    cfg, method_cfg = typed.raw, typed.method
-    info = method_info(method_cfg.name)
+    info = method_info(cfg.method.name)
     group = distributed.current()
-    require_shards(info, group, typed.privacy.secure_mode, typed.engine.query_dropout)
-    streams = RandomStreams(typed.seed, secure=typed.privacy.secure_mode,
-                            fingerprint=computation_fingerprint(typed.values))
+    require_shards(info, group, cfg.privacy.secure_mode, cfg.engine.query_dropout)
+    streams = RandomStreams(cfg.seed, secure=cfg.privacy.secure_mode, fingerprint=cfg.computation)
     if data is None:
-        data = build_dataset(typed.dataset, streams)
-        validate_against_data(cfg, len(data.private), len(data.public))
+        data = build_dataset(cfg.dataset, streams)
+        validate_against_data(cfg.train, cfg.method, cfg.schedule, len(data.private), len(data.public))
     device = resolve_device(cfg.device)
-    module, model, device = _model(typed, data, streams, device, module)
+    module, model, device = _model(cfg, data, streams, device, module)
     # (before the sampler and the noise draw anything)
     key_digests = key_secret_streams(streams, data.private, data.public, module)
     # by the whole model's size, frozen weights included: a LoRA step's cost is the full forward
@@ -214,18 +206,16 @@ def build_run(cfg: RunConfig | DictConfig, *, earlier_engine: dict | None = None
                {"count": torch.get_num_threads(), "requested": None, "why": "set by the benchmark"})
     warm = warm_start(model, data.public, cfg, streams, device)
     total_steps = planned_steps(cfg.train, len(data.private))
-    if sigma is None:
-        plan = run_privacy_plan(cfg, len(data.private))
-    else:
-        plan = _with_seed_note(cfg, PrivacyPlan.with_sigma(sigma if info.private else None, cfg.train.batch_size,
-                                                           method_cfg.release(), steps=total_steps))
+    plan = run_privacy_plan(cfg, len(data.private), total_steps) if sigma is None else _with_seed_note(
+        cfg, PrivacyPlan.with_sigma(sigma if info.private else None, cfg.train.batch_size, cfg.method.release(),
+                                    steps=total_steps))
     # (several ranks: the engines are not timed, a choice all make alike)
-    engine = _engine_choice(typed, model, method_cfg, info, data, earlier_engine, time_engines and not group.several)
-    method = assemble_method(method_cfg, model=model, plan=plan, streams=streams, public=data.public,
-                             engine_cfg=typed.engine, engine_name=engine["name"], batch_size=typed.train.batch_size,
-                             schedule=dataclasses.asdict(typed.schedule), optimizer=dataclasses.asdict(typed.optimizer),
+    engine = _engine_choice(cfg, model, info, data, earlier_engine, time_engines and not group.several)
+    method = assemble_method(cfg.method, model=model, plan=plan, streams=streams, public=data.public,
+                             engine_cfg=cfg.engine, engine_name=engine["name"], batch_size=cfg.train.batch_size,
+                             schedule=cfg.schedule, optimizer=cfg.optimizer,
                              sums=distributed.ShardSums(group) if group.several else LOCAL_SUMS)
-    return Run(cfg=cfg, method_cfg=method_cfg, info=info, streams=streams, data=data, module=module, model=model,
+    return Run(cfg=cfg, info=info, streams=streams, data=data, module=module, model=model,
                device=device, warm_start=warm, plan=plan, engine=engine, method=method, total_steps=total_steps,
                threads=threads, data_digest=key_digests["private_data_sha256"], key_digests=key_digests, group=group)
 
@@ -251,7 +241,8 @@ def require_shards(info: MethodInfo, group: distributed.Group, secure_mode: bool
 
 
 def assemble_method(method_cfg: MethodConfig, *, model: FunctionalModel, plan: PrivacyPlan, streams: RandomStreams,
-                    public, engine_cfg: EngineSchema, engine_name: str, batch_size: int, schedule=None, optimizer=None,
+                    public, engine_cfg: EngineSchema, engine_name: str, batch_size: int,
+                    schedule: ScheduleSchema | None = None, optimizer: OptimizerSchema | None = None,
                     sums=LOCAL_SUMS) -> Method:
     """The method on its engine, once what its step holds is known to fit (a zeroth-order step
     grows with method.q and the batch: refused in one line if it cannot), with the run's step-size
@@ -312,7 +303,7 @@ def functional_model(module: nn.Module, device: torch.device, *, private: bool, 
     return module, model, device
 
 
-def _engine_choice(cfg: RunConfig, model, method_cfg, info, data, earlier: dict | None, time_engines: bool) -> dict:
+def _engine_choice(cfg: RunConfig, model, info, data, earlier: dict | None, time_engines: bool) -> dict:
     """The zeroth-order engine (`engine.name`, or what `auto` picks) and why, for the summary."""
     if cfg.engine.name == "auto" and earlier and earlier.get("requested") == "auto":
         return {**earlier, "reason": f"kept from the first attempt ({earlier['reason']})"}
@@ -320,5 +311,5 @@ def _engine_choice(cfg: RunConfig, model, method_cfg, info, data, earlier: dict 
     if time_engines and model.device.type == "cuda" and len(data.test):  # non-private examples to time on
         sample = data.test.batch(np.arange(min(cfg.train.batch_size, len(data.test))), model.input_device)
     name, reason = choose_engine(cfg.engine, model, zeroth_order=info.family == "zeroth_order",
-                                 queries=method_cfg.release().queries, sample=sample)
+                                 queries=cfg.method.release().queries, sample=sample)
     return {"requested": cfg.engine.name, "name": name, "reason": reason}

@@ -39,7 +39,7 @@ import torch
 from pazo.errors import ConfigError
 from pazo.files.file_kinds import read_regular_text
 from pazo.run import gate
-from pazo.run.fingerprint import config_without
+from pazo.run.fingerprint import NOT_COMPARED, config_fingerprint  # noqa: F401 (a resume's key, read here by the checks of a resume)
 from pazo.files.rundir import MODEL_FILE, OLD_MODEL_FILE
 
 CHECKPOINT = "checkpoint.pt"
@@ -54,20 +54,6 @@ FILES = ("summary.json", "metrics.jsonl", "config.yaml", MODEL_FILE, OLD_MODEL_F
          "tensorboard")
 HEARTBEAT_SECONDS = 30.0
 STALE_AFTER_SECONDS = 4 * HEARTBEAT_SECONDS
-#: config keys that may differ between the attempts of one run (where and how it runs, not what;
-#: `method.public_grads_together` too: a run resumed on a smaller GPU may need the public gradients
-#: one after another, and checkpoints written before the key existed still resume)
-NOT_COMPARED = ("logger", "device", "privacy.cache_dir", "dataset.root", "dataset.cache_dir", "train.checkpoint_every",
-                "train.progress_seconds",
-                "train.checkpoint_minutes", "train.keep_checkpoint", "train.save_model", "train.eval_batch_size",
-                "method.public_grads_together", "train.threads", "train.distributed_timeout_s")
-
-
-def config_fingerprint(cfg) -> str:
-    """The resolved config minus where/how keys, as canonical JSON: equal for attempts of one run."""
-    return json.dumps(config_without(cfg, NOT_COMPARED), sort_keys=True, default=str)
-
-
 @dataclass
 class LoopState:
     """The training loop's own state between two steps."""

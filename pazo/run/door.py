@@ -10,6 +10,7 @@ the registries (the method's own keys and values, the data set's and model's) is
 check, which refuses the same command lines with the same lines."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import contextmanager
 
 from omegaconf import OmegaConf
@@ -83,9 +84,12 @@ def method_schemas_stood_in():
 
 
 def schedule_problem(schedule, steps: int, how: str = "") -> str | None:
-    """Why schedule section `schedule` does not fit a run of `steps` steps (set by `how`), or None."""
-    name = schedule.get("name", "constant")
-    warmup, every = schedule.get("warmup_steps", 0), schedule.get("decay_every", 0)
+    """Why schedule section `schedule` does not fit a run of `steps` steps (set by `how`), or None.
+    `schedule`: the typed section (`pazo.config_schema.ScheduleSchema`), or, where it is checked
+    before it is typed (the command line, the composed config), its mapping."""
+    values = schedule if isinstance(schedule, Mapping) else vars(schedule)
+    name = values.get("name", "constant")
+    warmup, every = values.get("warmup_steps", 0), values.get("decay_every", 0)
     if name in ("warmup", "cosine") and warmup > steps:
         return (f"schedule.warmup_steps={warmup} is longer than the run's {steps} steps ({how}): the run would "
                 f"end before its warm-up does; give schedule.warmup_steps={steps} or fewer, or more steps")

@@ -17,8 +17,9 @@ plain SGD).
 
 A key left out (`HOW_KEYS`) must not change the numbers a step computes beyond float rounding: two
 runs that differ only in it draw the same noise and batches. The seed is left out too (it is mixed
-in beside the fingerprint), and so are the keys a resumed attempt may change (`pazo.run.checkpoint`'s
-NOT_COMPARED), so that every attempt of one run has one fingerprint.
+in beside the fingerprint), and so are the keys a resumed attempt may change (`NOT_COMPARED`, left
+out of `config_fingerprint` too, the key a checkpoint resumes by), so that every attempt of one run
+has one fingerprint.
 """
 from __future__ import annotations
 
@@ -81,6 +82,20 @@ def _value_at(data, dotted: str):
     for key in dotted.split("."):
         data = data.get(key) if isinstance(data, dict) else None
     return data
+
+
+#: config keys that may differ between the attempts of one run (where and how it runs, not what;
+#: `method.public_grads_together` too: a run resumed on a smaller GPU may need the public gradients
+#: one after another, and checkpoints written before the key existed still resume)
+NOT_COMPARED = ("logger", "device", "privacy.cache_dir", "dataset.root", "dataset.cache_dir", "train.checkpoint_every",
+                "train.progress_seconds",
+                "train.checkpoint_minutes", "train.keep_checkpoint", "train.save_model", "train.eval_batch_size",
+                "method.public_grads_together", "train.threads", "train.distributed_timeout_s")
+
+
+def config_fingerprint(cfg) -> str:
+    """The resolved config minus where/how keys, as canonical JSON: equal for attempts of one run."""
+    return json.dumps(config_without(cfg, NOT_COMPARED), sort_keys=True, default=str)
 
 
 def canonical_json(data) -> str:

@@ -22,8 +22,8 @@ from omegaconf import DictConfig
 
 from pazo.run import distributed, gate
 from pazo.run.attempts import accept_launch, check_launch, plan_launch
-from pazo.run.checkpoint import (Heartbeat, LoopState, StopRequests, checkpoint_path, config_fingerprint,
-                                 read_checkpoint, restore_checkpoint)
+from pazo.run.checkpoint import (Heartbeat, LoopState, StopRequests, checkpoint_path, read_checkpoint,
+                                 restore_checkpoint)
 from pazo.run.cli import DEBUG_ONLY, USER_ERRORS
 from pazo.commands.console import open_run_logs
 from pazo.run.build import build_run, resolve_device
@@ -34,7 +34,7 @@ from pazo.files.rundir import (RunDirLock, WriteFault, accept_hydra_record, chec
                          remove_broken_writes)
 from pazo.privacy.plan import epsilon_spent
 from pazo.run.summary import print_header, print_summary, released_beyond, resumed_line
-from pazo.run.validate import ConfigError, RunConfig, run_config, validate_config
+from pazo.run.validate import ConfigError, validated_run_config
 
 log = logging.getLogger("pazo.train")  # (the run's lines, as `pazo.train` logs them)
 
@@ -92,14 +92,12 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
 
 def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges: LeaderExchanges) -> dict:
     refuse_debug_breaks(cfg)
-    validate_config(cfg)
-    typed = run_config(cfg)   # the run's config typed once: what is below reads it (and its fingerprints)
-    fingerprint = config_fingerprint(typed.values)
+    typed = validated_run_config(cfg)   # the run's config typed once: what is below reads it (and its fingerprints)
     resolve_device(typed.device)  # (again: a multirun's jobs are checked here)
     check_output_dir(run_dir)
     with RunDirLock(run_dir):  # a second launch into run_dir is refused until this one ends
         remove_broken_writes(run_dir)
-        start = plan_launch(run_dir, typed, fingerprint)  # fresh, resume, replay, finished or refused (attempts)
+        start = plan_launch(run_dir, typed, typed.fingerprint)  # fresh, resume, replay, finished or refused (attempts)
         exchanges.share(start_for_followers(run_dir, start))   # (several ranks: where they start)
         if start.kind == "finished":
             log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
@@ -109,15 +107,15 @@ def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges
         sampler = r.sampler()
         check_launch(run_dir, start, r)
         loop = resume_state(r, sampler, start.checkpoint, checkpoint_path(run_dir)) if start.resuming else LoopState()
-        exchanges.agree(rank_facts(r, fingerprint, loop.step))   # before the first write and the first step
+        exchanges.agree(rank_facts(r, loop.step))   # before the first write and the first step
         accept_launch(run_dir, start, r)   # the first write into run_dir
         accept_hydra_record(run_dir, hydra_record, archive_to=start.moved_to)
         open_run_logs()   # train.log: the lines said since the launch began, and on
-        recorder, summary = _start_records(typed, run_dir, start, r, loop, fingerprint)
+        recorder, summary = _start_records(run_dir, start, r, loop)
         show_header(summary, r.plan)
         if start.resuming:
             log.info(resumed_line(run_dir, loop.step, r.total_steps))
-        _train(r, sampler, loop, recorder, summary, cfg)
+        _train(r, sampler, loop, recorder, summary)
     return summary
 
 
@@ -145,15 +143,13 @@ def follow(cfg: DictConfig) -> None:
     start = distributed.current().share(None)   # (first: rank 0 may have refused the run)
     if "refused" in start:
         raise distributed.LeaderRefused(start["refused"])
-    validate_config(cfg)
-    typed = run_config(cfg)
-    fingerprint = config_fingerprint(typed.values)
+    typed = validated_run_config(cfg)
     if start["finished"]:   # rank 0 says so, and there is nothing to do
         return
     r = build_run(typed, earlier_engine=start["earlier_engine"])
     sampler = r.sampler()
     loop, where = follower_start(r, sampler, start["checkpoint"])
-    r.group.agree({**rank_facts(r, fingerprint, loop.step), "start": where})
+    r.group.agree({**rank_facts(r, loop.step), "start": where})
     follow_loop(r, sampler, loop)
 
 
@@ -173,22 +169,23 @@ def follower_start(r, sampler, path: str | None) -> tuple[LoopState, str]:
     return loop, f"step {loop.step}"
 
 
-def rank_facts(r, fingerprint: str, start_step: int) -> dict[str, str]:
+def rank_facts(r, start_step: int) -> dict[str, str]:
     """What every rank of a run must share: the config, the digests that key the secret streams
     (hashed once more: the private data's stays among the run's processes), the code, the engine
     and the step it starts from (a resumed run: its checkpoint's, read on every rank)."""
     keys = hashlib.sha256(json.dumps(r.key_digests, sort_keys=True).encode()).hexdigest()
-    return {"config": hashlib.sha256(fingerprint.encode()).hexdigest(), "data": keys,
+    return {"config": hashlib.sha256(r.cfg.fingerprint.encode()).hexdigest(), "data": keys,
             "code": distributed.code_digest(), "engine": r.engine["name"], "start": f"step {start_step}"}
 
 
-def _start_records(typed: RunConfig, run_dir: Path, start, r, loop: LoopState, fingerprint: str):
+def _start_records(run_dir: Path, start, r, loop: LoopState):
     """The recorder and the summary the accepted launch starts with (status running), written."""
     previous = start.summary or {}
     replayed_rows = carry_released_rows(run_dir, start)
-    recorder = Recorder(run_dir, typed.raw, typed.logger,
+    recorder = Recorder(run_dir, r.cfg.raw, r.cfg.logger,
                         resume_bytes=loop.metrics_bytes if start.resuming else replayed_rows,
-                        wandb_id=previous.get("wandb_run_id") if start.resuming else None, fingerprint=fingerprint,
+                        wandb_id=previous.get("wandb_run_id") if start.resuming else None,
+                        fingerprint=r.cfg.fingerprint,
                         released_before=start.released.step)
     summary = launch_summary(run_dir, r, start, loop, recorder)
     try:
@@ -219,7 +216,7 @@ def launch_summary(run_dir: Path, r, start, loop: LoopState, recorder: Recorder)
     return summary
 
 
-def _train(r, sampler, loop: LoopState, recorder: Recorder, summary: dict, cfg) -> None:
+def _train(r, sampler, loop: LoopState, recorder: Recorder, summary: dict) -> None:
     """The loop, then the run's last files and its summary lines; `summary` is updated with how it ended."""
     with StopRequests() as stop:
         with Heartbeat(recorder.beat):
@@ -228,7 +225,7 @@ def _train(r, sampler, loop: LoopState, recorder: Recorder, summary: dict, cfg) 
         if stopped:
             summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
         try:
-            recorder.finish(summary, r.module, cfg.train)
+            recorder.finish(summary, r.module, r.cfg.train)
         except WriteFault as fault:  # the model or the last summary: the checkpoint stays for the relaunch
             summary.update(status="fault", failure=f"fault after step {loop.step}: {fault}",
                            final_test_accuracy=None)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
+from pazo.config_schema import TrainSchema
 from pazo.run.checkpoint import LoopState, StopRequests
 from pazo.run.distributed import RankLost
 from pazo.run.build import Run
@@ -36,10 +37,11 @@ class Schedule:
     eval_every: int
 
     @classmethod
-    def of(cls, train_cfg, steps_per_epoch: float, total_steps: int) -> Schedule:
-        eval_every = (max(1, round(steps_per_epoch / train_cfg.evals_per_epoch))
-                      if train_cfg.evals_per_epoch else total_steps)
-        return cls(total_steps, train_cfg.log_every, eval_every)
+    def of(cls, train: TrainSchema, steps_per_epoch: float, total_steps: int) -> Schedule:
+        """The schedule of the run's typed `train` section."""
+        eval_every = (max(1, round(steps_per_epoch / train.evals_per_epoch))
+                      if train.evals_per_epoch else total_steps)
+        return cls(total_steps, train.log_every, eval_every)
 
     def evaluates(self, step: int) -> bool:
         return step % self.eval_every == 0 or step == self.total_steps
@@ -238,8 +240,8 @@ def merge_into(summary: dict, facts: dict) -> None:
             summary[key] = value
 
 
-def _checkpoint_due(train_cfg, step: int, last_saved: float) -> bool:
-    """Every `checkpoint_every` steps if set, else every `checkpoint_minutes` of wall time."""
-    if train_cfg.checkpoint_every:
-        return step % train_cfg.checkpoint_every == 0
-    return time.monotonic() - last_saved >= 60 * train_cfg.checkpoint_minutes
+def _checkpoint_due(train: TrainSchema, step: int, last_saved: float) -> bool:
+    """Every `train.checkpoint_every` steps if set, else every `train.checkpoint_minutes` of wall time."""
+    if train.checkpoint_every:
+        return step % train.checkpoint_every == 0
+    return time.monotonic() - last_saved >= 60 * train.checkpoint_minutes

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from pazo.config_schema import LoggerSchema
+from pazo.config_schema import LoggerSchema, TrainSchema
 from pazo.run import gate, outlets
 from pazo.run.checkpoint import LoopState, discard_checkpoint, save_checkpoint
 from pazo.run.loggers import WRITERS
@@ -219,16 +219,16 @@ class Recorder:
                         extra={"total_steps": run.total_steps, "computation": run.private_computation,
                                "optimizer": run.method.update_rule.state_dict()})
 
-    def finish(self, summary: dict, module, train_cfg) -> None:
+    def finish(self, summary: dict, module, train: TrainSchema) -> None:
         """For a finished run the model first (`train.save_model`, written whole), then the last
         summary, then no checkpoint (it holds the noise stream; `train.keep_checkpoint` keeps it);
         a failed run, which is never resumed, keeps no checkpoint either. A write the machine
         refuses raises a WriteFault before the summary says finished."""
-        if summary["status"] == "finished" and train_cfg.save_model:
+        if summary["status"] == "finished" and train.save_model:
             save_weights(self.dir / MODEL_FILE, module)
         self.write_summary(summary)
         self.close(failed=summary["status"] == "failed")
-        if summary["status"] == "failed" or (summary["status"] == "finished" and not train_cfg.keep_checkpoint):
+        if summary["status"] == "failed" or (summary["status"] == "finished" and not train.keep_checkpoint):
             discard_checkpoint(self.dir)
 
     def fail(self, summary: dict) -> WriteFault | None:

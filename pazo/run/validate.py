@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from omegaconf import DictConfig, OmegaConf
 
-from pazo.config_schema import SECTIONS, TopSchema, check_config_values, typed_values
+from pazo.config_schema import (SECTIONS, EngineSchema, LoggerSchema, OptimizerSchema, PrivacySchema, ScheduleSchema,
+                                TopSchema, TrainSchema, WarmStartSchema, check_config_values, typed_values)
 from pazo.catalog import pairing_problem
 from pazo.data import DATASETS
 from pazo.errors import ConfigError, unknown_choice
@@ -21,6 +22,7 @@ from pazo.privacy.accountants import BudgetError, check_delta, check_target_epsi
 from pazo.privacy.planner import check_accountant, steps_from_epochs
 from pazo.privacy.sampling import SAMPLERS
 from pazo.run.door import schedule_problem
+from pazo.run.fingerprint import computation_fingerprint, config_fingerprint
 from pazo.zo.engines import ENGINES
 
 
@@ -71,23 +73,29 @@ def validate_config(cfg) -> None:
         raise ConfigError("privacy.sigma is set but privacy.epsilon is null: give the target epsilon "
                           "the given sigma must meet")
     if cfg.train.steps:   # (given: known before the data are; from epochs: `validate_against_data`)
-        check_schedule_fits(cfg, cfg.train.steps)
+        check_schedule_fits(cfg.train, cfg.get("schedule") or {}, cfg.train.steps)
 
 
-def validate_against_data(cfg, n_private: int, n_public: int) -> None:
-    """Checks that need the data set's sizes."""
-    b = cfg.train.batch_size
-    if b > n_private:
-        raise ConfigError(f"train.batch_size={b} exceeds the {n_private} private training examples")
-    m = cfg.method
-    uses_public = method_info(m.name).uses_public
-    if uses_public and n_public == 0:
-        raise ConfigError(f"method {m.name!r} needs public data but the data set has none")
-    if uses_public and "public_batch_size" in m and m.public_batch_size > n_public:
-        raise ConfigError(f"method.public_batch_size={m.public_batch_size} exceeds the {n_public} "
-                          "public examples")
-    if "schedule" in cfg:
-        check_schedule_fits(cfg, planned_steps(cfg.train, n_private))
+def validate_against_data(train, method, schedule, n_private: int, n_public: int) -> None:
+    """Checks that need the data set's sizes, of a run's typed `train`, `method` and `schedule`
+    sections (`schedule` None: a library loop's, which has none)."""
+    check_batches_fit(train.batch_size, method, n_private, n_public)
+    if schedule is not None:
+        check_schedule_fits(train, schedule, planned_steps(train, n_private))
+
+
+def check_batches_fit(batch_size: int, method: MethodConfig, n_private: int, n_public: int) -> None:
+    """The private batch within the private examples; the public batch of a method that reads
+    public data within the public examples (a run's and a library loop's)."""
+    if batch_size > n_private:
+        raise ConfigError(f"train.batch_size={batch_size} exceeds the {n_private} private training examples")
+    if not method_info(method.name).uses_public:
+        return
+    if n_public == 0:
+        raise ConfigError(f"method {method.name!r} needs public data but the data set has none")
+    public_batch = getattr(method, "public_batch_size", None)
+    if public_batch is not None and public_batch > n_public:
+        raise ConfigError(f"method.public_batch_size={public_batch} exceeds the {n_public} public examples")
 
 
 def planned_steps(train_cfg, n: int) -> int:
@@ -101,12 +109,13 @@ def planned_steps(train_cfg, n: int) -> int:
         raise ConfigError(str(err)) from None
 
 
-def check_schedule_fits(cfg, steps: int) -> None:
-    """The step-size schedule (`schedule`) fits the run's `steps`: a warm-up longer than the run
-    would end it still warming up, and a step decay at intervals no shorter than it would never
-    decay; either is a ConfigError naming the fix (the schedule's own ranges: its schema)."""
-    how = f"train.steps={steps}" if cfg.train.get("steps") else f"train.epochs={cfg.train.epochs:g}"
-    problem = schedule_problem(cfg.get("schedule") or {}, steps, how)
+def check_schedule_fits(train, schedule, steps: int) -> None:
+    """The step-size schedule (the `schedule` section) fits the run's `steps` (from its `train`
+    section): a warm-up longer than the run would end it still warming up, and a step decay at
+    intervals no shorter than it would never decay; either is a ConfigError naming the fix (the
+    schedule's own ranges: its schema)."""
+    how = f"train.steps={steps}" if train.steps else f"train.epochs={train.epochs:g}"
+    problem = schedule_problem(schedule, steps, how)
     if problem:
         raise ConfigError(problem)
 
@@ -125,22 +134,27 @@ class RunConfig:
     """A run's config typed once, at the door of the command that runs or reads it: each section
     its schema's dataclass (`pazo.config_schema`; the data set's and the model's registered schemas,
     beside their loader and builder, which take these sections; the method's registered config);
-    `raw` is the DictConfig it was made from, `values` the resolved config with each value cast to
-    its schema's type (`typed_config`: what the fingerprints hash)."""
+    `raw` is the DictConfig it was made from (written once, as the run's config.yaml), `values` the
+    resolved config with each value cast to its schema's type (`typed_config`), and its two
+    fingerprints, hashed from `values` once: `fingerprint`, what a checkpoint resumes by
+    (`pazo.run.fingerprint.config_fingerprint`), and `computation`, what keys the secret streams
+    (`computation_fingerprint`)."""
     seed: int
     device: str
     dataset: object
     model: object
     method: MethodConfig
-    train: object
-    privacy: object
-    engine: object
-    warm_start: object
-    logger: object
-    schedule: object
-    optimizer: object
+    train: TrainSchema
+    privacy: PrivacySchema
+    engine: EngineSchema
+    warm_start: WarmStartSchema
+    logger: LoggerSchema
+    schedule: ScheduleSchema
+    optimizer: OptimizerSchema
     raw: DictConfig = field(repr=False)
     values: dict = field(repr=False, default_factory=dict)
+    fingerprint: str = field(repr=False, default="")
+    computation: str = field(repr=False, default="")
 
 
 def run_config(cfg: DictConfig) -> RunConfig:
@@ -151,8 +165,15 @@ def run_config(cfg: DictConfig) -> RunConfig:
     sections["dataset"] = _typed(DATASETS.get(data["dataset"]["name"]).schema, data["dataset"])
     sections["model"] = _typed(MODELS.get(data["model"]["name"]).schema, data["model"])
     top = _typed(TopSchema, {k: data[k] for k in ("seed", "device", "sweep_name") if k in data})
-    return RunConfig(seed=top.seed, device=top.device, method=method_config(cfg.method), raw=cfg,
-                     values=typed_config(cfg), **sections)
+    values = typed_config(cfg)
+    return RunConfig(seed=top.seed, device=top.device, method=method_config(cfg.method), raw=cfg, values=values,
+                     fingerprint=config_fingerprint(values), computation=computation_fingerprint(values), **sections)
+
+
+def validated_run_config(cfg: DictConfig) -> RunConfig:
+    """A launch's door: `cfg` checked (`validate_config`) and typed once (`run_config`)."""
+    validate_config(cfg)
+    return run_config(cfg)
 
 
 def _typed(schema: type, values: dict):

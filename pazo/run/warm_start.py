@@ -13,22 +13,20 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
-
 from pazo.files.cache_files import load_entry, save_entry
 
 log = logging.getLogger(__name__)
 
 
 def _key(cfg) -> str:
-    """The full sha256 of what determines the warm-started weights (file names carry a prefix)."""
-    facts = {"dataset": OmegaConf.to_container(cfg.dataset, resolve=True),
-             "model": OmegaConf.to_container(cfg.model, resolve=True),
-             "warm_start": {k: v for k, v in OmegaConf.to_container(cfg.warm_start, resolve=True).items()
-                            if k != "cache"},
+    """The full sha256 of what determines the warm-started weights (file names carry a prefix): the
+    data set, model and warm-start sections as the run resolved them, each value cast to its
+    schema's type (`RunConfig.values`), and the seed."""
+    values = cfg.values
+    facts = {"dataset": {k: v for k, v in values["dataset"].items() if k not in ("root", "download")},
+             "model": values["model"],
+             "warm_start": {k: v for k, v in values["warm_start"].items() if k != "cache"},
              "seed": cfg.seed, "version": 1}
-    facts["dataset"].pop("root", None)
-    facts["dataset"].pop("download", None)
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 
@@ -45,7 +43,8 @@ def _shape_problem(state: dict, module) -> str | None:
 
 
 def warm_start(model, public, cfg, streams, device) -> dict:
-    """Train `model` in place on `public`; returns facts for the run summary."""
+    """Train `model` in place on `public` as the run's typed config (`pazo.run.validate.RunConfig`)
+    says: its `warm_start` section, the cache in `privacy.cache_dir`; returns facts for the run summary."""
     w = cfg.warm_start
     if not w.epochs:
         return {"epochs": 0}

@@ -72,6 +72,7 @@ def selection_costs(cells: list[Cell], extra: list[str], k) -> list:
     """Each cell's cost (pazo.sweep.selection.cell_cost): the private set's size read once a setting, each
     distinct (q, T, epsilon) calibrated once through the sigma cache."""
     from pazo.sweep.selection import cell_cost, private_size
+    from pazo.run.validate import run_config
 
     configs = composed_configs([r for c in cells for r in c.configurations], extra)
     sizes, costs, i = {}, [], 0
@@ -80,7 +81,7 @@ def selection_costs(cells: list[Cell], extra: list[str], k) -> list:
         if cell.setting not in sizes:
             with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
                 first = _Checker(extra).compose([*cell.configurations[0].overrides(), *extra])
-            sizes[cell.setting] = private_size(first)
+            sizes[cell.setting] = private_size(run_config(first))
         try:
             costs.append(cell_cost(mine, k, len(cell.seeds), sizes[cell.setting]))
         except ConfigError as err:   # a dry run lists every cell's problem; a launch refuses the first

@@ -25,7 +25,8 @@ import yaml
 
 from pazo.run import gate, metrics_file, outlets
 from pazo.errors import ConfigError, DataMissingError
-from pazo.run.validate import planned_steps
+from pazo.config_schema import PrivacySchema
+from pazo.run.validate import RunConfig, planned_steps
 from pazo.files.file_kinds import read_regular_bytes, read_regular_text
 from pazo.run.loggers import CSV_FILE, csv_line, read_csv
 from pazo.methods import method_config
@@ -66,31 +67,30 @@ class PrivateSize:
     estimated: str = ""
 
 
-def private_size(cfg) -> PrivateSize:
-    """n as the run's own loader gives it (the data set read once); where the data are missing and
-    the data set's size is published, estimated from it and the config's public and validation
-    fractions (a dry run's preview; a real run reads the data)."""
+def private_size(cfg: RunConfig) -> PrivateSize:
+    """n as the run's own loader gives it (the data set read once) from the run's typed config;
+    where the data are missing and the data set's size is published, estimated from it and the
+    config's public and validation fractions (a dry run's preview; a real run reads the data)."""
     from pazo.data import build_dataset  # imports torch: not needed by --help
     from pazo.rng import RandomStreams
-    from pazo.run.validate import run_config
 
     try:
-        return PrivateSize(len(build_dataset(run_config(cfg).dataset, RandomStreams(cfg.seed)).private))
+        return PrivateSize(len(build_dataset(cfg.dataset, RandomStreams(cfg.seed)).private))
     except DataMissingError as err:
-        total, name = PUBLISHED_TRAIN_SIZE.get(cfg.dataset.name), cfg.dataset.name
-        if total is None or cfg.dataset.get("public_source", "split") != "split":
+        total, dataset = PUBLISHED_TRAIN_SIZE.get(cfg.dataset.name), cfg.dataset
+        if total is None or dataset.public_source != "split":
             raise ConfigError(f"the cost of a private selection needs the private set's size: "
                               f"{str(err).splitlines()[0]}") from None
-        pool = total - round(cfg.dataset.public_fraction * total)
-        n = pool - round((cfg.dataset.get("val_fraction") or 0) * pool)
-        return PrivateSize(n, f"n estimated from {name}'s published {total} training examples (data not found)")
+        pool = total - round(dataset.public_fraction * total)
+        n = pool - round((dataset.val_fraction or 0) * pool)
+        return PrivateSize(n, f"n estimated from {dataset.name}'s published {total} training examples (data not found)")
 
 
 def run_account(cfg, n: int) -> tuple[RunAccount, float, float]:
     """(the run's account, its target epsilon, its delta) as `pazo.privacy.plan.make_plan` sets
     them: q = batch / n, T planned steps, delta 1/n unless given, sigma given or calibrated
     (through the sigma cache). Laplace noise and sampling the accountant does not model are refused."""
-    pcfg, release = cfg.privacy, method_config(cfg.method).release()
+    pcfg, release = PrivacySchema(**cfg.privacy), method_config(cfg.method).release()
     if release.noise != "gaussian":
         raise ConfigError(f"private selection accounts Gaussian runs only: {cfg.method.name} adds {release.noise} "
                           "noise (its cells are refused; select them the ordinary way)")
@@ -100,7 +100,7 @@ def run_account(cfg, n: int) -> tuple[RunAccount, float, float]:
     q, steps = cfg.train.batch_size / n, planned_steps(cfg.train, n)
     target = float(pcfg.epsilon)
     delta = check_delta(pcfg.delta if pcfg.delta is not None else 1.0 / n, "gaussian", "privacy.delta", ConfigError)
-    accountant = pcfg.get("accountant", "prv")
+    accountant = pcfg.accountant
     eps_error = float(pcfg.eps_error or default_eps_error(target)) if accountant == "prv" else None
     sigma = float(pcfg.sigma) if pcfg.sigma is not None else _calibrated(
         accountant, target, delta, q, steps, eps_error, release.mechanisms, pcfg.cache_dir)

@@ -20,6 +20,7 @@ from pazo.files.cache_files import FORMAT, digest, load_entry, save_entry
 from pazo.data import image_folder
 from pazo.data.image_folder import read_image_folder
 from pazo.run.build import build_run
+from pazo.run.validate import run_config
 from pazo.privacy import calibration
 from pazo.privacy.calibration import calibrate_sigma
 from sigma_cache_checks import check_bad_entry_is_recalibrated
@@ -160,7 +161,7 @@ def _warm_cfg(tmp_path, **extra):
     overrides = ["warm_start.epochs=1", "train.steps=2", "device=cpu", "privacy=none",
                  f"privacy.cache_dir={tmp_path / 'cache'}", *(f"{k}={v}" for k, v in extra.items())]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
+        return run_config(compose(config_name="config", overrides=overrides))
 
 
 def _weights(run):

@@ -11,7 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from conftest import quadratic_model
-from pazo.config_schema import ScheduleSchema
+from pazo.config_schema import OptimizerSchema, ScheduleSchema
 from pazo.data.base import TensorSplit
 from pazo.errors import ConfigError
 from pazo.run.fingerprint import computation_fingerprint
@@ -148,7 +148,9 @@ def build(name: str, lr: float, schedule=None, optimizer=None):
     public = TensorSplit(torch.randn(16, DIM, generator=gen, dtype=torch.float64), torch.zeros(16))
     plan = PrivacyPlan.with_sigma(1.0 if info.private else None, 8, config.release(), steps=STEPS)
     method = build_method(config, model=quadratic_model(DIM), plan=plan, streams=RandomStreams(7), public=public,
-                          device=torch.device("cpu"), engine=VectorisedEngine(), schedule=schedule, optimizer=optimizer)
+                          device=torch.device("cpu"), engine=VectorisedEngine(),
+                          schedule=ScheduleSchema(**schedule) if schedule else None,
+                          optimizer=OptimizerSchema(**optimizer) if optimizer else None)
     if method.privatizer is not None:
         method.privatizer = Recording(method.privatizer)
     method.updates = []

@@ -27,7 +27,7 @@ from pazo.run.build import build_run
 from pazo.run.fingerprint import HOW_KEYS, computation_fingerprint
 from pazo.privacy.mechanisms import noise_generator
 from pazo.rng import STREAMS, RandomStreams
-from pazo.run.validate import typed_config
+from pazo.run.validate import run_config, typed_config
 from pazo.run.weights import read_weights
 from conftest import CONFIG_DIR, ROOT, run_cache
 from step_faults import fail_at_step
@@ -115,9 +115,9 @@ def test_the_fingerprint_keys_only_the_secret_streams():
 
 def test_runs_that_differ_in_the_learning_rate_draw_other_noise_and_batches(monkeypatch, tmp_path):
     monkeypatch.setenv("PAZO_CACHE_DIR", str(run_cache(tmp_path / "cache")))
-    base = build_run(compose_cfg("method=dpzero"))
-    lr = build_run(compose_cfg("method=dpzero", "method.lr=0.3"))
-    how = build_run(compose_cfg("method=dpzero", "engine.name=inplace", "train.log_every=1", "seed=0"))
+    base = build_run(run_config(compose_cfg("method=dpzero")))
+    lr = build_run(run_config(compose_cfg("method=dpzero", "method.lr=0.3")))
+    how = build_run(run_config(compose_cfg("method=dpzero", "engine.name=inplace", "train.log_every=1", "seed=0")))
     (batches, noise), (lr_batches, lr_noise), (how_batches, how_noise) = map(secret_draws, (base, lr, how))
     assert batches != lr_batches and not torch.equal(noise, lr_noise)
     assert batches == how_batches and torch.equal(noise, how_noise)
@@ -222,7 +222,7 @@ def test_a_seeded_run_on_other_data_draws_other_noise_and_releases_no_data_hash(
     import pazo.run.build as experiment
 
     monkeypatch.setenv("PAZO_CACHE_DIR", str(run_cache(tmp_path / "cache")))
-    cfg = compose_cfg("method=dpzero")
+    cfg = run_config(compose_cfg("method=dpzero"))
     real = experiment.build_dataset
 
     def other_data(dataset_cfg, streams):

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import pazo.run.build as experiment
 from pazo.run.build import build_run
+from pazo.run.validate import run_config
 from conftest import run_cache
 from privacy.test_independent_noise import compose_cfg, secret_draws
 
@@ -49,7 +50,8 @@ def changed_run(part: str | None, index: int, tmp_path):
         patch.setenv("PAZO_CACHE_DIR", str(run_cache(tmp_path / "cache")))
         patch.setattr(experiment, "build_dataset", data)
         patch.setattr(experiment, "build_model", model)
-        return build_run(compose_cfg("method=pazo_m", "method.lr=0.5", *overrides), sigma=1.0)  # (no calibration)
+        cfg = run_config(compose_cfg("method=pazo_m", "method.lr=0.5", *overrides))
+        return build_run(cfg, sigma=1.0)  # (no calibration)
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from pazo.run.checkpoint import LoopState
 from pazo.run.build import build_run
 from pazo.run.loop import timed_step
 from pazo.privacy.plan import epsilon_spent
-from pazo.run.validate import validate_config
+from pazo.run.validate import validated_run_config
 
 
 def run_method(spec: str, steps: int) -> dict:
@@ -34,8 +34,7 @@ def run_method(spec: str, steps: int) -> dict:
                              "logger.report_to=[]", "device=cpu"] if o.partition("=")[0] not in replaced] + given
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
-    validate_config(cfg)
-    r = build_run(cfg)
+    r = build_run(validated_run_config(cfg))
     sampler, loop = r.sampler(), LoopState()
     r.module.train()
     for step in range(1, steps + 1):

@@ -8,6 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
+from pazo.config_schema import ScheduleSchema
 from pazo.errors import ConfigError
 from pazo.methods.update_rule import StepSchedule
 from pazo.run.cli import check_overrides
@@ -22,7 +23,7 @@ def run_config(schedule: dict, steps: int | None = None, epochs: float = 1.0, ba
 def ends_as_planned(schedule: dict, steps: int) -> bool:
     """What the rule guards, read off the factors the run would use: a warm-up reaches the full step
     size within the run, and a step decay comes within it."""
-    factors = [StepSchedule.of(schedule, steps).factor(t) for t in range(1, steps + 1)]
+    factors = [StepSchedule.of(ScheduleSchema(**schedule), steps).factor(t) for t in range(1, steps + 1)]
     if schedule["name"] in ("warmup", "cosine"):
         return 1.0 in factors
     if schedule["name"] == "step":
@@ -44,7 +45,8 @@ def test_a_schedule_is_refused_exactly_when_the_run_would_not_end_as_it_plans(sc
     """The rule, over random (schedule, steps): refused, with the key, its value, the run's steps and
     a fix, exactly when the warm-up outlasts the run or the step decay never comes."""
     try:
-        check_schedule_fits(run_config(schedule, steps=steps), steps)
+        cfg = run_config(schedule, steps=steps)
+        check_schedule_fits(cfg.train, cfg.schedule, steps)
     except ConfigError as err:
         key = "warmup_steps" if schedule["name"] != "step" else "decay_every"
         assert f"schedule.{key}={schedule[key]} " in str(err) and f"the run's {steps} steps (train.steps={steps})" \
@@ -64,9 +66,9 @@ def test_steps_from_epochs_are_the_run_the_schedule_must_fit(warmup, epochs, bat
     steps = round(epochs / (batch / n))
     if warmup > steps:
         with pytest.raises(ConfigError, match=rf"the run's {steps} steps \(train.epochs={epochs:g}\)"):
-            validate_against_data(cfg, n, 0)
+            validate_against_data(cfg.train, cfg.method, cfg.schedule, n, 0)
     else:
-        validate_against_data(cfg, n, 0)
+        validate_against_data(cfg.train, cfg.method, cfg.schedule, n, 0)
 
 
 def test_the_reported_command_line_is_one_line_before_compute():

@@ -121,6 +121,7 @@ def test_auto_sizes_the_threads_by_the_whole_model_frozen_weights_included(hydra
     from torch import nn
 
     from pazo.run.build import build_run
+    from pazo.run.validate import run_config
     from pazo.models.small_cnn import SmallCNN
 
     class FrozenBody(nn.Module):
@@ -136,7 +137,7 @@ def test_auto_sizes_the_threads_by_the_whole_model_frozen_weights_included(hydra
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     before = torch.get_num_threads()
     try:
-        cfg = hydra_cfg("method=sgd", "privacy=none", "train.steps=1")
+        cfg = run_config(hydra_cfg("method=sgd", "privacy=none", "train.steps=1"))
         small = build_run(cfg, module=SmallCNN(1, 10, 8)).threads
         frozen = build_run(cfg, module=FrozenBody()).threads
     finally:

@@ -17,8 +17,8 @@ import pazo.config_schema
 import pazo.run.build as build
 from conftest import CONFIG_DIR, ROOT
 from pazo.catalog import DATASETS, MODELS
-from pazo.config_schema import EngineSchema
-from pazo.run.validate import run_config
+from pazo.config_schema import EngineSchema, OptimizerSchema, PrivacySchema, ScheduleSchema, TrainSchema
+from pazo.run.validate import RunConfig, run_config
 
 #: the data sets and models whose files a test can compose without data on disk, and a model of each
 #: data set's input kind (the schemas are typed before any data are read)
@@ -27,8 +27,11 @@ PAIRS = [("digits", "small_cnn"), ("digits", "nf_resnet18"), ("digits", "vit"), 
          ("hf_text", "lstm"), ("mnli", "roberta_prompt"), ("sst2", "hf_causal_lm"), ("glue_prompt", "hf_masked_lm"),
          ("squad", "hf_causal_lm")]
 
-#: the modules below the entry that configure a run's data, model and engine
-BELOW_THE_ENTRY = ("pazo/data", "pazo/models", "pazo/zo")
+#: the modules below the entry that configure a run's data, model and engine, assemble it, run its
+#: loop, warm start, plan and records, and cost a private selection
+BELOW_THE_ENTRY = ("pazo/data", "pazo/models", "pazo/zo", "pazo/methods", "pazo/privacy", "pazo/run/build.py",
+                   "pazo/run/loop.py", "pazo/run/warm_start.py", "pazo/run/recorder.py", "pazo/run/summary.py",
+                   "pazo/run/attempts.py", "pazo/sweep/selection.py")
 
 
 def composed(*overrides: str):
@@ -91,7 +94,7 @@ def test_build_run_hands_the_loader_builder_and_engine_choice_their_typed_sectio
         patch.setattr(build, "build_dataset", data)
         patch.setattr(build, "build_model", model)
         patch.setattr(build, "choose_engine", choice)
-        build.build_run(cfg, sigma=1.0, time_engines=False)   # (sigma given: nothing calibrated)
+        build.build_run(run_config(cfg), sigma=1.0, time_engines=False)   # (sigma given: nothing calibrated)
     assert type(seen["dataset"]) is DATASETS.get(cfg.dataset.name).schema
     assert type(seen["model"]) is MODELS.get(cfg.model.name).schema
     assert type(seen["engine"]) is EngineSchema
@@ -99,12 +102,57 @@ def test_build_run_hands_the_loader_builder_and_engine_choice_their_typed_sectio
 
 def test_nothing_below_the_entry_reads_a_config_with_get():
     """(Was: 33 `cfg.get(...)` calls in the data sets' loaders, the models' builders and the engines:
-    each a guess at a key the typed section always has.)"""
+    each a guess at a key the typed section always has; then `pcfg.get("accountant")` in the private
+    selection's account.)"""
     found = []
-    for folder in BELOW_THE_ENTRY:
-        for path in sorted((ROOT / folder).rglob("*.py")):
+    for place in BELOW_THE_ENTRY:
+        for path in [ROOT / place] if place.endswith(".py") else sorted((ROOT / place).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
                         and isinstance(node.func.value, ast.Name) and node.func.value.id.endswith("cfg")):
                     found.append(f"{Path(path).relative_to(ROOT)}:{node.lineno}")
     assert not found, found
+
+
+#: (schedule, optimizer) overrides of a run: every option of each
+RULES = st.tuples(st.sampled_from(["constant", "warmup", "cosine", "step", "inv_sqrt"]),
+                  st.sampled_from(["sgd", "momentum", "adam"]))
+
+
+@settings(max_examples=5, deadline=None)
+@given(st.sampled_from(["dpzero", "pazo_m", "sgd"]), RULES, st.sampled_from([0, 1]))
+@example("dpzero", ("warmup", "adam"), 1)
+def test_build_run_hands_the_plan_warm_start_checks_and_update_rule_typed_sections(method, rule, warm):
+    """What a run is assembled from is its typed config, section by section: the run holds the
+    `RunConfig`; the data-size checks get the typed train, method and schedule sections; the plan
+    the typed privacy section; the warm start the typed config; the method its typed schedule and
+    optimizer sections. (Was: `Run.cfg` the raw DictConfig, which the loop, the warm start, the
+    plan and the checks read, and the schedule and optimizer handed to the method as dicts.)"""
+    seen = {}
+    real = {name: getattr(build, name) for name in ("validate_against_data", "make_plan", "warm_start",
+                                                       "build_method")}
+
+    def spy(name):
+        def record(*args, **kwargs):
+            seen[name] = (args, kwargs)
+            return real[name](*args, **kwargs)
+        return record
+
+    schedule, optimizer = rule
+    # (a given sigma, checked by the RDP accountant: the plan is made, with no calibration)
+    privacy = ["privacy=none"] if method == "sgd" else ["privacy.sigma=5.0", "privacy.accountant=rdp"]
+    fits = {"warmup": ["schedule.warmup_steps=2"], "step": ["schedule.decay_every=5"]}.get(schedule, [])
+    cfg = composed(f"method={method}", f"schedule={schedule}", f"optimizer={optimizer}", "train.steps=10", *fits,
+                   f"warm_start.epochs={warm}", "warm_start.cache=false", *privacy)
+    with pytest.MonkeyPatch.context() as patch:
+        for name in real:
+            patch.setattr(build, name, spy(name))
+        r = build.build_run(run_config(cfg), time_engines=False)
+    assert isinstance(r.cfg, RunConfig) and r.cfg.raw is cfg
+    train, method_cfg, schedule_cfg = seen["validate_against_data"][0][:3]
+    assert (type(train), type(schedule_cfg)) == (TrainSchema, ScheduleSchema) and method_cfg is r.cfg.method
+    assert type(seen["make_plan"][0][0]) is PrivacySchema
+    assert isinstance(seen["warm_start"][0][2], RunConfig)
+    rule_sections = seen["build_method"][1]
+    assert (type(rule_sections["schedule"]), type(rule_sections["optimizer"])) == (ScheduleSchema, OptimizerSchema)
+    assert (rule_sections["schedule"].name, rule_sections["optimizer"].name) == rule
