@@ -42,6 +42,8 @@ PRIVATE = gate.SWEEP_WORKSPACE
 SCORE = "final_val_accuracy"
 #: training sets' published sizes, for a dry run whose data are not on this machine (n estimated)
 PUBLISHED_TRAIN_SIZE = {"cifar10": 50_000, "tiny_imagenet": 100_000}
+#: their classes (a public split of `dataset.public_per_class` images of each class)
+PUBLISHED_CLASSES = {"cifar10": 10, "tiny_imagenet": 200}
 MODES = ("grid", "private")
 #: how the K runs draw their secret streams (noise, Poisson batches): privacy.secure_mode=true, from the
 #: operating system's entropy; the spec's seed sets only their public streams (splits, initialisation,
@@ -81,9 +83,20 @@ def private_size(cfg: RunConfig) -> PrivateSize:
         if total is None or dataset.public_source != "split":
             raise ConfigError(f"the cost of a private selection needs the private set's size: "
                               f"{str(err).splitlines()[0]}") from None
-        pool = total - round(dataset.public_fraction * total)
+        pool = total - _published_public_size(dataset, total)
         n = pool - round((dataset.val_fraction or 0) * pool)
         return PrivateSize(n, f"n estimated from {dataset.name}'s published {total} training examples (data not found)")
+
+
+def _published_public_size(dataset, total: int) -> int:
+    """The public split's size of a published training set of `total` examples, as the loader
+    splits it (`public_split_size`: images of each class, or a fraction of the whole)."""
+    from pazo.data.image_folder import public_split_size  # imports torch: not needed by --help
+
+    size = public_split_size(dataset)
+    if "per_class" in size:
+        return size["per_class"] * PUBLISHED_CLASSES[dataset.name]
+    return round(size["fraction"] * total)
 
 
 def run_account(cfg, n: int) -> tuple[RunAccount, float, float]:
