@@ -199,9 +199,9 @@ def check_output_dir(run_dir: Path | str, what: str = "the run directory", optio
 def _refuse(run_dir: Path, err: OSError, doing: str, option: str):
     if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
         raise WriteFault(run_dir, err) from None
-    reason = _REASONS.get(err.errno, err.strerror or str(err))
-    raise ConfigError(f"cannot {doing} {run_dir}: {reason} ({err.strerror or err}); "
-                      f"give a {option} you can write to") from None
+    said = err.strerror or str(err)
+    reason = f"{_REASONS[err.errno]} ({said})" if err.errno in _REASONS else said
+    raise ConfigError(f"cannot {doing} {run_dir}: {reason}; give a {option} you can write to") from None
 
 
 class RunDirLock:
