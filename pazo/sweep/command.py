@@ -297,6 +297,8 @@ def _planned_sweep(args) -> tuple[dict, list[PlannedRun], dict]:
     spec = load_spec(args.spec)
     if args.methods is not None:
         spec = {**spec, "methods": select_methods(spec, args.methods)}
+    if (args.selection or spec["selection"]) == "private":
+        _k_of(spec, args)   # (a bad K said before the runs are composed, which takes seconds on a loaded machine)
     runs = enumerate_runs(spec, args.max_runs)
     launcher = {**load_yaml(args.launcher, SWEEPS / "launchers", "launcher"), **parse_sets(args.set)}
     check_launcher(launcher)
