@@ -50,6 +50,8 @@ def import_plugins(environ=None) -> list[str]:
         try:
             load()
         except (Exception, SystemExit) as err:   # anything its import raises (or exits with) is its fault
+            if isinstance(err, SystemExit) and type(err) is not SystemExit:
+                raise   # (pazo's own exit, a Ctrl-C before the work starts: `pazo.commands.interrupts`)
             raise PluginError(f"plugin {module} (from {where}): {_what_went_wrong(err)}") from err
         LOADED[module] = where
         imported.append(module)
