@@ -24,7 +24,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
 
 from pazo.catalog import DATASETS, MODELS
-from pazo.errors import ConfigError, at_least_one, one_of, positive, require, unknown_key
+from pazo.errors import ConfigError, at_least_one, one_of, positive, require, unknown_choice, unknown_key
 from pazo.registry import UnknownNameError
 from pazo.threads import valid_threads
 
@@ -99,6 +99,10 @@ class WarmStartSchema:
         at_least_one(self.batch_size, "warm_start.batch_size")
 
 
+#: the zeroth-order engines (`engine.name`; pazo.zo.engines): here, so that a name is checked before torch loads
+ENGINES = ("auto", "vectorised", "inplace")
+
+
 @dataclass
 class EngineSchema:
     name: str = "auto"
@@ -106,6 +110,7 @@ class EngineSchema:
     query_dropout: bool = False
 
     def __post_init__(self):
+        require(self.name in ENGINES, unknown_choice("engine", self.name, ENGINES))
         optional(at_least_one, self.chunk_size, "engine.chunk_size")
 
 

@@ -49,12 +49,21 @@ def import_plugins(environ=None) -> list[str]:
             continue
         try:
             load()
-        except Exception as err:   # anything its import raises is the plugin's fault, said in one line
-            raise PluginError(f"plugin {module} (from {where}): {type(err).__name__}: "
-                              f"{' '.join(str(err).split())}{_first_registration(err)}") from err
+        except (Exception, SystemExit) as err:   # anything its import raises (or exits with) is its fault
+            if isinstance(err, SystemExit) and type(err) is not SystemExit:
+                raise   # (pazo's own exit, a Ctrl-C before the work starts: `pazo.commands.interrupts`)
+            raise PluginError(f"plugin {module} (from {where}): {_what_went_wrong(err)}") from err
         LOADED[module] = where
         imported.append(module)
     return imported
+
+
+def _what_went_wrong(err: BaseException) -> str:
+    """A plugin's failed import in a few words: its error and message on one line, or the exit its
+    module called (a sys.exit at import ended every pazo command with that status and no word)."""
+    if isinstance(err, SystemExit):
+        return f"its import called sys.exit({err.code!r})"
+    return f"{type(err).__name__}: {' '.join(str(err).split())}{_first_registration(err)}"
 
 
 def _first_registration(err: Exception) -> str:

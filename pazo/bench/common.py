@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from pazo import REPO_ROOT
+from pazo.commands.start import at_least as at_least   # (every command's argparse type, named here too)
 from pazo.files.rundir import write_text_atomic
 
 #: where the benchmarks write their result files by default (data, not code: beside the launchers)
@@ -115,18 +116,6 @@ def run_main(name: str, main) -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
 
-
-def at_least(low: int):
-    """An argparse type: an integer >= low (else argparse's one-line error)."""
-    def integer(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
-        return value
-    return integer
 
 
 def positive_number(text: str) -> float:

@@ -17,6 +17,11 @@ import threading
 INTERRUPTED = 130
 
 
+class StoppedBeforeWork(SystemExit):
+    """The exit a Ctrl-C before the work starts raises (status 130): a SystemExit of pazo's own, told
+    apart from a `sys.exit` in a plugin's module (`pazo.plugins`) by its class."""
+
+
 def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()   # (signals can be set only there)
 
@@ -30,7 +35,7 @@ def until_work_starts(what: str):
 
     def stop(signum, frame):
         os.write(2, line)   # (no print or logging in a handler: they take locks the interrupted code may hold)
-        raise SystemExit(INTERRUPTED)
+        raise StoppedBeforeWork(INTERRUPTED)
 
     return signal.signal(signal.SIGINT, stop) if _in_main_thread() else None
 

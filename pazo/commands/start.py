@@ -139,6 +139,19 @@ def os_error_line(err: OSError) -> str:
     return f"{err.filename}: {err.strerror}"
 
 
+def at_least(low: int):
+    """An argparse type: an integer >= low (else argparse's one-line error)."""
+    def integer(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+    return integer
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose usage errors (an unknown option, a bad value) are one line,
     `pazo: error: <what>`, and exit 2, as every other mistake of a pazo command line."""

@@ -150,6 +150,21 @@ def open_file(path: Path | str, mode: int | None = None, append: bool = False):
     return os.fdopen(fd, "wb", buffering=0)
 
 
+def blocking_file(folder: Path | str) -> Path | None:
+    """The file (not a folder) that stands where `folder` or one of its parents would be, or None."""
+    folder = Path(folder)
+    return next((p for p in [folder, *folder.parents] if p.exists() and not p.is_dir()), None)
+
+
+def output_folder_problem(folder: Path | str, option: str = "--out") -> str | None:
+    """Why output folder `folder` (set by `option`) cannot be made, found before any work and
+    without making it: a file where it or a parent folder would be; None where nothing is in the way."""
+    blocker = blocking_file(folder)
+    if blocker is None:
+        return None
+    return f"{option} {folder}: {blocker} is a file, not a folder; give another {option}"
+
+
 def check_output_dir(run_dir: Path | str, what: str = "the run directory", option: str = "hydra.run.dir") -> Path:
     """Create `run_dir` (and its parents) if needed and check that it is a directory a run can
     write to: a ConfigError (one line, before any compute) when it is a file, cannot be created
@@ -161,7 +176,7 @@ def check_output_dir(run_dir: Path | str, what: str = "the run directory", optio
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        blocker = next((p for p in [run_dir, *run_dir.parents] if p.exists() and not p.is_dir()), run_dir)
+        blocker = blocking_file(run_dir) or run_dir
         raise ConfigError(f"cannot create {what} {run_dir}: {blocker} is a file, not a directory; "
                           f"give another {option}") from None
     except OSError as err:
@@ -184,9 +199,9 @@ def check_output_dir(run_dir: Path | str, what: str = "the run directory", optio
 def _refuse(run_dir: Path, err: OSError, doing: str, option: str):
     if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
         raise WriteFault(run_dir, err) from None
-    reason = _REASONS.get(err.errno, err.strerror or str(err))
-    raise ConfigError(f"cannot {doing} {run_dir}: {reason} ({err.strerror or err}); "
-                      f"give a {option} you can write to") from None
+    said = err.strerror or str(err)
+    reason = f"{_REASONS[err.errno]} ({said})" if err.errno in _REASONS else said
+    raise ConfigError(f"cannot {doing} {run_dir}: {reason}; give a {option} you can write to") from None
 
 
 class RunDirLock:

@@ -41,7 +41,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from pazo import CONFIG_DIR
-from pazo.config_schema import DEVICE, EngineSchema, PrivacySchema, TrainSchema
+from pazo.config_schema import DEVICE, ENGINES, EngineSchema, PrivacySchema, TrainSchema
 from pazo.commands.console import use_console
 from pazo.data.base import TensorSplit
 from pazo.run.digests import callable_digest, module_digest, tensors_digest
@@ -50,8 +50,8 @@ from pazo.run import distributed
 from pazo.run.build import (assemble_method, data_digest, functional_model, key_secret_streams, require_shards,
                             resolve_device)
 from pazo.run.fingerprint import computation_fingerprint
-from pazo.private.checks import (check_finite_data, check_finite_model, check_model_and_loss, first_line,
-                                 in_library_terms, library_terms, user_culprit)
+from pazo.private.checks import (check_finite_data, check_finite_model, check_model_and_loss, check_user_objects,
+                                 first_line, in_library_terms, library_terms, user_culprit)
 from pazo.methods import Method, MethodConfig, method_config, method_info, method_names
 from pazo.methods.base import host_stats
 from pazo.models.functional import FunctionalModel
@@ -61,7 +61,7 @@ from pazo.privacy.sampling import PoissonSampler
 from pazo.rng import RandomStreams
 from pazo.run.summary import privacy_lines
 from pazo.run.validate import check_batches_fit
-from pazo.zo.engines import ENGINES, choose_engine
+from pazo.zo.engines import choose_engine
 
 log = logging.getLogger("pazo.private")
 
@@ -303,6 +303,7 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
 def _checked_model(model: nn.Module, loss_fn, device, private_run: bool, private, public_split):
     """(module, functional model, input device): the model as the steps take it, once its initial
     parameters are finite and it and the loss take both splits (else one error naming the argument)."""
+    check_user_objects(model, loss_fn)
     device = resolve_device(str(device)) if device is not None else _parameter_device(model)
     check_finite_model(model)
     module, fmodel, input_device = functional_model(model, device, private=private_run, name=type(model).__name__,

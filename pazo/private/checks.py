@@ -93,6 +93,20 @@ def check_finite_model(module: nn.Module) -> None:
                                   f"flat index {index}: the initial parameters must be finite")
 
 
+def check_user_objects(model, loss_fn) -> None:
+    """`model` a torch `nn.Module` and `loss_fn` callable, before anything reads them: else one
+    ConfigError naming the argument (a string for a model ended in an AttributeError on its
+    parameters)."""
+    require(isinstance(model, nn.Module), f"model must be a torch.nn.Module, got {_kind(model)}")
+    require(callable(loss_fn), f"loss_fn must be callable as loss_fn(outputs, targets), got {_kind(loss_fn)}")
+
+
+def _kind(value) -> str:
+    """What a value is, in a few words (`a str: 'mlp'`), its text held short."""
+    text = repr(value)
+    return f"a {type(value).__name__}: {text if len(text) <= 40 else text[:37] + '...'}"
+
+
 def check_model_and_loss(model: FunctionalModel, data: dict[str, TensorSplit], device) -> None:
     """The model and the loss on two examples of each data set given (`what` -> split), in eval
     mode (no dropout draw) and without gradients, before any step: an error inside either is one

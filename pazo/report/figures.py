@@ -36,7 +36,7 @@ from pazo.errors import ConfigError  # noqa: E402
 from pazo.run.metrics_file import FILE, CorruptMetrics, read_metric_rows, torn_note  # noqa: E402
 from pazo.run.results import (FIRST_ORDER, LABELS, METHOD_ORDER, SELECTIONS, USES_PUBLIC, load_runs,  # noqa: E402
                           missing_dirs, select_configs)
-from pazo.files.rundir import save_figure_atomic  # noqa: E402
+from pazo.files.rundir import output_folder_problem, save_figure_atomic  # noqa: E402
 
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
 PROTOCOL = {"val": "selected on validation accuracy; test accuracy, mean over seeds",
@@ -207,8 +207,10 @@ def main(argv=None) -> int:
     parser.add_argument("--metric", default="final_accuracy", choices=["final_accuracy", "best_accuracy"])
     parser.add_argument("--out", default=str(ROOT / "outputs" / "figures"))
     args = parser.parse_args(argv)
-    if missing_dirs(args.sweeps):
-        print(f"pazo: error: no sweep directory {', '.join(missing_dirs(args.sweeps))}", file=sys.stderr)
+    problem = (f"no sweep directory {', '.join(missing_dirs(args.sweeps))}" if missing_dirs(args.sweeps)
+               else output_folder_problem(args.out))
+    if problem:
+        print(f"pazo: error: {problem}", file=sys.stderr)
         return 2
     runs = load_runs(args.sweeps)
     if runs.empty:

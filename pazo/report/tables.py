@@ -35,7 +35,7 @@ from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.errors import ConfigError
 from pazo.files.file_kinds import read_regular_text
-from pazo.files.rundir import write_text_atomic
+from pazo.files.rundir import output_folder_problem, write_text_atomic
 from pazo.run.results import (BENCHMARK_PAPER_SETTING, LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs,
                           missing_dirs, paper_values, private_contribution, select_configs)
 
@@ -479,8 +479,9 @@ def _parser() -> ArgumentParser:
 
 
 def _refuse_inputs(args) -> int:
-    """2, after one `pazo: error:` line, where a benchmark file or a sweep directory named is missing
-    or a benchmark file is unreadable; else 0. Checked before any table is written."""
+    """2, after one `pazo: error:` line, where a benchmark file or a sweep directory named is missing,
+    a benchmark file is unreadable or a file stands where the --out folder would be; else 0.
+    Checked before any table is written."""
     missing = [f for f in args.benchmark or [] if not Path(f).is_file()]
     if missing:
         print(f"pazo: error: no benchmark result file {', '.join(missing)} (pazo-bench methods writes "
@@ -494,6 +495,9 @@ def _refuse_inputs(args) -> int:
         return 2
     if missing_dirs(args.sweeps):
         print(f"pazo: error: no sweep directory {', '.join(missing_dirs(args.sweeps))}", file=sys.stderr)
+        return 2
+    if output_folder_problem(args.out):
+        print(f"pazo: error: {output_folder_problem(args.out)}", file=sys.stderr)
         return 2
     return 0
 

@@ -260,8 +260,8 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
                 raise
         try:
             validate_config(cfg)
-        except ConfigError as err:   # the entry point's own rule, where it has one, says it better
-            return _own_check(check, cfg) or str(err)
+        except ConfigError as err:   # the entry point's own rule for its own config says it better
+            return (_own_check(check, cfg) if config_name != "config" else None) or str(err)
         if check is not None:
             check(cfg)
     except ConfigError as err:
@@ -282,14 +282,16 @@ def refusal_before_torch(overrides: list[str], config_name: str = "config", valu
     """The line `check_overrides` refuses `overrides` with, where it is found without the method,
     data set and model registries (whose modules import torch: seconds before a refusal): an
     option not in its config group, a key not in its section (but the method's, which its
-    registered schema holds), and with `values` a value of a section the schemas check (`train`,
-    `privacy`, `schedule`, ...). None: nothing found here, and the full check decides."""
+    registered schema holds), and with `values` the first part of the full check
+    (`pazo.run.door.check_run_sections`: the run's own sections in order, the schedule against the
+    steps). The method's keys are typed by its registered schema when the full check composes: a
+    method override may be refused there first, so after one nothing later is said here. None:
+    nothing found here, and the full check decides."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from pazo.config_schema import check_section_values
-    from pazo.run.door import method_schemas_stood_in, schedule_problem
+    from pazo.run.door import check_run_sections, method_schemas_stood_in
 
     with method_schemas_stood_in(), initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         try:
@@ -298,26 +300,35 @@ def refusal_before_torch(overrides: list[str], config_name: str = "config", valu
             return _composition_refusal(err, overrides, lambda o: compose(config_name=config_name, overrides=o))
         except OmegaConfBaseException:
             return None
-    if not values:
+    if not values or _method_overrides(overrides):
         return None
     try:
-        data = check_section_values(cfg)
+        check_run_sections(cfg)
     except ConfigError as err:
         return str(err)
-    except OmegaConfBaseException:
-        return None
-    steps = data["train"].get("steps")   # (given; from epochs, the steps wait for the data's size)
-    return schedule_problem(data.get("schedule") or {}, steps, f"train.steps={steps}") if steps else None
+    except OmegaConfBaseException:   # (e.g. an interpolation that does not resolve: the full check's to word)
+        pass
+    return None
+
+
+def _method_overrides(overrides: list[str]) -> list[int]:
+    """The positions of the overrides that set a key of the method (`method.lr=abc`, not `method=`)."""
+    return [at for at, text in enumerate(overrides) if text.split("=", 1)[0].lstrip("+~").startswith("method.")]
 
 
 def _composition_refusal(err: Exception, overrides: list[str], compose) -> str | None:
     """Hydra's refusal of a composition where its meaning is certain without the registries: an
-    option not in its group's (`method=pazom`), a key not in a section that is not the method."""
+    option not in its group's (`method=pazom`), a key not in a section that is not the method, on
+    an override before any of the method's keys (which the method's schema may refuse first)."""
     lines = _error_lines(err)
     if lines and "_schema'" not in lines[0] and _unknown_option(lines):
         return _unknown_option(lines)
     key = _unknown_key_named(str(err))
     if key is None or key.split(".")[0] == "method":
+        return None
+    keys = [text.split("=", 1)[0].lstrip("+~") for text in overrides]
+    first_method = min(_method_overrides(overrides), default=len(overrides))
+    if key not in keys[:first_method]:
         return None
     return explain_unknown_key(err, overrides, compose)
 
@@ -380,16 +391,11 @@ def explain_unknown_key(err: Exception, overrides: list[str], compose) -> str | 
     """Hydra's "Could not override 'method.k'" as one line that names the close match and the keys
     there are (`pazo.errors.unknown_key`), found by composing the config without that override
     (`compose(overrides)`); None for another error of composition."""
-    from hydra.errors import HydraException
     from omegaconf import OmegaConf
 
     key = _unknown_key_named(str(err))
-    if key is None:
-        return None
-    rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
-    try:
-        cfg = compose(rest)
-    except HydraException:
+    cfg = None if key is None else _composed_without(key, overrides, compose)
+    if cfg is None:
         return None
     parts, node = key.split("."), cfg
     for depth, part in enumerate(parts):
@@ -403,6 +409,22 @@ def explain_unknown_key(err: Exception, overrides: list[str], compose) -> str | 
                 where = f"method {node.name}"
             return unknown_key(missing, list(node.keys()), aliases, where=where)
         node = node[part]
+    return None
+
+
+def _composed_without(key: str, overrides: list[str], compose):
+    """The config composed without `key`'s override, to list the keys there are: with the other
+    overrides, else (they hold another mistake, e.g. `method.lr=abc`) with the config groups'
+    options alone, which decide what keys a section has; None if neither composes."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
+    for attempt in (rest, [o for o in rest if "." not in o.split("=", 1)[0]]):
+        try:
+            return compose(attempt)
+        except (HydraException, OmegaConfBaseException):
+            continue
     return None
 
 

@@ -3,11 +3,12 @@
 Checking a run's overrides in full reads the method, data set and model registries, whose modules
 import torch: seconds on a loaded machine before a one-line refusal. Most mistakes need none of
 that: a list where a config group takes one name (`list_for_one_choice`), a config group's option
-that is not one, a key that is not there, a value the sections' schemas refuse, a schedule that
-does not fit the steps given (`schedule_problem`; `pazo.run.cli.refusal_before_torch`, which
-composes with `method_schemas_stood_in`). What needs
+that is not one, a key that is not there, a value the sections' schemas refuse (an engine's name
+too), a schedule that does not fit the steps given (`check_run_sections`;
+`pazo.run.cli.refusal_before_torch`, which composes with `method_schemas_stood_in`). What needs
 the registries (the method's own keys and values, the data set's and model's) is left to the full
-check, which refuses the same command lines with the same lines."""
+check, which starts with `check_run_sections` and so refuses the same command lines with the same
+lines, the same mistake first where there are several."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -16,6 +17,8 @@ from contextlib import contextmanager
 from omegaconf import OmegaConf
 
 from pazo import CONFIG_DIR
+from pazo.config_schema import check_section_values
+from pazo.errors import ConfigError
 
 #: config groups whose option may be a list on purpose (Hydra merges the options in order)
 LIST_GROUPS = ("logger",)
@@ -98,3 +101,19 @@ def schedule_problem(schedule, steps: int, how: str = "") -> str | None:
                 f"schedule=step would never decay; give schedule.decay_every={max(1, steps - 1)} or fewer, "
                 "or schedule=constant")
     return None
+
+
+def check_run_sections(cfg) -> dict:
+    """The first part of every check of a composed run config, which needs no registry: the top
+    level and the run's own sections in the config's order (train, warm_start, engine, privacy,
+    logger, schedule, optimizer: `check_section_values`), then whether the schedule fits the steps
+    given (from epochs, the steps wait for the data's size). The full check
+    (`pazo.run.validate.validate_config`) starts with it and the refusal before torch loads is it,
+    so that a config with several mistakes is refused for the same one by both. The config as
+    plain containers, resolved; a ConfigError for the first mistake."""
+    data = check_section_values(cfg)
+    steps = data["train"].get("steps")
+    problem = schedule_problem(data.get("schedule") or {}, steps, f"train.steps={steps}") if steps else None
+    if problem:
+        raise ConfigError(problem)
+    return data

@@ -21,9 +21,8 @@ from pazo.models import MODELS
 from pazo.privacy.accountants import BudgetError, check_delta, check_target_epsilon
 from pazo.privacy.planner import check_accountant, steps_from_epochs
 from pazo.privacy.sampling import SAMPLERS
-from pazo.run.door import schedule_problem
+from pazo.run.door import check_run_sections, schedule_problem
 from pazo.run.fingerprint import computation_fingerprint, config_fingerprint
-from pazo.zo.engines import ENGINES
 
 
 def _choice(value, choices, what: str) -> None:
@@ -32,11 +31,14 @@ def _choice(value, choices, what: str) -> None:
 
 
 def validate_config(cfg) -> None:
-    """Checks that need only the config."""
+    """Checks that need only the config, in one order: the run's own sections and the schedule
+    against the steps (`check_run_sections`, all that the refusal before torch loads checks: both
+    name the same mistake first), then the registered names and their sections, then what spans
+    groups."""
+    check_run_sections(cfg)
     _choice(cfg.dataset.name, DATASETS.names(), "dataset")
     _choice(cfg.model.name, MODELS.names(), "model")
     _choice(cfg.method.name, METHODS.names(), "method")
-    _choice(cfg.engine.name, ENGINES, "engine")
     check_config_values(cfg)  # every key's type and range (pazo/config_schema.py)
     m, p = cfg.method, cfg.privacy
     method = method_config(m)  # the method's own checks (its typed config)
@@ -72,8 +74,6 @@ def validate_config(cfg) -> None:
     if p.sigma is not None and p.epsilon is None:
         raise ConfigError("privacy.sigma is set but privacy.epsilon is null: give the target epsilon "
                           "the given sigma must meet")
-    if cfg.train.steps:   # (given: known before the data are; from epochs: `validate_against_data`)
-        check_schedule_fits(cfg.train, cfg.get("schedule") or {}, cfg.train.steps)
 
 
 def validate_against_data(train, method, schedule, n_private: int, n_public: int) -> None:

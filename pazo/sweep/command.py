@@ -26,7 +26,7 @@ from hydra import initialize_config_dir
 
 from pazo.commands.console import use_console
 from pazo.commands.interrupts import restore, until_work_starts, work_starts
-from pazo.commands.start import ArgumentParser, quiet_when_the_reader_leaves, summary_of
+from pazo.commands.start import ArgumentParser, at_least, quiet_when_the_reader_leaves, summary_of
 from pazo.errors import ConfigError
 from pazo.plugins import load_plugins
 from pazo.sweep.checks import (_Checker, check, check_earlier_runs, check_replicates, check_sweep_folder,
@@ -265,13 +265,13 @@ def _parser() -> ArgumentParser:
     parser.add_argument("overrides", nargs="*",
                         help="extra pazo.train overrides for every run, e.g. dataset.root=/data")
     parser.add_argument("--dry-run", action="store_true", help="print the runs and stop")
-    parser.add_argument("--show", type=int, default=5, help="override lines shown by --dry-run")
+    parser.add_argument("--show", type=at_least(0), default=5, help="override lines shown by --dry-run")
     parser.add_argument("--launcher", default="sequential", help="sequential | joblib | slurm, or a YAML path")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="launcher setting")
     parser.add_argument("--out", default=str(Path("outputs") / "sweeps"),
                         help="sweeps folder (default: outputs/sweeps below the working directory)")
     parser.add_argument("--methods", default=None, help="only these methods (comma-separated)")
-    parser.add_argument("--max-runs", type=int, default=MAX_RUNS, metavar="N",
+    parser.add_argument("--max-runs", type=at_least(1), default=MAX_RUNS, metavar="N",
                         help=f"refuse a grid of more than N runs, counted before any is made (default {MAX_RUNS:,})")
     parser.add_argument("--skip-failed", action="store_true", help="also skip runs that ended as failed")
     parser.add_argument("--selection", default=None, choices=SELECTION_MODES,
@@ -298,6 +298,8 @@ def _planned_sweep(args) -> tuple[dict, list[PlannedRun], dict]:
     spec = load_spec(args.spec)
     if args.methods is not None:
         spec = {**spec, "methods": select_methods(spec, args.methods)}
+    if (args.selection or spec["selection"]) == "private":
+        _k_of(spec, args)   # (a bad K said before the runs are composed, which takes seconds on a loaded machine)
     runs = enumerate_runs(spec, args.max_runs)
     launcher = {**load_yaml(args.launcher, SWEEPS / "launchers", "launcher"), **parse_sets(args.set)}
     check_launcher(launcher)

@@ -48,14 +48,13 @@ from collections.abc import Sequence
 
 import torch
 
-from pazo.config_schema import EngineSchema
+from pazo.config_schema import ENGINES, EngineSchema
 from pazo.errors import ConfigError
 from pazo.models.functional import FunctionalModel
 from pazo.privacy.device_sum import to_device
 from pazo.zo.half_precision import ExactShift, PerturbedForward, Workspace, has_low_precision, parameter_pieces
 from pazo.zo.placement import to_param_devices
 
-ENGINES = ("auto", "vectorised", "inplace")
 Point = tuple[int, float]  # (direction index j, scale s): the parameters x + s * u_j
 
 
