@@ -306,6 +306,14 @@ def _rows(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in json.loads(line).items() if k != "s_per_iter"} for line in lines]
 
 
+def _assert_same_run(resumed: Path, resumed_summary: dict, whole: Path, whole_summary: dict) -> None:
+    """The resumed run's rows, epsilon and parameters are the uninterrupted run's, bit for bit."""
+    assert _rows(resumed) == _rows(whole)
+    assert resumed_summary["privacy"]["epsilon_spent"] == whole_summary["privacy"]["epsilon_spent"]
+    a, b = load_file(whole / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def _preempt_on_two(tmp_path, step: int, *overrides: str) -> dict:
     """The run of `overrides` on 2 processes (ranks started as torchrun starts them), rank 0 sent
     SIGTERM during its step `step`; rank 0's summary."""
@@ -345,10 +353,7 @@ def test_a_run_resumes_on_two_processes_and_back_on_one_as_the_same_run(tmp_path
     assert on_two["distributed"]["world_size"] == 2
     split = run(hydra_cfg(*overrides), tmp_path / "run")   # and back on one process
     assert split["resumed_from_step"] == 3 and split["status"] == "finished"
-    assert _rows(tmp_path / "run") == _rows(tmp_path / "whole")
-    assert split["privacy"]["epsilon_spent"] == whole["privacy"]["epsilon_spent"]
-    a, b = load_file(tmp_path / "whole/model.safetensors"), load_file(tmp_path / "run/model.safetensors")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    _assert_same_run(tmp_path / "run", split, tmp_path / "whole", whole)
 
 
 def test_a_follower_that_cannot_read_rank_0s_checkpoint_starts_nowhere(tmp_path):
@@ -433,10 +438,7 @@ def test_a_run_resumes_from_one_process_on_two_and_back_on_one_in_one_launch(lau
     assert on_two["resumed_from_step"] == 1 and on_two["stopped_at_step"] == 3
     assert on_two["distributed"]["world_size"] == 2 and 0 < on_two["distributed"]["rank_bytes_per_step"] < 4096
     assert last["resumed_from_step"] == 3 and last["status"] == "finished"
-    assert _rows(root / "resumed") == _rows(root / "whole_resumed")
-    assert last["privacy"]["epsilon_spent"] == whole["privacy"]["epsilon_spent"]
-    a, b = load_file(root / "whole_resumed/model.safetensors"), load_file(root / "resumed/model.safetensors")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    _assert_same_run(root / "resumed", last, root / "whole_resumed", whole)
 
 
 def test_a_killed_rank_ends_the_run_with_one_line_and_one_process_resumes_it_in_one_launch(launched):
