@@ -239,7 +239,7 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from pazo.run.door import list_for_one_choice
+    from pazo.run.door import list_for_one_choice, renamed_section
 
     overrides = [a for a in argv if not a.startswith("hydra.")]
     problem = list_for_one_choice(overrides)
@@ -261,7 +261,8 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
         try:
             validate_config(cfg)
         except ConfigError as err:   # the entry point's own rule for its own config says it better
-            return (_own_check(check, cfg) if config_name != "config" else None) or str(err)
+            own = _own_check(check, cfg) if config_name != "config" else None
+            return renamed_section(str(err), overrides) or own or str(err)
         if check is not None:
             check(cfg)
     except ConfigError as err:

@@ -11,6 +11,7 @@ check, which starts with `check_run_sections` and so refuses the same command li
 lines, the same mistake first where there are several."""
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from contextlib import contextmanager
 
@@ -56,6 +57,25 @@ def list_for_one_choice(overrides: list[str]) -> str | None:
                     "or pazo-sweep)")
     return None
 
+
+def renamed_section(problem: str, overrides: list[str]) -> str | None:
+    """`dataset.name=cifar10` typed where `dataset=cifar10` was meant: the section keeps the keys of
+    the option it was composed from, so the check refuses one the command line never set
+    (`unknown key dataset.test_fraction`). Where `problem` is such a refusal and the name is an
+    option of the group (a config of its own; a registered name without one is a plugin's or a
+    test's, set on purpose), the line that says what to write instead; else None."""
+    typed = {text.split("=", 1)[0].lstrip("+~") for text in overrides}
+    for text in overrides:
+        key, _, value = text.partition("=")
+        group, _, leaf = key.lstrip("+~").partition(".")
+        if leaf != "name" or "/" in value or not (CONFIG_DIR / group / f"{value}.yaml").is_file():
+            continue
+        named = re.search(rf"unknown key ({re.escape(group)}\.[\w.]+)", problem)
+        if named and named.group(1) not in typed:
+            return (f"{group}.name={value} renames the {group} section but keeps the keys of the {group} it was "
+                    f"composed from ({named.group(1)}, which {value} does not have); choose the {group} with "
+                    f"{group}={value}")
+    return None
 
 def _examples(group: str, given: list) -> list[str]:
     """Two options of `group` for the hint: the list's own, else the group's first options."""
