@@ -150,9 +150,11 @@ def epsilon_of(sigma: float, sample_rate: float, steps: int, delta: float, accou
 def upper_epsilon_of(sigma: float, sample_rate: float, steps: int, delta: float, accountant: str = "prv",
                      eps_error: float | None = None) -> float:
     """`epsilon_of(...).upper`, the guarantee alone: PLD's lower bound is a second account as costly
-    as the first (a run's cross-check and the planner's printout need only the guarantee)."""
+    as the first (a run's cross-check and the planner's printout need only the guarantee). The
+    inputs are checked as `epsilon_of` checks them (a PLD grid too fine to fit refused before it is built)."""
     if accountant == "prv":
         return epsilon_of(sigma, sample_rate, steps, delta, accountant, eps_error).upper
+    check_inputs(sample_rate, steps, delta, accountant, sigma)
     return DpAccountingAccountant(accountant, sigma, sample_rate, steps, delta).upper(steps)
 
 

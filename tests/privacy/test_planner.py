@@ -6,15 +6,18 @@ the command line is one line."""
 from __future__ import annotations
 
 import re
+from unittest.mock import patch
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import cheap_pld_grid
 from pazo.privacy.accountants import BudgetError, default_eps_error
 from pazo.privacy.cli import main
-from pazo.privacy.planner import ACCOUNTANTS, epsilon_of, sigma_for, steps_for, upper_epsilon_of
+from pazo.privacy import planner
+from pazo.privacy.planner import (ACCOUNTANTS, MAX_STEPS, PLD_MIN_SIGMA, check_inputs, epsilon_of, sigma_for,
+                                  steps_for, upper_epsilon_of)
 
 DELTAS = st.sampled_from([1e-5, 1e-3])
 
@@ -50,6 +53,28 @@ def test_the_guarantee_alone_is_the_upper_bound_of_the_full_account(accountant, 
                 upper_epsilon_of(sigma, q, steps, delta, accountant, 0.01)
             return
         assert upper_epsilon_of(sigma, q, steps, delta, accountant, 0.01) == full.upper
+
+
+@settings(max_examples=6)
+@given(accountant=st.sampled_from(ACCOUNTANTS), sigma=st.floats(0.01, 5.0), q=st.floats(-0.5, 1.5),
+       steps=st.integers(-5, 2 * MAX_STEPS), delta=st.floats(-0.5, 1.5))
+@example(accountant="pld", sigma=PLD_MIN_SIGMA / 2, q=0.05, steps=100, delta=1e-5)   # a grid that would not fit
+@example(accountant="rdp", sigma=1.0, q=0.05, steps=MAX_STEPS + 1, delta=1e-5)
+def test_the_guarantee_alone_refuses_what_the_full_account_refuses_before_building_one(accountant, sigma, q, steps,
+                                                                                       delta):
+    """Inputs `epsilon_of` refuses (`check_inputs`: a PLD grid too fine to fit in memory, too many
+    steps, a rate or delta out of range) are refused by `upper_epsilon_of` in the same line, before
+    any account is built."""
+    try:
+        check_inputs(q, steps, delta, accountant, sigma)
+    except BudgetError as refusal:
+        refused = refusal
+    else:
+        assume(False)   # (inputs a plan accepts: the test above)
+    with patch.object(planner, "DpAccountingAccountant", side_effect=AssertionError("an account was built")), \
+            patch.object(planner, "GaussianAccountant", side_effect=AssertionError("an account was built")):
+        with pytest.raises(BudgetError, match=re.escape(str(refused))):
+            upper_epsilon_of(sigma, q, steps, delta, accountant, 0.01)
 
 
 @pytest.mark.parametrize("accountant", ACCOUNTANTS)
