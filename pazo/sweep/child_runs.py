@@ -115,9 +115,10 @@ CHILDREN = ChildRuns()
 def passing_on_interrupts(children: ChildRuns = CHILDREN):
     """While the launcher runs: each run in its own process group, each Ctrl-C, SIGTERM or SIGHUP passed
     on to the runs in progress (`PASSED_ON`), no run started after one. On leaving, the previous
-    handlers are back; the caller reads `children.stopping` (and `children.signum`) to know whether
-    and how the runs were stopped. (Off the main thread, where no handler can be set, the runs are
-    started as usual.)"""
+    handlers are back and the stop is forgotten (a later launch, or a run started by hand in the same
+    process, starts); the caller reads `children.stopping` (and `children.signum`) inside the block to
+    know whether and how the runs were stopped. (Off the main thread, where no handler can be set, the
+    runs are started as usual.)"""
     if threading.current_thread() is not threading.main_thread():
         yield children
         return
@@ -128,4 +129,4 @@ def passing_on_interrupts(children: ChildRuns = CHILDREN):
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        children._own_groups = False
+        children.stopping, children.signum, children._own_groups = False, None, False

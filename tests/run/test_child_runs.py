@@ -17,6 +17,7 @@ import pytest
 
 import pazo.sweep.command as sweep
 from pazo.sweep.spec import PlannedRun
+from pazo.sweep import launchers
 from pazo.sweep.child_runs import EXIT_INTERRUPTED, Interrupted
 
 #: a stand-in run: records that it started, then waits (a minute at most) for Ctrl-C, which it counts
@@ -122,6 +123,11 @@ def test_every_stopping_signal_reaches_the_runs_in_progress_and_sets_the_sweeps_
     assert len(summaries) == in_parallel and all(s["signals"] == [passed_on] for s in summaries)
     assert stopped.value.exit_status == exit_status and stopped.value.signum == sent
     assert {s: signal.getsignal(s) for s in handlers} == handlers
+    # the stop ends with the launch: a run started afterwards in the same process (a later sweep, a
+    # test) runs rather than being taken for one of the stopped sweep's
+    later = tmp_path / "later"
+    assert launchers.run_one([sys.executable, "-c", "print('ran')"], str(later)) == 0
+    assert "ran" in (later / "stdout.log").read_text()
 
 
 def test_the_sweep_ends_an_interrupt_in_one_line_with_exit_130(tmp_path, monkeypatch, capsys):
