@@ -150,6 +150,17 @@ def worker_threads():
         torch.set_num_threads(WORKER_THREADS)
 
 
+@pytest.fixture(autouse=True)
+def no_sweep_stop_left_behind():
+    """Each test leaves this process able to launch runs: a sweep's stop (a Ctrl-C or SIGTERM passed
+    on to its runs) ends with its launch. One that outlived it made the next `run_one` on the same
+    worker start nothing, and a test far away fail."""
+    yield
+    child_runs = sys.modules.get("pazo.sweep.child_runs")
+    if child_runs is not None:
+        assert not child_runs.CHILDREN.stopping, "a sweep's stop outlived its launch"
+
+
 #: the session's (the xdist worker's) sigma cache, set by `shared_sigma_cache`
 SHARED_SIGMA: Path | None = None
 
