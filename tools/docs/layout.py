@@ -1,15 +1,18 @@
 """The built documentation site, laid out by a headless Chromium: on no page does a table or a code
 block reach past what a reader can see or scroll to.
 
-    python -m tools.docs layout [--site site] [--window WIDTHxHEIGHT ...] [--browser PATH]
+    python -m tools.docs layout [--site site] [--window WIDTHxHEIGHT ...] [--browser PATH] [--whole]
 
 Every page of the site (`make docs` builds it into site/) is loaded at each window size, its
 <details> blocks opened, and every table and code block of its text measured: content past the
 edge of a box that clips it, or past the window, is cut off; content in a box that scrolls
 sideways is reachable only if that box is no taller than the window, or its scrollbar sits screens
 below the rows a reader is looking at (a long results table then reads as a table of its first
-columns). docs/stylesheets/tables.css is what makes them scroll. One line per problem, exit 1 if
-any; the site is served from 127.0.0.1 for the browser and nothing is written into it."""
+columns). docs/stylesheets/tables.css is what makes them scroll. With --whole, a table that does
+not show whole (it scrolls sideways in its box) is a problem too: the tables a reader sees only
+part of at that size of window (docs/stylesheets/tables.css and tools/docs/site_hooks.py make them
+show whole where they can). One line per problem, exit 1 if any; the site is served from 127.0.0.1
+for the browser and nothing is written into it."""
 from __future__ import annotations
 
 import contextlib
@@ -42,9 +45,10 @@ OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
 RESULT_PATH = "/__pazo_docs_layout_result__"
 
 #: measures one loaded page (its window `win`): each table and code block of the text that is cut
-#: off, with why; a scrolling box that holds it must fit the window's height (its scrollbar in view)
+#: off, with why; a scrolling box that holds it must fit the window's height (its scrollbar in view);
+#: with `whole`, each table of the text (a code listing's apart) that scrolls sideways too
 PROBE = r"""
-function probe(win) {
+function probe(win, whole) {
   const doc = win.document, out = [];
   const limit = doc.documentElement.clientWidth, tall = win.innerHeight;
   if (doc.documentElement.scrollWidth > limit + 1)
@@ -67,6 +71,9 @@ function probe(win) {
     if (!why && scroller && scroller.getBoundingClientRect().height > tall + 1)
       why = 'its horizontal scrollbar is out of view: it scrolls in a box ' +
             Math.round(scroller.getBoundingClientRect().height) + ' px tall in a ' + tall + ' px window';
+    if (!why && whole && el.matches('table:not([class])') && el.scrollWidth > el.clientWidth + 1)
+      why = 'it does not show whole: its columns take ' + el.scrollWidth + ' px in a box ' +
+            el.clientWidth + ' px wide (it scrolls sideways)';
     if (why) out.push({what: el.tagName.toLowerCase() + ' ' + (index + 1) + ' ("' +
                        el.textContent.replace(/\s+/g, ' ').trim().slice(0, 50) + '")', why: why});
   });
@@ -77,7 +84,7 @@ function probe(win) {
 #: loads every page in an iframe of each window size in turn, probes it, and posts the findings
 #: (JSON) back to the server at RESULT_PATH
 HARNESS = """<!doctype html><html><body><iframe id="page"></iframe><script>%(probe)s
-const pages = %(pages)s, windows = %(windows)s;
+const pages = %(pages)s, windows = %(windows)s, whole = %(whole)s;
 const frames = () => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));
 async function run() {
   const frame = document.getElementById('page'), found = [];
@@ -87,7 +94,7 @@ async function run() {
       await new Promise(done => { frame.onload = done; frame.src = page; });
       frame.contentDocument.querySelectorAll('details').forEach(d => { d.open = true; });
       await frames();
-      for (const problem of probe(frame.contentWindow))
+      for (const problem of probe(frame.contentWindow, whole))
         found.push({page: page, window: width + 'x' + height, what: problem.what, why: problem.why});
     }
   }
@@ -105,9 +112,9 @@ def site_pages(site: Path) -> list[str]:
     return sorted("/" + (p.parent.as_posix() + "/" if p.parent.as_posix() != "." else "") for p in pages)
 
 
-def harness(pages: list[str], windows: tuple[tuple[int, int], ...]) -> str:
+def harness(pages: list[str], windows: tuple[tuple[int, int], ...], whole: bool = False) -> str:
     return HARNESS % {"probe": PROBE, "pages": json.dumps(pages), "result": RESULT_PATH,
-                      "windows": json.dumps([list(w) for w in windows])}
+                      "windows": json.dumps([list(w) for w in windows]), "whole": json.dumps(whole)}
 
 
 @contextlib.contextmanager
@@ -154,11 +161,14 @@ def find_browser(name: str | None) -> str | None:
     return shutil.which(name) if name else next(filter(None, map(shutil.which, BROWSERS)), None)
 
 
-def measure(site: Path, browser: str, windows: tuple[tuple[int, int], ...], timeout: float) -> list[dict]:
-    """Every problem on every page of `site` at each of `windows` (page, window, what, why); a
-    RuntimeError when the browser does not report within `timeout` seconds."""
+def measure(site: Path, browser: str, windows: tuple[tuple[int, int], ...], timeout: float,
+            whole: bool = False) -> list[dict]:
+    """Every problem on every page of `site` at each of `windows` (page, window, what, why), with
+    `whole` each table that scrolls sideways too; a RuntimeError when the browser does not report
+    within `timeout` seconds."""
     pages = site_pages(site)
-    with serve(site, harness(pages, windows)) as (url, posted, arrived), tempfile.TemporaryDirectory() as profile:
+    page = harness(pages, windows, whole)
+    with serve(site, page) as (url, posted, arrived), tempfile.TemporaryDirectory() as profile:
         # a session of its own: the browser is stopped with every process it started
         with subprocess.Popen([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                                f"--user-data-dir={profile}", OFFLINE, url + HARNESS_PATH], stdout=subprocess.DEVNULL,
@@ -196,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"(default: {', '.join(f'{w}x{h}' for w, h in WINDOWS)})")
     parser.add_argument("--browser", help=f"the Chromium to run (default: the first found of {', '.join(BROWSERS)})")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds the browser may take (default 600)")
+    parser.add_argument("--whole", action="store_true",
+                        help="also report each table that does not show whole (it scrolls sideways in its box)")
     args = parser.parse_args(argv)
     if not (args.site / "index.html").is_file():
         print(f"pazo: error: no built site at {args.site} (no index.html): `make docs` builds it", file=sys.stderr)
@@ -207,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     windows = tuple(args.window or WINDOWS)
     try:
-        problems = measure(args.site.resolve(), browser, windows, args.timeout)
+        problems = measure(args.site.resolve(), browser, windows, args.timeout, args.whole)
     except RuntimeError as err:
         print(f"pazo: error: {err}", file=sys.stderr)
         return 1
