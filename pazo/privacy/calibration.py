@@ -1,5 +1,6 @@
 """Calibration of the noise multiplier to a target (epsilon, delta): the smallest sigma whose
-accountant's upper bound meets it (`calibrate_sigma`).
+accountant's upper bound meets it. `calibrate` is the one entry (the accountant's choice -> sigma);
+PRV's and Laplace noise's own calibration (`calibrate_sigma`) keeps its answers in the sigma cache.
 
 Gaussian: first brackets sigma with the cheap RDP bound, then solves on a coarse PRV grid and
 confirms on the fine one, so that T = 100k steps takes seconds rather than a minute
@@ -14,9 +15,10 @@ from importlib.metadata import version
 
 from pazo.privacy.accountants import (MECHANISMS, PRV_GRID_MAX, SIGMA_MAX, WIDE_RDP_ORDERS, BudgetError,
                                       GaussianAccountant, LaplaceAccountant, accountant_for, check_delta,
-                                      check_run, check_target_epsilon, default_eps_error, gaussian_epsilon,
-                                      grid_refusal, laplace_sigma_for_pure_epsilon, prv_grid,
-                                      pure_laplace_sigma, rdp_epsilon, rdp_epsilon_integer_orders)
+                                      check_inputs, check_run, check_target_epsilon, default_eps_error,
+                                      dp_accounting_sigma, gaussian_epsilon, grid_refusal,
+                                      laplace_sigma_for_pure_epsilon, prv_grid, pure_laplace_sigma, rdp_epsilon,
+                                      rdp_epsilon_integer_orders)
 from pazo.privacy.sigma_cache import cache_path, read_cache, write_cache
 
 
@@ -168,6 +170,19 @@ def _calibrate_uncached(epsilon: float, delta: float, sample_rate: float, steps:
         return _calibrate_laplace(epsilon, delta, sample_rate, steps)
     return _calibrate_gaussian(epsilon, delta, sample_rate, steps, eps_error, mechanisms)
 
+
+def calibrate(accountant: str, epsilon: float, delta: float, sample_rate: float, steps: int,
+              eps_error: float | None = None, mechanisms: int = 1, cache_dir=None, noise: str = "gaussian") -> float:
+    """The smallest noise multiplier whose epsilon by `accountant` meets the target: PRV's (and
+    Laplace noise's exact one) through the sigma cache (`calibrate_sigma`); dp-accounting's RDP or
+    PLD by its own calibration (its effective multiplier, times sqrt(mechanisms)). A run, a sweep's
+    private selection and `pazo-privacy sigma` calibrate here, so that each accounts the sigma a run uses."""
+    if accountant == "prv" or noise != "gaussian":
+        return calibrate_sigma(epsilon, delta, sample_rate, steps, eps_error, mechanisms, cache_dir=cache_dir,
+                               mechanism=noise)
+    epsilon = check_target_epsilon(epsilon)
+    check_inputs(sample_rate, steps, delta, accountant)
+    return dp_accounting_sigma(epsilon, sample_rate, int(steps), delta, accountant) * math.sqrt(mechanisms)
 
 
 def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int,

@@ -159,17 +159,18 @@ def resolve_device(name: str, option: str = "device=") -> torch.device:
     return device
 
 
-def run_privacy_plan(cfg: RunConfig, n_private: int, steps: int) -> PrivacyPlan:
+def run_privacy_plan(cfg: RunConfig, n_private: int, steps: int, sigma: float | None = None) -> PrivacyPlan:
     """The privacy plan of the run `cfg` describes on `n_private` private examples over its planned
     `steps` (`planned_steps`): q, T, sigma (calibrated by its accountant, or given and checked) and
-    its notes. A run makes it in `build_run`; `pazo-train ... --plan` prints it without training."""
-    plan = make_plan(cfg.privacy, n_private, cfg.train.batch_size, steps, cfg.method.release(),
-                     SAMPLERS[cfg.privacy.sampling], method_info(cfg.method.name).privacy_note)
-    return _with_seed_note(cfg, plan)
-
-
-def _with_seed_note(cfg: RunConfig, plan: PrivacyPlan) -> PrivacyPlan:
-    """`plan`, noting that a private run's seed is the shipped default (`SHIPPED_SEED_NOTE`) where it is."""
+    its notes, one of them where a private run's seed is the shipped default (`SHIPPED_SEED_NOTE`).
+    A run makes it in `build_run`; `pazo-train ... --plan` prints it without training. sigma: a
+    benchmark's fixed noise multiplier (nothing calibrated or accounted)."""
+    info, release = method_info(cfg.method.name), cfg.method.release()
+    if sigma is None:
+        plan = make_plan(cfg.privacy, n_private, cfg.train.batch_size, steps, release,
+                         SAMPLERS[cfg.privacy.sampling], info.privacy_note)
+    else:
+        plan = PrivacyPlan.with_sigma(sigma if info.private else None, cfg.train.batch_size, release, steps=steps)
     if plan.private and not cfg.privacy.secure_mode and cfg.seed == TopSchema.seed:
         plan.notes.append(SHIPPED_SEED_NOTE)
     return plan
@@ -206,9 +207,7 @@ def build_run(cfg: RunConfig, *, earlier_engine: dict | None = None, time_engine
                {"count": torch.get_num_threads(), "requested": None, "why": "set by the benchmark"})
     warm = warm_start(model, data.public, cfg, streams, device)
     total_steps = planned_steps(cfg.train, len(data.private))
-    plan = run_privacy_plan(cfg, len(data.private), total_steps) if sigma is None else _with_seed_note(
-        cfg, PrivacyPlan.with_sigma(sigma if info.private else None, cfg.train.batch_size, cfg.method.release(),
-                                    steps=total_steps))
+    plan = run_privacy_plan(cfg, len(data.private), total_steps, sigma)
     # (several ranks: the engines are not timed, a choice all make alike)
     engine = _engine_choice(cfg, model, info, data, earlier_engine, time_engines and not group.several)
     method = assemble_method(cfg.method, model=model, plan=plan, streams=streams, public=data.public,
