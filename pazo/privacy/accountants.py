@@ -1,6 +1,7 @@
 """Privacy accountants for Poisson-subsampled Gaussian and Laplace steps: the epsilon a run's noise
-spends (`GaussianAccountant`, `LaplaceAccountant`, `accountant_for`), the RDP bound, and the limits
-every input is checked against (`BudgetError`). Calibration of sigma to a target is in
+spends by each accountant a run may choose (`GaussianAccountant`, PRV; `DpAccountingAccountant`,
+dp-accounting's RDP or PLD; `LaplaceAccountant`), the one chooser among them (`accountant_for`), and
+the limits every input is checked against (`BudgetError`). The inverse, sigma for a target, is in
 `calibration.py`, its disk cache in `sigma_cache.py`.
 
 One training step of every Gaussian method is ``mechanisms`` independent Gaussian releases, each
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pazo.privacy.rdp import PRV_RDP_ORDERS, rdp_bound, step_rdp
+from pazo.privacy.rdp import rdp_bound, step_rdp
 
 if TYPE_CHECKING:
     from prv_accountant.discrete_privacy_random_variable import DiscretePrivacyRandomVariable
@@ -54,10 +55,6 @@ DELTA_MIN = 1e-10  # a PRV grid of PRV_GRID_MAX points has a float error of ~4e-
 PRV_GRID_MAX = 4_000_000  # points of one PRV grid; peak memory measured at 180-360 bytes a point
 PURE_DP_WINDOW_MAX = 2_000_000  # binomial terms of the exact Laplace account (T up to ~2e9)
 MECHANISMS = ("gaussian", "laplace")
-# Opacus' orders stop at 63, which cannot certify epsilon below ~0.1: integer orders up to 16384
-# extend the RDP bracket (used only when the default orders cannot reach the target, so other
-# calibrations are unchanged)
-WIDE_RDP_ORDERS = list(range(2, 64)) + [round(64 * 2 ** (k / 2)) for k in range(0, 17)]
 #: privacy.accountant's choices: pazo's PRV, dp-accounting's PLD and RDP
 ACCOUNTANTS = ("prv", "pld", "rdp")
 #: the accountants dp-accounting computes (`DpAccountingAccountant`)
@@ -144,29 +141,6 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if _gaussian_delta(mid, mu) > delta else (lo, mid)
     return hi
-
-
-def rdp_epsilon(sigma: float, sample_rate: float, steps: int, delta: float, orders=None) -> float:
-    """RDP bound (Mironov 2017; prv-accountant's default orders unless `orders`) - an upper bound,
-    used to bracket sigma."""
-    orders = PRV_RDP_ORDERS if orders is None else tuple(float(a) for a in orders)
-    return rdp_bound(step_rdp(sample_rate, sigma, orders), steps, delta, orders)
-
-
-def rdp_epsilon_integer_orders(sigma: float, sample_rate: float, steps: int, delta: float,
-                                orders=WIDE_RDP_ORDERS) -> float:
-    """The same RDP bound for integer orders only (Mironov et al. 2019's finite sum, as in
-    prv-accountant/TF Privacy), vectorised: high orders cost one numpy call, not a Python loop."""
-    from scipy.special import gammaln, logsumexp
-
-    q, best = sample_rate, math.inf
-    for alpha in orders:
-        i = np.arange(alpha + 1)
-        log_terms = (gammaln(alpha + 1) - gammaln(i + 1) - gammaln(alpha - i + 1) + i * math.log(q)
-                     + (alpha - i) * math.log1p(-q) + (i * i - i) / (2 * sigma ** 2))
-        rdp = steps * float(logsumexp(log_terms)) / (alpha - 1)
-        best = min(best, rdp - math.log(delta * alpha) / (alpha - 1) + math.log1p(-1 / alpha))
-    return best
 
 
 def safe_domain_half_width(sigma_eff: float, sample_rate: float, steps: int, eps_error: float,
@@ -327,22 +301,6 @@ def amplified_pure_epsilon(sigma: float, sample_rate: float) -> float:
 def laplace_pure_epsilon(sigma: float, sample_rate: float, steps: int) -> float:
     """DP-ZO's closed form (Tang et al. 2024, Theorem 3.1): T log(1 + q (e^(1/sigma) - 1))."""
     return steps * amplified_pure_epsilon(sigma, sample_rate)
-
-
-def pure_laplace_sigma(epsilon: float, sample_rate: float, steps: int) -> float:
-    per_step = math.expm1(epsilon / steps) / sample_rate
-    if not 0 < per_step < math.inf:
-        raise BudgetError(f"epsilon={epsilon} is out of reach for {steps} steps")
-    return (1.0 / math.log1p(per_step)) * (1 + 1e-9)  # round up: the bound must hold exactly
-
-
-def laplace_sigma_for_pure_epsilon(epsilon: float, sample_rate: float, steps: int) -> float:
-    """Invert `laplace_pure_epsilon` exactly."""
-    sigma = pure_laplace_sigma(epsilon, sample_rate, steps)
-    if sigma > SIGMA_MAX:
-        raise BudgetError(f"epsilon={epsilon} is out of reach: the Laplace scale would exceed "
-                          f"{SIGMA_MAX:g} (sample rate {sample_rate:.4g}, {steps} steps)")
-    return sigma
 
 
 class PureDPComposition:
@@ -564,6 +522,7 @@ def dp_accounting_sigma(epsilon: float, sample_rate: float, steps: int, delta: f
         raise ValueError(f"no sigma in [{max(rdp / 2, PLD_MIN_SIGMA):.4g}, {rdp:.4g}]")
     except (ValueError, RuntimeError, calibration.NoBracketIntervalFoundError) as err:   # none found
         raise BudgetError(f"no noise multiplier meets epsilon {epsilon:g} at delta {delta:g} ({err})") from None
+
 
 def _meeting(sigma: float, epsilon: float, sample_rate: float, steps: int, delta: float, accountant: str) -> float:
     """`sigma`, raised by 0.1% at a time until its epsilon by `accountant` (as `epsilon_of` accounts,
