@@ -30,8 +30,7 @@ from pazo.run import distributed
 from pazo.methods import Method, MethodConfig, MethodInfo, build_method, method_info
 from pazo.zo.engines import build_engine, choose_engine
 from pazo.zo.memory import check_step_memory
-from pazo.models import FunctionalModel, build_model, check_no_batchnorm, dispatched, place
-from pazo.models.functional import cross_entropy_per_example
+from pazo.models import FunctionalModel, build_model, functional_model
 from pazo.privacy.mechanisms import LOCAL_SUMS
 from pazo.privacy.plan import PrivacyPlan, make_plan
 from pazo.privacy.sampling import SAMPLERS
@@ -280,26 +279,6 @@ def _model(cfg: RunConfig, data: DataBundle, streams: RandomStreams, device: tor
         torch.manual_seed(streams.seeds["init"])
         module = build_model(cfg.model, data.input_shape, data.num_classes)
     return functional_model(module, device, private=cfg.privacy.epsilon is not None, name=cfg.model.name)
-
-
-def functional_model(module: nn.Module, device: torch.device, *, private: bool, name: str, loss_fn=None):
-    """`module` placed on `device` (unless accelerate spread it over devices), refused under a
-    private method if it has BatchNorm, and seen as a function of its parameters with its
-    per-example loss (`loss_fn`, else the module's own `loss_fn`, else cross-entropy); returns
-    (module, functional model, input device). A run's model and a library user's
-    (`pazo.private`) go through here."""
-    module = place(module, device)
-    if private:
-        check_no_batchnorm(module, name)
-    loss_fn = loss_fn or getattr(module, "loss_fn", cross_entropy_per_example)
-    model = FunctionalModel(module, loss_fn=loss_fn)
-    if dispatched(module):  # model.device_map: batches go to the first module's device, as accelerate expects
-        if any(d.type == "meta" for d in model.devices):
-            raise ConfigError("model.device_map offloads parameters to the CPU or disk (accelerate keeps them on "
-                              "the meta device between uses): the zeroth-order step perturbs the parameters in "
-                              "place and cannot reach offloaded ones; give a device map within the GPUs' memory")
-        device = model.input_device
-    return module, model, device
 
 
 def _engine_choice(cfg: RunConfig, model, info, data, earlier: dict | None, time_engines: bool) -> dict:
