@@ -3,7 +3,6 @@ input they accept). Builders take the typed model config (its schema's dataclass
 builder) and the data set's shape facts."""
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from pazo.errors import ConfigError
@@ -97,7 +96,7 @@ def build_model(cfg, input_shape, num_classes) -> nn.Module:
     return MODELS.get(cfg.name)(cfg, input_shape, num_classes)
 
 
-def functional_model(module: nn.Module, device: torch.device, *, private: bool, name: str, loss_fn=None):
+def functional_model(module: nn.Module, device, *, private: bool, name: str, loss_fn=None):
     """`module` placed on `device` (unless accelerate spread it over devices), refused under a
     private method if it has BatchNorm, and seen as a function of its parameters with its
     per-example loss (`loss_fn`, else the module's own `loss_fn`, else cross-entropy); returns

@@ -1,8 +1,7 @@
 """Privacy accountants for Poisson-subsampled Gaussian and Laplace steps: the epsilon a run's noise
-spends by each accountant a run may choose (`GaussianAccountant`, PRV; `DpAccountingAccountant`,
-dp-accounting's RDP or PLD; `LaplaceAccountant`), the one chooser among them (`accountant_for`), and
-the limits every input is checked against (`BudgetError`). The inverse, sigma for a target, is in
-`calibration.py`, its disk cache in `sigma_cache.py`.
+spends by each accountant a run may choose (PRV, dp-accounting's RDP or PLD, Laplace's exact one),
+chosen in `accountant_for`, and the limits every input is checked against (`BudgetError`). The
+inverse, sigma for a target, is in `calibration.py`, its disk cache in `sigma_cache.py`.
 
 One training step of every Gaussian method is ``mechanisms`` independent Gaussian releases, each
 with noise multiplier ``sigma`` on a sum of sensitivity-1 (after scaling) values of one Poisson
@@ -463,6 +462,7 @@ class DpAccountingAccountant:
         upper = self.upper(steps_done)
         return EpsilonBounds(0.0, upper, upper)
 
+
 def check_inputs(sample_rate, steps, delta, accountant: str, sigma=None) -> None:
     """The inputs every plan needs, each refused in one BudgetError line."""
     if accountant not in ACCOUNTANTS:
@@ -474,6 +474,7 @@ def check_inputs(sample_rate, steps, delta, accountant: str, sigma=None) -> None
                           f"{PLD_MIN_SIGMA:g}; use the prv or rdp accountant")
     if steps > MAX_STEPS:
         raise BudgetError(f"{steps} steps: a plan considers at most {MAX_STEPS:,} steps")
+
 
 def check_accountant(accountant: str, noise: str = "gaussian", eps_error: float | None = None) -> None:
     """The accountant a run may use (`privacy.accountant`), one BudgetError line otherwise: one of
@@ -535,9 +536,8 @@ def _meeting(sigma: float, epsilon: float, sample_rate: float, steps: int, delta
 
 def accountant_for(mechanism: str, sigma: float, sample_rate: float, steps: int, delta: float,
                    eps_error: float | None, mechanisms: int = 1, accountant: str | None = "prv"):
-    """The one chooser of a run's accountant (plan, tracker and the cache check use it): Laplace
-    noise is accounted exactly whatever `accountant` says; Gaussian noise by PRV, or by
-    dp-accounting's RDP or PLD (`privacy.accountant`)."""
+    """The one chooser of a run's accountant (plan, tracker, cache check): Laplace noise's exact one
+    whatever `accountant` says; for Gaussian noise PRV, or dp-accounting's RDP or PLD."""
     if mechanism == "laplace":
         return LaplaceAccountant(sigma, sample_rate, steps, delta, eps_error=eps_error)
     if accountant in DP_ACCOUNTING:

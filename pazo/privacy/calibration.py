@@ -218,10 +218,9 @@ def _calibrate_uncached(epsilon: float, delta: float, sample_rate: float, steps:
 
 def calibrate(accountant: str, epsilon: float, delta: float, sample_rate: float, steps: int,
               eps_error: float | None = None, mechanisms: int = 1, cache_dir=None, noise: str = "gaussian") -> float:
-    """The smallest noise multiplier whose epsilon by `accountant` meets the target: PRV's (and
-    Laplace noise's exact one) through the sigma cache (`calibrate_sigma`); dp-accounting's RDP or
-    PLD by its own calibration (its effective multiplier, times sqrt(mechanisms)). A run, a sweep's
-    private selection and `pazo-privacy sigma` calibrate here, so that each accounts the sigma a run uses."""
+    """The smallest noise multiplier whose epsilon by `accountant` meets the target, for a run, a sweep's
+    private selection and `pazo-privacy sigma` alike: PRV's (and Laplace noise's) through the sigma cache
+    (`calibrate_sigma`); dp-accounting's RDP or PLD by its own (effective multiplier, times sqrt(mechanisms))."""
     if accountant == "prv" or noise != "gaussian":
         return calibrate_sigma(epsilon, delta, sample_rate, steps, eps_error, mechanisms, cache_dir=cache_dir,
                                mechanism=noise)

@@ -73,8 +73,7 @@ def _eps_error(sigma: float, sample_rate: float, steps: int, delta: float) -> fl
 
 
 def sigma_for(epsilon: float, sample_rate: float, steps: int, delta: float, accountant: str = "prv") -> float:
-    """The smallest noise multiplier (to about 0.2%) whose epsilon by `accountant` is at most the
-    target (`calibrate`), every input of a plan checked first (`check_inputs`)."""
+    """The smallest noise multiplier (to about 0.2%) whose epsilon by `accountant` is at most the target."""
     epsilon = check_target_epsilon(epsilon)
     check_inputs(sample_rate, steps, delta, accountant)
     return calibrate(accountant, epsilon, delta, sample_rate, int(steps))

@@ -160,10 +160,9 @@ def resolve_device(name: str, option: str = "device=") -> torch.device:
 
 def run_privacy_plan(cfg: RunConfig, n_private: int, steps: int, sigma: float | None = None) -> PrivacyPlan:
     """The privacy plan of the run `cfg` describes on `n_private` private examples over its planned
-    `steps` (`planned_steps`): q, T, sigma (calibrated by its accountant, or given and checked) and
-    its notes, one of them where a private run's seed is the shipped default (`SHIPPED_SEED_NOTE`).
-    A run makes it in `build_run`; `pazo-train ... --plan` prints it without training. sigma: a
-    benchmark's fixed noise multiplier (nothing calibrated or accounted)."""
+    `steps` (`planned_steps`): q, T, sigma (calibrated by its accountant, given and checked, or a
+    benchmark's `sigma`, not accounted) and its notes (`SHIPPED_SEED_NOTE` among them). A run makes
+    it in `build_run`; `pazo-train ... --plan` prints it without training."""
     info, release = method_info(cfg.method.name), cfg.method.release()
     if sigma is None:
         plan = make_plan(cfg.privacy, n_private, cfg.train.batch_size, steps, release,
@@ -197,7 +196,11 @@ def build_run(cfg: RunConfig, *, earlier_engine: dict | None = None, time_engine
         data = build_dataset(cfg.dataset, streams)
         validate_against_data(cfg.train, cfg.method, cfg.schedule, len(data.private), len(data.public))
     device = resolve_device(cfg.device)
-    module, model, device = _model(cfg, data, streams, device, module)
+    if module is None:   # from the run's init stream
+        torch.manual_seed(streams.seeds["init"])
+        module = build_model(cfg.model, data.input_shape, data.num_classes)
+    module, model, device = functional_model(module, device, private=cfg.privacy.epsilon is not None,
+                                             name=cfg.model.name)
     # (before the sampler and the noise draw anything)
     key_digests = key_secret_streams(streams, data.private, data.public, module)
     # by the whole model's size, frozen weights included: a LoRA step's cost is the full forward
@@ -207,8 +210,16 @@ def build_run(cfg: RunConfig, *, earlier_engine: dict | None = None, time_engine
     warm = warm_start(model, data.public, cfg, streams, device)
     total_steps = planned_steps(cfg.train, len(data.private))
     plan = run_privacy_plan(cfg, len(data.private), total_steps, sigma)
-    # (several ranks: the engines are not timed, a choice all make alike)
-    engine = _engine_choice(cfg, model, info, data, earlier_engine, time_engines and not group.several)
+    # the zeroth-order engine (`engine.name`, or what `auto` picks) and why, for the summary
+    if cfg.engine.name == "auto" and earlier_engine and earlier_engine.get("requested") == "auto":   # (a resume's)
+        engine = {**earlier_engine, "reason": f"kept from the first attempt ({earlier_engine['reason']})"}
+    else:   # timed on non-private examples on CUDA (several ranks: not timed, a choice all make alike)
+        timed = time_engines and not group.several and model.device.type == "cuda" and len(data.test)
+        sample = (data.test.batch(np.arange(min(cfg.train.batch_size, len(data.test))), model.input_device)
+                  if timed else None)
+        name, reason = choose_engine(cfg.engine, model, zeroth_order=info.family == "zeroth_order",
+                                     queries=cfg.method.release().queries, sample=sample)
+        engine = {"requested": cfg.engine.name, "name": name, "reason": reason}
     method = assemble_method(cfg.method, model=model, plan=plan, streams=streams, public=data.public,
                              engine_cfg=cfg.engine, engine_name=engine["name"], batch_size=cfg.train.batch_size,
                              schedule=cfg.schedule, optimizer=cfg.optimizer,
@@ -271,23 +282,3 @@ def key_secret_streams(streams: RandomStreams, private, public, module: nn.Modul
                "initial_state_sha256": state_digest(module)}
     streams.key_to(*digests.values())
     return digests
-
-
-def _model(cfg: RunConfig, data: DataBundle, streams: RandomStreams, device: torch.device, module: nn.Module | None):
-    """The model from the run's init stream (unless given), placed, with its own per-example loss."""
-    if module is None:
-        torch.manual_seed(streams.seeds["init"])
-        module = build_model(cfg.model, data.input_shape, data.num_classes)
-    return functional_model(module, device, private=cfg.privacy.epsilon is not None, name=cfg.model.name)
-
-
-def _engine_choice(cfg: RunConfig, model, info, data, earlier: dict | None, time_engines: bool) -> dict:
-    """The zeroth-order engine (`engine.name`, or what `auto` picks) and why, for the summary."""
-    if cfg.engine.name == "auto" and earlier and earlier.get("requested") == "auto":
-        return {**earlier, "reason": f"kept from the first attempt ({earlier['reason']})"}
-    sample = None
-    if time_engines and model.device.type == "cuda" and len(data.test):  # non-private examples to time on
-        sample = data.test.batch(np.arange(min(cfg.train.batch_size, len(data.test))), model.input_device)
-    name, reason = choose_engine(cfg.engine, model, zeroth_order=info.family == "zeroth_order",
-                                 queries=cfg.method.release().queries, sample=sample)
-    return {"requested": cfg.engine.name, "name": name, "reason": reason}
