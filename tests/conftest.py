@@ -33,7 +33,7 @@ from pazo.commands.console import spare_absl_stream
 from pazo.data.base import TensorSplit
 from pazo.methods import build_method, method_config
 from pazo.models.functional import FunctionalModel
-from pazo.privacy import planner
+from pazo.privacy import accountants
 from pazo.privacy.plan import PrivacyPlan
 from pazo.rng import RandomStreams
 from pazo.zo.engines import InPlaceEngine, VectorisedEngine
@@ -218,7 +218,7 @@ def seeded_bundle(loader, cfg, seed: int = 0):
     return loader(cfg, np.random.default_rng(seed), torch.Generator().manual_seed(0))
 
 
-#: a PLD grid step ten times the package's (`planner.PLD_INTERVAL`): each PLD account is several
+#: a PLD grid step ten times the package's (`accountants.PLD_INTERVAL`): each PLD account is several
 #: times cheaper, its bounds about ten times looser (1e-2 instead of 1e-3)
 CHEAP_PLD_INTERVAL = 1e-3
 
@@ -230,7 +230,7 @@ def cheap_pld_grid():
     inside reads the one constant, so calibration and check stay on the same grid. Never for a test
     that compares PLD's bounds with another accountant's (a looser grid would hide a gap)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(planner, "PLD_INTERVAL", CHEAP_PLD_INTERVAL)
+        patch.setattr(accountants, "PLD_INTERVAL", CHEAP_PLD_INTERVAL)
         yield
 
 

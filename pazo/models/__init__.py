@@ -6,7 +6,7 @@ from __future__ import annotations
 from torch import nn
 
 from pazo.errors import ConfigError
-from pazo.models.functional import FunctionalModel
+from pazo.models.functional import FunctionalModel, cross_entropy_per_example
 from pazo.models.hf_lm import HfCausalLmSchema, HfLmSchema
 from pazo.models.lstm import LSTMClassifier, LstmSchema
 from pazo.models.nf_resnet import NFResNet18, NfResnetSchema
@@ -96,4 +96,25 @@ def build_model(cfg, input_shape, num_classes) -> nn.Module:
     return MODELS.get(cfg.name)(cfg, input_shape, num_classes)
 
 
-__all__ = ["MODELS", "FunctionalModel", "build_model", "check_no_batchnorm", "dispatched", "place", "register_model"]
+def functional_model(module: nn.Module, device, *, private: bool, name: str, loss_fn=None):
+    """`module` placed on `device` (unless accelerate spread it over devices), refused under a
+    private method if it has BatchNorm, and seen as a function of its parameters with its
+    per-example loss (`loss_fn`, else the module's own `loss_fn`, else cross-entropy); returns
+    (module, functional model, input device). A run's model and a library user's
+    (`pazo.private`) go through here."""
+    module = place(module, device)
+    if private:
+        check_no_batchnorm(module, name)
+    loss_fn = loss_fn or getattr(module, "loss_fn", cross_entropy_per_example)
+    model = FunctionalModel(module, loss_fn=loss_fn)
+    if dispatched(module):  # model.device_map: batches go to the first module's device, as accelerate expects
+        if any(d.type == "meta" for d in model.devices):
+            raise ConfigError("model.device_map offloads parameters to the CPU or disk (accelerate keeps them on "
+                              "the meta device between uses): the zeroth-order step perturbs the parameters in "
+                              "place and cannot reach offloaded ones; give a device map within the GPUs' memory")
+        device = model.input_device
+    return module, model, device
+
+
+__all__ = ["MODELS", "FunctionalModel", "build_model", "check_no_batchnorm", "dispatched", "functional_model", "place",
+           "register_model"]

@@ -1,5 +1,6 @@
 """Calibration of the noise multiplier to a target (epsilon, delta): the smallest sigma whose
-accountant's upper bound meets it (`calibrate_sigma`).
+accountant's upper bound meets it. `calibrate` is the one entry (the accountant's choice -> sigma);
+PRV's and Laplace noise's own calibration (`calibrate_sigma`) keeps its answers in the sigma cache.
 
 Gaussian: first brackets sigma with the cheap RDP bound, then solves on a coarse PRV grid and
 confirms on the fine one, so that T = 100k steps takes seconds rather than a minute
@@ -12,12 +13,58 @@ import math
 import os
 from importlib.metadata import version
 
-from pazo.privacy.accountants import (MECHANISMS, PRV_GRID_MAX, SIGMA_MAX, WIDE_RDP_ORDERS, BudgetError,
-                                      GaussianAccountant, LaplaceAccountant, accountant_for, check_delta,
-                                      check_run, check_target_epsilon, default_eps_error, gaussian_epsilon,
-                                      grid_refusal, laplace_sigma_for_pure_epsilon, prv_grid,
-                                      pure_laplace_sigma, rdp_epsilon, rdp_epsilon_integer_orders)
+import numpy as np
+
+from pazo.privacy.accountants import (MECHANISMS, PRV_GRID_MAX, SIGMA_MAX, BudgetError, GaussianAccountant,
+                                      LaplaceAccountant, accountant_for, check_delta, check_inputs, check_run,
+                                      check_target_epsilon, default_eps_error, dp_accounting_sigma, gaussian_epsilon,
+                                      grid_refusal, prv_grid)
+from pazo.privacy.rdp import PRV_RDP_ORDERS, rdp_bound, step_rdp
 from pazo.privacy.sigma_cache import cache_path, read_cache, write_cache
+
+# Opacus' orders stop at 63, which cannot certify epsilon below ~0.1: integer orders up to 16384
+# extend the RDP bracket (used only when the default orders cannot reach the target, so other
+# calibrations are unchanged)
+WIDE_RDP_ORDERS = list(range(2, 64)) + [round(64 * 2 ** (k / 2)) for k in range(0, 17)]
+
+
+def rdp_epsilon(sigma: float, sample_rate: float, steps: int, delta: float, orders=None) -> float:
+    """RDP bound (Mironov 2017; prv-accountant's default orders unless `orders`) - an upper bound,
+    used to bracket sigma."""
+    orders = PRV_RDP_ORDERS if orders is None else tuple(float(a) for a in orders)
+    return rdp_bound(step_rdp(sample_rate, sigma, orders), steps, delta, orders)
+
+
+def rdp_epsilon_integer_orders(sigma: float, sample_rate: float, steps: int, delta: float,
+                                orders=WIDE_RDP_ORDERS) -> float:
+    """The same RDP bound for integer orders only (Mironov et al. 2019's finite sum, as in
+    prv-accountant/TF Privacy), vectorised: high orders cost one numpy call, not a Python loop."""
+    from scipy.special import gammaln, logsumexp
+
+    q, best = sample_rate, math.inf
+    for alpha in orders:
+        i = np.arange(alpha + 1)
+        log_terms = (gammaln(alpha + 1) - gammaln(i + 1) - gammaln(alpha - i + 1) + i * math.log(q)
+                     + (alpha - i) * math.log1p(-q) + (i * i - i) / (2 * sigma ** 2))
+        rdp = steps * float(logsumexp(log_terms)) / (alpha - 1)
+        best = min(best, rdp - math.log(delta * alpha) / (alpha - 1) + math.log1p(-1 / alpha))
+    return best
+
+
+def pure_laplace_sigma(epsilon: float, sample_rate: float, steps: int) -> float:
+    per_step = math.expm1(epsilon / steps) / sample_rate
+    if not 0 < per_step < math.inf:
+        raise BudgetError(f"epsilon={epsilon} is out of reach for {steps} steps")
+    return (1.0 / math.log1p(per_step)) * (1 + 1e-9)  # round up: the bound must hold exactly
+
+
+def laplace_sigma_for_pure_epsilon(epsilon: float, sample_rate: float, steps: int) -> float:
+    """Invert `laplace_pure_epsilon` exactly."""
+    sigma = pure_laplace_sigma(epsilon, sample_rate, steps)
+    if sigma > SIGMA_MAX:
+        raise BudgetError(f"epsilon={epsilon} is out of reach: the Laplace scale would exceed "
+                          f"{SIGMA_MAX:g} (sample rate {sample_rate:.4g}, {steps} steps)")
+    return sigma
 
 
 def _rdp_sigma(epsilon: float, sample_rate: float, steps: int, delta: float, orders=None) -> float:
@@ -169,6 +216,18 @@ def _calibrate_uncached(epsilon: float, delta: float, sample_rate: float, steps:
     return _calibrate_gaussian(epsilon, delta, sample_rate, steps, eps_error, mechanisms)
 
 
+def calibrate(accountant: str, epsilon: float, delta: float, sample_rate: float, steps: int,
+              eps_error: float | None = None, mechanisms: int = 1, cache_dir=None, noise: str = "gaussian") -> float:
+    """The smallest noise multiplier whose epsilon by `accountant` meets the target, for a run, a sweep's
+    private selection and `pazo-privacy sigma` alike: PRV's (and Laplace noise's) through the sigma cache
+    (`calibrate_sigma`); dp-accounting's RDP or PLD by its own (effective multiplier, times sqrt(mechanisms))."""
+    if accountant == "prv" or noise != "gaussian":
+        return calibrate_sigma(epsilon, delta, sample_rate, steps, eps_error, mechanisms, cache_dir=cache_dir,
+                               mechanism=noise)
+    epsilon = check_target_epsilon(epsilon)
+    check_inputs(sample_rate, steps, delta, accountant)
+    return dp_accounting_sigma(epsilon, sample_rate, int(steps), delta, accountant) * math.sqrt(mechanisms)
+
 
 def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int,
                     eps_error: float | None = None, mechanisms: int = 1,
@@ -194,12 +253,12 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
     key = {"epsilon": epsilon, "delta": delta, "sample_rate": float(sample_rate), "steps": int(steps),
            "eps_error": eps_error, "mechanisms": int(mechanisms), "mechanism": mechanism,
            "prv_accountant": version("prv-accountant"), "algorithm": 3}
-    path = cache_path(cache_dir, key) if cache_dir else None
 
-    def spent(sigma: float) -> float:
+    def spent(sigma: float) -> float:   # by the run's own accountant: confirms a cached sigma, recorded with a new one
         return accountant_for(mechanism, sigma, sample_rate, int(steps), delta, eps_error,
                               int(mechanisms)).epsilon(int(steps)).upper
 
+    path = cache_path(cache_dir, key) if cache_dir else None
     if path is not None:
         cached = read_cache(path, key, epsilon, spent)
         if cached is not None:

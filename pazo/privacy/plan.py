@@ -7,13 +7,12 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 
-from pazo.privacy.accountants import (BudgetError, LaplaceAccountant, accountant_for, check_delta,
-                                      check_target_epsilon, default_eps_error, effective_noise_multiplier,
-                                      gaussian_one_step_delta)
-from pazo.privacy.calibration import calibrate_sigma
+from pazo.privacy.accountants import (ACCOUNTANTS, BudgetError, LaplaceAccountant, accountant_for, check_accountant,
+                                      check_delta, check_target_epsilon, default_eps_error,
+                                      effective_noise_multiplier, gaussian_one_step_delta)
+from pazo.privacy.calibration import calibrate
 from pazo.privacy.mechanisms import NoiseSpec, Release
-from pazo.privacy.planner import (ACCOUNTANTS, DP_ACCOUNTING, DpAccountingAccountant, check_accountant, sigma_for,
-                                  upper_epsilon_of)
+from pazo.privacy.planner import upper_epsilon_of
 
 #: what each `privacy.accountant` is, as a Gaussian run's summary names it (privacy.accountant)
 GAUSSIAN_ACCOUNTANTS = {"prv": "prv-accountant upper bound, Poisson-subsampled Gaussian, add/remove",
@@ -73,11 +72,8 @@ class PrivacyPlan:
 def make_accountant(plan: PrivacyPlan):
     """The accountant that matches the run's noise and its `privacy.accountant` (same interface:
     `.epsilon(t).upper`)."""
-    if plan.noise == "gaussian" and plan.accountant_name in DP_ACCOUNTING:
-        return DpAccountingAccountant(plan.accountant_name, plan.sigma, plan.sample_rate, plan.steps, plan.delta,
-                                      plan.mechanisms)
     return accountant_for(plan.noise, plan.sigma, plan.sample_rate, plan.steps, plan.delta,
-                          plan.eps_error, plan.mechanisms)
+                          plan.eps_error, plan.mechanisms, plan.accountant_name)
 
 
 def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sampler_cls,
@@ -106,8 +102,8 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
     plan.eps_error = float(pcfg.eps_error or default_eps_error(plan.target_epsilon)) if chosen == "prv" else None
     plan.guarantee, plan.accountant = _guarantee(plan.noise, plan.delta, chosen)
     if pcfg.sigma is None:
-        plan.sigma = calibrated_sigma(chosen, plan.target_epsilon, plan.delta, q, steps, plan.eps_error,
-                                      release.mechanisms, pcfg.cache_dir, plan.noise)
+        plan.sigma = calibrate(chosen, plan.target_epsilon, plan.delta, q, steps, plan.eps_error,
+                               release.mechanisms, pcfg.cache_dir, plan.noise)
         plan.sigma_source = "calibrated"
     else:
         plan.sigma, plan.sigma_source = float(pcfg.sigma), "given"
@@ -146,18 +142,6 @@ def _guarantee(noise: str, delta: float, accountant: str) -> tuple[str, str]:
         return "(epsilon, delta)-DP", ("exact optimal composition (Kairouz et al. 2015) of Poisson-amplified "
                                        "pure-DP steps (Laplace), add/remove")
     return "(epsilon, delta)-DP", GAUSSIAN_ACCOUNTANTS[accountant]
-
-
-def calibrated_sigma(accountant: str, epsilon: float, delta: float, sample_rate: float, steps: int,
-                     eps_error: float | None, mechanisms: int, cache_dir, noise: str = "gaussian") -> float:
-    """The smallest noise multiplier whose epsilon by `accountant` meets the target: PRV's (and
-    Laplace noise's exact one) through the sigma cache; dp-accounting's RDP or PLD by the planner's
-    `sigma_for` (its effective multiplier, times sqrt(mechanisms)). A run and a sweep's private
-    selection calibrate here, so that the selection accounts the sigma the run uses."""
-    if accountant == "prv" or noise != "gaussian":
-        return calibrate_sigma(epsilon, delta, sample_rate, steps, eps_error, mechanisms, cache_dir=cache_dir,
-                               mechanism=noise)
-    return sigma_for(epsilon, sample_rate, steps, delta, accountant) * math.sqrt(mechanisms)
 
 
 def cross_check(plan: PrivacyPlan, steps: int) -> dict:

@@ -47,13 +47,13 @@ from pazo.data.base import TensorSplit
 from pazo.run.digests import callable_digest, module_digest, tensors_digest
 from pazo.errors import ConfigError, UserCodeError, at_least_one, require
 from pazo.run import distributed
-from pazo.run.build import (assemble_method, data_digest, functional_model, key_secret_streams, require_shards,
-                            resolve_device)
+from pazo.run.build import assemble_method, data_digest, key_secret_streams, require_shards, resolve_device
 from pazo.run.fingerprint import computation_fingerprint
 from pazo.private.checks import (check_finite_data, check_finite_model, check_model_and_loss, check_user_objects,
                                  first_line, in_library_terms, library_terms, user_culprit)
 from pazo.methods import Method, MethodConfig, method_config, method_info, method_names
 from pazo.methods.base import host_stats
+from pazo.models import functional_model
 from pazo.models.functional import FunctionalModel
 from pazo.privacy.mechanisms import LOCAL_SUMS
 from pazo.privacy.plan import EpsilonTracker, PrivacyPlan, make_plan

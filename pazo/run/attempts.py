@@ -43,7 +43,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from pazo.run import gate
 from pazo.run.checkpoint import (RESUMABLE, archive_files, checkpoint_path, effective_status, heartbeat_age,
@@ -112,7 +112,7 @@ def plan_launch(run_dir: Path, cfg: RunConfig, fingerprint: str) -> Start:
         return _start_over(run_dir, cfg, None, earlier_releases(run_dir))
     status = effective_status(summary)
     if status == "finished":
-        changed = config_changes(run_dir, cfg)
+        changed = config_changes(run_dir, cfg.values)
         if changed:
             raise ConfigError(f"run directory {run_dir} holds a finished run of another config ({shown(changed)}); "
                               "its files are kept as they are: give another hydra.run.dir")
@@ -156,7 +156,7 @@ def _start_over(run_dir: Path, cfg, summary: dict | None, released: Release) -> 
     if secure_run(cfg.values):
         _refuse(run_dir, released, "of a seeded run", "this launch is in secure mode: it would draw new noise, and "
                 "the printed epsilon would not count the earlier releases")
-    changed = config_changes(run_dir, cfg)
+    changed = config_changes(run_dir, cfg.values)
     if changed:
         _refuse(run_dir, released, f"of another config ({shown(changed)})", "this launch would draw other noise, "
                 "and the printed epsilon would not count the earlier releases (relaunch it as it ran to replay it)")
@@ -248,14 +248,13 @@ def earlier_config(run_dir: Path) -> dict | None:
     return typed_config(then) if isinstance(then, dict) else None
 
 
-def config_changes(run_dir: Path, cfg: RunConfig | DictConfig) -> list[str]:
-    """How `cfg` differs from the config of the run the directory holds (`differences`, or "keys
-    added or removed" where only the fingerprints tell them apart); [] where it holds none. A
-    DictConfig (a sweep's check of its run directories) is typed here, a launch's `RunConfig` was."""
+def config_changes(run_dir: Path, now: dict) -> list[str]:
+    """How the typed values `now` (`RunConfig.values`, typed at the door) differ from the config of
+    the run the directory holds (`differences`, or "keys added or removed" where only the
+    fingerprints tell them apart); [] where it holds none."""
     earlier = earlier_config(run_dir)
     if earlier is None:
         return []
-    now = cfg.values if isinstance(cfg, RunConfig) else typed_config(cfg)
     changed = differences(earlier, now)
     if not changed and config_fingerprint(earlier) != config_fingerprint(now):
         changed = ["keys added or removed"]

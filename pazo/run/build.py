@@ -30,8 +30,7 @@ from pazo.run import distributed
 from pazo.methods import Method, MethodConfig, MethodInfo, build_method, method_info
 from pazo.zo.engines import build_engine, choose_engine
 from pazo.zo.memory import check_step_memory
-from pazo.models import FunctionalModel, build_model, check_no_batchnorm, dispatched, place
-from pazo.models.functional import cross_entropy_per_example
+from pazo.models import FunctionalModel, build_model, functional_model
 from pazo.privacy.mechanisms import LOCAL_SUMS
 from pazo.privacy.plan import PrivacyPlan, make_plan
 from pazo.privacy.sampling import SAMPLERS
@@ -159,17 +158,17 @@ def resolve_device(name: str, option: str = "device=") -> torch.device:
     return device
 
 
-def run_privacy_plan(cfg: RunConfig, n_private: int, steps: int) -> PrivacyPlan:
+def run_privacy_plan(cfg: RunConfig, n_private: int, steps: int, sigma: float | None = None) -> PrivacyPlan:
     """The privacy plan of the run `cfg` describes on `n_private` private examples over its planned
-    `steps` (`planned_steps`): q, T, sigma (calibrated by its accountant, or given and checked) and
-    its notes. A run makes it in `build_run`; `pazo-train ... --plan` prints it without training."""
-    plan = make_plan(cfg.privacy, n_private, cfg.train.batch_size, steps, cfg.method.release(),
-                     SAMPLERS[cfg.privacy.sampling], method_info(cfg.method.name).privacy_note)
-    return _with_seed_note(cfg, plan)
-
-
-def _with_seed_note(cfg: RunConfig, plan: PrivacyPlan) -> PrivacyPlan:
-    """`plan`, noting that a private run's seed is the shipped default (`SHIPPED_SEED_NOTE`) where it is."""
+    `steps` (`planned_steps`): q, T, sigma (calibrated by its accountant, given and checked, or a
+    benchmark's `sigma`, not accounted) and its notes (`SHIPPED_SEED_NOTE` among them). A run makes
+    it in `build_run`; `pazo-train ... --plan` prints it without training."""
+    info, release = method_info(cfg.method.name), cfg.method.release()
+    if sigma is None:
+        plan = make_plan(cfg.privacy, n_private, cfg.train.batch_size, steps, release,
+                         SAMPLERS[cfg.privacy.sampling], info.privacy_note)
+    else:
+        plan = PrivacyPlan.with_sigma(sigma if info.private else None, cfg.train.batch_size, release, steps=steps)
     if plan.private and not cfg.privacy.secure_mode and cfg.seed == TopSchema.seed:
         plan.notes.append(SHIPPED_SEED_NOTE)
     return plan
@@ -197,7 +196,11 @@ def build_run(cfg: RunConfig, *, earlier_engine: dict | None = None, time_engine
         data = build_dataset(cfg.dataset, streams)
         validate_against_data(cfg.train, cfg.method, cfg.schedule, len(data.private), len(data.public))
     device = resolve_device(cfg.device)
-    module, model, device = _model(cfg, data, streams, device, module)
+    if module is None:   # from the run's init stream
+        torch.manual_seed(streams.seeds["init"])
+        module = build_model(cfg.model, data.input_shape, data.num_classes)
+    module, model, device = functional_model(module, device, private=cfg.privacy.epsilon is not None,
+                                             name=cfg.model.name)
     # (before the sampler and the noise draw anything)
     key_digests = key_secret_streams(streams, data.private, data.public, module)
     # by the whole model's size, frozen weights included: a LoRA step's cost is the full forward
@@ -206,11 +209,17 @@ def build_run(cfg: RunConfig, *, earlier_engine: dict | None = None, time_engine
                {"count": torch.get_num_threads(), "requested": None, "why": "set by the benchmark"})
     warm = warm_start(model, data.public, cfg, streams, device)
     total_steps = planned_steps(cfg.train, len(data.private))
-    plan = run_privacy_plan(cfg, len(data.private), total_steps) if sigma is None else _with_seed_note(
-        cfg, PrivacyPlan.with_sigma(sigma if info.private else None, cfg.train.batch_size, cfg.method.release(),
-                                    steps=total_steps))
-    # (several ranks: the engines are not timed, a choice all make alike)
-    engine = _engine_choice(cfg, model, info, data, earlier_engine, time_engines and not group.several)
+    plan = run_privacy_plan(cfg, len(data.private), total_steps, sigma)
+    # the zeroth-order engine (`engine.name`, or what `auto` picks) and why, for the summary
+    if cfg.engine.name == "auto" and earlier_engine and earlier_engine.get("requested") == "auto":   # (a resume's)
+        engine = {**earlier_engine, "reason": f"kept from the first attempt ({earlier_engine['reason']})"}
+    else:   # timed on non-private examples on CUDA (several ranks: not timed, a choice all make alike)
+        timed = time_engines and not group.several and model.device.type == "cuda" and len(data.test)
+        sample = (data.test.batch(np.arange(min(cfg.train.batch_size, len(data.test))), model.input_device)
+                  if timed else None)
+        name, reason = choose_engine(cfg.engine, model, zeroth_order=info.family == "zeroth_order",
+                                     queries=cfg.method.release().queries, sample=sample)
+        engine = {"requested": cfg.engine.name, "name": name, "reason": reason}
     method = assemble_method(cfg.method, model=model, plan=plan, streams=streams, public=data.public,
                              engine_cfg=cfg.engine, engine_name=engine["name"], batch_size=cfg.train.batch_size,
                              schedule=cfg.schedule, optimizer=cfg.optimizer,
@@ -273,43 +282,3 @@ def key_secret_streams(streams: RandomStreams, private, public, module: nn.Modul
                "initial_state_sha256": state_digest(module)}
     streams.key_to(*digests.values())
     return digests
-
-
-def _model(cfg: RunConfig, data: DataBundle, streams: RandomStreams, device: torch.device, module: nn.Module | None):
-    """The model from the run's init stream (unless given), placed, with its own per-example loss."""
-    if module is None:
-        torch.manual_seed(streams.seeds["init"])
-        module = build_model(cfg.model, data.input_shape, data.num_classes)
-    return functional_model(module, device, private=cfg.privacy.epsilon is not None, name=cfg.model.name)
-
-
-def functional_model(module: nn.Module, device: torch.device, *, private: bool, name: str, loss_fn=None):
-    """`module` placed on `device` (unless accelerate spread it over devices), refused under a
-    private method if it has BatchNorm, and seen as a function of its parameters with its
-    per-example loss (`loss_fn`, else the module's own `loss_fn`, else cross-entropy); returns
-    (module, functional model, input device). A run's model and a library user's
-    (`pazo.private`) go through here."""
-    module = place(module, device)
-    if private:
-        check_no_batchnorm(module, name)
-    loss_fn = loss_fn or getattr(module, "loss_fn", cross_entropy_per_example)
-    model = FunctionalModel(module, loss_fn=loss_fn)
-    if dispatched(module):  # model.device_map: batches go to the first module's device, as accelerate expects
-        if any(d.type == "meta" for d in model.devices):
-            raise ConfigError("model.device_map offloads parameters to the CPU or disk (accelerate keeps them on "
-                              "the meta device between uses): the zeroth-order step perturbs the parameters in "
-                              "place and cannot reach offloaded ones; give a device map within the GPUs' memory")
-        device = model.input_device
-    return module, model, device
-
-
-def _engine_choice(cfg: RunConfig, model, info, data, earlier: dict | None, time_engines: bool) -> dict:
-    """The zeroth-order engine (`engine.name`, or what `auto` picks) and why, for the summary."""
-    if cfg.engine.name == "auto" and earlier and earlier.get("requested") == "auto":
-        return {**earlier, "reason": f"kept from the first attempt ({earlier['reason']})"}
-    sample = None
-    if time_engines and model.device.type == "cuda" and len(data.test):  # non-private examples to time on
-        sample = data.test.batch(np.arange(min(cfg.train.batch_size, len(data.test))), model.input_device)
-    name, reason = choose_engine(cfg.engine, model, zeroth_order=info.family == "zeroth_order",
-                                 queries=cfg.method.release().queries, sample=sample)
-    return {"requested": cfg.engine.name, "name": name, "reason": reason}

@@ -18,8 +18,8 @@ from pazo.data import DATASETS
 from pazo.errors import ConfigError, unknown_choice
 from pazo.methods import METHODS, MethodConfig, method_config, method_info
 from pazo.models import MODELS
-from pazo.privacy.accountants import BudgetError, check_delta, check_target_epsilon
-from pazo.privacy.planner import check_accountant, steps_from_epochs
+from pazo.privacy.accountants import BudgetError, check_accountant, check_delta, check_target_epsilon
+from pazo.privacy.planner import steps_from_epochs
 from pazo.privacy.sampling import SAMPLERS
 from pazo.run.door import check_run_sections, schedule_problem
 from pazo.run.fingerprint import computation_fingerprint, config_fingerprint

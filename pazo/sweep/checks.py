@@ -208,13 +208,14 @@ def check_earlier_runs(planned: list[tuple[PlannedRun, Path]], extra: list[str],
     rows: its numbers would stand in the tables under this command."""
     from pazo.run.attempts import config_changes, released_rows  # imports torch: not needed by --help
     from pazo.run.checkpoint import read_summary
+    from pazo.run.validate import typed_config
 
     existing = [(run, run_dir) for run, run_dir in planned if (run_dir / "config.yaml").exists()]
     configs = composed_configs([run for run, _ in existing], extra, entry) if existing else []
     refused = {}
     for (run, run_dir), cfg in zip(existing, configs):
         if status(run_dir) in skipped or released_rows(run_dir, read_summary(run_dir / "summary.json")):
-            if changed := config_changes(run_dir, cfg):
+            if changed := config_changes(run_dir, typed_config(cfg)):
                 refused[run.run_id] = changed
     if refused:
         first, changed = next(iter(refused.items()))

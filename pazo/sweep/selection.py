@@ -31,7 +31,7 @@ from pazo.files.file_kinds import read_regular_bytes, read_regular_text
 from pazo.run.loggers import CSV_FILE, csv_line, read_csv
 from pazo.methods import method_config
 from pazo.privacy.accountants import BudgetError, check_delta, default_eps_error
-from pazo.privacy.plan import calibrated_sigma
+from pazo.privacy.calibration import calibrate
 from pazo.privacy.sampling import SAMPLERS
 from pazo.privacy.selection import KDistribution, RunAccount, run_epsilon, selection_epsilon
 from pazo.run.results import guarantee_problem, read_json_object
@@ -122,11 +122,11 @@ def run_account(cfg, n: int) -> tuple[RunAccount, float, float]:
 
 @functools.cache
 def _calibrated(accountant, target, delta, q, steps, eps_error, mechanisms, cache_dir) -> float:
-    """sigma for one distinct request, calibrated as the run calibrates it (`calibrated_sigma`: by
+    """sigma for one distinct request, calibrated as the run calibrates it (`calibrate`: by
     its accountant; PRV's through the sigma cache) once a process: a grid's configurations mostly
     share (q, T, epsilon)."""
     try:
-        return calibrated_sigma(accountant, target, delta, q, steps, eps_error, mechanisms, cache_dir)
+        return calibrate(accountant, target, delta, q, steps, eps_error, mechanisms, cache_dir)
     except BudgetError as err:
         raise ConfigError(str(err)) from None
 

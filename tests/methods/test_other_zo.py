@@ -8,8 +8,8 @@ import torch
 from conftest import finite_difference_estimates, quadratic_model, true_grad
 from pazo.models import FunctionalModel
 from pazo.models.small_cnn import SmallCNN
-from pazo.privacy.accountants import LaplaceAccountant, laplace_pure_epsilon, laplace_sigma_for_pure_epsilon
-from pazo.privacy.calibration import calibrate_sigma
+from pazo.privacy.accountants import LaplaceAccountant, laplace_pure_epsilon
+from pazo.privacy.calibration import calibrate_sigma, laplace_sigma_for_pure_epsilon
 from pazo.privacy.mechanisms import NoiseSpec, ScalarPrivatizer
 from pazo.zo.directions import orthogonal_directions
 

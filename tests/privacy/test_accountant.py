@@ -10,8 +10,8 @@ from dp_accounting.pld import pld_privacy_accountant
 
 from pazo.privacy import accountants as acc
 from pazo.privacy import calibration, rdp
-from pazo.privacy.accountants import BudgetError, GaussianAccountant, rdp_epsilon
-from pazo.privacy.calibration import calibrate_sigma
+from pazo.privacy.accountants import BudgetError, GaussianAccountant
+from pazo.privacy.calibration import calibrate_sigma, rdp_epsilon
 from sigma_cache_checks import check_bad_entry_is_recalibrated
 
 

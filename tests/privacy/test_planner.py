@@ -16,8 +16,8 @@ from conftest import cheap_pld_grid
 from pazo.privacy.accountants import BudgetError, default_eps_error
 from pazo.privacy.cli import main
 from pazo.privacy import planner
-from pazo.privacy.planner import (ACCOUNTANTS, MAX_STEPS, PLD_MIN_SIGMA, check_inputs, epsilon_of, sigma_for,
-                                  steps_for, upper_epsilon_of)
+from pazo.privacy.accountants import ACCOUNTANTS, MAX_STEPS, PLD_MIN_SIGMA, check_inputs
+from pazo.privacy.planner import epsilon_of, sigma_for, steps_for, upper_epsilon_of
 
 DELTAS = st.sampled_from([1e-5, 1e-3])
 

@@ -13,10 +13,10 @@ from conftest import cheap_pld_grid
 from pazo.run.cli import check_overrides
 from pazo.config_schema import PrivacySchema
 from pazo.run.fingerprint import computation_fingerprint
-from pazo.privacy.accountants import BudgetError, effective_noise_multiplier
+from pazo.privacy.accountants import ACCOUNTANTS, BudgetError, check_accountant, effective_noise_multiplier
 from pazo.privacy.mechanisms import Release
 from pazo.privacy.plan import cross_check, epsilon_spent, make_accountant, make_plan
-from pazo.privacy.planner import ACCOUNTANTS, check_accountant, epsilon_of
+from pazo.privacy.planner import epsilon_of
 from pazo.privacy.sampling import SAMPLERS
 
 
@@ -74,7 +74,7 @@ def test_the_cross_check_bounds_one_epsilon_as_the_theory_says(sigma, q, steps, 
 def test_a_runs_cross_check_builds_no_lower_bound(monkeypatch):
     """Every private run cross-checks its epsilon: PLD's lower bound, which the cross-check does not
     print, would double its cost (a second grid as large as the first)."""
-    from pazo.privacy.planner import DpAccountingAccountant
+    from pazo.privacy.accountants import DpAccountingAccountant
 
     def no_lower(self, steps_done):
         raise AssertionError("the cross-check built PLD's lower bound")

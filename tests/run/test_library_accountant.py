@@ -14,7 +14,8 @@ from pazo.errors import ConfigError
 from pazo.models.functional import cross_entropy_per_example
 from pazo.privacy import plan as plan_module
 from pazo.privacy.accountants import BudgetError, default_eps_error
-from pazo.privacy.planner import ACCOUNTANTS, epsilon_of
+from pazo.privacy.accountants import ACCOUNTANTS
+from pazo.privacy.planner import epsilon_of
 from pazo.private import private_zo
 
 N = 60   # tiny_data's private examples
