@@ -242,7 +242,7 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
     from pazo.run.door import list_for_one_choice, renamed_section
 
     overrides = [a for a in argv if not a.startswith("hydra.")]
-    problem = list_for_one_choice(overrides)
+    problem = list_for_one_choice(overrides) or renamed_section(overrides, config_name)
     if problem is None and "torch" not in sys.modules:   # (the audit's own check words its values better)
         problem = refusal_before_torch(overrides, config_name, values=check is None or config_name == "config")
     if problem:
@@ -262,7 +262,7 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
             validate_config(cfg)
         except ConfigError as err:   # the entry point's own rule for its own config says it better
             own = _own_check(check, cfg) if config_name != "config" else None
-            return renamed_section(str(err), overrides) or own or str(err)
+            return own or str(err)
         if check is not None:
             check(cfg)
     except ConfigError as err:

@@ -23,6 +23,7 @@ from torch import nn
 from pazo import CONFIG_DIR
 from pazo.catalog import DATASETS, pairing_problem
 from pazo.run.checkpoint import read_summary
+from pazo.run.door import renamed_option
 from pazo.config_schema import check_config_values
 from pazo.data import DataBundle, build_dataset
 from pazo.errors import ConfigError, unknown_key
@@ -246,6 +247,10 @@ def dataset_overridden(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     for o in parsed:
         if o.key_or_group == "dataset":
             cfg.dataset = composed_dataset(str(o.value()), cfg)
+    for o in parsed:
+        renamed = o.key_or_group == "dataset.name" and renamed_option("dataset", str(o.value()), cfg.dataset.name)
+        if renamed:
+            raise ConfigError(renamed)
     for o in parsed:
         if o.key_or_group != "dataset":
             _set_key(cfg, o.key_or_group, o.value())
