@@ -129,6 +129,9 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     ConfigError naming the folder and what is missing."""
     from pazo.plugins import load_plugins
 
+    if isinstance(path, str) and not path:   # (Path("") is the current folder, which may hold another run)
+        raise ConfigError("the run directory's path is empty: give a finished run's directory (pazo-train's "
+                          "hydra.run.dir)")
     load_plugins()   # (a plugin's model or data set is built by its own registration)
     run_dir = Path(path)
     summary = finished_summary(run_dir)
