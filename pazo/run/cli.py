@@ -231,15 +231,19 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
     a missing config group option), or None. `check(cfg)`: the entry point's own checks (e.g. the
     audit's settings), raising ConfigError. A multirun (`-m`): each of its jobs (`check_multirun`);
     Hydra's other flags (--help, --cfg, ...) are left to Hydra."""
+    from pazo.run.door import list_for_one_choice, not_an_override, renamed_section
+
+    flags = [a for a in argv if a.startswith("-")]
+    unreadable = not_an_override([a for a in argv if a not in flags]) if set(flags) <= set(MULTIRUN_FLAGS) else None
+    if unreadable:
+        return unreadable
     if any(a in MULTIRUN_FLAGS for a in argv):
         return check_multirun(argv, config_name, check)
-    if any(a.startswith("-") for a in argv):
+    if flags:
         return None
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
-
-    from pazo.run.door import list_for_one_choice, renamed_section
 
     overrides = [a for a in argv if not a.startswith("hydra.")]
     problem = list_for_one_choice(overrides) or renamed_section(overrides, config_name)
@@ -269,7 +273,21 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
         return str(err)
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         lines = _error_lines(err)
-        return _unknown_option(lines) or "; ".join(dict.fromkeys(lines[:2])) or type(err).__name__
+        return (_merged_type_problem(err) or _unknown_option(lines) or "; ".join(dict.fromkeys(lines[:2]))
+                or type(err).__name__)
+    return None
+
+
+def _merged_type_problem(err: Exception) -> str | None:
+    """Hydra's `Error merging override method.lr=abc` (a value the method's typed section cannot
+    hold) in the schema's own words (`method.lr must be a number, got the string 'abc'`); else None."""
+    from omegaconf.errors import ValidationError
+
+    from pazo.config_schema import type_message
+
+    cause, key = err.__cause__, getattr(err.__cause__, "full_key", None)
+    if isinstance(cause, ValidationError) and key:
+        return type_message(str(key), str(cause).splitlines()[0])
     return None
 
 

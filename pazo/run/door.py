@@ -57,6 +57,37 @@ def list_for_one_choice(overrides: list[str]) -> str | None:
     return None
 
 
+def not_an_override(arguments: list[str]) -> str | None:
+    """The first argument Hydra's override grammar cannot read, as one line in pazo's words; None
+    when it reads them all. (Hydra's own: `Error parsing override 'b'; missing EQUAL at '<EOF>'`, or
+    `LexerNoViableAltException: b c` for one with a space.)"""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser, previous = OverridesParser.create(), None
+    for text in arguments:
+        try:
+            parser.parse_override(text)
+        except Exception as err:   # (Hydra's grammar errors, of several types)
+            return _unreadable(text, previous, err)
+        previous = text
+    return None
+
+
+def _unreadable(text: str, previous: str | None, err: Exception) -> str:
+    """Why `text` (after the override `previous`) is no override, and how to write it."""
+    if "=" not in text and not text.startswith("~"):
+        if previous is not None and "=" in previous:   # a value the shell split at an unquoted space
+            key = previous.split("=", 1)[0].lstrip("+~")
+            return (f"{text!r} is not an override (key=value): if it is the rest of {key}'s value, quote the value "
+                    f"whole, as one argument: '{previous} {text}'")
+        return f"{text!r} is not an override: an override is key=value (e.g. train.steps=5)"
+    reason = " ".join(str(err).split()).split("See https://", 1)[0].strip().rstrip(".")
+    reason = reason.removeprefix(f"Error parsing override '{text}'").strip(" ;:") or type(err).__name__
+    key = text.split("=", 1)[0].lstrip("+~")
+    return (f"{text!r} cannot be read as an override ({reason}): a value of {key} with spaces or special "
+            f"characters is quoted whole, {key}='...'")
+
+
 def renamed_option(group: str, value: str, composed: str | None) -> str | None:
     """`dataset.name=cifar10` typed where `dataset=cifar10` was meant, as one line that says what to
     write; None unless `value` is another option of `group` (a config of its own; a registered name
