@@ -273,12 +273,12 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
         return str(err)
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         lines = _error_lines(err)
-        return (_merged_type_problem(err) or _unknown_option(lines) or "; ".join(dict.fromkeys(lines[:2]))
+        return (merged_type_problem(err) or _unknown_option(lines) or "; ".join(dict.fromkeys(lines[:2]))
                 or type(err).__name__)
     return None
 
 
-def _merged_type_problem(err: Exception) -> str | None:
+def merged_type_problem(err: Exception) -> str | None:
     """Hydra's `Error merging override method.lr=abc` (a value the method's typed section cannot
     hold) in the schema's own words (`method.lr must be a number, got the string 'abc'`); else None."""
     from omegaconf.errors import ValidationError

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+import pytest
+
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from pazo import CONFIG_DIR
 from pazo.methods import method_info, method_names
 from pazo.run.cli import check_overrides
 
@@ -58,3 +61,16 @@ def test_a_value_hydra_cannot_read_names_its_key_and_the_quoting():
     assert problem.startswith("'hydra.run.dir=/tmp/(a b)' cannot be read as an override (")
     assert problem.endswith("a value of hydra.run.dir with spaces or special characters is quoted whole, "
                             "hydra.run.dir='...'")
+
+
+@pytest.mark.parametrize("overrides, line", [
+    (["method.lr=abc"], "method.lr must be a number, got the string 'abc' ("),
+    (["hydra.run.dir=/tmp/a", "b"], "'b' is not an override (key=value): if it is the rest of hydra.run.dir's value, "
+                                    "quote the value whole, as one argument: 'hydra.run.dir=/tmp/a b'"),
+])
+def test_a_sweeps_extra_overrides_are_said_in_the_same_words(overrides, line, tmp_path, capsys):
+    from pazo.sweep import command as sweep
+
+    assert sweep.main([str(CONFIG_DIR / "sweeps" / "demo.yaml"), *overrides, "--dry-run", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pazo: error: {line}") and err.count("\n") == 1, err
