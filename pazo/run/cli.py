@@ -229,8 +229,10 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
     its values (`pazo.run.validate.validate_config`: every key's type and range, then what spans
     groups): the first line of the error (an unknown key, a value of the wrong type or out of range,
     a missing config group option), or None. `check(cfg)`: the entry point's own checks (e.g. the
-    audit's settings), raising ConfigError. A multirun (`-m`): each of its jobs (`check_multirun`);
-    Hydra's other flags (--help, --cfg, ...) are left to Hydra."""
+    audit's settings), raising ConfigError. First, in pazo's words, what Hydra would word its own
+    way: an argument its grammar cannot read (`not_an_override`), a list for one option, a section
+    renamed to another option (`renamed_section`). A multirun (`-m`): each of its jobs
+    (`check_multirun`); Hydra's other flags (--help, --cfg, ...) are left to Hydra."""
     from pazo.run.door import list_for_one_choice, not_an_override, renamed_section
 
     flags = [a for a in argv if a.startswith("-")]
