@@ -249,7 +249,7 @@ def typed(schema: type, values: dict, where: str, scope: str | None = None) -> N
         message = str(err).splitlines()[0]
         if isinstance(err, ConfigKeyError):
             raise ConfigError(unknown_key(key, [f.name for f in fields(schema)], where=scope)) from None
-        raise ConfigError(_type_message(key, message)) from None
+        raise ConfigError(type_message(key, message)) from None
 
 
 #: a field that takes a number: OmegaConf would turn the string '1' into 1.0 in the typed copy while
@@ -266,11 +266,14 @@ def string_for_number(key: str, value: str, kind: str = "a number") -> str:
     return f"{key} must be {kind}, got the string {value!r} (quoted): write {key}={value} without quotes"
 
 
-def _type_message(key: str, message: str) -> str:
-    """OmegaConf's type error as the schema's other messages read: `<key> must be ..., got ...`."""
-    converted = re.match(r"Value '(.*)' of type '\w+' could not be converted to (Integer|Float)", message)
+def type_message(key: str, message: str) -> str:
+    """OmegaConf's type error as the schema's other messages read: `<key> must be ..., got ...`
+    (also where Hydra merges a command line's value into a typed section: `method.lr=abc`)."""
+    converted = re.match(r"Value '(.*)' of type '(\w+)' could not be converted to (Integer|Float)", message)
     if converted:
-        kind = "an integer" if converted.group(2) == "Integer" else "a number"
+        kind = "an integer" if converted.group(3) == "Integer" else "a number"
+        if converted.group(2) == "str":
+            return string_for_number(key, converted.group(1), kind)
         return f"{key} must be {kind}, got {converted.group(1)!r}"
     boolean = re.match(r"Value '(.*)' is not a valid bool", message)
     if boolean:

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from pazo.privacy.accountants import ACCOUNTANTS as ACCOUNTANTS  # (the command line's --accountant choices)
-from pazo.privacy.accountants import (EPSILON_MAX, MAX_STEPS, PRV_GRID_MAX, BudgetError,
+from pazo.privacy.accountants import (EPSILON_MAX, PRV_GRID_MAX, BudgetError,
                                       DpAccountingAccountant, GaussianAccountant, check_inputs,
                                       check_target_epsilon, default_eps_error, prv_grid)
 from pazo.privacy.calibration import calibrate
@@ -77,38 +77,6 @@ def sigma_for(epsilon: float, sample_rate: float, steps: int, delta: float, acco
     epsilon = check_target_epsilon(epsilon)
     check_inputs(sample_rate, steps, delta, accountant)
     return calibrate(accountant, epsilon, delta, sample_rate, int(steps))
-
-
-def steps_for(epsilon: float, sigma: float, sample_rate: float, delta: float, accountant: str = "prv") -> int:
-    """The most steps whose epsilon by `accountant` is at most the target (0 when one step is over it),
-    at most MAX_STEPS (a BudgetError says when the budget allows more)."""
-    epsilon = check_target_epsilon(epsilon)
-    check_inputs(sample_rate, 1, delta, accountant, sigma)
-
-    def within(t: int) -> bool:
-        try:
-            return epsilon_of(sigma, sample_rate, t, delta, accountant, default_eps_error(epsilon)).upper <= epsilon
-        except BudgetError:
-            if t == 1:
-                raise
-            raise BudgetError(f"at least {low:,} steps fit within epsilon {epsilon:g} at sigma {sigma:g}; the "
-                              f"{accountant} account of {t:,} steps is out of reach, so how many more cannot be told "
-                              "with it (--accountant rdp accounts any number of steps)") from None
-
-    low = 0
-    if not within(1):
-        return 0
-    low, high = 1, 2
-    while high <= MAX_STEPS and within(high):
-        low, high = high, high * 2
-    if high > MAX_STEPS:
-        if within(MAX_STEPS):
-            raise BudgetError(f"the budget allows more than {MAX_STEPS:,} steps at sigma {sigma:g}")
-        high = MAX_STEPS
-    while high - low > 1:   # within(low), not within(high)
-        middle = (low + high) // 2
-        low, high = (middle, high) if within(middle) else (low, middle)
-    return low
 
 
 def sample_rate_of(sample_rate: float | None, batch_size: int | None, n: int | None) -> float:

@@ -432,6 +432,7 @@ def as_split(data, what: str) -> TensorSplit:
     """`(inputs, labels)` tensors, a map-style Dataset of such pairs, or a TensorSplit, as a TensorSplit
     (labels are class indices, as the framework's data sets give them)."""
     if isinstance(data, TensorSplit):
+        require(len(data) > 0, f"{what} is empty")
         return data
     if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
         inputs, labels = data
@@ -446,6 +447,7 @@ def as_split(data, what: str) -> TensorSplit:
         raise ConfigError(f"{what} must be (inputs, labels) tensors or a Dataset of (input, label) pairs, "
                           f"got {type(data).__name__}")
     require(len(inputs) == len(labels), f"{what}: {len(inputs)} inputs but {len(labels)} labels")
+    require(len(inputs) > 0, f"{what} is empty")   # (in any form: a batch size would be said to exceed it)
     require(not labels.is_floating_point(), f"{what}: labels must be integer class indices, got {labels.dtype}")
     return TensorSplit(inputs, labels)
 

@@ -14,6 +14,14 @@ COMMANDS = {
 }
 
 
+def nothing_usable(problem: str) -> int:
+    """A report's ending when its folders hold nothing it can use: one `pazo: error:` line and exit
+    2, as a folder that does not exist and every other mistake in a pazo command's input end."""
+    import sys
+    print(f"pazo: error: {problem}", file=sys.stderr)
+    return 2
+
+
 def show_table(text: str, out: str | None) -> int:
     """A table command's ending: the table on stdout, and into `out` too where one is named
     (written whole or not at all); the command's status, 0."""

@@ -33,6 +33,7 @@ import numpy as np  # noqa: E402
 from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo import REPO_ROOT as ROOT  # noqa: E402
 from pazo.errors import ConfigError  # noqa: E402
+from pazo.report import nothing_usable  # noqa: E402
 from pazo.run.metrics_file import FILE, CorruptMetrics, read_metric_rows, torn_note  # noqa: E402
 from pazo.run.results import (FIRST_ORDER, LABELS, METHOD_ORDER, SELECTIONS, USES_PUBLIC, load_runs,  # noqa: E402
                           missing_dirs, select_configs)
@@ -214,8 +215,7 @@ def main(argv=None) -> int:
         return 2
     runs = load_runs(args.sweeps)
     if runs.empty:
-        print(f"pazo: error: no usable run directory under {', '.join(args.sweeps)}", file=sys.stderr)
-        return 1
+        return nothing_usable(f"no usable run directory under {', '.join(args.sweeps)}")
     note = PROTOCOL[args.selection]
     try:
         best = select_configs(runs, args.metric, args.selection)

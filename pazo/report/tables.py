@@ -34,6 +34,7 @@ import pandas as pd
 from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.errors import ConfigError
+from pazo.report import nothing_usable
 from pazo.files.file_kinds import read_regular_text
 from pazo.files.rundir import output_folder_problem, write_text_atomic
 from pazo.run.results import (BENCHMARK_PAPER_SETTING, LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs,
@@ -449,9 +450,8 @@ def main(argv=None) -> int:
         for sweep_dir in args.sweeps:
             runs = load_runs([sweep_dir])
             if runs.empty:
-                print(f"pazo: error: no usable run directory (a config.yaml and, once run, a summary.json) "
-                      f"under {sweep_dir}", file=sys.stderr)
-                return 1
+                return nothing_usable(f"no usable run directory (a config.yaml and, once run, a summary.json) "
+                                      f"under {sweep_dir}")
             all_excluded.append(write_sweep_tables(out, paper, args, sweep_dir, runs))
     except ConfigError as err:
         print(f"pazo: error: {err}", file=sys.stderr)

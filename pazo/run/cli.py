@@ -229,20 +229,26 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
     its values (`pazo.run.validate.validate_config`: every key's type and range, then what spans
     groups): the first line of the error (an unknown key, a value of the wrong type or out of range,
     a missing config group option), or None. `check(cfg)`: the entry point's own checks (e.g. the
-    audit's settings), raising ConfigError. A multirun (`-m`): each of its jobs (`check_multirun`);
-    Hydra's other flags (--help, --cfg, ...) are left to Hydra."""
+    audit's settings), raising ConfigError. First, in pazo's words, what Hydra would word its own
+    way: an argument its grammar cannot read (`not_an_override`), a list for one option, a section
+    renamed to another option (`renamed_section`). A multirun (`-m`): each of its jobs
+    (`check_multirun`); Hydra's other flags (--help, --cfg, ...) are left to Hydra."""
+    from pazo.run.door import list_for_one_choice, not_an_override, renamed_section
+
+    flags = [a for a in argv if a.startswith("-")]
+    unreadable = not_an_override([a for a in argv if a not in flags]) if set(flags) <= set(MULTIRUN_FLAGS) else None
+    if unreadable:
+        return unreadable
     if any(a in MULTIRUN_FLAGS for a in argv):
         return check_multirun(argv, config_name, check)
-    if any(a.startswith("-") for a in argv):
+    if flags:
         return None
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from pazo.run.door import list_for_one_choice, renamed_section
-
     overrides = [a for a in argv if not a.startswith("hydra.")]
-    problem = list_for_one_choice(overrides)
+    problem = list_for_one_choice(overrides) or renamed_section(overrides, config_name)
     if problem is None and "torch" not in sys.modules:   # (the audit's own check words its values better)
         problem = refusal_before_torch(overrides, config_name, values=check is None or config_name == "config")
     if problem:
@@ -262,14 +268,28 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
             validate_config(cfg)
         except ConfigError as err:   # the entry point's own rule for its own config says it better
             own = _own_check(check, cfg) if config_name != "config" else None
-            return renamed_section(str(err), overrides) or own or str(err)
+            return own or str(err)
         if check is not None:
             check(cfg)
     except ConfigError as err:
         return str(err)
     except (HydraException, OmegaConfBaseException, ValueError) as err:
         lines = _error_lines(err)
-        return _unknown_option(lines) or "; ".join(dict.fromkeys(lines[:2])) or type(err).__name__
+        return (merged_type_problem(err) or _unknown_option(lines) or "; ".join(dict.fromkeys(lines[:2]))
+                or type(err).__name__)
+    return None
+
+
+def merged_type_problem(err: Exception) -> str | None:
+    """Hydra's `Error merging override method.lr=abc` (a value the method's typed section cannot
+    hold) in the schema's own words (`method.lr must be a number, got the string 'abc'`); else None."""
+    from omegaconf.errors import ValidationError
+
+    from pazo.config_schema import type_message
+
+    cause, key = err.__cause__, getattr(err.__cause__, "full_key", None)
+    if isinstance(cause, ValidationError) and key:
+        return type_message(str(key), str(cause).splitlines()[0])
     return None
 
 

@@ -11,7 +11,6 @@ check, which starts with `check_run_sections` and so refuses the same command li
 lines, the same mistake first where there are several."""
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from contextlib import contextmanager
 
@@ -58,24 +57,84 @@ def list_for_one_choice(overrides: list[str]) -> str | None:
     return None
 
 
-def renamed_section(problem: str, overrides: list[str]) -> str | None:
-    """`dataset.name=cifar10` typed where `dataset=cifar10` was meant: the section keeps the keys of
-    the option it was composed from, so the check refuses one the command line never set
-    (`unknown key dataset.test_fraction`). Where `problem` is such a refusal and the name is an
-    option of the group (a config of its own; a registered name without one is a plugin's or a
-    test's, set on purpose), the line that says what to write instead; else None."""
-    typed = {text.split("=", 1)[0].lstrip("+~") for text in overrides}
-    for text in overrides:
-        key, _, value = text.partition("=")
-        group, _, leaf = key.lstrip("+~").partition(".")
-        if leaf != "name" or "/" in value or not (CONFIG_DIR / group / f"{value}.yaml").is_file():
-            continue
-        named = re.search(rf"unknown key ({re.escape(group)}\.[\w.]+)", problem)
-        if named and named.group(1) not in typed:
-            return (f"{group}.name={value} renames the {group} section but keeps the keys of the {group} it was "
-                    f"composed from ({named.group(1)}, which {value} does not have); choose the {group} with "
-                    f"{group}={value}")
+def not_an_override(arguments: list[str]) -> str | None:
+    """The first argument Hydra's override grammar cannot read, as one line in pazo's words; None
+    when it reads them all. (Hydra's own: `Error parsing override 'b'; missing EQUAL at '<EOF>'`, or
+    `LexerNoViableAltException: b c` for one with a space.)"""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser, previous = OverridesParser.create(), None
+    for text in arguments:
+        try:
+            parser.parse_override(text)
+        except Exception as err:   # (Hydra's grammar errors, of several types)
+            return _unreadable(text, previous, err)
+        previous = text
     return None
+
+
+def _unreadable(text: str, previous: str | None, err: Exception) -> str:
+    """Why `text` (after the override `previous`) is no override, and how to write it."""
+    if "=" not in text and not text.startswith("~"):
+        if previous is not None and "=" in previous:   # a value the shell split at an unquoted space
+            key = previous.split("=", 1)[0].lstrip("+~")
+            return (f"{text!r} is not an override (key=value): if it is the rest of {key}'s value, quote the value "
+                    f"whole, as one argument: '{previous} {text}'")
+        return f"{text!r} is not an override: an override is key=value (e.g. train.steps=5)"
+    reason = " ".join(str(err).split()).split("See https://", 1)[0].strip().rstrip(".")
+    reason = reason.removeprefix(f"Error parsing override '{text}'").strip(" ;:") or type(err).__name__
+    key = text.split("=", 1)[0].lstrip("+~")
+    return (f"{text!r} cannot be read as an override ({reason}): a value of {key} with spaces or special "
+            f"characters is quoted whole, {key}='...'")
+
+
+def renamed_option(group: str, value: str, composed: str | None) -> str | None:
+    """`dataset.name=cifar10` typed where `dataset=cifar10` was meant, as one line that says what to
+    write; None unless `value` is another option of `group` (a config of its own; a registered name
+    without one is a plugin's or a test's, set on purpose) than the one the section was composed
+    from (`composed`). Such a section keeps the keys and values of the option it was composed from,
+    so it was refused by a key the user never typed, or, where every key fit, ran as neither option."""
+    if value == composed or "/" in value or not (CONFIG_DIR / group / f"{value}.yaml").is_file():
+        return None
+    return (f"{group}.name={value} renames the {group} section but keeps the keys and values of the {group} it "
+            f"was composed from ({group}={composed}); choose the {group} with {group}={value}")
+
+
+def renamed_section(overrides: list[str], config_name: str = "config") -> str | None:
+    """The `renamed_option` line of the first `<group>.name=<value>` override of a config group
+    that takes one option, the group's option read from Hydra's own choices for the whole command
+    line (an experiment chooses options too); None when there is none, or the config does not compose
+    (the checks after this one say why)."""
+    groups = one_choice_groups()
+    named = [(group, value) for group, value in (_group_name(text) for text in overrides) if group in groups]
+    if not named:
+        return None
+    choices = _composed_choices(overrides, config_name)
+    if choices is None:
+        return None
+    problems = (renamed_option(group, value, choices.get(group)) for group, value in named)
+    return next((problem for problem in problems if problem), None)
+
+
+def _group_name(override: str) -> tuple[str | None, str]:
+    """(group, value) of a `<group>.name=<value>` override; (None, "") for any other."""
+    key, _, value = override.partition("=")
+    group, _, leaf = key.lstrip("+~").partition(".")
+    return (group, value.strip("'\"")) if leaf == "name" and value else (None, "")
+
+
+def _composed_choices(overrides: list[str], config_name: str) -> dict | None:
+    """The option Hydra composes for each config group under `overrides` (its runtime choices)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with method_schemas_stood_in(), initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException, ValueError):
+        return None
+    return {group: str(choice) for group, choice in cfg.hydra.runtime.choices.items()}
 
 def _examples(group: str, given: list) -> list[str]:
     """Two options of `group` for the hint: the list's own, else the group's first options."""

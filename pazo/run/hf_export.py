@@ -10,14 +10,21 @@
   base of random weights, `model.random_init` or a folder with a config only) the run's own base
   weights, written to `folder/base/`.
 
-Only the trained model leaves (post-processing of the released `model.safetensors`)."""
+Only the trained model leaves (post-processing of the released `model.safetensors`), and it leaves
+as the released model does: `transformers`, `peft` and `safetensors` write into a staging folder
+inside `folder` (safetensors' own files are owner-only, 0600), and each file goes from there into
+`folder` through the release gate (`pazo.run.gate.write_released`: whole or not at all, a released
+file's mode, 0644)."""
 from __future__ import annotations
 
 import copy
+import shutil
+import tempfile
 from pathlib import Path
 
 from pazo.errors import ConfigError
 from pazo.models.hf_lm import has_weights, load_hf_lm
+from pazo.run import gate
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
@@ -31,12 +38,28 @@ def export_hf(run, folder: Path) -> Path:
                           "(model=hf_causal_lm or hf_masked_lm): it has no Hugging Face format to export")
     _empty_folder(folder)
     lora = getattr(run.config.model, "lora", None)   # (the typed model section: a Hugging Face model's has one)
-    if lora is not None and lora.enabled:
-        _write_adapter(lm, model_cfg, "causal" if hasattr(module, "lm") else "masked", module.tokenizer, folder)
-    else:
-        lm.save_pretrained(str(folder))
-        _save_tokenizer(module.tokenizer, folder)
+    with tempfile.TemporaryDirectory(prefix=".staging-", dir=folder) as staging:
+        if lora is not None and lora.enabled:
+            kind = "causal" if hasattr(module, "lm") else "masked"
+            _write_adapter(lm, model_cfg, kind, module.tokenizer, Path(staging), folder)
+        else:
+            lm.save_pretrained(staging)
+            _save_tokenizer(module.tokenizer, Path(staging))
+        _release(Path(staging), folder)
     return folder
+
+
+def _release(staging: Path, folder: Path) -> None:
+    """Each file written into `staging` put at its place in `folder` through the release gate."""
+    for written in sorted(path for path in staging.rglob("*") if path.is_file()):
+        target = folder / written.relative_to(staging)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        gate.write_released(target, lambda out, written=written: _copy(written, out))
+
+
+def _copy(source: Path, out) -> None:
+    with open(source, "rb") as data:
+        shutil.copyfileobj(data, out)
 
 
 def _empty_folder(folder: Path) -> None:
@@ -54,21 +77,21 @@ def _save_tokenizer(tokenizer, folder: Path) -> None:
         tokenizer.save_pretrained(str(folder))
 
 
-def _write_adapter(lm, model_cfg, kind: str, tokenizer, folder: Path) -> None:
+def _write_adapter(lm, model_cfg, kind: str, tokenizer, staging: Path, folder: Path) -> None:
     """The LoRA adapter as `PeftModel.save_pretrained` writes it (its config naming the base, its
-    weights under peft's key names), and the tokenizer."""
+    weights under peft's key names), and the tokenizer, into `staging` (for `folder`)."""
     from peft import get_peft_model_state_dict
     from safetensors.torch import save_file
 
     config = copy.deepcopy(lm.peft_config["default"])
-    config.base_model_name_or_path = _base_reference(lm, model_cfg, kind, tokenizer, folder)
+    config.base_model_name_or_path = _base_reference(lm, model_cfg, kind, tokenizer, staging, folder)
     config.inference_mode = True
     _name_the_auto_class(config, lm, kind)
-    config.save_pretrained(str(folder))
+    config.save_pretrained(str(staging))
     state = {f"base_model.model.{name}": tensor.detach().cpu().contiguous()
              for name, tensor in get_peft_model_state_dict(lm).items()}
-    save_file(state, str(folder / ADAPTER_WEIGHTS), metadata={"format": "pt"})
-    _save_tokenizer(tokenizer, folder)
+    save_file(state, str(staging / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+    _save_tokenizer(tokenizer, staging)
 
 
 def _name_the_auto_class(config, lm, kind: str) -> None:
@@ -82,10 +105,10 @@ def _name_the_auto_class(config, lm, kind: str) -> None:
         config.auto_mapping = {"base_model_class": type(lm).__name__, "parent_library": type(lm).__module__}
 
 
-def _base_reference(lm, model_cfg, kind: str, tokenizer, folder: Path) -> str:
+def _base_reference(lm, model_cfg, kind: str, tokenizer, staging: Path, folder: Path) -> str:
     """Where the adapter's base model is: `model.path` when it holds the pretrained weights the run
     started from (a local folder, absolute; or a Hub name), else the run's base weights written to
-    `folder/base/` (random ones, which no other place holds)."""
+    `folder/base/` (random ones, which no other place holds; into `staging/base/` first)."""
     local = Path(str(model_cfg.path)).expanduser()
     if not model_cfg.random_init and (not local.exists() or has_weights(local)):
         return str(local.resolve()) if local.exists() else str(model_cfg.path)
@@ -93,6 +116,6 @@ def _base_reference(lm, model_cfg, kind: str, tokenizer, folder: Path) -> str:
     state = {name.replace(".base_layer.", "."): tensor for name, tensor in lm.state_dict().items()
              if "lora_" not in name}
     base.load_state_dict(state)
-    base.save_pretrained(str(folder / "base"))
-    _save_tokenizer(tokenizer, folder / "base")
+    base.save_pretrained(str(staging / "base"))
+    _save_tokenizer(tokenizer, staging / "base")
     return str((folder / "base").resolve())

@@ -23,6 +23,7 @@ from torch import nn
 from pazo import CONFIG_DIR
 from pazo.catalog import DATASETS, pairing_problem
 from pazo.run.checkpoint import read_summary
+from pazo.run.door import renamed_option
 from pazo.config_schema import check_config_values
 from pazo.data import DataBundle, build_dataset
 from pazo.errors import ConfigError, unknown_key
@@ -128,6 +129,9 @@ def load_run(path: str | Path, device: str = "cpu") -> LoadedRun:
     ConfigError naming the folder and what is missing."""
     from pazo.plugins import load_plugins
 
+    if isinstance(path, str) and not path:   # (Path("") is the current folder, which may hold another run)
+        raise ConfigError("the run directory's path is empty: give a finished run's directory (pazo-train's "
+                          "hydra.run.dir)")
     load_plugins()   # (a plugin's model or data set is built by its own registration)
     run_dir = Path(path)
     summary = finished_summary(run_dir)
@@ -246,6 +250,10 @@ def dataset_overridden(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     for o in parsed:
         if o.key_or_group == "dataset":
             cfg.dataset = composed_dataset(str(o.value()), cfg)
+    for o in parsed:
+        renamed = o.key_or_group == "dataset.name" and renamed_option("dataset", str(o.value()), cfg.dataset.name)
+        if renamed:
+            raise ConfigError(renamed)
     for o in parsed:
         if o.key_or_group != "dataset":
             _set_key(cfg, o.key_or_group, o.value())

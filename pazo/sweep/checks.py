@@ -17,6 +17,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pazo.errors import ConfigError
 from pazo.files.file_kinds import NotRegularFile, read_regular_text, refuse_special
 from pazo.files.rundir import WriteFault, check_output_dir
+from pazo.run.door import not_an_override
 from pazo.sweep.spec import ENTRIES, ROOT, PlannedRun, fmt
 
 
@@ -43,6 +44,11 @@ def _one_line(err: Exception) -> str:
         from pazo.run.cli import unknown_group_option
 
         return unknown_group_option(lines[0], err.options) or f"{lines[0]}; choices: {', '.join(err.options)}"
+    from pazo.run.cli import merged_type_problem
+
+    typed = merged_type_problem(err)   # (`method.lr must be a number, got the string 'abc'`)
+    if typed:
+        return typed
     if err.__cause__ is not None:      # e.g. "Error merging override x" does not say why
         lines.append(str(err.__cause__).splitlines()[0])
     return " ".join(lines)
@@ -68,6 +74,9 @@ class _Checker:
     def __init__(self, extra: list[str], config_name: str = "config"):
         self.parser, self.extra, self._values = OverridesParser.create(), extra, {}
         self.config_name = config_name
+        unreadable = not_an_override(extra)
+        if unreadable:
+            raise ConfigError(unreadable)
         try:
             self.extra_keys = {o.key_or_group for o in self.parser.parse_overrides(extra)}
         except HydraException as err:

@@ -1,7 +1,10 @@
 """A language-model run exported in the Hugging Face format (`pazo.load_run(...).export_hf`, `pazo-eval
 --export-hf`) loads with `transformers` / `peft` as it is and gives the loaded run's logits: full
 fine-tuning as `save_pretrained` output, LoRA as a peft adapter over the base its config names
-(model.path where it holds weights; the run's own random base written beside it otherwise)."""
+(model.path where it holds weights; the run's own random base written beside it otherwise). Every
+file of an export is released as the run's model is (through the gate: 0644), the weights too."""
+import stat
+
 import pytest
 import torch
 
@@ -30,6 +33,16 @@ def _trained(hydra_cfg, root, tmp_path, model, *extra):
     return pazo.load_run(tmp_path / "run")
 
 
+def _released_as_the_model_is(folder):
+    """Every file of the export has a released file's mode (safetensors writes its own 0600)."""
+    from pazo.run.gate import MODES, RELEASED
+
+    files = [path for path in folder.rglob("*") if path.is_file()]
+    assert files and not [path for path in folder.rglob("*") if path.name.startswith(".staging-")]
+    assert {str(p.relative_to(folder)): oct(stat.S_IMODE(p.stat().st_mode)) for p in files} == \
+        {str(p.relative_to(folder)): oct(MODES[RELEASED]) for p in files}
+
+
 def _ids(loaded):
     return torch.tensor([loaded.model.tokenizer.encode("a great movie, so. It was")])
 
@@ -40,6 +53,7 @@ def test_a_full_fine_tuning_run_loads_with_transformers_as_it_is(root, hydra_cfg
 
     loaded = _trained(hydra_cfg, root, tmp_path, model)
     folder = loaded.export_hf(tmp_path / "hf")
+    _released_as_the_model_is(folder)
     again = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
     with torch.no_grad():
         assert torch.equal(again(_ids(loaded)).logits, loaded.model.lm(_ids(loaded)).logits)
@@ -56,6 +70,7 @@ def test_a_lora_run_loads_as_a_peft_adapter_over_its_base(root, hydra_cfg, tmp_p
 
     loaded = _trained(hydra_cfg, root, tmp_path, model, "model.lora.enabled=true")
     folder = loaded.export_hf(tmp_path / "adapter")
+    _released_as_the_model_is(folder)   # (issue #60: adapter_model.safetensors, base/model.safetensors were 0600)
     base_path = json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"]
     assert base_path == str((root / "opt_weights").resolve() if model == "opt_weights" else (folder / "base").resolve())
     base = AutoModelForCausalLM.from_pretrained(base_path, attn_implementation="eager")

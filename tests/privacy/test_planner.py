@@ -17,7 +17,8 @@ from pazo.privacy.accountants import BudgetError, default_eps_error
 from pazo.privacy.cli import main
 from pazo.privacy import planner
 from pazo.privacy.accountants import ACCOUNTANTS, MAX_STEPS, PLD_MIN_SIGMA, check_inputs
-from pazo.privacy.planner import epsilon_of, sigma_for, steps_for, upper_epsilon_of
+from pazo.privacy.planner import epsilon_of, sigma_for, upper_epsilon_of
+from pazo.privacy.steps_budget import steps_for
 
 DELTAS = st.sampled_from([1e-5, 1e-3])
 
@@ -167,14 +168,15 @@ def test_steps_zero_says_what_one_step_spends(epsilon, sigma, q, capsys):
 def test_steps_beyond_the_accountants_reach_are_a_lower_bound_not_advice_it_cannot_follow(reach, monkeypatch):
     """When the account of more steps is out of reach, the answer is the steps known to fit, not a
     knob of a run's config (privacy.eps_error) that pazo-privacy does not have."""
-    import pazo.privacy.planner as planner
+    import pazo.privacy.steps_budget as search
 
     def epsilon_within_reach(sigma, q, steps, delta, accountant, eps_error=None):
         if steps > reach:
             raise BudgetError("out of reach: use privacy.eps_error >= 0.1")
         return type("Account", (), {"upper": 0.0})()
 
-    monkeypatch.setattr(planner, "epsilon_of", epsilon_within_reach)
+    monkeypatch.setattr(search, "epsilon_of", epsilon_within_reach)
+    monkeypatch.setattr(search, "upper_epsilon_of", lambda *args: float("inf"))   # (no bound says more fit)
     with pytest.raises(BudgetError) as refused:
         steps_for(10.0, 100.0, 0.01, 1e-5, "prv")
     fits = 1 << (reach.bit_length() - 1)   # (the doubling search's last step within reach)

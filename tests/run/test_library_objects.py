@@ -44,3 +44,27 @@ def test_a_long_value_is_cut_in_the_message():
     with pytest.raises(ConfigError) as err:
         private_zo("m" * 500, cross_entropy_per_example, tiny_data(0), **QUICK)
     assert len(str(err.value)) < 120
+
+
+def _empty(form: str):
+    """No examples, as each form the library takes them (tensors, a Dataset, a TensorSplit)."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    from pazo.data.base import TensorSplit
+
+    inputs, labels = torch.zeros(0, 5, dtype=torch.float64), torch.zeros(0, dtype=torch.long)
+    return {"tensors": (inputs, labels), "dataset": TensorDataset(inputs, labels),
+            "split": TensorSplit(inputs, labels)}[form]
+
+
+@settings(max_examples=12, deadline=None)
+@given(form=st.sampled_from(["tensors", "dataset", "split"]), argument=st.sampled_from(["train_data", "public"]),
+       batch_size=st.integers(1, 64))
+@example(form="tensors", argument="train_data", batch_size=32)   # said "batch_size=32 exceeds the 0 private ..."
+def test_empty_data_is_said_to_be_empty_in_every_form(form, argument, batch_size):
+    data = {"train_data": tiny_data(0), "public": tiny_data(1), argument: _empty(form)}
+    with pytest.raises(ConfigError) as err:
+        private_zo(Tiny(0), cross_entropy_per_example, data["train_data"], public=data["public"],
+                   **{**QUICK, "method": "pazo_m", "batch_size": batch_size})
+    assert str(err.value) == f"{argument} is empty"

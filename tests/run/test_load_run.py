@@ -161,6 +161,22 @@ def test_a_folder_that_is_no_whole_run_is_one_line_naming_what_is_missing(runs, 
         pazo.load_run(tmp_path / "nowhere")
 
 
+@pytest.mark.parametrize("entry", ["library", "command"])
+def test_an_empty_path_is_refused_as_empty_even_inside_a_run(runs, entry, capsys, monkeypatch):
+    """`pazo-eval ''` said `. is not a pazo run`; inside a run directory it evaluated that run."""
+    monkeypatch.chdir(runs["pazo_m"])
+    empty = "the run directory's path is empty: give a finished run's directory (pazo-train's hydra.run.dir)"
+    if entry == "library":
+        with pytest.raises(ConfigError) as refused:
+            pazo.load_run("")
+        assert str(refused.value) == empty
+        return
+    monkeypatch.setattr(sys, "argv", ["pazo-eval", "", "--device", "cpu"])
+    with pytest.raises(SystemExit) as stop:
+        pazo.eval.cli()
+    assert stop.value.code == 2 and capsys.readouterr().err == f"pazo: error: {empty}\n"
+
+
 @pytest.mark.parametrize("overrides,message", [
     (["dataset.test_fraction=0.3"], "are the run's private training examples"),
     (["dataset.test_fraction=0.5"], "are the run's private training examples"),

@@ -1,39 +1,69 @@
-"""`dataset.name=cifar10` where `dataset=cifar10` was meant: the section keeps the keys of the
-option it was composed from, and the check used to refuse one of them the user never typed
-(`unknown key dataset.test_fraction`). Now a refusal of such a key says to choose the option with
-`dataset=cifar10`; a key the user did type keeps its own line, and a registered name without a
-config of its own (a plugin's, a test model's) is not touched."""
+"""`dataset.name=cifar10` where `dataset=cifar10` was meant: the section keeps the keys and values
+of the option it was composed from. It used to be refused only where a key of that option was
+foreign to the named one (then by that key, one the user never typed), and ran as neither option
+where every key fit (`model=hf_causal_lm model.name=hf_masked_lm`, `optimizer.name=adam`). Now
+every `<group>.name=<option>` of a group that takes one option is refused with the option to choose,
+unless it names the option composed (an experiment chooses too); a registered name without a config
+of its own (a plugin's, a test model's) is not touched. pazo-eval's data set overrides alike."""
 from __future__ import annotations
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 
+from conftest import tiny_cfg
 from pazo import CONFIG_DIR
+from pazo.errors import ConfigError
 from pazo.run.cli import check_overrides
+from pazo.run.loaded import dataset_overridden
 
-OPTIONS = [(group, path.stem) for group in ("dataset", "model")
-           for path in sorted((CONFIG_DIR / group).glob("*.yaml"))]
-
-
-@settings(max_examples=6)
-@given(option=st.sampled_from(OPTIONS))
-@example(option=("dataset", "cifar10"))   # the reported case
-@example(option=("model", "lstm"))
-def test_a_section_renamed_to_another_option_is_refused_with_the_option_to_choose(option):
-    group, name = option
-    problem = check_overrides([f"{group}.name={name}"])
-    if problem is not None and "unknown key" in problem:   # (else: no key of the default is foreign to it)
-        raise AssertionError(problem)
-    if problem is not None and f"{group}.name={name} renames" in problem:
-        assert problem.endswith(f"choose the {group} with {group}={name}")
+GROUPS = ("dataset", "model", "method", "schedule", "optimizer")
+OPTIONS = {group: sorted(path.stem for path in (CONFIG_DIR / group).glob("*.yaml")) for group in GROUPS}
 
 
-def test_the_reported_case_names_the_option_to_choose():
-    problem = check_overrides(["dataset.name=cifar10"])
-    assert problem.startswith("dataset.name=cifar10 renames the dataset section")
-    assert "dataset.test_fraction" in problem and problem.endswith("dataset=cifar10")
+def _line(group: str, composed: str, named: str) -> str:
+    return (f"{group}.name={named} renames the {group} section but keeps the keys and values of the {group} it was "
+            f"composed from ({group}={composed}); choose the {group} with {group}={named}")
 
 
-def test_a_key_the_user_typed_keeps_its_own_line():
-    problem = check_overrides(["dataset.name=cifar10", "dataset.test_fraction=0.1"])
-    assert problem.startswith("unknown key dataset.test_fraction")
+@st.composite
+def renamings(draw):
+    group = draw(st.sampled_from(GROUPS))
+    return group, draw(st.sampled_from(OPTIONS[group])), draw(st.sampled_from(OPTIONS[group]))
+
+
+@settings(max_examples=3)
+@given(renaming=renamings())
+@example(renaming=("dataset", "digits", "cifar10"))                 # the first report: by a key never typed
+@example(renaming=("model", "hf_causal_lm", "hf_masked_lm"))        # issue #60: every key fit, and it ran
+@example(renaming=("optimizer", "sgd", "adam"))
+@example(renaming=("dataset", "cifar10", "cifar10"))                # the option composed: no renaming
+def test_a_section_named_after_another_option_of_its_group_is_refused_with_the_option_to_choose(renaming):
+    group, composed, named = renaming
+    problem = check_overrides([f"{group}={composed}", f"{group}.name={named}"])
+    if named != composed:
+        assert problem == _line(group, composed, named)
+    else:
+        assert problem is None or "renames" not in problem
+
+
+def test_the_option_an_experiment_composes_is_the_one_a_name_is_compared_with():
+    assert check_overrides(["experiment=cifar10", "dataset.name=cifar10"]) is None
+    assert check_overrides(["experiment=cifar10", "dataset.name=digits"]) == _line("dataset", "cifar10", "digits")
+
+
+def test_names_without_a_config_of_their_own_and_other_name_keys_are_not_renamings():
+    assert "renames" not in (check_overrides(["model.name=bn_test"]) or "")   # (a test model's registered name)
+    assert check_overrides(["logger.name=csv"]) is None                     # (W&B's run name)
+
+
+@pytest.mark.parametrize("overrides, composed, named", [
+    (["dataset.name=cifar10"], "digits", "cifar10"),              # issue #60: "unknown key dataset.test_fraction"
+    (["dataset=cifar10", "dataset.name=digits"], "cifar10", "digits"),
+])
+def test_pazo_eval_refuses_a_renamed_data_set_with_the_option_to_choose(overrides, composed, named):
+    run_config = OmegaConf.create(OmegaConf.to_container(tiny_cfg(), resolve=False))
+    with pytest.raises(ConfigError) as refused:
+        dataset_overridden(run_config, overrides)
+    assert str(refused.value) == _line("dataset", composed, named)

@@ -171,7 +171,7 @@ def test_dry_run_prints_under_python_m(tmp_path):
     (["model=resnet"], "unknown model=resnet; did you mean model=nf_resnet18? (choices: hf_causal_lm, hf_masked_lm, "
                        "lstm, nf_resnet18,"),
     (["train.batch_size=0"], "train.batch_size must be an integer >= 1, got 0 (4 of 4 runs, e.g. digits/dpzero"),
-    (["method.lr=[1"], "bad override in 'method.lr=[1'"),
+    (["method.lr=[1"], "'method.lr=[1' cannot be read as an override ("),
     (["--methods", "pazo_m,adam"],
      "--methods 'pazo_m,adam' has unknown method(s) 'adam'; sweep mini has dpzero, pazo_m"),
     (["--methods", ","], "--methods ',' selects no method; sweep mini has dpzero, pazo_m"),

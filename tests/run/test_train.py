@@ -165,8 +165,7 @@ def _cli(*args, cwd=ROOT, env_extra=None):
 
 @pytest.mark.parametrize("override,message", [
     ("method.lrr=0.1", "pazo: error: unknown key method.lrr; did you mean method.lr? (method pazo_m has: alpha, "),
-    ("method.q=abc", "pazo: error: Error merging override method.q=abc; Value 'abc' of type 'str' could not be "
-                     "converted to Integer"),
+    ("method.q=abc", "pazo: error: method.q must be an integer, got the string 'abc'"),
     ("method=nope", "pazo: error: unknown method=nope (choices: dope_sgd, "),
 ])
 def test_cli_override_hydra_cannot_compose_is_one_line(override, message, tmp_path):

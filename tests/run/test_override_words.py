@@ -1,0 +1,76 @@
+"""A command line Hydra cannot take is one `pazo: error:` line in pazo's words, naming the key and
+what it expects (issue #60), not Hydra's: a method key given a value of the wrong type (`method.lr=abc`:
+"Value 'abc' of type 'str' could not be converted to Float") reads as the run's other sections' type
+errors do, and an argument that is no override (the shell split `hydra.run.dir=/tmp/a b` at its
+space: "missing EQUAL at '<EOF>'", or 'b c': "LexerNoViableAltException") says how to write it."""
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from pazo import CONFIG_DIR
+from pazo.methods import method_info, method_names
+from pazo.run.cli import check_overrides
+
+#: (method, key) of every number a method's own schema takes
+NUMBER_KEYS = sorted((name, f.name) for name in method_names() for f in fields(method_info(name).config)
+                     if f.type in ("float", float, "int", int))
+WORDS = st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyz"), min_size=1, max_size=8)
+NOT_A_NUMBER = WORDS.filter(lambda w: w not in ("inf", "nan", "true", "false", "null", "on", "off", "yes", "no"))
+
+
+@settings(max_examples=5)
+@given(setting=st.sampled_from(NUMBER_KEYS), value=NOT_A_NUMBER)
+@example(setting=("pazo_m", "lr"), value="abc")   # the reported case
+def test_a_method_key_given_a_word_says_what_it_expects(setting, value):
+    method, key = setting
+    kind = "an integer" if dict((f.name, f.type) for f in fields(method_info(method).config))[key] in ("int", int) \
+        else "a number"
+    assert check_overrides([f"method={method}", f"method.{key}={value}"]) == \
+        f"method.{key} must be {kind}, got the string {value!r}"
+
+
+@settings(max_examples=20)
+@given(key=st.sampled_from(["hydra.run.dir", "dataset.root", "train.steps", "+logger.tags"]),
+       first=WORDS, rest=WORDS, after=st.lists(st.sampled_from(["train.steps=3", "seed=1"]), max_size=2),
+       multirun=st.booleans())
+@example(key="hydra.run.dir", first="/tmp/a", rest="b", after=[], multirun=False)   # the reported case
+def test_a_value_the_shell_split_at_a_space_is_said_with_the_quoting_that_keeps_it_whole(key, first, rest, after,
+                                                                                         multirun):
+    argv = ["-m"] * multirun + [f"{key}={first}", rest, *after]
+    assert check_overrides(argv) == (f"{rest!r} is not an override (key=value): if it is the rest of "
+                                     f"{key.lstrip('+')}'s value, quote the value whole, as one argument: "
+                                     f"'{key}={first} {rest}'")
+
+
+@settings(max_examples=10)
+@given(words=st.lists(WORDS, min_size=1, max_size=3))
+@example(words=["b", "c"])   # 'b c': Hydra's LexerNoViableAltException
+def test_an_argument_that_is_no_override_is_said_so(words):
+    text = " ".join(words)
+    assert check_overrides([text, "train.steps=3"]) == \
+        f"{text!r} is not an override: an override is key=value (e.g. train.steps=5)"
+
+
+def test_a_value_hydra_cannot_read_names_its_key_and_the_quoting():
+    problem = check_overrides(["hydra.run.dir=/tmp/(a b)"])
+    assert problem.startswith("'hydra.run.dir=/tmp/(a b)' cannot be read as an override (")
+    assert problem.endswith("a value of hydra.run.dir with spaces or special characters is quoted whole, "
+                            "hydra.run.dir='...'")
+
+
+@pytest.mark.parametrize("overrides, line", [
+    (["method.lr=abc"], "method.lr must be a number, got the string 'abc' ("),
+    (["hydra.run.dir=/tmp/a", "b"], "'b' is not an override (key=value): if it is the rest of hydra.run.dir's value, "
+                                    "quote the value whole, as one argument: 'hydra.run.dir=/tmp/a b'"),
+])
+def test_a_sweeps_extra_overrides_are_said_in_the_same_words(overrides, line, tmp_path, capsys):
+    from pazo.sweep import command as sweep
+
+    assert sweep.main([str(CONFIG_DIR / "sweeps" / "demo.yaml"), *overrides, "--dry-run", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pazo: error: {line}") and err.count("\n") == 1, err
