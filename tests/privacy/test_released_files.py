@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONFIG_DIR, run_cache
+from conftest import CONFIG_DIR, one_noise_pass, run_cache, sharing_digits_size
 from hydra import compose, initialize_config_dir
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
@@ -53,7 +53,9 @@ from pazo.private import private_zo
 #: the runs here read no PLD bound: their cross-check on the cheaper grid (conftest `cheap_pld`)
 pytestmark = pytest.mark.usefixtures("cheap_pld")
 
-SEEDS = st.integers(2**40, 2**62)
+#: large seeds (their digits in a file are the seed) with one digits private set size: the walk's runs
+#: of a method share one calibration
+SEEDS = sharing_digits_size(st.integers(2**40, 2**62))
 METHODS = ("dpzero", "pazo_m", "dpsgd")
 KILLS = (None, "SIGTERM", "SIGINT", "crash")
 TAMPERS = ("metrics.jsonl", "summary.json", "train.log")
@@ -166,7 +168,7 @@ class Entries(RuleBasedStateMachine):
 
     def _compose(self, overrides: list[str], config: str = "config"):
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            return compose(config_name=config, overrides=[f"privacy.cache_dir={self.cache / 'sigma'}", *overrides])
+            return compose(config_name=config, overrides=[f"privacy.cache_dir={self.cache}", *overrides])
 
     def _launch(self, run_dir: Path, overrides: list[str], kill, after) -> str:
         with contextlib.redirect_stdout(self.printed), contextlib.redirect_stderr(self.printed):
@@ -197,12 +199,16 @@ class Entries(RuleBasedStateMachine):
 
     @rule(seed=SEEDS)
     def audit(self, seed):
+        """An audit, its noise check on one pass of the run's steps (the files it writes are the
+        same at any count)."""
         from pazo.audit.run import run_audit
 
         self.seeds.add(seed)
         cfg = self._compose([f"seed={seed}", "method=dpzero", "train.steps=3", "audit.canaries=20",
                              "device=cpu", "logger.mode=disabled"], config="audit")
-        with contextlib.redirect_stdout(self.printed), contextlib.redirect_stderr(self.printed):
+        with contextlib.redirect_stdout(self.printed), contextlib.redirect_stderr(self.printed), \
+                self.monkeypatch.context() as patch:
+            one_noise_pass(patch)
             with contextlib.suppress(ConfigError):
                 run_audit(cfg, self.root / "audits" / f"audit{len(self.seeds)}")
 
@@ -214,7 +220,8 @@ class Entries(RuleBasedStateMachine):
         model = nn.Linear(5, 3)
         with contextlib.redirect_stdout(self.printed), contextlib.redirect_stderr(self.printed):
             engine = private_zo(model, nn.CrossEntropyLoss(reduction="none"), (x, y), method="dpzero", lr=0.05,
-                                clip=1.0, epsilon=1.0, delta=1e-4, steps=3, batch_size=16, seed=seed)
+                                clip=1.0, epsilon=1.0, delta=1e-4, steps=3, batch_size=16, seed=seed,
+                                cache_dir=str(self.cache))
             for batch in engine.batches():
                 engine.step(batch)
             # what a user keeps of it: the facts `describe()` gives
@@ -262,6 +269,7 @@ class Entries(RuleBasedStateMachine):
             with self.monkeypatch.context() as patch, contextlib.redirect_stdout(self.printed), \
                     contextlib.redirect_stderr(self.printed):
                 patch.setattr(KDistribution, "draw", lambda distribution, rng=None: k)
+                patch.setenv("PAZO_CACHE_DIR", str(self.cache))   # its runs' sigma: the session's, not ~/.cache
                 sweep.main([spec, "--out", str(out), "train.steps=3", "device=cpu"])
         finally:
             logging.getLogger("pazo").removeHandler(handler)
