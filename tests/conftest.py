@@ -177,22 +177,33 @@ def run_cache(folder: Path) -> Path:
 
 
 @functools.cache
-def digits_private_size(seed: int) -> int:
-    """How many private examples digits' splits leave for `seed` (1163-1167: the public and validation
-    draws round per class): a calibrated sigma's cache key holds the sample rate b / n, so runs of
-    one method share a calibration only where they share n."""
-    from pazo.data import build_dataset
-    from pazo.data.digits import DigitsSchema
+def digits_section():
+    """The shipped configs' digits section, typed as a run types it."""
+    from pazo.run.validate import run_config
 
-    return len(build_dataset(DigitsSchema(name="digits"), RandomStreams(seed)).private)
+    return run_config(tiny_cfg("dataset=digits")).dataset
+
+
+@functools.cache
+def digits_private_size(seed: int) -> int:
+    """How many private examples digits' splits leave a run of `seed` (1163-1167: the public and
+    validation draws round per class): a calibrated sigma's cache key holds the sample rate b / n,
+    so runs of one method share a calibration only where they share n."""
+    from pazo.data import build_dataset
+
+    return len(build_dataset(digits_section(), RandomStreams(seed)).private)
 
 
 def sharing_digits_size(seeds):
     """The strategy `seeds`, each drawn seed moved up to the next one whose digits private set has
     seed 0's size (most tests' runs'): for a test that draws a seed only to vary its runs, which then
     share the session's calibrations instead of calibrating again for each n (a few seconds a run)."""
-    return seeds.map(lambda seed: next(s for s in itertools.count(seed)
-                                       if digits_private_size(s) == digits_private_size(0)))
+    return seeds.map(next_seed_sharing_digits_size)
+
+
+def next_seed_sharing_digits_size(seed: int) -> int:
+    """The first seed from `seed` up whose digits private set has seed 0's size."""
+    return next(s for s in itertools.count(seed) if digits_private_size(s) == digits_private_size(0))
 
 
 def one_noise_pass(patch: pytest.MonkeyPatch) -> None:
