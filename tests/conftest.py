@@ -194,15 +194,10 @@ def digits_private_size(seed: int) -> int:
     return len(build_dataset(digits_section(), RandomStreams(seed)).private)
 
 
-def sharing_digits_size(seeds):
-    """The strategy `seeds`, each drawn seed moved up to the next one whose digits private set has
-    seed 0's size (most tests' runs'): for a test that draws a seed only to vary its runs, which then
-    share the session's calibrations instead of calibrating again for each n (a few seconds a run)."""
-    return seeds.map(next_seed_sharing_digits_size)
-
-
 def next_seed_sharing_digits_size(seed: int) -> int:
-    """The first seed from `seed` up whose digits private set has seed 0's size."""
+    """The first seed from `seed` up whose digits private set has seed 0's size (most tests' runs'):
+    for a test that draws a seed only to vary its runs, which then share the session's calibrations
+    instead of calibrating again for each n (a second or more a run)."""
     return next(s for s in itertools.count(seed) if digits_private_size(s) == digits_private_size(0))
 
 

@@ -1,6 +1,6 @@
 """The suite's runs share the session's calibrations (tests/conftest.py): a test that draws a seed
-only to vary its runs draws it with `sharing_digits_size`, so that every run of one method on digits
-has the sample rate b / n that keys its calibrated sigma, and calibrates once a session."""
+only to vary its runs moves it with `next_seed_sharing_digits_size`, so that every run of one method on
+digits has the sample rate b / n that keys its calibrated sigma, and calibrates once a session."""
 from __future__ import annotations
 
 import functools
