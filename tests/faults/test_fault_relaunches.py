@@ -109,11 +109,15 @@ def launch(cfg, run_dir: Path, kill: str | None, after: int, monkeypatch) -> str
     return killed_launch.launch(cfg, run_dir, kill, after, monkeypatch, closes_outlets=True)
 
 
-@functools.cache
-def pld_composition(terms: tuple[tuple[float, float, int, int], ...], delta: float) -> float:
+def pld_composition(terms: list[tuple[float, float, int, int]], delta: float) -> float:
     """dp-accounting's epsilon of Poisson-sampled Gaussian releases composed: (sigma, q, steps,
-    mechanisms per step) each. Remembered: a walk asks again after every launch, mostly for the
-    terms it asked before (a refused launch adds none), and each account is seconds."""
+    mechanisms per step) each. Remembered: a walk asks again after every launch, mostly for terms
+    it asked before (a refused launch adds none), and each account takes seconds."""
+    return _pld_composition(tuple(map(tuple, terms)), delta)
+
+
+@functools.cache
+def _pld_composition(terms: tuple[tuple[float, float, int, int], ...], delta: float) -> float:
     accountant = pld_privacy_accountant.PLDAccountant()
     for sigma, q, steps, mechanisms in terms:
         inner = dp_event.GaussianDpEvent(sigma / math.sqrt(mechanisms))
@@ -206,8 +210,8 @@ class Relaunches(RuleBasedStateMachine):
         printed = (summary["privacy"].get("epsilon_spent") if summary.get("status") == "finished"
                    else (last[-1]["epsilon"] if last else None))
         assert printed is not None
-        terms = tuple((facts["sigma"], facts["sample_rate"], steps, facts.get("mechanisms", 1))
-                      for _, facts, steps in groups)
+        terms = [(facts["sigma"], facts["sample_rate"], steps, facts.get("mechanisms", 1))
+                 for _, facts, steps in groups]
         oracle = pld_composition(terms, summary["privacy"]["delta"])
         assert printed >= oracle * 0.99 - 1e-3, (printed, oracle, terms)
 
@@ -328,8 +332,8 @@ class Tampered(RuleBasedStateMachine):
         covered = shown if summary["status"] == "running" else max(shown, summary["steps_done"])
         if covered > (summary.get("resumed_from_step") or 0):
             privacy = summary["privacy"]
-            terms = ((privacy["sigma"], privacy["sample_rate"], min(covered, privacy["steps"]),
-                      privacy.get("mechanisms", 1)),)
+            terms = [(privacy["sigma"], privacy["sample_rate"], min(covered, privacy["steps"]),
+                      privacy.get("mechanisms", 1))]
             oracle = pld_composition(terms, privacy["delta"])
             assert privacy.get("epsilon_spent", 0) >= oracle * 0.99 - 1e-3, (summary["status"], covered, privacy)
 
