@@ -16,6 +16,8 @@ Markers (registered in pyproject.toml), set explicitly in the test files, not by
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import os
 import sys
 from pathlib import Path
@@ -183,6 +185,40 @@ def run_cache(folder: Path) -> Path:
     if SHARED_SIGMA is not None and not (folder / "sigma").exists():
         (folder / "sigma").symlink_to(SHARED_SIGMA, target_is_directory=True)
     return folder
+
+
+@functools.cache
+def digits_section():
+    """The shipped configs' digits section, typed as a run types it."""
+    from pazo.run.validate import run_config
+
+    return run_config(tiny_cfg("dataset=digits")).dataset
+
+
+@functools.cache
+def digits_private_size(seed: int) -> int:
+    """How many private examples digits' splits leave a run of `seed` (1163-1167: the public and
+    validation draws round per class): a calibrated sigma's cache key holds the sample rate b / n,
+    so runs of one method share a calibration only where they share n."""
+    from pazo.data import build_dataset
+
+    return len(build_dataset(digits_section(), RandomStreams(seed)).private)
+
+
+def next_seed_sharing_digits_size(seed: int) -> int:
+    """The first seed from `seed` up whose digits private set has seed 0's size (most tests' runs'):
+    for a test that draws a seed only to vary its runs, which then share the session's calibrations
+    instead of calibrating again for each n (a second or more a run)."""
+    return next(s for s in itertools.count(seed) if digits_private_size(s) == digits_private_size(0))
+
+
+def one_noise_pass(patch: pytest.MonkeyPatch) -> None:
+    """An audit's noise check on one pass of its run's steps, not the passes `NOISE_CHECK_VALUES`
+    asks for (up to 171 of a short run's steps): for a test whose rule holds at any count (what the
+    audit builds, writes or releases); the count's own tests are tests/audit/test_noise_check.py's."""
+    import pazo.audit.run as audit_run
+
+    patch.setattr(audit_run, "noise_pass", functools.partial(audit_run.noise_pass, min_values=1))
 
 
 def tiny_cfg(*overrides):

@@ -22,6 +22,7 @@ process's pid in its summary)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -110,7 +111,13 @@ def launch(cfg, run_dir: Path, kill: str | None, after: int, monkeypatch) -> str
 
 def pld_composition(terms: list[tuple[float, float, int, int]], delta: float) -> float:
     """dp-accounting's epsilon of Poisson-sampled Gaussian releases composed: (sigma, q, steps,
-    mechanisms per step) each."""
+    mechanisms per step) each. Remembered: a walk asks again after every launch, mostly for terms
+    it asked before (a refused launch adds none), and each account takes seconds."""
+    return _pld_composition(tuple(map(tuple, terms)), delta)
+
+
+@functools.cache
+def _pld_composition(terms: tuple[tuple[float, float, int, int], ...], delta: float) -> float:
     accountant = pld_privacy_accountant.PLDAccountant()
     for sigma, q, steps, mechanisms in terms:
         inner = dp_event.GaussianDpEvent(sigma / math.sqrt(mechanisms))

@@ -12,7 +12,7 @@ import pazo.run.build as experiment
 import pazo.run.launch as pazo_run
 import pazo.train as train
 from pazo.models.functional import cross_entropy_per_example
-from conftest import CONFIG_DIR, run_cache
+from conftest import CONFIG_DIR, one_noise_pass, run_cache
 from llm_fixtures import write_sst2, write_tiny_causal_lm
 
 
@@ -55,6 +55,7 @@ def assert_same_run(a: dict, b: dict) -> None:
 def test_audit_and_training_build_the_same_run_on_digits(method, tmp_path, monkeypatch):
     monkeypatch.setenv("PAZO_CACHE_DIR", str(run_cache(tmp_path / "cache")))
     seen = spy_on_build_run(monkeypatch)
+    one_noise_pass(monkeypatch)   # (the run it builds is the same at any count of passes)
     train_cfg, audit_cfg = compose_both(f"method={method}")
     train.run(train_cfg, tmp_path / "train")
     audit_run.run_audit(audit_cfg, tmp_path / "audit")
@@ -72,6 +73,7 @@ def test_audit_keeps_a_language_models_own_loss(tmp_path, monkeypatch):
     write_tiny_causal_lm(tmp_path / "opt")
     write_sst2(tmp_path)
     seen = spy_on_build_run(monkeypatch)
+    one_noise_pass(monkeypatch)
     train_cfg, audit_cfg = compose_both(
         "model=hf_causal_lm", f"model.path={tmp_path / 'opt'}", f"dataset.root={tmp_path}", "dataset=sst2",
         "model.attention=eager", "dataset.n_train=24", "dataset.n_val=6", "train.batch_size=8",
