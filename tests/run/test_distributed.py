@@ -433,20 +433,20 @@ def test_a_run_resumes_from_one_process_on_two_and_back_on_one_in_one_launch(lau
     """One process to step 1, the launch's two to step 3 (rank 1 reads rank 0's checkpoint), one to
     the end: the uninterrupted one-process run's parameters, rows and epsilon, bit for bit; the
     2-process attempt's summary says its world size and that a rank exchanged bytes, not a model."""
-    root, whole, last = launched["root"], launched["whole"]["resumed"], launched["last"]["resumed"]
+    root, whole, last = launched["root"], launched["whole"], launched["last"]["resumed"]
     on_two = launched["two"]["resumed"]
     assert launched["first"]["stopped_at_step"] == 1
     assert [launched["ranks"][r]["resumed"].get("status") for r in (0, 1)] == ["preempted", "followed"]
     assert on_two["resumed_from_step"] == 1 and on_two["stopped_at_step"] == 3
     assert on_two["distributed"]["world_size"] == 2 and 0 < on_two["distributed"]["rank_bytes_per_step"] < 4096
     assert last["resumed_from_step"] == 3 and last["status"] == "finished"
-    _assert_same_run(root / "resumed", last, root / "whole_resumed", whole)
+    _assert_same_run(root / "resumed", last, root / "whole", whole)
 
 
 def test_a_killed_rank_ends_the_run_with_one_line_and_one_process_resumes_it_in_one_launch(launched):
-    """pazo-train on 2 ranks, rank 1 killed (SIGKILL) as its step 5 starts: rank 0 ends at once with
+    """pazo-train on 2 ranks, rank 1 killed (SIGKILL) as its step 3 starts: rank 0 ends at once with
     one line, exit 75 (a fault of the machine: resumable), its summary says so; one process then
-    resumes from the step-4 checkpoint to the uninterrupted run's parameters, bit for bit."""
+    resumes from the step-2 checkpoint to the uninterrupted run's parameters, bit for bit."""
     root, (leader, follower) = launched["root"], launched["outputs"]
     assert launched["exits"] == [75, -signal.SIGKILL], leader[-3000:]
     assert "Traceback" not in leader + follower
@@ -454,8 +454,8 @@ def test_a_killed_rank_ends_the_run_with_one_line_and_one_process_resumes_it_in_
     assert len(errors) == 1 and "another rank of this run stopped answering" in errors[0], leader[-3000:]
     fault = launched["two"]["killed"]
     assert fault["status"] == "fault" and "another rank" in fault["failure"]
-    assert launched["last"]["killed"]["resumed_from_step"] == 4 and launched["last"]["killed"]["status"] == "finished"
-    a, b = load_file(root / "whole_killed/model.safetensors"), load_file(root / "killed/model.safetensors")
+    assert launched["last"]["killed"]["resumed_from_step"] == 2 and launched["last"]["killed"]["status"] == "finished"
+    a, b = load_file(root / "whole/model.safetensors"), load_file(root / "killed/model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
