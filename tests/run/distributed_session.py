@@ -8,8 +8,8 @@ WORLD_SIZE, MASTER_ADDR, MASTER_PORT); torchrun itself is the slow tests'.
 
 Nothing is computed twice and nothing waits that need not: the ranks start first (their imports are
 the launch's longest wait) while this process composes every run's config once for them and for
-itself, writes the tiny OPT and the run they resume (`PREPARED` then says so, before the jobs that
-read them); the digits runs and the library loops use a given noise multiplier (calibrating is no
+itself, writes the tiny OPT and the run they resume (`READY` says when, to the jobs that read
+them); the digits runs and the library loops use a given noise multiplier (calibrating is no
 matter of the ranks: the run jobs calibrate theirs, once, into the shared sigma cache); one
 uninterrupted run is the reference of both the resumed and the killed run."""
 from __future__ import annotations
@@ -64,8 +64,8 @@ KILLED = RESUMED
 KILL_AT = 3
 #: the runs the launch leaves to be resumed on one process
 RUNS = {"resumed": RESUMED, "killed": KILLED}
-#: written into the launch's folder once the tiny OPT and the run the ranks resume are there
-PREPARED = "prepared"
+#: written into the launch's folder once the tiny OPT is there, and once the run the ranks resume is
+READY = {"opt": "opt.ready", "resumed": "resumed.ready"}
 
 
 def opt_specs(root: Path, names: list[str]) -> list[str]:
@@ -85,22 +85,23 @@ def step_specs(root: Path) -> list[str]:
 
 def launch_plan(root: Path, configs: dict[str, dict]) -> list[dict]:
     """The launch's jobs, in order (`distributed_launch.py`), each method's run with its composed config
-    (`configs`, by spec); those that read what this process prepares wait for PREPARED; the killed run
-    last (it ends the ranks)."""
-    prepared = {"wait_for": str(root / PREPARED)}
+    (`configs`, by spec); those that read what this process prepares wait until it is READY (the runs:
+    the one they resume, and its calibrated sigma); the killed run last (it ends the ranks)."""
+    opt_ready, resumed_ready = ({"wait_for": str(root / READY[what])} for what in ("opt", "resumed"))
 
     def run(name: str, overrides: list[str], **more) -> dict:
-        return {"kind": "run", "name": name, "overrides": overrides, "run_dir": str(root / name), **prepared, **more}
+        return {"kind": "run", "name": name, "overrides": overrides, "run_dir": str(root / name), **resumed_ready,
+                **more}
     opt = set(opt_specs(root, list(OPT_METHODS)))
     return [*({"kind": "library", "name": f"library:{m}", "method": m, "steps": STEPS, "sigma": LIBRARY_SIGMA}
               for m in LIBRARY),
             *({"kind": "steps", "name": spec, "spec": spec, "steps": STEPS, "config": configs[spec],
-               **(prepared if spec in opt else {})} for spec in step_specs(root)),
+               **(opt_ready if spec in opt else {})} for spec in step_specs(root)),
             run("differs", RESUMED, rank_overrides={"1": ["method.lr=0.5"]}),
             run("locked", RESUMED),
             run("resumed", RESUMED, stop_at=3),
             {"kind": "cli", "name": "killed", "argv": [*KILLED, f"hydra.run.dir={root / 'killed'}"], "kill_rank": 1,
-             "kill_at": KILL_AT, **prepared}]
+             "kill_at": KILL_AT, **resumed_ready}]
 
 
 def compose_run(overrides: list[str]):
@@ -209,15 +210,16 @@ def launch_and_compare(root: Path, env: dict) -> dict:
 
 def prepare_and_refer(root: Path, plan: Path) -> tuple[dict, dict, dict]:
     """While the ranks start: their plan (the runs' configs composed once), then the tiny OPT and the
-    run they resume from step 1 (PREPARED then says so); then the uninterrupted run and the one-process
+    run they resume from step 1 (each then READY); then the uninterrupted run and the one-process
     references. The first run's summary, the uninterrupted one's and the references."""
     configs = composed(step_specs(root))
     staged = plan.with_suffix(".staged")
     staged.write_text(json.dumps(launch_plan(root, configs)))
     staged.rename(plan)   # (whole: a rank reads it once it is there)
     write_opt_and_sst2(root)
+    (root / READY["opt"]).touch()
     first = run_here(RESUMED, root / "resumed", stop_at=1)   # 1 process to step 1; 2 go on from there
-    (root / PREPARED).touch()
+    (root / READY["resumed"]).touch()
     whole = run_here(RESUMED, root / "whole")
     return first, whole, references(configs)
 

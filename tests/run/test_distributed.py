@@ -227,6 +227,25 @@ def test_a_rank_whose_config_differs_is_refused_before_compute_on_every_rank(tmp
     assert not (tmp_path / "run" / "summary.json").exists()   # refused before the run's first write
 
 
+@pytest.mark.slow   # (pazo-train --plan's ranks, twice; the default suite's: test_plan_flag.py's of the rule)
+def test_a_plan_on_two_processes_compares_the_ranks_as_a_run_does(tmp_path):
+    """`pazo-train ... --plan` under torchrun: ranks whose configs differ are refused as a run's are (one
+    line from each, exit 2); ranks that agree: rank 0 prints the plan, saying so, rank 1 nothing."""
+    def plans(*rank_1: str) -> list[tuple[int, str, str]]:
+        port = _free_port()
+        ranks = [_rank(tmp_path, rank, port, "train.steps=3", "--plan", *(rank_1 if rank else ())) for rank in (0, 1)]
+        outs = [p.communicate(timeout=300) for p in ranks]
+        return [(p.returncode, *out) for p, out in zip(ranks, outs)]
+    differ = plans("method.lr=0.5")
+    for code, stdout, stderr in differ:
+        assert code == 2 and "Traceback" not in stderr and not stdout, stderr[-3000:]
+        assert len(_errors(stderr)) == 1 and "differ in config" in stderr, stderr
+    (code_0, out_0, err_0), (code_1, out_1, err_1) = plans()
+    assert (code_0, code_1) == (0, 0), err_0[-3000:] + err_1[-3000:]
+    assert "ranks: the 2 processes run the same config, data and code" in out_0 and not out_1
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.slow   # (about a minute: two runs start, a rank is killed mid-run, one process resumes, one runs whole)
 def test_a_killed_rank_ends_the_other_with_one_line_and_one_process_resumes_the_same_run(tmp_path):
     port = _free_port()
