@@ -4,12 +4,13 @@ tests: the jobs of a plan, in order, in this one process per rank (starting a ra
 most of its jobs). Each rank writes a JSON line per job to OUT/rank<R>.jsonl.
 
 The plan is read once it is there (the session writes it while the ranks start); a job with `wait_for`
-starts once that file is there (what the session prepares meanwhile: the tiny OPT, a run to resume).
-Jobs (`kind`): `library` (`library_steps.run_method`: it joins the group itself, as a user's loop
-would), `steps` (`distributed_steps.run_method`, of the config the session composed), `run` (a run into
-its directory: `pazo.run.launch`'s `run` on rank 0 and `follow` on the others, as pazo-train does, its
-refusal recorded), and last `cli` (pazo-train's own command line, whose rank `kill_rank` kills itself
-with SIGKILL during its step `kill_at`: the process ends there, so it is the plan's last job).
+starts once that file is there (what the session prepares meanwhile: a run's config, the tiny OPT, a
+run to resume). Jobs (`kind`): `library` (`library_steps.run_method`: it joins the group itself, as a
+user's loop would), `steps` (`distributed_steps.run_method`, of the config the session composed into
+the file `config`), `run` (a run into its directory: `pazo.run.launch`'s `run` on rank 0 and `follow`
+on the others, as pazo-train does, its refusal recorded), and last `cli` (pazo-train's own command
+line, whose rank `kill_rank` kills itself with SIGKILL during its step `kill_at`: the process ends
+there, so it is the plan's last job).
 
     python distributed_launch.py PLAN.json OUT
 """
@@ -105,7 +106,8 @@ def one_job(job: dict) -> dict:
         return {"ended": "the command returned"}
     distributed.join(60)
     if kind == "steps":
-        return distributed_steps.run_method(job["spec"], job["steps"], OmegaConf.create(job["config"]))
+        config = OmegaConf.create(json.loads(Path(job["config"]).read_text()))
+        return distributed_steps.run_method(job["spec"], job["steps"], config)
     return run_job(job)
 
 

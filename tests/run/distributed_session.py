@@ -83,10 +83,16 @@ def step_specs(root: Path) -> list[str]:
     return ALL_ZEROTH_ORDER + FIRST_ORDER + opt_specs(root, list(OPT_METHODS))
 
 
-def launch_plan(root: Path, configs: dict[str, dict]) -> list[dict]:
-    """The launch's jobs, in order (`distributed_launch.py`), each method's run with its composed config
-    (`configs`, by spec); those that read what this process prepares wait until it is READY (the runs:
-    the one they resume, and its calibrated sigma); the killed run last (it ends the ranks)."""
+def config_file(root: Path, index: int) -> Path:
+    """Where the launch's `index`-th method run's config is, once composed (`compose_for_ranks`)."""
+    return root / "configs" / f"{index}.json"
+
+
+def launch_plan(root: Path) -> list[dict]:
+    """The launch's jobs, in order (`distributed_launch.py`), each method's run with the file its
+    config is composed into, which it waits for; those that read what this process prepares wait until
+    it is READY (the runs: the one they resume, and its calibrated sigma); the killed run last (it ends
+    the ranks)."""
     opt_ready, resumed_ready = ({"wait_for": str(root / READY[what])} for what in ("opt", "resumed"))
 
     def run(name: str, overrides: list[str], **more) -> dict:
@@ -95,8 +101,9 @@ def launch_plan(root: Path, configs: dict[str, dict]) -> list[dict]:
     opt = set(opt_specs(root, list(OPT_METHODS)))
     return [*({"kind": "library", "name": f"library:{m}", "method": m, "steps": STEPS, "sigma": LIBRARY_SIGMA}
               for m in LIBRARY),
-            *({"kind": "steps", "name": spec, "spec": spec, "steps": STEPS, "config": configs[spec],
-               **(opt_ready if spec in opt else {})} for spec in step_specs(root)),
+            *({"kind": "steps", "name": spec, "spec": spec, "steps": STEPS, "config": str(config_file(root, i)),
+               **(opt_ready if spec in opt else {"wait_for": str(config_file(root, i))})}
+              for i, spec in enumerate(step_specs(root))),
             run("differs", RESUMED, rank_overrides={"1": ["method.lr=0.5"]}),
             run("locked", RESUMED),
             run("resumed", RESUMED, stop_at=3),
@@ -125,13 +132,26 @@ def run_here(overrides: list[str], run_dir: Path, stop_at: int | None = None) ->
         return run(compose_run(overrides), run_dir)
 
 
-def composed(specs: list[str]) -> dict[str, dict]:
+def compose_for_ranks(root: Path, specs: list[str]) -> dict[str, dict]:
     """Each spec's run config (`distributed_steps.spec_config`), composed once for the ranks and this
-    process alike, as plain containers (the plan's JSON)."""
+    process alike: each written (whole) into its `config_file` as soon as it is composed, for the rank
+    that waits for it; returned as plain containers, by spec."""
     import distributed_steps
     from omegaconf import OmegaConf
 
-    return {spec: OmegaConf.to_container(distributed_steps.spec_config(spec, STEPS)) for spec in specs}
+    configs = {}
+    config_file(root, 0).parent.mkdir()
+    for index, spec in enumerate(specs):
+        configs[spec] = OmegaConf.to_container(distributed_steps.spec_config(spec, STEPS))
+        write_whole(config_file(root, index), json.dumps(configs[spec]))
+    return configs
+
+
+def write_whole(path: Path, text: str) -> None:
+    """`text` into `path`, there only once whole (a rank reads it as soon as it is there)."""
+    staged = path.with_suffix(".staged")
+    staged.write_text(text)
+    staged.rename(path)
 
 
 def references(configs: dict[str, dict]) -> dict:
@@ -209,13 +229,12 @@ def launch_and_compare(root: Path, env: dict) -> dict:
 
 
 def prepare_and_refer(root: Path, plan: Path) -> tuple[dict, dict, dict]:
-    """While the ranks start: their plan (the runs' configs composed once), then the tiny OPT and the
-    run they resume from step 1 (each then READY); then the uninterrupted run and the one-process
-    references. The first run's summary, the uninterrupted one's and the references."""
-    configs = composed(step_specs(root))
-    staged = plan.with_suffix(".staged")
-    staged.write_text(json.dumps(launch_plan(root, configs)))
-    staged.rename(plan)   # (whole: a rank reads it once it is there)
+    """While the ranks start: their plan, the runs' configs composed once (a rank starts each run as
+    soon as its config is there), then the tiny OPT and the run they resume from step 1 (each then
+    READY); then the uninterrupted run and the one-process references. The first run's summary, the
+    uninterrupted one's and the references."""
+    write_whole(plan, json.dumps(launch_plan(root)))
+    configs = compose_for_ranks(root, step_specs(root))
     write_opt_and_sst2(root)
     (root / READY["opt"]).touch()
     first = run_here(RESUMED, root / "resumed", stop_at=1)   # 1 process to step 1; 2 go on from there
