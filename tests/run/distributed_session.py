@@ -8,10 +8,10 @@ WORLD_SIZE, MASTER_ADDR, MASTER_PORT); torchrun itself is the slow tests'.
 
 Nothing is computed twice and nothing waits that need not: the ranks start first (their imports are
 the launch's longest wait) while this process composes every run's config once for them and for
-itself, writes the tiny OPT and the run they resume (`READY` says when, to the jobs that read
-them); the digits runs and the library loops use a given noise multiplier (calibrating is no
-matter of the ranks: the run jobs calibrate theirs, once, into the shared sigma cache); one
-uninterrupted run is the reference of both the resumed and the killed run."""
+itself, each written as soon as it is (the tiny OPT's once its files are), then the run they resume
+(`RESUMED_READY` says when); the digits runs and the library loops use a given noise multiplier
+(calibrating is no matter of the ranks: the run jobs calibrate theirs, once, into the shared sigma
+cache); one uninterrupted run is the reference of both the resumed and the killed run."""
 from __future__ import annotations
 
 import fcntl
@@ -64,8 +64,8 @@ KILLED = RESUMED
 KILL_AT = 3
 #: the runs the launch leaves to be resumed on one process
 RUNS = {"resumed": RESUMED, "killed": KILLED}
-#: written into the launch's folder once the tiny OPT is there, and once the run the ranks resume is
-READY = {"opt": "opt.ready", "resumed": "resumed.ready"}
+#: written into the launch's folder once the run the ranks resume (and its calibrated sigma) is there
+RESUMED_READY = "resumed.ready"
 
 
 def opt_specs(root: Path, names: list[str]) -> list[str]:
@@ -90,20 +90,17 @@ def config_file(root: Path, index: int) -> Path:
 
 def launch_plan(root: Path) -> list[dict]:
     """The launch's jobs, in order (`distributed_launch.py`), each method's run with the file its
-    config is composed into, which it waits for; those that read what this process prepares wait until
-    it is READY (the runs: the one they resume, and its calibrated sigma); the killed run last (it ends
-    the ranks)."""
-    opt_ready, resumed_ready = ({"wait_for": str(root / READY[what])} for what in ("opt", "resumed"))
+    config is composed into, which it waits for; the runs wait for RESUMED_READY; the killed run last
+    (it ends the ranks)."""
+    resumed_ready = {"wait_for": str(root / RESUMED_READY)}
 
     def run(name: str, overrides: list[str], **more) -> dict:
         return {"kind": "run", "name": name, "overrides": overrides, "run_dir": str(root / name), **resumed_ready,
                 **more}
-    opt = set(opt_specs(root, list(OPT_METHODS)))
     return [*({"kind": "library", "name": f"library:{m}", "method": m, "steps": STEPS, "sigma": LIBRARY_SIGMA}
               for m in LIBRARY),
             *({"kind": "steps", "name": spec, "spec": spec, "steps": STEPS, "config": str(config_file(root, i)),
-               **(opt_ready if spec in opt else {"wait_for": str(config_file(root, i))})}
-              for i, spec in enumerate(step_specs(root))),
+               "wait_for": str(config_file(root, i))} for i, spec in enumerate(step_specs(root))),
             run("differs", RESUMED, rank_overrides={"1": ["method.lr=0.5"]}),
             run("locked", RESUMED),
             run("resumed", RESUMED, stop_at=3),
@@ -132,16 +129,18 @@ def run_here(overrides: list[str], run_dir: Path, stop_at: int | None = None) ->
         return run(compose_run(overrides), run_dir)
 
 
-def compose_for_ranks(root: Path, specs: list[str]) -> dict[str, dict]:
-    """Each spec's run config (`distributed_steps.spec_config`), composed once for the ranks and this
+def compose_for_ranks(root: Path) -> dict[str, dict]:
+    """Each method run's config (`distributed_steps.spec_config`), composed once for the ranks and this
     process alike: each written (whole) into its `config_file` as soon as it is composed, for the rank
-    that waits for it; returned as plain containers, by spec."""
+    that waits for it, the tiny OPT's once its files are written; returned as plain containers, by spec."""
     import distributed_steps
     from omegaconf import OmegaConf
 
-    configs = {}
+    configs, specs = {}, step_specs(root)
     config_file(root, 0).parent.mkdir()
     for index, spec in enumerate(specs):
+        if index == len(specs) - len(OPT_METHODS):
+            write_opt_and_sst2(root)
         configs[spec] = OmegaConf.to_container(distributed_steps.spec_config(spec, STEPS))
         write_whole(config_file(root, index), json.dumps(configs[spec]))
     return configs
@@ -230,15 +229,13 @@ def launch_and_compare(root: Path, env: dict) -> dict:
 
 def prepare_and_refer(root: Path, plan: Path) -> tuple[dict, dict, dict]:
     """While the ranks start: their plan, the runs' configs composed once (a rank starts each run as
-    soon as its config is there), then the tiny OPT and the run they resume from step 1 (each then
-    READY); then the uninterrupted run and the one-process references. The first run's summary, the
-    uninterrupted one's and the references."""
+    soon as its config is there) and the tiny OPT, then the run they resume from step 1
+    (RESUMED_READY); then the uninterrupted run and the one-process references. The first run's
+    summary, the uninterrupted one's and the references."""
     write_whole(plan, json.dumps(launch_plan(root)))
-    configs = compose_for_ranks(root, step_specs(root))
-    write_opt_and_sst2(root)
-    (root / READY["opt"]).touch()
+    configs = compose_for_ranks(root)
     first = run_here(RESUMED, root / "resumed", stop_at=1)   # 1 process to step 1; 2 go on from there
-    (root / READY["resumed"]).touch()
+    (root / RESUMED_READY).touch()
     whole = run_here(RESUMED, root / "whole")
     return first, whole, references(configs)
 
