@@ -358,21 +358,44 @@ PLAN_FLAG = "--plan"
 
 def plan_only(argv: list[str]) -> int:
     """`pazo-train <overrides> --plan`: the overrides checked as a run checks them (the same one
-    line for a mistake), then the run's privacy plan printed (`plan_lines`) and exit 0, with no
-    run directory made and nothing trained; the exit status."""
+    line for a mistake; under torchrun what the ranks cannot share too, said by rank 0), then the
+    run's privacy plan printed (`plan_on_ranks`) and exit 0, with no run directory made and nothing
+    trained; the exit status."""
     from pazo.run import cli as command_line
     flags = [a for a in argv if a.startswith("-")]
     problem = (f"--plan plans one run: give it overrides only, not {' '.join(flags)}" if flags
-               else command_line.check_overrides(argv, check=_check_device))
-    if problem is None:
-        try:
-            lines = plan_lines(argv)
-        except command_line.USER_ERRORS as err:
-            problem = str(err)
+               else command_line.check_overrides(argv, check=_check_launch))
     if problem:
-        print(f"pazo: error: {problem}", file=sys.stderr)
+        if not _said_by_rank_0(argv, problem):
+            print(f"pazo: error: {problem}", file=sys.stderr)
         return 2
-    print("\n".join(lines))
+    return plan_on_ranks(argv)
+
+
+def plan_on_ranks(argv: list[str]) -> int:
+    """The plan of `argv` (`plan_lines`), printed by rank 0: under torchrun every rank plans, and the
+    ranks compare their config, data and code as a run's ranks do before its first step. A mistake,
+    or ranks that differ, is one line from each rank that finds it, as a run's ranks say it (exit
+    2); a lost rank one line (exit 75). The exit status."""
+    from pazo.run import distributed
+    from pazo.run.cli import USER_ERRORS
+
+    rank, _ = distributed.world_from_environment()
+    on_rank = f"rank {rank}: " if rank else ""
+    try:
+        lines = plan_lines(argv)
+    except distributed.LeaderRefused:   # rank 0 refused the plan and says why
+        return 2
+    except USER_ERRORS as err:
+        print(f"pazo: error: {on_rank}{err}", file=sys.stderr)
+        return 2
+    except distributed.RankLost as lost:
+        print(f"pazo: error: {on_rank}{lost}", file=sys.stderr)
+        _leave(EXIT_CODES["fault"])   # at once: gloo's broken group aborts the interpreter's shutdown
+    finally:
+        distributed.leave()
+    if not rank:
+        print("\n".join(lines))
     return 0
 
 
@@ -380,7 +403,8 @@ def plan_lines(argv: list[str]) -> list[str]:
     """The privacy plan of the run `argv` describes, as a run's header prints it (`privacy_lines`:
     sigma calibrated or given, q, T, the accountant and the cross-check), after what n is and how
     it is known: the data set's splits are built (their sizes only; no model reads an example), or
-    where the data are missing, n is estimated from a published size (`pazo.sweep.selection.private_size`)."""
+    where the data are missing, n is estimated from a published size (`pazo.sweep.selection.private_size`).
+    Under torchrun the ranks agree on the config, data and code first (`_agreed_private_size`)."""
     from hydra import compose, initialize_config_dir
 
     from pazo.run.build import run_privacy_plan
@@ -389,22 +413,59 @@ def plan_lines(argv: list[str]) -> list[str]:
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = run_config(compose(config_name="config", overrides=list(argv)))   # (checked: `plan_only`)
-    n, how = _private_size(cfg)
+    n, how, world = _agreed_private_size(cfg)
     steps = planned_steps(cfg.train, n)
     check_schedule_fits(cfg.train, cfg.schedule, steps)   # (where n is estimated, the data's own check has not run)
     plan = run_privacy_plan(cfg, n, steps)
+    agreed = [f"ranks: the {world} processes run the same config, data and code (compared as a run's ranks "
+              "compare them before its first step)"] if world > 1 else []
     return [f"plan: {cfg.method.name} on {cfg.dataset.name}: n = {n} private examples ({how}), batch "
             f"{cfg.train.batch_size} -> q = {cfg.train.batch_size / n:.4f}, T = {steps} steps",
-            *privacy_lines(plan),
+            *privacy_lines(plan), *agreed,
             "plan only: nothing was trained and no run directory was written"]
 
 
-def _private_size(cfg) -> tuple[int, str]:
+def _agreed_private_size(cfg) -> tuple[int, str, int]:
+    """n and how it is known (`_private_data`), and the number of processes: under torchrun every
+    rank's, once the ranks agree on the run's config, data and code (`Group.agree`, before the plan's
+    calibration); a refusal goes into that one exchange (`_tell_refusal`)."""
+    from pazo.run import distributed
+    from pazo.run.cli import USER_ERRORS
+
+    group = distributed.join(cfg.train.distributed_timeout_s)
+    try:
+        n, how, digests = _private_data(cfg, group.several)
+    except USER_ERRORS as err:
+        _tell_refusal(group, err)
+        raise
+    group.agree(distributed.run_facts(cfg.fingerprint, digests))
+    return n, how, group.world_size
+
+
+def _tell_refusal(group, err: Exception) -> None:
+    """This rank's refusal `err`, into the exchange the other ranks wait in: rank 0's ends them
+    (`LeaderRefused`: rank 0 says it); another rank's, where rank 0 refused too, is left to rank 0."""
+    from pazo.errors import ConfigError
+    from pazo.run import distributed
+
+    if not group.several:
+        return
+    try:
+        group.agree({"refused": str(err)})
+    except distributed.LeaderRefused:
+        raise
+    except (ConfigError, distributed.RankLost):   # (the others planned, or are gone: this rank says its own)
+        pass
+
+
+def _private_data(cfg, digests: bool) -> tuple[int, str, dict[str, str]]:
     """n, the private set's size, as the run's loader gives it from the run's typed config
-    (`RunConfig`), and how it was found; a batch larger than the data is refused as a run refuses it."""
+    (`RunConfig`), how it was found and (`digests`: for the ranks to compare) the data's digests; a
+    batch larger than the data is refused as a run refuses it."""
     from pazo.data import build_dataset
     from pazo.errors import DataMissingError
     from pazo.rng import RandomStreams
+    from pazo.run.build import data_digest
     from pazo.sweep.selection import private_size
     from pazo.run.validate import validate_against_data
 
@@ -412,9 +473,11 @@ def _private_size(cfg) -> tuple[int, str]:
         data = build_dataset(cfg.dataset, RandomStreams(cfg.seed))
     except DataMissingError:   # a published size, or the line that says the data are missing
         size = private_size(cfg)
-        return size.n, size.estimated
+        return size.n, size.estimated, {"published_size": str(size.n)}
     validate_against_data(cfg.train, cfg.method, cfg.schedule, len(data.private), len(data.public))
-    return len(data.private), "the data set's split sizes; no model read any example"
+    found = ({"private_data_sha256": data_digest(data.private), "public_data_sha256": data_digest(data.public)}
+             if digests else {})
+    return len(data.private), "the data set's split sizes; no model read any example", found
 
 
 def _command_line_problem(argv: list[str], single: bool) -> str | None:

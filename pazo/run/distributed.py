@@ -10,6 +10,8 @@ streams. With WORLD_SIZE unset or 1 nothing here runs: `current()` is the one-pr
 from __future__ import annotations
 
 import datetime
+import hashlib
+import json
 import math
 import os
 import signal
@@ -240,9 +242,17 @@ def leave() -> None:
     _CURRENT = Group()
 
 
+def run_facts(fingerprint: str, digests: dict[str, str]) -> dict[str, str]:
+    """What every rank of a run (and of its plan) must share, hashed once more (the private data's digest
+    stays among the run's processes): the config (its `fingerprint`), the `digests` of what keys the
+    secret streams (the data; a run's initial parameters too) and pazo's code."""
+    def hashed(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()
+    return {"config": hashed(fingerprint), "data": hashed(json.dumps(digests, sort_keys=True)), "code": code_digest()}
+
+
 def code_digest() -> str:
     """A digest of the package's Python sources: ranks running other code would compute another run."""
-    import hashlib
     from pathlib import Path
 
     root = Path(__file__).parent.parent   # the package, from its run/ wing

@@ -10,8 +10,6 @@ files as they were.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import socket
@@ -173,9 +171,8 @@ def rank_facts(r, start_step: int) -> dict[str, str]:
     """What every rank of a run must share: the config, the digests that key the secret streams
     (hashed once more: the private data's stays among the run's processes), the code, the engine
     and the step it starts from (a resumed run: its checkpoint's, read on every rank)."""
-    keys = hashlib.sha256(json.dumps(r.key_digests, sort_keys=True).encode()).hexdigest()
-    return {"config": hashlib.sha256(r.cfg.fingerprint.encode()).hexdigest(), "data": keys,
-            "code": distributed.code_digest(), "engine": r.engine["name"], "start": f"step {start_step}"}
+    return {**distributed.run_facts(r.cfg.fingerprint, r.key_digests), "engine": r.engine["name"],
+            "start": f"step {start_step}"}
 
 
 def _start_records(run_dir: Path, start, r, loop: LoopState):

@@ -3,11 +3,14 @@ its ranks: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) that serves the default s
 tests: the jobs of a plan, in order, in this one process per rank (starting a rank costs more than
 most of its jobs). Each rank writes a JSON line per job to OUT/rank<R>.jsonl.
 
-Jobs (`kind`): `library` (`library_steps.run_method`: it joins the group itself, as a user's loop
-would), `steps` (`distributed_steps.run_method`), `run` (a run into its directory: `pazo.run.launch`'s
-`run` on rank 0 and `follow` on the others, as pazo-train does, its refusal recorded), and last
-`cli` (pazo-train's own command line, whose rank `kill_rank` kills itself with SIGKILL during its step
-`kill_at`: the process ends there, so it is the plan's last job).
+The plan is read once it is there (the session writes it while the ranks start); a job with `wait_for`
+starts once that file is there (what the session prepares meanwhile: a run's config, the tiny OPT, a
+run to resume). Jobs (`kind`): `library` (`library_steps.run_method`: it joins the group itself, as a
+user's loop would), `steps` (`distributed_steps.run_method`, of the config the session composed into
+the file `config`), `run` (a run into its directory: `pazo.run.launch`'s `run` on rank 0 and `follow`
+on the others, as pazo-train does, its refusal recorded), and last `cli` (pazo-train's own command
+line, whose rank `kill_rank` kills itself with SIGKILL during its step `kill_at`: the process ends
+there, so it is the plan's last job).
 
     python distributed_launch.py PLAN.json OUT
 """
@@ -23,6 +26,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]   # distributed_steps, library_step
 
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 
 import distributed_steps  # noqa: E402
 import library_steps  # noqa: E402
@@ -35,6 +39,17 @@ from pazo.run.cli import USER_ERRORS  # noqa: E402
 from step_faults import signalled_at_step  # noqa: E402
 
 RANK = int(os.environ["RANK"])
+#: how long a rank waits for the plan, or for what a job waits for, before it gives up
+WAIT_S = 600
+
+
+def wait_for(path: Path) -> None:
+    """Return once `path` is there (the session writes it); a rank that waited WAIT_S raises."""
+    waited = time.monotonic() + WAIT_S
+    while not path.exists():
+        if time.monotonic() > waited:
+            raise TimeoutError(f"rank {RANK}: {path} was not there after {WAIT_S} s")
+        time.sleep(0.05)
 
 
 def compose_run(overrides: list[str]):
@@ -82,14 +97,17 @@ def cli_job(job: dict) -> None:
 
 def one_job(job: dict) -> dict:
     kind = job["kind"]
+    if "wait_for" in job:
+        wait_for(Path(job["wait_for"]))
     if kind == "library":
-        return library_steps.run_method(job["method"], job["steps"])
+        return library_steps.run_method(job["method"], job["steps"], job["sigma"])
     if kind == "cli":
         cli_job(job)
         return {"ended": "the command returned"}
     distributed.join(60)
     if kind == "steps":
-        return distributed_steps.run_method(job["spec"], job["steps"])
+        config = OmegaConf.create(json.loads(Path(job["config"]).read_text()))
+        return distributed_steps.run_method(job["spec"], job["steps"], config)
     return run_job(job)
 
 
@@ -97,6 +115,7 @@ def main(plan_path: str, out: str) -> None:
     torch.set_num_threads(1)
     # the plan's cross-check by the other accountants (seconds a plan) is a line of the header: not needed here
     pazo.privacy.plan.cross_check = lambda plan, steps: {}
+    wait_for(Path(plan_path))
     jobs = json.loads(Path(plan_path).read_text())
     with open(Path(out) / f"rank{RANK}.jsonl", "a") as results:
         for job in jobs:

@@ -4,7 +4,14 @@ on digits and on the tiny OPT, the library loop, a run resumed from 1 process on
 rank killed mid-run and the run resumed, and the ranks' refusals. Starting a rank (torch, pazo) costs
 more than most of its runs, so each rank runs them all in sequence (`distributed_launch.py`); the
 tests then read the files this leaves. The ranks are started as torchrun starts them (RANK,
-WORLD_SIZE, MASTER_ADDR, MASTER_PORT); torchrun itself is the slow tests'."""
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT); torchrun itself is the slow tests'.
+
+Nothing is computed twice and nothing waits that need not: the ranks start first (their imports are
+the launch's longest wait) while this process composes every run's config once for them and for
+itself, each written as soon as it is (the tiny OPT's once its files are), then the run they resume
+(`RESUMED_READY` says when); the digits runs and the library loops use a given noise multiplier
+(calibrating is no matter of the ranks: the run jobs calibrate theirs, once, into the shared sigma
+cache); one uninterrupted run is the reference of both the resumed and the killed run."""
 from __future__ import annotations
 
 import fcntl
@@ -23,13 +30,20 @@ from llm_fixtures import write_opt_and_sst2
 
 HERE = Path(__file__).parent
 
-ALL_ZEROTH_ORDER = ["mezo:privacy=none", "dpzero", "dp_zo", "dp_zo:method.noise=laplace,privacy.delta=0",
-                    "dp_zogd", "dp_aggzo", "pazo_m", "pazo_p", "pazo_p_prime", "pazo_s"]
+#: the digits runs' noise multiplier, given: above what the default budget (epsilon 1 over STEPS steps, batch
+#: 96 of digits' 1165) needs for each method's releases (at most 1.33 calibrated), so nothing is calibrated
+SIGMA = "privacy.sigma=2.0"
+ALL_ZEROTH_ORDER = ["mezo:privacy=none", f"dpzero:{SIGMA}", f"dp_zo:{SIGMA}",
+                    f"dp_zo:method.noise=laplace,privacy.delta=0,{SIGMA}",
+                    *(f"{m}:{SIGMA}" for m in ("dp_zogd", "dp_aggzo", "pazo_m", "pazo_p", "pazo_p_prime", "pazo_s"))]
 #: the first-order methods that run on several processes (DP-SGD without privacy: the plain mean)
-FIRST_ORDER = ["dpsgd", "dpmd", "dope_sgd", "gep", "dpsgd:privacy=none"]
+FIRST_ORDER = [*(f"{m}:{SIGMA}" for m in ("dpsgd", "dpmd", "dope_sgd", "gep")), "dpsgd:privacy=none"]
 #: the library loop's methods: the scalar privatiser (its loop joins the ranks' group itself) and
 #: PAZO-S's losses (the group found initialised)
 LIBRARY = ["dpzero", "pazo_s"]
+#: the library loops' noise multiplier, given: above what epsilon 1 over STEPS steps at q = 0.32 needs
+#: (2.70 calibrated for one release, 3.82 for two)
+LIBRARY_SIGMA = 5.0
 
 #: the tiny OPT on SST-2 as the LLM tests run it (test_llm.py's `run_cfg`): a given sigma, nothing calibrated
 OPT = ("model=hf_causal_lm", "model.attention=eager", "dataset=sst2", "dataset.n_train=24", "dataset.n_val=6",
@@ -41,15 +55,17 @@ OPT_METHODS = {"mezo": ("privacy=none",), "dpzero": (), "dp_zo": (), "dp_zo_lapl
                "pazo_p_prime": (*PUBLIC, "method.k=2"), "pazo_s": (*PUBLIC, "method.k=2")}
 
 STEPS = 3
-#: the run resumed across process counts: 1 process to step 1, 2 to step 3, 1 to the end
-RESUMED = ["dataset=digits", "method=dpzero", "train.steps=4", "train.log_every=1", "logger.report_to=[]",
-           "logger.mode=disabled", "device=cpu"]
-#: the run whose rank 1 is killed as its step KILL_AT starts (rank 0 checkpointed at step 4)
-KILLED = ["dataset=digits", "method=dpzero", "train.steps=6", "train.log_every=1", "train.evals_per_epoch=0",
-          "train.checkpoint_every=2", "logger.report_to=[]", "logger.mode=disabled", "device=cpu"]
-KILL_AT = 5
-#: the runs the launch leaves to be resumed on one process, beside their uninterrupted one-process runs
+#: the run resumed across process counts (1 process to step 1, 2 to step 3, 1 to the end) and the one whose
+#: rank 1 is killed as its step KILL_AT starts (rank 0 checkpointed at step 2): one config, so that one
+#: uninterrupted run on one process (`whole`) is the reference of both, and one sigma is calibrated
+RESUMED = ["dataset=digits", "method=dpzero", "train.steps=4", "train.log_every=1", "train.checkpoint_every=2",
+           "logger.report_to=[]", "logger.mode=disabled", "device=cpu"]
+KILLED = RESUMED
+KILL_AT = 3
+#: the runs the launch leaves to be resumed on one process
 RUNS = {"resumed": RESUMED, "killed": KILLED}
+#: written into the launch's folder once the run the ranks resume (and its calibrated sigma) is there
+RESUMED_READY = "resumed.ready"
 
 
 def opt_specs(root: Path, names: list[str]) -> list[str]:
@@ -67,17 +83,29 @@ def step_specs(root: Path) -> list[str]:
     return ALL_ZEROTH_ORDER + FIRST_ORDER + opt_specs(root, list(OPT_METHODS))
 
 
+def config_file(root: Path, index: int) -> Path:
+    """Where the launch's `index`-th method run's config is, once composed (`compose_for_ranks`)."""
+    return root / "configs" / f"{index}.json"
+
+
 def launch_plan(root: Path) -> list[dict]:
-    """The launch's jobs, in order (`distributed_launch.py`); the killed run last (it ends the ranks)."""
+    """The launch's jobs, in order (`distributed_launch.py`), each method's run with the file its
+    config is composed into, which it waits for; the runs wait for RESUMED_READY; the killed run last
+    (it ends the ranks)."""
+    resumed_ready = {"wait_for": str(root / RESUMED_READY)}
+
     def run(name: str, overrides: list[str], **more) -> dict:
-        return {"kind": "run", "name": name, "overrides": overrides, "run_dir": str(root / name), **more}
-    return [*({"kind": "library", "name": f"library:{m}", "method": m, "steps": STEPS} for m in LIBRARY),
-            *({"kind": "steps", "name": spec, "spec": spec, "steps": STEPS} for spec in step_specs(root)),
-            run("differs", [*RESUMED, "train.steps=3"], rank_overrides={"1": ["method.lr=0.5"]}),
-            run("locked", [*RESUMED, "train.steps=2"]),
+        return {"kind": "run", "name": name, "overrides": overrides, "run_dir": str(root / name), **resumed_ready,
+                **more}
+    return [*({"kind": "library", "name": f"library:{m}", "method": m, "steps": STEPS, "sigma": LIBRARY_SIGMA}
+              for m in LIBRARY),
+            *({"kind": "steps", "name": spec, "spec": spec, "steps": STEPS, "config": str(config_file(root, i)),
+               "wait_for": str(config_file(root, i))} for i, spec in enumerate(step_specs(root))),
+            run("differs", RESUMED, rank_overrides={"1": ["method.lr=0.5"]}),
+            run("locked", RESUMED),
             run("resumed", RESUMED, stop_at=3),
             {"kind": "cli", "name": "killed", "argv": [*KILLED, f"hydra.run.dir={root / 'killed'}"], "kill_rank": 1,
-             "kill_at": KILL_AT}]
+             "kill_at": KILL_AT, **resumed_ready}]
 
 
 def compose_run(overrides: list[str]):
@@ -101,13 +129,40 @@ def run_here(overrides: list[str], run_dir: Path, stop_at: int | None = None) ->
         return run(compose_run(overrides), run_dir)
 
 
-def references(root: Path) -> dict:
-    """One process's results of the launch's library loops and method runs (`distributed_steps`)."""
+def compose_for_ranks(root: Path) -> dict[str, dict]:
+    """Each method run's config (`distributed_steps.spec_config`), composed once for the ranks and this
+    process alike: each written (whole) into its `config_file` as soon as it is composed, for the rank
+    that waits for it, the tiny OPT's once its files are written; returned as plain containers, by spec."""
+    import distributed_steps
+    from omegaconf import OmegaConf
+
+    configs, specs = {}, step_specs(root)
+    config_file(root, 0).parent.mkdir()
+    for index, spec in enumerate(specs):
+        if index == len(specs) - len(OPT_METHODS):
+            write_opt_and_sst2(root)
+        configs[spec] = OmegaConf.to_container(distributed_steps.spec_config(spec, STEPS))
+        write_whole(config_file(root, index), json.dumps(configs[spec]))
+    return configs
+
+
+def write_whole(path: Path, text: str) -> None:
+    """`text` into `path`, there only once whole (a rank reads it as soon as it is there)."""
+    staged = path.with_suffix(".staged")
+    staged.write_text(text)
+    staged.rename(path)
+
+
+def references(configs: dict[str, dict]) -> dict:
+    """One process's results of the launch's library loops and method runs (`distributed_steps`), from the
+    configs the ranks run (`configs`, by spec)."""
     import distributed_steps
     import library_steps
+    from omegaconf import OmegaConf
 
-    found = {f"library:{m}": library_steps.run_method(m, STEPS) for m in LIBRARY}
-    return {**found, **{spec: distributed_steps.run_method(spec, STEPS) for spec in step_specs(root)}}
+    found = {f"library:{m}": library_steps.run_method(m, STEPS, LIBRARY_SIGMA) for m in LIBRARY}
+    return {**found, **{spec: distributed_steps.run_method(spec, STEPS, OmegaConf.create(config))
+                        for spec, config in configs.items()}}
 
 
 def _free_port() -> int:
@@ -147,18 +202,16 @@ def _summary(run_dir: Path) -> dict | None:
 
 
 def launch_and_compare(root: Path, env: dict) -> dict:
-    """The whole session's work: the launch, the references beside it, the runs resumed after it."""
+    """The whole session's work: the launch, and beside it what it needs and the references; the runs
+    resumed after it."""
     from pazo.files.rundir import RunDirLock
 
-    first = run_here(RESUMED, root / "resumed", stop_at=1)   # 1 process to step 1; 2 go on from there
     plan = root / "plan.json"
-    plan.write_text(json.dumps(launch_plan(root)))
     (root / "locked").mkdir()
     with RunDirLock(root / "locked"):   # (held while the launch runs: its rank 0 finds it in use)
         ranks = start_ranks(root, plan, env)
         try:
-            one = references(root)
-            whole = {name: run_here(overrides, root / f"whole_{name}") for name, overrides in RUNS.items()}
+            first, whole, one = prepare_and_refer(root, plan)
         except BaseException:   # (a Ctrl-C, or a reference that failed: the ranks are not waited for)
             for p in ranks:
                 p.kill()
@@ -172,6 +225,19 @@ def launch_and_compare(root: Path, env: dict) -> dict:
     return {"one": one, "ranks": records,
             "exits": [code for code, _ in ended], "outputs": [text for _, text in ended], "first": first,
             "two": two, "last": last, "whole": whole, "elsewhere": sorted(os.listdir(root / "elsewhere"))}
+
+
+def prepare_and_refer(root: Path, plan: Path) -> tuple[dict, dict, dict]:
+    """While the ranks start: their plan, the runs' configs composed once (a rank starts each run as
+    soon as its config is there) and the tiny OPT, then the run they resume from step 1
+    (RESUMED_READY); then the uninterrupted run and the one-process references. The first run's
+    summary, the uninterrupted one's and the references."""
+    write_whole(plan, json.dumps(launch_plan(root)))
+    configs = compose_for_ranks(root)
+    first = run_here(RESUMED, root / "resumed", stop_at=1)   # 1 process to step 1; 2 go on from there
+    (root / RESUMED_READY).touch()
+    whole = run_here(RESUMED, root / "whole")
+    return first, whole, references(configs)
 
 
 def _check_every_job_ran(jobs: list[dict], records: list[dict], ended: list[tuple[int, str]]) -> None:
@@ -214,7 +280,6 @@ def _launch_once(root: Path) -> dict:
     import torch
 
     root.mkdir()
-    write_opt_and_sst2(root)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "RANK", "WORLD_SIZE", "MASTER_"))}
     env.update(PAZO_CACHE_DIR=str(run_cache(root / "cache")), OMP_NUM_THREADS="1")
     threads = torch.get_num_threads()

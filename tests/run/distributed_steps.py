@@ -14,6 +14,7 @@ import sys
 import torch
 import torch.distributed
 from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
 
 import pazo.privacy.plan
 from pazo import CONFIG_DIR
@@ -25,16 +26,22 @@ from pazo.privacy.plan import epsilon_spent
 from pazo.run.validate import validated_run_config
 
 
-def run_method(spec: str, steps: int) -> dict:
-    """`spec`'s run for `steps` steps: its parameters' bytes and its epsilon."""
+def spec_config(spec: str, steps: int) -> DictConfig:
+    """`spec`'s run config (`METHOD[:OVERRIDE,...]`: on digits unless its overrides name another data
+    set, batch size, ...), composed."""
     method, _, extra = spec.partition(":")
     given = [o for o in extra.split(",") if o]
     replaced = {o.partition("=")[0] for o in given}   # (a spec's dataset=... or batch size in place of digits')
     overrides = [o for o in [f"method={method}", "dataset=digits", f"train.steps={steps}", "train.batch_size=96",
                              "logger.report_to=[]", "device=cpu"] if o.partition("=")[0] not in replaced] + given
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
-    r = build_run(validated_run_config(cfg))
+        return compose(config_name="config", overrides=overrides)
+
+
+def run_method(spec: str, steps: int, cfg: DictConfig | None = None) -> dict:
+    """`spec`'s run (its config `cfg` if given, else composed here) for `steps` steps: its parameters'
+    bytes and its epsilon."""
+    r = build_run(validated_run_config(cfg if cfg is not None else spec_config(spec, steps)))
     sampler, loop = r.sampler(), LoopState()
     r.module.train()
     for step in range(1, steps + 1):

@@ -227,6 +227,25 @@ def test_a_rank_whose_config_differs_is_refused_before_compute_on_every_rank(tmp
     assert not (tmp_path / "run" / "summary.json").exists()   # refused before the run's first write
 
 
+@pytest.mark.slow   # (pazo-train --plan's ranks, twice; the default suite's: test_plan_flag.py's of the rule)
+def test_a_plan_on_two_processes_compares_the_ranks_as_a_run_does(tmp_path):
+    """`pazo-train ... --plan` under torchrun: ranks whose configs differ are refused as a run's are (one
+    line from each, exit 2); ranks that agree: rank 0 prints the plan, saying so, rank 1 nothing."""
+    def plans(*rank_1: str) -> list[tuple[int, str, str]]:
+        port = _free_port()
+        ranks = [_rank(tmp_path, rank, port, "train.steps=3", "--plan", *(rank_1 if rank else ())) for rank in (0, 1)]
+        outs = [p.communicate(timeout=300) for p in ranks]
+        return [(p.returncode, *out) for p, out in zip(ranks, outs)]
+    differ = plans("method.lr=0.5")
+    for code, stdout, stderr in differ:
+        assert code == 2 and "Traceback" not in stderr and not stdout, stderr[-3000:]
+        assert len(_errors(stderr)) == 1 and "differ in config" in stderr, stderr
+    (code_0, out_0, err_0), (code_1, out_1, err_1) = plans()
+    assert (code_0, code_1) == (0, 0), err_0[-3000:] + err_1[-3000:]
+    assert "ranks: the 2 processes run the same config, data and code" in out_0 and not out_1
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.slow   # (about a minute: two runs start, a rank is killed mid-run, one process resumes, one runs whole)
 def test_a_killed_rank_ends_the_other_with_one_line_and_one_process_resumes_the_same_run(tmp_path):
     port = _free_port()
@@ -433,20 +452,20 @@ def test_a_run_resumes_from_one_process_on_two_and_back_on_one_in_one_launch(lau
     """One process to step 1, the launch's two to step 3 (rank 1 reads rank 0's checkpoint), one to
     the end: the uninterrupted one-process run's parameters, rows and epsilon, bit for bit; the
     2-process attempt's summary says its world size and that a rank exchanged bytes, not a model."""
-    root, whole, last = launched["root"], launched["whole"]["resumed"], launched["last"]["resumed"]
+    root, whole, last = launched["root"], launched["whole"], launched["last"]["resumed"]
     on_two = launched["two"]["resumed"]
     assert launched["first"]["stopped_at_step"] == 1
     assert [launched["ranks"][r]["resumed"].get("status") for r in (0, 1)] == ["preempted", "followed"]
     assert on_two["resumed_from_step"] == 1 and on_two["stopped_at_step"] == 3
     assert on_two["distributed"]["world_size"] == 2 and 0 < on_two["distributed"]["rank_bytes_per_step"] < 4096
     assert last["resumed_from_step"] == 3 and last["status"] == "finished"
-    _assert_same_run(root / "resumed", last, root / "whole_resumed", whole)
+    _assert_same_run(root / "resumed", last, root / "whole", whole)
 
 
 def test_a_killed_rank_ends_the_run_with_one_line_and_one_process_resumes_it_in_one_launch(launched):
-    """pazo-train on 2 ranks, rank 1 killed (SIGKILL) as its step 5 starts: rank 0 ends at once with
+    """pazo-train on 2 ranks, rank 1 killed (SIGKILL) as its step 3 starts: rank 0 ends at once with
     one line, exit 75 (a fault of the machine: resumable), its summary says so; one process then
-    resumes from the step-4 checkpoint to the uninterrupted run's parameters, bit for bit."""
+    resumes from the step-2 checkpoint to the uninterrupted run's parameters, bit for bit."""
     root, (leader, follower) = launched["root"], launched["outputs"]
     assert launched["exits"] == [75, -signal.SIGKILL], leader[-3000:]
     assert "Traceback" not in leader + follower
@@ -454,8 +473,8 @@ def test_a_killed_rank_ends_the_run_with_one_line_and_one_process_resumes_it_in_
     assert len(errors) == 1 and "another rank of this run stopped answering" in errors[0], leader[-3000:]
     fault = launched["two"]["killed"]
     assert fault["status"] == "fault" and "another rank" in fault["failure"]
-    assert launched["last"]["killed"]["resumed_from_step"] == 4 and launched["last"]["killed"]["status"] == "finished"
-    a, b = load_file(root / "whole_killed/model.safetensors"), load_file(root / "killed/model.safetensors")
+    assert launched["last"]["killed"]["resumed_from_step"] == 2 and launched["last"]["killed"]["status"] == "finished"
+    a, b = load_file(root / "whole/model.safetensors"), load_file(root / "killed/model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 

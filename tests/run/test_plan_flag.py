@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import run_cache
+from hypothesis import example, given, settings, strategies as st
 
 from pazo.train import plan_only
 
@@ -42,3 +43,70 @@ def test_a_bad_command_line_is_one_line_and_exit_2(overrides, says, elsewhere, c
     out, err = capsys.readouterr()
     assert not out and err.count("\n") == 1 and err.startswith("pazo: error: ") and says in err
     assert list(elsewhere.iterdir()) == []
+
+
+def _plan_on_two_ranks(rank: int, differ: set[str], cache) -> tuple[int, str, str]:
+    """`plan_only` as rank `rank` of 2 under torchrun, the other rank's facts this rank's but for the
+    keys in `differ` (the ranks' exchange, `all_gather_object`, played here); exit status, stdout, stderr."""
+    import contextlib
+    import io
+
+    import pazo.privacy.plan
+    from pazo.run import distributed
+
+    def join(timeout_s):
+        patch.setattr(distributed, "_CURRENT", distributed.Group(rank, 2))
+        return distributed.current()
+
+    def gather(gathered, facts, group=None):
+        other = {k: (f"other {v}" if k in differ else v) for k, v in facts.items()}
+        gathered[:] = [facts, other] if rank == 0 else [other, facts]
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        patch.setenv("PAZO_CACHE_DIR", str(cache))
+        patch.setenv("RANK", str(rank))
+        patch.setenv("WORLD_SIZE", "2")
+        patch.setattr(distributed, "join", join)
+        patch.setattr(distributed.dist, "all_gather_object", gather)
+        # the plan's cross-check by the other accountants (seconds a plan) is a line of the plan: not needed here
+        patch.setattr(pazo.privacy.plan, "cross_check", lambda plan, steps: {})
+        code = plan_only(["train.steps=3", "method=dpzero", "privacy.sigma=2.0"])   # (given: nothing calibrated)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def plan_cache(tmp_path_factory):
+    """One sigma cache for the module's plans (a plan calibrates its sigma)."""
+    return run_cache(tmp_path_factory.mktemp("plan_cache"))
+
+
+@settings(deadline=None, max_examples=5)
+@given(rank=st.integers(0, 1), differ=st.sets(st.sampled_from(["config", "data", "code"])))
+@example(rank=1, differ={"config"})   # was: each rank printed its plan, exit 0: a plan never joined the ranks
+def test_a_plan_on_several_processes_compares_the_ranks_as_a_run_does(plan_cache, rank, differ):
+    """Under torchrun a plan's ranks compare config, data and code (`Group.agree`, the run's check): any
+    that differ, one line from each rank, as a run's ranks say it, exit 2, nothing printed of the
+    plan; none: rank 0 prints the plan, saying the ranks agree, the others nothing."""
+    code, out, err = _plan_on_two_ranks(rank, differ, plan_cache)
+    if differ:
+        named = ", ".join(k for k in ("config", "data", "code") if k in differ)
+        assert code == 2 and not out and err.count("\n") == 1, err
+        assert err.startswith(f"pazo: error: {'rank 1: ' if rank else ''}the 2 processes of this run differ in "
+                              f"{named} (rank 1 from rank 0)"), err
+    else:
+        assert code == 0 and not err, err
+        assert ("ranks: the 2 processes run the same config, data and code" in out) == (rank == 0)
+        assert bool(out) == (rank == 0)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_plan_of_what_several_processes_cannot_share_is_refused_as_a_run_is(rank, elsewhere, capsys, monkeypatch):
+    """Under torchrun a plan of a method the ranks cannot share is refused before they join, in rank 0's
+    one line (was: each rank printed a plan of a run that would be refused)."""
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert plan_only(["method=sgd", "privacy=none"]) == 2
+    out, err = capsys.readouterr()
+    assert not out and err.count("\n") == (0 if rank else 1), err
+    assert rank or err.startswith("pazo: error: method 'sgd' does not run on several processes yet"), err
