@@ -81,6 +81,31 @@ def load_hf_lm(path: str, kind: str, *, dtype: str = "float32", random_init: boo
                                  download=download, model_class=auto.__name__) from None
 
 
+def is_dropout_rate(name: str) -> bool:
+    """A layer attribute that transformers reads as a dropout probability in its forward
+    (`dropout`, `attention_dropout`, `hidden_dropout_prob`, `attn_pdrop`); not `layerdrop`, the
+    chance of skipping a whole layer."""
+    return name == "dropout" or name.endswith(("_dropout", "dropout_prob", "_pdrop"))
+
+
+def set_dropout(model: nn.Module, p: float, path: str) -> None:
+    """`model.dropout=p` on a pretrained model: every `nn.Dropout` module and every float dropout
+    rate its layers keep for `nn.functional.dropout` (OPT, Llama). Setting the modules alone left
+    models whose dropout is functional unchanged, silently; a model with nowhere to put a nonzero
+    rate is refused."""
+    places = 0
+    for module in model.modules():
+        if isinstance(module, (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)):
+            module.p, places = p, places + 1
+        for name, value in list(vars(module).items()):
+            if isinstance(value, float) and is_dropout_rate(name):
+                setattr(module, name, p)
+                places += 1
+    if places == 0 and p > 0:
+        raise ConfigError(f"model.dropout={p} has nothing to set: the model at {path} has no dropout (no "
+                          "dropout module and no dropout rate in its layers); leave model.dropout unset")
+
+
 def dispatch(model: nn.Module, device_map) -> nn.Module:
     """Place a model built in memory over devices with accelerate (`auto`: the node's GPUs, then
     CPU), as `from_pretrained(device_map=...)` does for a loaded one."""
@@ -326,9 +351,7 @@ def build_hf_lm_task(cfg: HfLmSchema, kind: str) -> nn.Module:
     lm = load_hf_lm(cfg.path, kind, dtype=cfg.dtype, random_init=cfg.random_init, download=cfg.download,
                     attention=cfg.attention, device_map=cfg.device_map)
     if cfg.dropout is not None:
-        for module in lm.modules():
-            if isinstance(module, nn.Dropout):
-                module.p = cfg.dropout
+        set_dropout(lm, cfg.dropout, cfg.path)
     lora = cfg.lora
     if lora.enabled:
         lm = add_lora(lm, lora.rank, lora.alpha, lora.dropout, lora.target_modules)

@@ -17,6 +17,7 @@ from torch import nn
 
 from pazo.config_schema import dropout_rate, optional
 from pazo.errors import ConfigError
+from pazo.models.hf_lm import set_dropout
 from pazo.pretrained import load_pretrained
 from pazo.text.tokens import label_word_ids
 
@@ -68,8 +69,6 @@ def build_prompt_mlm(path: str, label_words: list[str], download: bool = False,
     tokenizer = load_pretrained(path, "tokenizer", download)
     mlm = load_pretrained(path, "model", download)
     if dropout is not None:  # the checkpoint's dropout unless set
-        for module in mlm.modules():
-            if isinstance(module, nn.Dropout):
-                module.p = dropout
+        set_dropout(mlm, dropout, path)
     ids = label_word_ids(tokenizer, label_words)
     return PromptMaskedLM(mlm, ids, tokenizer.pad_token_id, tokenizer.mask_token_id)
