@@ -42,7 +42,22 @@ def state_bytes(state: dict[str, torch.Tensor]) -> bytes:
         copy = tensor.clone() if storage in storages else tensor
         storages.add(storage)
         written[name] = copy.to("cpu").contiguous()
-    return save(written, metadata={"format": "pt", TIED_KEY: json.dumps(tied, sort_keys=True)})
+    return in_one_order(save(written, metadata={"format": "pt", TIED_KEY: json.dumps(tied, sort_keys=True)}))
+
+
+def in_one_order(blob: bytes) -> bytes:
+    """safetensors' bytes with its header's metadata in sorted order. safetensors writes the metadata in
+    the order of a Rust hash map, which changes from call to call, so one model's weights written twice
+    (the same run on one process and on two, compared with `cmp`) differed in their header. The
+    tensors' entries and data stay as written; the header keeps its length (the same keys, padded as
+    safetensors pads it)."""
+    length = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + length])
+    if "__metadata__" in header:
+        header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + blob[8 + length:]
 
 
 def save_weights(path: Path | str, module: torch.nn.Module) -> None:
