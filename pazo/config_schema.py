@@ -314,7 +314,12 @@ def _plain(value):
 def check_config_values(cfg) -> None:
     """Type and range of every key of a composed run config (train, audit or benchmark), before
     any data are read: one ConfigError for the first bad value."""
-    data = check_section_values(cfg)
+    check_named_sections(check_section_values(cfg))
+
+
+def check_named_sections(data: dict) -> None:
+    """The rest of `check_config_values`, on the config as `check_section_values` returns it: each
+    named group's section (dataset, model, method) against its registered schema."""
     for group, registry in NAMED_GROUPS.items():
         values = data.get(group)
         if isinstance(values, dict):   # an unregistered name is refused, not left unchecked

@@ -14,7 +14,8 @@ import sys
 
 from pazo.commands.start import ArgumentParser, summary_of
 from pazo.privacy.accountants import BudgetError, default_eps_error
-from pazo.privacy.planner import ACCOUNTANTS, epsilon_of, sample_rate_of, sigma_for, steps_of, upper_epsilon_of
+from pazo.privacy.accountants import ACCOUNTANTS
+from pazo.privacy.planner import epsilon_of, sample_rate_of, sigma_for, steps_of, upper_epsilon_of
 from pazo.privacy.steps_budget import steps_for
 
 ANSWERS = ("sigma", "epsilon", "steps")

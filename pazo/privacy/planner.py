@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pazo.privacy.accountants import ACCOUNTANTS as ACCOUNTANTS  # (the command line's --accountant choices)
 from pazo.privacy.accountants import (EPSILON_MAX, PRV_GRID_MAX, BudgetError,
                                       DpAccountingAccountant, GaussianAccountant, check_inputs,
                                       check_target_epsilon, default_eps_error, prv_grid)

@@ -92,8 +92,8 @@ def secure_run(values: dict) -> bool:
     return bool(privacy.get("secure_mode") and privacy.get("epsilon") is not None)
 
 
-def plan_launch(run_dir: Path, cfg: RunConfig, fingerprint: str) -> Start:
-    """What a launch of `cfg` (`fingerprint`: its `config_fingerprint`) into `run_dir` does, decided
+def plan_launch(run_dir: Path, cfg: RunConfig) -> Start:
+    """What a launch of `cfg` (resumed by `cfg.fingerprint`, its `config_fingerprint`) into `run_dir` does, decided
     from the directory's files before any compute; a ConfigError (one line, nothing moved) where the
     rule refuses it."""
     run_dir = Path(run_dir)
@@ -122,7 +122,7 @@ def plan_launch(run_dir: Path, cfg: RunConfig, fingerprint: str) -> Start:
                           f"{heartbeat_age(summary):.0f} s ago; wait for it, or give another hydra.run.dir")
     if status in RESUMABLE and ckpt_path.exists():
         checkpoint = read_checkpoint(ckpt_path)
-        if checkpoint["fingerprint"] != fingerprint:
+        if checkpoint["fingerprint"] != cfg.fingerprint:
             changed = differences(earlier_config(run_dir), cfg.values)
             raise ConfigError(f"run directory {run_dir} holds a checkpoint of a run with another config"
                               f"{f' ({shown(changed)})' if changed else ''}; resume it with the same overrides, "

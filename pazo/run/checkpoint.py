@@ -39,7 +39,6 @@ import torch
 from pazo.errors import ConfigError
 from pazo.files.file_kinds import read_regular_text
 from pazo.run import gate
-from pazo.run.fingerprint import NOT_COMPARED, config_fingerprint  # noqa: F401 (a resume's key, read here by the checks of a resume)
 from pazo.files.rundir import MODEL_FILE, OLD_MODEL_FILE
 
 CHECKPOINT = "checkpoint.pt"

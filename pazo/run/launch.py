@@ -95,7 +95,7 @@ def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges
     check_output_dir(run_dir)
     with RunDirLock(run_dir):  # a second launch into run_dir is refused until this one ends
         remove_broken_writes(run_dir)
-        start = plan_launch(run_dir, typed, typed.fingerprint)  # fresh, resume, replay, finished or refused (attempts)
+        start = plan_launch(run_dir, typed)  # fresh, resume, replay, finished or refused (attempts)
         exchanges.share(start_for_followers(run_dir, start))   # (several ranks: where they start)
         if start.kind == "finished":
             log.info(f"pazo: {run_dir} holds a finished run; nothing to do "

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from omegaconf import DictConfig, OmegaConf
 
 from pazo.config_schema import (SECTIONS, EngineSchema, LoggerSchema, OptimizerSchema, PrivacySchema, ScheduleSchema,
-                                TopSchema, TrainSchema, WarmStartSchema, check_config_values, typed_values)
+                                TopSchema, TrainSchema, WarmStartSchema, check_named_sections, typed_values)
 from pazo.catalog import pairing_problem
 from pazo.data import DATASETS
 from pazo.errors import ConfigError, unknown_choice
@@ -35,11 +35,11 @@ def validate_config(cfg) -> None:
     against the steps (`check_run_sections`, all that the refusal before torch loads checks: both
     name the same mistake first), then the registered names and their sections, then what spans
     groups."""
-    check_run_sections(cfg)
+    data = check_run_sections(cfg)
     _choice(cfg.dataset.name, DATASETS.names(), "dataset")
     _choice(cfg.model.name, MODELS.names(), "model")
     _choice(cfg.method.name, METHODS.names(), "method")
-    check_config_values(cfg)  # every key's type and range (pazo/config_schema.py)
+    check_named_sections(data)  # every other key's type and range (pazo/config_schema.py)
     m, p = cfg.method, cfg.privacy
     method = method_config(m)  # the method's own checks (its typed config)
     d = cfg.dataset

@@ -16,7 +16,7 @@ from pazo.config_schema import LoggerSchema
 import pazo.run.loop as training_loop
 import pazo.train as train
 from pazo.run.attempts import plan_launch, same_computation
-from pazo.run.checkpoint import CHECKPOINT, checkpoint_path, config_fingerprint
+from pazo.run.checkpoint import CHECKPOINT, checkpoint_path
 from pazo.errors import ConfigError
 from pazo.run.recorder import Recorder
 from pazo.run.validate import run_config
@@ -67,7 +67,7 @@ def test_a_seeded_run_starts_over_with_the_same_noise_and_archives_no_checkpoint
 def launch_plan(run_dir, cfg):
     """`plan_launch` as a launch calls it: with the config typed once, and its fingerprint."""
     typed = run_config(cfg)
-    return plan_launch(run_dir, typed, config_fingerprint(typed.values))
+    return plan_launch(run_dir, typed)
 
 
 def test_plan_launch_refuses_a_start_over_after_releases_unless_it_is_the_same_seeded_config(hydra_cfg, tmp_path):

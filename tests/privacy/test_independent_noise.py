@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 import pazo.run.fingerprint as fingerprint
 import pazo.run.loop as training_loop
 import pazo.train as train
-from pazo.run.checkpoint import NOT_COMPARED
+from pazo.run.fingerprint import NOT_COMPARED
 from pazo.errors import ConfigError
 from pazo.run.build import build_run
 from pazo.run.fingerprint import HOW_KEYS, computation_fingerprint
@@ -188,7 +188,7 @@ FLOAT_KEYS = ["privacy.epsilon", "method.lr", "method.clip", "train.epochs", "wa
 def test_one_value_spelt_as_an_integer_or_a_float_is_one_computation(key, value):
     """Values are cast to their schema types before hashing: `key=3` and `key=3.0` are one config,
     so one noise, and a relaunch of one with the other replays rather than being refused."""
-    from pazo.run.checkpoint import config_fingerprint
+    from pazo.run.fingerprint import config_fingerprint
 
     as_int, as_float = compose_cfg(f"{key}={value}"), compose_cfg(f"{key}={float(value)}")
     assert computation_fingerprint(typed_config(as_int)) == computation_fingerprint(typed_config(as_float))

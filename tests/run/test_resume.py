@@ -212,7 +212,7 @@ def test_how_the_public_gradients_are_taken_is_not_part_of_a_runs_identity(hydra
     matches its run's config; lr still tells runs apart."""
     from omegaconf import OmegaConf
 
-    from pazo.run.checkpoint import config_fingerprint
+    from pazo.run.fingerprint import config_fingerprint
     default = hydra_cfg("method=pazo_p")
     together = hydra_cfg("method=pazo_p", "method.public_grads_together=true")
     apart = hydra_cfg("method=pazo_p", "method.public_grads_together=false")

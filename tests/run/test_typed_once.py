@@ -16,7 +16,7 @@ import pazo.run.validate as validate
 from conftest import CONFIG_DIR
 from pazo.config_schema import SECTIONS
 from pazo.methods.two_point import TwoPointMethod
-from pazo.run.checkpoint import config_fingerprint
+from pazo.run.fingerprint import config_fingerprint
 from pazo.run.validate import run_config, typed_config
 from pazo.train import run
 
