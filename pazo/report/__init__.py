@@ -22,6 +22,19 @@ def nothing_usable(problem: str) -> int:
     return 2
 
 
+def status_counts(runs) -> str:
+    """How many run directories of `runs` (`pazo.run.results.load_runs`) ended each way: `2 failed, 1
+    interrupted`, for a line that says why nothing could be tabulated."""
+    return ", ".join(f"{n} {status}" for status, n in runs.status.value_counts().items()) or "none readable"
+
+
+def none_finished(runs, where: str) -> str | None:
+    """Why `runs` give a report nothing to show (no run finished, so no run's numbers), or None."""
+    if (runs.status == "finished").any():
+        return None
+    return f"nothing to report under {where}: no finished run (run directories: {status_counts(runs)})"
+
+
 def show_table(text: str, out: str | None) -> int:
     """A table command's ending: the table on stdout, and into `out` too where one is named
     (written whole or not at all); the command's status, 0."""

@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo import REPO_ROOT as ROOT  # noqa: E402
 from pazo.errors import ConfigError  # noqa: E402
-from pazo.report import nothing_usable  # noqa: E402
+from pazo.report import none_finished, nothing_usable  # noqa: E402
 from pazo.run.metrics_file import FILE, CorruptMetrics, read_metric_rows, torn_note  # noqa: E402
 from pazo.run.results import (FIRST_ORDER, LABELS, METHOD_ORDER, SELECTIONS, USES_PUBLIC, load_runs,  # noqa: E402
                           missing_dirs, select_configs)
@@ -208,14 +208,16 @@ def main(argv=None) -> int:
     parser.add_argument("--metric", default="final_accuracy", choices=["final_accuracy", "best_accuracy"])
     parser.add_argument("--out", default=str(ROOT / "outputs" / "figures"))
     args = parser.parse_args(argv)
-    problem = (f"no sweep directory {', '.join(missing_dirs(args.sweeps))}" if missing_dirs(args.sweeps)
-               else output_folder_problem(args.out))
+    missing = missing_dirs(args.sweeps)
+    problem = f"no sweep directory {', '.join(missing)}" if missing else output_folder_problem(args.out)
     if problem:
         print(f"pazo: error: {problem}", file=sys.stderr)
         return 2
     runs = load_runs(args.sweeps)
     if runs.empty:
         return nothing_usable(f"no usable run directory under {', '.join(args.sweeps)}")
+    if problem := none_finished(runs, ", ".join(args.sweeps)):   # (figures of no run's numbers)
+        return nothing_usable(problem)
     note = PROTOCOL[args.selection]
     try:
         best = select_configs(runs, args.metric, args.selection)

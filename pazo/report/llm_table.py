@@ -24,7 +24,7 @@ import pandas as pd
 from pazo.files.file_kinds import output_file
 from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo.errors import ConfigError
-from pazo.report import nothing_usable, show_table
+from pazo.report import nothing_usable, show_table, status_counts
 from pazo.run.results import load_runs, missing_dirs, read_json_object
 
 SEED_KEYS = ("dataset.data_seed",)
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
         print(f"pazo: error: {err}", file=sys.stderr)
         return 2
     if table.empty:
-        counts = ", ".join(f"{n} {s}" for s, n in runs.status.value_counts().items()) or "none readable"
+        counts = status_counts(runs)
         return nothing_usable(f"nothing to tabulate below {', '.join(args.sweeps)}: no finished run whose guarantee "
                               f"holds (run directories: {counts})")
     text = table.to_markdown(index=False, floatfmt=".4f")

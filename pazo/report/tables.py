@@ -34,7 +34,7 @@ import pandas as pd
 from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.errors import ConfigError
-from pazo.report import nothing_usable
+from pazo.report import none_finished, nothing_usable
 from pazo.files.file_kinds import read_regular_text
 from pazo.files.rundir import output_folder_problem, write_text_atomic
 from pazo.run.results import (BENCHMARK_PAPER_SETTING, LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs,
@@ -452,6 +452,8 @@ def main(argv=None) -> int:
             if runs.empty:
                 return nothing_usable(f"no usable run directory (a config.yaml and, once run, a summary.json) "
                                       f"under {sweep_dir}")
+            if problem := none_finished(runs, sweep_dir):   # (a table of no run's numbers)
+                return nothing_usable(problem)
             all_excluded.append(write_sweep_tables(out, paper, args, sweep_dir, runs))
     except ConfigError as err:
         print(f"pazo: error: {err}", file=sys.stderr)
@@ -493,11 +495,10 @@ def _refuse_inputs(args) -> int:
     except ConfigError as err:
         print(f"pazo: error: {err}", file=sys.stderr)
         return 2
-    if missing_dirs(args.sweeps):
-        print(f"pazo: error: no sweep directory {', '.join(missing_dirs(args.sweeps))}", file=sys.stderr)
-        return 2
-    if output_folder_problem(args.out):
-        print(f"pazo: error: {output_folder_problem(args.out)}", file=sys.stderr)
+    missing = missing_dirs(args.sweeps)
+    problem = f"no sweep directory {', '.join(missing)}" if missing else output_folder_problem(args.out)
+    if problem:
+        print(f"pazo: error: {problem}", file=sys.stderr)
         return 2
     return 0
 

@@ -26,6 +26,7 @@ import yaml
 from pazo.run import gate, metrics_file, outlets
 from pazo.errors import ConfigError, DataMissingError
 from pazo.config_schema import PrivacySchema
+from pazo.data import DATASETS
 from pazo.run.validate import RunConfig, planned_steps
 from pazo.files.file_kinds import read_regular_bytes, read_regular_text
 from pazo.run.loggers import CSV_FILE, csv_line, read_csv
@@ -42,8 +43,6 @@ PRIVATE = gate.SWEEP_WORKSPACE
 SCORE = "final_val_accuracy"
 #: training sets' published sizes, for a dry run whose data are not on this machine (n estimated)
 PUBLISHED_TRAIN_SIZE = {"cifar10": 50_000, "tiny_imagenet": 100_000}
-#: their classes (a public split of `dataset.public_per_class` images of each class)
-PUBLISHED_CLASSES = {"cifar10": 10, "tiny_imagenet": 200}
 MODES = ("grid", "private")
 #: how the K runs draw their secret streams (noise, Poisson batches): privacy.secure_mode=true, from the
 #: operating system's entropy; the spec's seed sets only their public streams (splits, initialisation,
@@ -95,7 +94,7 @@ def _published_public_size(dataset, total: int) -> int:
 
     size = public_split_size(dataset)
     if "per_class" in size:
-        return size["per_class"] * PUBLISHED_CLASSES[dataset.name]
+        return size["per_class"] * DATASETS.get(dataset.name).classes   # (a public split of that many images a class)
     return round(size["fraction"] * total)
 
 

@@ -29,6 +29,8 @@ COMMANDS = ["tables", "figures", "llm-table", "audit-table", "run"]
 @example(command="tables", content="summary cut short", missing=False)   # the bad-inputs guide's transcript
 @example(command="figures", content="nothing", missing=False)
 @example(command="llm-table", content="run unfinished", missing=False)
+@example(command="tables", content="run unfinished", missing=False)   # (wrote tables of no run, exit 0)
+@example(command="figures", content="run unfinished", missing=False)   # (drew empty figures, exit 0)
 def test_a_report_with_nothing_usable_is_one_line_and_exit_2(command, content, missing, tmp_path_factory, capsys):
     folder = tmp_path_factory.mktemp("sweep") / "x"
     if not missing:

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from conftest import tiny_cfg
 from pazo.run.validate import run_config
-from pazo.sweep.selection import PUBLISHED_CLASSES, PUBLISHED_TRAIN_SIZE, private_size
+from pazo.data import DATASETS
+from pazo.sweep.selection import PUBLISHED_TRAIN_SIZE, private_size
 
 
 @settings(max_examples=6)
@@ -25,7 +26,7 @@ def test_a_missing_published_set_is_estimated_as_its_loader_would_split_it(name,
         per_class = 20
         overrides[-1] = "dataset.public_per_class=20"
     total = PUBLISHED_TRAIN_SIZE[name]
-    public = per_class * PUBLISHED_CLASSES[name] if per_class is not None else round(fraction * total)
+    public = per_class * DATASETS.get(name).classes if per_class is not None else round(fraction * total)
     pool = total - public
     size = private_size(run_config(tiny_cfg(*overrides)))
     assert size.n == pool - round(val * pool)
