@@ -246,15 +246,71 @@ def typed(schema: type, values: dict, where: str, scope: str | None = None) -> N
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None)
         key = f"{where}.{key}" if where and key else (key or where)
-        message = str(err).splitlines()[0]
         if isinstance(err, ConfigKeyError):
             raise ConfigError(unknown_key(key, [f.name for f in fields(schema)], where=scope)) from None
-        raise ConfigError(type_message(key, message)) from None
+        raise ConfigError(type_problem(key, err)) from None
 
 
 #: a field that takes a number: OmegaConf would turn the string '1' into 1.0 in the typed copy while
 #: the run reads the string, so a quoted number is refused by name instead
 NUMBER_TYPES = ("int", "float", "int | None", "float | None", int, float)
+
+
+def number_kind(field_type) -> str | None:
+    """What a field of type `field_type` takes, in words ("an integer", "a number"); None when it
+    takes no number."""
+    if field_type not in NUMBER_TYPES:
+        return None
+    return "an integer" if field_type in ("int", "int | None", int) else "a number"
+
+
+def typed_words(value) -> str:
+    """A value the command line's grammar read (Hydra's: `true`, `[1,2]`, `{a:1}`, `null`), said as
+    the user typed it, with its kind: `the boolean true`, `the list [1,2]`, `the mapping {a:1}`,
+    `null`, `the string 'abc'` (Python's `'True'` read as the string the user never typed)."""
+    if isinstance(value, (DictConfig, ListConfig)):   # (as OmegaConf's refusal of a merge holds it)
+        value = OmegaConf.to_container(value)
+    kinds = ((bool, "the boolean "), (list, "the list "), (dict, "the mapping "), (str, "the string "))
+    kind = next((words for python_type, words in kinds if isinstance(value, python_type)), "")
+    return kind + (repr(value) if isinstance(value, str) else as_typed(value))
+
+
+def as_typed(value) -> str:
+    """`value` written in the command line's grammar (`true`, `null`, `[1,2]`, `{a:1}`)."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(as_typed(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{as_typed(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def number_refusal(key: str, value, kind: str = "a number") -> str:
+    """`key` takes `kind` of number and was given `value`, which is none: what was typed, in words."""
+    if isinstance(value, str):
+        return string_for_number(key, value, kind)
+    return f"{key} must be {kind}, got {typed_words(value)}"
+
+
+def type_problem(key: str, err: OmegaConfBaseException) -> str:
+    """OmegaConf's refusal `err` of a value for `key` in the schema's words (`type_message`); a
+    number's field given no number (a boolean, a list, a mapping, null, a word) names what was typed
+    (`got the boolean true`, not `got 'True'`)."""
+    kind = number_kind(_field_type(err))
+    value = getattr(err, "value", None)
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind and not is_number:
+        return number_refusal(key, value, kind)
+    return type_message(key, str(err).splitlines()[0])
+
+
+def _field_type(err: OmegaConfBaseException):
+    """The declared type of the dataclass field `err` is about, or None where it names none."""
+    schema, name = getattr(err, "object_type", None), str(getattr(err, "key", "") or "")
+    if not isinstance(schema, type) or not hasattr(schema, "__dataclass_fields__"):
+        return None
+    return next((f.type for f in fields(schema) if f.name == name), None)
 
 
 def string_for_number(key: str, value: str, kind: str = "a number") -> str:

@@ -282,14 +282,15 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None) ->
 
 def merged_type_problem(err: Exception) -> str | None:
     """Hydra's `Error merging override method.lr=abc` (a value the method's typed section cannot
-    hold) in the schema's own words (`method.lr must be a number, got the string 'abc'`); else None."""
+    hold) in the schema's own words (`method.lr must be a number, got the string 'abc'`, `got the
+    boolean true`); else None."""
     from omegaconf.errors import ValidationError
 
-    from pazo.config_schema import type_message
+    from pazo.config_schema import type_problem
 
     cause, key = err.__cause__, getattr(err.__cause__, "full_key", None)
     if isinstance(cause, ValidationError) and key:
-        return type_message(str(key), str(cause).splitlines()[0])
+        return type_problem(str(key), cause)
     return None
 
 

@@ -11,6 +11,8 @@ check, which starts with `check_run_sections` and so refuses the same command li
 lines, the same mistake first where there are several."""
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Mapping
 from contextlib import contextmanager
 
@@ -18,22 +20,45 @@ from omegaconf import OmegaConf
 
 from pazo import CONFIG_DIR
 from pazo.config_schema import check_section_values
-from pazo.errors import ConfigError
+from pazo.errors import ConfigError, close_match
 
 #: config groups whose option may be a list on purpose (Hydra merges the options in order)
 LIST_GROUPS = ("logger",)
 
 
-def one_choice_groups() -> list[str]:
+#: how a run goes without what a group's option gives, where another key turns it off too
+TURNED_OFF = {"privacy": "a run without privacy, as a non-private method needs, is privacy=none or "
+                         "privacy.epsilon=null"}
+
+
+def one_choice_defaults() -> dict[str, str | None]:
     """The config groups of `configs/config.yaml`'s defaults (dataset, model, method, ...) that take
-    one option: every one but Hydra's own and `LIST_GROUPS`."""
-    groups = []
+    one option, each with its default as written there (`${dataset}_${method}` for tuning, None for
+    experiment): every group but Hydra's own and `LIST_GROUPS`."""
+    defaults = {}
     for entry in OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "config.yaml"))["defaults"]:
         if isinstance(entry, dict):
-            group = next(iter(entry)).split()[-1]
+            key, default = next(iter(entry.items()))
+            group = key.split()[-1]
             if "/" not in group and group not in LIST_GROUPS:
-                groups.append(group)
-    return groups
+                defaults[group] = default
+    return defaults
+
+
+def one_choice_groups() -> list[str]:
+    """The config groups that take one option (`one_choice_defaults`)."""
+    return list(one_choice_defaults())
+
+
+def group_options(group: str) -> list[str]:
+    """The options of config group `group`: its files under `configs/<group>/`."""
+    return sorted(path.stem for path in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+def options_have_names(group: str) -> bool:
+    """Whether an option of `group` has a `name` key (dataset, model, method, ...; a privacy section
+    has none, and an experiment's or a tuning file's keys are the whole config's)."""
+    return any("name" in OmegaConf.load(CONFIG_DIR / group / f"{option}.yaml") for option in group_options(group))
 
 
 def list_for_one_choice(overrides: list[str]) -> str | None:
@@ -104,16 +129,50 @@ def renamed_section(overrides: list[str], config_name: str = "config") -> str | 
     """The `renamed_option` line of the first `<group>.name=<value>` override of a config group
     that takes one option, the group's option read from Hydra's own choices for the whole command
     line (an experiment chooses options too); None when there is none, or the config does not compose
-    (the checks after this one say why)."""
+    (the checks after this one say why). A group whose options have no name (privacy) is said
+    first, without composing: `nameless_option`."""
     groups = one_choice_groups()
     named = [(group, value) for group, value in (_group_name(text) for text in overrides) if group in groups]
-    if not named:
-        return None
+    nameless = next((nameless_option(group, value) for group, value in named if not options_have_names(group)), None)
+    if nameless or not named:
+        return nameless
     choices = _composed_choices(overrides, config_name)
     if choices is None:
         return None
     problems = (renamed_option(group, value, choices.get(group)) for group, value in named)
     return next((problem for problem in problems if problem), None)
+
+
+def nameless_option(group: str, value: str) -> str:
+    """`privacy.name=none` for a group whose options have no name (privacy, experiment, tuning), as
+    one line that says how the group's option is chosen (Hydra's own line was `unknown key
+    privacy.name`, where `model.name=lstm` says to choose the model with model=lstm)."""
+    options, default = group_options(group), one_choice_defaults().get(group)
+    if default is not None and "${" in default:   # chosen by other groups' options (tuning: ${dataset}_${method})
+        chosen_by = _choices_making(default, value)
+        how = f"the {group} is chosen by {default}" + (f": choose it with {chosen_by}" if chosen_by else
+                                                         f", the options of those groups (configs/{group}/)")
+    elif value in options:
+        how = f"choose one with {group}={value}"
+    else:
+        match = close_match(value, options)
+        how = (f"choose one with {group}=<option>" + (f"; did you mean {group}={match}?" if match else "")
+               + f" (choices: {', '.join(options)})")
+    also = f"; {TURNED_OFF[group]}" if group in TURNED_OFF else ""
+    return f"{group}.name={value}: {group} options have no name key; {how}{also}"
+
+
+def _choices_making(expression: str, option: str) -> str | None:
+    """The options of the groups that `expression` names (`${dataset}_${method}`) which make it
+    `option`, as overrides (`dataset=cifar10 method=mezo`); None when none do."""
+    groups = re.findall(r"\$\{(\w+)\}", expression)
+    for chosen in itertools.product(*(group_options(group) for group in groups)):
+        text = expression
+        for group, choice in zip(groups, chosen):
+            text = text.replace(f"${{{group}}}", choice, 1)
+        if text == option:
+            return " ".join(f"{group}={choice}" for group, choice in zip(groups, chosen))
+    return None
 
 
 def _group_name(override: str) -> tuple[str | None, str]:
@@ -139,7 +198,7 @@ def _composed_choices(overrides: list[str], config_name: str) -> dict | None:
 def _examples(group: str, given: list) -> list[str]:
     """Two options of `group` for the hint: the list's own, else the group's first options."""
     names = [str(v) for v in given if isinstance(v, str)]
-    options = sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml") if p.stem not in names)
+    options = [option for option in group_options(group) if option not in names]
     return (names + options)[:max(2, len(names))]
 
 

@@ -2,9 +2,9 @@
 that matter, before the files' full rows), and no mapping is dumped whole into a table cell."""
 import re
 
-from hypothesis import given, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
-from tools.docs.results import CELL_PAIRS, PAGES, cell, results_pages
+from tools.docs.results import CELL_PAIRS, MAX_COLUMNS, PAGES, cell, narrow_table, results_pages, table
 
 scalar = st.one_of(st.integers(), st.floats(allow_nan=False), st.text(alphabet="abcxyz _-", max_size=12), st.none())
 keys = st.text(alphabet="abcdefghij_", min_size=1, max_size=8)
@@ -46,3 +46,53 @@ def test_every_page_with_a_summary_leads_with_it_before_the_files_rows():
         assert set(columns) <= set(page.summary) and len(columns) <= len(page.summary), (page.name, columns)
     defaults = pages["defaults.md"]
     assert "reason" not in defaults and max(map(len, defaults.splitlines())) < 400
+
+
+COLUMNS = [f"c{i:02}" for i in range(MAX_COLUMNS + 6)]
+#: a value as a result file holds it (no comma, dot or backtick: the parse below reads the notes by them)
+VALUE = st.one_of(st.integers(-5, 5), st.text(alphabet="abxyz-", min_size=1, max_size=6), st.none())
+
+
+def _read_back(lines: list[str]) -> list[dict]:
+    """The rows `narrow_table` wrote, each with every column it showed (a note's value, a table's cell)."""
+    rows, said = [], {}
+    for block in "\n".join(lines).split("\n\n"):
+        if not block.startswith("|"):
+            said = {key: value for key, value in re.findall(r"`(\w+)` ([^,`]+?)(?=, |\. |\.$)", block)}
+            said |= {key: "-" for key in re.findall(r"`(\w+)`", block.partition("No value in any row:")[2])}
+            continue
+        header, _, *body = block.splitlines()
+        names = [name.strip() for name in header.strip("|").split("|")]
+        cells = [[c.strip() for c in line.strip("|").split("|")] for line in body]
+        if names == ["column", "value"]:
+            rows.append(dict(cells))
+        else:
+            rows += [{**said, **dict(zip(names, row))} for row in cells]
+        said = {}
+    return rows
+
+
+@settings(max_examples=50, deadline=None)
+@given(rows=st.lists(st.fixed_dictionaries({}, optional={c: VALUE for c in COLUMNS}), min_size=1, max_size=6),
+       wide=st.booleans())
+@example(rows=[dict.fromkeys(COLUMNS, 1)] * 2, wide=True)                 # rows alike: nothing left to show
+@example(rows=[{"c00": 1, "c17": None}, dict.fromkeys(COLUMNS, "a")], wide=True)   # a row of its own kind
+def test_a_wide_table_is_narrowed_with_no_column_left_out(rows, wide):
+    """A results table of more than MAX_COLUMNS columns (cuda-check's, tuning's, dimension's settings
+    scrolled sideways at 1280 px): every value of every row is still on the page, in its table or
+    said once above it, and no table is wider than the one it replaces."""
+    columns = tuple(COLUMNS if wide else COLUMNS[:MAX_COLUMNS])
+    keys = [c for c in columns if any(c in row for row in rows)]
+    lines = narrow_table(rows, columns)
+    if len(keys) <= MAX_COLUMNS:
+        assert lines == table(rows, columns)
+        return
+    widths = [line.count("|") - 1 for line in lines if line.startswith("| ")]
+    assert max(widths) <= len(keys)
+    shown = sorted(sorted(row.items()) for row in _read_back(lines))
+    assert shown == sorted(sorted({key: cell(row.get(key)) for key in keys}.items()) for row in rows)
+
+
+def test_the_cuda_check_table_is_one_table_for_the_trainings_and_one_for_the_audits():
+    text = results_pages()["cuda-check.md"]
+    assert "In every row: `kind` train, `device` cuda" in text and "In every row: `kind` audit, `device` cuda" in text

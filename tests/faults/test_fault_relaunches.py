@@ -44,6 +44,7 @@ import killed_launch
 from conftest import CONFIG_DIR, run_cache
 from fault_runtime_helpers import snapshot
 from outlet_damage import DAMAGE, damage
+from stateful_walks import rule_names, rules_ran
 from wandb_log import wandb_records
 from pazo.config_schema import LoggerSchema, PrivacySchema, TrainSchema
 from pazo.errors import ConfigError
@@ -349,7 +350,7 @@ class Tampered(RuleBasedStateMachine):
         kind = None
         if self.in_turn:  # (counted per walk, as the walk above)
             kind = OUTLET_KINDS[self.turn % len(OUTLET_KINDS)]
-            how = DAMAGE[self.turn // len(OUTLET_KINDS) % len(DAMAGE)]
+            how = DAMAGE[self.turn % len(DAMAGE)]   # (each damage in the bounded walk's 7 turns, as each outlet)
             damaged, changed, self.turn = True, self.turn % 2 == 0, self.turn + 1
         if damaged:
             self.damage_one_outlet(data, kind, how, at, junk)
@@ -402,9 +403,15 @@ def check_tampered(monkeypatch, in_turn: bool, **bounds) -> None:
 
 
 def test_a_damaged_outlet_hides_no_release_from_a_relaunch(monkeypatch):
-    """Bounded, as the walk above."""
+    """Bounded, as the walk above; every rule of `Tampered` runs in it, and every damage (an edit of
+    the class draws another walk, which may leave one out)."""
+    ran, done = rules_ran(monkeypatch, Tampered), set()
+    monkeypatch.setitem(globals(), "damage", lambda path, how, at, junk, real=damage: (done.add(how),
+                                                                                      real(path, how, at, junk)))
     check_tampered(monkeypatch, True, max_examples=2, stateful_step_count=8,
                    phases=(Phase.explicit, Phase.reuse, Phase.generate))
+    assert ran == rule_names(Tampered), f"rules never run: {rule_names(Tampered) - ran}"
+    assert done == set(DAMAGE), f"damages never done: {set(DAMAGE) - done}"
 
 
 @pytest.mark.slow

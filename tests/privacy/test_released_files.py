@@ -37,10 +37,11 @@ import pytest
 import torch
 from conftest import CONFIG_DIR, next_seed_sharing_digits_size, one_noise_pass, run_cache
 from hydra import compose, initialize_config_dir
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition, rule,
                                  run_state_machine_as_test)
+from stateful_walks import check_invariants, rule_names, rules_ran
 from torch import nn
 
 import pazo.run.loop as training_loop
@@ -378,8 +379,44 @@ def _walk(monkeypatch, tmp_path: Path, max_examples: int, steps: int, with_selec
         phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck)))
 
 
+#: the rules the bounded walk does not run (each walk starts with the four initialize rules, and has one step
+#: left), with the case that runs each instead (the longer walks draw them all)
+RUN_APART = {"selection": "test_a_private_selection_releases_no_secret_and_tells_nothing_of_k",
+             "report": "test_a_private_selection_releases_no_secret_and_tells_nothing_of_k",
+             "relaunch": "test_a_relaunch_and_a_damaged_file_release_no_secret_and_no_uncounted_row",
+             "tamper": "test_a_relaunch_and_a_damaged_file_release_no_secret_and_no_uncounted_row"}
+
+
 def test_no_entry_point_releases_a_secret_or_an_uncounted_row(monkeypatch, tmp_path):
+    """Bounded; and every rule of `Entries` runs in it or in the case `RUN_APART` names (an edit of
+    the class draws another walk, which may leave a rule out)."""
+    ran = rules_ran(monkeypatch, Entries)
     _walk(monkeypatch, tmp_path, max_examples=2, steps=5, with_selection=False)
+    assert ran | set(RUN_APART) == rule_names(Entries), \
+        f"rules neither walked nor run apart: {rule_names(Entries) - ran - set(RUN_APART)}"
+
+
+@settings(max_examples=1, derandomize=True, deadline=None, database=None, phases=[Phase.generate],
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_relaunch_and_a_damaged_file_release_no_secret_and_no_uncounted_row(monkeypatch, tmp_path, data):
+    """The rules the bounded walk leaves out (`RUN_APART`), in turn on one run stopped after a step:
+    a relaunch with another lr (refused: rows left), its metrics.jsonl cut short, a relaunch as it
+    ran to its end; every invariant after each."""
+    one_noise_pass(monkeypatch)
+    hermetic(monkeypatch, tmp_path)
+    Entries.monkeypatch, Entries.with_selection = monkeypatch, False
+    state = Entries()
+    try:
+        state.first_training("dpzero", next_seed_sharing_digits_size(2**40), "SIGTERM", 1)
+        check_invariants(state)
+        for step in (lambda: state.relaunch(data, "method.lr=0.07", None, 1),
+                     lambda: state.tamper(data, "metrics.jsonl", "cut"),
+                     lambda: state.relaunch(data, None, None, 1)):
+            step()
+            check_invariants(state)
+    finally:
+        state.teardown()
 
 
 def hermetic(monkeypatch, tmp_path: Path) -> None:

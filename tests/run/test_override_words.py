@@ -13,6 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pazo import CONFIG_DIR
+from pazo.config_schema import NAMED_GROUPS, SECTIONS, TopSchema, number_kind
 from pazo.methods import method_info, method_names
 from pazo.run.cli import check_overrides
 
@@ -32,6 +33,64 @@ def test_a_method_key_given_a_word_says_what_it_expects(setting, value):
         else "a number"
     assert check_overrides([f"method={method}", f"method.{key}={value}"]) == \
         f"method.{key} must be {kind}, got the string {value!r}"
+
+
+def _number_fields(schema: type, where: str, present=None) -> list[tuple[str, str, bool]]:
+    """(key, kind, takes null) of each number `schema` takes (those in `present` only, if given)."""
+    return [(f"{where}.{f.name}" if where else f.name, number_kind(f.type), "None" in str(f.type))
+            for f in fields(schema) if number_kind(f.type) and (present is None or f.name in present)]
+
+
+def _default_config() -> dict:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return OmegaConf.to_container(compose(config_name="config"))
+
+
+DEFAULT = _default_config()
+#: (overrides that choose the section, key, kind, takes null) of every number a run's config takes: the top
+#: level's, its own sections', the default data set's and model's, and every method's own
+NUMBERS = sorted([((), *number) for number in _number_fields(TopSchema, "")]
+                 + [((), *number) for name, schema in SECTIONS.items()
+                    for number in _number_fields(schema, name, DEFAULT.get(name) or {})]
+                 + [((), *number) for group, registry in NAMED_GROUPS.items()
+                    for number in _number_fields(registry.get(DEFAULT[group]["name"]).schema, group, DEFAULT[group])]
+                 + [((f"method={name}",), *number) for name in method_names()
+                    for number in _number_fields(method_info(name).config, "method")])
+
+
+@st.composite
+def numbers_given_no_number(draw):
+    """(overrides that choose the section, a number's key, its kind, a value typed on the command
+    line that is no number, that value as the refusal should name it)."""
+    chosen, key, kind, takes_null = draw(st.sampled_from(NUMBERS))
+    given = draw(st.sampled_from(["boolean", "list", "mapping", "word"] + ["null"] * (not takes_null)))
+    if given == "boolean":
+        typed = draw(st.sampled_from(["true", "false", "True", "FALSE"]))
+        words = f"the boolean {typed.lower()}"
+    elif given == "list":
+        typed = "[" + ",".join(map(str, draw(st.lists(st.integers(0, 99), max_size=3)))) + "]"
+        words = f"the list {typed}"
+    elif given == "mapping":
+        entries = draw(st.dictionaries(st.sampled_from("abc"), st.integers(0, 9), max_size=2))
+        typed = "{" + ",".join(f"{k}:{v}" for k, v in entries.items()) + "}"
+        words = f"the mapping {typed}"
+    else:
+        typed = "null" if given == "null" else draw(NOT_A_NUMBER)
+        words = "null" if given == "null" else f"the string {typed!r}"
+    return chosen, key, kind, typed, words
+
+
+@settings(max_examples=10, deadline=None)
+@given(case=numbers_given_no_number())
+@example(case=((), "method.lr", "a number", "true", "the boolean true"))   # the report: it said `got 'True'`
+@example(case=((), "privacy.epsilon", "a number", "[1,2]", "the list [1,2]"))
+@example(case=((), "train.batch_size", "an integer", "null", "null"))
+def test_a_number_given_no_number_names_what_was_typed(case):
+    chosen, key, kind, typed, words = case
+    assert check_overrides([*chosen, f"{key}={typed}"]) == f"{key} must be {kind}, got {words}"
 
 
 @settings(max_examples=20)

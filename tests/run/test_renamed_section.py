@@ -7,6 +7,8 @@ unless it names the option composed (an experiment chooses too); a registered na
 of its own (a plugin's, a test model's) is not touched. pazo-eval's data set overrides alike."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -16,6 +18,7 @@ from conftest import tiny_cfg
 from pazo import CONFIG_DIR
 from pazo.errors import ConfigError
 from pazo.run.cli import check_overrides
+from pazo.run.door import _composed_choices, group_options, one_choice_defaults, options_have_names
 from pazo.run.loaded import dataset_overridden
 
 GROUPS = ("dataset", "model", "method", "schedule", "optimizer")
@@ -67,3 +70,49 @@ def test_pazo_eval_refuses_a_renamed_data_set_with_the_option_to_choose(override
     with pytest.raises(ConfigError) as refused:
         dataset_overridden(run_config, overrides)
     assert str(refused.value) == _line("dataset", composed, named)
+
+
+# `privacy.name=none` was refused with `unknown key privacy.name`, where `model.name=lstm` says to
+# choose the model with model=lstm: a group whose options have no name key (privacy, experiment,
+# tuning) now says how its option is chosen, as the named groups do.
+
+ONE_CHOICE = one_choice_defaults()
+SUGGESTED = re.compile(r"choose (?:the \w+|one|it) with ([^;]+?)(?:;|$)")
+
+
+@st.composite
+def group_names(draw):
+    """A one-choice group and a value for its `name`: another option of a named group (the one
+    composed is no renaming), or any option or word for a group whose options have no name."""
+    group = draw(st.sampled_from(sorted(ONE_CHOICE)))
+    options = group_options(group)
+    if options_have_names(group):
+        return group, draw(st.sampled_from([o for o in options if o != ONE_CHOICE[group]]))
+    return group, draw(st.sampled_from(options) | st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True))
+
+
+@settings(max_examples=12, deadline=None)
+@given(named=group_names())
+@example(named=("privacy", "none"))             # the report: `unknown key privacy.name`
+@example(named=("privacy", "dp"))
+@example(named=("experiment", "cifar10"))
+@example(named=("tuning", "cifar10_mezo"))
+@example(named=("model", "lstm"))
+def test_a_name_given_to_any_one_choice_group_says_how_its_option_is_chosen(named):
+    group, value = named
+    problem = check_overrides([f"{group}.name={value}"])
+    assert problem is not None and "unknown key" not in problem
+    if value not in group_options(group):
+        assert problem.startswith(f"{group}.name={value}: ") and ("(choices: " in problem or "chosen by" in problem)
+        return
+    suggested = SUGGESTED.search(problem)
+    assert suggested, problem
+    assert _composed_choices(suggested.group(1).split(), "config")[group] == value   # what it says chooses it
+
+
+def test_a_privacy_name_says_how_privacy_is_chosen_and_turned_off():
+    line = ("privacy.name=none: privacy options have no name key; choose one with privacy=none; a run without "
+            "privacy, as a non-private method needs, is privacy=none or privacy.epsilon=null")
+    assert check_overrides(["privacy.name=none"]) == line
+    assert check_overrides(["method=mezo", "privacy.name=none"]) == line
+    assert "did you mean privacy=none?" in check_overrides(["privacy.name=non"])

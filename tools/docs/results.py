@@ -212,13 +212,68 @@ def _summarised(value: dict) -> str:
     return ", ".join(pairs[:CELL_PAIRS]) + (f", ... ({more} more in the file)" if more > 0 else "")
 
 
+def table_columns(rows: list[dict], columns: tuple[str, ...] | None = None) -> list[str]:
+    """The `columns` any of `rows` has, in that order; all their keys when None."""
+    return list(dict.fromkeys(k for r in rows for k in r)) if columns is None else \
+        [c for c in columns if any(c in r for r in rows)]
+
+
 def table(rows: list[dict], columns: tuple[str, ...] | None = None) -> list[str]:
     """A Markdown table of `rows` (the `columns` any row has, in that order; all keys when None)."""
-    keys = list(dict.fromkeys(k for r in rows for k in r)) if columns is None else \
-        [c for c in columns if any(c in r for r in rows)]
+    keys = table_columns(rows, columns)
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     lines += ["| " + " | ".join(cell(r.get(k)) for k in keys) + " |" for r in rows]
     return lines
+
+
+#: the most columns a results table shows side by side: one of more scrolled sideways at 1280 px
+#: (`python -m tools.docs layout --whole`), the reader seeing part of it
+MAX_COLUMNS = 12
+
+
+def narrow_table(rows: list[dict], columns: tuple[str, ...] | None = None) -> list[str]:
+    """`table`, where it would have more than MAX_COLUMNS columns, narrowed with no column left out:
+    one row as a table of its columns and values; several as one table for each kind of row (the
+    rows that have values in the same columns: a check's trainings and its audits), each with the
+    columns that hold one value in every one of its rows said once, above it."""
+    keys = table_columns(rows, columns)
+    if len(keys) <= MAX_COLUMNS:
+        return table(rows, columns)
+    if len(rows) == 1:
+        return table([{"column": key, "value": rows[0].get(key)} for key in keys])
+    lines = []
+    for kind in kinds_of_row(rows, keys):
+        lines += ([""] if lines else []) + _constants_said_once(kind, keys)
+    return lines
+
+
+def kinds_of_row(rows: list[dict], keys: list[str]) -> list[list[dict]]:
+    """`rows` by the columns they have values in: a row goes with the first kind (in the order of
+    the rows) whose columns include all of its own."""
+    filled = [frozenset(key for key in keys if row.get(key) is not None) for row in rows]
+    widest = []
+    for columns in sorted(filled, key=len, reverse=True):
+        if not any(columns <= wider for wider in widest):
+            widest.append(columns)
+    kinds: dict[frozenset, list[dict]] = {}
+    for row, columns in zip(rows, filled):
+        kinds.setdefault(next(wider for wider in widest if columns <= wider), []).append(row)
+    return list(kinds.values())
+
+
+def _constants_said_once(rows: list[dict], keys: list[str]) -> list[str]:
+    """The table of `rows`, the columns with one value in all of them said once above it (those
+    with no value in any apart)."""
+    empty = [key for key in keys if all(row.get(key) is None for row in rows)]
+    constant = [key for key in keys if key not in empty and len({cell(row.get(key)) for row in rows}) == 1] \
+        if len(rows) > 1 else []
+    said = [f"{code(key)} {cell(rows[0].get(key))}" for key in constant]
+    notes = ([f"In every row: {', '.join(said)}."] if said else []) + \
+        ([f"No value in any row: {', '.join(map(code, empty))}."] if empty else [])
+    shown = tuple(key for key in keys if key not in constant and key not in empty)
+    if not shown:   # (rows alike: they show as they are)
+        return table(rows, tuple(keys))
+    return [" ".join(notes), ""] * bool(notes) + table(rows, shown)
 
 
 def code(text: str) -> str:
@@ -309,7 +364,8 @@ def file_section(path: Path, page: Page, figures: dict[str, str], figure_dir: Pa
             figures[name] = rel
             lines += [f"![Step time over floor, {rel}](figures/{name})", ""]
     if rows:
-        full = table(rows, page.columns)
+        # a table shown open is narrowed to fit the window; a folded one keeps its rows side by side
+        full = table(rows, page.columns) if page.overview else narrow_table(rows, page.columns)
         lines += [*(folded(f"{rel}: {counted(len(rows), 'row')}", full) if page.overview else full), ""]
     if page.name == "profiles" and "steps" in data:   # (a profile; the release paths have rows)
         lines += ["Steps against the floor:", "", *table([{"step": k, **v} for k, v in data["steps"].items()]), "",
@@ -318,7 +374,7 @@ def file_section(path: Path, page: Page, figures: dict[str, str], figure_dir: Pa
     if page.name == "dimension":
         settings = {k: v for k, v in data.items()
                     if k not in ("command", "commit", "date", "machine", "provenance_note")}
-        lines += ["Settings:", "", *table([settings]), ""]
+        lines += ["Settings:", "", *narrow_table([settings]), ""]
         best = path.with_name("best.csv")
         if best.exists():
             for name in dimension_figures(best, data, figure_dir):
