@@ -72,11 +72,12 @@ def _read_back(lines: list[str]) -> list[dict]:
     return rows
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(rows=st.lists(st.fixed_dictionaries({}, optional={c: VALUE for c in COLUMNS}), min_size=1, max_size=6),
        wide=st.booleans())
 @example(rows=[dict.fromkeys(COLUMNS, 1)] * 2, wide=True)                 # rows alike: nothing left to show
 @example(rows=[{"c00": 1, "c17": None}, dict.fromkeys(COLUMNS, "a")], wide=True)   # a row of its own kind
+@example(rows=[{**dict.fromkeys(COLUMNS), "c11": -3}, {"c00": "a"}, {"c00": "a"}], wide=True)   # rows alike in a kind
 def test_a_wide_table_is_narrowed_with_no_column_left_out(rows, wide):
     """A results table of more than MAX_COLUMNS columns (cuda-check's, tuning's, dimension's settings
     scrolled sideways at 1280 px): every value of every row is still on the page, in its table or

@@ -267,12 +267,12 @@ def _constants_said_once(rows: list[dict], keys: list[str]) -> list[str]:
     empty = [key for key in keys if all(row.get(key) is None for row in rows)]
     constant = [key for key in keys if key not in empty and len({cell(row.get(key)) for row in rows}) == 1] \
         if len(rows) > 1 else []
+    shown = tuple(key for key in keys if key not in constant and key not in empty)
+    if not shown:   # (rows alike: their values show as a table, only the empty columns said apart)
+        shown, constant = tuple(constant), []
     said = [f"{code(key)} {cell(rows[0].get(key))}" for key in constant]
     notes = ([f"In every row: {', '.join(said)}."] if said else []) + \
         ([f"No value in any row: {', '.join(map(code, empty))}."] if empty else [])
-    shown = tuple(key for key in keys if key not in constant and key not in empty)
-    if not shown:   # (rows alike: they show as they are)
-        return table(rows, tuple(keys))
     return [" ".join(notes), ""] * bool(notes) + table(rows, shown)
 
 
