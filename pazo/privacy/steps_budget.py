@@ -9,7 +9,7 @@ from __future__ import annotations
 from pazo.privacy import accountants
 from pazo.privacy.accountants import (MAX_STEPS, BudgetError, check_inputs, check_target_epsilon, default_eps_error,
                                       prv_grid)
-from pazo.privacy.planner import epsilon_of, upper_epsilon_of
+from pazo.privacy.planner import upper_epsilon_of
 
 
 def accountable_steps(sigma: float, sample_rate: float, delta: float, accountant: str, eps_error: float) -> int:
@@ -48,7 +48,7 @@ def steps_for(epsilon: float, sigma: float, sample_rate: float, delta: float, ac
     error = default_eps_error(epsilon)
 
     def within(t: int) -> bool:
-        return epsilon_of(sigma, sample_rate, t, delta, accountant, error).upper <= epsilon
+        return upper_epsilon_of(sigma, sample_rate, t, delta, accountant, error) <= epsilon
 
     if not within(1):
         return 0
