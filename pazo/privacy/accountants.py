@@ -162,6 +162,17 @@ def prv_grid(sigma_eff: float, sample_rate: float, steps: int, delta: float,
     return half_width, 2 * half_width / mesh
 
 
+def grid_fits(points: float) -> bool:
+    """Whether a PRV grid of `points` points fits in memory (PRV_GRID_MAX; an unbounded one does not)."""
+    return points <= PRV_GRID_MAX
+
+
+def eps_error_to_fit(eps_error: float, points: float) -> float:
+    """The PRV accuracy whose grid fits, from the `points` of the grid at `eps_error`: a grid's
+    points go as 1 / eps_error, and 5% more leaves room to spare."""
+    return eps_error * points / PRV_GRID_MAX * 1.05
+
+
 def _integer_power(base: np.ndarray, exponent: int) -> np.ndarray:
     """base ** exponent (elementwise, exponent >= 1) by repeated squaring."""
     result, square = None, base
@@ -194,7 +205,7 @@ def grid_refusal(what: str, points: float, eps_error: float, steps: int,
     size = (f"a PRV grid of {points:.3g} points" if math.isfinite(points)
             else "an unbounded PRV grid")
     limit = f"limit {PRV_GRID_MAX:.0e} points, about {PRV_GRID_MAX * 360 / 1e9:.1f} GB"
-    need = eps_error * points / PRV_GRID_MAX * 1.05
+    need = eps_error_to_fit(eps_error, points)
     remedy = (f"use privacy.eps_error >= {float(f'{need:.2g}'):g} (now {eps_error:g}), fewer steps "
               f"than {steps} or {other}" if math.isfinite(need) and need < 0.1
               else f"use {other} or fewer steps than {steps}")
@@ -240,7 +251,7 @@ class GaussianAccountant:
         self._prv = None
         if sample_rate < 1:
             half_width, points = prv_grid(self.multiplier, sample_rate, steps, delta, eps_error)
-            if not points <= PRV_GRID_MAX:
+            if not grid_fits(points):
                 raise grid_refusal(f"sigma={sigma:g} with sample rate {sample_rate:.4g}, {steps} steps "
                                     f"and eps_error {eps_error:g}", points, eps_error, steps)
             from prv_accountant import PoissonSubsampledGaussianMechanism, PRVAccountant

@@ -15,9 +15,9 @@ from importlib.metadata import version
 
 import numpy as np
 
-from pazo.privacy.accountants import (MECHANISMS, PRV_GRID_MAX, SIGMA_MAX, BudgetError, GaussianAccountant,
-                                      LaplaceAccountant, accountant_for, check_delta, check_inputs, check_run,
-                                      check_target_epsilon, default_eps_error, dp_accounting_sigma, gaussian_epsilon,
+from pazo.privacy.accountants import (MECHANISMS, SIGMA_MAX, BudgetError, GaussianAccountant, LaplaceAccountant,
+                                      accountant_for, check_delta, check_inputs, check_run, check_target_epsilon,
+                                      default_eps_error, dp_accounting_sigma, gaussian_epsilon, grid_fits,
                                       grid_refusal, prv_grid)
 from pazo.privacy.rdp import PRV_RDP_ORDERS, rdp_bound, step_rdp
 from pazo.privacy.sigma_cache import cache_path, read_cache, write_cache
@@ -182,7 +182,7 @@ def _calibrate_gaussian(epsilon: float, delta: float, sample_rate: float, steps:
     hi = _rdp_sigma(epsilon, sample_rate, steps, delta)
     # the fine grid grows as sigma falls: refuse now, not after the coarse stage, if even hi's is too big
     points = prv_grid(hi, sample_rate, steps, delta, eps_error)[1]
-    if not points <= PRV_GRID_MAX:
+    if not grid_fits(points):
         points = max(points, prv_grid(0.75 * hi, sample_rate, steps, delta, eps_error)[1])
         raise grid_refusal(f"epsilon={epsilon:g} with sample rate {sample_rate:.4g}, {steps} steps and "
                             f"eps_error {eps_error:g}", points, eps_error, steps, "a larger epsilon")

@@ -6,9 +6,8 @@ account of millions of steps costs a minute; doubling up to the limit cost minut
 """
 from __future__ import annotations
 
-from pazo.privacy import accountants
 from pazo.privacy.accountants import (MAX_STEPS, BudgetError, check_inputs, check_target_epsilon, default_eps_error,
-                                      prv_grid)
+                                      grid_fits, prv_grid)
 from pazo.privacy.planner import upper_epsilon_of
 
 
@@ -19,7 +18,7 @@ def accountable_steps(sigma: float, sample_rate: float, delta: float, accountant
         return MAX_STEPS
 
     def fits(steps: int) -> bool:
-        return prv_grid(sigma, sample_rate, steps, delta, eps_error)[1] <= accountants.PRV_GRID_MAX   # (its refusal)
+        return grid_fits(prv_grid(sigma, sample_rate, steps, delta, eps_error)[1])   # (the accountant's refusal)
 
     if fits(MAX_STEPS):
         return MAX_STEPS
