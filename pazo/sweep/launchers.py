@@ -20,6 +20,7 @@ from pazo.config_schema import integer_at_least, optional, typed
 from pazo.errors import ConfigError
 from pazo.files.file_kinds import read_regular_text
 from pazo.run import gate
+from pazo.run.cli import override_value
 from pazo.sweep.checks import status
 from pazo.sweep.child_runs import CHILDREN, Interrupted, passing_on_interrupts
 from pazo.sweep.spec import ROOT, PlannedRun
@@ -214,9 +215,9 @@ def check_ranks_can_share(todo, world_size: int) -> None:
 
 
 def last_flag(cmd: list[str], key: str) -> bool:
-    """Whether the last override of the boolean `key` in the command `cmd` sets it true (none: false)."""
-    given = [a.partition("=")[2] for a in cmd if a.lstrip("+~").startswith(f"{key}=")]
-    return bool(given) and given[-1].lower() == "true"
+    """Whether the last override of the boolean `key` in the command `cmd`, read as Hydra reads it
+    (`override_value`), sets it true (none: false)."""
+    return str(override_value(cmd, key)).lower() == "true"
 
 
 def launch(todo: list[tuple[PlannedRun, Path, list[str]]], launcher: dict, sweep_dir: Path,
