@@ -20,7 +20,6 @@ from pazo.config_schema import integer_at_least, optional, typed
 from pazo.errors import ConfigError
 from pazo.files.file_kinds import read_regular_text
 from pazo.run import gate
-from pazo.run.cli import override_value
 from pazo.sweep.checks import status
 from pazo.sweep.child_runs import CHILDREN, Interrupted, passing_on_interrupts
 from pazo.sweep.spec import ROOT, PlannedRun
@@ -217,6 +216,8 @@ def check_ranks_can_share(todo, world_size: int) -> None:
 def last_flag(cmd: list[str], key: str) -> bool:
     """Whether the last override of the boolean `key` in the command `cmd`, read as Hydra reads it
     (`override_value`), sets it true (none: false)."""
+    from pazo.run.cli import override_value   # (imports numpy: not needed by --help)
+
     return str(override_value(cmd, key)).lower() == "true"
 
 
