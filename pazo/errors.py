@@ -15,6 +15,11 @@ class UserCodeError(ConfigError):
     original error chained as its cause for debugging."""
 
 
+class PazoExit(SystemExit):
+    """An exit of pazo's own (a Ctrl-C before the work starts, `pazo.commands.interrupts`), told
+    apart by its class from a `sys.exit` in a user's code, which `pazo.plugins` turns into one line."""
+
+
 class DataMissingError(FileNotFoundError):
     """A data set or weights file is not where we looked: the message says what, where and how to
     get it."""

@@ -7,13 +7,17 @@ or by the environment variable `PAZO_PLUGINS` (comma-separated module names, for
 the path; a sweep's subprocesses inherit it). Every entry point calls `load_plugins()` first,
 before Hydra composes a config, so that the names the plugins register are choices like pazo's
 own; it imports each module once per process. A plugin that fails to import is the user's mistake:
-one line `pazo: error: plugin X (from ...): ...` and exit 2, before anything runs."""
+one line `pazo: error: plugin X (from ...): ...` and exit 2, before anything runs; a plugin whose
+import exits (`sys.exit`, an argparse that reads pazo's command line) too, quoting the last line it
+wrote to stderr."""
 from __future__ import annotations
 
 import importlib
 import os
 import sys
 from importlib.metadata import entry_points
+
+from pazo.errors import PazoExit
 
 GROUP = "pazo.plugins"
 ENVIRONMENT = "PAZO_PLUGINS"
@@ -47,22 +51,61 @@ def import_plugins(environ=None) -> list[str]:
     for module, where, load in plugin_modules(environ):
         if module in LOADED:
             continue
-        try:
-            load()
-        except (Exception, SystemExit) as err:   # anything its import raises (or exits with) is its fault
-            if isinstance(err, SystemExit) and type(err) is not SystemExit:
-                raise   # (pazo's own exit, a Ctrl-C before the work starts: `pazo.commands.interrupts`)
-            raise PluginError(f"plugin {module} (from {where}): {_what_went_wrong(err)}") from err
+        _load(module, where, load)
         LOADED[module] = where
         imported.append(module)
     return imported
 
 
-def _what_went_wrong(err: BaseException) -> str:
+def _load(module: str, where: str, load) -> None:
+    """Import one plugin, what it writes to stderr meanwhile held (`_HeldStderr`): a PluginError if
+    its import raises or exits, of any class but pazo's own exit (a Ctrl-C before the work starts)."""
+    held = sys.stderr = _HeldStderr(sys.stderr)
+    try:
+        load()
+    except PazoExit:
+        held.release()
+        raise
+    except (Exception, SystemExit) as err:   # anything its import raises (or exits with) is its fault
+        said = held.release(show=not isinstance(err, SystemExit))
+        raise PluginError(f"plugin {module} (from {where}): {_what_went_wrong(err, said)}") from err
+    finally:
+        if sys.stderr is held:
+            sys.stderr = held.real
+    held.release()
+
+
+class _HeldStderr:
+    """`sys.stderr` while a plugin imports: what it writes is held back until `release`, so that an
+    import that exits (argparse's usage and error line, then sys.exit(2)) ends in pazo's one line
+    alone; after it, writes pass through (a logging handler the import made keeps this object)."""
+
+    def __init__(self, real):
+        self.real, self._held = real, []
+
+    def write(self, text: str) -> int:
+        if self._held is None:
+            return self.real.write(text)
+        self._held.append(text)
+        return len(text)
+
+    def release(self, show: bool = True) -> str:
+        """Write out what was held (`show`), pass writes through from now on; the last line held."""
+        text, self._held = "".join(self._held or ()), None
+        if show and text:
+            self.real.write(text)
+        return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
+
+
+def _what_went_wrong(err: BaseException, said: str = "") -> str:
     """A plugin's failed import in a few words: its error and message on one line, or the exit its
-    module called (a sys.exit at import ended every pazo command with that status and no word)."""
+    module called (a sys.exit at import ended every pazo command with that status and no word) and
+    the last line it wrote to stderr before it."""
     if isinstance(err, SystemExit):
-        return f"its import called sys.exit({err.code!r})"
+        return f"its import called sys.exit({err.code!r})" + (f" after writing {said!r}" if said else "")
     return f"{type(err).__name__}: {' '.join(str(err).split())}{_first_registration(err)}"
 
 

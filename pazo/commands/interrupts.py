@@ -5,20 +5,22 @@ composition of the config.
 Every entry point calls `until_work_starts(...)` first, before it imports anything heavy or loads
 a plugin, and `work_starts()` where its own handling of an interrupt takes over (a training run
 records it and says how to resume, a benchmark says that nothing was written). Standard library
-only: this module is imported in the first milliseconds of a command, where a Ctrl-C would
-otherwise meet Python's default handler."""
+only (and `pazo.errors`, as light): this module is imported in the first milliseconds of a command,
+where a Ctrl-C would otherwise meet Python's default handler."""
 from __future__ import annotations
 
 import os
 import signal
 import threading
 
+from pazo.errors import PazoExit
+
 #: the exit status of a command ended by Ctrl-C (128 + SIGINT, what a shell reports)
 INTERRUPTED = 130
 
 
-class StoppedBeforeWork(SystemExit):
-    """The exit a Ctrl-C before the work starts raises (status 130): a SystemExit of pazo's own, told
+class StoppedBeforeWork(PazoExit):
+    """The exit a Ctrl-C before the work starts raises (status 130): an exit of pazo's own, told
     apart from a `sys.exit` in a plugin's module (`pazo.plugins`) by its class."""
 
 

@@ -162,6 +162,17 @@ def prv_grid(sigma_eff: float, sample_rate: float, steps: int, delta: float,
     return half_width, 2 * half_width / mesh
 
 
+def grid_fits(points: float) -> bool:
+    """Whether a PRV grid of `points` points fits in memory (PRV_GRID_MAX; an unbounded one does not)."""
+    return points <= PRV_GRID_MAX
+
+
+def eps_error_to_fit(eps_error: float, points: float) -> float:
+    """The PRV accuracy whose grid fits, from the `points` of the grid at `eps_error`: a grid's
+    points go as 1 / eps_error, and 5% more leaves room to spare."""
+    return eps_error * points / PRV_GRID_MAX * 1.05
+
+
 def _integer_power(base: np.ndarray, exponent: int) -> np.ndarray:
     """base ** exponent (elementwise, exponent >= 1) by repeated squaring."""
     result, square = None, base
@@ -194,7 +205,7 @@ def grid_refusal(what: str, points: float, eps_error: float, steps: int,
     size = (f"a PRV grid of {points:.3g} points" if math.isfinite(points)
             else "an unbounded PRV grid")
     limit = f"limit {PRV_GRID_MAX:.0e} points, about {PRV_GRID_MAX * 360 / 1e9:.1f} GB"
-    need = eps_error * points / PRV_GRID_MAX * 1.05
+    need = eps_error_to_fit(eps_error, points)
     remedy = (f"use privacy.eps_error >= {float(f'{need:.2g}'):g} (now {eps_error:g}), fewer steps "
               f"than {steps} or {other}" if math.isfinite(need) and need < 0.1
               else f"use {other} or fewer steps than {steps}")
@@ -240,7 +251,7 @@ class GaussianAccountant:
         self._prv = None
         if sample_rate < 1:
             half_width, points = prv_grid(self.multiplier, sample_rate, steps, delta, eps_error)
-            if not points <= PRV_GRID_MAX:
+            if not grid_fits(points):
                 raise grid_refusal(f"sigma={sigma:g} with sample rate {sample_rate:.4g}, {steps} steps "
                                     f"and eps_error {eps_error:g}", points, eps_error, steps)
             from prv_accountant import PoissonSubsampledGaussianMechanism, PRVAccountant
@@ -388,7 +399,7 @@ class LaplaceAccountant:
 
 
 @contextlib.contextmanager
-def _quiet_rdp():
+def quiet_rdp():
     """dp-accounting's RDP warns through absl for every order its series leaves out (small alpha at
     large q): the orders it keeps still bound epsilon, so the warnings tell a user nothing."""
     absl = logging.getLogger("absl")
@@ -400,7 +411,7 @@ def _quiet_rdp():
         absl.setLevel(level)
 
 
-def _dp_event(sigma: float, sample_rate: float, steps: int):
+def gaussian_dp_event(sigma: float, sample_rate: float, steps: int):
     from dp_accounting import dp_event
 
     one = dp_event.GaussianDpEvent(sigma)
@@ -440,8 +451,8 @@ class DpAccountingAccountant:
             return 0.0
         if self.accountant == "rdp":
             from dp_accounting.rdp import RdpAccountant
-            with _quiet_rdp():
-                event = _dp_event(self.multiplier, self.sample_rate, steps_done)
+            with quiet_rdp():
+                event = gaussian_dp_event(self.multiplier, self.sample_rate, steps_done)
                 try:
                     return float(RdpAccountant().compose(event).get_epsilon(self.delta))
                 except (ZeroDivisionError, OverflowError) as err:   # its orders' arithmetic, at a tiny sigma
@@ -491,47 +502,6 @@ def check_accountant(accountant: str, noise: str = "gaussian", eps_error: float 
     if eps_error is not None:
         raise BudgetError(f"privacy.eps_error is the PRV accountant's accuracy; privacy.accountant={accountant} "
                           "has none to set: leave privacy.eps_error=null")
-
-
-def dp_accounting_sigma(epsilon: float, sample_rate: float, steps: int, delta: float, accountant: str) -> float:
-    """The smallest effective noise multiplier (to about 0.2%) whose epsilon by dp-accounting's
-    `accountant` (rdp or pld) is at most the target: dp-accounting's own calibration, on the grid
-    its accounts use (`PLD_INTERVAL`); the inputs checked by the caller (`check_inputs`)."""
-    from dp_accounting import mechanism_calibration as calibration
-    from dp_accounting.pld import PLDAccountant
-    from dp_accounting.rdp import RdpAccountant
-
-    def event(s: float):
-        return _dp_event(s, sample_rate, int(steps))
-
-    try:
-        with _quiet_rdp():
-            rdp = calibration.calibrate_dp_mechanism(RdpAccountant, event, epsilon, delta,
-                                                     bracket_interval=calibration.LowerEndpointAndGuess(1e-2, 1.0),
-                                                     tol=1e-4)
-        if accountant == "rdp":
-            return _meeting(float(rdp), epsilon, sample_rate, int(steps), delta, accountant)
-        # RDP's sigma meets the target by PLD too (RDP bounds it from above); PLD's is rarely under
-        # 0.7 of it, and a bracket that misses is widened down to half (each PLD account costs seconds)
-        pld = lambda: PLDAccountant(value_discretization_interval=PLD_INTERVAL)  # noqa: E731
-        for low in (0.7, 0.5):
-            bracket = calibration.ExplicitBracketInterval(max(rdp * low, PLD_MIN_SIGMA), rdp * 1.001)
-            with contextlib.suppress(ValueError):
-                sigma = calibration.calibrate_dp_mechanism(pld, event, epsilon, delta,
-                                                           bracket_interval=bracket, tol=1e-3 * rdp)
-                return _meeting(float(sigma), epsilon, sample_rate, int(steps), delta, accountant)
-        raise ValueError(f"no sigma in [{max(rdp / 2, PLD_MIN_SIGMA):.4g}, {rdp:.4g}]")
-    except (ValueError, RuntimeError, calibration.NoBracketIntervalFoundError) as err:   # none found
-        raise BudgetError(f"no noise multiplier meets epsilon {epsilon:g} at delta {delta:g} ({err})") from None
-
-
-def _meeting(sigma: float, epsilon: float, sample_rate: float, steps: int, delta: float, accountant: str) -> float:
-    """`sigma`, raised by 0.1% at a time until its epsilon by `accountant` (as `epsilon_of` accounts,
-    which a run's guarantee is) is at most the target: dp-accounting's calibration solves with its
-    own accountant objects, to a tolerance."""
-    while DpAccountingAccountant(accountant, sigma, sample_rate, steps, delta).upper(steps) > epsilon:
-        sigma *= 1.001
-    return sigma
 
 
 def accountant_for(mechanism: str, sigma: float, sample_rate: float, steps: int, delta: float,

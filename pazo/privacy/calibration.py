@@ -1,6 +1,7 @@
 """Calibration of the noise multiplier to a target (epsilon, delta): the smallest sigma whose
 accountant's upper bound meets it. `calibrate` is the one entry (the accountant's choice -> sigma);
-PRV's and Laplace noise's own calibration (`calibrate_sigma`) keeps its answers in the sigma cache.
+PRV's and Laplace noise's own calibration (`calibrate_sigma`) keeps its answers in the sigma cache;
+dp-accounting's RDP and PLD are solved by dp-accounting's own (`dp_accounting_sigma`).
 
 Gaussian: first brackets sigma with the cheap RDP bound, then solves on a coarse PRV grid and
 confirms on the fine one, so that T = 100k steps takes seconds rather than a minute
@@ -9,16 +10,18 @@ the exact composition. Results are kept on disk (`sigma_cache.py`).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from importlib.metadata import version
 
 import numpy as np
 
-from pazo.privacy.accountants import (MECHANISMS, PRV_GRID_MAX, SIGMA_MAX, BudgetError, GaussianAccountant,
-                                      LaplaceAccountant, accountant_for, check_delta, check_inputs, check_run,
-                                      check_target_epsilon, default_eps_error, dp_accounting_sigma, gaussian_epsilon,
-                                      grid_refusal, prv_grid)
+from pazo.privacy.accountants import (MECHANISMS, PLD_INTERVAL, PLD_MIN_SIGMA, SIGMA_MAX, BudgetError,
+                                      DpAccountingAccountant, GaussianAccountant, LaplaceAccountant, accountant_for,
+                                      check_delta, check_inputs, check_run, check_target_epsilon, default_eps_error,
+                                      gaussian_dp_event, gaussian_epsilon, grid_fits, grid_refusal, prv_grid,
+                                      quiet_rdp)
 from pazo.privacy.rdp import PRV_RDP_ORDERS, rdp_bound, step_rdp
 from pazo.privacy.sigma_cache import cache_path, read_cache, write_cache
 
@@ -182,7 +185,7 @@ def _calibrate_gaussian(epsilon: float, delta: float, sample_rate: float, steps:
     hi = _rdp_sigma(epsilon, sample_rate, steps, delta)
     # the fine grid grows as sigma falls: refuse now, not after the coarse stage, if even hi's is too big
     points = prv_grid(hi, sample_rate, steps, delta, eps_error)[1]
-    if not points <= PRV_GRID_MAX:
+    if not grid_fits(points):
         points = max(points, prv_grid(0.75 * hi, sample_rate, steps, delta, eps_error)[1])
         raise grid_refusal(f"epsilon={epsilon:g} with sample rate {sample_rate:.4g}, {steps} steps and "
                             f"eps_error {eps_error:g}", points, eps_error, steps, "a larger epsilon")
@@ -214,6 +217,47 @@ def _calibrate_uncached(epsilon: float, delta: float, sample_rate: float, steps:
     if mechanism == "laplace":
         return _calibrate_laplace(epsilon, delta, sample_rate, steps)
     return _calibrate_gaussian(epsilon, delta, sample_rate, steps, eps_error, mechanisms)
+
+
+def dp_accounting_sigma(epsilon: float, sample_rate: float, steps: int, delta: float, accountant: str) -> float:
+    """The smallest effective noise multiplier (to about 0.2%) whose epsilon by dp-accounting's
+    `accountant` (rdp or pld) is at most the target: dp-accounting's own calibration, on the grid
+    its accounts use (`PLD_INTERVAL`); the inputs checked by the caller (`check_inputs`)."""
+    from dp_accounting import mechanism_calibration as calibration
+    from dp_accounting.pld import PLDAccountant
+    from dp_accounting.rdp import RdpAccountant
+
+    def event(s: float):
+        return gaussian_dp_event(s, sample_rate, int(steps))
+
+    try:
+        with quiet_rdp():
+            rdp = calibration.calibrate_dp_mechanism(RdpAccountant, event, epsilon, delta,
+                                                     bracket_interval=calibration.LowerEndpointAndGuess(1e-2, 1.0),
+                                                     tol=1e-4)
+        if accountant == "rdp":
+            return _meeting(float(rdp), epsilon, sample_rate, int(steps), delta, accountant)
+        # RDP's sigma meets the target by PLD too (RDP bounds it from above); PLD's is rarely under
+        # 0.7 of it, and a bracket that misses is widened down to half (each PLD account costs seconds)
+        pld = lambda: PLDAccountant(value_discretization_interval=PLD_INTERVAL)  # noqa: E731
+        for low in (0.7, 0.5):
+            bracket = calibration.ExplicitBracketInterval(max(rdp * low, PLD_MIN_SIGMA), rdp * 1.001)
+            with contextlib.suppress(ValueError):
+                sigma = calibration.calibrate_dp_mechanism(pld, event, epsilon, delta,
+                                                           bracket_interval=bracket, tol=1e-3 * rdp)
+                return _meeting(float(sigma), epsilon, sample_rate, int(steps), delta, accountant)
+        raise ValueError(f"no sigma in [{max(rdp / 2, PLD_MIN_SIGMA):.4g}, {rdp:.4g}]")
+    except (ValueError, RuntimeError, calibration.NoBracketIntervalFoundError) as err:   # none found
+        raise BudgetError(f"no noise multiplier meets epsilon {epsilon:g} at delta {delta:g} ({err})") from None
+
+
+def _meeting(sigma: float, epsilon: float, sample_rate: float, steps: int, delta: float, accountant: str) -> float:
+    """`sigma`, raised by 0.1% at a time until its epsilon by `accountant` (as `epsilon_of` accounts,
+    which a run's guarantee is) is at most the target: dp-accounting's calibration solves with its
+    own accountant objects, to a tolerance."""
+    while DpAccountingAccountant(accountant, sigma, sample_rate, steps, delta).upper(steps) > epsilon:
+        sigma *= 1.001
+    return sigma
 
 
 def calibrate(accountant: str, epsilon: float, delta: float, sample_rate: float, steps: int,

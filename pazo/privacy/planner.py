@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pazo.privacy.accountants import (EPSILON_MAX, PRV_GRID_MAX, BudgetError,
-                                      DpAccountingAccountant, GaussianAccountant, check_inputs,
-                                      check_target_epsilon, default_eps_error, prv_grid)
+from pazo.privacy.accountants import (EPSILON_MAX, BudgetError, DpAccountingAccountant, GaussianAccountant,
+                                      check_inputs, check_target_epsilon, default_eps_error, eps_error_to_fit,
+                                      prv_grid)
 from pazo.privacy.calibration import calibrate
 
 
@@ -67,8 +67,7 @@ def _eps_error(sigma: float, sample_rate: float, steps: int, delta: float) -> fl
     if sample_rate >= 1:   # exact: no grid
         return wanted
     _, points = prv_grid(sigma, sample_rate, steps, delta, wanted)
-    fitting = wanted * points / PRV_GRID_MAX * 1.05   # the grid's points go as 1 / eps_error
-    return min(max(wanted, fitting), default_eps_error(EPSILON_MAX))
+    return min(max(wanted, eps_error_to_fit(wanted, points)), default_eps_error(EPSILON_MAX))
 
 
 def sigma_for(epsilon: float, sample_rate: float, steps: int, delta: float, accountant: str = "prv") -> float:

@@ -6,10 +6,9 @@ account of millions of steps costs a minute; doubling up to the limit cost minut
 """
 from __future__ import annotations
 
-from pazo.privacy import accountants
 from pazo.privacy.accountants import (MAX_STEPS, BudgetError, check_inputs, check_target_epsilon, default_eps_error,
-                                      prv_grid)
-from pazo.privacy.planner import epsilon_of, upper_epsilon_of
+                                      grid_fits, prv_grid)
+from pazo.privacy.planner import upper_epsilon_of
 
 
 def accountable_steps(sigma: float, sample_rate: float, delta: float, accountant: str, eps_error: float) -> int:
@@ -19,7 +18,7 @@ def accountable_steps(sigma: float, sample_rate: float, delta: float, accountant
         return MAX_STEPS
 
     def fits(steps: int) -> bool:
-        return prv_grid(sigma, sample_rate, steps, delta, eps_error)[1] <= accountants.PRV_GRID_MAX   # (its refusal)
+        return grid_fits(prv_grid(sigma, sample_rate, steps, delta, eps_error)[1])   # (the accountant's refusal)
 
     if fits(MAX_STEPS):
         return MAX_STEPS
@@ -48,7 +47,7 @@ def steps_for(epsilon: float, sigma: float, sample_rate: float, delta: float, ac
     error = default_eps_error(epsilon)
 
     def within(t: int) -> bool:
-        return epsilon_of(sigma, sample_rate, t, delta, accountant, error).upper <= epsilon
+        return upper_epsilon_of(sigma, sample_rate, t, delta, accountant, error) <= epsilon
 
     if not within(1):
         return 0

@@ -41,7 +41,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from pazo import CONFIG_DIR
-from pazo.config_schema import DEVICE, ENGINES, EngineSchema, PrivacySchema, TrainSchema
+from pazo.config_schema import DEVICE, EngineSchema, PrivacySchema, TrainSchema
 from pazo.commands.console import use_console
 from pazo.data.base import TensorSplit
 from pazo.run.digests import callable_digest, module_digest, tensors_digest
@@ -220,11 +220,7 @@ def library_key(given: str | None, settings: dict, module: nn.Module, loss_fn, p
     the module-level globals the loss and the model's forward read). A part of the loss or the model
     that cannot be hashed deterministically is replaced by fresh OS entropy: the loop then draws
     noise no other loop shares, and cannot be replayed from its seed."""
-    if given is not None:
-        try:
-            int(given, 16)
-        except (TypeError, ValueError):
-            raise ConfigError(f"fingerprint must be a hex string, got {given!r}") from None
+    if given is not None:   # (hex: checked with the loop's arguments)
         return LibraryKey(given, {"fingerprint": given, "source": "given: it names the whole computation",
                                   "covers": ["what the given fingerprint names", KEY_COVERS[-1]],
                                   "replayable": not secure, "unhashed": []})
@@ -273,10 +269,11 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
     of reach; UserCodeError: an error inside `model` or `loss_fn`).
     """
     with in_library_terms():
-        method_cfg = _method_config(method, method_settings, epsilon, sigma)
-        _check_arguments(steps=steps, batch_size=batch_size, engine=engine, seed=seed, secure_mode=secure_mode,
-                         query_dropout=query_dropout, device=device, cache_dir=cache_dir)
-        private, public_split = _splits(train_data, public, batch_size, method_cfg)
+        private, public_split, method_cfg, engine_cfg = _checked_arguments(
+            model, loss_fn, train_data, method=method, settings=method_settings, epsilon=epsilon, sigma=sigma,
+            steps=steps, batch_size=batch_size, public=public, seed=seed, secure_mode=secure_mode,
+            fingerprint=fingerprint, engine=engine, chunk_size=chunk_size, query_dropout=query_dropout,
+            cache_dir=cache_dir, device=device)
         secure = secure_mode or seed is None
         privacy = PrivacySchema(epsilon=epsilon, delta=delta, sigma=sigma, adjacency=adjacency, eps_error=eps_error,
                                 secure_mode=secure, cache_dir=cache_dir, accountant=accountant)
@@ -287,7 +284,6 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
         key = library_key(fingerprint, settings, module, fmodel.loss_fn, public_split, secure)
         streams = _keyed_streams(seed, secure, key, private, public_split, module)
         plan = _library_plan(privacy, len(private), batch_size, steps, method_cfg, key, seeded=not secure)
-        engine_cfg = EngineSchema(name=engine, chunk_size=chunk_size, query_dropout=query_dropout)
         group = _library_group(method_cfg, secure, key, query_dropout)
         zo_method, engine_facts = _method_on_engine(method_cfg, fmodel, plan, streams, public_split, engine_cfg,
                                                     batch_size, group, lambda: _rank_facts(key, private, seed))
@@ -303,7 +299,6 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
 def _checked_model(model: nn.Module, loss_fn, device, private_run: bool, private, public_split):
     """(module, functional model, input device): the model as the steps take it, once its initial
     parameters are finite and it and the loss take both splits (else one error naming the argument)."""
-    check_user_objects(model, loss_fn)
     device = resolve_device(str(device)) if device is not None else _parameter_device(model)
     check_finite_model(model)
     module, fmodel, input_device = functional_model(model, device, private=private_run, name=type(model).__name__,
@@ -312,15 +307,29 @@ def _checked_model(model: nn.Module, loss_fn, device, private_run: bool, private
     return module, fmodel, input_device
 
 
-def _splits(train_data, public, batch_size: int, method_cfg: MethodConfig) -> tuple[TensorSplit, TensorSplit]:
-    """The private and public examples as splits (no public data: an empty split), checked against
-    the batch sizes and the method's need of public data."""
-    private = as_split(train_data, "train_data")
-    public_split = as_split(public, "public") if public is not None else private.subset(np.empty(0, np.int64))
-    check_finite_data(private, "train_data")
-    check_finite_data(public_split, "public")
+def _checked_arguments(model, loss_fn, train_data, *, method: str, settings: dict, epsilon, sigma, steps, batch_size,
+                       public, seed, secure_mode, fingerprint, engine, chunk_size, query_dropout, cache_dir,
+                       device) -> tuple[TensorSplit, TensorSplit, MethodConfig, EngineSchema]:
+    """(private split, public split, method config, engine config): the arguments checked before
+    anything of the user's runs, each fact once, in the order of `private_zo`'s signature, so that of
+    several mistakes the first argument's is named (the privacy settings are their schema's, after)."""
+    check_user_objects(model, loss_fn)
+    private = _checked_split(train_data, "train_data")
+    method_cfg = _method_config(method, settings, epsilon, sigma)
+    at_least_one(steps, "steps")
+    at_least_one(batch_size, "batch_size")
+    public_split = _checked_split(public, "public") if public is not None else private.subset(np.empty(0, np.int64))
     check_batches_fit(batch_size, method_cfg, len(private), len(public_split))
-    return private, public_split
+    return private, public_split, method_cfg, _engine_and_settings(
+        seed=seed, secure_mode=secure_mode, fingerprint=fingerprint, engine=engine, chunk_size=chunk_size,
+        query_dropout=query_dropout, cache_dir=cache_dir, device=device)
+
+
+def _checked_split(data, what: str) -> TensorSplit:
+    """`data` as a split (`as_split`), its inputs finite."""
+    split = as_split(data, what)
+    check_finite_data(split, what)
+    return split
 
 
 def _keyed_streams(seed: int | None, secure: bool, key: LibraryKey, private: TensorSplit, public: TensorSplit,
@@ -411,21 +420,32 @@ def _announce(optimiser: PrivateZO, n_public: int) -> None:
         log.info(library_terms(line) if line.startswith("accountant: ") else line)   # (accountant=, not privacy.)
 
 
-def _check_arguments(*, steps, batch_size, engine, seed, secure_mode, query_dropout, device, cache_dir) -> None:
-    """The library's own arguments (the method's settings are its config's to check)."""
-    at_least_one(steps, "steps")
-    at_least_one(batch_size, "batch_size")
-    require(engine in ENGINES, f"unknown engine {engine!r}; choices: {', '.join(sorted(ENGINES))}")
+def _engine_and_settings(*, seed, secure_mode, fingerprint, engine, chunk_size, query_dropout, cache_dir,
+                         device) -> EngineSchema:
+    """The loop's own settings, in the order of the signature; the engine's section as a run's
+    `engine` section is checked (its schema), returned."""
     require(seed is None or (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2 ** 63),
             f"seed must be an integer in [0, 2**63), got {seed!r}")
-    for value, what in ((secure_mode, "secure_mode"), (query_dropout, "query_dropout")):
-        require(isinstance(value, bool), f"{what} must be True or False, got {value!r}")
+    require(isinstance(secure_mode, bool), f"secure_mode must be True or False, got {secure_mode!r}")
+    require(fingerprint is None or _is_hex(fingerprint), f"fingerprint must be a hex string, got {fingerprint!r}")
+    engine_cfg = EngineSchema(name=engine, chunk_size=chunk_size, query_dropout=query_dropout)
+    require(isinstance(query_dropout, bool), f"query_dropout must be True or False, got {query_dropout!r}")
+    require(cache_dir is None or isinstance(cache_dir, (str, os.PathLike)),
+            f"cache_dir must be a folder's path or None, got {cache_dir!r}")
     require(device is None or isinstance(device, torch.device) or
             (isinstance(device, str) and DEVICE.fullmatch(device) is not None),
             f"unknown device {device!r}; choices: None (where the model's parameters are), auto, cpu, cuda, "
             "cuda:N, mps, or a torch.device")
-    require(cache_dir is None or isinstance(cache_dir, (str, os.PathLike)),
-            f"cache_dir must be a folder's path or None, got {cache_dir!r}")
+    return engine_cfg
+
+
+def _is_hex(text) -> bool:
+    """Whether `text` reads as a hexadecimal number (a fingerprint given)."""
+    try:
+        int(text, 16)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def as_split(data, what: str) -> TensorSplit:

@@ -142,7 +142,7 @@ def planned_run_dir(argv: list[str], config_name: str = "config") -> Path:
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
 
-    where = _override_value(argv, "hydra.run.dir")
+    where = override_value(argv, "hydra.run.dir")
     if where is None or "${" in where:
         try:
             with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
@@ -474,8 +474,8 @@ def _own_check(check, cfg) -> str | None:
     return None
 
 
-def _override_value(argv: list[str], key: str) -> str | None:
-    """The value of `key=...` on the command line as Hydra reads it (quotes removed), or None."""
+def override_value(argv: list[str], key: str) -> str | None:
+    """The value of the last `key=...` on the command line as Hydra reads it (quotes removed), or None."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     for arg in reversed(argv):
@@ -492,7 +492,7 @@ def check_output_location(argv: list[str], config_name: str = "config") -> None:
     """The run directory (`hydra.run.dir`, else the configured default), or the fixed folder above
     a directory named per launch, checked before Hydra writes there: a file in its place, no write
     access or a full disk is one line instead of Hydra's traceback."""
-    where = _override_value(argv, "hydra.run.dir")
+    where = override_value(argv, "hydra.run.dir")
     if where is None:
         where = str(OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / f"{config_name}.yaml").hydra.run)["dir"])
     fixed = where.split("${", 1)[0]

@@ -78,10 +78,9 @@ def validate_config(cfg) -> None:
 
 def validate_against_data(train, method, schedule, n_private: int, n_public: int) -> None:
     """Checks that need the data set's sizes, of a run's typed `train`, `method` and `schedule`
-    sections (`schedule` None: a library loop's, which has none)."""
+    sections (a library loop, which has no schedule, checks its batches alone: `check_batches_fit`)."""
     check_batches_fit(train.batch_size, method, n_private, n_public)
-    if schedule is not None:
-        check_schedule_fits(train, schedule, planned_steps(train, n_private))
+    check_schedule_fits(train, schedule, planned_steps(train, n_private))
 
 
 def check_batches_fit(batch_size: int, method: MethodConfig, n_private: int, n_public: int) -> None:

@@ -74,13 +74,10 @@ class _Checker:
     def __init__(self, extra: list[str], config_name: str = "config"):
         self.parser, self.extra, self._values = OverridesParser.create(), extra, {}
         self.config_name = config_name
-        unreadable = not_an_override(extra)
-        if unreadable:
-            raise ConfigError(unreadable)
         try:
             self.extra_keys = {o.key_or_group for o in self.parser.parse_overrides(extra)}
-        except HydraException as err:
-            raise ConfigError(f"bad override in {' '.join(extra)!r}: {_one_line(err)}") from None
+        except Exception:   # (Hydra's grammar errors, of several types): the first unreadable one, in pazo's words
+            raise ConfigError(not_an_override(extra)) from None
 
     def compose(self, overrides: list[str]):
         try:

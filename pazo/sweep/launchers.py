@@ -214,9 +214,11 @@ def check_ranks_can_share(todo, world_size: int) -> None:
 
 
 def last_flag(cmd: list[str], key: str) -> bool:
-    """Whether the last override of the boolean `key` in the command `cmd` sets it true (none: false)."""
-    given = [a.partition("=")[2] for a in cmd if a.lstrip("+~").startswith(f"{key}=")]
-    return bool(given) and given[-1].lower() == "true"
+    """Whether the last override of the boolean `key` in the command `cmd`, read as Hydra reads it
+    (`override_value`), sets it true (none: false)."""
+    from pazo.run.cli import override_value   # (imports numpy: not needed by --help)
+
+    return str(override_value(cmd, key)).lower() == "true"
 
 
 def launch(todo: list[tuple[PlannedRun, Path, list[str]]], launcher: dict, sweep_dir: Path,

@@ -57,16 +57,38 @@ def test_a_budget_the_rdp_bound_shows_beyond_reach_is_said_without_accounting_mo
         return
     asked = []
 
-    def one_step_only(sigma_, q_, steps, *args):
-        asked.append(steps)
-        assert steps == 1, f"an account of {steps} steps was built"
-        return epsilon_of(sigma_, q_, steps, *args)
+    def one_step_only(sigma_, q_, steps, delta_, accountant_, *args):
+        if accountant_ != "rdp":   # (the RDP bound is a closed form, not an account)
+            asked.append(steps)
+            assert steps == 1, f"an account of {steps} steps was built"
+        return upper_epsilon_of(sigma_, q_, steps, delta_, accountant_, *args)
 
     with pytest.MonkeyPatch.context() as patch, \
             pytest.raises(BudgetError, match=f"the budget allows more than {MAX_STEPS:,} steps at sigma"):
-        patch.setattr(steps_budget, "epsilon_of", one_step_only)
+        patch.setattr(steps_budget, "upper_epsilon_of", one_step_only)
         steps_for(epsilon, sigma, q, 1e-5, accountant)
     assert asked == [1]
+
+
+@settings(max_examples=20, deadline=None)
+@given(accountant=st.sampled_from(["pld", "rdp"]), rate=st.floats(1e-9, 1.0), epsilon=st.floats(0.01, 50.0))
+@example(accountant="pld", rate=1e-4, epsilon=1.0)   # the review's case: PLD's lower bound, a second account
+def test_the_search_asks_each_account_for_its_guarantee_alone(accountant, rate, epsilon):
+    """Only the guarantee decides whether t steps are within the budget: no step count's lower
+    bound (PLD's optimistic account, as costly as the guarantee's) is ever computed."""
+    def lower(self, steps):
+        raise AssertionError(f"a lower bound of {steps} steps was computed")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(accountants.DpAccountingAccountant, "upper", lambda self, steps: rate * steps)
+        patch.setattr(accountants.DpAccountingAccountant, "lower", lower)
+        try:
+            steps = steps_for(epsilon, 1.0, 0.01, 1e-5, accountant)
+        except BudgetError as more:
+            assert str(more).startswith(f"the budget allows more than {MAX_STEPS:,} steps"), str(more)
+            assert rate * MAX_STEPS <= epsilon
+            return
+    assert rate * steps <= epsilon < rate * (steps + 1)
 
 
 @settings(max_examples=15)
@@ -92,15 +114,16 @@ def test_the_search_asks_nothing_beyond_the_reach_and_ends_on_the_last_step_with
     of its own discretisation does): every account asked is within reach, and the answer is the last
     count within the budget, or a line whose count is within it."""
     def account(sigma, q, steps, delta, accountant, eps_error=None):
+        if accountant == "rdp":
+            return looser * rate * steps
         assert steps <= reach, f"{steps} steps asked beyond the reach {reach}"
         if steps == flaw:
             raise BudgetError("its check of its own discretisation failed")
-        return type("Account", (), {"upper": rate * steps})()
+        return rate * steps
 
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(steps_budget, "epsilon_of", account)
-            patch.setattr(steps_budget, "upper_epsilon_of", lambda s, q, t, d, a: looser * rate * t)
+            patch.setattr(steps_budget, "upper_epsilon_of", account)
             patch.setattr(steps_budget, "accountable_steps", lambda *args: reach)
             steps = steps_for(epsilon, 1.0, 0.01, 1e-5, "prv")
     except BudgetError as refused:

@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import ROOT, run_cache
 from hydra import compose, initialize_config_dir
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
@@ -273,6 +273,41 @@ def test_a_users_mistake_is_one_config_error_before_any_step(change, message):
         private_zo(model, loss, data, **options)
     assert "\n" not in str(err.value)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+#: one mistake in each argument checked before anything runs, in the order of private_zo's signature
+MISTAKES = [("model", "mlp", "model must be a torch.nn.Module"),
+            ("loss_fn", 3, "loss_fn must be callable"),
+            ("train_data", "text", "train_data must be"),
+            ("method", "no_such", "unknown method 'no_such'"),
+            ("steps", 0, "steps must be an integer >= 1"),
+            ("batch_size", 0, "batch_size must be an integer >= 1"),
+            ("public", "text", "public must be"),
+            ("seed", -1, "seed must be an integer"),
+            ("secure_mode", "yes", "secure_mode must be True or False"),
+            ("fingerprint", "not hex", "fingerprint must be a hex string"),
+            ("engine", "fast", "unknown engine 'fast'"),
+            ("chunk_size", 0, "chunk_size must be an integer >= 1"),
+            ("query_dropout", "no", "query_dropout must be True or False"),
+            ("cache_dir", 3, "cache_dir must be a folder's path"),
+            ("device", "gpu9", "unknown device 'gpu9'")]
+
+
+@settings(max_examples=40, deadline=None)
+@given(mistakes=st.lists(st.sampled_from(range(len(MISTAKES))), min_size=1, max_size=4, unique=True))
+@example(mistakes=[0, 3])    # a model given as a name, and an unknown method: the method was named
+@example(mistakes=[2, 12])   # train_data and query_dropout: query_dropout was named
+@example(mistakes=[11, 14])  # chunk_size: checked only after the noise was calibrated
+def test_of_several_mistakes_the_first_arguments_is_named(mistakes):
+    x, y = tiny_data(0)
+    given = {"model": Tiny(0), "loss_fn": cross_entropy_per_example, "train_data": (x, y), "method": "dpzero",
+             "epsilon": 1.0, "steps": 3, "batch_size": 16, "seed": 0, "verbose": False, "lr": 0.1, "clip": 1.0,
+             "cache_dir": SIGMA_CACHE}
+    given.update({MISTAKES[i][0]: MISTAKES[i][1] for i in mistakes})
+    model, loss_fn, train_data = given.pop("model"), given.pop("loss_fn"), given.pop("train_data")
+    with pytest.raises(ConfigError) as err:
+        private_zo(model, loss_fn, train_data, **given)
+    assert str(err.value).startswith(MISTAKES[min(mistakes)][2]), str(err.value)
 
 
 def test_the_facts_are_those_of_the_plan_and_name_what_is_outside_the_guarantee():

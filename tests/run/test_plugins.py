@@ -3,12 +3,13 @@ installed package and by PAZO_PLUGINS, imported once per process, in one order; 
 is one `pazo: error: plugin ...` line and exit 2 from every entry point."""
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from plugin_package import write_package
 
@@ -63,6 +64,76 @@ def test_failing_plugin_is_one_line_exit_2(tmp_path, monkeypatch, capsys, fresh,
     err = capsys.readouterr().err
     assert err.startswith("pazo: error: plugin plug_bad (from entry point bad): ") and error in err
     assert err.count("\n") == 1 and not plugins._DONE
+
+
+_FRESH_NAMES = (f"plug_exit{i}" for i in itertools.count())   # (a module imported once per name)
+#: a plugin module that writes `said` to stderr, then exits with `code` (`subclass`: its own SystemExit class)
+EXITING = """import sys
+class Stop(SystemExit):
+    pass
+for line in {said!r}:
+    print(line, file=sys.stderr)
+raise {exit}({code!r})
+"""
+
+
+def load_exiting(source: str, root, capsys) -> tuple[str, str]:
+    """(module, what stderr said) of loading, as the entry point `stop`, a plugin of `source` whose
+    import exits: pazo's load must exit 2."""
+    module = next(_FRESH_NAMES)
+    write_package(root, {module: source}, {"stop": module})
+    capsys.readouterr()
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(SystemExit) as stop:
+        patch.syspath_prepend(str(root))
+        patch.setattr(plugins, "LOADED", {})
+        patch.setattr(plugins, "_DONE", False)
+        plugins.load_plugins()
+    assert stop.value.code == 2
+    return module, capsys.readouterr().err
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(code=st.none() | st.integers(0, 255) | st.text("abc ", min_size=1, max_size=6),
+       said=st.lists(st.text("xyz: ", max_size=12), max_size=3), subclass=st.booleans())
+@example(code=3, said=[], subclass=True)        # an exit of the plugin's own class: the command ended 3, no word
+@example(code=1, said=["no cuda"], subclass=False)
+def test_a_plugin_whose_import_exits_is_one_line_that_quotes_its_last_words(tmp_path_factory, capsys, code, said,
+                                                                           subclass):
+    source = EXITING.format(said=said, exit="Stop" if subclass else "SystemExit", code=code)
+    module, err = load_exiting(source, tmp_path_factory.mktemp("site"), capsys)
+    last = next((line.strip() for line in reversed(said) if line.strip()), "")
+    assert err == (f"pazo: error: plugin {module} (from entry point stop): its import called sys.exit({code!r})"
+                   + (f" after writing {last!r}" if last else "") + "\n")
+
+
+def test_a_plugin_whose_argparse_refuses_the_command_line_is_one_line(tmp_path, capsys):
+    source = "import argparse\nargparse.ArgumentParser(prog='plug').parse_args(['--nope'])\n"
+    module, err = load_exiting(source, tmp_path, capsys)
+    assert err == (f"pazo: error: plugin {module} (from entry point stop): its import called sys.exit(2) after "
+                   "writing 'plug: error: unrecognized arguments: --nope'\n")
+
+
+def test_what_a_plugin_that_loads_writes_to_stderr_is_shown_and_its_logging_goes_on(tmp_path, monkeypatch, capsys,
+                                                                                    fresh):
+    source = ("import logging, sys\nprint('loading', file=sys.stderr)\nLOG = logging.getLogger('plug_talks')\n"
+              "LOG.addHandler(logging.StreamHandler())\nLOG.propagate = False\n")
+    write_package(tmp_path, {"plug_talks": source}, {"talks": "plug_talks"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    capsys.readouterr()
+    plugins.load_plugins()
+    sys.modules["plug_talks"].LOG.warning("later")
+    assert capsys.readouterr().err == "loading\nlater\n"
+    monkeypatch.delitem(sys.modules, "plug_talks")
+
+
+def test_a_ctrl_c_while_a_plugin_imports_is_pazos_exit_not_the_plugins(tmp_path, monkeypatch, capsys, fresh):
+    source = ("from pazo.commands.interrupts import INTERRUPTED, StoppedBeforeWork\n"
+              "raise StoppedBeforeWork(INTERRUPTED)\n")
+    write_package(tmp_path, {"plug_stopped": source}, {"stopped": "plug_stopped"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SystemExit) as stop:
+        plugins.load_plugins()
+    assert stop.value.code == 130 and not capsys.readouterr().err
 
 
 _SLOW = pytest.mark.slow   # (a subprocess that imports pazo each: about 4 s)
