@@ -122,3 +122,21 @@ def test_a_runs_cross_check_is_computed_once_for_its_public_numbers(tmp_path, mo
     second = cross_check(plan, 12, tmp_path)
     assert first == second == cross_check(plan, 12)
     assert len(computed) == 3 + 3   # (the first run's three, then the third call's, without the memo)
+
+
+def test_a_run_stopped_early_cross_checks_its_steps_through_the_memo(tmp_path, monkeypatch):
+    """A run stopped before its last step cross-checks the steps it counted; a second run stopped
+    at the same step reads the first's accounts, and says what the first said."""
+    from pazo.privacy.plan import EpsilonTracker
+    from pazo.run.checkpoint import LoopState
+    from pazo.run.summary import outcome
+
+    plan = PrivacyPlan(private=True, sample_rate=0.05, steps=12, sigma=3.0, delta=1e-5, target_epsilon=1.0,
+                       eps_error=0.01, accountant_name="prv")
+    plan.cross_check = cross_check(plan, 12, tmp_path)
+    computed = count_accounts(monkeypatch)
+    stopped = [outcome(plan, EpsilonTracker(plan), LoopState(step=5), 12, "stopped", [1], cache_dir=tmp_path)
+               for _ in range(2)]
+    assert stopped[0]["privacy"]["cross_check"] == stopped[1]["privacy"]["cross_check"] == cross_check(plan, 5)
+    assert stopped[0]["privacy"]["cross_check"]["steps"] == 5
+    assert len(computed) == 3 + 3   # (the first stop's three, then the last call's, without the memo)
