@@ -167,23 +167,33 @@ def no_sweep_stop_left_behind():
 SHARED_SIGMA: Path | None = None
 
 
+#: the session's memo of cross-check accounts, set by `shared_sigma_cache`
+SHARED_ACCOUNTS: Path | None = None
+
+
 @pytest.fixture(scope="session", autouse=True)
 def shared_sigma_cache(tmp_path_factory):
     """One sigma cache for the session's (the xdist worker's) runs: calibration is 1-2 s a run, and
     most runs ask for the same few sigmas. Sharing it cannot change a result: an entry is keyed by
     every input of the calibration and used only if the run's own accountant reproduces its epsilon
-    (pazo.privacy.sigma_cache), so a run reads exactly the sigma it would compute."""
-    global SHARED_SIGMA
+    (pazo.privacy.sigma_cache), so a run reads exactly the sigma it would compute. Likewise one memo
+    of the cross-check's accounts (PLD's is a second or more a run): an entry is keyed by every input
+    of its account and the code that computes it, and holds the value that code computed
+    (pazo.privacy.account_memo)."""
+    global SHARED_SIGMA, SHARED_ACCOUNTS
     SHARED_SIGMA = tmp_path_factory.mktemp("sigma_cache")
+    SHARED_ACCOUNTS = tmp_path_factory.mktemp("account_memo")
     return SHARED_SIGMA
 
 
 def run_cache(folder: Path) -> Path:
-    """`folder` as a run's PAZO_CACHE_DIR (warm starts, decoded images: its own) whose sigma/ is the
-    session's shared sigma cache; for runs in-process and in subprocesses alike."""
+    """`folder` as a run's PAZO_CACHE_DIR (warm starts, decoded images: its own) whose sigma/ and
+    accounts/ are the session's shared sigma cache and account memo; for runs in-process and in
+    subprocesses alike."""
     folder.mkdir(parents=True, exist_ok=True)
-    if SHARED_SIGMA is not None and not (folder / "sigma").exists():
-        (folder / "sigma").symlink_to(SHARED_SIGMA, target_is_directory=True)
+    for name, shared in (("sigma", SHARED_SIGMA), ("accounts", SHARED_ACCOUNTS)):
+        if shared is not None and not (folder / name).exists():
+            (folder / name).symlink_to(shared, target_is_directory=True)
     return folder
 
 

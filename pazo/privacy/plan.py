@@ -7,12 +7,12 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 
+from pazo.privacy.account_memo import upper_epsilon
 from pazo.privacy.accountants import (ACCOUNTANTS, BudgetError, LaplaceAccountant, accountant_for, check_accountant,
                                       check_delta, check_target_epsilon, default_eps_error,
                                       effective_noise_multiplier, gaussian_one_step_delta)
 from pazo.privacy.calibration import calibrate
 from pazo.privacy.mechanisms import NoiseSpec, Release
-from pazo.privacy.planner import upper_epsilon_of
 
 #: what each `privacy.accountant` is, as a Gaussian run's summary names it (privacy.accountant)
 GAUSSIAN_ACCOUNTANTS = {"prv": "prv-accountant upper bound, Poisson-subsampled Gaussian, add/remove",
@@ -130,7 +130,7 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
     if method_note:
         plan.notes.append(method_note)
     if plan.noise == "gaussian":
-        plan.cross_check = cross_check(plan, steps)
+        plan.cross_check = cross_check(plan, steps, pcfg.cache_dir)
     return plan
 
 
@@ -144,18 +144,20 @@ def _guarantee(noise: str, delta: float, accountant: str) -> tuple[str, str]:
     return "(epsilon, delta)-DP", GAUSSIAN_ACCOUNTANTS[accountant]
 
 
-def cross_check(plan: PrivacyPlan, steps: int) -> dict:
+def cross_check(plan: PrivacyPlan, steps: int, cache_dir=None) -> dict:
     """The epsilon of the run's (q, sigma, `steps`, delta) by each accountant (`upper_epsilon_of`: its
     upper bound, the guarantee it would print), as a cross-check of the one the run uses: they bound
     one true epsilon, so they differ only by how tight each is (RDP the loosest). PRV at the run's
     eps_error (with another accountant, the default). An account that cannot be computed (a grid
-    too large for memory) is None, with the reason under `refused`."""
+    too large for memory) is None, with the reason under `refused`. Each account is read from the
+    memo in `cache_dir` where a run of the same public numbers computed it (`account_memo`)."""
     sigma = effective_noise_multiplier(plan.sigma, plan.mechanisms)
     error = plan.eps_error or default_eps_error(plan.target_epsilon)
     epsilon, refused = {}, {}
     for name in ACCOUNTANTS:
         try:
-            epsilon[name] = upper_epsilon_of(sigma, plan.sample_rate, steps, plan.delta, name, error) if steps else 0.0
+            epsilon[name] = (upper_epsilon(sigma, plan.sample_rate, steps, plan.delta, name, error, cache_dir)
+                             if steps else 0.0)
         except BudgetError as err:
             epsilon[name], refused[name] = None, str(err)
     return {"steps": steps, "epsilon": epsilon, "used": plan.accountant_name, "refused": refused,

@@ -28,9 +28,11 @@ SPENT_FLOOR = 0.99
 REPRODUCE_RTOL = 1e-6
 
 
-def cache_path(cache_dir: str | os.PathLike, key: dict) -> Path:
+def cache_path(cache_dir: str | os.PathLike, key: dict, folder: str = "sigma") -> Path:
+    """The file of `key`'s entry in `folder` of the cache (sigma/: calibrations; accounts/: the
+    cross-check's accounts, `pazo.privacy.account_memo`)."""
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
-    return Path(os.path.expanduser(str(cache_dir))) / "sigma" / f"{digest}.json"
+    return Path(os.path.expanduser(str(cache_dir))) / folder / f"{digest}.json"
 
 
 def _entry_problem(text: str, key: dict, sigma_max: float) -> str | None:
@@ -95,8 +97,14 @@ def read_cache(path: Path, key: dict, target: float, spent) -> float | None:
 def write_cache(path: Path, key: dict, sigma: float, epsilon_spent: float) -> None:
     """Atomic write (parallel sweep jobs share the cache) of the request, sigma and the epsilon it
     spends; a cache that cannot be written is skipped."""
+    write_entry(path, {**key, "sigma": sigma, "epsilon_spent": epsilon_spent})
+
+
+def write_entry(path: Path, entry: dict) -> None:
+    """One cache entry written atomically (parallel sweep jobs share the cache); a cache that cannot
+    be written is skipped, with one warning."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps({**key, "sigma": sigma, "epsilon_spent": epsilon_spent}).encode(), shared=True)
+        write_atomic(path, json.dumps(entry).encode(), shared=True)
     except OSError as err:
-        log.warning("sigma cache %s not written: %s", path, err)
+        log.warning("%s cache %s not written: %s", path.parent.name, path, err)

@@ -156,7 +156,7 @@ class _Training:
         r, loop = self.r, self.sync_loop()
         test_histogram = r.data.test.class_histogram(r.data.num_classes)
         summary.update(outcome(r.plan, self.tracker, loop, r.total_steps, failure, test_histogram,
-                               self.recorder.steps_released))
+                               self.recorder.steps_released, r.cfg.privacy.cache_dir))
         merge_into(summary, r.method.outcome(self.stat_sums, loop.step))
         if r.group.several:
             summary["distributed"] = r.group.describe(loop.step - self.first_step)

@@ -35,12 +35,13 @@ def chance_level_warning(accuracy: float | None, test_histogram: list[int], z: f
 
 
 def outcome(plan, tracker, loop: LoopState, total_steps: int, failure: str | None,
-             test_histogram: list[int], released_through: int = 0) -> dict:
+             test_histogram: list[int], released_through: int = 0, cache_dir=None) -> dict:
     """Status, accuracies, s/iter and the privacy spent by the steps done (whatever the status), or
     by the steps earlier attempts released (`released_through`, as any outlet shows: `released_beyond`),
     if further: a resumed attempt stopped before it computed them again has still released them;
     `warnings` holds a chance-level warning (`chance_level_warning`) when the final accuracy is one.
-    What the method adds of its own comes from `Method.outcome`."""
+    What the method adds of its own comes from `Method.outcome`. A run stopped early cross-checks
+    the steps it counted, through the account memo in `cache_dir` (`cross_check`)."""
     steps_done = loop.step
     priv = {**plan.as_dict(), "steps_done": steps_done, **released_beyond(plan, released_through, steps_done)}
     if plan.private:
@@ -52,7 +53,7 @@ def outcome(plan, tracker, loop: LoopState, total_steps: int, failure: str | Non
             priv["pure_epsilon_spent"] = tracker.pure_epsilon(steps_done)
         counted = max(steps_done, priv.get("steps_released", 0))
         if plan.cross_check and counted != plan.cross_check["steps"]:   # (the run stopped early)
-            priv["cross_check"] = cross_check(plan, counted)
+            priv["cross_check"] = cross_check(plan, counted, cache_dir)
         if not within:  # the guarantee the run promised does not hold: never a finished run
             over = f"over_budget: epsilon spent {spent:.6g} > target {plan.target_epsilon}"
             failure = f"{failure}; {over}" if failure else over

@@ -1,9 +1,12 @@
 """Public-split generators and the offline digits data set."""
+import json
+
 import numpy as np
 import pytest
 
 from conftest import rng
-from pazo.data.digits import load_digits_bundle
+from fresh_python import fresh_python
+from pazo.data.digits import digits_arrays, load_digits_bundle
 from pazo.data.public_split import imbalanced_class_counts, split_public, stratified_holdout
 
 LABELS = np.repeat(np.arange(10), 100)
@@ -56,3 +59,26 @@ def test_digits_bundle_sizes_and_disjointness():
     # no image appears in two splits
     flat = lambda s: {tuple(v.flatten().tolist()) + (int(y),) for v, y in zip(s.inputs, s.labels)}  # noqa: E731
     assert not flat(data.public) & flat(data.test)
+
+
+def test_the_digits_are_scikit_learns_exactly():
+    """The digits a run reads from scikit-learn's file are `load_digits`' images and labels, value
+    for value and type for type."""
+    from sklearn.datasets import load_digits
+
+    images, labels = digits_arrays()
+    digits = load_digits()
+    assert images.dtype == digits.images.dtype and labels.dtype == digits.target.dtype
+    assert np.array_equal(images, digits.images) and np.array_equal(labels, digits.target)
+
+
+def test_a_digits_bundle_leaves_scikit_learn_unimported(tmp_path):
+    """A digits run does not pay scikit-learn's import (a second or more of its start, with pandas)
+    for one file read: the bundle is built in a fresh process without it."""
+    code = ("import json, sys\n"
+            "import numpy as np\n"
+            "from pazo.data.digits import load_digits_bundle\n"
+            "data = load_digits_bundle(np.random.default_rng(0))\n"
+            "print(json.dumps([len(data.private) + len(data.public) + len(data.test), 'sklearn' in sys.modules]))\n")
+    size, sklearn_loaded = json.loads(fresh_python(code, tmp_path).stdout.splitlines()[-1])
+    assert size == 1797 and not sklearn_loaded

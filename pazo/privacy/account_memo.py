@@ -1,0 +1,105 @@
+"""The disk memo of a run's cross-check (`pazo.privacy.plan.cross_check`): each accountant's epsilon
+for the run's public numbers (sigma, sample rate, steps, delta, PRV's accuracy), one small JSON file
+an account in the cache's accounts/ folder, beside the sigma cache (`sigma_cache`).
+
+An account is a deterministic function of public numbers, the accountant's library and pazo's
+accounting code, and every run of a sweep (or of the test suite) asks for the same few: PLD's alone
+is one to several seconds a run. The key holds all of them (the library's version, a digest of
+pazo's accounting modules' source), so an entry is read only for the very account that wrote it,
+and the entry holds a digest of its key and value: a file that does not parse, answers another key,
+holds no finite epsilon or fails its digest is one warning line, then the account is computed again
+and the entry overwritten, so a damaged cache never changes a printed number.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import math
+from importlib.metadata import version
+from pathlib import Path
+
+from pazo.privacy import accountants, planner, rdp
+from pazo.privacy.sigma_cache import cache_path, write_entry
+
+log = logging.getLogger(__name__)
+
+#: the cache's folder of accounts
+ACCOUNTS_FOLDER = "accounts"
+#: the library each accountant's account comes from
+LIBRARIES = {"prv": "prv-accountant", "pld": "dp-accounting", "rdp": "dp-accounting"}
+
+
+@functools.cache
+def accounting_code() -> str:
+    """A digest of the source of pazo's modules an account runs through: an entry written by other
+    accounting code is never read."""
+    sources = b"".join(Path(module.__file__).read_bytes() for module in (accountants, planner, rdp))
+    return hashlib.sha256(sources).hexdigest()[:24]
+
+
+def account_key(accountant: str, sigma: float, sample_rate: float, steps: int, delta: float,
+                eps_error: float) -> dict:
+    """Every input of `planner.upper_epsilon_of`'s account, and what computes it."""
+    library = LIBRARIES[accountant]
+    return {"accountant": accountant, "sigma": float(sigma), "sample_rate": float(sample_rate), "steps": int(steps),
+            "delta": float(delta), "eps_error": float(eps_error) if accountant == "prv" else None,
+            "library": f"{library} {version(library)}", "code": accounting_code()}
+
+
+def entry_digest(key: dict, epsilon: float) -> str:
+    return hashlib.sha256(json.dumps({**key, "epsilon": epsilon}, sort_keys=True).encode()).hexdigest()
+
+
+def _entry_problem(text: str, key: dict) -> str | None:
+    """Why a memo file's text is not the account of `key` (None if it is)."""
+    try:
+        entry = json.loads(text)
+    except ValueError:
+        return "not valid JSON"
+    if not isinstance(entry, dict):
+        return "not a JSON object"
+    for name, want in key.items():
+        got = entry.get(name)
+        if type(got) is not type(want) or got != want:
+            return f"stored {name}={got!r} does not match the account's {want!r}"
+    epsilon = entry.get("epsilon")
+    if type(epsilon) is not float or not (math.isfinite(epsilon) and epsilon >= 0):
+        return f"epsilon={epsilon!r} is not a finite number >= 0"
+    if entry.get("digest") != entry_digest(key, epsilon):
+        return "its digest does not match its account (the file was changed)"
+    return None
+
+
+def read_account(path: Path, key: dict) -> float | None:
+    """The memo's epsilon for `key`, or None (after one warning if a file is there but unusable)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as err:
+        problem = f"unreadable ({type(err).__name__})"
+    else:
+        problem = _entry_problem(text, key)
+        if problem is None:
+            return json.loads(text)["epsilon"]
+    log.warning("account memo entry %s ignored: %s; accounting again and overwriting it", path, problem)
+    return None
+
+
+def upper_epsilon(sigma: float, sample_rate: float, steps: int, delta: float, accountant: str,
+                  eps_error: float, cache_dir=None) -> float:
+    """`planner.upper_epsilon_of(...)`, read from the memo in `cache_dir` where an earlier run computed
+    it (the value it computed, to the last bit), computed and kept there otherwise (no `cache_dir`:
+    computed). A refusal (`BudgetError`) is raised as the account raises it, and nothing is kept."""
+    if not cache_dir:
+        return planner.upper_epsilon_of(sigma, sample_rate, steps, delta, accountant, eps_error)
+    key = account_key(accountant, sigma, sample_rate, steps, delta, eps_error)
+    path = cache_path(cache_dir, key, ACCOUNTS_FOLDER)
+    epsilon = read_account(path, key)
+    if epsilon is None:
+        epsilon = float(planner.upper_epsilon_of(sigma, sample_rate, steps, delta, accountant, eps_error))
+        if math.isfinite(epsilon):
+            write_entry(path, {**key, "epsilon": epsilon, "digest": entry_digest(key, epsilon)})
+    return epsilon
