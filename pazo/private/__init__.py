@@ -56,6 +56,7 @@ from pazo.methods.base import host_stats
 from pazo.models import functional_model
 from pazo.models.functional import FunctionalModel
 from pazo.privacy.mechanisms import LOCAL_SUMS
+from pazo.privacy.accountants import BudgetError
 from pazo.privacy.plan import EpsilonTracker, PrivacyPlan, make_plan
 from pazo.privacy.sampling import PoissonSampler
 from pazo.rng import RandomStreams
@@ -272,7 +273,8 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
     A mistake is one ConfigError naming these arguments before any step (BudgetError: a target out
     of reach; UserCodeError: an error inside `model` or `loss_fn`).
     """
-    with in_library_terms():
+    group = distributed.library_group(TrainSchema.distributed_timeout_s)   # (one process: none)
+    with distributed.telling(group, (ConfigError, BudgetError)), in_library_terms():   # (a rank's error: told)
         method_cfg = _method_config(method, method_settings, epsilon, sigma)
         _check_arguments(steps=steps, batch_size=batch_size, engine=engine, seed=seed, secure_mode=secure_mode,
                          query_dropout=query_dropout, device=device, cache_dir=cache_dir)
@@ -288,7 +290,7 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
         streams = _keyed_streams(seed, secure, key, private, public_split, module)
         plan = _library_plan(privacy, len(private), batch_size, steps, method_cfg, key, seeded=not secure)
         engine_cfg = EngineSchema(name=engine, chunk_size=chunk_size, query_dropout=query_dropout)
-        group = _library_group(method_cfg, secure, key, query_dropout)
+        _check_group_shares(group, method_cfg, secure, key, query_dropout)
         zo_method, engine_facts = _method_on_engine(method_cfg, fmodel, plan, streams, public_split, engine_cfg,
                                                     batch_size, group, lambda: _rank_facts(key, private, seed))
     module.train()
@@ -347,14 +349,13 @@ def _method_on_engine(method_cfg: MethodConfig, model: FunctionalModel, plan: Pr
     return method, {"requested": engine_cfg.name, "name": name, "reason": reason}
 
 
-def _library_group(method_cfg: MethodConfig, secure: bool, key: LibraryKey, query_dropout: bool) -> distributed.Group:
-    """The torch.distributed group the loop runs in (`distributed.library_group`; one process: none),
-    once its ranks can share every batch and its noise: drawn alike on every rank from the seed and
-    the key, never from a rank's own entropy (secure mode, an unhashable loss_fn), its queries in
-    eval mode (`require_shards`)."""
-    group = distributed.library_group(TrainSchema.distributed_timeout_s)
+def _check_group_shares(group: distributed.Group, method_cfg: MethodConfig, secure: bool, key: LibraryKey,
+                        query_dropout: bool) -> None:
+    """The torch.distributed group the loop runs in (`distributed.library_group`) can share every
+    batch and its noise: drawn alike on every rank from the seed and the key, never from a rank's
+    own entropy (secure mode, an unhashable loss_fn), its queries in eval mode (`require_shards`)."""
     if not group.several:
-        return group
+        return
     require_shards(method_info(method_cfg.name), group, secure_mode=False, query_dropout=query_dropout)
     require(not secure, f"secure_mode=True (or no seed) draws each process's Poisson batches and noise from its own "
             f"entropy: the {group.world_size} processes of this torch.distributed group would not share them; give "
@@ -363,7 +364,6 @@ def _library_group(method_cfg: MethodConfig, secure: bool, key: LibraryKey, quer
             f"({'; '.join(key.facts['unhashed'])}): each of the {group.world_size} processes of this "
             "torch.distributed group would key its noise with its own entropy; give fingerprint= (the same on every "
             "rank), or run the loop as one process")
-    return group
 
 
 def _rank_facts(key: LibraryKey, private: TensorSplit, seed: int | None) -> dict[str, str]:
