@@ -1,7 +1,8 @@
 """ONE 2-process launch for the default suite's distributed tests (`one_launch`, once a session even
 across xdist's workers), beside the one-process references computed in this process: every method
 on digits and on the tiny OPT, the library loop, a run resumed from 1 process on 2 and back on 1, a
-rank killed mid-run and the run resumed, and the ranks' refusals. Starting a rank (torch, pazo) costs
+rank killed mid-run and the run resumed, and the ranks' refusals (among them a rank that cannot build
+its run or its library loop: the others end at once, naming it). Starting a rank (torch, pazo) costs
 more than most of its runs, so each rank runs them all in sequence (`distributed_launch.py`); the
 tests then read the files this leaves. The ranks are started as torchrun starts them (RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT); torchrun itself is the slow tests'.
@@ -99,10 +100,14 @@ def launch_plan(root: Path) -> list[dict]:
                 **more}
     return [*({"kind": "library", "name": f"library:{m}", "method": m, "steps": STEPS, "sigma": LIBRARY_SIGMA}
               for m in LIBRARY),
+            {"kind": "library", "name": "library:nan_on_rank_1", "method": "dpzero", "steps": STEPS,
+             "sigma": LIBRARY_SIGMA, "nan_on_rank": 1},
             *({"kind": "steps", "name": spec, "spec": spec, "steps": STEPS, "config": str(config_file(root, i)),
                "wait_for": str(config_file(root, i))} for i, spec in enumerate(step_specs(root))),
             run("differs", RESUMED, rank_overrides={"1": ["method.lr=0.5"]}),
             run("locked", RESUMED),
+            run("refused_building", RESUMED, fails_building={"1": "refused"}),
+            run("failed_building", RESUMED, fails_building={"0": "failed"}),
             run("resumed", RESUMED, stop_at=3),
             {"kind": "cli", "name": "killed", "argv": [*KILLED, f"hydra.run.dir={root / 'killed'}"], "kill_rank": 1,
              "kill_at": KILL_AT, **resumed_ready}]
