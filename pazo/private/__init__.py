@@ -27,6 +27,7 @@ names the library's own arguments.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -273,8 +274,7 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
     A mistake is one ConfigError naming these arguments before any step (BudgetError: a target out
     of reach; UserCodeError: an error inside `model` or `loss_fn`).
     """
-    group = distributed.library_group(TrainSchema.distributed_timeout_s)   # (one process: none)
-    with distributed.telling(group, (ConfigError, BudgetError)), in_library_terms():   # (a rank's error: told)
+    with _told_to_the_group() as group, in_library_terms():
         method_cfg = _method_config(method, method_settings, epsilon, sigma)
         _check_arguments(steps=steps, batch_size=batch_size, engine=engine, seed=seed, secure_mode=secure_mode,
                          query_dropout=query_dropout, device=device, cache_dir=cache_dir)
@@ -347,6 +347,15 @@ def _method_on_engine(method_cfg: MethodConfig, model: FunctionalModel, plan: Pr
                              engine_cfg=engine_cfg, engine_name=name, batch_size=batch_size,
                              sums=distributed.ShardSums(group) if group.several else LOCAL_SUMS)
     return method, {"requested": engine_cfg.name, "name": name, "reason": reason}
+
+
+@contextlib.contextmanager
+def _told_to_the_group() -> Iterator[distributed.Group]:
+    """The loop's torch.distributed group (`distributed.library_group`; one process: none), an error
+    inside (building the loop) told to its other ranks, which end at once (`distributed.telling`)."""
+    group = distributed.library_group(TrainSchema.distributed_timeout_s)
+    with distributed.telling(group, (ConfigError, BudgetError)):
+        yield group
 
 
 def _check_group_shares(group: distributed.Group, method_cfg: MethodConfig, secure: bool, key: LibraryKey,

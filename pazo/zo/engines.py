@@ -182,13 +182,15 @@ class InPlaceEngine:
     @torch.no_grad()
     def loss_rows(self, model: FunctionalModel, x, y, directions, points: Sequence[Point],
                   train: bool = False, seed: int | None = None) -> list[torch.Tensor]:
-        """The per-example losses [B] at each point, in order (the rows of `losses`)."""
-        if len(x) == 0:
-            return [model.zeros((0,), x.device) for _ in points]
+        """The per-example losses [B] at each point, in order (the rows of `losses`). The float32 or
+        float64 parameters are moved to each point and back whatever the batch, an empty one too: the
+        move back leaves them within rounding of where they were, and a data-parallel rank whose shard
+        is empty must leave them where the others do (was: untouched there, a few ulps off theirs)."""
         if len(x) == 1:   # (never a one-row product: `never_alone`)
             return [row[:1] for row in self.loss_rows(model, *never_alone(x, y), directions, points, train, seed)]
         if has_low_precision(model.params):   # float16 / bfloat16: bit-exact restore (half_precision.py)
-            return self._exact_losses(model, x, y, directions, points, train, seed)
+            return (self._exact_losses(model, x, y, directions, points, train, seed) if len(x)
+                    else [model.zeros((0,), x.device) for _ in points])
         out, cur_j, cur_s = [], None, 0.0
         with query_mode(model, train):
             try:
@@ -200,7 +202,8 @@ class InPlaceEngine:
                             shift(model, directions, cur_j, -cur_s, bump_versions=False)
                         shift(model, directions, j, s, bump_versions=False)
                     cur_j, cur_s = j, s
-                    out.append(_forward(model, x, y, train, seed, lambda: model.current_losses(x, y)))
+                    out.append(_forward(model, x, y, train, seed, lambda: model.current_losses(x, y)) if len(x)
+                               else model.zeros((0,), x.device))
             finally:
                 if cur_j is not None:
                     shift(model, directions, cur_j, -cur_s)
