@@ -131,6 +131,10 @@ def main(cfg) -> float | None:
     except distributed.RankLost as lost:   # the run's status (fault: resumable) is in its summary
         log.error(f"pazo: error: {lost}; {_lost_rank_where(run_dir)}")
         _leave(EXIT_CODES["fault"])   # at once: gloo's broken group aborts the interpreter's shutdown
+    except distributed.RankFailed as failed:   # another rank's error before the first step: it printed its own
+        _quiet_from_now(EXIT_CODES["failed"])
+        log.error(f"pazo: error: {failed}")
+        sys.exit(EXIT_CODES["failed"])
     except WriteFault as fault:  # a fault of the machine: one line, the status recorded where the disk took it
         _quiet_from_now(EXIT_CODES["fault"])
         log.error(f"pazo: error: {fault}; {_fault_where(run_dir)}")
@@ -344,6 +348,9 @@ def follow(argv: list[str]) -> int:
     except USER_ERRORS as err:
         print(f"pazo: error: rank {rank}: {err}", file=sys.stderr)
         return 2
+    except distributed.RankFailed as failed:
+        print(f"pazo: error: rank {rank}: {failed}", file=sys.stderr)
+        return EXIT_CODES["failed"]
     except distributed.RankLost as lost:
         print(f"pazo: error: rank {rank}: {lost}", file=sys.stderr)
         _leave(EXIT_CODES["fault"])   # at once: gloo's broken group aborts the interpreter's shutdown
@@ -389,6 +396,9 @@ def plan_on_ranks(argv: list[str]) -> int:
     except USER_ERRORS as err:
         print(f"pazo: error: {on_rank}{err}", file=sys.stderr)
         return 2
+    except distributed.RankFailed as failed:
+        print(f"pazo: error: {on_rank}{failed}", file=sys.stderr)
+        return EXIT_CODES["failed"]
     except distributed.RankLost as lost:
         print(f"pazo: error: {on_rank}{lost}", file=sys.stderr)
         _leave(EXIT_CODES["fault"])   # at once: gloo's broken group aborts the interpreter's shutdown
@@ -428,34 +438,15 @@ def plan_lines(argv: list[str]) -> list[str]:
 def _agreed_private_size(cfg) -> tuple[int, str, int]:
     """n and how it is known (`_private_data`), and the number of processes: under torchrun every
     rank's, once the ranks agree on the run's config, data and code (`Group.agree`, before the plan's
-    calibration); a refusal goes into that one exchange (`_tell_refusal`)."""
+    calibration); a refusal or an error is told in that one exchange (`distributed.telling`)."""
     from pazo.run import distributed
     from pazo.run.cli import USER_ERRORS
 
     group = distributed.join(cfg.train.distributed_timeout_s)
-    try:
+    with distributed.telling(group, USER_ERRORS):
         n, how, digests = _private_data(cfg, group.several)
-    except USER_ERRORS as err:
-        _tell_refusal(group, err)
-        raise
     group.agree(distributed.run_facts(cfg.fingerprint, digests))
     return n, how, group.world_size
-
-
-def _tell_refusal(group, err: Exception) -> None:
-    """This rank's refusal `err`, into the exchange the other ranks wait in: rank 0's ends them
-    (`LeaderRefused`: rank 0 says it); another rank's, where rank 0 refused too, is left to rank 0."""
-    from pazo.errors import ConfigError
-    from pazo.run import distributed
-
-    if not group.several:
-        return
-    try:
-        group.agree({"refused": str(err)})
-    except distributed.LeaderRefused:
-        raise
-    except (ConfigError, distributed.RankLost):   # (the others planned, or are gone: this rank says its own)
-        pass
 
 
 def _private_data(cfg, digests: bool) -> tuple[int, str, dict[str, str]]:

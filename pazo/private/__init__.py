@@ -27,6 +27,7 @@ names the library's own arguments.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -56,6 +57,7 @@ from pazo.methods.base import host_stats
 from pazo.models import functional_model
 from pazo.models.functional import FunctionalModel
 from pazo.privacy.mechanisms import LOCAL_SUMS
+from pazo.privacy.accountants import BudgetError
 from pazo.privacy.plan import EpsilonTracker, PrivacyPlan, make_plan
 from pazo.privacy.sampling import PoissonSampler
 from pazo.rng import RandomStreams
@@ -268,7 +270,7 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
     A mistake is one ConfigError naming these arguments before any step (BudgetError: a target out
     of reach; UserCodeError: an error inside `model` or `loss_fn`).
     """
-    with in_library_terms():
+    with _told_to_the_group() as group, in_library_terms():
         private, public_split, method_cfg, engine_cfg = _checked_arguments(
             model, loss_fn, train_data, method=method, settings=method_settings, epsilon=epsilon, sigma=sigma,
             steps=steps, batch_size=batch_size, public=public, seed=seed, secure_mode=secure_mode,
@@ -284,7 +286,7 @@ def private_zo(model: nn.Module, loss_fn, train_data, *, method: str = "pazo_m",
         key = library_key(fingerprint, settings, module, fmodel.loss_fn, public_split, secure)
         streams = _keyed_streams(seed, secure, key, private, public_split, module)
         plan = _library_plan(privacy, len(private), batch_size, steps, method_cfg, key, seeded=not secure)
-        group = _library_group(method_cfg, secure, key, query_dropout)
+        _check_group_shares(group, method_cfg, secure, key, query_dropout)
         zo_method, engine_facts = _method_on_engine(method_cfg, fmodel, plan, streams, public_split, engine_cfg,
                                                     batch_size, group, lambda: _rank_facts(key, private, seed))
     module.train()
@@ -356,14 +358,22 @@ def _method_on_engine(method_cfg: MethodConfig, model: FunctionalModel, plan: Pr
     return method, {"requested": engine_cfg.name, "name": name, "reason": reason}
 
 
-def _library_group(method_cfg: MethodConfig, secure: bool, key: LibraryKey, query_dropout: bool) -> distributed.Group:
-    """The torch.distributed group the loop runs in (`distributed.library_group`; one process: none),
-    once its ranks can share every batch and its noise: drawn alike on every rank from the seed and
-    the key, never from a rank's own entropy (secure mode, an unhashable loss_fn), its queries in
-    eval mode (`require_shards`)."""
+@contextlib.contextmanager
+def _told_to_the_group() -> Iterator[distributed.Group]:
+    """The loop's torch.distributed group (`distributed.library_group`; one process: none), an error
+    inside (building the loop) told to its other ranks, which end at once (`distributed.telling`)."""
     group = distributed.library_group(TrainSchema.distributed_timeout_s)
+    with distributed.telling(group, (ConfigError, BudgetError)):
+        yield group
+
+
+def _check_group_shares(group: distributed.Group, method_cfg: MethodConfig, secure: bool, key: LibraryKey,
+                        query_dropout: bool) -> None:
+    """The torch.distributed group the loop runs in (`distributed.library_group`) can share every
+    batch and its noise: drawn alike on every rank from the seed and the key, never from a rank's
+    own entropy (secure mode, an unhashable loss_fn), its queries in eval mode (`require_shards`)."""
     if not group.several:
-        return group
+        return
     require_shards(method_info(method_cfg.name), group, secure_mode=False, query_dropout=query_dropout)
     require(not secure, f"secure_mode=True (or no seed) draws each process's Poisson batches and noise from its own "
             f"entropy: the {group.world_size} processes of this torch.distributed group would not share them; give "
@@ -372,7 +382,6 @@ def _library_group(method_cfg: MethodConfig, secure: bool, key: LibraryKey, quer
             f"({'; '.join(key.facts['unhashed'])}): each of the {group.world_size} processes of this "
             "torch.distributed group would key its noise with its own entropy; give fingerprint= (the same on every "
             "rank), or run the loop as one process")
-    return group
 
 
 def _rank_facts(key: LibraryKey, private: TensorSplit, seed: int | None) -> dict[str, str]:

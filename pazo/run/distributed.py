@@ -15,7 +15,8 @@ import json
 import math
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +37,16 @@ class LeaderRefused(ConfigError):
     in (`pazo.run.launch.LeaderExchanges`): they end as it does, and rank 0 alone prints the line."""
 
 
+class RankRefused(ConfigError):
+    """A rank other than 0 refused the run as it built it (a mistake only it met: its data, its
+    config) and told the others in the ranks' agreement (`Group.tell`): they end at once, exit 2."""
+
+
+class RankFailed(RuntimeError):
+    """A rank failed while building the run (an error, not a user's mistake) and told the others in
+    the ranks' agreement (`Group.tell`): they end at once, as a failed run ends (exit 1)."""
+
+
 @dataclass
 class Group:
     """This process's place in the run (rank 0 of 1 for a one-process run) and what it has sent."""
@@ -45,6 +56,8 @@ class Group:
     bytes_exchanged: int = 0   # bytes this rank has put into all-reductions (the tensors' sizes)
     #: the torch.distributed group its exchanges go through (None: the default one, torchrun's)
     process_group: object = field(default=None, repr=False, compare=False)
+    #: whether this rank has entered the ranks' agreement (`agree`): a failure after it is not told there
+    agreed: bool = field(default=False, repr=False, compare=False)
 
     @property
     def several(self) -> bool:
@@ -117,16 +130,21 @@ class Group:
 
     def agree(self, facts: dict[str, str]) -> None:
         """Refuse, on every rank and before any compute, a run whose ranks differ in any of `facts`
-        (config, data, code): they would not compute one run."""
+        (config, data, code): they would not compute one run. A rank that could not build the run
+        sends its failure instead (`tell`): every other rank ends here, naming it (`told_failure`)."""
         if not self.several:
             return
+        self.agreed = True   # (one agreement a run: whatever happens in it, it is spent)
         gathered: list = [None] * self.world_size
         try:
             dist.all_gather_object(gathered, facts, group=self.process_group)
         except (RuntimeError, dist.DistError) as err:
             raise RankLost(lost_line(err)) from None
-        if "refused" in gathered[0] and not self.leader:
-            raise LeaderRefused(gathered[0]["refused"])
+        told = told_failure(gathered, self.rank)
+        if told is not None:
+            raise told
+        if failure_of(facts) is not None:   # (this rank's own failure: it raises its own error)
+            return
         differ = [key for key in facts if len({str(g.get(key)) for g in gathered}) > 1]
         if differ:
             rank = next(r for r, g in enumerate(gathered) if any(g.get(k) != gathered[0].get(k) for k in differ))
@@ -135,6 +153,66 @@ class Group:
             raise ConfigError(f"the {self.world_size} processes of this run differ in {', '.join(differ)} (rank "
                               f"{rank} from rank 0{starts}): every rank must run the same config, data and code, "
                               "from the same step of the run")
+
+    def tell(self, err: BaseException, refused: bool) -> None:
+        """This rank could not build the run (`err`; `refused`: a user's mistake): say so in the
+        ranks' agreement, which the others reach once they have built theirs, so that they end at
+        once naming this rank, instead of waiting for it until `train.distributed_timeout_s`. Nothing
+        where this rank is alone or has entered the agreement already (it is spent)."""
+        if not self.several or self.agreed:
+            return
+        try:
+            self.agree(failure_facts(err, refused))
+        except LeaderRefused:   # rank 0 refused too: its line is the run's
+            raise
+        except (ConfigError, RankFailed, RankLost):   # (told; another rank failed too, or is gone)
+            pass
+
+
+def failure_facts(err: BaseException, refused: bool) -> dict[str, str]:
+    """What a rank that could not build the run sends into the agreement: its one line."""
+    if refused:
+        return {"refused": str(err)}
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return {"failed": f"{type(err).__name__}: {first}" if first else type(err).__name__}
+
+
+def failure_of(facts: dict) -> str | None:
+    """A rank's failure as it told it (`failure_facts`), or None where it built the run."""
+    return facts.get("refused", facts.get("failed"))
+
+
+def told_failure(gathered: Sequence[dict], rank: int) -> Exception | None:
+    """What rank `rank` ends with, given the ranks' facts in the agreement (`gathered`, in rank order;
+    rank 0's alone where it told the others in its share): rank 0's refusal, which rank 0 prints
+    (`LeaderRefused`: the others stay silent); else, unless `rank` failed itself (it raises its own
+    error), the first other rank's failure, named: a refusal (`RankRefused`, exit 2) or an error
+    (`RankFailed`, exit 1); None where none failed."""
+    if rank != 0 and "refused" in gathered[0]:
+        return LeaderRefused(gathered[0]["refused"])
+    if rank < len(gathered) and failure_of(gathered[rank]) is not None:
+        return None
+    ended = "every rank ended before the first step, and nothing was written"
+    for other, facts in enumerate(gathered):
+        if "refused" in facts:
+            return RankRefused(f"rank {other} refused the run: {facts['refused']} ({ended})")
+        if "failed" in facts:
+            return RankFailed(f"rank {other} failed before the first step ({facts['failed']}); {ended}")
+    return None
+
+
+@contextmanager
+def telling(group: Group, refusals: tuple[type[BaseException], ...]) -> Iterator[None]:
+    """Building a run on this rank: an error raised inside is told to the other ranks (`Group.tell`;
+    one of `refusals`: a user's mistake), then raised here as before."""
+    try:
+        yield
+    except refusals as err:
+        group.tell(err, refused=True)
+        raise
+    except Exception as err:
+        group.tell(err, refused=False)
+        raise
 
 
 class ShardSums(LocalSums):

@@ -51,31 +51,33 @@ def run(cfg: DictConfig, run_dir: str | Path, hydra_record: str | Path | None = 
 
 class LeaderExchanges:
     """Rank 0's exchanges with the other ranks before the first step: where the run starts (`share`),
-    then the ranks' agreement (`agree`). A refusal on rank 0 before them is told there
-    (`tell_refusal`): the ranks waiting in it end as rank 0 does, exit 2 with the line rank 0
-    prints (they ended in a lost rank's fault, exit 75)."""
+    then the ranks' agreement (`agree`). A refusal or a failure on rank 0 before them is told there
+    (`tell`): the ranks waiting in it end as rank 0 does (a refusal: exit 2 with the line rank 0
+    prints; an error: exit 1, naming rank 0), instead of as ranks that lost theirs (exit 75)."""
 
     def __init__(self, group: distributed.Group):
         self.group, self.next = group, "share"
 
     def share(self, value):
+        self.next = None   # (spent, whatever it gives)
+        shared = self.group.share(value)
         self.next = "agree"
-        return self.group.share(value)
+        return shared
 
     def agree(self, facts: dict[str, str]) -> None:
         self.next = None
         self.group.agree(facts)
 
-    def tell_refusal(self, err: Exception) -> None:
-        """The other ranks hear of rank 0's refusal `err` in the exchange they wait in (none: nothing)."""
+    def tell(self, err: Exception, refused: bool) -> None:
+        """The other ranks hear of rank 0's refusal or failure `err` in the exchange they wait in (none: nothing)."""
         if not self.group.several or self.next is None:
             return
+        if self.next == "agree":
+            self.group.tell(err, refused)
+            return
         try:
-            if self.next == "share":
-                self.group.share({"refused": str(err)})
-            else:
-                self.group.agree({"refused": str(err)})
-        except (ConfigError, distributed.RankLost):   # (the agreement's own refusal; ranks already gone)
+            self.group.share(distributed.failure_facts(err, refused))
+        except distributed.RankLost:   # (the ranks are gone already)
             pass
 
 
@@ -84,7 +86,10 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
     try:
         return _launch(cfg, run_dir, hydra_record, show_header, exchanges)
     except USER_ERRORS as err:
-        exchanges.tell_refusal(err)
+        exchanges.tell(err, refused=True)
+        raise
+    except Exception as err:   # (an error before the first step: the ranks end with it, then it is raised)
+        exchanges.tell(err, refused=False)
         raise
 
 
@@ -137,16 +142,20 @@ def start_for_followers(run_dir: Path, start) -> dict:
 def follow(cfg: DictConfig) -> None:
     """A rank other than 0 of a data-parallel run (torchrun): the run's steps on this rank's shards,
     from the step rank 0 starts at (its checkpoint, read here too), once every rank agrees it runs
-    the same config, data and code from the same step; nothing written."""
-    start = distributed.current().share(None)   # (first: rank 0 may have refused the run)
-    if "refused" in start:
-        raise distributed.LeaderRefused(start["refused"])
-    typed = validated_run_config(cfg)
+    the same config, data and code from the same step; nothing written. A refusal or an error while
+    this rank builds the run is told to the others in that agreement (`distributed.telling`)."""
+    group = distributed.current()
+    start = group.share(None)   # (first: rank 0 may have refused the run, or failed)
+    told = distributed.told_failure([start], group.rank)
+    if told is not None:
+        raise told
     if start["finished"]:   # rank 0 says so, and there is nothing to do
         return
-    r = build_run(typed, earlier_engine=start["earlier_engine"])
-    sampler = r.sampler()
-    loop, where = follower_start(r, sampler, start["checkpoint"])
+    with distributed.telling(group, USER_ERRORS):
+        typed = validated_run_config(cfg)
+        r = build_run(typed, earlier_engine=start["earlier_engine"])
+        sampler = r.sampler()
+        loop, where = follower_start(r, sampler, start["checkpoint"])
     r.group.agree({**rank_facts(r, loop.step), "start": where})
     follow_loop(r, sampler, loop)
 

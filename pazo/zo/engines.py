@@ -78,6 +78,18 @@ class query_mode:
             self.model.set_training(self.was)
 
 
+def never_alone(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of one example as two copies of it (the engines keep the first's losses). torch gives
+    a one-row product to a matrix-vector kernel, whose sums run in another order than the matrix
+    product of two rows or more: an example's losses would then depend on whether it is alone in
+    its batch, and a data-parallel rank's shard of one example would not be one process's run to the
+    bit (the tiny OPT's label-word head, at 1 row against 2 or more: 3 of 24 examples' losses an ulp
+    apart; its losses agree from 2 rows to 24). Other batches are left as they are."""
+    if len(x) != 1:
+        return x, y
+    return torch.cat([x, x]), torch.cat([y, y])
+
+
 def _forward(model, x, y, train: bool, seed: int | None, fn):
     if not train or seed is None:
         return fn()
@@ -98,6 +110,8 @@ class VectorisedEngine:
                train: bool = False, seed: int | None = None) -> torch.Tensor:
         if len(x) == 0:
             return model.zeros((len(points), 0), x.device)
+        if len(x) == 1:   # (never a one-row product: `never_alone`)
+            return self.losses(model, *never_alone(x, y), directions, points, train, seed)[:, :1]
         if len(model.devices) > 1:
             raise ConfigError("the vectorised engine needs the parameters on one device; they are on "
                               f"{len(model.devices)} (model.device_map): use engine.name=inplace")
@@ -168,11 +182,15 @@ class InPlaceEngine:
     @torch.no_grad()
     def loss_rows(self, model: FunctionalModel, x, y, directions, points: Sequence[Point],
                   train: bool = False, seed: int | None = None) -> list[torch.Tensor]:
-        """The per-example losses [B] at each point, in order (the rows of `losses`)."""
-        if len(x) == 0:
-            return [model.zeros((0,), x.device) for _ in points]
+        """The per-example losses [B] at each point, in order (the rows of `losses`). The float32 or
+        float64 parameters are moved to each point and back whatever the batch, an empty one too: the
+        move back leaves them within rounding of where they were, and a data-parallel rank whose shard
+        is empty must leave them where the others do (was: untouched there, a few ulps off theirs)."""
+        if len(x) == 1:   # (never a one-row product: `never_alone`)
+            return [row[:1] for row in self.loss_rows(model, *never_alone(x, y), directions, points, train, seed)]
         if has_low_precision(model.params):   # float16 / bfloat16: bit-exact restore (half_precision.py)
-            return self._exact_losses(model, x, y, directions, points, train, seed)
+            return (self._exact_losses(model, x, y, directions, points, train, seed) if len(x)
+                    else [model.zeros((0,), x.device) for _ in points])
         out, cur_j, cur_s = [], None, 0.0
         with query_mode(model, train):
             try:
@@ -184,7 +202,8 @@ class InPlaceEngine:
                             shift(model, directions, cur_j, -cur_s, bump_versions=False)
                         shift(model, directions, j, s, bump_versions=False)
                     cur_j, cur_s = j, s
-                    out.append(_forward(model, x, y, train, seed, lambda: model.current_losses(x, y)))
+                    out.append(_forward(model, x, y, train, seed, lambda: model.current_losses(x, y)) if len(x)
+                               else model.zeros((0,), x.device))
             finally:
                 if cur_j is not None:
                     shift(model, directions, cur_j, -cur_s)

@@ -6,9 +6,11 @@ most of its jobs). Each rank writes a JSON line per job to OUT/rank<R>.jsonl.
 The plan is read once it is there (the session writes it while the ranks start); a job with `wait_for`
 starts once that file is there (what the session prepares meanwhile: a run's config, the tiny OPT, a
 run to resume). Jobs (`kind`): `library` (`library_steps.run_method`: it joins the group itself, as a
-user's loop would), `steps` (`distributed_steps.run_method`, of the config the session composed into
+user's loop would; a rank named in `nan_on_rank` is given a NaN in its private data, and the refusal
+or error each rank met is recorded), `steps` (`distributed_steps.run_method`, of the config the session composed into
 the file `config`), `run` (a run into its directory: `pazo.run.launch`'s `run` on rank 0 and `follow`
-on the others, as pazo-train does, its refusal recorded), and last `cli` (pazo-train's own command
+on the others, as pazo-train does, its refusal or error recorded; a rank named in `fails_building`
+cannot build it), and last `cli` (pazo-train's own command
 line, whose rank `kill_rank` kills itself with SIGKILL during its step `kill_at`: the process ends
 there, so it is the plan's last job).
 
@@ -35,6 +37,8 @@ import pazo.train  # noqa: E402
 from pazo import CONFIG_DIR  # noqa: E402
 from pazo.methods.base import Method  # noqa: E402
 from pazo.run import distributed, launch  # noqa: E402
+from fail_building import BuildCrash, failing_build  # noqa: E402
+from pazo.errors import ConfigError  # noqa: E402
 from pazo.run.cli import USER_ERRORS  # noqa: E402
 from step_faults import signalled_at_step  # noqa: E402
 
@@ -59,19 +63,22 @@ def compose_run(overrides: list[str]):
 
 def run_job(job: dict) -> dict:
     """A `run` job on this rank: rank 0 trains into `run_dir` (SIGTERM during its step `stop_at`, if
-    given: a preemption, honoured after that step with a checkpoint), the others follow; its status,
-    or the refusal this rank met."""
+    given: a preemption, honoured after that step with a checkpoint), the others follow; a rank named
+    in `fails_building` cannot build the run (`fail_building.failing_build`); its status, or the refusal or error
+    this rank met."""
     cfg = compose_run([*job["overrides"], *job.get("rank_overrides", {}).get(str(RANK), [])])
     distributed.join(60)   # (the group joined: a fresh count of the bytes this run exchanges)
-    original = Method.take_step
+    original, build = Method.take_step, launch.build_run
     if RANK == 0 and job.get("stop_at"):
         Method.take_step = signalled_at_step(original, job["stop_at"])
+    if str(RANK) in job.get("fails_building", {}):
+        launch.build_run = failing_build(job["fails_building"][str(RANK)])
     try:
         summary = launch.run(cfg, job["run_dir"]) if RANK == 0 else launch.follow(cfg)
-    except USER_ERRORS as err:
+    except (*USER_ERRORS, distributed.RankFailed, BuildCrash) as err:
         return {"error": type(err).__name__, "message": str(err)}
     finally:
-        Method.take_step = original
+        Method.take_step, launch.build_run = original, build
     return {"status": summary["status"] if summary else "followed"}
 
 
@@ -100,7 +107,11 @@ def one_job(job: dict) -> dict:
     if "wait_for" in job:
         wait_for(Path(job["wait_for"]))
     if kind == "library":
-        return library_steps.run_method(job["method"], job["steps"], job["sigma"])
+        try:
+            return library_steps.run_method(job["method"], job["steps"], job["sigma"],
+                                            nan_input=RANK == job.get("nan_on_rank"))
+        except (ConfigError, distributed.RankFailed) as err:
+            return {"error": type(err).__name__, "message": str(err)}
     if kind == "cli":
         cli_job(job)
         return {"ended": "the command returned"}

@@ -1,7 +1,8 @@
 """ONE 2-process launch for the default suite's distributed tests (`one_launch`, once a session even
 across xdist's workers), beside the one-process references computed in this process: every method
 on digits and on the tiny OPT, the library loop, a run resumed from 1 process on 2 and back on 1, a
-rank killed mid-run and the run resumed, and the ranks' refusals. Starting a rank (torch, pazo) costs
+rank killed mid-run and the run resumed, and the ranks' refusals (among them a rank that cannot build
+its run or its library loop: the others end at once, naming it). Starting a rank (torch, pazo) costs
 more than most of its runs, so each rank runs them all in sequence (`distributed_launch.py`); the
 tests then read the files this leaves. The ranks are started as torchrun starts them (RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT); torchrun itself is the slow tests'.
@@ -49,10 +50,15 @@ LIBRARY_SIGMA = 5.0
 OPT = ("model=hf_causal_lm", "model.attention=eager", "dataset=sst2", "dataset.n_train=24", "dataset.n_val=6",
        "train.batch_size=8", "engine.name=inplace")
 PUBLIC = ("dataset.public_source=split", "dataset.public_size=8", "method.public_batch_size=4")
-#: every zeroth-order method, with what it needs on the tiny OPT (public data; PAZO-P/S: k=2 directions)
+#: every zeroth-order method, with what it needs on the tiny OPT (public data; PAZO-P/S: k=2 directions); and
+#: DP-AggZO's 16 directions on Poisson batches of 2 expected, which leave a rank one example most steps (was: a
+#: rank's one example gave other losses than in one process's batch, a few ulps, `pazo.zo.engines.never_alone`)
 OPT_METHODS = {"mezo": ("privacy=none",), "dpzero": (), "dp_zo": (), "dp_zo_laplace": ("method.noise=laplace",
                "privacy.delta=0"), "dp_zogd": (), "dp_aggzo": (), "pazo_m": PUBLIC, "pazo_p": (*PUBLIC, "method.k=2"),
-               "pazo_p_prime": (*PUBLIC, "method.k=2"), "pazo_s": (*PUBLIC, "method.k=2")}
+               "pazo_p_prime": (*PUBLIC, "method.k=2"), "pazo_s": (*PUBLIC, "method.k=2"),
+               "dp_aggzo_shards_of_one": ("train.batch_size=2",)}
+#: the method of an OPT_METHODS entry named otherwise
+OPT_METHOD_OF = {"dp_zo_laplace": "dp_zo", "dp_aggzo_shards_of_one": "dp_aggzo"}
 
 STEPS = 3
 #: the run resumed across process counts (1 process to step 1, 2 to step 3, 1 to the end) and the one whose
@@ -71,10 +77,11 @@ RESUMED_READY = "resumed.ready"
 def opt_specs(root: Path, names: list[str]) -> list[str]:
     """distributed_steps.py's specs: each method on the tiny OPT under `root` (`name:override,...`)."""
     def spec(name: str) -> str:
-        method = "dp_zo" if name == "dp_zo_laplace" else name
-        sigma = () if "privacy=none" in OPT_METHODS[name] else ("privacy.sigma=5.0",)
-        return f"{method}:" + ",".join([*OPT, f"model.path={root / 'opt'}", f"dataset.root={root}", *sigma,
-                                        *OPT_METHODS[name]])
+        own = OPT_METHODS[name]
+        sigma = () if "privacy=none" in own else ("privacy.sigma=5.0",)
+        shared = [o for o in OPT if o.partition("=")[0] not in {m.partition("=")[0] for m in own}]
+        return f"{OPT_METHOD_OF.get(name, name)}:" + ",".join([*shared, f"model.path={root / 'opt'}",
+                                                               f"dataset.root={root}", *sigma, *own])
     return [spec(name) for name in names]
 
 
@@ -99,10 +106,14 @@ def launch_plan(root: Path) -> list[dict]:
                 **more}
     return [*({"kind": "library", "name": f"library:{m}", "method": m, "steps": STEPS, "sigma": LIBRARY_SIGMA}
               for m in LIBRARY),
+            {"kind": "library", "name": "library:nan_on_rank_1", "method": "dpzero", "steps": STEPS,
+             "sigma": LIBRARY_SIGMA, "nan_on_rank": 1},
             *({"kind": "steps", "name": spec, "spec": spec, "steps": STEPS, "config": str(config_file(root, i)),
                "wait_for": str(config_file(root, i))} for i, spec in enumerate(step_specs(root))),
             run("differs", RESUMED, rank_overrides={"1": ["method.lr=0.5"]}),
             run("locked", RESUMED),
+            run("refused_building", RESUMED, fails_building={"1": "refused"}),
+            run("failed_building", RESUMED, fails_building={"0": "failed"}),
             run("resumed", RESUMED, stop_at=3),
             {"kind": "cli", "name": "killed", "argv": [*KILLED, f"hydra.run.dir={root / 'killed'}"], "kill_rank": 1,
              "kill_at": KILL_AT, **resumed_ready}]

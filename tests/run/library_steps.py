@@ -23,13 +23,17 @@ def tensors(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(n, 6, generator=g), torch.randint(0, 3, (n,), generator=g)
 
 
-def run_method(method: str, steps: int, sigma: float | None = None) -> dict:
+def run_method(method: str, steps: int, sigma: float | None = None, nan_input: bool = False) -> dict:
     """`method`'s loop for `steps` steps (noise multiplier `sigma` as given, else calibrated): its
-    parameters' bytes, its epsilon, whether the ranks agree."""
+    parameters' bytes, its epsilon, whether the ranks agree. `nan_input`: a NaN in the private data's
+    first example (private_zo refuses it before any step)."""
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
     private = method != "mezo"
-    engine = private_zo(model, nn.CrossEntropyLoss(reduction="none"), tensors(300, 0), method=method,
+    data = tensors(300, 0)
+    if nan_input:
+        data[0][0, 0] = float("nan")
+    engine = private_zo(model, nn.CrossEntropyLoss(reduction="none"), data, method=method,
                         epsilon=1.0 if private else None, delta=1e-5 if private else None, steps=steps,
                         batch_size=96, public=tensors(60, 1), sigma=sigma if private else None, seed=1234,
                         verbose=False)

@@ -24,7 +24,8 @@ from safetensors.torch import load_file
 from conftest import run_cache
 from distributed_session import ALL_ZEROTH_ORDER, FIRST_ORDER, one_launch
 from pazo.methods import METHODS, method_info
-from pazo.run.distributed import Group, nonfinite_sum
+from pazo.run.distributed import (Group, LeaderRefused, RankFailed, RankRefused, failure_facts, nonfinite_sum,
+                                  told_failure)
 from pazo.privacy.device_sum import correctly_rounded, exact_limbs
 from pazo.privacy.mechanisms import exact_sum
 
@@ -201,11 +202,11 @@ def test_torchrun_pazo_train_is_the_one_process_run_and_rank_1_writes_nothing(tm
     assert list(cwd.iterdir()) == []   # rank 1 made no run directory of its own
 
 
-def _rank(tmp_path, rank: int, port: int, *overrides: str) -> subprocess.Popen:
-    """One rank of a 2-process run started by hand, as torchrun would start it."""
+def _rank(tmp_path, rank: int, port: int, *overrides: str, command=("-m", "pazo.train")) -> subprocess.Popen:
+    """One rank of a 2-process run started by hand, as torchrun would start it (pazo-train, or `command`)."""
     env = _env(tmp_path, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(port))
-    return subprocess.Popen([sys.executable, "-m", "pazo.train", "dataset=digits", "method=dpzero",
+    return subprocess.Popen([sys.executable, *command, "dataset=digits", "method=dpzero",
                              "logger.report_to=[]", f"hydra.run.dir={tmp_path}/run", *overrides],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
 
@@ -400,6 +401,39 @@ def test_a_refusal_on_rank_0_before_the_first_exchange_ends_every_rank_with_its_
     assert not any("Traceback" in err for _, err in outs)
 
 
+@settings(deadline=None)
+@given(st.lists(st.sampled_from([None, "refused", "failed"]), min_size=2, max_size=6))
+@example([None, "refused"])   # a mistake only rank 1 sees (its data root)
+@example(["failed", None])    # an error in rank 0's build
+@example(["refused", "failed"])
+def test_every_rank_that_built_the_run_ends_naming_the_first_rank_that_could_not(outcomes):
+    """The agreement's rule (`told_failure`) over every pattern of ranks that built the run (None) or
+    could not (refused: a user's mistake; failed: an error): where one could not, every rank that built
+    ends, naming the first that could not, as a refusal (exit 2) or an error (exit 1); rank 0's refusal
+    is rank 0's line (the others end silent); a rank that could not raises its own error."""
+    gathered = [{"config": "same"} if how is None else failure_facts(ValueError(f"trouble on rank {rank}"),
+                                                                     refused=how == "refused")
+                for rank, how in enumerate(outcomes)]
+    could_not = [rank for rank, how in enumerate(outcomes) if how]
+    for rank, how in enumerate(outcomes):
+        told = told_failure(gathered, rank)
+        if rank and outcomes[0] == "refused":
+            assert isinstance(told, LeaderRefused) and str(told) == "trouble on rank 0"
+        elif how or not could_not:
+            assert told is None
+        else:
+            first = could_not[0]
+            assert type(told) is (RankRefused if outcomes[first] == "refused" else RankFailed)
+            assert str(told).startswith(f"rank {first} ") and f"trouble on rank {first}" in str(told)
+
+
+def test_a_rank_that_entered_the_agreement_tells_nothing_more():
+    """After the agreement (spent), or alone, a rank's error is its own: no second exchange to wait in."""
+    spent = Group(1, 2, agreed=True)
+    spent.tell(RuntimeError("after the agreement"), refused=False)   # (an exchange here: no group to run it)
+    Group(0, 1).tell(RuntimeError("one process"), refused=False)
+
+
 @settings(deadline=None, max_examples=8)
 @given(st.integers(2, 4).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n - 1))),
        st.sampled_from(["dpzero", "pazo_s", "dpsgd", "sgd"]), st.booleans(), st.booleans())
@@ -493,6 +527,47 @@ def test_a_refusal_on_rank_0_before_the_first_exchange_ends_every_rank_in_one_la
     leader, follower = (launched["ranks"][rank]["locked"] for rank in (0, 1))
     assert leader["error"] == "ConfigError" and "in use by another launch" in leader["message"], leader
     assert follower["error"] == "LeaderRefused" and follower["message"] == leader["message"], follower
+
+
+def test_a_rank_that_refuses_while_building_ends_every_rank_at_once_in_one_launch(launched):
+    """Rank 1 alone cannot build the run (a mistake only it sees: its data root): it says so in the
+    ranks' agreement, so rank 0 ends there at once, naming rank 1 and its line, as a refusal (was:
+    rank 0 waited for rank 1 until the exchange's timeout, or ended as a lost rank, exit 75)."""
+    leader, follower = (launched["ranks"][rank]["refused_building"] for rank in (0, 1))
+    assert (follower["error"], follower["message"]) == ("ConfigError", "rank 1's dataset.root holds no data (injected)")
+    assert leader["error"] == "RankRefused", leader
+    assert leader["message"].startswith(f"rank 1 refused the run: {follower['message']} (every rank ended"), leader
+    assert not (launched["root"] / "refused_building" / "summary.json").exists()
+
+
+def test_a_rank_that_fails_while_building_ends_every_rank_at_once_in_one_launch(launched):
+    """An error in rank 0's build (not a user's mistake): rank 1, which built its run, ends in the
+    agreement at once, naming rank 0 and the error, as a failed run (exit 1 under pazo-train)."""
+    leader, follower = (launched["ranks"][rank]["failed_building"] for rank in (0, 1))
+    assert (leader["error"], leader["message"]) == ("BuildCrash", "rank 0 crashed while building (injected)")
+    assert follower["error"] == "RankFailed", follower
+    assert follower["message"].startswith("rank 0 failed before the first step (BuildCrash: rank 0 crashed while "
+                                          "building (injected)); every rank ended"), follower
+    assert not (launched["root"] / "failed_building" / "summary.json").exists()
+
+
+@pytest.mark.slow   # (pazo-train's ranks; the default suite's: test_a_rank_that_refuses_..._in_one_launch)
+def test_a_rank_that_refuses_while_building_ends_the_other_at_once_with_one_line(tmp_path):
+    """pazo-train on 2 ranks, rank 1 unable to build the run (a mistake only it sees), the exchange's
+    timeout 600 s: both end within the test's wait, exit 2, rank 1 with its line and rank 0 with one
+    naming rank 1 and its line; nothing written (was: rank 0 exit 75, "another rank of this run
+    stopped answering", and a summary it said it had written)."""
+    port, script = _free_port(), (str(HERE / "fail_building.py"), "1", "refused")
+    ranks = [_rank(tmp_path, rank, port, "train.steps=3", "train.distributed_timeout_s=600", command=script)
+             for rank in (0, 1)]
+    outs = [p.communicate(timeout=240) for p in ranks]
+    assert [p.returncode for p in ranks] == [2, 2], [err[-2000:] for _, err in outs]
+    assert not any("Traceback" in err for _, err in outs)
+    (leader,), (follower,) = (_errors(out + err) for out, err in outs)
+    assert follower == "pazo: error: rank 1: rank 1's dataset.root holds no data (injected)"
+    assert leader.startswith("pazo: error: rank 1 refused the run: rank 1's dataset.root holds no data (injected) ("), \
+        leader
+    assert not (tmp_path / "run" / "summary.json").exists()
 
 
 def test_a_follower_writes_nothing_in_one_launch(launched):

@@ -120,3 +120,36 @@ def test_a_loop_with_dropout_in_its_queries_is_refused_on_several_processes_nami
                                           r"shard .* the 2 processes would not compute one run: run it as one "
                                           r"process, or with query_dropout=False$"):
         _loop_on(2, seed=5, query_dropout=True)
+
+
+def test_a_rank_whose_loop_is_refused_ends_every_rank_at_once_naming_it_in_one_launch(launched):
+    """Rank 1's private data hold a NaN (private_zo refuses it before any step): rank 1 says so in the
+    ranks' agreement, so rank 0 ends there at once with a ConfigError naming rank 1 and its line (was:
+    rank 0 waited in the agreement until the group's timeout)."""
+    leader, follower = (launched["ranks"][rank]["library:nan_on_rank_1"] for rank in (0, 1))
+    assert follower["error"] == "ConfigError" and "train_data" in follower["message"], follower
+    assert leader["error"] == "RankRefused", leader
+    assert leader["message"].startswith(f"rank 1 refused the run: {follower['message']} ("), leader
+
+
+@pytest.mark.slow   # (two ranks start; the default suite's: test_a_rank_whose_loop_is_refused_..._in_one_launch)
+def test_a_rank_whose_loop_is_refused_ends_the_other_well_before_the_groups_timeout(tmp_path):
+    """The user's gloo group, its timeout 600 s; rank 1's loop refused (a NaN in its private data) and
+    its process kept alive, as a notebook's would: rank 0 ends within the test's wait, naming rank 1
+    (was: it waited in the agreement for the group's 600 s)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "RANK", "WORLD_SIZE", "MASTER_"))}
+    env.update(PAZO_CACHE_DIR=str(run_cache(tmp_path / "cache")), OMP_NUM_THREADS="1", WORLD_SIZE="2",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    ranks = [subprocess.Popen([sys.executable, str(HERE / "library_fails.py"), str(tmp_path), "600"], cwd=tmp_path,
+                              env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for rank in range(2)]
+    try:
+        outs = [p.communicate(timeout=240) for p in ranks]
+    finally:
+        for p in ranks:
+            p.kill()
+    assert [p.returncode for p in ranks] == [0, 0], [err[-2000:] for _, err in outs]
+    leader, follower = (json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1))
+    assert follower["error"] == "ConfigError" and "train_data" in follower["message"], follower
+    assert leader["error"] == "RankRefused" and leader["message"].startswith("rank 1 refused the run: "), leader
