@@ -91,7 +91,7 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
 def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges: LeaderExchanges) -> dict:
     refuse_debug_breaks(cfg)
     typed = validated_run_config(cfg)   # the run's config typed once: what is below reads it (and its fingerprints)
-    resolve_device(typed.device)  # (again: a multirun's jobs are checked here)
+    device = resolve_device(typed.device)  # (again: a multirun's jobs are checked here), once for the run
     check_output_dir(run_dir)
     with RunDirLock(run_dir):  # a second launch into run_dir is refused until this one ends
         remove_broken_writes(run_dir)
@@ -101,7 +101,8 @@ def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges
             log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
                      f"(final test accuracy {start.summary.get('final_test_accuracy')})")
             return start.summary
-        r = build_run(typed, earlier_engine=(start.summary or {}).get("engine") if start.resuming else None)
+        r = build_run(typed, earlier_engine=(start.summary or {}).get("engine") if start.resuming else None,
+                      device=device)
         sampler = r.sampler()
         check_launch(run_dir, start, r)
         loop = resume_state(r, sampler, start.checkpoint, checkpoint_path(run_dir)) if start.resuming else LoopState()
