@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from pazo.run import distributed, gate
 from pazo.run.attempts import accept_launch, check_launch, plan_launch
 from pazo.run.checkpoint import (Heartbeat, LoopState, StopRequests, checkpoint_path, read_checkpoint,
-                                 restore_checkpoint)
+                                 resume_state)
 from pazo.run.cli import DEBUG_ONLY, USER_ERRORS
 from pazo.commands.console import open_run_logs
 from pazo.run.build import build_run, resolve_device
@@ -116,14 +116,6 @@ def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges
             log.info(resumed_line(run_dir, loop.step, r.total_steps))
         _train(r, sampler, loop, recorder, summary)
     return summary
-
-
-def resume_state(r, sampler, checkpoint: dict, path: Path) -> LoopState:
-    """The run `r` and its sampler put back where `checkpoint` (read from `path`) left them, the
-    optimiser's moments included (none under sgd: the resumed steps continue them); the loop's state."""
-    loop = restore_checkpoint(checkpoint, module=r.module, streams=r.streams, sampler=sampler, path=path)
-    r.method.update_rule.load_state_dict(checkpoint["extra"].get("optimizer"))
-    return loop
 
 
 def start_for_followers(run_dir: Path, start) -> dict:
