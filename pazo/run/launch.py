@@ -110,7 +110,7 @@ def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges
         accept_launch(run_dir, start, r)   # the first write into run_dir
         accept_hydra_record(run_dir, hydra_record, archive_to=start.moved_to)
         open_run_logs()   # train.log: the lines said since the launch began, and on
-        recorder, summary = _start_records(run_dir, start, r, loop)
+        recorder, summary = _start_records(run_dir, start, r, sampler, loop)
         show_header(summary, r.plan)
         if start.resuming:
             log.info(resumed_line(run_dir, loop.step, r.total_steps))
@@ -168,15 +168,14 @@ def rank_facts(r, start_step: int) -> dict[str, str]:
             "start": f"step {start_step}"}
 
 
-def _start_records(run_dir: Path, start, r, loop: LoopState):
-    """The recorder and the summary the accepted launch starts with (status running), written."""
+def _start_records(run_dir: Path, start, r, sampler, loop: LoopState):
+    """The recorder, given the run and its sampler once, and the accepted launch's first summary (running), written."""
     previous = start.summary or {}
     replayed_rows = carry_released_rows(run_dir, start)
     recorder = Recorder(run_dir, r.cfg.raw, r.cfg.logger,
                         resume_bytes=loop.metrics_bytes if start.resuming else replayed_rows,
                         wandb_id=previous.get("wandb_run_id") if start.resuming else None,
-                        fingerprint=r.cfg.fingerprint,
-                        released_before=start.released.step)
+                        released_before=start.released.step, run=r, sampler=sampler)
     summary = launch_summary(run_dir, r, start, loop, recorder)
     try:
         recorder.write_summary(summary)
@@ -215,7 +214,7 @@ def _train(r, sampler, loop: LoopState, recorder: Recorder, summary: dict) -> No
         if stopped:
             summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
         try:
-            recorder.finish(summary, r.module, r.cfg.train)
+            recorder.finish(summary)
         except WriteFault as fault:  # the model or the last summary: the checkpoint stays for the relaunch
             summary.update(status="fault", failure=f"fault after step {loop.step}: {fault}",
                            final_test_accuracy=None)
