@@ -11,9 +11,6 @@ files as they were.
 from __future__ import annotations
 
 import logging
-import os
-import socket
-from functools import partial
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -30,8 +27,7 @@ from pazo.privacy.mechanisms import active_debug_break
 from pazo.run.recorder import Recorder
 from pazo.files.rundir import (RunDirLock, WriteFault, accept_hydra_record, check_output_dir, drop_hydra_record,
                          remove_broken_writes)
-from pazo.privacy.plan import epsilon_spent
-from pazo.run.summary import print_header, print_summary, released_beyond, resumed_line
+from pazo.run.summary import launch_summary, print_header, print_summary, resumed_line
 from pazo.run.validate import ConfigError, validated_run_config
 
 log = logging.getLogger("pazo.train")  # (the run's lines, as `pazo.train` logs them)
@@ -183,26 +179,6 @@ def _start_records(run_dir: Path, start, r, sampler, loop: LoopState):
         recorder.close(failed=True)
         raise
     return recorder, summary
-
-
-def launch_summary(run_dir: Path, r, start, loop: LoopState, recorder: Recorder) -> dict:
-    """The summary an attempt writes as it starts (status running). From then on it covers what
-    earlier attempts released (`privacy.steps_released` and its epsilon), as a kill may come before
-    this attempt's first row."""
-    previous = start.summary or {}
-    summary = {"status": "running", **r.describe(), "run_dir": str(run_dir),
-               "attempt": previous.get("attempt", 0) + 1 if start.resuming else 1,
-               "resumed_from_step": loop.step if start.resuming else None,
-               "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": recorder.wandb_id,
-               "host": socket.gethostname(), "pid": os.getpid()}
-    summary["privacy"].update(released_beyond(r.plan, recorder.steps_released, loop.step,
-                                              partial(epsilon_spent, r.plan)))
-    if start.replaying and r.device.type == "cuda" and r.plan.private:
-        summary["outside_guarantee"].append(
-            f"the steps after step {loop.step} were run again with an earlier attempt's noise on CUDA, whose "
-            "kernels need not be deterministic: rows that attempt released for them (W&B cannot retract "
-            "them) may differ from this attempt's by more than the noise covers")
-    return summary
 
 
 def _train(r, sampler, loop: LoopState, recorder: Recorder, summary: dict) -> None:
