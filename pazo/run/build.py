@@ -176,12 +176,13 @@ def run_privacy_plan(cfg: RunConfig, n_private: int, steps: int, sigma: float | 
 
 def build_run(cfg: RunConfig, *, earlier_engine: dict | None = None, time_engines: bool = True,
               data: DataBundle | None = None, module: nn.Module | None = None,
-              sigma: float | None = None) -> Run:
+              sigma: float | None = None, device: torch.device | None = None) -> Run:
     """Assemble the run `cfg` describes (checked and typed at the door of the command that runs it:
     `pazo.run.validate.validated_run_config`, or `run_config`).
 
     earlier_engine: a resumed run's first-attempt engine choice, kept so that its steps stay those
     of one engine. time_engines: let `engine.name=auto` time the engines on CUDA (off in an audit).
+    device: `cfg.device` as its launch resolved it (`resolve_device`; None: resolved here).
     data, module, sigma: a benchmark's synthetic data and model, and a fixed noise multiplier
     (nothing calibrated or accounted); a run never passes them. A run sets its CPU threads
     (`train.threads`, `pazo.threads`) once its model is built, before the warm start and the
@@ -195,7 +196,7 @@ def build_run(cfg: RunConfig, *, earlier_engine: dict | None = None, time_engine
     if data is None:
         data = build_dataset(cfg.dataset, streams)
         validate_against_data(cfg.train, cfg.method, cfg.schedule, len(data.private), len(data.public))
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.device) if device is None else device
     if module is None:   # from the run's init stream
         torch.manual_seed(streams.seeds["init"])
         module = build_model(cfg.model, data.input_shape, data.num_classes)

@@ -185,24 +185,26 @@ def discard_checkpoint(run_dir: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def restore_checkpoint(checkpoint: dict, *, module: torch.nn.Module, streams, sampler,
-                       path: Path | None = None) -> LoopState:
-    """Put the model, every stream and the sampler back where the checkpoint left them; a
-    checkpoint whose contents do not fit this run (another model's weights, damaged states) is a
-    ConfigError naming the file (`path`)."""
+def resume_state(run, sampler, checkpoint: dict, path: Path | None = None) -> LoopState:
+    """The run (`pazo.run.build.Run`: its model, every stream, the optimiser's moments, none under
+    sgd) and its sampler put back where `checkpoint` (read from `path`) left them, as
+    `pazo.run.recorder.Recorder.checkpoint` saved them; the loop's state. A checkpoint whose contents
+    do not fit this run (another model's weights, damaged states) is a ConfigError naming the file."""
     try:
-        module.load_state_dict(checkpoint["model"])
-        streams.load_state(checkpoint["streams"])
+        run.module.load_state_dict(checkpoint["model"])
+        run.streams.load_state(checkpoint["streams"])
         sampler.load_state(checkpoint["sampler"])
         torch.set_rng_state(checkpoint["torch_rng"])
         if checkpoint["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(checkpoint["cuda_rng"])
-        return LoopState(**checkpoint["loop"])
+        loop = LoopState(**checkpoint["loop"])
     except (RuntimeError, KeyError, TypeError, ValueError, IndexError) as err:
         reason = " ".join(str(err).split())[:200] or type(err).__name__
         raise ConfigError(f"checkpoint {path or CHECKPOINT} does not fit this run ({type(err).__name__}: {reason}); "
                           "the run cannot resume from it. Move it away to start the run over, or give another "
                           "hydra.run.dir; it is kept as it is") from None
+    run.method.update_rule.load_state_dict(checkpoint["extra"].get("optimizer"))
+    return loop
 
 
 class StopRequests:

@@ -201,6 +201,23 @@ def move_released(source: Path | str, target: Path | str) -> None:
     shutil.move(str(source), str(target))
 
 
+def release_staged(staging: Path, folder: Path) -> None:
+    """Each file another program wrote into `staging` (a folder inside `folder`, so on its file system)
+    put at its place in `folder` as a released file, written once: its mode `released_mode`, its bytes
+    flushed to the disk, then renamed there whole. A link is never moved: its file's bytes are copied."""
+    for written in sorted(path for path in staging.rglob("*") if path.is_file()):
+        target = folder / written.relative_to(staging)
+        with writing(target):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if written.is_symlink():
+                write_released(target, written.read_bytes())
+                continue
+            os.chmod(written, released_mode(target))
+            with open(written, "rb") as staged:
+                os.fsync(staged.fileno())
+            os.replace(written, target)
+
+
 def release_into(staging: Path, files: dict[str, bytes], stamp: float) -> None:
     """A release's files written into the empty folder `staging` (0755), each 0644, every time set
     to `stamp` (the files' own times would tell how long what ran before them took)."""

@@ -13,12 +13,11 @@
 Only the trained model leaves (post-processing of the released `model.safetensors`), and it leaves
 as the released model does: `transformers`, `peft` and `safetensors` write into a staging folder
 inside `folder` (safetensors' own files are owner-only, 0600), and each file goes from there into
-`folder` through the release gate (`pazo.run.gate.write_released`: whole or not at all, a released
-file's mode, 0644)."""
+`folder` through the release gate (`pazo.run.gate.release_staged`: a released file's mode, 0644,
+flushed, renamed in whole: a model's weights are written once)."""
 from __future__ import annotations
 
 import copy
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -45,21 +44,8 @@ def export_hf(run, folder: Path) -> Path:
         else:
             lm.save_pretrained(staging)
             _save_tokenizer(module.tokenizer, Path(staging))
-        _release(Path(staging), folder)
+        gate.release_staged(Path(staging), folder)
     return folder
-
-
-def _release(staging: Path, folder: Path) -> None:
-    """Each file written into `staging` put at its place in `folder` through the release gate."""
-    for written in sorted(path for path in staging.rglob("*") if path.is_file()):
-        target = folder / written.relative_to(staging)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        gate.write_released(target, lambda out, written=written: _copy(written, out))
-
-
-def _copy(source: Path, out) -> None:
-    with open(source, "rb") as data:
-        shutil.copyfileobj(data, out)
 
 
 def _empty_folder(folder: Path) -> None:

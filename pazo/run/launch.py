@@ -11,9 +11,6 @@ files as they were.
 from __future__ import annotations
 
 import logging
-import os
-import socket
-from functools import partial
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -21,7 +18,7 @@ from omegaconf import DictConfig
 from pazo.run import distributed, gate
 from pazo.run.attempts import accept_launch, check_launch, plan_launch
 from pazo.run.checkpoint import (Heartbeat, LoopState, StopRequests, checkpoint_path, read_checkpoint,
-                                 restore_checkpoint)
+                                 resume_state)
 from pazo.run.cli import DEBUG_ONLY, USER_ERRORS
 from pazo.commands.console import open_run_logs
 from pazo.run.build import build_run, resolve_device
@@ -30,8 +27,7 @@ from pazo.privacy.mechanisms import active_debug_break
 from pazo.run.recorder import Recorder
 from pazo.files.rundir import (RunDirLock, WriteFault, accept_hydra_record, check_output_dir, drop_hydra_record,
                          remove_broken_writes)
-from pazo.privacy.plan import epsilon_spent
-from pazo.run.summary import print_header, print_summary, released_beyond, resumed_line
+from pazo.run.summary import launch_summary, print_header, print_summary, resumed_line
 from pazo.run.validate import ConfigError, validated_run_config
 
 log = logging.getLogger("pazo.train")  # (the run's lines, as `pazo.train` logs them)
@@ -96,7 +92,7 @@ def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
 def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges: LeaderExchanges) -> dict:
     refuse_debug_breaks(cfg)
     typed = validated_run_config(cfg)   # the run's config typed once: what is below reads it (and its fingerprints)
-    resolve_device(typed.device)  # (again: a multirun's jobs are checked here)
+    device = resolve_device(typed.device)  # (again: a multirun's jobs are checked here), once for the run
     check_output_dir(run_dir)
     with RunDirLock(run_dir):  # a second launch into run_dir is refused until this one ends
         remove_broken_writes(run_dir)
@@ -106,7 +102,8 @@ def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges
             log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
                      f"(final test accuracy {start.summary.get('final_test_accuracy')})")
             return start.summary
-        r = build_run(typed, earlier_engine=(start.summary or {}).get("engine") if start.resuming else None)
+        r = build_run(typed, earlier_engine=(start.summary or {}).get("engine") if start.resuming else None,
+                      device=device)
         sampler = r.sampler()
         check_launch(run_dir, start, r)
         loop = resume_state(r, sampler, start.checkpoint, checkpoint_path(run_dir)) if start.resuming else LoopState()
@@ -114,20 +111,12 @@ def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges
         accept_launch(run_dir, start, r)   # the first write into run_dir
         accept_hydra_record(run_dir, hydra_record, archive_to=start.moved_to)
         open_run_logs()   # train.log: the lines said since the launch began, and on
-        recorder, summary = _start_records(run_dir, start, r, loop)
+        recorder, summary = _start_records(run_dir, start, r, sampler, loop)
         show_header(summary, r.plan)
         if start.resuming:
             log.info(resumed_line(run_dir, loop.step, r.total_steps))
         _train(r, sampler, loop, recorder, summary)
     return summary
-
-
-def resume_state(r, sampler, checkpoint: dict, path: Path) -> LoopState:
-    """The run `r` and its sampler put back where `checkpoint` (read from `path`) left them, the
-    optimiser's moments included (none under sgd: the resumed steps continue them); the loop's state."""
-    loop = restore_checkpoint(checkpoint, module=r.module, streams=r.streams, sampler=sampler, path=path)
-    r.method.update_rule.load_state_dict(checkpoint["extra"].get("optimizer"))
-    return loop
 
 
 def start_for_followers(run_dir: Path, start) -> dict:
@@ -184,15 +173,14 @@ def rank_facts(r, start_step: int) -> dict[str, str]:
             "start": f"step {start_step}"}
 
 
-def _start_records(run_dir: Path, start, r, loop: LoopState):
-    """The recorder and the summary the accepted launch starts with (status running), written."""
+def _start_records(run_dir: Path, start, r, sampler, loop: LoopState):
+    """The recorder, given the run and its sampler once, and the accepted launch's first summary (running), written."""
     previous = start.summary or {}
     replayed_rows = carry_released_rows(run_dir, start)
     recorder = Recorder(run_dir, r.cfg.raw, r.cfg.logger,
                         resume_bytes=loop.metrics_bytes if start.resuming else replayed_rows,
                         wandb_id=previous.get("wandb_run_id") if start.resuming else None,
-                        fingerprint=r.cfg.fingerprint,
-                        released_before=start.released.step)
+                        released_before=start.released.step, run=r, sampler=sampler)
     summary = launch_summary(run_dir, r, start, loop, recorder)
     try:
         recorder.write_summary(summary)
@@ -200,26 +188,6 @@ def _start_records(run_dir: Path, start, r, loop: LoopState):
         recorder.close(failed=True)
         raise
     return recorder, summary
-
-
-def launch_summary(run_dir: Path, r, start, loop: LoopState, recorder: Recorder) -> dict:
-    """The summary an attempt writes as it starts (status running). From then on it covers what
-    earlier attempts released (`privacy.steps_released` and its epsilon), as a kill may come before
-    this attempt's first row."""
-    previous = start.summary or {}
-    summary = {"status": "running", **r.describe(), "run_dir": str(run_dir),
-               "attempt": previous.get("attempt", 0) + 1 if start.resuming else 1,
-               "resumed_from_step": loop.step if start.resuming else None,
-               "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": recorder.wandb_id,
-               "host": socket.gethostname(), "pid": os.getpid()}
-    summary["privacy"].update(released_beyond(r.plan, recorder.steps_released, loop.step,
-                                              partial(epsilon_spent, r.plan)))
-    if start.replaying and r.device.type == "cuda" and r.plan.private:
-        summary["outside_guarantee"].append(
-            f"the steps after step {loop.step} were run again with an earlier attempt's noise on CUDA, whose "
-            "kernels need not be deterministic: rows that attempt released for them (W&B cannot retract "
-            "them) may differ from this attempt's by more than the noise covers")
-    return summary
 
 
 def _train(r, sampler, loop: LoopState, recorder: Recorder, summary: dict) -> None:
@@ -231,7 +199,7 @@ def _train(r, sampler, loop: LoopState, recorder: Recorder, summary: dict) -> No
         if stopped:
             summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
         try:
-            recorder.finish(summary, r.module, r.cfg.train)
+            recorder.finish(summary)
         except WriteFault as fault:  # the model or the last summary: the checkpoint stays for the relaunch
             summary.update(status="fault", failure=f"fault after step {loop.step}: {fault}",
                            final_test_accuracy=None)

@@ -112,10 +112,10 @@ class _Training:
             if self.r.group.stopping(self.stop.reason):  # (several processes: rank 0's, at the same step on all)
                 stopped = self.stop.reason
                 self.stop.shield()  # a second Ctrl-C now would only break the checkpoint's write
-                self.recorder.checkpoint(self.r, self.sampler, self.sync_loop())
+                self.recorder.checkpoint(self.sync_loop())
                 return None, stopped
             if step < self.r.total_steps and _checkpoint_due(self.r.cfg.train, step, self.last_saved):
-                self.recorder.checkpoint(self.r, self.sampler, self.sync_loop())
+                self.recorder.checkpoint(self.sync_loop())
                 self.last_saved = time.monotonic()
         return None, None
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from pazo.config_schema import LoggerSchema, TrainSchema
+from pazo.config_schema import LoggerSchema
 from pazo.run import gate, outlets
 from pazo.run.checkpoint import LoopState, discard_checkpoint, save_checkpoint
 from pazo.run.loggers import WRITERS
@@ -76,14 +76,14 @@ class Recorder:
     `released_before`: the highest step the directory's earlier attempts released, as any of its
     outlets shows (`pazo.run.releases`), which this attempt's epsilon covers (`steps_released`);
     `wandb_id`: the W&B run to continue (the other loggers continue past the last step their files
-    hold, given first the rows of metrics.jsonl they lack: `pazo.run.loggers`); `fingerprint`: the
-    config's, stored in every checkpoint so that only the same run resumes from it; `rows`: False
-    for a run that logs no rows (the audit), which then has no metrics.jsonl nor loggers but W&B;
-    `logger`: the run's typed `logger` section (`pazo.config_schema.LoggerSchema`)."""
+    hold, given first the rows of metrics.jsonl they lack: `pazo.run.loggers`); `run`, `sampler`: the
+    training run (`pazo.run.build.Run`) and its sampler, what its checkpoints and its end keep (none: the
+    audit's); `rows`: False for a run that logs no rows (the audit), which then has no metrics.jsonl nor
+    loggers but W&B; `logger`: the run's typed `logger` section (`pazo.config_schema.LoggerSchema`)."""
 
     def __init__(self, run_dir: str | Path, cfg, logger: LoggerSchema, resume_bytes: int | None = None,
-                 wandb_id: str | None = None, fingerprint: str = "", rows: bool = True, released_before: int = 0):
-        self.dir, self.fingerprint, self.released_before = Path(run_dir), fingerprint, released_before
+                 wandb_id: str | None = None, rows: bool = True, released_before: int = 0, run=None, sampler=None):
+        self.dir, self.released_before, self.run, self.sampler = Path(run_dir), released_before, run, sampler
         with writing(self.dir):
             self.dir.mkdir(parents=True, exist_ok=True)
         self.resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -211,21 +211,23 @@ class Recorder:
                 except WriteFault as fault:
                     self.beat_fault = fault
 
-    def checkpoint(self, run, sampler, loop: LoopState) -> None:
-        """Everything `run` needs to continue exactly after `loop.step` (`pazo.run.checkpoint`)."""
-        loop.metrics_bytes = self.metrics_bytes()
-        save_checkpoint(self.dir, fingerprint=self.fingerprint, module=run.module, streams=run.streams,
-                        sampler=sampler, loop=loop,
+    def checkpoint(self, loop: LoopState) -> None:
+        """Everything the run needs to continue exactly after `loop.step` (`pazo.run.checkpoint`),
+        stored with its config's fingerprint, so that only the same run resumes from it."""
+        loop.metrics_bytes, run = self.metrics_bytes(), self.run
+        save_checkpoint(self.dir, fingerprint=run.cfg.fingerprint, module=run.module, streams=run.streams,
+                        sampler=self.sampler, loop=loop,
                         extra={"total_steps": run.total_steps, "computation": run.private_computation,
                                "optimizer": run.method.update_rule.state_dict()})
 
-    def finish(self, summary: dict, module, train: TrainSchema) -> None:
+    def finish(self, summary: dict) -> None:
         """For a finished run the model first (`train.save_model`, written whole), then the last
         summary, then no checkpoint (it holds the noise stream; `train.keep_checkpoint` keeps it);
         a failed run, which is never resumed, keeps no checkpoint either. A write the machine
         refuses raises a WriteFault before the summary says finished."""
+        train = self.run.cfg.train   # (its typed section: `pazo.config_schema.TrainSchema`)
         if summary["status"] == "finished" and train.save_model:
-            save_weights(self.dir / MODEL_FILE, module)
+            save_weights(self.dir / MODEL_FILE, self.run.module)
         self.write_summary(summary)
         self.close(failed=summary["status"] == "failed")
         if summary["status"] == "failed" or (summary["status"] == "finished" and not train.keep_checkpoint):

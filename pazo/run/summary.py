@@ -1,13 +1,17 @@
-"""What a run reports at its end: status, accuracies, time per step and the privacy spent (the
-summary's outcome half), the chance-level warning, and the lines printed at its start and end."""
+"""What a run reports: the summary an attempt starts with (`launch_summary`) and its outcome (status,
+accuracies, time per step, the privacy spent), the chance-level warning, the lines printed at start and end."""
 from __future__ import annotations
 
 import logging
 import math
+import os
+import socket
 import statistics
+from functools import partial
+from pathlib import Path
 
 from pazo.run.checkpoint import LoopState
-from pazo.privacy.plan import cross_check
+from pazo.privacy.plan import cross_check, epsilon_spent
 
 log = logging.getLogger("pazo.train")
 
@@ -86,6 +90,26 @@ def released_beyond(plan, steps_released: int, steps_done: int, spent=None) -> d
         return {}
     return {"steps_released": steps, **({"epsilon_spent": spent(steps)} if spent and plan.private else {})}
 
+
+
+def launch_summary(run_dir: Path, r, start, loop: LoopState, recorder) -> dict:
+    """The summary an attempt writes as it starts (status running). From then on it covers what
+    earlier attempts released (`privacy.steps_released` and its epsilon), as a kill may come before
+    this attempt's first row."""
+    previous = start.summary or {}
+    summary = {"status": "running", **r.describe(), "run_dir": str(run_dir),
+               "attempt": previous.get("attempt", 0) + 1 if start.resuming else 1,
+               "resumed_from_step": loop.step if start.resuming else None,
+               "earlier_attempt_moved_to": start.moved_to, "wandb_run_id": recorder.wandb_id,
+               "host": socket.gethostname(), "pid": os.getpid()}
+    summary["privacy"].update(released_beyond(r.plan, recorder.steps_released, loop.step,
+                                              partial(epsilon_spent, r.plan)))
+    if start.replaying and r.device.type == "cuda" and r.plan.private:
+        summary["outside_guarantee"].append(
+            f"the steps after step {loop.step} were run again with an earlier attempt's noise on CUDA, whose "
+            "kernels need not be deterministic: rows that attempt released for them (W&B cannot retract "
+            "them) may differ from this attempt's by more than the noise covers")
+    return summary
 
 #: each assumption of the guarantee in a few words, for the one line a run prints (the whole text is
 #: in summary.json's privacy.assumptions and docs/concepts/guarantee.md)
