@@ -125,7 +125,7 @@ def one_job(job: dict) -> dict:
 def main(plan_path: str, out: str) -> None:
     torch.set_num_threads(1)
     # the plan's cross-check by the other accountants (seconds a plan) is a line of the header: not needed here
-    pazo.privacy.plan.cross_check = lambda plan, steps: {}
+    pazo.privacy.plan.cross_check = lambda plan, steps, cache_dir=None: {}
     wait_for(Path(plan_path))
     jobs = json.loads(Path(plan_path).read_text())
     with open(Path(out) / f"rank{RANK}.jsonl", "a") as results:

@@ -36,7 +36,7 @@ def account(name: str, sigma: float, batch_size: int, steps: int, target: float)
 def no_cross_check(monkeypatch):
     """The plan without its cross-check (every accountant's epsilon, printed beside the guarantee:
     seconds of PLD per engine), which these tests of the chosen accountant do not read."""
-    monkeypatch.setattr(plan_module, "cross_check", lambda plan, steps: None)
+    monkeypatch.setattr(plan_module, "cross_check", lambda plan, steps, cache_dir=None: None)
 
 
 def check_calibrated_with(name, epsilon, steps, batch_size):
@@ -74,7 +74,8 @@ def test_sigma_calibrated_with_pld_meets_the_target_with_it(no_cross_check, epsi
 
 
 def test_the_printed_guarantee_names_the_accountant_as_the_librarys_argument(capsys, monkeypatch):
-    monkeypatch.setattr(plan_module, "cross_check", lambda plan, steps: {"steps": steps, "epsilon": {"rdp": 2.0}})
+    monkeypatch.setattr(plan_module, "cross_check",
+                        lambda plan, steps, cache_dir=None: {"steps": steps, "epsilon": {"rdp": 2.0}})
     engine_with("rdp", verbose=True)
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("accountant: "))
     assert line.startswith("accountant: rdp (accountant); cross-check") and "privacy." not in line

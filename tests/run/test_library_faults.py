@@ -328,7 +328,7 @@ class LateStatistic(DPZero):
 def late_plugin(monkeypatch):
     """`plug_late` registered as a plugin would register it (dpzero's facts, its own class); plans
     without their cross-check of every accountant (seconds of PLD each, not read here)."""
-    monkeypatch.setattr(plan_module, "cross_check", lambda plan, steps: None)
+    monkeypatch.setattr(plan_module, "cross_check", lambda plan, steps, cache_dir=None: None)
     info = dataclasses.replace(method_info("dpzero"), name="plug_late", cls=LateStatistic)
     monkeypatch.setitem(METHODS._items, "plug_late", info)
     monkeypatch.setitem(METHODS._origins, "plug_late", "plug")

@@ -70,7 +70,7 @@ def _plan_on_two_ranks(rank: int, differ: set[str], cache) -> tuple[int, str, st
         patch.setattr(distributed, "join", join)
         patch.setattr(distributed.dist, "all_gather_object", gather)
         # the plan's cross-check by the other accountants (seconds a plan) is a line of the plan: not needed here
-        patch.setattr(pazo.privacy.plan, "cross_check", lambda plan, steps: {})
+        patch.setattr(pazo.privacy.plan, "cross_check", lambda plan, steps, cache_dir=None: {})
         code = plan_only(["train.steps=3", "method=dpzero", "privacy.sigma=2.0"])   # (given: nothing calibrated)
     return code, out.getvalue(), err.getvalue()
 
