@@ -21,7 +21,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from pazo.privacy import accountants, planner, rdp
-from pazo.privacy.sigma_cache import cache_path, write_entry
+from pazo.privacy.sigma_cache import cache_path, keyed_entry, write_entry
 
 log = logging.getLogger(__name__)
 
@@ -54,16 +54,9 @@ def entry_digest(key: dict, epsilon: float) -> str:
 
 def _entry_problem(text: str, key: dict) -> str | None:
     """Why a memo file's text is not the account of `key` (None if it is)."""
-    try:
-        entry = json.loads(text)
-    except ValueError:
-        return "not valid JSON"
-    if not isinstance(entry, dict):
-        return "not a JSON object"
-    for name, want in key.items():
-        got = entry.get(name)
-        if type(got) is not type(want) or got != want:
-            return f"stored {name}={got!r} does not match the account's {want!r}"
+    entry, problem = keyed_entry(text, key, "account")
+    if problem:
+        return problem
     epsilon = entry.get("epsilon")
     if type(epsilon) is not float or not (math.isfinite(epsilon) and epsilon >= 0):
         return f"epsilon={epsilon!r} is not a finite number >= 0"

@@ -35,18 +35,27 @@ def cache_path(cache_dir: str | os.PathLike, key: dict, folder: str = "sigma") -
     return Path(os.path.expanduser(str(cache_dir))) / folder / f"{digest}.json"
 
 
-def _entry_problem(text: str, key: dict, sigma_max: float) -> str | None:
-    """Why a cache file's text cannot be used for `key` (None if it can, pending re-confirmation)."""
+def keyed_entry(text: str, key: dict, asked: str) -> tuple[dict | None, str | None]:
+    """(entry, None) where a cache file's text is a JSON object holding `key` exactly (its values of
+    the same types); else (None, why not), `asked` naming what asked for it in the reason."""
     try:
         entry = json.loads(text)
     except ValueError:
-        return "not valid JSON"
+        return None, "not valid JSON"
     if not isinstance(entry, dict):
-        return "not a JSON object"
+        return None, "not a JSON object"
     for name, want in key.items():
         got = entry.get(name)
         if type(got) is not type(want) or got != want:
-            return f"stored {name}={got!r} does not match the request's {want!r}"
+            return None, f"stored {name}={got!r} does not match the {asked}'s {want!r}"
+    return entry, None
+
+
+def _entry_problem(text: str, key: dict, sigma_max: float) -> str | None:
+    """Why a cache file's text cannot be used for `key` (None if it can, pending re-confirmation)."""
+    entry, problem = keyed_entry(text, key, "request")
+    if problem:
+        return problem
     sigma = entry.get("sigma")
     if type(sigma) not in (int, float) or not (math.isfinite(sigma) and 0 < sigma <= sigma_max):
         return f"sigma={sigma!r} is not a finite number in (0, {sigma_max:g}]"
