@@ -45,6 +45,7 @@ def account_key(accountant: str, sigma: float, sample_rate: float, steps: int, d
     library = LIBRARIES[accountant]
     return {"accountant": accountant, "sigma": float(sigma), "sample_rate": float(sample_rate), "steps": int(steps),
             "delta": float(delta), "eps_error": float(eps_error) if accountant == "prv" else None,
+            "pld_interval": accountants.PLD_INTERVAL if accountant == "pld" else None,
             "library": f"{library} {version(library)}", "code": accounting_code()}
 
 

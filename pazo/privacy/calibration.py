@@ -17,7 +17,8 @@ from importlib.metadata import version
 
 import numpy as np
 
-from pazo.privacy.accountants import (MECHANISMS, PLD_INTERVAL, PLD_MIN_SIGMA, SIGMA_MAX, BudgetError,
+from pazo.privacy import accountants
+from pazo.privacy.accountants import (MECHANISMS, PLD_MIN_SIGMA, SIGMA_MAX, BudgetError,
                                       DpAccountingAccountant, GaussianAccountant, LaplaceAccountant, accountant_for,
                                       check_delta, check_inputs, check_run, check_target_epsilon, default_eps_error,
                                       gaussian_dp_event, gaussian_epsilon, grid_fits, grid_refusal, prv_grid,
@@ -239,7 +240,8 @@ def dp_accounting_sigma(epsilon: float, sample_rate: float, steps: int, delta: f
             return _meeting(float(rdp), epsilon, sample_rate, int(steps), delta, accountant)
         # RDP's sigma meets the target by PLD too (RDP bounds it from above); PLD's is rarely under
         # 0.7 of it, and a bracket that misses is widened down to half (each PLD account costs seconds)
-        pld = lambda: PLDAccountant(value_discretization_interval=PLD_INTERVAL)  # noqa: E731
+        # (the grid read at the call, as the accounts read it)
+        pld = lambda: PLDAccountant(value_discretization_interval=accountants.PLD_INTERVAL)  # noqa: E731
         for low in (0.7, 0.5):
             bracket = calibration.ExplicitBracketInterval(max(rdp * low, PLD_MIN_SIGMA), rdp * 1.001)
             with contextlib.suppress(ValueError):

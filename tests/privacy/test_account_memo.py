@@ -10,9 +10,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pazo.privacy import account_memo, planner
+from pazo.privacy import account_memo, calibration, planner
 from pazo.privacy.account_memo import ACCOUNTS_FOLDER, upper_epsilon
 from pazo.privacy.plan import PrivacyPlan, cross_check
+from conftest import CHEAP_PLD_INTERVAL, cheap_pld_grid
 
 #: public numbers whose three accounts are cheap (a large sigma, few steps: PLD's grid is small)
 PUBLIC = st.tuples(st.floats(2.0, 20.0), st.floats(0.005, 0.5), st.integers(1, 40), st.floats(1e-7, 1e-3))
@@ -140,3 +141,31 @@ def test_a_run_stopped_early_cross_checks_its_steps_through_the_memo(tmp_path, m
     assert stopped[0]["privacy"]["cross_check"] == stopped[1]["privacy"]["cross_check"] == cross_check(plan, 5)
     assert stopped[0]["privacy"]["cross_check"]["steps"] == 5
     assert len(computed) == 3 + 3   # (the first stop's three, then the last call's, without the memo)
+
+
+def test_the_pld_grid_is_in_the_key(tmp_path):
+    """A PLD account on another grid (the tests' cheap one) is another account: read under the
+    package's grid key, a coarse account would print another run's cross-check."""
+    args = (4.0, 0.05, 10, 1e-5, "pld", 0.01)
+    upper_epsilon(*args, tmp_path)
+    with cheap_pld_grid():
+        assert upper_epsilon(*args, tmp_path) == planner.upper_epsilon_of(*args)   # (its own grid's, not read)
+    assert len(entries(tmp_path)) == 2
+
+
+def test_pld_calibration_accounts_on_the_grid_its_check_reads(monkeypatch):
+    """dp-accounting's PLD calibration builds its accountants on `accountants.PLD_INTERVAL` as it is
+    when it runs, as the check of its answer does (a value frozen at import left the tests' cheap
+    grid to the check alone)."""
+    import dp_accounting.pld
+    grids = []
+    real = dp_accounting.pld.PLDAccountant
+
+    def recording(*args, value_discretization_interval, **kwargs):
+        grids.append(value_discretization_interval)
+        return real(*args, value_discretization_interval=value_discretization_interval, **kwargs)
+
+    monkeypatch.setattr(dp_accounting.pld, "PLDAccountant", recording)
+    with cheap_pld_grid():
+        calibration.dp_accounting_sigma(1.0, 0.05, 20, 1e-5, "pld")
+    assert grids and set(grids) == {CHEAP_PLD_INTERVAL}
