@@ -32,6 +32,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from pazo.files import rundir
+from pazo.files.file_kinds import refuse_special
 from pazo.files.rundir import writing
 
 RELEASED, PUBLIC, PRIVATE_WORKSPACE, SECRET = "released", "public", "private-workspace", "secret"
@@ -204,12 +205,15 @@ def move_released(source: Path | str, target: Path | str) -> None:
 def release_staged(staging: Path, folder: Path) -> None:
     """Each file another program wrote into `staging` (a folder inside `folder`, so on its file system)
     put at its place in `folder` as a released file, written once: its mode `released_mode`, its bytes
-    flushed to the disk, then renamed there whole. A link is never moved: its file's bytes are copied."""
+    flushed to the disk, then renamed there whole. A link, or a file with another name elsewhere (whose
+    mode a chmod would change there too), is never moved: its bytes are copied. What stands at the
+    place and is not a regular file is refused, as every released write refuses it."""
     for written in sorted(path for path in staging.rglob("*") if path.is_file()):
         target = folder / written.relative_to(staging)
+        refuse_special(target)
         with writing(target):
             target.parent.mkdir(parents=True, exist_ok=True)
-            if written.is_symlink():
+            if written.is_symlink() or written.stat().st_nlink > 1:
                 write_released(target, written.read_bytes())
                 continue
             os.chmod(written, released_mode(target))

@@ -10,9 +10,11 @@ import stat
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from pazo.files.file_kinds import NotRegularFile
 from pazo.run import gate
 
 names = st.text("abcxyz._-", min_size=1, max_size=6).filter(lambda name: name not in (".", ".."))
@@ -57,3 +59,32 @@ def test_every_staged_file_leaves_once_whole_with_a_released_mode_and_no_link(tr
             if not link:
                 assert target.stat().st_ino == staged[parts]   # the file the program wrote: not a second copy
         assert not [path for path in staging.rglob("*") if path.is_file() and not path.is_symlink()]
+
+
+def test_a_staged_file_with_another_name_elsewhere_leaves_that_name_as_it_was(tmp_path):
+    """A staged hard link (a program that linked a file in place of writing it) is copied out, not
+    moved: a chmod of the shared file would change the mode of the name outside the export too."""
+    outside = tmp_path / "elsewhere.bin"
+    outside.write_bytes(b"weights")
+    os.chmod(outside, 0o600)
+    folder = tmp_path / "export"
+    staging = folder / ".staging-x"
+    staging.mkdir(parents=True)
+    os.link(outside, staging / "model.safetensors")
+    gate.release_staged(staging, folder)
+    target = folder / "model.safetensors"
+    assert target.read_bytes() == b"weights" and stat.S_IMODE(target.stat().st_mode) == gate.released_mode(target)
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o600 and outside.read_bytes() == b"weights"
+    assert target.stat().st_ino != outside.stat().st_ino
+
+
+def test_what_stands_at_a_place_and_is_no_regular_file_is_refused_not_replaced(tmp_path):
+    """A FIFO (or a device) where a staged file would go is refused, as every released write refuses it."""
+    folder = tmp_path / "export"
+    staging = folder / ".staging-x"
+    staging.mkdir(parents=True)
+    (staging / "config.json").write_bytes(b"{}")
+    os.mkfifo(folder / "config.json")
+    with pytest.raises(NotRegularFile):
+        gate.release_staged(staging, folder)
+    assert stat.S_ISFIFO((folder / "config.json").stat().st_mode)
