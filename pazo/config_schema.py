@@ -236,9 +236,9 @@ def typed(schema: type, values: dict, where: str, scope: str | None = None) -> N
                 and not (isinstance(value, str) and "${" in value):
             key = f"{where}.{f.name}" if where else f.name
             raise ConfigError(f"{key} must be true or false, got {value!r}")
-        if f.type in NUMBER_TYPES and isinstance(value, str) and "${" not in value:
-            kind = "an integer" if f.type in ("int", "int | None", int) else "a number"
-            raise ConfigError(string_for_number(f"{where}.{f.name}" if where else f.name, value, kind))
+        kind = number_kind(f.type)
+        if kind and isinstance(value, str) and "${" not in value:
+            raise ConfigError(number_refusal(f"{where}.{f.name}" if where else f.name, value, kind))
     try:
         OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
         _CHECKED[memo] = None

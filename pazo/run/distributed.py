@@ -202,9 +202,9 @@ def told_failure(gathered: Sequence[dict], rank: int) -> Exception | None:
 
 
 @contextmanager
-def telling(group: Group, refusals: tuple[type[BaseException], ...]) -> Iterator[None]:
-    """Building a run on this rank: an error raised inside is told to the other ranks (`Group.tell`;
-    one of `refusals`: a user's mistake), then raised here as before."""
+def telling(group, refusals: tuple[type[BaseException], ...]) -> Iterator[None]:
+    """Building a run on this rank: an error raised inside is told to the other ranks (`group.tell`:
+    a Group's, or rank 0's exchanges'; one of `refusals`: a user's mistake), then raised here as before."""
     try:
         yield
     except refusals as err:

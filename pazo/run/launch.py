@@ -79,14 +79,8 @@ class LeaderExchanges:
 
 def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
     exchanges = LeaderExchanges(distributed.current())
-    try:
+    with distributed.telling(exchanges, USER_ERRORS):   # (an error before the first step: the ranks end with it)
         return _launch(cfg, run_dir, hydra_record, show_header, exchanges)
-    except USER_ERRORS as err:
-        exchanges.tell(err, refused=True)
-        raise
-    except Exception as err:   # (an error before the first step: the ranks end with it, then it is raised)
-        exchanges.tell(err, refused=False)
-        raise
 
 
 def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges: LeaderExchanges) -> dict:
