@@ -330,8 +330,8 @@ def refused(argv: list[str], problem: str, plan: bool) -> int:
     Under torchrun this rank cannot know whether the others refuse theirs too (a rank's command line,
     device or folders may differ): it joins them and says so in the exchange they wait in
     (`_told_the_others`), so that a rank that accepted its own ends at once, naming this one. Rank 0
-    prints its line at once; another rank prints its own, `rank N: ...`, unless rank 0 refused too
-    (then rank 0's line is the run's)."""
+    prints its line at once; another rank prints its own, `rank N: ...`, unless rank 0 refused with
+    the same line (then rank 0's line is the run's)."""
     if os.environ.get("WORLD_SIZE", "1") in ("", "1"):
         print(f"pazo: error: {problem}", file=sys.stderr)
         return 2
@@ -347,7 +347,7 @@ def refused(argv: list[str], problem: str, plan: bool) -> int:
     if not rank:
         print(line, file=sys.stderr)
     try:
-        said_by_rank_0 = _told_the_others(argv, ConfigError(problem), plan)
+        said_by_rank_0 = _told_the_others(argv, ConfigError(problem), plan) == problem
     except distributed.RankLost:   # (not joined, or rank 0 gone: this rank's line is all there is to say)
         if rank:
             print(line, file=sys.stderr)
@@ -358,11 +358,11 @@ def refused(argv: list[str], problem: str, plan: bool) -> int:
     return 2
 
 
-def _told_the_others(argv: list[str], refusal: Exception, plan: bool) -> bool:
+def _told_the_others(argv: list[str], refusal: Exception, plan: bool) -> str | None:
     """Join the run's other ranks and tell them this rank's `refusal` where they wait: a plan's in
     their agreement (`Group.tell`), a run's where its ranks wait first (`launch.refuse_joined`).
-    Whether rank 0 refused too (`LeaderRefused`: it prints the line); a `RankLost` where the others
-    never joined, or rank 0 went before its share."""
+    Rank 0's refusal where it refused too (`LeaderRefused`: it prints its line), else None; a
+    `RankLost` where the others never joined, or rank 0 went before its share."""
     from pazo.run import distributed
     from pazo.run.launch import refuse_joined
 
@@ -372,11 +372,11 @@ def _told_the_others(argv: list[str], refusal: Exception, plan: bool) -> bool:
             group.tell(refusal, refused=True)
         else:
             refuse_joined(group, refusal)
-    except distributed.LeaderRefused:
-        return True
+    except distributed.LeaderRefused as leader:
+        return str(leader)
     except distributed.RankFailed:   # (rank 0 failed before its share: it says so; this rank's line is its own)
         pass
-    return False
+    return None
 
 
 def refusing_rank_timeout(argv: list[str]) -> float:

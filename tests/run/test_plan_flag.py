@@ -102,20 +102,21 @@ def test_a_plan_on_several_processes_compares_the_ranks_as_a_run_does(plan_cache
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-@pytest.mark.parametrize("other_refused", [True, False])
+@pytest.mark.parametrize("other_refused", ["the same", "another mistake", None])
 def test_a_plan_of_what_several_processes_cannot_share_is_refused_as_a_run_is(rank, other_refused, elsewhere, capsys,
                                                                                 monkeypatch):
     """Under torchrun a plan of a method the ranks cannot share is refused before they join (was: each
     rank printed a plan of a run that would be refused); the rank then joins the other and tells it in
     their agreement (played here), so that the line is printed once: by rank 0, or, where rank 0
-    accepted its own command line (`other_refused` false on rank 1), by rank 1 (`rank 1: ...`; was:
+    accepted its own command line or refused another mistake, by rank 1 too (`rank 1: ...`; was:
     nothing, rank 1 assuming rank 0 said it)."""
     from pazo.run import distributed
 
     said = "method 'sgd' does not run on several processes yet"
 
     def gather(gathered, facts, group=None):
-        other = distributed.failure_facts(ConfigError(said), refused=True) if other_refused else {"config": "c"}
+        mistake = facts["refused"] if other_refused == "the same" else "unknown key train.stepz"   # (this rank's)
+        other = distributed.failure_facts(ConfigError(mistake), refused=True) if other_refused else {"config": "c"}
         gathered[:] = [facts, other] if rank == 0 else [other, facts]
 
     monkeypatch.setenv("RANK", str(rank))
@@ -124,6 +125,6 @@ def test_a_plan_of_what_several_processes_cannot_share_is_refused_as_a_run_is(ra
     monkeypatch.setattr(distributed.dist, "all_gather_object", gather)
     assert plan_only(["method=sgd", "privacy=none"]) == 2
     out, err = capsys.readouterr()
-    silent = rank == 1 and other_refused   # rank 0 refused too: its line is the run's
+    silent = rank == 1 and other_refused == "the same"   # rank 0 says it: its line is the run's
     assert not out and err.count("\n") == (0 if silent else 1), err
     assert silent or err.startswith(f"pazo: error: {'rank 1: ' if rank else ''}{said}"), err
