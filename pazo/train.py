@@ -52,14 +52,22 @@ def _interrupted_where(run_dir: Path) -> str:
             f"{run_dir}/summary.json is the earlier attempt's (status {status}), and the same command goes on from it")
 
 
-def _lost_rank_where(run_dir: Path) -> str:
-    """How a run whose other rank was lost goes on: its status (fault) is in its summary; the same
-    overrides resume it, on any number of processes."""
-    from pazo.run.checkpoint import checkpoint_path
+def _lost_rank_where(run_dir: Path, lost: Exception) -> str:
+    """What a run whose other rank was lost (`lost`: or never joined) left, as its files say, and how
+    it goes on: the same overrides resume it, on any number of processes. Its summary records status
+    fault only where the loop wrote `lost` there; a rank lost before the launch was accepted (in the
+    ranks' join, their share or their agreement) wrote nothing."""
+    from pazo.run.checkpoint import checkpoint_path, read_summary
 
     again = ("resumes it from its checkpoint" if checkpoint_path(run_dir).exists() else "starts it again")
-    return (f"{run_dir}/summary.json records status fault; pazo-train with the same overrides, as one process or "
-            f"under torchrun, {again}")
+    go_on = f"pazo-train with the same overrides, as one process or under torchrun, {again}"
+    summary = read_summary(run_dir / "summary.json")
+    if summary is None:
+        return f"nothing of this run was written; {go_on}"
+    if summary.get("status") == "fault" and str(lost) in str(summary.get("failure")):
+        return f"{run_dir}/summary.json records status fault after step {summary.get('steps_done')}; {go_on}"
+    return (f"nothing of this launch was written ({run_dir}/summary.json is an earlier attempt's, status "
+            f"{summary.get('status')}); {go_on}")
 
 
 def _fault_where(run_dir: Path) -> str:
@@ -99,6 +107,18 @@ def _quiet_from_now(code: int) -> None:
 _CTRL_C_IGNORED_AT_EXIT: list = []
 
 
+def _leave_no_trace(staged: Path | None) -> None:
+    """A launch that ends at once (`_leave`) before it was accepted leaves what Hydra made for it
+    behind: its staged record, and the directories it made, now empty (`pazo.run.cli.Launch`). Both
+    go; an accepted launch's are its run's and stay."""
+    from pazo.files.rundir import drop_hydra_record
+    from pazo.run import cli as command_line
+
+    drop_hydra_record(staged)
+    if command_line.LAUNCH is not None:
+        command_line.LAUNCH.leave_no_trace()
+
+
 def _leave(code: int) -> None:
     """End the process now with `code` (the run's files are written; what is printed is flushed)."""
     for stream in (sys.stdout, sys.stderr):
@@ -128,8 +148,9 @@ def main(cfg) -> float | None:
     try:
         distributed.join(cfg.train.distributed_timeout_s)   # (torchrun's rank 0; one process: nothing)
         summary = run(cfg, run_dir, hydra_record=staged, show_header=_header_printer(job))
-    except distributed.RankLost as lost:   # the run's status (fault: resumable) is in its summary
-        log.error(f"pazo: error: {lost}; {_lost_rank_where(run_dir)}")
+    except distributed.RankLost as lost:   # the run's status (fault: resumable) is in its summary, if it started
+        log.error(f"pazo: error: {lost}; {_lost_rank_where(run_dir, lost)}")
+        _leave_no_trace(staged)
         _leave(EXIT_CODES["fault"])   # at once: gloo's broken group aborts the interpreter's shutdown
     except distributed.RankFailed as failed:   # another rank's error before the first step: it printed its own
         _quiet_from_now(EXIT_CODES["failed"])
@@ -289,9 +310,7 @@ def cli() -> None:
     single = not any(a.startswith("-") for a in argv)   # not a multirun, --help, --cfg, ...
     problem = _command_line_problem(argv, single) or _torchrun_problem(single)
     if problem:
-        if not _said_by_rank_0(argv, problem):
-            print(f"pazo: error: {problem}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(refused(argv, problem, plan=False))
     if os.environ.get("RANK", "0") != "0":   # torchrun's other ranks: rank 0 alone writes the run
         sys.exit(follow(argv))
     from pazo.run.cli import launch_single, multirun_jobs
@@ -306,16 +325,72 @@ def cli() -> None:
     run_multirun(jobs)
 
 
-def _said_by_rank_0(argv: list[str], problem: str) -> bool:
-    """Whether torchrun's rank 0 prints `problem` too, this being another rank: a refusal of the
-    config alone, or of what its ranks cannot share, which every rank reaches from the same command
-    line (this rank's device, or where it would write, may differ from rank 0's: said by the rank
-    that finds it)."""
-    from pazo.run import cli as command_line
+def refused(argv: list[str], problem: str, plan: bool) -> int:
+    """A command line refused before the ranks join (`problem`; `plan`: of `--plan`): one line, exit 2.
+    Under torchrun this rank cannot know whether the others refuse theirs too (a rank's command line,
+    device or folders may differ): it joins them and says so in the exchange they wait in
+    (`_told_the_others`), so that a rank that accepted its own ends at once, naming this one. Rank 0
+    prints its line at once; another rank prints its own, `rank N: ...`, unless rank 0 refused with
+    the same line (then rank 0's line is the run's)."""
+    if os.environ.get("WORLD_SIZE", "1") in ("", "1"):
+        print(f"pazo: error: {problem}", file=sys.stderr)
+        return 2
+    from pazo.errors import ConfigError
+    from pazo.run import distributed
 
-    if os.environ.get("RANK", "0") == "0" or os.environ.get("WORLD_SIZE", "1") in ("", "1"):
-        return False
-    return problem == command_line.check_overrides(argv, check=_check_ranks_can_share)
+    try:
+        rank, _ = distributed.world_from_environment()
+    except ConfigError:   # (RANK or WORLD_SIZE unreadable: the problem says so, and no group can be joined)
+        print(f"pazo: error: {problem}", file=sys.stderr)
+        return 2
+    line = f"pazo: error: {f'rank {rank}: ' if rank else ''}{problem}"
+    if not rank:
+        print(line, file=sys.stderr)
+    try:
+        said_by_rank_0 = _told_the_others(argv, ConfigError(problem), plan) == problem
+    except distributed.RankLost:   # (not joined, or rank 0 gone: this rank's line is all there is to say)
+        if rank:
+            print(line, file=sys.stderr)
+        _leave(2)   # at once: a broken gloo group aborts the interpreter's shutdown
+    if rank and not said_by_rank_0:
+        print(line, file=sys.stderr)
+    distributed.leave()
+    return 2
+
+
+def _told_the_others(argv: list[str], refusal: Exception, plan: bool) -> str | None:
+    """Join the run's other ranks and tell them this rank's `refusal` where they wait: a plan's in
+    their agreement (`Group.tell`), a run's where its ranks wait first (`launch.refuse_joined`).
+    Rank 0's refusal where it refused too (`LeaderRefused`: it prints its line), else None; a
+    `RankLost` where the others never joined, or rank 0 went before its share."""
+    from pazo.run import distributed
+    from pazo.run.launch import refuse_joined
+
+    group = distributed.join(refusing_rank_timeout(argv))
+    try:
+        if plan:
+            group.tell(refusal, refused=True)
+        else:
+            refuse_joined(group, refusal)
+    except distributed.LeaderRefused as leader:
+        return str(leader)
+    except distributed.RankFailed:   # (rank 0 failed before its share: it says so; this rank's line is its own)
+        pass
+    return None
+
+
+def refusing_rank_timeout(argv: list[str]) -> float:
+    """How long a rank that refused its command line waits for the others: the command line's
+    train.distributed_timeout_s where it reads as a positive number (the config that would hold it
+    was refused), else the default."""
+    from pazo.config_schema import TrainSchema
+    from pazo.run.cli import override_value
+
+    try:
+        value = float(override_value(argv, "train.distributed_timeout_s") or "nan")
+    except ValueError:
+        return TrainSchema.distributed_timeout_s
+    return value if 0 < value < float("inf") else TrainSchema.distributed_timeout_s
 
 
 def _torchrun_problem(single: bool) -> str | None:
@@ -373,9 +448,7 @@ def plan_only(argv: list[str]) -> int:
     problem = (f"--plan plans one run: give it overrides only, not {' '.join(flags)}" if flags
                else command_line.check_overrides(argv, check=_check_launch))
     if problem:
-        if not _said_by_rank_0(argv, problem):
-            print(f"pazo: error: {problem}", file=sys.stderr)
-        return 2
+        return refused(argv, problem, plan=True)
     return plan_on_ranks(argv)
 
 
@@ -493,7 +566,7 @@ def _check_device(cfg) -> None:
 
 def _check_launch(cfg) -> None:
     """The device, and under torchrun whether the ranks can share the run: found by every rank
-    before any joins, and said once (`_said_by_rank_0`)."""
+    before any joins, and said once (`refused`: rank 0's line where it refused too)."""
     _check_device(cfg)
     _check_ranks_can_share(cfg)
 

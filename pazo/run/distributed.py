@@ -32,6 +32,12 @@ class RankLost(RuntimeError):
     """Another rank of the run died, or hung past `train.distributed_timeout_s`: the run ends."""
 
 
+class RanksNotJoined(RankLost):
+    """The run's processes did not all join its group within `train.distributed_timeout_s` (a rank
+    crashed before joining or was never started; MASTER_ADDR:MASTER_PORT cannot be reached): nothing
+    ran. A rank that refused its command line joins to say so (`pazo.run.launch.refuse_joined`)."""
+
+
 class LeaderRefused(ConfigError):
     """Rank 0 refused the run before its first step and told the others in an exchange they waited
     in (`pazo.run.launch.LeaderExchanges`): they end as it does, and rank 0 alone prints the line."""
@@ -293,10 +299,21 @@ def join(timeout_s: float) -> Group:
     if world > 1 and not dist.is_initialized():
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group("gloo", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+        try:
+            dist.init_process_group("gloo", rank=rank, world_size=world,
+                                    timeout=datetime.timedelta(seconds=timeout_s))
+        except (RuntimeError, ValueError) as err:   # (torch's DistStoreError and DistNetworkError are RuntimeErrors)
+            raise RanksNotJoined(not_joined_line(world, timeout_s, err)) from None
     _CURRENT = Group(rank, world)
     return _CURRENT
+
+
+def not_joined_line(world: int, timeout_s: float, err: BaseException, environ=os.environ) -> str:
+    """What a rank whose peers never joined says: how many, how long it waited, where, torch's reason."""
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    where = f"{environ.get('MASTER_ADDR', '(MASTER_ADDR unset)')}:{environ.get('MASTER_PORT', '(MASTER_PORT unset)')}"
+    return (f"the {world} processes of this run did not all join it within {timeout_s:g} s "
+            f"(train.distributed_timeout_s), at {where} ({first})")
 
 
 def library_group(timeout_s: float) -> Group:

@@ -128,10 +128,7 @@ def follow(cfg: DictConfig) -> None:
     the same config, data and code from the same step; nothing written. A refusal or an error while
     this rank builds the run is told to the others in that agreement (`distributed.telling`)."""
     group = distributed.current()
-    start = group.share(None)   # (first: rank 0 may have refused the run, or failed)
-    told = distributed.told_failure([start], group.rank)
-    if told is not None:
-        raise told
+    start = start_from_leader(group)
     if start["finished"]:   # rank 0 says so, and there is nothing to do
         return
     with distributed.telling(group, USER_ERRORS):
@@ -141,6 +138,29 @@ def follow(cfg: DictConfig) -> None:
         loop, where = follower_start(r, sampler, start["checkpoint"])
     r.group.agree({**rank_facts(r, loop.step), "start": where})
     follow_loop(r, sampler, loop)
+
+
+def start_from_leader(group: distributed.Group) -> dict:
+    """A follower's first exchange: where rank 0 starts the run (`start_for_followers`), or rank 0's
+    refusal or failure, raised (`told_failure`: a refusal is rank 0's line, `LeaderRefused`)."""
+    start = group.share(None)
+    told = distributed.told_failure([start], group.rank)
+    if told is not None:
+        raise told
+    return start
+
+
+def refuse_joined(group: distributed.Group, err: ConfigError) -> None:
+    """This rank refused its command line (`err`) before the ranks joined, and has joined them since:
+    it cannot know before whether the others refuse theirs too. Say so where each waits first, as a
+    refusal while building is said: rank 0 in its share of where the run starts (`LeaderExchanges`),
+    another rank in the ranks' agreement after that share (`Group.tell`), so that a rank that accepted
+    its own ends at once, naming this one. Raises `LeaderRefused` where rank 0 refused: its line is
+    the run's."""
+    if group.leader:
+        LeaderExchanges(group).tell(err, refused=True)
+    elif not start_from_leader(group)["finished"]:   # (finished: rank 0 ends, with nothing to agree on)
+        group.tell(err, refused=True)
 
 
 def follower_start(r, sampler, path: str | None) -> tuple[LoopState, str]:

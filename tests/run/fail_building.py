@@ -1,11 +1,13 @@
 """Run by `test_distributed.py`: `pazo-train` with the overrides after RANK HOW, as one rank of a run
 (RANK, WORLD_SIZE as torchrun sets them); rank RANK cannot build the run: `refused` (a mistake only it
-sees: its data root) or `failed` (an error in its build); `failing_build` is the one launch's injection
-too (`distributed_launch.py`).
+sees: its data root), `failed` (an error in its build) or `died` (killed as it builds, SIGKILL: lost
+to the others in their agreement, before the launch is accepted); `failing_build` is the one launch's
+injection too (`distributed_launch.py`).
 
     python fail_building.py RANK HOW OVERRIDE ...
 """
 import os
+import signal
 import sys
 
 from pazo.errors import ConfigError
@@ -21,6 +23,8 @@ def failing_build(how: str):
         rank = os.environ.get("RANK", "0")
         if how == "refused":
             raise ConfigError(f"rank {rank}'s dataset.root holds no data (injected)")
+        if how == "died":
+            os.kill(os.getpid(), signal.SIGKILL)
         raise BuildCrash(f"rank {rank} crashed while building (injected)")
     return build_run
 

@@ -438,10 +438,11 @@ def test_a_rank_that_entered_the_agreement_tells_nothing_more():
 @given(st.integers(2, 4).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n - 1))),
        st.sampled_from(["dpzero", "pazo_s", "dpsgd", "sgd"]), st.booleans(), st.booleans())
 @example((2, 1), "dpzero", False, True)   # query dropout: each rank's masks drawn for its shard
-def test_what_the_ranks_cannot_share_is_refused_on_every_rank_before_they_join_and_said_by_rank_0(
+def test_what_the_ranks_cannot_share_is_refused_on_every_rank_before_they_join(
         rank_world, method, secure_mode, query_dropout):
     """pazo-train's check of its command line under torchrun (`require_shards`'s rule): every rank
-    finds the same refusal before any joins; a rank other than 0 leaves the line to rank 0."""
+    finds the same refusal before any joins (who prints it is settled once they have joined:
+    `test_a_config_refused_on_every_rank_is_said_once`)."""
     import pazo.train as train
     from pazo.methods import method_info
 
@@ -456,10 +457,8 @@ def test_what_the_ranks_cannot_share_is_refused_on_every_rank_before_they_join_a
         patch.setenv("RANK", str(rank))
         patch.setenv("WORLD_SIZE", str(world))
         problem = train._command_line_problem(argv, single=False)   # (the overrides alone: no run directory)
-        said_by_rank_0 = problem is not None and train._said_by_rank_0(argv, problem)
     assert (problem or "").startswith(expected or ""), problem
     assert (problem is None) == (expected is None)
-    assert said_by_rank_0 == (problem is not None and rank > 0)
 
 
 @pytest.mark.parametrize("override, says", [
@@ -478,6 +477,136 @@ def test_a_config_refused_on_every_rank_is_said_once(tmp_path, override, says):
     assert [len(_errors(out + err)) for out, err in outs] == [1, 0], outs
     assert says in _errors(outs[0][0] + outs[0][1])[0]
     assert not (tmp_path / "run").exists()
+
+
+#: a mistake in one rank's command line only (a typo'd key), found before the ranks join
+TYPO = "train.stepz=3"
+
+
+@pytest.mark.parametrize("refusing, plan", [
+    (1, False),   # the reported case: was rank 1 exit 2 silent, rank 0 a DistStoreError traceback at the timeout
+    pytest.param(0, False, marks=pytest.mark.slow),   # was: rank 1 the traceback at the timeout
+    pytest.param(1, True, marks=pytest.mark.slow),    # pazo-train --plan's ranks the same way
+])
+def test_a_command_line_refused_on_one_rank_alone_ends_every_rank_at_once_with_its_line(tmp_path, refusing, plan):
+    """One rank's command line refused before the ranks join (a key only it has wrong): it cannot
+    know that the others refuse theirs, so it joins them and tells them. Every rank exits 2 well
+    within the exchange's timeout; the refusing rank's line is printed once, by it (`rank 1: ...`);
+    a rank 0 that accepted its own ends naming rank 1 and its line; nothing is written."""
+    port = _free_port()
+    flags = ["--plan"] if plan else []
+    ranks = [_rank(tmp_path, rank, port, "train.steps=3", "train.distributed_timeout_s=60", *flags,
+                   *([TYPO] if rank == refusing else [])) for rank in (0, 1)]
+    outs = [p.communicate(timeout=240) for p in ranks]
+    assert [p.returncode for p in ranks] == [2, 2], [err[-2000:] for _, err in outs]
+    assert not any("Traceback" in err for _, err in outs), [err[-2000:] for _, err in outs]
+    lines = [_errors(out + err) for out, err in outs]
+    said = "unknown key train.stepz; did you mean train.steps?"
+    if refusing == 0:   # rank 0's line is the run's: rank 1, told in rank 0's share, says nothing
+        assert len(lines[0]) == 1 and lines[0][0].startswith(f"pazo: error: {said}") and lines[1] == [], lines
+    else:
+        assert len(lines[1]) == 1 and lines[1][0].startswith(f"pazo: error: rank 1: {said}"), lines
+        assert len(lines[0]) == 1 and lines[0][0].startswith(f"pazo: error: rank 1 refused the run: {said}"), lines
+    assert not [p for p in (tmp_path / "run").rglob("*") if p.is_file()]   # (rank 1's check of it made the folder)
+
+
+@pytest.mark.parametrize("alone, refused", [
+    (0, False),   # was: a DistStoreError traceback, exit 1, and Hydra's staged record left in the run directory
+    pytest.param(1, False, marks=pytest.mark.slow),
+    pytest.param(1, True, marks=pytest.mark.slow),   # a refusing rank that cannot tell anyone: its own line
+])
+def test_a_rank_whose_peers_never_join_ends_with_one_line_and_writes_nothing(tmp_path, alone, refused):
+    """One rank of two started (its peer never comes): it ends at the join's timeout with one line
+    naming what did not join and the timeout (exit 75, a fault of the launch: the same command runs
+    once every rank starts), or, where it refused its command line, with that line (exit 2); never
+    a traceback; no run directory."""
+    process = _rank(tmp_path, alone, _free_port(), "train.steps=3", "train.distributed_timeout_s=5",
+                    *([TYPO] if refused else []))
+    stdout, stderr = process.communicate(timeout=240)
+    assert process.returncode == (2 if refused else 75), stderr[-3000:]
+    assert "Traceback" not in stderr
+    (line,) = _errors(stdout + stderr)
+    on_rank = f"rank {alone}: " if alone else ""
+    if refused:
+        assert line.startswith(f"pazo: error: {on_rank}unknown key train.stepz"), line
+    else:
+        assert line.startswith(f"pazo: error: {on_rank}the 2 processes of this run did not all join it within 5 s "
+                               "(train.distributed_timeout_s), at 127.0.0.1:"), line
+        assert "summary.json" not in line and (alone or "nothing of this run was written" in line), line
+    assert not (tmp_path / "run").exists() or alone   # (rank 1 checks, and makes, where rank 0 would write)
+    assert not [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
+
+
+def test_a_rank_lost_before_the_launch_is_accepted_names_no_summary(tmp_path):
+    """Rank 1 killed as it builds the run: rank 0, in the ranks' agreement, loses it before its launch
+    is accepted, and says so in one line (exit 75) that claims no summary (was: `summary.json records
+    status fault`, with no summary.json written)."""
+    port, script = _free_port(), (str(HERE / "fail_building.py"), "1", "died")
+    ranks = [_rank(tmp_path, rank, port, "train.steps=3", "train.distributed_timeout_s=60", command=script)
+             for rank in (0, 1)]
+    (stdout, stderr), _ = [p.communicate(timeout=240) for p in ranks]
+    assert [p.returncode for p in ranks] == [75, -signal.SIGKILL], stderr[-3000:]
+    assert "Traceback" not in stderr
+    (line,) = _errors(stdout + stderr)
+    assert "another rank of this run stopped answering" in line and "summary.json" not in line, line
+    assert "nothing of this run was written; pazo-train with the same overrides" in line, line
+    assert not (tmp_path / "run" / "summary.json").exists()
+
+
+SUMMARIES = st.sampled_from([None, "garbage", "this fault", "earlier fault", "preempted", "finished"])
+
+
+@settings(deadline=None)
+@given(SUMMARIES, st.booleans())
+@example(None, False)            # lost in the agreement of a fresh run: nothing written
+@example("preempted", True)      # lost in the agreement of a resumed run: the earlier attempt's summary
+@example("this fault", True)     # lost in the loop: the summary records it
+def test_the_lost_rank_line_names_the_summary_only_where_it_records_this_fault(summary, checkpoint):
+    """`_lost_rank_where`'s rule, over what a run directory may hold: the line says summary.json records
+    status fault only where it does, for this loss (its failure line); a summary it cannot read is none;
+    it says a checkpoint resumes the run only where there is one."""
+    import tempfile
+
+    from pazo.run.checkpoint import checkpoint_path
+    from pazo.run.distributed import RankLost
+    from pazo.train import _lost_rank_where
+
+    lost = RankLost("another rank of this run stopped answering (Connection closed by peer); the run ended")
+    with tempfile.TemporaryDirectory() as folder:
+        run_dir = Path(folder)
+        if summary == "garbage":
+            (run_dir / "summary.json").write_text("{not json")
+        elif summary is not None:
+            status, failure = (("fault", f"fault after step 2: {lost}") if summary == "this fault" else
+                               ("fault", "fault after step 1: disk full") if summary == "earlier fault" else
+                               (summary, None))
+            (run_dir / "summary.json").write_text(json.dumps({"status": status, "failure": failure, "steps_done": 2}))
+        if checkpoint:
+            checkpoint_path(run_dir).parent.mkdir(parents=True, exist_ok=True)
+            checkpoint_path(run_dir).write_bytes(b"a checkpoint")
+        line = _lost_rank_where(run_dir, lost)
+    assert ("records status fault after step 2" in line) == (summary == "this fault"), line
+    assert ("nothing of this run was written" in line) == (summary in (None, "garbage")), line
+    assert line.endswith("resumes it from its checkpoint" if checkpoint else "starts it again"), line
+
+
+@settings(deadline=None)
+@given(st.one_of(st.floats(), st.integers(-5, 10**6), st.text(max_size=12)))
+@example(10.0)
+@example("10s")     # a mistake in the timeout itself: the default, not a refusal that cannot join
+@example(-1)
+def test_a_refusing_rank_waits_for_the_others_as_long_as_its_command_line_says_where_it_can(value):
+    """A rank that refused its command line joins the others with the timeout it gives, where that
+    reads as a positive number, else the default: always a positive, finite wait."""
+    from pazo.config_schema import TrainSchema
+    from pazo.train import refusing_rank_timeout
+
+    waited = refusing_rank_timeout(["method=dpzero", f"train.distributed_timeout_s={value}", TYPO])
+    assert 0 < waited < math.inf
+    if isinstance(value, (int, float)) and 0 < value < math.inf:
+        assert waited == float(value)
+    elif isinstance(value, (int, float)):
+        assert waited == TrainSchema.distributed_timeout_s
 
 
 # ------------------------------------------------------------------ the default suite's: one launch

@@ -6,6 +6,7 @@ import pytest
 from conftest import run_cache
 from hypothesis import example, given, settings, strategies as st
 
+from pazo.errors import ConfigError
 from pazo.train import plan_only
 
 
@@ -101,12 +102,29 @@ def test_a_plan_on_several_processes_compares_the_ranks_as_a_run_does(plan_cache
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_a_plan_of_what_several_processes_cannot_share_is_refused_as_a_run_is(rank, elsewhere, capsys, monkeypatch):
-    """Under torchrun a plan of a method the ranks cannot share is refused before they join, in rank 0's
-    one line (was: each rank printed a plan of a run that would be refused)."""
+@pytest.mark.parametrize("other_refused", ["the same", "another mistake", None])
+def test_a_plan_of_what_several_processes_cannot_share_is_refused_as_a_run_is(rank, other_refused, elsewhere, capsys,
+                                                                                monkeypatch):
+    """Under torchrun a plan of a method the ranks cannot share is refused before they join (was: each
+    rank printed a plan of a run that would be refused); the rank then joins the other and tells it in
+    their agreement (played here), so that the line is printed once: by rank 0, or, where rank 0
+    accepted its own command line or refused another mistake, by rank 1 too (`rank 1: ...`; was:
+    nothing, rank 1 assuming rank 0 said it)."""
+    from pazo.run import distributed
+
+    said = "method 'sgd' does not run on several processes yet"
+
+    def gather(gathered, facts, group=None):
+        mistake = facts["refused"] if other_refused == "the same" else "unknown key train.stepz"   # (this rank's)
+        other = distributed.failure_facts(ConfigError(mistake), refused=True) if other_refused else {"config": "c"}
+        gathered[:] = [facts, other] if rank == 0 else [other, facts]
+
     monkeypatch.setenv("RANK", str(rank))
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(distributed, "join", lambda timeout_s: distributed.Group(rank, 2))
+    monkeypatch.setattr(distributed.dist, "all_gather_object", gather)
     assert plan_only(["method=sgd", "privacy=none"]) == 2
     out, err = capsys.readouterr()
-    assert not out and err.count("\n") == (0 if rank else 1), err
-    assert rank or err.startswith("pazo: error: method 'sgd' does not run on several processes yet"), err
+    silent = rank == 1 and other_refused == "the same"   # rank 0 says it: its line is the run's
+    assert not out and err.count("\n") == (0 if silent else 1), err
+    assert silent or err.startswith(f"pazo: error: {'rank 1: ' if rank else ''}{said}"), err
