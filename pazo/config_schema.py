@@ -55,6 +55,10 @@ def dropout_rate(value, what: str) -> None:
 DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?|mps")
 
 
+#: the longest wait for the other ranks a run may ask for (torch's timeouts overflow far beyond it)
+MAX_DISTRIBUTED_TIMEOUT_S = 7 * 24 * 3600
+
+
 @dataclass
 class TrainSchema:
     epochs: float = 30
@@ -84,6 +88,8 @@ class TrainSchema:
         positive(self.checkpoint_minutes, "train.checkpoint_minutes")
         require(self.progress_seconds >= 0, f"train.progress_seconds must be >= 0, got {self.progress_seconds!r}")
         positive(self.distributed_timeout_s, "train.distributed_timeout_s")
+        require(self.distributed_timeout_s <= MAX_DISTRIBUTED_TIMEOUT_S, "train.distributed_timeout_s must be at most "
+                f"{MAX_DISTRIBUTED_TIMEOUT_S:g} (a week), got {self.distributed_timeout_s!r}")
 
 
 @dataclass

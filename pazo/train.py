@@ -383,14 +383,14 @@ def refusing_rank_timeout(argv: list[str]) -> float:
     """How long a rank that refused its command line waits for the others: the command line's
     train.distributed_timeout_s where it reads as a positive number (the config that would hold it
     was refused), else the default."""
-    from pazo.config_schema import TrainSchema
+    from pazo.config_schema import MAX_DISTRIBUTED_TIMEOUT_S, TrainSchema
     from pazo.run.cli import override_value
 
     try:
         value = float(override_value(argv, "train.distributed_timeout_s") or "nan")
     except ValueError:
         return TrainSchema.distributed_timeout_s
-    return value if 0 < value < float("inf") else TrainSchema.distributed_timeout_s
+    return value if 0 < value <= MAX_DISTRIBUTED_TIMEOUT_S else TrainSchema.distributed_timeout_s
 
 
 def _torchrun_problem(single: bool) -> str | None:

@@ -44,6 +44,7 @@ BAD_VALUES = [
     ("train.evals_per_epoch=-1", ["train.evals_per_epoch"]),
     ("train.checkpoint_every=0", ["train.checkpoint_every"]),
     ("train.checkpoint_minutes=0", ["train.checkpoint_minutes"]),
+    ("train.distributed_timeout_s=1e300", ["train.distributed_timeout_s", "at most"]),   # (torch overflowed)
     ("train.keep_checkpoint=maybe", ["train.keep_checkpoint", "maybe"]),
     ("train.save_model=perhaps", ["train.save_model"]),
     ("+train.foo=1", ["train.foo", "eval_batch_size"]),
