@@ -336,6 +336,8 @@ def type_message(key: str, message: str) -> str:
         kind = "an integer" if converted.group(3) == "Integer" else "a number"
         if converted.group(2) == "str":
             return string_for_number(key, converted.group(1), kind)
+        if converted.group(2) in ("float", "int"):   # (a number, not of the kind: written as typed)
+            return f"{key} must be {kind}, got {converted.group(1)}"
         return f"{key} must be {kind}, got {converted.group(1)!r}"
     boolean = re.match(r"Value '(.*)' is not a valid bool", message)
     if boolean:

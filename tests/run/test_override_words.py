@@ -133,3 +133,14 @@ def test_a_sweeps_extra_overrides_are_said_in_the_same_words(overrides, line, tm
     assert sweep.main([str(CONFIG_DIR / "sweeps" / "demo.yaml"), *overrides, "--dry-run", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"pazo: error: {line}") and err.count("\n") == 1, err
+
+
+@settings(max_examples=10, deadline=None)
+@given(case=st.sampled_from([n for n in NUMBERS if n[2] == "an integer"]),
+       value=st.floats(-1e6, 1e6, allow_nan=False).filter(lambda v: v != int(v)))
+@example(case=((), "train.batch_size", "an integer", False), value=2.5)
+def test_an_integers_key_given_a_fraction_names_the_number_as_typed(case, value):
+    """A number that is not an integer (`method.q=1.5`) is said as the number it is, not as a quoted
+    string (`got '1.5'` read as if the user had typed quotes)."""
+    chosen, key, kind, _ = case
+    assert check_overrides([*chosen, f"{key}={value!r}"]) == f"{key} must be {kind}, got {value!r}"
