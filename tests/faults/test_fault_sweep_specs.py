@@ -123,20 +123,32 @@ def alias_bomb(depth: int, width: int) -> str:
     return MINI.replace("name: mini", "name: bomb") + f"extra: {{x.y: [{level}]}}\n"
 
 
+def copied_out_nodes(value) -> int:
+    """The nodes of a loaded YAML value, every alias copied out (a mapping: itself, its keys and values)."""
+    if isinstance(value, dict):
+        return 1 + sum(copied_out_nodes(k) + copied_out_nodes(v) for k, v in value.items())
+    if isinstance(value, list):
+        return 1 + sum(map(copied_out_nodes, value))
+    return 1
+
+
 @settings(max_examples=12)
 @given(depth=st.integers(2, 12), width=st.integers(2, 10))
 @example(depth=9, width=10)     # the reported case: a billion laughs
+@example(depth=4, width=10)     # 10,000 leaves, more nodes: the bound counts every node, not the leaves
 def test_a_spec_that_expands_past_the_bound_is_refused_before_it_is_expanded(depth, width, tmp_path_factory):
     spec = tmp_path_factory.mktemp("bomb") / "bomb.yaml"
     spec.write_text(alias_bomb(depth, width))
-    leaves = width ** depth
+    # at least its leaves; where they are few enough to copy out, counted whole from the loaded file
+    too_big = width ** depth > sweep_spec.MAX_SPEC_NODES or \
+        copied_out_nodes(yaml.safe_load(spec.read_text())) > sweep_spec.MAX_SPEC_NODES
     with pytest.MonkeyPatch.context() as patch:
-        if leaves > sweep_spec.MAX_SPEC_NODES:     # not expanded at all: OmegaConf never sees the file
+        if too_big:     # not expanded at all: OmegaConf never sees the file
             patch.setattr(sweep_spec.OmegaConf, "load", lambda *a: pytest.fail("the bomb was expanded"))
         with pytest.raises(ConfigError) as refused:
             sweep_spec.load_spec(str(spec))
     said = str(refused.value)
-    if leaves > sweep_spec.MAX_SPEC_NODES:
+    if too_big:
         assert f"expands to more than {sweep_spec.MAX_SPEC_NODES:,} YAML nodes" in said and "not valid YAML" not in said
     else:                                     # a small one is nested lists: not an axis's plain values
         assert "x.y must list plain values" in said
