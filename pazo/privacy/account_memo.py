@@ -21,7 +21,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from pazo.privacy import accountants, planner, rdp
-from pazo.privacy.sigma_cache import cache_path, keyed_entry, write_entry
+from pazo.privacy.sigma_cache import cache_path, keyed_entry, read_entry, write_entry
 
 log = logging.getLogger(__name__)
 
@@ -68,17 +68,11 @@ def _entry_problem(text: str, key: dict) -> str | None:
 
 def read_account(path: Path, key: dict) -> float | None:
     """The memo's epsilon for `key`, or None (after one warning if a file is there but unusable)."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as err:
-        problem = f"unreadable ({type(err).__name__})"
-    else:
-        problem = _entry_problem(text, key)
-        if problem is None:
-            return json.loads(text)["epsilon"]
-    log.warning("account memo entry %s ignored: %s; accounting again and overwriting it", path, problem)
+    entry, problem = read_entry(path, lambda text: _entry_problem(text, key))
+    if entry is not None:
+        return entry["epsilon"]
+    if problem is not None:
+        log.warning("account memo entry %s ignored: %s; accounting again and overwriting it", path, problem)
     return None
 
 

@@ -76,29 +76,36 @@ def _spent_problem(sigma: float, used: float, recorded, target: float) -> str | 
     return None
 
 
+def read_entry(path: Path, problem_of) -> tuple[dict | None, str | None]:
+    """(the entry, None) where `path` holds one in which `problem_of(text)` finds nothing wrong; (None,
+    None) where there is no file; (None, why not) where it cannot be read or is not one."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None, None
+    except (OSError, UnicodeDecodeError) as err:
+        return None, f"unreadable ({type(err).__name__})"
+    problem = problem_of(text)
+    return (json.loads(text), None) if problem is None else (None, problem)
+
+
 def read_cache(path: Path, key: dict, target: float, spent) -> float | None:
     """The cached sigma if the entry is well formed, matches `key` exactly, and `spent` (the run's
     own accountant) reproduces its recorded epsilon, which meets the target within calibration's
     slack; otherwise None, after one warning."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    entry, problem = read_entry(path, lambda text: _entry_problem(text, key, SIGMA_MAX * math.sqrt(key["mechanisms"])))
+    if entry is None and problem is None:
         return None
-    except (OSError, UnicodeDecodeError) as err:
-        problem = f"unreadable ({type(err).__name__})"
-    else:
-        problem = _entry_problem(text, key, SIGMA_MAX * math.sqrt(key["mechanisms"]))
-        if problem is None:
-            entry = json.loads(text)
-            sigma, recorded = entry["sigma"], entry.get("epsilon_spent")
-            try:
-                used = spent(sigma)
-            except BudgetError as err:
-                problem = f"sigma={sigma!r} cannot be accounted ({err})"
-            else:
-                problem = _spent_problem(sigma, used, recorded, target)
-                if problem is None:
-                    return float(sigma)
+    if entry is not None:
+        sigma, recorded = entry["sigma"], entry.get("epsilon_spent")
+        try:
+            used = spent(sigma)
+        except BudgetError as err:
+            problem = f"sigma={sigma!r} cannot be accounted ({err})"
+        else:
+            problem = _spent_problem(sigma, used, recorded, target)
+            if problem is None:
+                return float(sigma)
     log.warning("sigma cache entry %s ignored: %s; recalibrating and overwriting it", path, problem)
     return None
 
