@@ -74,6 +74,9 @@ function probe(win, whole) {
     if (!why && whole && el.matches('table:not([class])') && el.scrollWidth > el.clientWidth + 1)
       why = 'it does not show whole: its columns take ' + el.scrollWidth + ' px in a box ' +
             el.clientWidth + ' px wide (it scrolls sideways)';
+    if (!why && whole && el.matches('code') && scroller)
+      why = 'it does not show whole: its lines take ' + el.scrollWidth + ' px in a box ' +
+            el.clientWidth + ' px wide (it scrolls sideways)';
     if (why) out.push({what: el.tagName.toLowerCase() + ' ' + (index + 1) + ' ("' +
                        el.textContent.replace(/\s+/g, ' ').trim().slice(0, 50) + '")', why: why});
   });
