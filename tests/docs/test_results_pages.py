@@ -121,7 +121,7 @@ def test_a_table_is_laid_out_in_tables_that_fit_the_window_with_no_value_left_ou
 
 @given(st.lists(st.lists(st.one_of(st.none(), st.text(alphabet="ab |-.", max_size=8).map(str.strip)), min_size=3,
                                   max_size=3),
-                max_size=4))
+                min_size=1, max_size=4))
 def test_a_printed_markdown_table_reads_back_as_its_rows(cells):
     """The audits' table (`pazo-report audit-table` prints Markdown) is laid out again from its rows:
     each cell as printed, a dash as no value."""
