@@ -118,11 +118,15 @@ def rendered_pages() -> dict[str, str]:
             for p in sorted((REPO_ROOT / "docs").rglob("*.md"))}
 
 
-def test_a_source_listings_line_numbers_sit_in_its_lines():
-    """A column of line numbers beside wrapped code would number the wrong lines."""
+def test_a_source_listings_line_numbers_sit_in_its_lines_and_a_wrapped_part_is_indented():
+    """A column of line numbers beside wrapped code would number the wrong lines; each line is a span
+    (its id ends `__span-N-M`, a listing's with a prefix) whose wrapped part hangs indented."""
     config = yaml.safe_load((REPO_ROOT / "mkdocs.yml").read_text())
     highlight = next(e for e in config["markdown_extensions"] if isinstance(e, dict) and "pymdownx.highlight" in e)
     assert highlight["pymdownx.highlight"]["linenums_style"] == "pymdownx-inline"
+    assert highlight["pymdownx.highlight"]["line_spans"] == "__span"
+    line = screen_rules(STYLESHEET.read_text())[CODE + ' > span[id*="__span-"]']
+    assert line["display"] == "block" and line["text-indent"] == "-" + line["padding-left"]
 
 
 def test_no_table_of_the_site_is_wider_than_a_1280_px_window():
