@@ -100,7 +100,7 @@ def _cells(line: str) -> list[str | None]:
 LONG_VALUE = 24
 #: the most columns that name a row before the row's number does instead
 MOST_NAMING = 3
-#: the column of a row's number, where no columns name the rows
+#: the column of a row's number, where the columns that name a row do not tell the rows apart
 ROW = "row"
 
 
@@ -118,7 +118,6 @@ def fitted(rows: list[dict], columns: tuple[str, ...] | None = None) -> list[str
     """The Markdown of `rows` (the `columns` any row has, in that order; all keys when None) in tables
     that each show whole, as the module says; a single row too wide for a row of columns as a table
     of its columns and values."""
-
     keys = table_columns(rows, columns)
     whole = table(rows, keys)
     if fits(whole):
@@ -149,7 +148,6 @@ def kinds_of_row(rows: list[dict], keys: list[str]) -> list[list[dict]]:
 def constants_said_once(rows: list[dict], keys: list[str]) -> tuple[list[str], list[str]]:
     """The lines that say the columns with one value in all of `rows` (and those with no value in
     any), and the columns left to show; rows all alike show as a table, only the empty columns said."""
-
     empty = [key for key in keys if all(row.get(key) is None for row in rows)]
     constant = [key for key in keys if key not in empty and len({cell(row.get(key)) for row in rows}) == 1] \
         if len(rows) > 1 else []
@@ -165,7 +163,6 @@ def constants_said_once(rows: list[dict], keys: list[str]) -> tuple[list[str], l
 def dealt(rows: list[dict], keys: list[str]) -> list[str]:
     """The table of `rows` and `keys`, or where it does not fit, its columns dealt in order into
     tables that do, each led by the columns that name a row, the long ones last and apart."""
-
     if fits(table(rows, keys)):
         return table(rows, keys)
     long = [key for key in keys if any(len(cell(row.get(key))) > LONG_VALUE for row in rows)]
