@@ -8,10 +8,11 @@ Every page of the site (`make docs` builds it into site/) is loaded at each wind
 edge of a box that clips it, or past the window, is cut off; content in a box that scrolls
 sideways is reachable only if that box is no taller than the window, or its scrollbar sits screens
 below the rows a reader is looking at (a long results table then reads as a table of its first
-columns). docs/stylesheets/tables.css is what makes them scroll. With --whole, a table that does
-not show whole (it scrolls sideways in its box) is a problem too: the tables a reader sees only
-part of at that size of window (docs/stylesheets/tables.css and tools/docs/site_hooks.py make them
-show whole where they can). One line per problem, exit 1 if any; the site is served from 127.0.0.1
+columns). docs/stylesheets/tables.css is what makes them scroll. With --whole, a table or a code
+block that does not show whole (it scrolls sideways in its box) is a problem too: what a reader sees
+only part of at that size of window (docs/stylesheets/tables.css wraps code and, with
+tools/docs/site_hooks.py, narrows tables; the results pages' generator splits a table too wide for
+a 1280 px window: tools/docs/tables.py). One line per problem, exit 1 if any; the site is served from 127.0.0.1
 for the browser and nothing is written into it."""
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ RESULT_PATH = "/__pazo_docs_layout_result__"
 
 #: measures one loaded page (its window `win`): each table and code block of the text that is cut
 #: off, with why; a scrolling box that holds it must fit the window's height (its scrollbar in view);
-#: with `whole`, each table of the text (a code listing's apart) that scrolls sideways too
+#: with `whole`, each table of the text (a code listing's apart) and code block that scrolls sideways too
 PROBE = r"""
 function probe(win, whole) {
   const doc = win.document, out = [];
@@ -73,6 +74,9 @@ function probe(win, whole) {
             Math.round(scroller.getBoundingClientRect().height) + ' px tall in a ' + tall + ' px window';
     if (!why && whole && el.matches('table:not([class])') && el.scrollWidth > el.clientWidth + 1)
       why = 'it does not show whole: its columns take ' + el.scrollWidth + ' px in a box ' +
+            el.clientWidth + ' px wide (it scrolls sideways)';
+    if (!why && whole && el.matches('code') && scroller)
+      why = 'it does not show whole: its lines take ' + el.scrollWidth + ' px in a box ' +
             el.clientWidth + ' px wide (it scrolls sideways)';
     if (why) out.push({what: el.tagName.toLowerCase() + ' ' + (index + 1) + ' ("' +
                        el.textContent.replace(/\s+/g, ' ').trim().slice(0, 50) + '")', why: why});
@@ -207,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--browser", help=f"the Chromium to run (default: the first found of {', '.join(BROWSERS)})")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds the browser may take (default 600)")
     parser.add_argument("--whole", action="store_true",
-                        help="also report each table that does not show whole (it scrolls sideways in its box)")
+                        help="also report each table and code block that does not show whole "
+                             "(it scrolls sideways in its box)")
     args = parser.parse_args(argv)
     if not (args.site / "index.html").is_file():
         print(f"pazo: error: no built site at {args.site} (no index.html): `make docs` builds it", file=sys.stderr)

@@ -17,6 +17,7 @@ from pathlib import Path
 from pazo import REPO_ROOT
 from tools.docs.overview import (Overview, SVG_STYLE, bar_panels, engines_overview, save_svg, scaling_overview,
                                  speed_overview, step_ops_overview)
+from tools.docs.tables import CELL_PAIRS, cell, code, fitted, rows_of, table, table_columns  # noqa: F401 (the pages' cells)
 
 RESULTS = REPO_ROOT / "scripts" / "results"
 #: subfolders of scripts/results/ that hold run directories (each run's summary.json records it), not result files
@@ -177,112 +178,6 @@ PAGES = (
 
 # ---------------------------------------------------------------------------------- formatting
 
-def cell(value) -> str:
-    """A table cell: numbers to 4 significant digits, None as a dash, mappings as `key value` pairs."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        text = "-"
-    elif isinstance(value, bool):
-        text = "yes" if value else "no"
-    elif isinstance(value, float):
-        text = f"{value:.4g}"
-    elif isinstance(value, dict):
-        text = _summarised(value)
-    elif isinstance(value, (list, tuple)):
-        text = "; ".join(map(cell, value)) or "-"
-    else:
-        text = str(value)
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-#: a mapping in a cell shows this many `key value` pairs, then how many more the file holds
-CELL_PAIRS = 4
-
-
-def _summarised(value: dict) -> str:
-    """A mapping in one short cell: a named choice (an engine: name, reason, requested) as its name
-    and what was requested when that differs; otherwise its first pairs and how many more."""
-    if "name" in value:
-        if "not used" in str(value.get("reason", "")):
-            return "not used"
-        requested = value.get("requested")
-        asked = f" (requested {cell(requested)})" if requested not in (None, value["name"]) else ""
-        return cell(value["name"]) + asked
-    pairs = [f"{k} {cell(v)}" for k, v in value.items()]
-    more = len(pairs) - CELL_PAIRS
-    return ", ".join(pairs[:CELL_PAIRS]) + (f", ... ({more} more in the file)" if more > 0 else "")
-
-
-def table_columns(rows: list[dict], columns: tuple[str, ...] | None = None) -> list[str]:
-    """The `columns` any of `rows` has, in that order; all their keys when None."""
-    return list(dict.fromkeys(k for r in rows for k in r)) if columns is None else \
-        [c for c in columns if any(c in r for r in rows)]
-
-
-def table(rows: list[dict], columns: tuple[str, ...] | None = None) -> list[str]:
-    """A Markdown table of `rows` (the `columns` any row has, in that order; all keys when None)."""
-    keys = table_columns(rows, columns)
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(cell(r.get(k)) for k in keys) + " |" for r in rows]
-    return lines
-
-
-#: the most columns a results table shows side by side: one of more scrolled sideways at 1280 px
-#: (`python -m tools.docs layout --whole`), the reader seeing part of it
-MAX_COLUMNS = 12
-
-
-def narrow_table(rows: list[dict], columns: tuple[str, ...] | None = None) -> list[str]:
-    """`table`, where it would have more than MAX_COLUMNS columns, narrowed with no column left out:
-    one row as a table of its columns and values; several as one table for each kind of row (the
-    rows that have values in the same columns: a check's trainings and its audits), each with the
-    columns that hold one value in every one of its rows said once, above it."""
-    keys = table_columns(rows, columns)
-    if len(keys) <= MAX_COLUMNS:
-        return table(rows, columns)
-    if len(rows) == 1:
-        return table([{"column": key, "value": rows[0].get(key)} for key in keys])
-    lines = []
-    for kind in kinds_of_row(rows, keys):
-        lines += ([""] if lines else []) + _constants_said_once(kind, keys)
-    return lines
-
-
-def kinds_of_row(rows: list[dict], keys: list[str]) -> list[list[dict]]:
-    """`rows` by the columns they have values in: a row goes with the first kind (in the order of
-    the rows) whose columns include all of its own."""
-    filled = [frozenset(key for key in keys if row.get(key) is not None) for row in rows]
-    widest = []
-    for columns in sorted(filled, key=len, reverse=True):
-        if not any(columns <= wider for wider in widest):
-            widest.append(columns)
-    kinds: dict[frozenset, list[dict]] = {}
-    for row, columns in zip(rows, filled):
-        kinds.setdefault(next(wider for wider in widest if columns <= wider), []).append(row)
-    return list(kinds.values())
-
-
-def _constants_said_once(rows: list[dict], keys: list[str]) -> list[str]:
-    """The table of `rows`, the columns with one value in all of them said once above it (those
-    with no value in any apart)."""
-    empty = [key for key in keys if all(row.get(key) is None for row in rows)]
-    constant = [key for key in keys if key not in empty and len({cell(row.get(key)) for row in rows}) == 1] \
-        if len(rows) > 1 else []
-    shown = tuple(key for key in keys if key not in constant and key not in empty)
-    if not shown:   # (rows alike: their values show as a table, only the empty columns said apart)
-        shown, constant = tuple(constant), []
-    said = [f"{code(key)} {cell(rows[0].get(key))}" for key in constant]
-    notes = ([f"In every row: {', '.join(said)}."] if said else []) + \
-        ([f"No value in any row: {', '.join(map(code, empty))}."] if empty else [])
-    return [" ".join(notes), ""] * bool(notes) + table(rows, shown)
-
-
-def code(text: str) -> str:
-    """Inline code that survives backticks inside it."""
-    fence = "``" if "`" in text else "`"
-    pad = " " if fence == "``" else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
-
-
 def provenance(data: dict) -> list[str]:
     """What produced a result file, as it records it (`not recorded` where it says so, or null),
     with its note on what was not recorded."""
@@ -364,17 +259,17 @@ def file_section(path: Path, page: Page, figures: dict[str, str], figure_dir: Pa
             figures[name] = rel
             lines += [f"![Step time over floor, {rel}](figures/{name})", ""]
     if rows:
-        # a table shown open is narrowed to fit the window; a folded one keeps its rows side by side
-        full = table(rows, page.columns) if page.overview else narrow_table(rows, page.columns)
+        # shown whole in the window, folded or not (`tools.docs.tables.fitted`)
+        full = fitted(rows, page.columns)
         lines += [*(folded(f"{rel}: {counted(len(rows), 'row')}", full) if page.overview else full), ""]
     if page.name == "profiles" and "steps" in data:   # (a profile; the release paths have rows)
-        lines += ["Steps against the floor:", "", *table([{"step": k, **v} for k, v in data["steps"].items()]), "",
+        lines += ["Steps against the floor:", "", *fitted([{"step": k, **v} for k, v in data["steps"].items()]), "",
                   "Microseconds per operation of the minimal step:", "",
-                  *table([data["minimal_step_op_us"]]), ""]
+                  *fitted([data["minimal_step_op_us"]]), ""]
     if page.name == "dimension":
         settings = {k: v for k, v in data.items()
                     if k not in ("command", "commit", "date", "machine", "provenance_note")}
-        lines += ["Settings:", "", *narrow_table([settings]), ""]
+        lines += ["Settings:", "", *fitted([settings]), ""]
         best = path.with_name("best.csv")
         if best.exists():
             for name in dimension_figures(best, data, figure_dir):
@@ -382,12 +277,12 @@ def file_section(path: Path, page: Page, figures: dict[str, str], figure_dir: Pa
                 lines += [f"![{name}](figures/{name})", ""]
             best_rows = list(csv.DictReader(io.StringIO(best.read_text())))
             lines += ["Best learning rate per mode, dimension and method (`best.csv`):", "",
-                      *table([{k: _number(v) for k, v in r.items()} for r in best_rows]), ""]
+                      *fitted([{k: _number(v) for k, v in r.items()} for r in best_rows]), ""]
     if page.name == "memory" and data.get("history"):
         lines += ["Earlier runs of the same file (`history`):", ""]
         for old in data["history"]:
             lines += [f"- {cell(old.get('note'))}: {code(old['command']) if old.get('command') else ''}",
-                      "", *["    " + line for line in table(old.get("rows", []))], ""]
+                      "", *["    " + line for line in fitted(old.get("rows", []))], ""]
     return lines
 
 
@@ -436,7 +331,7 @@ def summary_section(page: Page, rows: list[dict], several_files: bool) -> list[s
     follow = "each file's full rows (folded) and what produced it follow" if page.overview else \
         "each file's full rows and what produced it follow"
     return ["## Summary", "", f"The columns that matter, one row per measurement; {follow}.{note}", "",
-            *table(rows, columns), ""]
+            *fitted(rows, columns), ""]
 
 
 def _number(text: str):
@@ -470,7 +365,8 @@ def audits_page(figure_dir: Path) -> tuple[str, Overview]:
                   f"- **Command:** {code(f'pazo-report audit-table {rel}')} (each audit's own command is in its "
                   "summary.json)",
                   f"- **Commit:** {', '.join(map(code, commits)) if commits else 'not recorded'}", "",
-                  *folded(f"{folder.name}: {counted(len(summaries), 'audit')}", [audit_table(summaries)]), ""]
+                  *folded(f"{folder.name}: {counted(len(summaries), 'audit')}",
+                          fitted(*rows_of(audit_table(summaries)))), ""]
     return "\n".join(lines), overview
 
 
