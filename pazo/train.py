@@ -403,35 +403,49 @@ def _torchrun_problem(single: bool) -> str | None:
 def follow(argv: list[str]) -> int:
     """torchrun's rank > 0: the run `argv` describes, its steps on this rank's shards, nothing written
     (`pazo.run.launch.follow`); a mistake or a lost rank is one line. Its exit status."""
-    from hydra import compose, initialize_config_dir
-
     from pazo.run import distributed
-    from pazo.run import launch as training
-    from pazo.run.cli import USER_ERRORS
 
     rank, world = distributed.world_from_environment()
     print(f"pazo: rank {rank} of {world}: taking its shard of each batch (rank 0 writes the run)", file=sys.stderr)
     work_starts()
     distributed.ignore_stop_signals()
+    return _on_rank(lambda: _follow(argv), f"rank {rank}: ")[0]
+
+
+def _follow(argv: list[str]) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from pazo.run import distributed
+    from pazo.run import launch as training
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(argv))
+    distributed.join(cfg.train.distributed_timeout_s)
+    training.follow(cfg)
+
+
+def _on_rank(work, on_rank: str) -> tuple[int, object]:
+    """(0, what `work()` gives) on this torchrun rank, or its failure as one line and an exit status
+    (`on_rank` names the rank in the line): 2 for rank 0's refusal (it printed why) or a mistake, the
+    failed status for a failed rank; a lost rank leaves at once. The process group is left in any case."""
+    from pazo.run import distributed
+    from pazo.run.cli import USER_ERRORS
+
     try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=list(argv))
-        distributed.join(cfg.train.distributed_timeout_s)
-        training.follow(cfg)
-    except distributed.LeaderRefused:   # rank 0 refused the run and printed why
-        return 2
+        return 0, work()
+    except distributed.LeaderRefused:   # rank 0 refused and printed why
+        return 2, None
     except USER_ERRORS as err:
-        print(f"pazo: error: rank {rank}: {err}", file=sys.stderr)
-        return 2
+        print(f"pazo: error: {on_rank}{err}", file=sys.stderr)
+        return 2, None
     except distributed.RankFailed as failed:
-        print(f"pazo: error: rank {rank}: {failed}", file=sys.stderr)
-        return EXIT_CODES["failed"]
+        print(f"pazo: error: {on_rank}{failed}", file=sys.stderr)
+        return EXIT_CODES["failed"], None
     except distributed.RankLost as lost:
-        print(f"pazo: error: rank {rank}: {lost}", file=sys.stderr)
+        print(f"pazo: error: {on_rank}{lost}", file=sys.stderr)
         _leave(EXIT_CODES["fault"])   # at once: gloo's broken group aborts the interpreter's shutdown
     finally:
         distributed.leave()
-    return 0
 
 
 #: `pazo-train ... --plan`: print the run's privacy plan and stop (`plan_only`)
@@ -458,28 +472,12 @@ def plan_on_ranks(argv: list[str]) -> int:
     or ranks that differ, is one line from each rank that finds it, as a run's ranks say it (exit
     2); a lost rank one line (exit 75). The exit status."""
     from pazo.run import distributed
-    from pazo.run.cli import USER_ERRORS
 
     rank, _ = distributed.world_from_environment()
-    on_rank = f"rank {rank}: " if rank else ""
-    try:
-        lines = plan_lines(argv)
-    except distributed.LeaderRefused:   # rank 0 refused the plan and says why
-        return 2
-    except USER_ERRORS as err:
-        print(f"pazo: error: {on_rank}{err}", file=sys.stderr)
-        return 2
-    except distributed.RankFailed as failed:
-        print(f"pazo: error: {on_rank}{failed}", file=sys.stderr)
-        return EXIT_CODES["failed"]
-    except distributed.RankLost as lost:
-        print(f"pazo: error: {on_rank}{lost}", file=sys.stderr)
-        _leave(EXIT_CODES["fault"])   # at once: gloo's broken group aborts the interpreter's shutdown
-    finally:
-        distributed.leave()
-    if not rank:
+    status, lines = _on_rank(lambda: plan_lines(argv), f"rank {rank}: " if rank else "")
+    if not status and not rank:
         print("\n".join(lines))
-    return 0
+    return status
 
 
 def plan_lines(argv: list[str]) -> list[str]:

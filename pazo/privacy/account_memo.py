@@ -66,16 +66,6 @@ def _entry_problem(text: str, key: dict) -> str | None:
     return None
 
 
-def read_account(path: Path, key: dict) -> float | None:
-    """The memo's epsilon for `key`, or None (after one warning if a file is there but unusable)."""
-    entry, problem = read_entry(path, lambda text: _entry_problem(text, key))
-    if entry is not None:
-        return entry["epsilon"]
-    if problem is not None:
-        log.warning("account memo entry %s ignored: %s; accounting again and overwriting it", path, problem)
-    return None
-
-
 def upper_epsilon(sigma: float, sample_rate: float, steps: int, delta: float, accountant: str,
                   eps_error: float, cache_dir=None) -> float:
     """`planner.upper_epsilon_of(...)`, read from the memo in `cache_dir` where an earlier run computed
@@ -85,9 +75,12 @@ def upper_epsilon(sigma: float, sample_rate: float, steps: int, delta: float, ac
         return planner.upper_epsilon_of(sigma, sample_rate, steps, delta, accountant, eps_error)
     key = account_key(accountant, sigma, sample_rate, steps, delta, eps_error)
     path = cache_path(cache_dir, key, ACCOUNTS_FOLDER)
-    epsilon = read_account(path, key)
-    if epsilon is None:
-        epsilon = float(planner.upper_epsilon_of(sigma, sample_rate, steps, delta, accountant, eps_error))
-        if math.isfinite(epsilon):
-            write_entry(path, {**key, "epsilon": epsilon, "digest": entry_digest(key, epsilon)})
+    entry, problem = read_entry(path, lambda text: _entry_problem(text, key))
+    if entry is not None:
+        return entry["epsilon"]
+    if problem is not None:   # a file there, but unusable: one warning, then overwritten
+        log.warning("account memo entry %s ignored: %s; accounting again and overwriting it", path, problem)
+    epsilon = float(planner.upper_epsilon_of(sigma, sample_rate, steps, delta, accountant, eps_error))
+    if math.isfinite(epsilon):
+        write_entry(path, {**key, "epsilon": epsilon, "digest": entry_digest(key, epsilon)})
     return epsilon

@@ -1,7 +1,8 @@
 """Privacy accountants for Poisson-subsampled Gaussian and Laplace steps: the epsilon a run's noise
 spends by each accountant a run may choose (PRV, dp-accounting's RDP or PLD, Laplace's exact one),
 chosen in `accountant_for`, and the limits every input is checked against (`BudgetError`). The
-inverse, sigma for a target, is in `calibration.py`, its disk cache in `sigma_cache.py`.
+inverse, sigma for a target, is in `calibration.py`, its disk cache in `sigma_cache.py`: its searches
+ask a sigma's guarantee in plain numbers (`epsilon_for`) and build no accountant themselves.
 
 One training step of every Gaussian method is ``mechanisms`` independent Gaussian releases, each
 with noise multiplier ``sigma`` on a sum of sensitivity-1 (after scaling) values of one Poisson
@@ -513,3 +514,11 @@ def accountant_for(mechanism: str, sigma: float, sample_rate: float, steps: int,
     if accountant in DP_ACCOUNTING:
         return DpAccountingAccountant(accountant, sigma, sample_rate, steps, delta, mechanisms)
     return GaussianAccountant(sigma, sample_rate, steps, delta, eps_error=eps_error, mechanisms=mechanisms)
+
+
+def epsilon_for(mechanism: str, sigma: float, sample_rate: float, steps: int, delta: float,
+                eps_error: float | None = None, mechanisms: int = 1, accountant: str | None = "prv") -> float:
+    """The guarantee (upper bound) after all `steps` of the account `accountant_for` chooses: the one
+    question calibration's searches ask of a sigma, asked with plain numbers."""
+    return accountant_for(mechanism, sigma, sample_rate, steps, delta, eps_error, mechanisms,
+                          accountant).epsilon(steps).upper

@@ -1,7 +1,9 @@
 """Calibration of the noise multiplier to a target (epsilon, delta): the smallest sigma whose
 accountant's upper bound meets it. `calibrate` is the one entry (the accountant's choice -> sigma);
 PRV's and Laplace noise's own calibration (`calibrate_sigma`) keeps its answers in the sigma cache;
-dp-accounting's RDP and PLD are solved by dp-accounting's own (`dp_accounting_sigma`).
+dp-accounting's RDP and PLD are solved by dp-accounting's own (`dp_accounting_sigma`), its answer
+confirmed once by the run's own account. Every search asks a sigma's guarantee of the accountants
+in plain numbers (`accountants.epsilon_for`), the same account a run's plan prints.
 
 Gaussian: first brackets sigma with the cheap RDP bound, then solves on a coarse PRV grid and
 confirms on the fine one, so that T = 100k steps takes seconds rather than a minute
@@ -18,11 +20,10 @@ from importlib.metadata import version
 import numpy as np
 
 from pazo.privacy import accountants
-from pazo.privacy.accountants import (MECHANISMS, PLD_MIN_SIGMA, SIGMA_MAX, BudgetError,
-                                      DpAccountingAccountant, GaussianAccountant, LaplaceAccountant, accountant_for,
-                                      check_delta, check_inputs, check_run, check_target_epsilon, default_eps_error,
-                                      gaussian_dp_event, gaussian_epsilon, grid_fits, grid_refusal, prv_grid,
-                                      quiet_rdp)
+from pazo.privacy.accountants import (MECHANISMS, PLD_MIN_SIGMA, SIGMA_MAX, BudgetError, check_delta,
+                                      check_inputs, check_run, check_target_epsilon, default_eps_error,
+                                      epsilon_for, gaussian_dp_event, gaussian_epsilon, grid_fits, grid_refusal,
+                                      prv_grid, quiet_rdp)
 from pazo.privacy.rdp import PRV_RDP_ORDERS, rdp_bound, step_rdp
 from pazo.privacy.sigma_cache import cache_path, read_cache, write_cache
 
@@ -178,10 +179,6 @@ def _calibrate_gaussian(epsilon: float, delta: float, sample_rate: float, steps:
                 raise BudgetError(f"epsilon={epsilon} is out of reach for {steps} full-batch steps.")
         return _solve_log_secant(gap, lo, hi, tol=1e-5)
 
-    # Work with the effective multiplier; the per-release sigma is sqrt(m) times larger.
-    def prv_upper(sigma_eff: float, error: float) -> float:
-        return GaussianAccountant(sigma_eff, sample_rate, steps, delta, eps_error=error).epsilon(steps).upper
-
     # the PRV sigma lies within 0.8-1x of the RDP one (REFERENCE.md)
     hi = _rdp_sigma(epsilon, sample_rate, steps, delta)
     # the fine grid grows as sigma falls: refuse now, not after the coarse stage, if even hi's is too big
@@ -190,6 +187,11 @@ def _calibrate_gaussian(epsilon: float, delta: float, sample_rate: float, steps:
         points = max(points, prv_grid(0.75 * hi, sample_rate, steps, delta, eps_error)[1])
         raise grid_refusal(f"epsilon={epsilon:g} with sample rate {sample_rate:.4g}, {steps} steps and "
                             f"eps_error {eps_error:g}", points, eps_error, steps, "a larger epsilon")
+
+    # Work with the effective multiplier; the per-release sigma is sqrt(m) times larger.
+    def prv_upper(sigma_eff: float, error: float) -> float:
+        return epsilon_for("gaussian", sigma_eff, sample_rate, steps, delta, error)
+
     return _prv_solve(prv_upper, epsilon, eps_error, hi, lo_ratio=0.75) * math.sqrt(mechanisms)
 
 
@@ -199,7 +201,7 @@ def _calibrate_laplace(epsilon: float, delta: float, sample_rate: float, steps: 
     pure = pure_laplace_sigma(epsilon, sample_rate, steps)  # may exceed SIGMA_MAX on long runs
 
     def gap(sigma: float) -> float:
-        return LaplaceAccountant(sigma, sample_rate, steps, delta).epsilon(steps).upper - epsilon
+        return epsilon_for("laplace", sigma, sample_rate, steps, delta) - epsilon
 
     # pure epsilon-DP implies (epsilon, delta)-DP, so the pure-DP sigma is an upper end; the exact
     # account is continuous and decreasing in sigma, so the secant lands within 1e-6 of the root
@@ -223,43 +225,47 @@ def _calibrate_uncached(epsilon: float, delta: float, sample_rate: float, steps:
 def dp_accounting_sigma(epsilon: float, sample_rate: float, steps: int, delta: float, accountant: str) -> float:
     """The smallest effective noise multiplier (to about 0.2%) whose epsilon by dp-accounting's
     `accountant` (rdp or pld) is at most the target: dp-accounting's own calibration, on the grid
-    its accounts use (`PLD_INTERVAL`); the inputs checked by the caller (`check_inputs`)."""
+    its accounts use (`PLD_INTERVAL`), confirmed once by the run's own account; the inputs checked
+    by the caller (`check_inputs`)."""
+    from dp_accounting import mechanism_calibration as calibration
+
+    try:
+        sigma = _dp_accounting_search(epsilon, sample_rate, int(steps), delta, accountant)
+        # dp-accounting solves with its own accountant objects, to a tolerance: raised by 0.1% at a
+        # time until its epsilon as the run accounts it (`epsilon_for`, the run's guarantee) meets the target
+        while epsilon_for("gaussian", sigma, sample_rate, int(steps), delta, accountant=accountant) > epsilon:
+            sigma *= 1.001
+        return sigma
+    except (ValueError, RuntimeError, calibration.NoBracketIntervalFoundError) as err:   # none found
+        raise BudgetError(f"no noise multiplier meets epsilon {epsilon:g} at delta {delta:g} ({err})") from None
+
+
+def _dp_accounting_search(epsilon: float, sample_rate: float, steps: int, delta: float, accountant: str) -> float:
+    """dp-accounting's `calibrate_dp_mechanism` with its RDP accountant, then (pld) with its PLD one in
+    a bracket below RDP's answer; a ValueError where no sigma is found."""
     from dp_accounting import mechanism_calibration as calibration
     from dp_accounting.pld import PLDAccountant
     from dp_accounting.rdp import RdpAccountant
 
     def event(s: float):
-        return gaussian_dp_event(s, sample_rate, int(steps))
+        return gaussian_dp_event(s, sample_rate, steps)
 
-    try:
-        with quiet_rdp():
-            rdp = calibration.calibrate_dp_mechanism(RdpAccountant, event, epsilon, delta,
-                                                     bracket_interval=calibration.LowerEndpointAndGuess(1e-2, 1.0),
-                                                     tol=1e-4)
-        if accountant == "rdp":
-            return _meeting(float(rdp), epsilon, sample_rate, int(steps), delta, accountant)
-        # RDP's sigma meets the target by PLD too (RDP bounds it from above); PLD's is rarely under
-        # 0.7 of it, and a bracket that misses is widened down to half (each PLD account costs seconds)
-        # (the grid read at the call, as the accounts read it)
-        pld = lambda: PLDAccountant(value_discretization_interval=accountants.PLD_INTERVAL)  # noqa: E731
-        for low in (0.7, 0.5):
-            bracket = calibration.ExplicitBracketInterval(max(rdp * low, PLD_MIN_SIGMA), rdp * 1.001)
-            with contextlib.suppress(ValueError):
-                sigma = calibration.calibrate_dp_mechanism(pld, event, epsilon, delta,
-                                                           bracket_interval=bracket, tol=1e-3 * rdp)
-                return _meeting(float(sigma), epsilon, sample_rate, int(steps), delta, accountant)
-        raise ValueError(f"no sigma in [{max(rdp / 2, PLD_MIN_SIGMA):.4g}, {rdp:.4g}]")
-    except (ValueError, RuntimeError, calibration.NoBracketIntervalFoundError) as err:   # none found
-        raise BudgetError(f"no noise multiplier meets epsilon {epsilon:g} at delta {delta:g} ({err})") from None
-
-
-def _meeting(sigma: float, epsilon: float, sample_rate: float, steps: int, delta: float, accountant: str) -> float:
-    """`sigma`, raised by 0.1% at a time until its epsilon by `accountant` (as `epsilon_of` accounts,
-    which a run's guarantee is) is at most the target: dp-accounting's calibration solves with its
-    own accountant objects, to a tolerance."""
-    while DpAccountingAccountant(accountant, sigma, sample_rate, steps, delta).upper(steps) > epsilon:
-        sigma *= 1.001
-    return sigma
+    with quiet_rdp():
+        rdp = calibration.calibrate_dp_mechanism(RdpAccountant, event, epsilon, delta,
+                                                 bracket_interval=calibration.LowerEndpointAndGuess(1e-2, 1.0),
+                                                 tol=1e-4)
+    if accountant == "rdp":
+        return float(rdp)
+    # RDP's sigma meets the target by PLD too (RDP bounds it from above); PLD's is rarely under
+    # 0.7 of it, and a bracket that misses is widened down to half (each PLD account costs seconds)
+    # (the grid read at the call, as the accounts read it)
+    pld = lambda: PLDAccountant(value_discretization_interval=accountants.PLD_INTERVAL)  # noqa: E731
+    for low in (0.7, 0.5):
+        bracket = calibration.ExplicitBracketInterval(max(rdp * low, PLD_MIN_SIGMA), rdp * 1.001)
+        with contextlib.suppress(ValueError):
+            return float(calibration.calibrate_dp_mechanism(pld, event, epsilon, delta,
+                                                            bracket_interval=bracket, tol=1e-3 * rdp))
+    raise ValueError(f"no sigma in [{max(rdp / 2, PLD_MIN_SIGMA):.4g}, {rdp:.4g}]")
 
 
 def calibrate(accountant: str, epsilon: float, delta: float, sample_rate: float, steps: int,
@@ -301,8 +307,7 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
            "prv_accountant": version("prv-accountant"), "algorithm": 3}
 
     def spent(sigma: float) -> float:   # by the run's own accountant: confirms a cached sigma, recorded with a new one
-        return accountant_for(mechanism, sigma, sample_rate, int(steps), delta, eps_error,
-                              int(mechanisms)).epsilon(int(steps)).upper
+        return epsilon_for(mechanism, sigma, sample_rate, int(steps), delta, eps_error, int(mechanisms))
 
     path = cache_path(cache_dir, key) if cache_dir else None
     if path is not None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from conftest import cheap_pld_grid
 from pazo.config_schema import PrivacySchema
 from pazo.privacy.accountants import (ACCOUNTANTS, DP_ACCOUNTING, MECHANISMS, DpAccountingAccountant,
-                                      GaussianAccountant, LaplaceAccountant, accountant_for)
+                                      GaussianAccountant, LaplaceAccountant, accountant_for, epsilon_for)
 from pazo.privacy.calibration import calibrate
 from pazo.privacy.mechanisms import Release
 from pazo.privacy.plan import make_accountant, make_plan
@@ -32,6 +32,20 @@ def test_the_accountant_a_run_names_is_the_one_it_gets(noise, accountant, sigma,
         assert type(chosen) is DpAccountingAccountant and chosen.accountant == accountant
     else:
         assert type(chosen) is GaussianAccountant
+
+
+@settings(max_examples=8, deadline=None)
+@given(noise=st.sampled_from(MECHANISMS), accountant=st.sampled_from(ACCOUNTANTS), sigma=st.floats(1.5, 3.0),
+       q=st.floats(0.01, 0.2), steps=st.integers(1, 10), mechanisms=st.sampled_from([1, 2]))
+@example(noise="gaussian", accountant="pld", sigma=2.0, q=0.05, steps=10, mechanisms=2)
+def test_the_epsilon_calibration_searches_on_is_the_guarantee_a_run_prints(noise, accountant, sigma, q, steps,
+                                                                           mechanisms):
+    """Calibration asks a sigma's epsilon in plain numbers (`epsilon_for`): to the bit the upper bound
+    of the accountant a run with that privacy section accounts with, after all its steps."""
+    with cheap_pld_grid():
+        asked = epsilon_for(noise, sigma, q, steps, 1e-5, 0.01, mechanisms, accountant)
+        run = accountant_for(noise, sigma, q, steps, 1e-5, 0.01, mechanisms, accountant).epsilon(steps).upper
+    assert asked == run
 
 
 @settings(max_examples=2, deadline=None)
