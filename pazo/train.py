@@ -550,7 +550,7 @@ def _command_line_problem(argv: list[str], single: bool) -> str | None:
     if any(k == "audit" or k.startswith("audit.") for k in keys):
         return command_line.DEBUG_ONLY if "audit.debug_break" in keys else \
             "audit.* settings belong to the privacy audit (python -m pazo.audit), not to a training run"
-    problem = command_line.check_overrides(argv, check=_check_launch)   # (the device too, before Hydra runs)
+    problem = command_line.check_overrides(argv, check=_check_launch, own_flags=(PLAN_FLAG,))   # (the device too)
     if problem or not single:
         return problem
     return command_line.check_single_launch(argv)

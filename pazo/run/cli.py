@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from pazo import CONFIG_DIR
 
 from pazo.run import gate
-from pazo.errors import ConfigError, unknown_key, unknown_option
+from pazo.errors import ConfigError, close_match, unknown_key, unknown_option
 from pazo.files.rundir import STAGING_PREFIX, WriteFault, check_output_dir, existing_dirs, remove_created_dirs
 from pazo.privacy.accountants import BudgetError
 from pazo.registry import UnknownNameError
@@ -168,6 +168,22 @@ guard_hydra_record_writes()
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
+def unknown_flag(flags: list[str], own: tuple[str, ...] = ()) -> str | None:
+    """The first of `flags` that neither Hydra's command line (its own parser's options) nor the
+    entry point (`own`, e.g. `--plan`) knows, in one line with the close match, or None: Hydra's
+    argparse would print its usage and a line of its own wording."""
+    from hydra._internal.utils import get_args_parser
+
+    known = (*get_args_parser()._option_string_actions, *own)
+    for flag in flags:
+        name = flag.split("=", 1)[0]
+        if name not in known:
+            match = close_match(name, [k for k in known if k.startswith("--")])
+            hint = f"; did you mean {match}?" if match else ""
+            return f"unknown option {name}{hint} (--help lists the options)"
+    return None
+
+
 @dataclass
 class MultirunJob:
     """One job of a multirun as Hydra's basic sweeper expands it: its number (Hydra's `job.num`),
@@ -224,18 +240,23 @@ def check_multirun(argv: list[str], config_name: str = "config", check=None) -> 
     return None
 
 
-def check_overrides(argv: list[str], config_name: str = "config", check=None) -> str | None:
+def check_overrides(argv: list[str], config_name: str = "config", check=None,
+                    own_flags: tuple[str, ...] = ()) -> str | None:
     """Compose the config (`config_name`) with the command line's overrides as Hydra will and check
     its values (`pazo.run.validate.validate_config`: every key's type and range, then what spans
     groups): the first line of the error (an unknown key, a value of the wrong type or out of range,
     a missing config group option), or None. `check(cfg)`: the entry point's own checks (e.g. the
     audit's settings), raising ConfigError. First, in pazo's words, what Hydra would word its own
     way: an argument its grammar cannot read (`not_an_override`), a list for one option, a section
-    renamed to another option (`renamed_section`). A multirun (`-m`): each of its jobs
+    renamed to another option (`renamed_section`), and an option neither Hydra nor the entry point
+    knows (`unknown_flag`; `own_flags`: the entry point's own). A multirun (`-m`): each of its jobs
     (`check_multirun`); Hydra's other flags (--help, --cfg, ...) are left to Hydra."""
     from pazo.run.door import list_for_one_choice, not_an_override, renamed_section
 
     flags = [a for a in argv if a.startswith("-")]
+    problem = unknown_flag(flags, own_flags)
+    if problem:
+        return problem
     unreadable = not_an_override([a for a in argv if a not in flags]) if set(flags) <= set(MULTIRUN_FLAGS) else None
     if unreadable:
         return unreadable

@@ -144,3 +144,30 @@ def test_an_integers_key_given_a_fraction_names_the_number_as_typed(case, value)
     string (`got '1.5'` read as if the user had typed quotes)."""
     chosen, key, kind, _ = case
     assert check_overrides([*chosen, f"{key}={value!r}"]) == f"{key} must be {kind}, got {value!r}"
+
+
+HYDRA_FLAGS = ("--cfg", "--config-dir", "--config-name", "--config-path", "--help", "--hydra-help", "--info",
+               "--multirun", "--package", "--resolve", "--run", "--shell-completion", "--version", "-c", "-cd",
+               "-cn", "-cp", "-h", "-i", "-m", "-p", "-r", "-sc")
+
+
+@settings(max_examples=25)
+@given(name=st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyz-"), min_size=1, max_size=10),
+       dashes=st.sampled_from(["-", "--"]), value=st.none() | WORDS)
+@example(name="plna", dashes="--", value=None)   # a typo of `pazo-train --plan`: Hydra printed its usage
+def test_an_option_neither_hydra_nor_the_command_knows_is_one_line_with_its_close_match(name, dashes, value):
+    flag = dashes + name
+    typed = flag if value is None else f"{flag}={value}"
+    problem = check_overrides(["train.steps=3", typed], own_flags=("--plan",))
+    if flag in (*HYDRA_FLAGS, "--plan"):
+        assert problem is None or not problem.startswith("unknown option")
+    else:
+        assert problem.startswith(f"unknown option {flag}") and "\n" not in problem
+    if name == "plna":
+        assert "did you mean --plan?" in problem
+
+
+@pytest.mark.parametrize("flag", ["-m", "--cfg=job", "-cn", "--info"])
+def test_hydras_own_options_are_left_to_hydra(flag):
+    problem = check_overrides(["train.steps=3", flag])
+    assert problem is None or "unknown option" not in problem
