@@ -515,7 +515,6 @@ def test_a_command_line_refused_on_one_rank_alone_ends_every_rank_at_once_with_i
 @pytest.mark.parametrize("alone, refused", [
     pytest.param(0, False, marks=pytest.mark.slow),   # was: a DistStoreError traceback, exit 1, Hydra's record left
     (1, False),   # was: torch's c10d lines (socket timeouts, store retries, C++ stacks) before the line
-    pytest.param(1, True, marks=pytest.mark.slow),
     pytest.param(1, True, marks=pytest.mark.slow),   # a refusing rank that cannot tell anyone: its own line
 ])
 def test_a_rank_whose_peers_never_join_ends_with_one_line_and_writes_nothing(tmp_path, alone, refused):
