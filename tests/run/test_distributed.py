@@ -558,7 +558,69 @@ def test_a_rank_lost_before_the_launch_is_accepted_names_no_summary(tmp_path):
     assert not (tmp_path / "run" / "summary.json").exists()
 
 
-@pytest.mark.parametrize("faulty", [0, pytest.param(1, marks=pytest.mark.slow)])
+def _cli_as_rank(rank: int, other: dict, monkeypatch, capsys, tmp_path) -> tuple[int, str, list[dict]]:
+    """`pazo-train` as rank `rank` of 2 in this process, the ranks' first exchange played (the other rank
+    sends `other`): its exit status, its stderr and what it sent."""
+    from pazo.run import cli as command_line, distributed
+    from pazo.train import cli
+
+    sent = []
+
+    def gather(gathered, facts, group=None):
+        sent.append(facts)
+        gathered[:] = [facts, other] if rank == 0 else [other, facts]
+
+    def join(timeout_s, asked=None):
+        group = distributed.Group(rank, 2)
+        group.compare_asked(asked)
+        return group
+    for name, value in (("RANK", str(rank)), ("WORLD_SIZE", "2"), ("PAZO_CACHE_DIR", str(tmp_path / "cache"))):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(distributed, "join", join)
+    monkeypatch.setattr(distributed.dist, "all_gather_object", gather)
+    monkeypatch.setattr(distributed, "ignore_stop_signals", lambda: None)
+    monkeypatch.setattr(command_line, "LAUNCH", None)   # (restored after: a launch refused here leaves its own)
+    monkeypatch.setattr(sys, "argv", ["pazo-train", "dataset=digits", "method=dpzero", "train.steps=3",
+                                      f"hydra.run.dir={tmp_path / 'run'}"])
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as ended:
+            cli()
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    return ended.value.code, capsys.readouterr().err, sent
+
+
+@pytest.mark.parametrize("faulty, rank", [(0, 0), (1, 1), (0, 1)])
+def test_a_fault_before_joining_is_sent_in_the_first_exchange_and_heard_there(tmp_path, monkeypatch, capsys,
+                                                                             faulty, rank):
+    """A rank that meets a fault of the machine before the ranks join (rank 0: a full disk as it checks
+    where the run writes; rank 1: an I/O error as it composes its config) says so (exit 75) and sends it,
+    as its failure, in the ranks' first exchange (was: it exited, and the others waited for it until
+    the timeout); a rank that hears it there ends at once naming it (exit 1). Nothing is written. (Rank
+    0 hearing rank 1's: the 2-process test below.)"""
+    import fault_before_joining
+    from pazo.files import rundir
+    import pazo.train as train
+
+    monkeypatch.setattr(rundir, "open_file", fault_before_joining.full_disk(rundir.open_file))
+    if faulty == 1:
+        monkeypatch.setattr(train, "follower_config", fault_before_joining.unreadable_config)
+    failure = failure_facts(OSError(errno.EIO, "Input/output error"), refused=False)
+    code, err, sent = _cli_as_rank(rank, failure if faulty != rank else {"plan": False, "overrides": {}},
+                                   monkeypatch, capsys, tmp_path)
+    (line,) = _errors(err)
+    if faulty == rank:
+        assert code == 75 and ("the disk is full" if rank == 0 else "rank 1: [Errno 5]") in line, err
+        assert [set(facts) for facts in sent] == [{"failed"}], sent
+        assert sent[0]["failed"].startswith("WriteFault: could not write" if rank == 0 else "OSError: [Errno 5]")
+    else:
+        assert code == 1 and line.startswith("pazo: error: rank 1: rank 0 failed before the first step (OSError"), err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow   # (2 processes; the default suite's: test_a_fault_before_joining_is_sent_in_the_first_exchange...)
+@pytest.mark.parametrize("faulty", [0, 1])
 def test_a_fault_before_the_ranks_join_ends_every_rank_at_once_with_one_line_each(tmp_path, faulty):
     """A rank meets a fault of the machine before the ranks join (rank 0: a full disk as it checks where
     the run writes; rank 1: an I/O error as it composes its config), the exchange's timeout 600 s: it
