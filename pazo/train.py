@@ -146,7 +146,7 @@ def main(cfg) -> float | None:
     job = hc.job.num if sweeping else None
     launched_into(run_dir)
     try:
-        distributed.join(cfg.train.distributed_timeout_s)   # (torchrun's rank 0; one process: nothing)
+        _join_ranks(cfg, list(hc.overrides.task), staged)   # (torchrun's rank 0; one process: nothing)
         summary = run(cfg, run_dir, hydra_record=staged, show_header=_header_printer(job))
     except distributed.RankLost as lost:   # the run's status (fault: resumable) is in its summary, if it started
         log.error(f"pazo: error: {lost}; {_lost_rank_where(run_dir, lost)}")
@@ -174,6 +174,19 @@ def main(cfg) -> float | None:
         _stop_multirun(job, "interrupted")
         sys.exit(EXIT_CODES["interrupted"])
     return _ended(summary, job, sweeping)
+
+
+def _join_ranks(cfg, overrides: list[str], staged: Path | None) -> None:
+    """Rank 0 joins the run's other ranks, which compare what they were asked (`overrides`); a
+    refusal or a failure told there drops this launch's staged record (`run` drops it after)."""
+    from pazo.files.rundir import drop_hydra_record
+    from pazo.run import distributed
+
+    try:
+        distributed.join(cfg.train.distributed_timeout_s, asked=distributed.asked_facts(overrides, plan=False))
+    except BaseException:
+        drop_hydra_record(staged)
+        raise
 
 
 def _ended(summary: dict, job: int | None, sweeping: bool) -> float | None:
@@ -297,6 +310,7 @@ def cli() -> None:
     launch is accepted; a launch refused (or interrupted) before that leaves the directory's record
     as it was, and removes the directories it made (`pazo.run.cli.Launch`)."""
     until_work_starts("before the run started: nothing was run")
+    quiet_native_distributed_lines()
     from pazo.plugins import load_plugins
 
     load_plugins()   # (before any config is composed: a plugin's names are choices too)
@@ -308,16 +322,19 @@ def cli() -> None:
     if PLAN_FLAG in argv:   # pazo's own: the run's privacy plan, nothing trained or written
         sys.exit(plan_only([a for a in argv if a != PLAN_FLAG]))
     single = not any(a.startswith("-") for a in argv)   # not a multirun, --help, --cfg, ...
-    problem = _command_line_problem(argv, single) or _torchrun_problem(single)
-    if problem:
-        sys.exit(refused(argv, problem, plan=False))
-    if os.environ.get("RANK", "0") != "0":   # torchrun's other ranks: rank 0 alone writes the run
-        sys.exit(follow(argv))
-    from pazo.run.cli import launch_single, multirun_jobs
+    from pazo.run.cli import LaunchFault, launch_single, multirun_jobs
 
-    if single:
-        launch_single(argv, hydra_main)
-        return
+    try:
+        problem = _command_line_problem(argv, single) or _torchrun_problem(single)
+        if problem:
+            sys.exit(refused(argv, problem))
+        if os.environ.get("RANK", "0") != "0":   # torchrun's other ranks: rank 0 alone writes the run
+            sys.exit(follow(argv))
+        if single:
+            launch_single(argv, hydra_main)
+            return
+    except LaunchFault as fault:   # (its line said: the other ranks are told, if any wait)
+        sys.exit(faulted(argv, fault.fault))
     jobs = multirun_jobs(argv)
     if jobs is None:
         hydra_main()
@@ -325,11 +342,21 @@ def cli() -> None:
     run_multirun(jobs)
 
 
-def refused(argv: list[str], problem: str, plan: bool) -> int:
-    """A command line refused before the ranks join (`problem`; `plan`: of `--plan`): one line, exit 2.
-    Under torchrun this rank cannot know whether the others refuse theirs too (a rank's command line,
-    device or folders may differ): it joins them and says so in the exchange they wait in
-    (`_told_the_others`), so that a rank that accepted its own ends at once, naming this one. Rank 0
+def quiet_native_distributed_lines(environ=os.environ) -> None:
+    """Under torchrun (WORLD_SIZE > 1) torch's native lines (c10d's socket timeouts and store
+    retries, each with its C++ stack, printed while a rank's peers never start) are not printed:
+    each rank ends with one line of its own (`distributed.not_joined_line`). torch reads its C++
+    log level once, as it loads: set here, before, unless the user set it (TORCH_CPP_LOG_LEVEL=INFO
+    shows them)."""
+    if environ.get("WORLD_SIZE", "1") not in ("", "1"):
+        environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+
+
+def refused(argv: list[str], problem: str) -> int:
+    """A command line refused before the ranks join (`problem`): one line, exit 2. Under torchrun
+    this rank cannot know whether the others refuse theirs too (a rank's command line, device or
+    folders may differ): it joins them and says so in their first exchange (`_told_the_others`),
+    so that a rank that accepted its own ends at once, naming this one. Rank 0
     prints its line at once; another rank prints its own, `rank N: ...`, unless rank 0 refused with
     the same line (then rank 0's line is the run's)."""
     if os.environ.get("WORLD_SIZE", "1") in ("", "1"):
@@ -347,7 +374,7 @@ def refused(argv: list[str], problem: str, plan: bool) -> int:
     if not rank:
         print(line, file=sys.stderr)
     try:
-        said_by_rank_0 = _told_the_others(argv, ConfigError(problem), plan) == problem
+        said_by_rank_0 = _told_the_others(argv, ConfigError(problem), refusal=True) == problem
     except distributed.RankLost:   # (not joined, or rank 0 gone: this rank's line is all there is to say)
         if rank:
             print(line, file=sys.stderr)
@@ -358,24 +385,33 @@ def refused(argv: list[str], problem: str, plan: bool) -> int:
     return 2
 
 
-def _told_the_others(argv: list[str], refusal: Exception, plan: bool) -> str | None:
-    """Join the run's other ranks and tell them this rank's `refusal` where they wait: a plan's in
-    their agreement (`Group.tell`), a run's where its ranks wait first (`launch.refuse_joined`).
-    Rank 0's refusal where it refused too (`LeaderRefused`: it prints its line), else None; a
-    `RankLost` where the others never joined, or rank 0 went before its share."""
+def faulted(argv: list[str], fault: OSError) -> int:
+    """A fault of the machine before the ranks join (`fault`: a write refused, its line said): exit
+    75. Under torchrun this rank joins the others and tells them, as a failure (`_told_the_others`),
+    so that they end at once naming it, instead of waiting for it until train.distributed_timeout_s."""
+    if os.environ.get("WORLD_SIZE", "1") in ("", "1"):
+        return EXIT_CODES["fault"]
     from pazo.run import distributed
-    from pazo.run.launch import refuse_joined
 
-    group = distributed.join(refusing_rank_timeout(argv))
     try:
-        if plan:
-            group.tell(refusal, refused=True)
-        else:
-            refuse_joined(group, refusal)
+        _told_the_others(argv, fault, refusal=False)
+    except distributed.RankLost:   # (not joined, or a rank gone: this rank's line is all there is to say)
+        _leave(EXIT_CODES["fault"])   # at once: a broken gloo group aborts the interpreter's shutdown
+    distributed.leave()
+    return EXIT_CODES["fault"]
+
+
+def _told_the_others(argv: list[str], err: Exception, refusal: bool) -> str | None:
+    """Join the run's other ranks and tell them this rank's `err` (`refusal`: a user's mistake, else
+    a failure) in their first exchange, instead of what it was asked (`Group.compare_asked`). Rank
+    0's refusal where it refused too (`LeaderRefused`: it prints its line), else None; a `RankLost`
+    where the others never joined."""
+    from pazo.run import distributed
+
+    try:
+        distributed.join(refusing_rank_timeout(argv), asked=distributed.failure_facts(err, refusal))
     except distributed.LeaderRefused as leader:
         return str(leader)
-    except distributed.RankFailed:   # (rank 0 failed before its share: it says so; this rank's line is its own)
-        pass
     return None
 
 
@@ -402,26 +438,40 @@ def _torchrun_problem(single: bool) -> str | None:
 
 def follow(argv: list[str]) -> int:
     """torchrun's rank > 0: the run `argv` describes, its steps on this rank's shards, nothing written
-    (`pazo.run.launch.follow`); a mistake or a lost rank is one line. Its exit status."""
+    (`pazo.run.launch.follow`); a mistake or a lost rank is one line, and one met before the ranks
+    join is told to them as they join (`refused`, `faulted`). Its exit status."""
     from pazo.run import distributed
+    from pazo.run.cli import USER_ERRORS
 
     rank, world = distributed.world_from_environment()
     print(f"pazo: rank {rank} of {world}: taking its shard of each batch (rank 0 writes the run)", file=sys.stderr)
     work_starts()
     distributed.ignore_stop_signals()
-    return _on_rank(lambda: _follow(argv), f"rank {rank}: ")[0]
+    try:
+        cfg = follower_config(argv)
+    except USER_ERRORS as err:
+        return refused(argv, str(err))
+    except OSError as err:   # (a fault of the machine, not the user's input)
+        print(f"pazo: error: rank {rank}: {err}", file=sys.stderr)
+        return faulted(argv, err)
+    return _on_rank(lambda: _follow(cfg, argv), f"rank {rank}: ")[0]
 
 
-def _follow(argv: list[str]) -> None:
-    from hydra import compose, initialize_config_dir
-
+def _follow(cfg, argv: list[str]) -> None:
+    """Join the ranks, which compare what they were asked (`argv`), and take this rank's steps."""
     from pazo.run import distributed
     from pazo.run import launch as training
 
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=list(argv))
-    distributed.join(cfg.train.distributed_timeout_s)
+    distributed.join(cfg.train.distributed_timeout_s, asked=distributed.asked_facts(argv, plan=False))
     training.follow(cfg)
+
+
+def follower_config(argv: list[str]):
+    """The config of the run a rank > 0 follows, composed from its command line (checked already)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(argv))
 
 
 def _on_rank(work, on_rank: str) -> tuple[int, object]:
@@ -462,7 +512,7 @@ def plan_only(argv: list[str]) -> int:
     problem = (f"--plan plans one run: give it overrides only, not {' '.join(flags)}" if flags
                else command_line.check_overrides(argv, check=_check_launch))
     if problem:
-        return refused(argv, problem, plan=True)
+        return refused(argv, problem)
     return plan_on_ranks(argv)
 
 
@@ -494,7 +544,7 @@ def plan_lines(argv: list[str]) -> list[str]:
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = run_config(compose(config_name="config", overrides=list(argv)))   # (checked: `plan_only`)
-    n, how, world = _agreed_private_size(cfg)
+    n, how, world = _agreed_private_size(cfg, argv)
     steps = planned_steps(cfg.train, n)
     check_schedule_fits(cfg.train, cfg.schedule, steps)   # (where n is estimated, the data's own check has not run)
     plan = run_privacy_plan(cfg, n, steps)
@@ -506,14 +556,15 @@ def plan_lines(argv: list[str]) -> list[str]:
             "plan only: nothing was trained and no run directory was written"]
 
 
-def _agreed_private_size(cfg) -> tuple[int, str, int]:
+def _agreed_private_size(cfg, argv: list[str]) -> tuple[int, str, int]:
     """n and how it is known (`_private_data`), and the number of processes: under torchrun every
-    rank's, once the ranks agree on the run's config, data and code (`Group.agree`, before the plan's
-    calibration); a refusal or an error is told in that one exchange (`distributed.telling`)."""
+    rank's, once the ranks were asked the same (`argv`, a plan's: `Group.compare_asked`) and agree
+    on the run's config, data and code (`Group.agree`, before the plan's calibration); a refusal or
+    an error is told in that one exchange (`distributed.telling`)."""
     from pazo.run import distributed
     from pazo.run.cli import USER_ERRORS
 
-    group = distributed.join(cfg.train.distributed_timeout_s)
+    group = distributed.join(cfg.train.distributed_timeout_s, asked=distributed.asked_facts(argv, plan=True))
     with distributed.telling(group, USER_ERRORS):
         n, how, digests = _private_data(cfg, group.several)
     group.agree(distributed.run_facts(cfg.fingerprint, digests))
@@ -544,14 +595,15 @@ def _private_data(cfg, digests: bool) -> tuple[int, str, dict[str, str]]:
 
 def _command_line_problem(argv: list[str], single: bool) -> str | None:
     """What is wrong with the command line, checked before Hydra makes anything (None: nothing):
-    the audit's keys, the overrides composed and checked, the device, where the run would be written."""
+    the audit's keys, the overrides composed and checked, the device, where the run would be written
+    (rank 0's alone under torchrun: the check makes the folder, and a refused run leaves none)."""
     from pazo.run import cli as command_line
     keys = [a.split("=", 1)[0].lstrip("+~") for a in argv]
     if any(k == "audit" or k.startswith("audit.") for k in keys):
         return command_line.DEBUG_ONLY if "audit.debug_break" in keys else \
             "audit.* settings belong to the privacy audit (python -m pazo.audit), not to a training run"
     problem = command_line.check_overrides(argv, check=_check_launch, own_flags=(PLAN_FLAG,))   # (the device too)
-    if problem or not single:
+    if problem or not single or os.environ.get("RANK", "0") != "0":   # (torchrun's other ranks write nowhere)
         return problem
     return command_line.check_single_launch(argv)
 

@@ -70,10 +70,21 @@ def guard_hydra_record_writes() -> None:
                 shutil.rmtree(output_dir, ignore_errors=True)
             print(f"pazo: error: {fault}; nothing of this launch was recorded: free space (or fix the "
                   "permissions), then run the same command again", file=sys.stderr)
-            raise SystemExit(os.EX_TEMPFAIL) from None   # (Hydra reports every Exception, not an exit)
+            raise LaunchFault(fault) from None   # (an exit: Hydra reports every Exception)
 
     save_config.pazo_guarded = True
     hydra_utils._save_config = save_config
+
+
+class LaunchFault(SystemExit):
+    """A write the machine refused before a single run's launch was accepted (a full disk: the check
+    of where it writes, Hydra's record of the launch), its line said: exit 75 (EX_TEMPFAIL). An
+    exit, which Hydra lets through; under torchrun `pazo.train` tells the other ranks before it
+    leaves, so that they do not wait for this one until `train.distributed_timeout_s`."""
+
+    def __init__(self, fault: WriteFault):
+        super().__init__(os.EX_TEMPFAIL)
+        self.fault = fault
 
 
 @dataclass
@@ -104,17 +115,21 @@ LAUNCH: Launch | None = None
 def check_single_launch(argv: list[str], config_name: str = "config") -> str | None:
     """Before Hydra runs a single run: plan its launch (`LAUNCH`) and check where it would write
     (`check_output_location`); the problem, a user's, or None. A full disk is one line and exit 75
-    here, before anything was written."""
+    here (`LaunchFault`), before anything was written. A launch refused here leaves none of the
+    folders the check made."""
     global LAUNCH
+    launch = None
     try:
-        LAUNCH = Launch.plan(argv, config_name)   # (before the check below makes folders)
+        launch = LAUNCH = Launch.plan(argv, config_name)   # (before the check below makes folders)
         check_output_location(argv, config_name)
-    except ConfigError as err:
-        return str(err)
-    except WriteFault as fault:
-        print(f"pazo: error: {fault}; nothing was written: free space and run the same command again",
+    except (ConfigError, WriteFault) as err:
+        if launch is not None:
+            launch.leave_no_trace()
+        if isinstance(err, ConfigError):
+            return str(err)
+        print(f"pazo: error: {err}; nothing was written: free space and run the same command again",
               file=sys.stderr)
-        sys.exit(os.EX_TEMPFAIL)
+        raise LaunchFault(err) from None
     return None
 
 

@@ -35,7 +35,8 @@ class RankLost(RuntimeError):
 class RanksNotJoined(RankLost):
     """The run's processes did not all join its group within `train.distributed_timeout_s` (a rank
     crashed before joining or was never started; MASTER_ADDR:MASTER_PORT cannot be reached): nothing
-    ran. A rank that refused its command line joins to say so (`pazo.run.launch.refuse_joined`)."""
+    ran. A rank that refused its command line, or met a fault of the machine, before joining joins to
+    say so (`Group.compare_asked`)."""
 
 
 class LeaderRefused(ConfigError):
@@ -160,6 +161,28 @@ class Group:
                               f"{rank} from rank 0{starts}): every rank must run the same config, data and code, "
                               "from the same step of the run")
 
+    def compare_asked(self, asked: dict) -> None:
+        """The first exchange of a command line's ranks (`asked_facts`): refuse, on every rank, ranks
+        given different command lines (one plans, another runs; other overrides), which would wait
+        in different exchanges until `train.distributed_timeout_s`. A rank that refused its command
+        line, or met a fault, before joining sends its failure instead (`failure_facts`): every other
+        rank ends here naming it (`told_failure`)."""
+        if not self.several:
+            return
+        gathered: list = [None] * self.world_size
+        try:
+            dist.all_gather_object(gathered, asked, group=self.process_group)
+        except (RuntimeError, dist.DistError) as err:
+            raise RankLost(lost_line(err)) from None
+        told = told_failure(gathered, self.rank)
+        if told is not None:
+            raise told
+        differ = None if failure_of(asked) is not None else asked_difference(gathered)
+        if differ is not None:
+            raise ConfigError(f"the {self.world_size} processes of this run were given different command lines "
+                              f"({differ}): every rank must be given the same overrides and flags (torchrun "
+                              "gives each the same)")
+
     def tell(self, err: BaseException, refused: bool) -> None:
         """This rank could not build the run (`err`; `refused`: a user's mistake): say so in the
         ranks' agreement, which the others reach once they have built theirs, so that they end at
@@ -173,6 +196,44 @@ class Group:
             raise
         except (ConfigError, RankFailed, RankLost):   # (told; another rank failed too, or is gone)
             pass
+
+
+#: keys that say where a node finds its own files: each node may keep its copy elsewhere (the data's
+#: and code's digests, which the ranks agree on before the first step, say whether the copies agree)
+NODE_LOCAL_KEYS = ("dataset.root", "train.cache_dir")
+
+
+def asked_facts(overrides: Sequence[str], plan: bool) -> dict:
+    """What a rank's command line asks, as its ranks compare it once joined (`Group.compare_asked`):
+    whether it plans the run (`--plan`) and a digest of each override, by key, as typed (hydra.*
+    apart: the run directory is rank 0's alone; so are `NODE_LOCAL_KEYS`; hashed: a value, the seed
+    among them, stays in its process)."""
+    given: dict[str, list[str]] = {}
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if not key.startswith("hydra.") and key not in NODE_LOCAL_KEYS:
+            given.setdefault(key, []).append(override)
+    return {"plan": plan, "overrides": {key: hashlib.sha256("\0".join(typed).encode()).hexdigest()
+                                        for key, typed in given.items()}}
+
+
+def asked_difference(gathered: Sequence[dict]) -> str | None:
+    """How the first rank given another command line than rank 0's differs from it, in words
+    (`asked_facts` in rank order), or None where every rank was asked the same."""
+    first = gathered[0]
+    for rank, asked in enumerate(gathered[1:], start=1):
+        said = []
+        if asked["plan"] != first["plan"]:
+            said.append(f"--plan on rank {0 if first['plan'] else rank} only")
+        mine, theirs = first["overrides"], asked["overrides"]
+        for key in sorted(mine.keys() | theirs.keys()):
+            if key not in theirs or key not in mine:
+                said.append(f"{key} on rank {rank if key in theirs else 0} only")
+            elif mine[key] != theirs[key]:
+                said.append(f"{key} with another value")
+        if said:
+            return f"rank {rank} from rank 0: {'; '.join(said)}"
+    return None
 
 
 def failure_facts(err: BaseException, refused: bool) -> dict[str, str]:
@@ -290,10 +351,11 @@ def current() -> Group:
     return _CURRENT
 
 
-def join(timeout_s: float) -> Group:
+def join(timeout_s: float, asked: dict | None = None) -> Group:
     """Join the run's process group as torchrun describes it, each exchange waiting at most
     `timeout_s`; nothing when WORLD_SIZE is 1. gloo on every device: what is exchanged is a few
-    host integers a step (a rank with a GPU uses its LOCAL_RANK's)."""
+    host integers a step (a rank with a GPU uses its LOCAL_RANK's). A command line's ranks then
+    compare what they were `asked` (`Group.compare_asked`) before any other exchange."""
     global _CURRENT
     rank, world = world_from_environment()
     if world > 1 and not dist.is_initialized():
@@ -305,6 +367,8 @@ def join(timeout_s: float) -> Group:
         except (RuntimeError, ValueError) as err:   # (torch's DistStoreError and DistNetworkError are RuntimeErrors)
             raise RanksNotJoined(not_joined_line(world, timeout_s, err)) from None
     _CURRENT = Group(rank, world)
+    if asked is not None:
+        _CURRENT.compare_asked(asked)
     return _CURRENT
 
 

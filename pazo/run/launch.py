@@ -61,15 +61,14 @@ class LeaderExchanges:
         return shared
 
     def agree(self, facts: dict[str, str]) -> None:
-        self.next = None
-        self.group.agree(facts)
+        self.group.agree(facts)   # (spent from here: `Group.agreed` records it, once)
 
     def tell(self, err: Exception, refused: bool) -> None:
         """The other ranks hear of rank 0's refusal or failure `err` in the exchange they wait in (none: nothing)."""
         if not self.group.several or self.next is None:
             return
         if self.next == "agree":
-            self.group.tell(err, refused)
+            self.group.tell(err, refused)   # (nothing once the agreement is entered: `Group.tell`)
             return
         try:
             self.group.share(distributed.failure_facts(err, refused))
@@ -148,19 +147,6 @@ def start_from_leader(group: distributed.Group) -> dict:
     if told is not None:
         raise told
     return start
-
-
-def refuse_joined(group: distributed.Group, err: ConfigError) -> None:
-    """This rank refused its command line (`err`) before the ranks joined, and has joined them since:
-    it cannot know before whether the others refuse theirs too. Say so where each waits first, as a
-    refusal while building is said: rank 0 in its share of where the run starts (`LeaderExchanges`),
-    another rank in the ranks' agreement after that share (`Group.tell`), so that a rank that accepted
-    its own ends at once, naming this one. Raises `LeaderRefused` where rank 0 refused: its line is
-    the run's."""
-    if group.leader:
-        LeaderExchanges(group).tell(err, refused=True)
-    elif not start_from_leader(group)["finished"]:   # (finished: rank 0 ends, with nothing to agree on)
-        group.tell(err, refused=True)
 
 
 def follower_start(r, sampler, path: str | None) -> tuple[LoopState, str]:

@@ -3,6 +3,7 @@ sum one process makes of the whole batch; 2 gloo processes train the same parame
 bit, with the same epsilon (the first-order methods: within float rounding, the same on every rank);
 a run resumes on another number of processes as the same run; ranks that differ are refused before
 compute; a killed rank ends the run with one line."""
+import errno
 import json
 import math
 import re
@@ -24,8 +25,8 @@ from safetensors.torch import load_file
 from conftest import run_cache
 from distributed_session import ALL_ZEROTH_ORDER, FIRST_ORDER, one_launch
 from pazo.methods import METHODS, method_info
-from pazo.run.distributed import (Group, LeaderRefused, RankFailed, RankRefused, failure_facts, nonfinite_sum,
-                                  told_failure)
+from pazo.run.distributed import (Group, LeaderRefused, RankFailed, RankRefused, asked_difference, asked_facts,
+                                  failure_facts, nonfinite_sum, told_failure)
 from pazo.privacy.device_sum import correctly_rounded, exact_limbs
 from pazo.privacy.mechanisms import exact_sum
 
@@ -224,13 +225,14 @@ def test_a_rank_whose_config_differs_is_refused_before_compute_on_every_rank(tmp
         assert p.returncode == 2, stderr[-3000:]
         assert "Traceback" not in stderr
         errors = _errors(stdout + stderr)
-        assert len(errors) == 1 and "differ in config" in errors[0], stdout + stderr
-    assert not (tmp_path / "run" / "summary.json").exists()   # refused before the run's first write
+        assert len(errors) == 1 and "given different command lines (rank 1 from rank 0: method.lr on rank 1 " \
+            "only)" in errors[0], stdout + stderr
+    assert not (tmp_path / "run").exists()   # refused as the ranks joined, before the run's first write
 
 
 @pytest.mark.slow   # (pazo-train --plan's ranks, twice; the default suite's: test_plan_flag.py's of the rule)
 def test_a_plan_on_two_processes_compares_the_ranks_as_a_run_does(tmp_path):
-    """`pazo-train ... --plan` under torchrun: ranks whose configs differ are refused as a run's are (one
+    """`pazo-train ... --plan` under torchrun: ranks given other overrides are refused as a run's are (one
     line from each, exit 2); ranks that agree: rank 0 prints the plan, saying so, rank 1 nothing."""
     def plans(*rank_1: str) -> list[tuple[int, str, str]]:
         port = _free_port()
@@ -240,7 +242,7 @@ def test_a_plan_on_two_processes_compares_the_ranks_as_a_run_does(tmp_path):
     differ = plans("method.lr=0.5")
     for code, stdout, stderr in differ:
         assert code == 2 and "Traceback" not in stderr and not stdout, stderr[-3000:]
-        assert len(_errors(stderr)) == 1 and "differ in config" in stderr, stderr
+        assert len(_errors(stderr)) == 1 and "given different command lines" in stderr, stderr
     (code_0, out_0, err_0), (code_1, out_1, err_1) = plans()
     assert (code_0, code_1) == (0, 0), err_0[-3000:] + err_1[-3000:]
     assert "ranks: the 2 processes run the same config, data and code" in out_0 and not out_1
@@ -507,19 +509,19 @@ def test_a_command_line_refused_on_one_rank_alone_ends_every_rank_at_once_with_i
     else:
         assert len(lines[1]) == 1 and lines[1][0].startswith(f"pazo: error: rank 1: {said}"), lines
         assert len(lines[0]) == 1 and lines[0][0].startswith(f"pazo: error: rank 1 refused the run: {said}"), lines
-    assert not [p for p in (tmp_path / "run").rglob("*") if p.is_file()]   # (rank 1's check of it made the folder)
+    assert not (tmp_path / "run").exists()   # (was: rank 1's check of it made the folder, left empty)
 
 
 @pytest.mark.parametrize("alone, refused", [
-    (0, False),   # was: a DistStoreError traceback, exit 1, and Hydra's staged record left in the run directory
-    pytest.param(1, False, marks=pytest.mark.slow),
+    pytest.param(0, False, marks=pytest.mark.slow),   # was: a DistStoreError traceback, exit 1, Hydra's record left
+    (1, False),   # was: torch's c10d lines (socket timeouts, store retries, C++ stacks) before the line
     pytest.param(1, True, marks=pytest.mark.slow),   # a refusing rank that cannot tell anyone: its own line
 ])
 def test_a_rank_whose_peers_never_join_ends_with_one_line_and_writes_nothing(tmp_path, alone, refused):
     """One rank of two started (its peer never comes): it ends at the join's timeout with one line
     naming what did not join and the timeout (exit 75, a fault of the launch: the same command runs
     once every rank starts), or, where it refused its command line, with that line (exit 2); never
-    a traceback; no run directory."""
+    a traceback, nor torch's own lines; no run directory."""
     process = _rank(tmp_path, alone, _free_port(), "train.steps=3", "train.distributed_timeout_s=5",
                     *([TYPO] if refused else []))
     stdout, stderr = process.communicate(timeout=240)
@@ -533,8 +535,11 @@ def test_a_rank_whose_peers_never_join_ends_with_one_line_and_writes_nothing(tmp
         assert line.startswith(f"pazo: error: {on_rank}the 2 processes of this run did not all join it within 5 s "
                                "(train.distributed_timeout_s), at 127.0.0.1:"), line
         assert "summary.json" not in line and (alone or "nothing of this run was written" in line), line
-    assert not (tmp_path / "run").exists() or alone   # (rank 1 checks, and makes, where rank 0 would write)
-    assert not [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
+    said = [line for line in (stdout + stderr).splitlines() if line.strip()]
+    started = ["pazo: rank 1 of 2: taking its shard of each batch (rank 0 writes the run)"] if alone and not refused \
+        else []
+    assert said == [*started, line], said
+    assert not (tmp_path / "run").exists()   # (was: rank 1 checked, and so made, where rank 0 would write)
 
 
 def test_a_rank_lost_before_the_launch_is_accepted_names_no_summary(tmp_path):
@@ -551,6 +556,193 @@ def test_a_rank_lost_before_the_launch_is_accepted_names_no_summary(tmp_path):
     assert "another rank of this run stopped answering" in line and "summary.json" not in line, line
     assert "nothing of this run was written; pazo-train with the same overrides" in line, line
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def _cli_as_rank(rank: int, other: dict, monkeypatch, capsys, tmp_path) -> tuple[int, str, list[dict]]:
+    """`pazo-train` as rank `rank` of 2 in this process, the ranks' first exchange played (the other rank
+    sends `other`): its exit status, its stderr and what it sent."""
+    from pazo.run import cli as command_line, distributed
+    from pazo.train import cli
+
+    sent = []
+
+    def gather(gathered, facts, group=None):
+        sent.append(facts)
+        gathered[:] = [facts, other] if rank == 0 else [other, facts]
+
+    def join(timeout_s, asked=None):
+        group = distributed.Group(rank, 2)
+        group.compare_asked(asked)
+        return group
+    for name, value in (("RANK", str(rank)), ("WORLD_SIZE", "2"), ("PAZO_CACHE_DIR", str(tmp_path / "cache"))):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(distributed, "join", join)
+    monkeypatch.setattr(distributed.dist, "all_gather_object", gather)
+    monkeypatch.setattr(distributed, "ignore_stop_signals", lambda: None)
+    monkeypatch.setattr(command_line, "LAUNCH", None)   # (restored after: a launch refused here leaves its own)
+    monkeypatch.setattr(sys, "argv", ["pazo-train", "dataset=digits", "method=dpzero", "train.steps=3",
+                                      f"hydra.run.dir={tmp_path / 'run'}"])
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as ended:
+            cli()
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    return ended.value.code, capsys.readouterr().err, sent
+
+
+@pytest.mark.parametrize("faulty, rank", [(0, 0), (1, 1), (0, 1)])
+def test_a_fault_before_joining_is_sent_in_the_first_exchange_and_heard_there(tmp_path, monkeypatch, capsys,
+                                                                             faulty, rank):
+    """A rank that meets a fault of the machine before the ranks join (rank 0: a full disk as it checks
+    where the run writes; rank 1: an I/O error as it composes its config) says so (exit 75) and sends it,
+    as its failure, in the ranks' first exchange (was: it exited, and the others waited for it until
+    the timeout); a rank that hears it there ends at once naming it (exit 1). Nothing is written. (Rank
+    0 hearing rank 1's: the 2-process test below.)"""
+    import fault_before_joining
+    from pazo.files import rundir
+    import pazo.train as train
+
+    monkeypatch.setattr(rundir, "open_file", fault_before_joining.full_disk(rundir.open_file))
+    if faulty == 1:
+        monkeypatch.setattr(train, "follower_config", fault_before_joining.unreadable_config)
+    failure = failure_facts(OSError(errno.EIO, "Input/output error"), refused=False)
+    code, err, sent = _cli_as_rank(rank, failure if faulty != rank else {"plan": False, "overrides": {}},
+                                   monkeypatch, capsys, tmp_path)
+    (line,) = _errors(err)
+    if faulty == rank:
+        assert code == 75 and ("the disk is full" if rank == 0 else "rank 1: [Errno 5]") in line, err
+        assert [set(facts) for facts in sent] == [{"failed"}], sent
+        assert sent[0]["failed"].startswith("WriteFault: could not write" if rank == 0 else "OSError: [Errno 5]")
+    else:
+        assert code == 1 and line.startswith("pazo: error: rank 1: rank 0 failed before the first step (OSError"), err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow   # (2 processes; the default suite's: test_a_fault_before_joining_is_sent_in_the_first_exchange...)
+@pytest.mark.parametrize("faulty", [0, 1])
+def test_a_fault_before_the_ranks_join_ends_every_rank_at_once_with_one_line_each(tmp_path, faulty):
+    """A rank meets a fault of the machine before the ranks join (rank 0: a full disk as it checks where
+    the run writes; rank 1: an I/O error as it composes its config), the exchange's timeout 600 s: it
+    says so in one line (exit 75) and joins the others to tell them, so that they end at once naming
+    it, as a failure (exit 1; was: they waited for it until the timeout); nothing is written."""
+    port, script = _free_port(), (str(HERE / "fault_before_joining.py"), str(faulty))
+    ranks = [_rank(tmp_path, rank, port, "train.steps=3", "train.distributed_timeout_s=600", command=script)
+             for rank in (0, 1)]
+    outs = [p.communicate(timeout=240) for p in ranks]
+    assert [p.returncode for p in ranks] == [75 if rank == faulty else 1 for rank in (0, 1)], outs
+    assert not any("Traceback" in err for _, err in outs), outs
+    lines = [_errors(out + err) for out, err in outs]
+    (fault,), (told,) = lines[faulty], lines[1 - faulty]
+    assert ("the disk is full" if faulty == 0 else "rank 1: [Errno 5] Input/output error") in fault, fault
+    assert told.startswith(f"pazo: error: {'rank 1: ' if faulty == 0 else ''}rank {faulty} failed before the "
+                           "first step (") and told.endswith("and nothing was written"), told
+    assert not (tmp_path / "run").exists()
+
+
+@settings(deadline=None, max_examples=5)
+@given(st.integers(2, 4).flatmap(lambda n: st.tuples(st.just(n), st.integers(1, n - 1))), st.integers(1, 3))
+def test_a_followers_check_of_its_command_line_makes_no_folder(tmp_path_factory, rank_world, depth):
+    """A rank other than 0 checks its command line as rank 0 does, but not where the run writes: it
+    writes nowhere, and a run refused by rank 0 left the folder its check made (one run, one directory)."""
+    import pazo.train as train
+
+    (world, rank), root = rank_world, tmp_path_factory.mktemp("follower")
+    run_dir = root.joinpath(*(f"level{i}" for i in range(depth)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RANK", str(rank))
+        patch.setenv("WORLD_SIZE", str(world))
+        problem = train._command_line_problem(["dataset=digits", "method=dpzero", f"hydra.run.dir={run_dir}"],
+                                              single=True)
+    assert problem is None and list(root.iterdir()) == []
+
+
+@pytest.mark.parametrize("refusal", [errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EACCES, errno.EROFS])
+def test_a_launch_refused_as_it_checks_where_it_writes_leaves_no_folder(tmp_path, monkeypatch, refusal):
+    """The check of where a run writes makes the run directory and writes a probe into it: where the
+    probe is refused (a full disk: exit 75, `LaunchFault`; no permission: a user's mistake), the
+    folders the check made go (was: left behind, empty, by a launch that said nothing was written)."""
+    from pazo.files import rundir
+    from pazo.run import cli
+
+    original = rundir.open_file
+
+    def open_file(path, *args, **kwargs):
+        if Path(path).name.startswith(".pazo-probe-"):
+            raise OSError(refusal, os.strerror(refusal))
+        return original(path, *args, **kwargs)
+    monkeypatch.setattr(rundir, "open_file", open_file)
+    monkeypatch.setattr(cli, "LAUNCH", None)
+    argv = [f"hydra.run.dir={tmp_path / 'made' / 'for' / 'run'}"]
+    if refusal in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
+        with pytest.raises(cli.LaunchFault) as stop:
+            cli.check_single_launch(argv)
+        assert stop.value.code == 75 and stop.value.fault.errno == refusal
+    else:
+        assert "give a hydra.run.dir you can write to" in cli.check_single_launch(argv)
+    assert list(tmp_path.iterdir()) == []
+
+
+ASKED_KEYS = ["method", "method.lr", "+train.steps", "seed", "hydra.run.dir", "dataset.root"]
+
+
+@settings(deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from(ASKED_KEYS), st.sampled_from(["secret-1", "secret-2"])),
+                         max_size=4), min_size=2, max_size=4), st.lists(st.booleans(), min_size=4, max_size=4))
+@example([[("seed", "secret-1")], [("seed", "secret-2")]], [False] * 4)   # another value of one key
+@example([[], []], [True, False, True, True])                            # --plan on rank 0 only
+def test_ranks_asked_alike_go_on_and_the_first_asked_otherwise_is_named(command_lines, plans):
+    """`asked_difference` over what ranks were asked (`asked_facts`): None where every rank's overrides, by
+    key (hydra.* apart: rank 0's run directory; a node's own data folder too) and in order, and its --plan
+    are rank 0's; else the first
+    rank that differs, with each key that differs and --plan where it does; no value leaves its rank."""
+    argvs = [[f"{key}={value}" for key, value in line] for line in command_lines]
+    gathered = [asked_facts(argv, plan) for argv, plan in zip(argvs, plans)]
+
+    def by_key(argv: list[str]) -> dict:
+        keys = {a.split("=")[0].lstrip("+") for a in argv} - {"hydra.run.dir", "dataset.root"}
+        return {key: [a for a in argv if a.split("=")[0].lstrip("+") == key] for key in keys}
+    differ = [r for r in range(1, len(argvs)) if by_key(argvs[r]) != by_key(argvs[0]) or plans[r] != plans[0]]
+    said = asked_difference(gathered)
+    assert "secret" not in json.dumps(gathered)
+    if not differ:
+        assert said is None
+        return
+    first, mine = differ[0], by_key(argvs[0])
+    theirs = by_key(argvs[first])
+    assert said.startswith(f"rank {first} from rank 0: ")
+    assert ("--plan" in said) == (plans[first] != plans[0]), said
+    for key in mine.keys() | theirs.keys():
+        assert (f"{key} " in said) == (mine.get(key) != theirs.get(key)), said
+
+
+@pytest.mark.parametrize("after", ["nothing", "share", "agree"])
+def test_rank_0_tells_a_failure_in_the_exchange_the_others_wait_in_and_none_after_the_agreement(
+        monkeypatch, after):
+    """`LeaderExchanges`: rank 0's failure before its share goes in the share, after it in the agreement,
+    and after the agreement nowhere (spent: `Group.agreed`, recorded once, where the agreement is entered)."""
+    from pazo.run import distributed
+    from pazo.run.launch import LeaderExchanges
+
+    sent = []
+
+    def gather(gathered, facts, group=None):
+        sent.append(("agree", facts))
+        gathered[:] = [facts, facts]
+
+    def broadcast(box, src=0, group=None):
+        sent.append(("share", box[0]))
+    monkeypatch.setattr(distributed.dist, "all_gather_object", gather)
+    monkeypatch.setattr(distributed.dist, "broadcast_object_list", broadcast)
+    exchanges = LeaderExchanges(Group(0, 2))
+    if after != "nothing":
+        exchanges.share({"finished": False})
+    if after == "agree":
+        exchanges.agree({"config": "c"})
+    sent.clear()
+    exchanges.tell(RuntimeError("trouble"), refused=False)
+    failure = failure_facts(RuntimeError("trouble"), refused=False)
+    assert sent == {"nothing": [("share", failure)], "share": [("agree", failure)], "agree": []}[after]
 
 
 SUMMARIES = st.sampled_from([None, "garbage", "this fault", "earlier fault", "preempted", "finished"])
