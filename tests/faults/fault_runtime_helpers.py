@@ -85,8 +85,11 @@ class _Limited(io.RawIOBase):
 
 
 def snapshot(folder: Path) -> dict[str, str]:
-    """Every file below `folder` (but the lock) by relative path: the sha256 of its bytes."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+    """Every file below `folder` (but the lock) by relative path: the sha256 of its bytes; a link by
+    where it points (W&B's `logs/debug-core.log` links to its service's log outside the run, which
+    the service, shared by every run of the process, goes on writing)."""
+    return {str(p.relative_to(folder)): f"-> {os.readlink(p)}" if p.is_symlink()
+            else hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(Path(folder).rglob("*")) if p.is_file() and p.name != pazo.files.rundir.LOCK}
 
 
