@@ -34,7 +34,7 @@ import pandas as pd
 from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.errors import ConfigError
-from pazo.report import none_finished, nothing_usable
+from pazo.report import none_finished, nothing_usable, status_counts
 from pazo.files.file_kinds import read_regular_text
 from pazo.files.rundir import output_folder_problem, write_text_atomic
 from pazo.run.results import (BENCHMARK_PAPER_SETTING, LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs,
@@ -521,7 +521,7 @@ def write_sweep_tables(out: Path, paper: pd.DataFrame, args, sweep_dir: str, run
         table = PAPER_TABLE.get(setting)
         title = (f"{'Table ' + table + ': ' if table else ''}{setting} test accuracy (%) ({name}); "
                  f"{PROTOCOL[args.selection]}")
-        counts = runs[runs.setting == setting].status.value_counts().to_dict()
+        counts = status_counts(runs[runs.setting == setting])
         write(out, f"{name}_{setting}", title, frame, long,
               [*notes_for(best[best.setting == setting], args.selection, args.metric, shows_paper(long)),
                f"Runs: {counts}; source: {sweep_dir}."], excluded[excluded.setting == setting])

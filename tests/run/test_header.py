@@ -56,3 +56,15 @@ def test_a_later_job_reads_as_job_1s_header_only_where_its_lines_are_job_1s(head
     for lines, [said] in zip(headers[1:], shown[1:]):
         assert said.endswith("as job 1's header") == (lines == headers[0])
         assert all(f"without job 1's line '{line}'" in said for line in headers[0] if line not in lines)
+
+
+@given(accuracy=st.one_of(st.none(), st.floats(0, 1)))
+def test_a_relaunch_into_a_finished_run_shows_its_accuracy_as_the_summary_does(accuracy):
+    """The finished run's accuracy in 4 decimals ("-" for none), never every digit of the float."""
+    import re
+
+    from pazo.run.summary import finished_line
+
+    line = finished_line("outputs/s1", {"final_test_accuracy": accuracy})
+    shown = "-" if accuracy is None else f"{accuracy:.4f}"
+    assert line.endswith(f"(final test accuracy {shown})") and not re.search(r"\d\.\d{5}", line)
