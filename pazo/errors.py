@@ -49,7 +49,7 @@ def at_least_one(value, what: str) -> None:
 
 
 def one_of(value, choices, what: str) -> None:
-    require(value in choices, f"unknown {what} {value!r}; choices: {', '.join(sorted(choices))}")
+    require(value in choices, unknown_choice(what, value, choices))
 
 
 def close_match(name: str, known) -> str | None:

@@ -24,6 +24,7 @@ from pazo.commands.interrupts import INTERRUPTED, until_work_starts, work_starts
 
 def parser():
     from pazo.commands.start import ArgumentParser, summary_of
+    from pazo.files.file_kinds import path_argument
 
     p = ArgumentParser(prog="pazo-eval", description=summary_of(__doc__),
                        epilog="Overrides take the data set only, as pazo-train does: dataset=<name> picks another "
@@ -35,8 +36,9 @@ def parser():
                    "cuda:N, mps (default: auto)")
     p.add_argument("--batch-size", type=int, default=None, help="examples per forward (default: the run's "
                    "train.eval_batch_size)")
-    p.add_argument("--export-hf", metavar="DIR", default=None, help="write a language-model run in the Hugging "
-                   "Face format into DIR (new or empty) instead of evaluating it")
+    p.add_argument("--export-hf", metavar="DIR", type=path_argument, default=None,
+                   help="write a language-model run in the Hugging Face format into DIR (new or empty) instead of "
+                   "evaluating it")
     return p
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from pazo.errors import unknown_choice
+
 T = TypeVar("T")
 
 
@@ -49,8 +51,7 @@ class Registry(Generic[T]):
 
     def get(self, name: str) -> T:
         if name not in self._items:
-            raise UnknownNameError(
-                f"unknown {self.kind} {name!r}; choices: {', '.join(sorted(self._items))}")
+            raise UnknownNameError(unknown_choice(self.kind, name, self._items))
         return self._items[name]
 
     def __contains__(self, name: str) -> bool:

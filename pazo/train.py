@@ -245,15 +245,14 @@ class MultirunProgress:
 
     def header(self, job: int, lines: list[str]) -> list[str]:
         """The terminal's lines of job `job`'s header: the first header to come, whole (`lines`
-        itself); each later one in one line, with the lines of it that the first lacks."""
+        itself); each later one in one line, with the lines of it that the first lacks and the lines
+        of the first that it lacks ("as job 1's header" only where the two are the same lines)."""
         if self.first_header is None:
             self.first_header = (job, lines)
             return lines
         first, shown = self.first_header
         label = next((j.label for j in self.jobs if j.num == job), f"job {job}")
-        differ = [line for line in lines if line not in shown]
-        rest = "; ".join(differ) + f"; the rest as job {first + 1}'s" if differ else f"as job {first + 1}'s header"
-        return [f"job {job + 1} of {len(self.jobs)} ({label}): {rest}"]
+        return [f"job {job + 1} of {len(self.jobs)} ({label}): {header_difference(lines, shown, first + 1)}"]
 
     def report(self, stopped: str | None = None) -> str:
         done = [j.label for j in self.jobs if self.ended.get(j.num) == "finished"]
@@ -275,6 +274,19 @@ class MultirunProgress:
 
 
 _MULTIRUN: MultirunProgress | None = None
+
+
+def header_difference(lines: list[str], shown: list[str], first: int) -> str:
+    """How header `lines` differs from job `first`'s (`shown`): its own lines, then those of job
+    `first`'s it has not (a note one job prints and another does not is a difference too)."""
+    if lines == shown:
+        return f"as job {first}'s header"
+    differ = [line for line in lines if line not in shown]
+    differ += [f"without job {first}'s line '{line}'" for line in shown if line not in lines]
+    if not differ:
+        return f"job {first}'s header lines in another order"
+    shared = any(line in shown for line in lines)
+    return "; ".join(differ) + (f"; the rest as job {first}'s" if shared else "")
 
 
 def _job_ended(job: int | None, status: str) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pazo import REPO_ROOT
 from pazo.commands.start import at_least as at_least   # (every command's argparse type, named here too)
+from pazo.errors import unknown_choice
 from pazo.files.rundir import write_text_atomic
 
 #: where the benchmarks write their result files by default (data, not code: beside the launchers)
@@ -150,6 +151,6 @@ def one_of(choices):
     """An argparse type: one of `choices` (for an element of a comma-separated list)."""
     def choice(text: str) -> str:
         if text not in choices:
-            raise argparse.ArgumentTypeError(f"unknown {text!r}; choices: {', '.join(choices)}")
+            raise argparse.ArgumentTypeError(unknown_choice("name", text, choices))
         return text
     return choice

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from pazo.files.file_kinds import output_file
+from pazo.files.file_kinds import output_file, path_argument
 from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.bench.common import RESULTS_DIR, at_least, command_line, git_commit, write_result
@@ -103,12 +103,12 @@ def _methods(text: str | None, known: list[str]) -> list[str]:
 def main():
     parser = ArgumentParser(description=summary_of(__doc__))
     parser.add_argument("--out", type=output_file, default=str(RESULTS_DIR / "defaults_digits_cpu.json"))
-    parser.add_argument("--runs", default=str(ROOT / "outputs" / "check_defaults"),
+    parser.add_argument("--runs", type=path_argument, default=str(ROOT / "outputs" / "check_defaults"),
                         help="where each invocation's runs go (a new <time>/ folder inside)")
     parser.add_argument("--seed", type=at_least(0), default=0)
     parser.add_argument("--jobs", type=at_least(1), default=2, help="runs at a time (each on one thread)")
     parser.add_argument("--methods", default=None, help="comma-separated (default: every method, or FILE's)")
-    parser.add_argument("--check", metavar="FILE", default=None,
+    parser.add_argument("--check", metavar="FILE", type=path_argument, default=None,
                         help="re-run FILE's methods with its seed and compare; exit 1 if a number differs")
     args = parser.parse_args()
     recorded = None

@@ -27,6 +27,7 @@ from pazo import REPO_ROOT  # noqa: E402
 from pazo.bench.common import at_least, comma_separated, one_of, positive_number, write_result  # noqa: E402
 from pazo.commands.start import ArgumentParser, command, summary_of  # noqa: E402
 from pazo.privacy.calibration import calibrate_sigma  # noqa: E402
+from pazo.files.file_kinds import path_argument  # noqa: E402
 from pazo.files.rundir import save_figure_atomic, write_text_atomic  # noqa: E402
 from pazo.synthetic.quadratic import METHODS, MODES, best_over_lr, sweep  # noqa: E402
 
@@ -85,7 +86,7 @@ def main(argv=None):
     p.add_argument("--clip", type=positive_number, default=1.0)
     p.add_argument("--smoothing", type=positive_number, default=1e-3)
     p.add_argument("--seeds", type=at_least(1), default=2)
-    p.add_argument("--out", default=str(REPO_ROOT / "outputs" / "dpzero_dimension"))
+    p.add_argument("--out", type=path_argument, default=str(REPO_ROOT / "outputs" / "dpzero_dimension"))
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

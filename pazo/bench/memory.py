@@ -36,6 +36,7 @@ from pathlib import Path
 
 from pazo import REPO_ROOT
 from pazo.bench.common import RESULTS_DIR, at_least, comma_separated, command_line, write_result
+from pazo.errors import unknown_choice
 from pazo.files.file_kinds import output_file
 from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo.bench.settings import device_or_exit
@@ -131,7 +132,7 @@ def zeroth_order_method(name: str) -> str:
 
     choices = sorted(n for n in METHODS.names() if method_info(n).family == "zeroth_order")
     if name not in choices:
-        raise argparse.ArgumentTypeError(f"unknown zeroth-order method {name!r}; choices: {', '.join(choices)}")
+        raise argparse.ArgumentTypeError(unknown_choice("zeroth-order method", name, choices))
     return name
 
 

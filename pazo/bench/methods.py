@@ -68,7 +68,7 @@ from pazo.bench.settings import (ENGINE_NAMES, PAPER_SETTING, SETTINGS, add_data
                                  bare_passes, build_benchmark_method, check_overrides_for, compose_cfg,
                                  public_passes, set_batch_size, step_passes, synthetic_inputs)
 from pazo.bench.timing import paired_times, result_record, time_steps
-from pazo.errors import ConfigError, DataMissingError
+from pazo.errors import ConfigError, DataMissingError, unknown_choice
 from pazo.run.build import resolve_device
 from pazo.run.validate import run_config
 from pazo.methods import method_info, method_names
@@ -250,13 +250,15 @@ def check_arguments(args) -> None:
     """Settings, methods, device and overrides, before any job: one ConfigError for the first problem."""
     from pazo.data import DATASETS
 
-    for what, given, known, is_known in (
-            ("setting", args.settings, [*SETTINGS, "or a registered data set"], SETTINGS.known),
-            ("method", args.methods, method_names(), lambda n: n in method_names())):
+    for what, given, known, is_known, also in (
+            ("setting", args.settings, list(SETTINGS), SETTINGS.known, "; or a registered data set"),
+            ("method", args.methods, method_names(), lambda n: n in method_names(), "")):
         names = [n for n in given.split(",") if n]
-        unknown = sorted(n for n in set(names) if not is_known(n))
-        if unknown or not names:
-            raise ConfigError(f"unknown {what}(s) {', '.join(unknown) or '(none given)'}; choices: {', '.join(known)}")
+        unknown = [n for n in names if not is_known(n)]
+        if unknown:
+            raise ConfigError(unknown_choice(what, unknown[0], known) + also)
+        if not names:
+            raise ConfigError(f"no {what} given; choices: {', '.join(known)}")
     for setting in args.settings.split(","):
         if setting in DATASETS:   # read now: a data set whose files are missing is its loader's one line
             add_dataset_setting(setting, args.override)

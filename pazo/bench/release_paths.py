@@ -34,7 +34,7 @@ import torch
 from pazo.bench import common, settings, timing
 from pazo.bench.engines import alternate
 from pazo.commands.start import ArgumentParser, command, summary_of
-from pazo.errors import ConfigError
+from pazo.errors import ConfigError, unknown_choice
 from pazo.files.file_kinds import output_file
 from pazo.methods import method_names
 
@@ -101,7 +101,7 @@ def main():
     names = args.methods.split(",")
     unknown = [n for n in names if n not in zeroth_order]
     if unknown:
-        parser.error(f"unknown method {unknown[0]!r}; choices: {', '.join(zeroth_order)}")
+        parser.error(unknown_choice("method", unknown[0], zeroth_order))
     torch.set_num_threads(args.threads)
     try:   # every method built before any is timed: one without a device path is refused first
         steps = {name: path_steps(name, args.setting) for name in names}

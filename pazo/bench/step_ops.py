@@ -31,6 +31,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pazo.bench.common import RESULTS_DIR, run_main, write_result
+from pazo.errors import unknown_choice
 from pazo.files.file_kinds import output_file
 from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo.bench.settings import (SETTINGS, bare_passes, build_benchmark_method,
@@ -94,7 +95,7 @@ def main():
     for value, known, what in ((settings, SETTINGS, "setting"), (methods, method_names("zeroth_order"), "method")):
         unknown = [v for v in value if v not in known]
         if unknown:
-            parser.error(f"unknown {what} {unknown[0]!r}; choices: {', '.join(known)}")
+            parser.error(unknown_choice(what, unknown[0], known))
     torch.set_num_threads(1)
     set_batch_size(BATCH)
     rows = []

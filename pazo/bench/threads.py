@@ -28,7 +28,7 @@ import numpy as np
 from pazo.bench.common import REPO_ROOT, RESULTS_DIR, at_least, machine_details, run_main, write_result
 from pazo.files.file_kinds import output_file
 from pazo.commands.start import ArgumentParser, command, summary_of
-from pazo.errors import ConfigError
+from pazo.errors import unknown_choice
 
 DEFAULT_SETTINGS = "digits,cifar_shape,cifar10_nf32,imdb_lstm,tiny_imagenet_vit"
 
@@ -176,8 +176,7 @@ def _refuse_unknown_settings(settings: str) -> None:
 
     unknown = sorted(set(settings.split(",")) - set(SETTINGS))
     if unknown:
-        print(f"pazo: error: {ConfigError(f'unknown setting(s) {unknown}; choices: {list(SETTINGS)}')}",
-              file=sys.stderr)
+        print(f"pazo: error: {unknown_choice('setting', unknown[0], SETTINGS)}", file=sys.stderr)
         sys.exit(2)
 
 

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
+from pazo.errors import unknown_choice
 from pazo.files.file_kinds import NotRegularFile
 from pazo.commands.interrupts import INTERRUPTED, restore, until_work_starts, work_starts
 from pazo.plugins import load_plugins
@@ -77,7 +78,7 @@ def _dispatch(prog: str, title: str, commands: dict[str, tuple[str, str]], argv:
         return 2
     name, rest = argv[0], argv[1:]
     if name not in commands:
-        print(f"pazo: error: unknown {prog} command {name!r}; choices: {', '.join(commands)}", file=sys.stderr)
+        print(f"pazo: error: {unknown_choice(f'{prog} command', name, commands)}", file=sys.stderr)
         return 2
     load_plugins()   # (a plugin's methods, data sets and models are names the command may be given)
     module = importlib.import_module(commands[name][0])

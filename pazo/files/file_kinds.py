@@ -52,9 +52,22 @@ def refuse_special(path: Path | str) -> None:
         raise NotRegularFile(path, kind)
 
 
+#: every pazo command's word for an empty path ('' is the current folder to the OS, never what was meant)
+EMPTY_PATH = "the path is empty: give a folder or file"
+
+
+def path_argument(text: str) -> str:
+    """argparse's `type` for every path a pazo command takes: an empty one is refused while the
+    command line is parsed (`Path("")` is `.`, so it would read or write the current folder)."""
+    if text == "":
+        raise argparse.ArgumentTypeError(EMPTY_PATH)
+    return text
+
+
 def output_file(text: str) -> Path:
     """argparse's `type` for an output file (`--out`): refused while the command line is parsed, before
-    anything is computed, when it names something that is not a regular file."""
+    anything is computed, when it is empty or names something that is not a regular file."""
+    path_argument(text)
     try:
         refuse_special(text)
     except NotRegularFile as err:

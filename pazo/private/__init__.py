@@ -46,7 +46,7 @@ from pazo.config_schema import DEVICE, EngineSchema, PrivacySchema, TrainSchema
 from pazo.commands.console import use_console
 from pazo.data.base import TensorSplit
 from pazo.run.digests import callable_digest, module_digest, tensors_digest
-from pazo.errors import ConfigError, UserCodeError, at_least_one, require
+from pazo.errors import ConfigError, UserCodeError, at_least_one, require, unknown_choice
 from pazo.run import distributed
 from pazo.run.build import assemble_method, data_digest, key_secret_streams, require_shards, resolve_device
 from pazo.run.fingerprint import computation_fingerprint
@@ -484,7 +484,7 @@ def as_split(data, what: str) -> TensorSplit:
 def _method_config(name: str, settings: dict, epsilon, sigma) -> MethodConfig:
     """The method's typed config: its yaml's values (configs/method/<name>.yaml), `settings` over them;
     a zeroth-order method, private where `epsilon` is given."""
-    require(name in method_names(), f"unknown method {name!r}; choices: {', '.join(method_names('zeroth_order'))}")
+    require(name in method_names(), unknown_choice("method", name, method_names("zeroth_order")))
     info = method_info(name)
     require(info.zeroth_order, f"method {name!r} is first-order; private_zo takes a zeroth-order method: "
             f"{', '.join(method_names('zeroth_order'))}")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pazo.files.file_kinds import output_file
+from pazo.files.file_kinds import output_file, path_argument
 from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo.audit.run import read_audits
 from pazo.methods import METHODS
@@ -82,7 +82,7 @@ def table(summaries: list[dict]) -> str:
 
 def main(argv=None) -> int:
     parser = ArgumentParser(description=summary_of(__doc__))
-    parser.add_argument("dirs", nargs="+", help="directories holding audit run directories")
+    parser.add_argument("dirs", nargs="+", type=path_argument, help="directories holding audit run directories")
     parser.add_argument("--out", type=output_file, help="write the table here too")
     args = parser.parse_args(argv)
     missing = [d for d in args.dirs if not Path(d).is_dir()]

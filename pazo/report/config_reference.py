@@ -200,6 +200,15 @@ def configs_page() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def part_of_key(name: str) -> str | None:
+    """The part whose file sets the top-level key `name` (`train`: config), for a key given as a part."""
+    for part in ("config", "audit"):
+        keys = yaml.safe_load((CONFIG_DIR / f"{part}.yaml").read_text()) or {}
+        if name in keys and name != "defaults":
+            return part
+    return None
+
+
 def part_section(part: str) -> list[str]:
     """The section of the page on `config.yaml`, `audit.yaml` or the sweeps (PARTS)."""
     if part == "config":
@@ -270,7 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     wrong = [p for p in args.parts if p not in choices]
     if wrong:
-        parser.error(unknown_choice("part", wrong[0], choices))
+        home = part_of_key(wrong[0])
+        parser.error(f"unknown part {wrong[0]!r}: {wrong[0]} is a key of {home}.yaml, in part {home} (pazo-report "
+                     f"configs {home})" if home else unknown_choice("part", wrong[0], choices))
     if not args.parts:
         print(configs_page(), end="")
         return 0

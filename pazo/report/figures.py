@@ -37,6 +37,7 @@ from pazo.report import none_finished, nothing_usable  # noqa: E402
 from pazo.run.metrics_file import FILE, CorruptMetrics, read_metric_rows, torn_note  # noqa: E402
 from pazo.run.results import (FIRST_ORDER, LABELS, METHOD_ORDER, SELECTIONS, USES_PUBLIC, load_runs,  # noqa: E402
                           missing_dirs, select_configs)
+from pazo.files.file_kinds import path_argument  # noqa: E402
 from pazo.files.rundir import output_folder_problem, save_figure_atomic  # noqa: E402
 
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
@@ -201,12 +202,12 @@ def figure6(runs, epsilon, metric, selection, note, out, written):
 
 def main(argv=None) -> int:
     parser = ArgumentParser(description=summary_of(__doc__))
-    parser.add_argument("sweeps", nargs="+")
+    parser.add_argument("sweeps", nargs="+", type=path_argument)
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--selection", default="val", choices=SELECTIONS,
                         help="val: select on validation accuracy (default); test: on test accuracy, as the paper")
     parser.add_argument("--metric", default="final_accuracy", choices=["final_accuracy", "best_accuracy"])
-    parser.add_argument("--out", default=str(ROOT / "outputs" / "figures"))
+    parser.add_argument("--out", type=path_argument, default=str(ROOT / "outputs" / "figures"))
     args = parser.parse_args(argv)
     missing = missing_dirs(args.sweeps)
     problem = f"no sweep directory {', '.join(missing)}" if missing else output_folder_problem(args.out)

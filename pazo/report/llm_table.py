@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pazo.files.file_kinds import output_file
+from pazo.files.file_kinds import output_file, path_argument
 from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo.errors import ConfigError
 from pazo.report import nothing_usable, show_table, status_counts
@@ -66,7 +66,7 @@ def seed_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def main(argv=None) -> int:
     p = ArgumentParser(description=summary_of(__doc__))
-    p.add_argument("sweeps", nargs="+")
+    p.add_argument("sweeps", nargs="+", type=path_argument)
     p.add_argument("--out", type=output_file, default=None)
     args = p.parse_args(argv)
     missing = missing_dirs(args.sweeps)

@@ -20,7 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from pazo.files.file_kinds import output_file
+from pazo.files.file_kinds import output_file, path_argument
 from pazo.commands.start import ArgumentParser, command, summary_of  # noqa: E402
 from pazo.run.metrics_file import CorruptMetrics, read_metric_rows, torn_note  # noqa: E402
 from pazo.files.rundir import write_atomic  # noqa: E402
@@ -66,7 +66,8 @@ def draw(rows: list[dict], title: str) -> bytes:
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="pazo-report run", description=summary_of(__doc__))
-    parser.add_argument("run", type=Path, help="the run directory (it holds metrics.jsonl)")
+    parser.add_argument("run", type=lambda text: Path(path_argument(text)),
+                        help="the run directory (it holds metrics.jsonl)")
     parser.add_argument("--out", type=output_file, help=f"where to write the PNG (default: <run>/{FILE})")
     args = parser.parse_args(argv)
     metrics = args.run / "metrics.jsonl"

@@ -34,8 +34,8 @@ import pandas as pd
 from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo import REPO_ROOT as ROOT
 from pazo.errors import ConfigError
-from pazo.report import none_finished, nothing_usable
-from pazo.files.file_kinds import read_regular_text
+from pazo.report import none_finished, nothing_usable, status_counts
+from pazo.files.file_kinds import path_argument, read_regular_text
 from pazo.files.rundir import output_folder_problem, write_text_atomic
 from pazo.run.results import (BENCHMARK_PAPER_SETTING, LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs,
                           missing_dirs, paper_values, private_contribution, select_configs)
@@ -467,7 +467,7 @@ def main(argv=None) -> int:
 
 def _parser() -> ArgumentParser:
     parser = ArgumentParser(description=summary_of(__doc__))
-    parser.add_argument("sweeps", nargs="*", help="sweep directories (outputs/sweeps/<name>)")
+    parser.add_argument("sweeps", nargs="*", type=path_argument, help="sweep directories (outputs/sweeps/<name>)")
     parser.add_argument("--selection", default="val", choices=SELECTIONS,
                         help="val: select on validation accuracy, mean ± std over seeds (default); "
                              "test: on test accuracy, the paper's protocol (not private)")
@@ -476,7 +476,7 @@ def _parser() -> ArgumentParser:
                         help="shuffle-sampled runs as rows of their own, labelled guarantee void")
     parser.add_argument("--benchmark", nargs="+", default=None,
                         help="`pazo-bench methods` result files (Table 5 and the speedup over DP-SGD)")
-    parser.add_argument("--out", default=str(ROOT / "outputs" / "tables"))
+    parser.add_argument("--out", type=path_argument, default=str(ROOT / "outputs" / "tables"))
     return parser
 
 
@@ -521,7 +521,7 @@ def write_sweep_tables(out: Path, paper: pd.DataFrame, args, sweep_dir: str, run
         table = PAPER_TABLE.get(setting)
         title = (f"{'Table ' + table + ': ' if table else ''}{setting} test accuracy (%) ({name}); "
                  f"{PROTOCOL[args.selection]}")
-        counts = runs[runs.setting == setting].status.value_counts().to_dict()
+        counts = status_counts(runs[runs.setting == setting])
         write(out, f"{name}_{setting}", title, frame, long,
               [*notes_for(best[best.setting == setting], args.selection, args.metric, shows_paper(long)),
                f"Runs: {counts}; source: {sweep_dir}."], excluded[excluded.setting == setting])

@@ -16,6 +16,7 @@ from pazo import CONFIG_DIR
 
 from pazo.run import gate
 from pazo.errors import ConfigError, close_match, unknown_key, unknown_option
+from pazo.files.file_kinds import EMPTY_PATH
 from pazo.files.rundir import STAGING_PREFIX, WriteFault, check_output_dir, existing_dirs, remove_created_dirs
 from pazo.privacy.accountants import BudgetError
 from pazo.registry import UnknownNameError
@@ -255,6 +256,10 @@ def check_multirun(argv: list[str], config_name: str = "config", check=None) -> 
     return None
 
 
+#: the folders a command line may name for Hydra to write a run, or a multirun, into
+HYDRA_DIRS = ("hydra.run.dir", "hydra.sweep.dir")
+
+
 def check_overrides(argv: list[str], config_name: str = "config", check=None,
                     own_flags: tuple[str, ...] = ()) -> str | None:
     """Compose the config (`config_name`) with the command line's overrides as Hydra will and check
@@ -275,6 +280,9 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None,
     unreadable = not_an_override([a for a in argv if a not in flags]) if set(flags) <= set(MULTIRUN_FLAGS) else None
     if unreadable:
         return unreadable
+    empty = next((f"{key}: {EMPTY_PATH}" for key in HYDRA_DIRS if override_value(argv, key) == ""), None)
+    if empty:   # (Hydra would run in, or sweep into, the current folder)
+        return empty
     if any(a in MULTIRUN_FLAGS for a in argv):
         return check_multirun(argv, config_name, check)
     if flags:

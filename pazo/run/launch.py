@@ -27,7 +27,7 @@ from pazo.privacy.mechanisms import active_debug_break
 from pazo.run.recorder import Recorder
 from pazo.files.rundir import (RunDirLock, WriteFault, accept_hydra_record, check_output_dir, drop_hydra_record,
                          remove_broken_writes)
-from pazo.run.summary import launch_summary, print_header, print_summary, resumed_line
+from pazo.run.summary import finished_line, launch_summary, print_header, print_summary, resumed_line
 from pazo.run.validate import ConfigError, validated_run_config
 
 log = logging.getLogger("pazo.train")  # (the run's lines, as `pazo.train` logs them)
@@ -92,8 +92,7 @@ def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges
         start = plan_launch(run_dir, typed)  # fresh, resume, replay, finished or refused (attempts)
         exchanges.share(start_for_followers(run_dir, start))   # (several ranks: where they start)
         if start.kind == "finished":
-            log.info(f"pazo: {run_dir} holds a finished run; nothing to do "
-                     f"(final test accuracy {start.summary.get('final_test_accuracy')})")
+            log.info(finished_line(run_dir, start.summary))
             return start.summary
         r = build_run(typed, earlier_engine=(start.summary or {}).get("engine") if start.resuming else None,
                       device=device)

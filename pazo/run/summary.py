@@ -181,6 +181,17 @@ def update_rule_lines(rule: dict | None) -> list[str]:
     return [f"update: schedule {said(rule['schedule'])}, optimizer {said(rule['optimizer'])}{memory}"]
 
 
+def figure(value: float | None) -> str:
+    """A number as the terminal shows it: 4 decimals, "-" for none (the files keep every digit)."""
+    return "-" if value is None else format(value, ".4f")
+
+
+def finished_line(run_dir, summary: dict) -> str:
+    """The line a relaunch into a finished run (same config) prints: nothing to do, and its accuracy."""
+    return (f"pazo: {run_dir} holds a finished run; nothing to do "
+            f"(final test accuracy {figure(summary.get('final_test_accuracy'))})")
+
+
 def print_header(summary: dict, plan) -> None:
     for line in header_lines(summary, plan):
         log.info(line)

@@ -28,6 +28,7 @@ from pazo.commands.console import use_console
 from pazo.commands.interrupts import restore, until_work_starts, work_starts
 from pazo.commands.start import ArgumentParser, at_least, quiet_when_the_reader_leaves, summary_of
 from pazo.errors import ConfigError
+from pazo.files.file_kinds import path_argument
 from pazo.plugins import load_plugins
 from pazo.sweep.checks import (_Checker, check, check_earlier_runs, check_replicates, check_sweep_folder,
                                composed_configs, missing_data, status)
@@ -261,14 +262,15 @@ def _main(argv: list[str] | None = None) -> int:
 def _parser() -> ArgumentParser:
     """`pazo-sweep`'s arguments."""
     parser = ArgumentParser(prog="pazo-sweep", description=summary_of(__doc__))
-    parser.add_argument("spec", help="a name in configs/sweeps/ (e.g. table1_cifar10) or a YAML path")
+    parser.add_argument("spec", type=path_argument,
+                        help="a name in configs/sweeps/ (e.g. table1_cifar10) or a YAML path")
     parser.add_argument("overrides", nargs="*",
                         help="extra pazo.train overrides for every run, e.g. dataset.root=/data")
     parser.add_argument("--dry-run", action="store_true", help="print the runs and stop")
     parser.add_argument("--show", type=at_least(0), default=5, help="override lines shown by --dry-run")
     parser.add_argument("--launcher", default="sequential", help="sequential | joblib | slurm, or a YAML path")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="launcher setting")
-    parser.add_argument("--out", default=str(Path("outputs") / "sweeps"),
+    parser.add_argument("--out", type=path_argument, default=str(Path("outputs") / "sweeps"),
                         help="sweeps folder (default: outputs/sweeps below the working directory)")
     parser.add_argument("--methods", default=None, help="only these methods (comma-separated)")
     parser.add_argument("--max-runs", type=at_least(1), default=MAX_RUNS, metavar="N",

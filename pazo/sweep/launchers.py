@@ -17,7 +17,7 @@ import submitit
 import yaml
 
 from pazo.config_schema import integer_at_least, optional, typed
-from pazo.errors import ConfigError
+from pazo.errors import ConfigError, unknown_choice
 from pazo.files.file_kinds import read_regular_text
 from pazo.run import gate
 from pazo.sweep.checks import status
@@ -83,7 +83,7 @@ def check_launcher(launcher: dict) -> None:
     """Every launcher setting's type and range (also on a dry run: a sweep that passes one launches)."""
     kind = launcher.get("launcher", "sequential")
     if kind not in LAUNCHERS:
-        raise ConfigError(f"unknown launcher {kind!r}; choices: {', '.join(LAUNCHERS)}")
+        raise ConfigError(unknown_choice("launcher", kind, LAUNCHERS))
     try:
         typed(LAUNCHER_SCHEMAS[kind], launcher, "", scope="this launcher")
     except ConfigError as err:

@@ -14,7 +14,7 @@ from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pazo.config_schema import typed
-from pazo.errors import ConfigError
+from pazo.errors import ConfigError, unknown_choice
 from pazo.files.file_kinds import read_regular_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -299,7 +299,10 @@ def select_methods(spec: dict, methods: str) -> list[str]:
     error (a typo would otherwise run nothing, silently)."""
     names = [m.strip() for m in methods.split(",") if m.strip()]
     unknown = [m for m in names if m not in spec["methods"]]
-    if unknown or not names:
-        what = f"has unknown method(s) {', '.join(map(repr, unknown))}" if unknown else "selects no method"
-        raise ConfigError(f"--methods {methods!r} {what}; sweep {spec['name']} has {', '.join(spec['methods'])}")
+    if unknown:
+        raise ConfigError(f"sweep {spec['name']}, --methods {methods!r}: "
+                          f"{unknown_choice('method', unknown[0], spec['methods'])}")
+    if not names:
+        raise ConfigError(f"--methods {methods!r} selects no method; sweep {spec['name']} has "
+                          f"{', '.join(spec['methods'])}")
     return [m for m in spec["methods"] if m in names]

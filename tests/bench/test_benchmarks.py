@@ -21,6 +21,7 @@ from pazo.bench import engines as bench_engines
 from pazo.bench import methods as bench_methods
 from pazo.bench import settings as bench_settings
 from pazo.bench import step_ops
+from pazo.errors import unknown_choice
 
 
 @pytest.mark.slow   # three profiled steps with traces (about 20 s); in the quick suite:
@@ -70,7 +71,7 @@ def test_step_ops_count_what_a_step_does_besides_its_floor(tmp_path):
     from pazo.methods import method_names   # every zeroth-order method, from the registry
 
     assert done.returncode == 2 and done.stderr.splitlines()[-1].endswith(
-        f"error: unknown method 'sgd'; choices: {', '.join(method_names('zeroth_order'))}")
+        f"error: {unknown_choice('method', 'sgd', method_names('zeroth_order'))}")
     assert not (tmp_path / "o.json").exists()
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from pazo.bench import release_paths
+from pazo.errors import unknown_choice
 from pazo.privacy.mechanisms import ScalarPrivatizer
 
 QUARTILES = {"median", "p25", "p75"}
@@ -59,5 +60,5 @@ def test_an_unknown_method_is_one_line_before_any_step(tmp_path, monkeypatch, ca
     with pytest.raises(SystemExit) as stop:
         release_paths.cli()
     assert stop.value.code == 2 and capsys.readouterr().err.splitlines()[-1].endswith(
-        "error: unknown method 'sgd'; choices: " + ", ".join(release_paths.method_names("zeroth_order")))
+        "error: " + unknown_choice("method", "sgd", release_paths.method_names("zeroth_order")))
     assert not out.exists()

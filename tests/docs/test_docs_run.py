@@ -230,7 +230,7 @@ def test_a_transcript_that_drifts_from_what_the_command_prints_fails_and_exit_n_
         <!-- docs-run: error -->
         ```console
         $ pazo-report nosuch
-        pazo: error: unknown pazo-report command 'nosuch'; choices: tables, ...
+        pazo: error: unknown pazo-report command 'nosuch' (choices: audit-table, ...)
         $ pazo-report nope
         pazo: error: unknown pazo-report command 'nope'; options: tables
         ```

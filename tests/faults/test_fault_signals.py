@@ -326,6 +326,8 @@ def test_a_relaunch_of_the_same_run_has_nothing_to_do_and_keeps_the_record(chang
     before = snapshot(finished_copy)
     code, out, err = run_cli([*TINY, *change, f"hydra.run.dir={finished_copy}"], capsys)
     assert code == 0 and "holds a finished run; nothing to do" in out + err
+    accuracy = json.loads((finished_copy / "summary.json").read_text())["final_test_accuracy"]
+    assert f"(final test accuracy {accuracy:.4f})" in out + err    # as the summary prints it (was every digit)
     after = snapshot(finished_copy)
     assert {k: v for k, v in after.items() if k != "train.log"} == {k: v for k, v in before.items()
                                                                      if k != "train.log"}

@@ -97,7 +97,7 @@ def test_an_accountant_that_does_not_apply_is_refused(accountant, noise, eps_err
 
 
 @pytest.mark.parametrize("overrides, says", [
-    (["privacy.accountant=rpd"], "unknown privacy.accountant 'rpd'; choices: pld, prv, rdp"),
+    (["privacy.accountant=rpd"], "unknown privacy.accountant 'rpd'; did you mean 'rdp'? (choices: pld, prv, rdp)"),
     (["privacy.accountant=rdp", "privacy.eps_error=0.001"], "privacy.eps_error is the PRV accountant's accuracy"),
     (["method=dp_zo", "method.noise=laplace", "privacy.accountant=pld"], "accounts Gaussian noise"),
 ])

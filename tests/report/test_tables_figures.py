@@ -432,3 +432,20 @@ def test_archived_attempts_are_part_of_their_run_not_runs_of_their_own(tmp_path,
     runs = load_runs([tmp_path / "s"])
     assert len(runs) == 1 and list(runs["status"]) == ["finished"]
     assert list(runs["run_dir"]) == [str(run_dir)]
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(others=st.lists(st.sampled_from(["finished", "failed", "interrupted"]), max_size=4))
+def test_a_tables_note_counts_its_runs_in_words(tmp_path_factory, others):
+    """The note under a sweep's table counts its run directories in words (`Runs: 2 finished, 1
+    failed`), each status once, adding up to the runs; was a Python dict (`Runs: {'finished': 2}`)."""
+    root = tmp_path_factory.mktemp("sweep") / "demo"
+    statuses = ["finished", *others]
+    for seed, status in enumerate(statuses):
+        fake_run(root, "digits", "dpzero", 1, status, 0.5 if status == "finished" else None, seed=seed)
+    out = tmp_path_factory.mktemp("tables")
+    assert make_tables.main([str(root), "--out", str(out)]) == 0
+    [note] = [line for line in (out / "demo_digits.md").read_text().splitlines() if "Runs: " in line]
+    said = note.split("Runs: ")[1].split(";")[0]
+    counts = dict(reversed(part.split(" ")) for part in said.split(", "))
+    assert {status: int(n) for status, n in counts.items()} == {s: statuses.count(s) for s in set(statuses)}

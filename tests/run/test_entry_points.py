@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from pazo.errors import unknown_choice
+
 from conftest import ROOT, run_cache
 
 BIN = Path(sys.executable).parent
@@ -168,7 +170,7 @@ def test_bench_and_report_list_their_commands_and_refuse_an_unknown_one(package,
     assert listed == names
     bad = run("nope", "--help")
     assert bad.returncode == 2 and bad.stdout == ""
-    assert bad.stderr == f"pazo: error: unknown {prog} command 'nope'; choices: {', '.join(names)}\n"
+    assert bad.stderr == f"pazo: error: {unknown_choice(f'{prog} command', 'nope', names)}\n"
     one = run(names[0], "--help")
     assert one.returncode == 0 and one.stdout.startswith(f"usage: {prog} {names[0]} ")
     assert not list(tmp_path.glob("*.json"))

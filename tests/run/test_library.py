@@ -256,7 +256,7 @@ class WithBatchNorm(nn.Module):
     ({"sigma": 1.0, "epsilon": None}, "sigma is set but epsilon is None"),
     ({"lr": -1.0}, "lr must be a positive number"),
     ({"data": "text"}, "train_data must be"),
-    ({"accountant": "moments"}, "unknown accountant 'moments'; choices: pld, prv, rdp"),
+    ({"accountant": "moments"}, "unknown accountant 'moments' (choices: pld, prv, rdp)"),
 ])
 def test_a_users_mistake_is_one_config_error_before_any_step(change, message):
     x, y = tiny_data(0)

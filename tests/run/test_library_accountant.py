@@ -87,7 +87,8 @@ def test_the_printed_guarantee_names_the_accountant_as_the_librarys_argument(cap
 def test_an_unknown_accountant_is_one_error_naming_the_argument_and_the_choices(name):
     with pytest.raises(ConfigError) as err:
         engine_with(name)
-    assert str(err.value) == f"unknown accountant {name!r}; choices: pld, prv, rdp"
+    said = str(err.value)   # (with the close match where there is one: `unknown_choice`)
+    assert said.startswith(f"unknown accountant {name!r}") and said.endswith(" (choices: pld, prv, rdp)")
 
 
 @pytest.mark.parametrize("name", ["rdp", "pld"])

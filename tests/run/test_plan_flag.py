@@ -35,7 +35,7 @@ def test_the_plan_is_printed_and_nothing_is_written(overrides, says, elsewhere, 
 
 
 @pytest.mark.parametrize("overrides, says", [
-    (["privacy.accountant=xx"], "unknown privacy.accountant 'xx'; choices: pld, prv, rdp"),
+    (["privacy.accountant=xx"], "unknown privacy.accountant 'xx' (choices: pld, prv, rdp)"),
     (["train.batch_size=5000"], "train.batch_size=5000 exceeds the 1165 private training examples"),
     (["-m", "method=sgd,dpsgd"], "--plan plans one run"),
 ])

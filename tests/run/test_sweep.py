@@ -173,7 +173,8 @@ def test_dry_run_prints_under_python_m(tmp_path):
     (["train.batch_size=0"], "train.batch_size must be an integer >= 1, got 0 (4 of 4 runs, e.g. digits/dpzero"),
     (["method.lr=[1"], "'method.lr=[1' cannot be read as an override ("),
     (["--methods", "pazo_m,adam"],
-     "--methods 'pazo_m,adam' has unknown method(s) 'adam'; sweep mini has dpzero, pazo_m"),
+     "sweep mini, --methods 'pazo_m,adam': unknown method 'adam' (choices: dpzero, pazo_m)"),
+    (["--methods", "pazom"], "unknown method 'pazom'; did you mean 'pazo_m'? (choices: dpzero, pazo_m)"),
     (["--methods", ","], "--methods ',' selects no method; sweep mini has dpzero, pazo_m"),
 ])
 def test_a_mistake_is_one_error_line_and_launches_nothing(args, says, tmp_path, monkeypatch, capsys):
