@@ -131,9 +131,10 @@ def renamed_section(overrides: list[str], config_name: str = "config") -> str | 
     line (an experiment chooses options too); None when there is none, or the config does not compose
     (the checks after this one say why). A group whose options have no name (privacy) is said
     first, without composing: `nameless_option`."""
-    groups = one_choice_groups()
-    named = [(group, value) for group, value in (_group_name(text) for text in overrides) if group in groups]
-    nameless = next((nameless_option(group, value) for group, value in named if not options_have_names(group)), None)
+    defaults = one_choice_defaults()   # (config.yaml read once, for the groups and a nameless group's default)
+    named = [(group, value) for group, value in (_group_name(text) for text in overrides) if group in defaults]
+    nameless = next((nameless_option(group, value, defaults[group]) for group, value in named
+                     if not options_have_names(group)), None)
     if nameless or not named:
         return nameless
     choices = _composed_choices(overrides, config_name)
@@ -143,11 +144,12 @@ def renamed_section(overrides: list[str], config_name: str = "config") -> str | 
     return next((problem for problem in problems if problem), None)
 
 
-def nameless_option(group: str, value: str) -> str:
+def nameless_option(group: str, value: str, default: str | None) -> str:
     """`privacy.name=none` for a group whose options have no name (privacy, experiment, tuning), as
     one line that says how the group's option is chosen (Hydra's own line was `unknown key
-    privacy.name`, where `model.name=lstm` says to choose the model with model=lstm)."""
-    options, default = group_options(group), one_choice_defaults().get(group)
+    privacy.name`, where `model.name=lstm` says to choose the model with model=lstm). `default`:
+    the group's default in config.yaml's defaults (`one_choice_defaults`)."""
+    options = group_options(group)
     if default is not None and "${" in default:   # chosen by other groups' options (tuning: ${dataset}_${method})
         chosen_by = _choices_making(default, value)
         how = f"the {group} is chosen by {default}" + (f": choose it with {chosen_by}" if chosen_by else

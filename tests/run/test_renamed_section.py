@@ -116,3 +116,19 @@ def test_a_privacy_name_says_how_privacy_is_chosen_and_turned_off():
     assert check_overrides(["privacy.name=none"]) == line
     assert check_overrides(["method=mezo", "privacy.name=none"]) == line
     assert "did you mean privacy=none?" in check_overrides(["privacy.name=non"])
+
+
+@settings(max_examples=6, deadline=None)
+@given(named=group_names())
+@example(named=("privacy", "none"))   # a nameless group: its default read for the line
+def test_a_name_hint_reads_config_yaml_once(named):
+    """`renamed_section` reads config.yaml's defaults once for a `<group>.name=` hint: the groups
+    that take one option and, for a nameless group, its default (it read the file twice)."""
+    from pazo.run.door import renamed_section
+
+    group, value = named
+    reads, load = [], OmegaConf.load
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(OmegaConf, "load", lambda source, *a, **k: (reads.append(source), load(source, *a, **k))[1])
+        renamed_section([f"{group}.name={value}"])
+    assert [r for r in reads if str(r) == str(CONFIG_DIR / "config.yaml")] == [CONFIG_DIR / "config.yaml"]
