@@ -64,3 +64,39 @@ def test_a_run_a_selection_and_the_planner_calibrate_one_sigma(accountant, epsil
     elif mechanisms == 1:   # (PRV: the planner asks for one mechanism a step)
         assert plan.sigma == sigma_for(epsilon, q, steps, plan.delta, accountant)
     assert make_accountant(plan).epsilon(steps).upper <= epsilon
+
+
+@settings(max_examples=6, deadline=None)
+@given(sigma=st.floats(0.8, 3.0), q=st.floats(0.005, 0.2), steps=st.integers(1, 60),
+       others=st.lists(st.tuples(st.floats(0.8, 3.0), st.integers(1, 60)), max_size=2))
+def test_an_account_handed_out_again_is_a_fresh_ones_bits(sigma, q, steps, others):
+    """A PRV account built last is handed out again for the same inputs (`prv_accountant`): its
+    numbers are those of an account built fresh, bit for bit, at every step and whatever other
+    accounts were built in between."""
+    first = GaussianAccountant(sigma, q, steps, 1e-5, eps_error=0.01)
+    numbers = [first.epsilon(t) for t in range(1, steps + 1)]
+    for other_sigma, other_steps in others:
+        GaussianAccountant(other_sigma, q, other_steps, 1e-5, eps_error=0.01).epsilon(other_steps)
+    again = GaussianAccountant(sigma, q, steps, 1e-5, eps_error=0.01)
+    assert [again.epsilon(t) for t in range(1, steps + 1)] == numbers
+    assert again._prv is GaussianAccountant(sigma, q, steps, 1e-5, eps_error=0.01)._prv
+
+
+def test_a_run_builds_its_prv_account_once(tmp_path, monkeypatch):
+    """A run with its sigma in the cache confirms it by the run's own account, and its rows are then
+    accounted by that same account: one PRV grid built, not one for each (0.1-0.5 s each)."""
+    import prv_accountant
+
+    from pazo.privacy.plan import EpsilonTracker
+
+    request = (PrivacySchema(epsilon=2.0, cache_dir=str(tmp_path)), 1000, 50, 12, Release(queries=1),
+               SAMPLERS["poisson"])
+    with cheap_pld_grid():
+        make_plan(*request)   # (calibrates: the cache and the cross-check's memo written)
+        built = []
+        monkeypatch.setattr(prv_accountant, "PRVAccountant",
+                            lambda *a, _made=prv_accountant.PRVAccountant, **k: built.append(1) or _made(*a, **k))
+        plan = make_plan(*request)
+        tracker = EpsilonTracker(plan, row_steps=range(2, 13, 2))
+        assert tracker.at(12) == make_accountant(plan).epsilon(12).upper <= 2.0
+    assert len(built) <= 1
