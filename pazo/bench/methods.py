@@ -258,7 +258,7 @@ def check_arguments(args) -> None:
         if unknown:
             raise ConfigError(unknown_choice(what, unknown[0], known) + also)
         if not names:
-            raise ConfigError(f"no {what} given; choices: {', '.join(known)}")
+            raise ConfigError(f"no {what} given (choices: {', '.join(sorted(known))})")
     for setting in args.settings.split(","):
         if setting in DATASETS:   # read now: a data set whose files are missing is its loader's one line
             add_dataset_setting(setting, args.override)

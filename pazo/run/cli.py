@@ -271,18 +271,12 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None,
     renamed to another option (`renamed_section`), and an option neither Hydra nor the entry point
     knows (`unknown_flag`; `own_flags`: the entry point's own). A multirun (`-m`): each of its jobs
     (`check_multirun`); Hydra's other flags (--help, --cfg, ...) are left to Hydra."""
-    from pazo.run.door import list_for_one_choice, not_an_override, renamed_section
+    from pazo.run.door import list_for_one_choice, renamed_section
 
     flags = [a for a in argv if a.startswith("-")]
-    problem = unknown_flag(flags, own_flags)
+    problem = _unreadable_command_line(argv, flags, own_flags)
     if problem:
         return problem
-    unreadable = not_an_override([a for a in argv if a not in flags]) if set(flags) <= set(MULTIRUN_FLAGS) else None
-    if unreadable:
-        return unreadable
-    empty = next((f"{key}: {EMPTY_PATH}" for key in HYDRA_DIRS if override_value(argv, key) == ""), None)
-    if empty:   # (Hydra would run in, or sweep into, the current folder)
-        return empty
     if any(a in MULTIRUN_FLAGS for a in argv):
         return check_multirun(argv, config_name, check)
     if flags:
@@ -322,6 +316,17 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None,
         return (merged_type_problem(err) or _unknown_option(lines) or "; ".join(dict.fromkeys(lines[:2]))
                 or type(err).__name__)
     return None
+
+
+def _unreadable_command_line(argv: list[str], flags: list[str], own_flags: tuple[str, ...]) -> str | None:
+    """What Hydra would refuse in its own words before composing anything: an option neither it nor
+    the entry point knows (`unknown_flag`), an argument its grammar cannot read (`not_an_override`),
+    an empty folder to run or sweep into (Hydra would write into the current folder)."""
+    from pazo.run.door import not_an_override
+
+    unreadable = not_an_override([a for a in argv if a not in flags]) if set(flags) <= set(MULTIRUN_FLAGS) else None
+    return (unknown_flag(flags, own_flags) or unreadable
+            or next((f"{key}: {EMPTY_PATH}" for key in HYDRA_DIRS if override_value(argv, key) == ""), None))
 
 
 def merged_type_problem(err: Exception) -> str | None:

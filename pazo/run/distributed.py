@@ -135,13 +135,9 @@ class Group:
             raise RankLost(lost_line(err)) from None
         return box[0]
 
-    def agree(self, facts: dict[str, str]) -> None:
-        """Refuse, on every rank and before any compute, a run whose ranks differ in any of `facts`
-        (config, data, code): they would not compute one run. A rank that could not build the run
-        sends its failure instead (`tell`): every other rank ends here, naming it (`told_failure`)."""
-        if not self.several:
-            return
-        self.agreed = True   # (one agreement a run: whatever happens in it, it is spent)
+    def _gathered_unless_told(self, facts: dict) -> list:
+        """Every rank's `facts`, in rank order, once each has sent its own; a `RankLost` where a rank
+        is gone, and another rank's failure, sent in its facts' place, raised here (`told_failure`)."""
         gathered: list = [None] * self.world_size
         try:
             dist.all_gather_object(gathered, facts, group=self.process_group)
@@ -150,6 +146,16 @@ class Group:
         told = told_failure(gathered, self.rank)
         if told is not None:
             raise told
+        return gathered
+
+    def agree(self, facts: dict[str, str]) -> None:
+        """Refuse, on every rank and before any compute, a run whose ranks differ in any of `facts`
+        (config, data, code): they would not compute one run. A rank that could not build the run
+        sends its failure instead (`tell`): every other rank ends here, naming it (`told_failure`)."""
+        if not self.several:
+            return
+        self.agreed = True   # (one agreement a run: whatever happens in it, it is spent)
+        gathered = self._gathered_unless_told(facts)
         if failure_of(facts) is not None:   # (this rank's own failure: it raises its own error)
             return
         differ = [key for key in facts if len({str(g.get(key)) for g in gathered}) > 1]
@@ -169,14 +175,7 @@ class Group:
         rank ends here naming it (`told_failure`)."""
         if not self.several:
             return
-        gathered: list = [None] * self.world_size
-        try:
-            dist.all_gather_object(gathered, asked, group=self.process_group)
-        except (RuntimeError, dist.DistError) as err:
-            raise RankLost(lost_line(err)) from None
-        told = told_failure(gathered, self.rank)
-        if told is not None:
-            raise told
+        gathered = self._gathered_unless_told(asked)
         differ = None if failure_of(asked) is not None else asked_difference(gathered)
         if differ is not None:
             raise ConfigError(f"the {self.world_size} processes of this run were given different command lines "

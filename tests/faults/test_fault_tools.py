@@ -271,7 +271,7 @@ def test_a_good_benchmark_file_still_makes_its_table(tmp_path, capsys):
 
 BENCH_MISTAKES = [
     (["methods", "--methods", "bogus"], "bogus"),
-    (["methods", "--methods", ","], "none given"),
+    (["methods", "--methods", ","], "no method given"),
     (["methods", "--settings", "nope"], "nope"),
     (["methods", "--device", "tpu"], "tpu"),
     (["methods", "--iters", "0"], "--iters"),
