@@ -4,14 +4,15 @@ run's plan, a sweep's private selection (`calibrate`) and `pazo-privacy sigma` (
 same sigma for the same request, so that each accounts the noise a run adds."""
 from __future__ import annotations
 
+import contextlib
 import math
 
-from hypothesis import example, given, settings
+from hypothesis import example, given, reject, settings
 from hypothesis import strategies as st
 
 from conftest import cheap_pld_grid
 from pazo.config_schema import PrivacySchema
-from pazo.privacy.accountants import (ACCOUNTANTS, DP_ACCOUNTING, MECHANISMS, DpAccountingAccountant,
+from pazo.privacy.accountants import (ACCOUNTANTS, BudgetError, DP_ACCOUNTING, MECHANISMS, DpAccountingAccountant,
                                       GaussianAccountant, LaplaceAccountant, accountant_for, epsilon_for)
 from pazo.privacy.calibration import calibrate
 from pazo.privacy.mechanisms import Release
@@ -69,14 +70,19 @@ def test_a_run_a_selection_and_the_planner_calibrate_one_sigma(accountant, epsil
 @settings(max_examples=6, deadline=None)
 @given(sigma=st.floats(0.8, 3.0), q=st.floats(0.005, 0.2), steps=st.integers(1, 60),
        others=st.lists(st.tuples(st.floats(0.8, 3.0), st.integers(1, 60)), max_size=2))
+@example(sigma=1.0, q=0.125, steps=1, others=[(0.80078125, 23)])   # another build prv-accountant refuses
 def test_an_account_handed_out_again_is_a_fresh_ones_bits(sigma, q, steps, others):
     """A PRV account built last is handed out again for the same inputs (`prv_accountant`): its
     numbers are those of an account built fresh, bit for bit, at every step and whatever other
-    accounts were built in between."""
-    first = GaussianAccountant(sigma, q, steps, 1e-5, eps_error=0.01)
+    accounts were built, or refused by prv-accountant's check of its grid, in between."""
+    try:
+        first = GaussianAccountant(sigma, q, steps, 1e-5, eps_error=0.01)
+    except BudgetError:   # (inputs prv-accountant cannot account: no account to hand out again)
+        reject()
     numbers = [first.epsilon(t) for t in range(1, steps + 1)]
     for other_sigma, other_steps in others:
-        GaussianAccountant(other_sigma, q, other_steps, 1e-5, eps_error=0.01).epsilon(other_steps)
+        with contextlib.suppress(BudgetError):
+            GaussianAccountant(other_sigma, q, other_steps, 1e-5, eps_error=0.01).epsilon(other_steps)
     again = GaussianAccountant(sigma, q, steps, 1e-5, eps_error=0.01)
     assert [again.epsilon(t) for t in range(1, steps + 1)] == numbers
     assert again._prv is GaussianAccountant(sigma, q, steps, 1e-5, eps_error=0.01)._prv
