@@ -181,9 +181,9 @@ def update_rule_lines(rule: dict | None) -> list[str]:
     return [f"update: schedule {said(rule['schedule'])}, optimizer {said(rule['optimizer'])}{memory}"]
 
 
-def figure(value: float | None) -> str:
-    """A number as the terminal shows it: 4 decimals, "-" for none (the files keep every digit)."""
-    return "-" if value is None else format(value, ".4f")
+def figure(value: float | None, form: str = ".4f") -> str:
+    """A number as the terminal shows it: 4 decimals (or `form`), "-" for none (the files keep every digit)."""
+    return "-" if value is None else format(value, form)
 
 
 def finished_line(run_dir, summary: dict) -> str:
@@ -204,13 +204,12 @@ def resumed_line(run_dir, step: int, total_steps: int) -> str:
 
 def print_summary(s: dict) -> None:
     p = s["privacy"]
-    fmt = lambda v, f=".4f": "-" if v is None else format(v, f)  # noqa: E731
     log.info("")
     log.info(f"{s['status'].upper()}" + (f" ({s['failure']})" if s["failure"] else ""))
-    log.info(f"  test accuracy: final {fmt(s['final_test_accuracy'])}, best {fmt(s['best_test_accuracy'])}")
+    log.info(f"  test accuracy: final {figure(s['final_test_accuracy'])}, best {figure(s['best_test_accuracy'])}")
     if p["private"]:
         earlier = f", {p['steps_released']} released by earlier attempts" if p.get("steps_released") else ""
-        log.info(f"  epsilon spent {fmt(p['epsilon_spent'])} / target {p['target_epsilon']} "
+        log.info(f"  epsilon spent {figure(p['epsilon_spent'])} / target {p['target_epsilon']} "
                  f"(delta {p['delta']:.3g}, sigma {p['sigma']:.4f}, {p['steps_done']} steps{earlier}) "
                  f"{'within budget' if p['within_budget'] else 'OVER BUDGET'}; {p['guarantee']}")
         if p.get("pure_epsilon_spent") is not None:
@@ -219,7 +218,7 @@ def print_summary(s: dict) -> None:
             log.info(f"  accountant {p['accountant_name']}; {cross_check_line(p['cross_check'])}")
     else:
         log.info("  non-private run (no clipping, no noise)")
-    log.info(f"  s/iter: mean {fmt(s['mean_s_per_iter'], '.5f')}, median {fmt(s['median_s_per_iter'], '.5f')}")
+    log.info(f"  s/iter: mean {figure(s['mean_s_per_iter'], '.5f')}, median {figure(s['median_s_per_iter'], '.5f')}")
     for line in update_rule_lines(s.get("update_rule")):
         log.info(f"  {line}")
     if "noisy_candidate_win_rate" in s:
