@@ -197,7 +197,7 @@ class LoggerSchema:
     def __post_init__(self):
         one_of(self.mode, ("offline", "online", "disabled"), "logger.mode")
         for name in self.report_to:
-            require(name in LOGGERS, f"unknown logger {name!r} in logger.report_to; choices: {', '.join(LOGGERS)}")
+            one_of(name, LOGGERS, "logger.report_to name")
         twice = sorted({name for name in self.report_to if list(self.report_to).count(name) > 1})
         require(not twice, f"logger.report_to names {', '.join(twice)} more than once")
 

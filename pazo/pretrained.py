@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from pazo.errors import DataMissingError
+from pazo.errors import DataCorruptError, DataMissingError
 
 
 def missing_pretrained(name, local: Path, err: BaseException, *, what: str, key: str, download_key: str,
@@ -52,3 +52,17 @@ def load_pretrained(path_or_name: str, kind: str, download: bool = False, *, key
     except OSError as err:
         raise missing_pretrained(path_or_name, local, err, what=kind, key=key, download_key=download_key,
                                  download=download, model_class=model_class) from None
+    except ValueError as err:   # transformers found no tokenizer or model it can build where it looked
+        if not local.exists():
+            raise missing_pretrained(path_or_name, local, err, what=kind, key=key, download_key=download_key,
+                                     download=download, model_class=model_class) from None
+        raise unreadable_pretrained(local, err, what=kind, key=key) from None
+
+
+def unreadable_pretrained(local: Path, err: ValueError, *, what: str, key: str) -> DataCorruptError:
+    """The one message for a folder that is there but holds no tokenizer or model transformers can
+    read (an empty folder, another kind of file)."""
+    reason = str(err).strip().splitlines()[0].rstrip(": ")
+    return DataCorruptError(f"the {what} in {local} cannot be read ({reason}): set {key} to a folder written by "
+                            "save_pretrained (tokenizer.json or tokenizer_config.json, config.json and the "
+                            "weights), or to a Hub id in the Hugging Face cache")

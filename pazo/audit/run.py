@@ -28,7 +28,7 @@ from pazo.audit.noise_check import attach_noise_probe, noise_check, probe_statis
 from pazo.audit.canaries import (CodedScalarCanaries, FixedRatePoissonSampler, ScalarCanaries, VectorCanaries,
                                  black_box_scores, example_canaries, public_seeds, with_examples)
 from pazo.commands.console import open_run_logs
-from pazo.errors import ConfigError
+from pazo.errors import ConfigError, unknown_choice
 from pazo.run.build import build_run
 from pazo.methods import METHODS, method_info
 from pazo.privacy.mechanisms import DEBUG_BREAKS, JointClipPrivatizer, ScalarPrivatizer, VectorPrivatizer, debug_break
@@ -74,7 +74,7 @@ class AuditConfig:
         if not (isinstance(a.canaries, int) and a.canaries >= 2):
             raise ConfigError(f"audit.canaries must be an integer >= 2, got {a.canaries!r}")
         if a.threat not in THREATS:
-            raise ConfigError(f"unknown audit.threat {a.threat!r}; choices: {', '.join(THREATS)}")
+            raise ConfigError(unknown_choice("audit.threat", a.threat, THREATS))
         if not (isinstance(a.confidence, float) and 0.5 <= a.confidence < 1):
             raise ConfigError(f"audit.confidence must be in [0.5, 1), got {a.confidence!r}")
         if not (isinstance(a.canary_scale, (int, float)) and math.isfinite(a.canary_scale) and a.canary_scale >= 1):
@@ -83,7 +83,7 @@ class AuditConfig:
         if a.delta is not None and not (isinstance(a.delta, float) and 0 < a.delta < 1):
             raise ConfigError(f"audit.delta must be in (0, 1) or null (the run's delta), got {a.delta!r}")
         if a.debug_break is not None and a.debug_break not in DEBUG_BREAKS:
-            raise ConfigError(f"unknown audit.debug_break {a.debug_break!r}; choices: {', '.join(DEBUG_BREAKS)}")
+            raise ConfigError(unknown_choice("audit.debug_break", a.debug_break, DEBUG_BREAKS))
         return a
 
 

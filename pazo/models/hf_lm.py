@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pazo.config_schema import dropout_rate, optional
-from pazo.errors import ConfigError, at_least_one, one_of, positive
+from pazo.errors import ConfigError, at_least_one, one_of, positive, unknown_choice
 from pazo.pretrained import missing_pretrained
 from pazo.text.prompts import resolve_label_words, task_spec
 from pazo.text import tokens
@@ -42,7 +42,7 @@ WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.msgpack", "*.h5")
 
 def resolve_dtype(name: str) -> torch.dtype:
     if name not in DTYPES:
-        raise ConfigError(f"unknown model.dtype {name!r}; choices: {', '.join(DTYPES)}")
+        raise ConfigError(unknown_choice("model.dtype", name, DTYPES))
     return DTYPES[name]
 
 
@@ -63,7 +63,7 @@ def load_hf_lm(path: str, kind: str, *, dtype: str = "float32", random_init: boo
     auto = AutoModelForCausalLM if kind == "causal" else AutoModelForMaskedLM
     torch_dtype = resolve_dtype(dtype)
     if attention not in ("eager", "sdpa"):
-        raise ConfigError(f"unknown model.attention {attention!r}; choices: eager, sdpa")
+        raise ConfigError(unknown_choice("model.attention", attention, ("eager", "sdpa")))
     local = Path(str(path)).expanduser()
     source = str(local) if local.exists() else str(path)
     config_only = local.is_dir() and (local / "config.json").exists() and not has_weights(local)
@@ -165,7 +165,7 @@ class CausalLMTask(nn.Module):
         of random-weight models); generation still decodes with it."""
         super().__init__()
         if task not in ("classification", "generation"):
-            raise ConfigError(f"unknown model.task {task!r}; choices: classification, generation")
+            raise ConfigError(unknown_choice("model.task", task, ("classification", "generation")))
         self.lm, self.task, self.tokenizer = lm, task, tokenizer
         self.pad_id = pad_token_id(tokenizer) if pad_id is None else int(pad_id)
         self.max_new_tokens = int(max_new_tokens)

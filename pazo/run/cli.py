@@ -258,6 +258,10 @@ def check_multirun(argv: list[str], config_name: str = "config", check=None) -> 
 
 #: the folders a command line may name for Hydra to write a run, or a multirun, into
 HYDRA_DIRS = ("hydra.run.dir", "hydra.sweep.dir")
+#: the config's keys that name a folder or file to read (every key of configs/ so named: a test holds
+#: the list to them); given empty, `Path("")` would read the current folder. (An empty cache_dir is
+#: read as null: no cache.)
+CONFIG_PATHS = ("dataset.root", "dataset.public_folder", "dataset.tokenizer", "model.path")
 
 
 def check_overrides(argv: list[str], config_name: str = "config", check=None,
@@ -321,12 +325,14 @@ def check_overrides(argv: list[str], config_name: str = "config", check=None,
 def _unreadable_command_line(argv: list[str], flags: list[str], own_flags: tuple[str, ...]) -> str | None:
     """What Hydra would refuse in its own words before composing anything: an option neither it nor
     the entry point knows (`unknown_flag`), an argument its grammar cannot read (`not_an_override`),
-    an empty folder to run or sweep into (Hydra would write into the current folder)."""
+    an empty folder to run or sweep into (Hydra would write into the current folder), or an empty path
+    in the config (the run would read or cache in the current folder)."""
     from pazo.run.door import not_an_override
 
     unreadable = not_an_override([a for a in argv if a not in flags]) if set(flags) <= set(MULTIRUN_FLAGS) else None
     return (unknown_flag(flags, own_flags) or unreadable
-            or next((f"{key}: {EMPTY_PATH}" for key in HYDRA_DIRS if override_value(argv, key) == ""), None))
+            or next((f"{key}: {EMPTY_PATH}" for key in (*HYDRA_DIRS, *CONFIG_PATHS)
+                         if override_value(argv, key) == ""), None))
 
 
 def merged_type_problem(err: Exception) -> str | None:

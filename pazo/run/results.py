@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from pazo.errors import ConfigError
+from pazo.errors import ConfigError, unknown_choice
 from pazo.files.file_kinds import NotRegularFile, read_regular_text
 from pazo.methods import METHODS, method_names
 
@@ -226,7 +226,7 @@ def select_configs(runs: pd.DataFrame, metric: str = "final_accuracy", selection
     accuracy), best_run (its seed with the best score), and the group's runs, finished, failed,
     excluded and configs (all, and selectable)."""
     if selection not in SELECTIONS:
-        raise ConfigError(f"unknown selection {selection!r}; choices: {', '.join(SELECTIONS)}")
+        raise ConfigError(unknown_choice("selection", selection, SELECTIONS))
     runs = with_exclusions(runs, include_shuffle)
     runs = runs.assign(**{c: d for c, d in (("selection", "grid"), ("selection_epsilon", math.nan),
                                             ("selection_delta", math.nan)) if c not in runs})  # older frames

@@ -61,7 +61,7 @@ class SubmititLauncher:
 
     def __post_init__(self):
         if self.cluster not in ("slurm", "local", "debug"):
-            raise ConfigError(f"unknown cluster {self.cluster!r}; choices: slurm, local, debug")
+            raise ConfigError(unknown_choice("cluster", self.cluster, ("slurm", "local", "debug")))
         integer_at_least(self.gpus_per_node, 0, "gpus_per_node")
         for key in ("cpus_per_task", "mem_gb", "timeout_min", "array_parallelism", "nodes", "tasks_per_node"):
             integer_at_least(getattr(self, key), 1, key)

@@ -175,11 +175,11 @@ class SpecSchema:
 
     def __post_init__(self):
         if self.selection not in SELECTION_MODES:
-            raise ConfigError(f"unknown selection {self.selection!r}; choices: {', '.join(SELECTION_MODES)}")
+            raise ConfigError(unknown_choice("selection", self.selection, SELECTION_MODES))
         if set(self.k) - {"distribution", "mean", "shape"}:
             raise ConfigError(f"k takes distribution, mean and shape, got {sorted(self.k)}")
         if self.entry not in ENTRIES:
-            raise ConfigError(f"unknown entry {self.entry!r}; choices: {', '.join(ENTRIES)}")
+            raise ConfigError(unknown_choice("entry", self.entry, ENTRIES))
         for key in ("settings", "methods", "epsilons", "seeds"):
             if not getattr(self, key):
                 raise ConfigError(f"{key} must be a non-empty list")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pazo.errors import ConfigError
+from pazo.errors import ConfigError, unknown_choice
 
 
 def _nli_masked(premise: str, hypothesis: str) -> list:
@@ -67,7 +67,7 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in [
 
 def task_spec(name: str) -> TaskSpec:
     if name not in TASKS:
-        raise ConfigError(f"unknown dataset.task {name!r}; choices: {', '.join(TASKS)}")
+        raise ConfigError(unknown_choice("dataset.task", name, TASKS))
     return TASKS[name]
 
 

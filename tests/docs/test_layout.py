@@ -49,14 +49,34 @@ def scrolls_within_the_window(rule: dict[str, str]) -> bool:
     return overflow in ("auto", "scroll") and height is not None and float(height[1]) <= 100
 
 
+class _MkdocsYaml(yaml.SafeLoader):
+    """mkdocs.yml read as MkDocs reads it: its `!relative $config_dir` is the folder it is in."""
+
+
+_MkdocsYaml.add_constructor("!relative", lambda loader, node: str(REPO_ROOT))
+
+
+def mkdocs_yml() -> dict:
+    return yaml.load((REPO_ROOT / "mkdocs.yml").read_text(), Loader=_MkdocsYaml)
+
+
+def test_the_changelog_snippet_is_found_from_any_folder(tmp_path, monkeypatch):
+    """`mkdocs build -f <checkout>/mkdocs.yml` from another folder: the changelog page includes
+    CHANGELOG.md from the checkout (was: looked for it in the current folder, and the build failed)."""
+    monkeypatch.chdir(tmp_path)
+    config = load_config(str(REPO_ROOT / "mkdocs.yml"))
+    bases = config["mdx_configs"]["pymdownx.snippets"]["base_path"]
+    assert any((Path(base) / "CHANGELOG.md").resolve() == (REPO_ROOT / "CHANGELOG.md").resolve() for base in bases)
+
+
 def test_mkdocs_loads_the_stylesheet():
-    config = yaml.safe_load((REPO_ROOT / "mkdocs.yml").read_text())
+    config = mkdocs_yml()
     assert (REPO_ROOT / config["docs_dir"] / "stylesheets" / "tables.css") == STYLESHEET
     assert "stylesheets/tables.css" in config["extra_css"]
 
 
 def test_mkdocs_runs_the_hook_that_lets_names_in_a_table_break():
-    config = yaml.safe_load((REPO_ROOT / "mkdocs.yml").read_text())
+    config = mkdocs_yml()
     assert [REPO_ROOT / h for h in config["hooks"]] == [HOOKS] and HOOKS.is_file()
 
 
@@ -121,7 +141,7 @@ def rendered_pages() -> dict[str, str]:
 def test_a_source_listings_line_numbers_sit_in_its_lines_and_a_wrapped_part_is_indented():
     """A column of line numbers beside wrapped code would number the wrong lines; each line is a span
     (its id ends `__span-N-M`, a listing's with a prefix) whose wrapped part hangs indented."""
-    config = yaml.safe_load((REPO_ROOT / "mkdocs.yml").read_text())
+    config = mkdocs_yml()
     highlight = next(e for e in config["markdown_extensions"] if isinstance(e, dict) and "pymdownx.highlight" in e)
     assert highlight["pymdownx.highlight"]["linenums_style"] == "pymdownx-inline"
     assert highlight["pymdownx.highlight"]["line_spans"] == "__span"
@@ -197,7 +217,7 @@ def mini_site(tmp_path: Path, page: str, stylesheet: bool) -> Path:
     docs = tmp_path / "docs"
     (docs / "stylesheets").mkdir(parents=True)
     (docs / "index.md").write_text(page)
-    config = yaml.safe_load((REPO_ROOT / "mkdocs.yml").read_text())
+    config = mkdocs_yml()
     mini = {"site_name": "layout", "docs_dir": str(docs), "site_dir": str(tmp_path / "site"),
             "theme": config["theme"], "markdown_extensions": config["markdown_extensions"]}
     if stylesheet:

@@ -1,13 +1,23 @@
 """A name typed wrong gets the close match, wherever a name is chosen (issue #60): one rule,
 `pazo.errors.unknown_choice` (difflib's nearest name at a ratio of 0.6, then the choices). Was:
 `pazo-sweep demo --methods pazom` and `private_zo(method="pazom")` listed the choices only, and
-`pazo-report configs train` called `train` an unknown part without saying where its keys are."""
+`pazo-report configs train` called `train` an unknown part without saying where its keys are; the
+audit's threat and debug break, a prompt task, a model's dtype, attention and task, a logger, a
+sweep's cluster, selection and entry, and a table's selection listed their choices only."""
 import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 
 from pazo import CONFIG_DIR
+from pazo.audit.run import THREATS, AuditConfig
+from pazo.config_schema import LOGGERS, LoggerSchema
 from pazo.errors import ConfigError, close_match
+from pazo.models.hf_lm import DTYPES, CausalLMTask, load_hf_lm, resolve_dtype
+from pazo.privacy.mechanisms import DEBUG_BREAKS
+from pazo.run.results import SELECTIONS, select_configs
+from pazo.sweep.launchers import SubmititLauncher
+from pazo.sweep.spec import ENTRIES, SELECTION_MODES, SpecSchema
+from pazo.text.prompts import TASKS, task_spec
 
 
 def _sweep_methods(name):
@@ -40,18 +50,46 @@ def _bench_command(name):
     assert main([name]) == 2
 
 
+def _audit(key):
+    def audit(name):
+        AuditConfig.from_cfg({"canaries": 100, "threat": "black_box", "confidence": 0.95, "canary_scale": 1.0,
+                              "delta": None, "debug_break": None, key: name})
+    return audit
+
+
+def _sweep_spec(key):
+    def spec(name):
+        SpecSchema(name="s", settings=["digits"], methods=["mezo"], epsilons=[1.0], **{key: name})
+    return spec
+
+
+#: sites that check a name against a fixed list: the site, and its list
+LISTED = {"audit.threat": (_audit("threat"), THREATS), "audit.debug_break": (_audit("debug_break"), DEBUG_BREAKS),
+          "dataset.task": (task_spec, TASKS), "model.dtype": (resolve_dtype, DTYPES),
+          "model.attention": (lambda name: load_hf_lm("/nonexistent", "causal", attention=name), ("eager", "sdpa")),
+          "model.task": (lambda name: CausalLMTask(None, None, name), ("classification", "generation")),
+          "logger.report_to": (lambda name: LoggerSchema(report_to=[name]), LOGGERS),
+          "sweep cluster": (lambda name: SubmititLauncher(cluster=name), ("slurm", "local", "debug")),
+          "sweep selection": (_sweep_spec("selection"), SELECTION_MODES),
+          "sweep entry": (_sweep_spec("entry"), ENTRIES),
+          "table selection": (lambda name: select_configs(None, selection=name), SELECTIONS)}
+
+
 def _choices(site):
     from pazo.bench import COMMANDS
     from pazo.methods import METHODS, method_names
     from pazo.report.config_reference import GROUPS, PARTS
     from pazo.sweep.spec import load_spec
 
+    if site in LISTED:
+        return sorted(LISTED[site][1])
     return {"sweep --methods": load_spec("demo")["methods"], "private_zo method": method_names("zeroth_order"),
             "registry": METHODS.names(), "configs part": [*PARTS, *GROUPS], "bench command": list(COMMANDS)}[site]
 
 
 SITES = {"sweep --methods": _sweep_methods, "private_zo method": _library_method, "registry": _registry,
-         "configs part": _configs_part, "bench command": _bench_command}
+         "configs part": _configs_part, "bench command": _bench_command,
+         **{site: call for site, (call, _) in LISTED.items()}}
 
 
 def _said(site, name, capsys) -> str:

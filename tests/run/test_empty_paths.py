@@ -6,8 +6,11 @@ import signal
 import sys
 
 import pytest
+import yaml
 
+from pazo import CONFIG_DIR
 from pazo.files.file_kinds import EMPTY_PATH
+from pazo.run.cli import CONFIG_PATHS
 
 
 def _bench(*argv):
@@ -65,6 +68,11 @@ EMPTY = {
     "pazo-train -m hydra.sweep.dir": (_train, "-m", "method=dpzero", "seed=0,1", "hydra.sweep.dir="),
     "pazo-audit hydra.run.dir": (_audit, "method=dpzero", "hydra.run.dir="),
     "pazo-audit -m hydra.sweep.dir": (_audit, "-m", "method=dpzero", "seed=0,1", "hydra.sweep.dir=''"),
+    "pazo-train dataset.root": (_train, "dataset=cifar10", "dataset.root="),
+    "pazo-train dataset.public_folder": (_train, "dataset=cifar10", "dataset.public_folder=''"),
+    "pazo-train dataset.tokenizer": (_train, "dataset=sst2", "model=hf_causal_lm", "dataset.tokenizer="),
+    "pazo-train model.path": (_train, "dataset=sst2", "model=hf_causal_lm", "model.path="),
+    "pazo-audit dataset.root": (_audit, "method=dpzero", "dataset=cifar10", "dataset.root="),
 }
 
 
@@ -83,3 +91,17 @@ def test_an_empty_path_is_one_line_and_exit_2_before_anything(argument, tmp_path
     said = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and len(said) == 1 and EMPTY_PATH in said[0] and said[0].startswith("pazo: error: "), said
     assert not any(tmp_path.iterdir())
+
+
+#: the names a config key that holds a folder or file to read goes by (a cache_dir given empty is no
+#: cache, as null)
+PATH_NAMES = {"root", "public_folder", "tokenizer", "path"}
+
+
+def test_every_path_key_of_the_configs_is_checked_for_emptiness():
+    """A new data set's or model's path key would escape the check unless CONFIG_PATHS names it."""
+    found = set()
+    for group in ("dataset", "model", "privacy"):
+        for file in (CONFIG_DIR / group).glob("*.yaml"):
+            found |= {f"{group}.{key}" for key in (yaml.safe_load(file.read_text()) or {}) if key in PATH_NAMES}
+    assert found == set(CONFIG_PATHS)
