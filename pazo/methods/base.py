@@ -13,6 +13,7 @@ from omegaconf import MISSING
 from pazo.config_schema import OptimizerSchema
 from pazo.data.base import TensorSplit
 from pazo.errors import ConfigError, UserCodeError, at_least_one, one_of, positive, require  # noqa: F401 (the methods' checks)
+from pazo.methods.ghost_clip import is_random_in_training
 from pazo.methods.update_rule import StepSchedule, UpdateRule
 from pazo.models.functional import FunctionalModel
 from pazo.privacy.mechanisms import (LOCAL_SUMS, JointClipPrivatizer, LocalSums, NoiseSpec, Release, ScalarPrivatizer,
@@ -160,6 +161,8 @@ class Method(ABC):
     #: whether every sum of a step over its private batch goes through `ctx.sums`, so that the ranks of
     #: a data-parallel run can each take a shard of the batch (`pazo.run.distributed`)
     shards_batches: bool = False
+    #: whether the model's training forward draws random numbers (`public_forward_random`; None: not read yet)
+    _public_forward_random: bool | None = None
 
     def __init__(self, cfg: MethodConfig, ctx: MethodContext):
         self.cfg, self.ctx, self.model = cfg, ctx, ctx.model
@@ -207,12 +210,24 @@ class Method(ABC):
         """Flat gradients [k, d] of k public batches, drawn in order, computed together
         (`FunctionalModel.mean_loss_grads`: one vmapped pass, which holds the activations of all k
         batches) or one after another (one batch's activations), as `public_grads_batched` says;
-        the same gradients up to float rounding, and dropout masks drawn otherwise. Out of memory
-        taking them together: a one-line error that names the switch."""
+        the same gradients up to float rounding, and dropout masks drawn otherwise. On several
+        processes every rank draws the k batches (the public stream stays the same on every rank)
+        and computes its share of the gradients, which the ranks gather (`ctx.sums.computed_rows`);
+        a model whose training forward is random (dropout) has every rank compute all k, so that
+        the masks are drawn from the generator as one process draws them. Out of memory taking them
+        together: a one-line error that names the switch."""
         batches = [public.sample() for _ in range(k)]
         batched = public_grads_batched(self.cfg, self.model)
+
+        def grads_of(share: list[int]) -> torch.Tensor:
+            if not share:
+                return self.model.zeros((0, self.model.dim))
+            return self.model.mean_loss_grads([batches[j] for j in share], batched=batched)
+
         try:
-            return self.model.mean_loss_grads(batches, batched=batched)
+            if self.public_forward_random():
+                return grads_of(list(range(k)))
+            return self.ctx.sums.computed_rows(k, grads_of)
         except torch.OutOfMemoryError as err:
             if not self.model.grads_together(batches, batched):
                 raise
@@ -220,6 +235,12 @@ class Method(ABC):
                               f"{public.batch_size}) ran out of memory on {self.model.device}: set "
                               "method.public_grads_together=false to take them one after another "
                               "(one batch's activations at a time)") from err
+
+    def public_forward_random(self) -> bool:
+        """Whether the public passes draw random numbers (a dropout of nonzero rate): read once."""
+        if self._public_forward_random is None:
+            self._public_forward_random = is_random_in_training(self.model.module)
+        return self._public_forward_random
 
     def public_grads_choice(self) -> dict:
         """How this attempt takes its k public gradients (PAZO-P/S): what `method.public_grads_together`

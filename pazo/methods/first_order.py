@@ -354,7 +354,7 @@ class GEP(FirstOrderMethod):
     """
 
     ghost_allowed = False
-    shards_batches = True   # (every rank computes the same anchor subspace from the same public batch)
+    shards_batches = True   # (every rank computes the same anchor subspace from the same gathered public gradients)
 
     def __init__(self, cfg, ctx):
         super().__init__(cfg, ctx)
@@ -366,8 +366,16 @@ class GEP(FirstOrderMethod):
         self.init_gen = ctx.streams.torch_generator("public", device=ctx.device)
 
     def anchor_subspace(self) -> list[torch.Tensor]:
-        """Per group an orthonormal [d_g, k_g] basis of the top public gradient directions."""
-        pub = per_example_grads(self.model, *self.public.sample(), self.chunk)  # [b', d]
+        """Per group an orthonormal [d_g, k_g] basis of the top public gradient directions. On several
+        processes each rank computes its share of the public batch's per-example gradients and the
+        ranks gather them (`ctx.sums.computed_rows`): every rank holds the same [b', d] rows."""
+        x, y = self.public.sample()
+
+        def grads_of(share: list[int]) -> torch.Tensor:
+            picked = torch.as_tensor(share, dtype=torch.int64, device=x.device)
+            return per_example_grads(self.model, x[picked], y[picked], self.chunk)
+
+        pub = self.ctx.sums.computed_rows(len(x), grads_of)  # [b', d]
         bases = []
         for (s, e), k in zip(self.groups, self.bases):
             m = pub[:, s:e]

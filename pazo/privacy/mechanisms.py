@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import array
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -180,6 +180,13 @@ class LocalSums:
         """A float vector summed over the batch (a first-order step's clipped gradients and losses):
         one process holds the whole batch's sum already."""
         return local
+
+    def computed_rows(self, count: int, compute: Callable[[list[int]], torch.Tensor]) -> torch.Tensor:
+        """Rows [count, ...] that are computed each on its own (public gradients, one per public
+        batch): `compute(indices)` gives the rows of `indices`, in their order. One process computes
+        them all; a data-parallel run's ranks each compute their share and gather them
+        (`pazo.run.distributed.ShardSums`): each row is one call's, on one rank, sent whole."""
+        return compute(list(range(count)))
 
 
 #: the sums of a one-process run

@@ -15,7 +15,7 @@ import json
 import math
 import os
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -113,6 +113,25 @@ class Group:
         for part in parts[1:]:
             total += part
         return total.to(local.device)
+
+    def gather_rows(self, local: torch.Tensor, count: int) -> torch.Tensor:
+        """`count` rows held in shards by `shard`'s rule (row j on rank j mod world_size; `local`:
+        this rank's rows, in order, [m, ...]), gathered on every rank in row order: exact copies of
+        each rank's floats (all_gather, on the host, each rank's rows padded to ceil(count / N));
+        returned on `local`'s device."""
+        if not self.several:
+            return local
+        host = local.detach().to("cpu")
+        padded = host.new_zeros((-(-count // self.world_size), *host.shape[1:]))
+        padded[:len(host)] = host
+        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
+        try:
+            dist.all_gather(parts, padded, group=self.process_group)
+        except (RuntimeError, dist.DistError) as err:
+            raise RankLost(lost_line(err)) from None
+        self.bytes_exchanged += padded.numel() * padded.element_size()
+        # (position i of rank r's rows is row i * world_size + r; what is past `count` is padding)
+        return torch.stack(parts, dim=1).flatten(0, 1)[:count].to(local.device)
 
     def stopping(self, reason: str | None) -> bool:
         """Whether the run stops after this step: rank 0's stop request (a signal), sent to every rank
@@ -307,6 +326,14 @@ class ShardSums(LocalSums):
         the same on every rank; within float rounding of one process's sum over the whole batch,
         whose additions come in another order (a first-order step's gradients: d floats a rank)."""
         return self.group.add_in_rank_order(local)
+
+    def computed_rows(self, count: int, compute: Callable[[list[int]], torch.Tensor]) -> torch.Tensor:
+        """Rows computed each on its own (public gradients): this rank computes its share by
+        `Group.shard`'s rule (row j on rank j mod N; a rank r >= count computes none) and the ranks
+        gather them (`Group.gather_rows`), so every rank holds the same [count, ...] rows, in order,
+        each computed by one rank as one process computes it (k x d floats a step among the ranks)."""
+        mine = self.group.shard(np.arange(count)).tolist()
+        return self.group.gather_rows(compute(mine), count)
 
 
 def nonfinite_sum(nans: int, positive: int, negative: int, finite_sum: float) -> float:

@@ -3,7 +3,8 @@ torchrun (the default suite calls `run_method` in its one launch, `distributed_l
 one-process references, `distributed_session.py`):
 each method's run on digits (or the data set and model a spec's overrides name) for a few steps
 (the run's own assembly and steps, nothing written), and, on rank 0, a JSON line per method with
-its parameters' bytes (hex), their dtype, its epsilon and whether every rank holds them.
+its parameters' bytes (hex), their dtype, its epsilon, whether every rank holds them, and the bytes
+a rank put into the exchanges a step.
 
     python distributed_steps.py STEPS METHOD[:OVERRIDE,...] ...
 """
@@ -44,12 +45,14 @@ def run_method(spec: str, steps: int, cfg: DictConfig | None = None) -> dict:
     r = build_run(validated_run_config(cfg if cfg is not None else spec_config(spec, steps)))
     sampler, loop = r.sampler(), LoopState()
     r.module.train()
+    before = r.group.bytes_exchanged   # (the group is the launch's: its earlier runs' bytes are in it)
     for step in range(1, steps + 1):
         timed_step(r, sampler, loop, step)
     flat = torch.cat([p.detach().reshape(-1) for p in r.model.params])
     epsilon = epsilon_spent(r.plan, steps) if r.plan.private else None
     return {"spec": spec, "params": flat.numpy().tobytes().hex(), "dtype": str(flat.numpy().dtype), "epsilon": epsilon,
-            "ranks_agree": ranks_agree(r.group, flat.numpy().tobytes())}
+            "ranks_agree": ranks_agree(r.group, flat.numpy().tobytes()), "dim": r.model.dim,
+            "rank_bytes_per_step": (r.group.bytes_exchanged - before) / steps}
 
 
 def ranks_agree(group, params: bytes) -> bool:

@@ -148,10 +148,27 @@ def _one_and_two(launched: dict, specs: list[str]) -> tuple[list[dict], list[dic
     return [launched["one"][s] for s in specs], [launched["ranks"][0][s] for s in specs]
 
 
+#: the methods whose k public gradients the ranks share out and gather (`ShardSums.computed_rows`)
+SHARED_PUBLIC = ("pazo_p", "pazo_p_prime", "pazo_s")
+
+
+def _public_grads_gathered(two: list[dict], k: int) -> None:
+    """On 2 processes a rank of PAZO-P, P' or S puts ceil(k / 2) public gradients of d float32 a step into
+    the exchanges, beside its release's few thousand bytes: its share of the k, gathered by the other rank
+    (a rank that computed all k itself would exchange a few thousand bytes)."""
+    for b in two:
+        if b["spec"].partition(":")[0] in SHARED_PUBLIC:
+            gathered = -(-k // 2) * b["dim"] * 4
+            assert gathered <= b["rank_bytes_per_step"] < gathered + 4096, b["spec"]
+
+
 def test_two_processes_train_the_parameters_of_one_bit_for_bit(launched):
     """Every zeroth-order method on digits, 3 steps: the same parameters, to the bit, on every rank,
-    with the same epsilon."""
-    _same_bits(*_one_and_two(launched, ALL_ZEROTH_ORDER))
+    with the same epsilon; PAZO-P, P' and S with their k = 3 public gradients computed 2 on rank 0 and
+    1 on rank 1, and gathered."""
+    one, two = _one_and_two(launched, ALL_ZEROTH_ORDER)
+    _same_bits(one, two)
+    _public_grads_gathered(two, k=3)
 
 
 @pytest.mark.slow

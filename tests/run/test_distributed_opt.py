@@ -6,7 +6,7 @@ import pytest
 
 from distributed_session import OPT_METHODS, one_launch, opt_specs
 from llm_fixtures import write_opt_and_sst2
-from test_distributed import _one_and_two, _same_bits, _steps
+from test_distributed import _one_and_two, _public_grads_gathered, _same_bits, _steps
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,10 @@ def launched(tmp_path_factory) -> dict:
 
 
 def test_two_processes_train_the_tiny_opt_of_one_bit_for_bit(launched):
-    _same_bits(*_one_and_two(launched, opt_specs(launched["root"], list(OPT_METHODS))))
+    """(PAZO-P, P' and S with k = 2: one public gradient computed on each rank, gathered.)"""
+    one, two = _one_and_two(launched, opt_specs(launched["root"], list(OPT_METHODS)))
+    _same_bits(one, two)
+    _public_grads_gathered(two, k=2)
 
 
 @pytest.mark.slow   # (every zeroth-order method on the tiny OPT under torchrun: over a minute on 2 loaded cores)
