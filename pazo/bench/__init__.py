@@ -23,5 +23,7 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     """`pazo-bench <name> [args]`."""
+    from pazo import REPO_ROOT
     from pazo.commands.start import dispatch
-    return dispatch("pazo-bench", "benchmarks and measurements (results in scripts/results/)", COMMANDS, argv)
+    return dispatch("pazo-bench", f"benchmarks and measurements (results in {REPO_ROOT / 'scripts' / 'results'}, the "
+                    "checkout's, whatever the current folder: --out writes elsewhere)", COMMANDS, argv)

@@ -90,7 +90,7 @@ def _parser(zeroth_order: list[str]) -> ArgumentParser:
     parser.add_argument("--clock", default="cpu", choices=list(CLOCKS),
                         help="cpu: the process's CPU time (default; a shared machine); wall: the wall clock")
     parser.add_argument("--out", type=output_file, default=str(common.RESULTS_DIR / "release_paths_cpu.json"),
-                        help="the result file (default scripts/results/release_paths_cpu.json)")
+                        help="the result file (default the checkout's scripts/results/release_paths_cpu.json)")
     return parser
 
 

@@ -202,7 +202,7 @@ def parse_args():
                         help=f"methods that run on several processes (default {DEFAULT_METHODS}; "
                              f"choices: {', '.join(methods)})")
     parser.add_argument("--world-sizes", type=comma_separated(at_least(1)), default=[1, 2],
-                        help="numbers of processes (default 1,2; the efficiency needs 1 among them)")
+                        help="numbers of processes, 1 among them (default 1,2)")
     parser.add_argument("--steps", type=at_least(2), default=100, help="steps per run (default 100)")
     parser.add_argument("--repeats", type=at_least(1), default=3, help="runs of each method and world size (default 3)")
     parser.add_argument("--batch-size", type=at_least(1), default=64,
@@ -210,7 +210,7 @@ def parse_args():
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"],
                         help="cpu (default); cuda: a GPU per process; auto: cuda where there is one")
     parser.add_argument("--out", type=output_file, default=None,
-                        help="the result file (default scripts/results/scaling_<device>.json)")
+                        help="the result file (default the checkout's scripts/results/scaling_<device>.json)")
     parser.add_argument("--note", default=None, help="a note for the result file (e.g. the machine's load)")
     return parser, parser.parse_args()
 
@@ -218,6 +218,8 @@ def parse_args():
 def main():
     parser, args = parse_args()
     world_sizes = sorted(set(args.world_sizes))
+    if 1 not in world_sizes:
+        parser.error("--world-sizes must include 1: the speed-up and the efficiency are measured against one process")
     try:
         device = checked_device(args.device, world_sizes)
     except ConfigError as err:

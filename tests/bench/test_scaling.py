@@ -38,9 +38,10 @@ method_lists = st.lists(st.sampled_from([*method_names(), "nosuch", "PAZO_M"]), 
 @given(world_sizes=world_size_lists, methods=method_lists)
 @example(world_sizes=[0, 2], methods=["pazo_m"])
 @example(world_sizes=[1, 2], methods=["sgd"])   # (a method that runs on one process only)
+@example(world_sizes=[2], methods=["dpzero"])   # no one-process run to measure the others against
 def test_a_bad_world_size_or_method_is_one_line_before_any_run(world_sizes, methods, tmp_path_factory, monkeypatch,
                                                                capsys):
-    if min(world_sizes) >= 1 and set(methods) <= set(SHARDED):
+    if min(world_sizes) >= 1 and 1 in world_sizes and set(methods) <= set(SHARDED):
         return   # (a good command line: its runs are the other tests')
     out = tmp_path_factory.mktemp("scaling") / "s.json"
     capsys.readouterr()
@@ -49,7 +50,9 @@ def test_a_bad_world_size_or_method_is_one_line_before_any_run(world_sizes, meth
     done = capsys.readouterr()
     assert code == 2 and done.out == ""
     lines = done.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("pazo: error: argument --"), done.err
+    assert len(lines) == 1 and lines[0].startswith(("pazo: error: argument --", "pazo: error: --world-sizes")), done.err
+    if min(world_sizes) >= 1 and 1 not in world_sizes and set(methods) <= set(SHARDED):
+        assert "--world-sizes must include 1" in lines[0]
     bad_method = next((m for m in methods if m not in SHARDED), None)
     if bad_method and "--methods" in lines[0]:
         why = "does not run on several processes yet" if bad_method in method_names() else "is not a method"
