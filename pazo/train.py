@@ -491,8 +491,8 @@ def follower_config(argv: list[str]):
 def _on_rank(work, on_rank: str) -> tuple[int, object]:
     """(0, what `work()` gives) on this torchrun rank, or its failure as one line and an exit status
     (`on_rank` names the rank in the line): 2 for rank 0's refusal (it printed why) or a mistake, the
-    failed status for a failed rank, the fault status for a rank's fault of the machine; a lost rank
-    leaves at once. The process group is left in any case."""
+    failed status where another rank failed, the fault status where it met a fault of the machine; a
+    lost rank leaves at once. The process group is left in any case."""
     from pazo.run import distributed
     from pazo.run.cli import USER_ERRORS
 

@@ -530,7 +530,7 @@ def test_a_rank_whose_peers_never_join_ends_with_one_line_and_writes_nothing(tmp
     naming what did not join and the timeout (exit 75, a fault of the launch: the same command runs
     once every rank starts), or, where it refused its command line, with that line (exit 2); never
     a traceback, nor torch's own lines; no run directory."""
-    process = _rank(tmp_path, alone, _free_port(), "train.steps=3", "train.distributed_timeout_s=5",
+    process = _rank(tmp_path, alone, _free_port(), "train.steps=3", "train.distributed_timeout_s=2",
                     *([TYPO] if refused else []))
     stdout, stderr = process.communicate(timeout=240)
     assert process.returncode == (2 if refused else 75), stderr[-3000:]
@@ -540,7 +540,7 @@ def test_a_rank_whose_peers_never_join_ends_with_one_line_and_writes_nothing(tmp
     if refused:
         assert line.startswith(f"pazo: error: {on_rank}unknown key train.stepz"), line
     else:
-        assert line.startswith(f"pazo: error: {on_rank}the 2 processes of this run did not all join it within 5 s "
+        assert line.startswith(f"pazo: error: {on_rank}the 2 processes of this run did not all join it within 2 s "
                                "(train.distributed_timeout_s), at 127.0.0.1:"), line
         assert "summary.json" not in line and (alone or "nothing of this run was written" in line), line
     said = [line for line in (stdout + stderr).splitlines() if line.strip()]
