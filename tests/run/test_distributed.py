@@ -553,10 +553,10 @@ def test_a_rank_whose_peers_never_join_ends_with_one_line_and_writes_nothing(tmp
 def test_a_rank_lost_before_the_launch_is_accepted_names_no_summary(tmp_path):
     """Rank 1 killed as it builds the run: rank 0, in the ranks' agreement, loses it before its launch
     is accepted, and says so in one line (exit 75) that claims no summary (was: `summary.json records
-    status fault`, with no summary.json written)."""
+    status fault`, with no summary.json written). Sigma given: rank 0 calibrates nothing before it waits."""
     port, script = _free_port(), (str(HERE / "fail_building.py"), "1", "died")
-    ranks = [_rank(tmp_path, rank, port, "train.steps=3", "train.distributed_timeout_s=60", command=script)
-             for rank in (0, 1)]
+    ranks = [_rank(tmp_path, rank, port, "train.steps=3", "privacy.sigma=2.0", "train.distributed_timeout_s=60",
+                   command=script) for rank in (0, 1)]
     (stdout, stderr), _ = [p.communicate(timeout=240) for p in ranks]
     assert [p.returncode for p in ranks] == [75, -signal.SIGKILL], stderr[-3000:]
     assert "Traceback" not in stderr
