@@ -152,10 +152,11 @@ def main(cfg) -> float | None:
         log.error(f"pazo: error: {lost}; {_lost_rank_where(run_dir, lost)}")
         _leave_no_trace(staged)
         _leave(EXIT_CODES["fault"])   # at once: gloo's broken group aborts the interpreter's shutdown
-    except distributed.RankFailed as failed:   # another rank's error before the first step: it printed its own
-        _quiet_from_now(EXIT_CODES["failed"])
-        log.error(f"pazo: error: {failed}")
-        sys.exit(EXIT_CODES["failed"])
+    except (distributed.RankFailed, distributed.RankFaulted) as told:   # another rank's, before the first step
+        code = EXIT_CODES["fault" if isinstance(told, distributed.RankFaulted) else "failed"]   # (it printed its own)
+        _quiet_from_now(code)
+        log.error(f"pazo: error: {told}")
+        sys.exit(code)
     except WriteFault as fault:  # a fault of the machine: one line, the status recorded where the disk took it
         _quiet_from_now(EXIT_CODES["fault"])
         log.error(f"pazo: error: {fault}; {_fault_where(run_dir)}")
@@ -386,7 +387,7 @@ def refused(argv: list[str], problem: str) -> int:
     if not rank:
         print(line, file=sys.stderr)
     try:
-        said_by_rank_0 = _told_the_others(argv, ConfigError(problem), refusal=True) == problem
+        said_by_rank_0 = _told_the_others(argv, ConfigError(problem), distributed.REFUSED) == problem
     except distributed.RankLost:   # (not joined, or rank 0 gone: this rank's line is all there is to say)
         if rank:
             print(line, file=sys.stderr)
@@ -399,29 +400,30 @@ def refused(argv: list[str], problem: str) -> int:
 
 def faulted(argv: list[str], fault: OSError) -> int:
     """A fault of the machine before the ranks join (`fault`: a write refused, its line said): exit
-    75. Under torchrun this rank joins the others and tells them, as a failure (`_told_the_others`),
-    so that they end at once naming it, instead of waiting for it until train.distributed_timeout_s."""
+    75. Under torchrun this rank joins the others and tells them, as a fault (`_told_the_others`), so
+    that they end at once naming it, exit 75 too, instead of waiting for it until
+    train.distributed_timeout_s."""
     if os.environ.get("WORLD_SIZE", "1") in ("", "1"):
         return EXIT_CODES["fault"]
     from pazo.run import distributed
 
     try:
-        _told_the_others(argv, fault, refusal=False)
+        _told_the_others(argv, fault, distributed.FAULT)
     except distributed.RankLost:   # (not joined, or a rank gone: this rank's line is all there is to say)
         _leave(EXIT_CODES["fault"])   # at once: a broken gloo group aborts the interpreter's shutdown
     distributed.leave()
     return EXIT_CODES["fault"]
 
 
-def _told_the_others(argv: list[str], err: Exception, refusal: bool) -> str | None:
-    """Join the run's other ranks and tell them this rank's `err` (`refusal`: a user's mistake, else
-    a failure) in their first exchange, instead of what it was asked (`Group.compare_asked`). Rank
-    0's refusal where it refused too (`LeaderRefused`: it prints its line), else None; a `RankLost`
-    where the others never joined."""
+def _told_the_others(argv: list[str], err: Exception, kind: str) -> str | None:
+    """Join the run's other ranks and tell them this rank's `err`, of `kind` (`distributed.failure_facts`:
+    a user's mistake or a fault of the machine) in their first exchange, instead of what it was asked
+    (`Group.compare_asked`). Rank 0's refusal where it refused too (`LeaderRefused`: it prints its
+    line), else None; a `RankLost` where the others never joined."""
     from pazo.run import distributed
 
     try:
-        distributed.join(refusing_rank_timeout(argv), asked=distributed.failure_facts(err, refusal))
+        distributed.join(refusing_rank_timeout(argv), asked=distributed.failure_facts(err, kind))
     except distributed.LeaderRefused as leader:
         return str(leader)
     return None
@@ -489,7 +491,8 @@ def follower_config(argv: list[str]):
 def _on_rank(work, on_rank: str) -> tuple[int, object]:
     """(0, what `work()` gives) on this torchrun rank, or its failure as one line and an exit status
     (`on_rank` names the rank in the line): 2 for rank 0's refusal (it printed why) or a mistake, the
-    failed status for a failed rank; a lost rank leaves at once. The process group is left in any case."""
+    failed status where another rank failed, the fault status where it met a fault of the machine; a
+    lost rank leaves at once. The process group is left in any case."""
     from pazo.run import distributed
     from pazo.run.cli import USER_ERRORS
 
@@ -503,6 +506,9 @@ def _on_rank(work, on_rank: str) -> tuple[int, object]:
     except distributed.RankFailed as failed:
         print(f"pazo: error: {on_rank}{failed}", file=sys.stderr)
         return EXIT_CODES["failed"], None
+    except distributed.RankFaulted as fault:
+        print(f"pazo: error: {on_rank}{fault}", file=sys.stderr)
+        return EXIT_CODES["fault"], None
     except distributed.RankLost as lost:
         print(f"pazo: error: {on_rank}{lost}", file=sys.stderr)
         _leave(EXIT_CODES["fault"])   # at once: gloo's broken group aborts the interpreter's shutdown

@@ -54,6 +54,18 @@ class RankFailed(RuntimeError):
     the ranks' agreement (`Group.tell`): they end at once, as a failed run ends (exit 1)."""
 
 
+class RankFaulted(RuntimeError):
+    """A rank met a fault of the machine before the first step (a full disk, an I/O error) and told
+    the others (`Group.tell`, `Group.compare_asked`): they end at once, as a fault ends (exit 75:
+    resumable once the machine is fixed), not as an error."""
+
+
+#: how a rank that could not start the run tells it (`failure_facts`), and so how every other rank
+#: ends (`told_failure`): a user's mistake (exit 2), a fault of the machine (exit 75), an error (exit 1)
+REFUSED, FAULT, FAILED = "refused", "fault", "failed"
+FAILURE_KINDS = (REFUSED, FAULT, FAILED)
+
+
 @dataclass
 class Group:
     """This process's place in the run (rank 0 of 1 for a one-process run) and what it has sent."""
@@ -201,18 +213,18 @@ class Group:
                               f"({differ}): every rank must be given the same overrides and flags (torchrun "
                               "gives each the same)")
 
-    def tell(self, err: BaseException, refused: bool) -> None:
-        """This rank could not build the run (`err`; `refused`: a user's mistake): say so in the
+    def tell(self, err: BaseException, kind: str) -> None:
+        """This rank could not build the run (`err`, of `kind`: `failure_facts`): say so in the
         ranks' agreement, which the others reach once they have built theirs, so that they end at
         once naming this rank, instead of waiting for it until `train.distributed_timeout_s`. Nothing
         where this rank is alone or has entered the agreement already (it is spent)."""
         if not self.several or self.agreed:
             return
         try:
-            self.agree(failure_facts(err, refused))
+            self.agree(failure_facts(err, kind))
         except LeaderRefused:   # rank 0 refused too: its line is the run's
             raise
-        except (ConfigError, RankFailed, RankLost):   # (told; another rank failed too, or is gone)
+        except (ConfigError, RankFailed, RankFaulted, RankLost):   # (told; another rank failed too, or is gone)
             pass
 
 
@@ -254,49 +266,61 @@ def asked_difference(gathered: Sequence[dict]) -> str | None:
     return None
 
 
-def failure_facts(err: BaseException, refused: bool) -> dict[str, str]:
-    """What a rank that could not build the run sends into the agreement: its one line."""
-    if refused:
-        return {"refused": str(err)}
+def failure_facts(err: BaseException, kind: str) -> dict[str, str]:
+    """What a rank that could not build the run sends into the agreement: its one line, under its
+    `kind` (one of `FAILURE_KINDS`), which decides how the other ranks end (`told_failure`)."""
+    if kind not in FAILURE_KINDS:
+        raise ValueError(f"a rank's failure is one of {FAILURE_KINDS}, not {kind!r}")
+    if kind == REFUSED:
+        return {REFUSED: str(err)}
     first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    return {"failed": f"{type(err).__name__}: {first}" if first else type(err).__name__}
+    return {kind: f"{type(err).__name__}: {first}" if first else type(err).__name__}
 
 
 def failure_of(facts: dict) -> str | None:
     """A rank's failure as it told it (`failure_facts`), or None where it built the run."""
-    return facts.get("refused", facts.get("failed"))
+    return next((facts[kind] for kind in FAILURE_KINDS if kind in facts), None)
 
 
 def told_failure(gathered: Sequence[dict], rank: int) -> Exception | None:
     """What rank `rank` ends with, given the ranks' facts in the agreement (`gathered`, in rank order;
     rank 0's alone where it told the others in its share): rank 0's refusal, which rank 0 prints
     (`LeaderRefused`: the others stay silent); else, unless `rank` failed itself (it raises its own
-    error), the first other rank's failure, named: a refusal (`RankRefused`, exit 2) or an error
-    (`RankFailed`, exit 1); None where none failed."""
-    if rank != 0 and "refused" in gathered[0]:
-        return LeaderRefused(gathered[0]["refused"])
+    error), the first other rank's failure, named, of the kind it told: a refusal (`RankRefused`,
+    exit 2), a fault of the machine (`RankFaulted`, exit 75) or an error (`RankFailed`, exit 1); None
+    where none failed."""
+    if rank != 0 and REFUSED in gathered[0]:
+        return LeaderRefused(gathered[0][REFUSED])
     if rank < len(gathered) and failure_of(gathered[rank]) is not None:
         return None
     ended = "every rank ended before the first step, and nothing was written"
     for other, facts in enumerate(gathered):
-        if "refused" in facts:
-            return RankRefused(f"rank {other} refused the run: {facts['refused']} ({ended})")
-        if "failed" in facts:
-            return RankFailed(f"rank {other} failed before the first step ({facts['failed']}); {ended}")
+        if REFUSED in facts:
+            return RankRefused(f"rank {other} refused the run: {facts[REFUSED]} ({ended})")
+        if FAULT in facts:
+            return RankFaulted(f"rank {other} met a fault of the machine before the first step ({facts[FAULT]}); "
+                               f"{ended}")
+        if FAILED in facts:
+            return RankFailed(f"rank {other} failed before the first step ({facts[FAILED]}); {ended}")
     return None
 
 
 @contextmanager
-def telling(group, refusals: tuple[type[BaseException], ...]) -> Iterator[None]:
+def telling(group, refusals: tuple[type[BaseException], ...],
+            faults: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
     """Building a run on this rank: an error raised inside is told to the other ranks (`group.tell`:
-    a Group's, or rank 0's exchanges'; one of `refusals`: a user's mistake), then raised here as before."""
+    a Group's, or rank 0's exchanges'), of the kind it ends this rank with (one of `refusals`: a
+    user's mistake; of `faults`: a fault of the machine; else an error), then raised here as before."""
     try:
         yield
     except refusals as err:
-        group.tell(err, refused=True)
+        group.tell(err, REFUSED)
+        raise
+    except faults as err:
+        group.tell(err, FAULT)
         raise
     except Exception as err:
-        group.tell(err, refused=False)
+        group.tell(err, FAILED)
         raise
 
 

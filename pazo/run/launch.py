@@ -47,9 +47,10 @@ def run(cfg: DictConfig, run_dir: str | Path, hydra_record: str | Path | None = 
 
 class LeaderExchanges:
     """Rank 0's exchanges with the other ranks before the first step: where the run starts (`share`),
-    then the ranks' agreement (`agree`). A refusal or a failure on rank 0 before them is told there
-    (`tell`): the ranks waiting in it end as rank 0 does (a refusal: exit 2 with the line rank 0
-    prints; an error: exit 1, naming rank 0), instead of as ranks that lost theirs (exit 75)."""
+    then the ranks' agreement (`agree`). A refusal, a fault or a failure on rank 0 before them is
+    told there (`tell`): the ranks waiting in it end as rank 0 does (a refusal: exit 2 with the line
+    rank 0 prints; a fault of the machine: exit 75, an error: exit 1, each naming rank 0), instead of
+    as ranks that lost theirs (exit 75, after the timeout)."""
 
     def __init__(self, group: distributed.Group):
         self.group, self.next = group, "share"
@@ -63,22 +64,23 @@ class LeaderExchanges:
     def agree(self, facts: dict[str, str]) -> None:
         self.group.agree(facts)   # (spent from here: `Group.agreed` records it, once)
 
-    def tell(self, err: Exception, refused: bool) -> None:
-        """The other ranks hear of rank 0's refusal or failure `err` in the exchange they wait in (none: nothing)."""
+    def tell(self, err: Exception, kind: str) -> None:
+        """The other ranks hear of rank 0's failure `err`, of `kind` (`distributed.failure_facts`), in
+        the exchange they wait in (none: nothing)."""
         if not self.group.several or self.next is None:
             return
         if self.next == "agree":
-            self.group.tell(err, refused)   # (nothing once the agreement is entered: `Group.tell`)
+            self.group.tell(err, kind)   # (nothing once the agreement is entered: `Group.tell`)
             return
         try:
-            self.group.share(distributed.failure_facts(err, refused))
+            self.group.share(distributed.failure_facts(err, kind))
         except distributed.RankLost:   # (the ranks are gone already)
             pass
 
 
 def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
     exchanges = LeaderExchanges(distributed.current())
-    with distributed.telling(exchanges, USER_ERRORS):   # (an error before the first step: the ranks end with it)
+    with distributed.telling(exchanges, USER_ERRORS, faults=(WriteFault,)):   # (the ranks end as rank 0 does)
         return _launch(cfg, run_dir, hydra_record, show_header, exchanges)
 
 

@@ -39,6 +39,7 @@ from pazo.methods.base import Method  # noqa: E402
 from pazo.run import distributed, launch  # noqa: E402
 from fail_building import BuildCrash, failing_build  # noqa: E402
 from pazo.errors import ConfigError  # noqa: E402
+from pazo.files.rundir import WriteFault  # noqa: E402
 from pazo.run.cli import USER_ERRORS  # noqa: E402
 from step_faults import signalled_at_step  # noqa: E402
 
@@ -75,7 +76,7 @@ def run_job(job: dict) -> dict:
         launch.build_run = failing_build(job["fails_building"][str(RANK)])
     try:
         summary = launch.run(cfg, job["run_dir"]) if RANK == 0 else launch.follow(cfg)
-    except (*USER_ERRORS, distributed.RankFailed, BuildCrash) as err:
+    except (*USER_ERRORS, distributed.RankFailed, distributed.RankFaulted, BuildCrash, WriteFault) as err:
         return {"error": type(err).__name__, "message": str(err)}
     finally:
         Method.take_step, launch.build_run = original, build

@@ -2,7 +2,8 @@
 across xdist's workers), beside the one-process references computed in this process: every method
 on digits and on the tiny OPT, the library loop, a run resumed from 1 process on 2 and back on 1, a
 rank killed mid-run and the run resumed, and the ranks' refusals (among them a rank that cannot build
-its run or its library loop: the others end at once, naming it). Starting a rank (torch, pazo) costs
+its run or its library loop, by a mistake, an error or a fault of the machine: the others end at once,
+naming it, as it ends). Starting a rank (torch, pazo) costs
 more than most of its runs, so each rank runs them all in sequence (`distributed_launch.py`); the
 tests then read the files this leaves. The ranks are started as torchrun starts them (RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT); torchrun itself is the slow tests'.
@@ -114,6 +115,7 @@ def launch_plan(root: Path) -> list[dict]:
             run("locked", RESUMED),
             run("refused_building", RESUMED, fails_building={"1": "refused"}),
             run("failed_building", RESUMED, fails_building={"0": "failed"}),
+            run("faulted_building", RESUMED, fails_building={"0": "fault"}),
             run("resumed", RESUMED, stop_at=3),
             {"kind": "cli", "name": "killed", "argv": [*KILLED, f"hydra.run.dir={root / 'killed'}"], "kill_rank": 1,
              "kill_at": KILL_AT, **resumed_ready}]

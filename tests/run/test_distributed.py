@@ -3,7 +3,9 @@ sum one process makes of the whole batch; 2 gloo processes train the same parame
 bit, with the same epsilon (the first-order methods: within float rounding, the same on every rank);
 a run resumes on another number of processes as the same run; ranks that differ are refused before
 compute; a killed rank ends the run with one line."""
+import contextlib
 import errno
+import io
 import json
 import math
 import re
@@ -25,8 +27,8 @@ from safetensors.torch import load_file
 from conftest import run_cache
 from distributed_session import ALL_ZEROTH_ORDER, FIRST_ORDER, one_launch
 from pazo.methods import METHODS, method_info
-from pazo.run.distributed import (Group, LeaderRefused, RankFailed, RankRefused, asked_difference, asked_facts,
-                                  failure_facts, nonfinite_sum, told_failure)
+from pazo.run.distributed import (FAILED, FAULT, REFUSED, Group, LeaderRefused, RankFailed, RankFaulted, RankRefused,
+                                  asked_difference, asked_facts, failure_facts, nonfinite_sum, told_failure)
 from pazo.privacy.device_sum import correctly_rounded, exact_limbs
 from pazo.privacy.mechanisms import exact_sum
 
@@ -420,18 +422,24 @@ def test_a_refusal_on_rank_0_before_the_first_exchange_ends_every_rank_with_its_
     assert not any("Traceback" in err for _, err in outs)
 
 
+#: the exception a rank told of another's failure ends with, by the kind told, and its exit under pazo-train
+TOLD = {REFUSED: (RankRefused, 2), FAULT: (RankFaulted, 75), FAILED: (RankFailed, 1)}
+
+
 @settings(deadline=None)
-@given(st.lists(st.sampled_from([None, "refused", "failed"]), min_size=2, max_size=6))
-@example([None, "refused"])   # a mistake only rank 1 sees (its data root)
-@example(["failed", None])    # an error in rank 0's build
-@example(["refused", "failed"])
+@given(st.lists(st.sampled_from([None, REFUSED, FAILED, FAULT]), min_size=2, max_size=6))
+@example([None, REFUSED])   # a mistake only rank 1 sees (its data root)
+@example([FAILED, None])    # an error in rank 0's build
+@example([REFUSED, FAILED])
+@example([FAULT, None])     # rank 0's full disk (was: rank 1 ended as rank 0's error, exit 1)
+@example([None, FAULT, FAILED])
 def test_every_rank_that_built_the_run_ends_naming_the_first_rank_that_could_not(outcomes):
     """The agreement's rule (`told_failure`) over every pattern of ranks that built the run (None) or
-    could not (refused: a user's mistake; failed: an error): where one could not, every rank that built
-    ends, naming the first that could not, as a refusal (exit 2) or an error (exit 1); rank 0's refusal
-    is rank 0's line (the others end silent); a rank that could not raises its own error."""
-    gathered = [{"config": "same"} if how is None else failure_facts(ValueError(f"trouble on rank {rank}"),
-                                                                     refused=how == "refused")
+    could not (refused: a user's mistake; fault: of the machine; failed: an error): where one could not,
+    every rank that built ends, naming the first that could not, as its kind ends (a refusal: exit 2; a
+    fault: 75; an error: 1); rank 0's refusal is rank 0's line (the others end silent); a rank that could
+    not raises its own error."""
+    gathered = [{"config": "same"} if how is None else failure_facts(ValueError(f"trouble on rank {rank}"), how)
                 for rank, how in enumerate(outcomes)]
     could_not = [rank for rank, how in enumerate(outcomes) if how]
     for rank, how in enumerate(outcomes):
@@ -442,15 +450,15 @@ def test_every_rank_that_built_the_run_ends_naming_the_first_rank_that_could_not
             assert told is None
         else:
             first = could_not[0]
-            assert type(told) is (RankRefused if outcomes[first] == "refused" else RankFailed)
+            assert type(told) is TOLD[outcomes[first]][0]
             assert str(told).startswith(f"rank {first} ") and f"trouble on rank {first}" in str(told)
 
 
 def test_a_rank_that_entered_the_agreement_tells_nothing_more():
     """After the agreement (spent), or alone, a rank's error is its own: no second exchange to wait in."""
     spent = Group(1, 2, agreed=True)
-    spent.tell(RuntimeError("after the agreement"), refused=False)   # (an exchange here: no group to run it)
-    Group(0, 1).tell(RuntimeError("one process"), refused=False)
+    spent.tell(RuntimeError("after the agreement"), FAILED)   # (an exchange here: no group to run it)
+    Group(0, 1).tell(RuntimeError("one process"), FAILED)
 
 
 @settings(deadline=None, max_examples=8)
@@ -539,7 +547,7 @@ def test_a_rank_whose_peers_never_join_ends_with_one_line_and_writes_nothing(tmp
     naming what did not join and the timeout (exit 75, a fault of the launch: the same command runs
     once every rank starts), or, where it refused its command line, with that line (exit 2); never
     a traceback, nor torch's own lines; no run directory."""
-    process = _rank(tmp_path, alone, _free_port(), "train.steps=3", "train.distributed_timeout_s=5",
+    process = _rank(tmp_path, alone, _free_port(), "train.steps=3", "train.distributed_timeout_s=2",
                     *([TYPO] if refused else []))
     stdout, stderr = process.communicate(timeout=240)
     assert process.returncode == (2 if refused else 75), stderr[-3000:]
@@ -549,7 +557,7 @@ def test_a_rank_whose_peers_never_join_ends_with_one_line_and_writes_nothing(tmp
     if refused:
         assert line.startswith(f"pazo: error: {on_rank}unknown key train.stepz"), line
     else:
-        assert line.startswith(f"pazo: error: {on_rank}the 2 processes of this run did not all join it within 5 s "
+        assert line.startswith(f"pazo: error: {on_rank}the 2 processes of this run did not all join it within 2 s "
                                "(train.distributed_timeout_s), at 127.0.0.1:"), line
         assert "summary.json" not in line and (alone or "nothing of this run was written" in line), line
     said = [line for line in (stdout + stderr).splitlines() if line.strip()]
@@ -562,10 +570,10 @@ def test_a_rank_whose_peers_never_join_ends_with_one_line_and_writes_nothing(tmp
 def test_a_rank_lost_before_the_launch_is_accepted_names_no_summary(tmp_path):
     """Rank 1 killed as it builds the run: rank 0, in the ranks' agreement, loses it before its launch
     is accepted, and says so in one line (exit 75) that claims no summary (was: `summary.json records
-    status fault`, with no summary.json written)."""
+    status fault`, with no summary.json written). Sigma given: rank 0 calibrates nothing before it waits."""
     port, script = _free_port(), (str(HERE / "fail_building.py"), "1", "died")
-    ranks = [_rank(tmp_path, rank, port, "train.steps=3", "train.distributed_timeout_s=60", command=script)
-             for rank in (0, 1)]
+    ranks = [_rank(tmp_path, rank, port, "train.steps=3", "privacy.sigma=2.0", "train.distributed_timeout_s=60",
+                   command=script) for rank in (0, 1)]
     (stdout, stderr), _ = [p.communicate(timeout=240) for p in ranks]
     assert [p.returncode for p in ranks] == [75, -signal.SIGKILL], stderr[-3000:]
     assert "Traceback" not in stderr
@@ -608,32 +616,66 @@ def _cli_as_rank(rank: int, other: dict, monkeypatch, capsys, tmp_path) -> tuple
     return ended.value.code, capsys.readouterr().err, sent
 
 
-@pytest.mark.parametrize("faulty, rank", [(0, 0), (1, 1), (0, 1)])
+@pytest.mark.parametrize("faulty, rank", [(0, 0), (1, 1), (0, 1), (1, 0)])
 def test_a_fault_before_joining_is_sent_in_the_first_exchange_and_heard_there(tmp_path, monkeypatch, capsys,
                                                                              faulty, rank):
     """A rank that meets a fault of the machine before the ranks join (rank 0: a full disk as it checks
     where the run writes; rank 1: an I/O error as it composes its config) says so (exit 75) and sends it,
-    as its failure, in the ranks' first exchange (was: it exited, and the others waited for it until
-    the timeout); a rank that hears it there ends at once naming it (exit 1). Nothing is written. (Rank
-    0 hearing rank 1's: the 2-process test below.)"""
+    as a fault, in the ranks' first exchange (was: it exited, and the others waited for it until the
+    timeout); a rank that hears it there ends at once naming it, as a fault too (exit 75; was: exit 1,
+    as another rank's error). Nothing is written."""
     import fault_before_joining
     from pazo.files import rundir
     import pazo.train as train
 
-    monkeypatch.setattr(rundir, "open_file", fault_before_joining.full_disk(rundir.open_file))
+    if faulty == 0:
+        monkeypatch.setattr(rundir, "open_file", fault_before_joining.full_disk(rundir.open_file))
     if faulty == 1:
         monkeypatch.setattr(train, "follower_config", fault_before_joining.unreadable_config)
-    failure = failure_facts(OSError(errno.EIO, "Input/output error"), refused=False)
+    failure = failure_facts(OSError(errno.EIO, "Input/output error"), FAULT)
     code, err, sent = _cli_as_rank(rank, failure if faulty != rank else {"plan": False, "overrides": {}},
                                    monkeypatch, capsys, tmp_path)
     (line,) = _errors(err)
+    assert code == 75, err
     if faulty == rank:
-        assert code == 75 and ("the disk is full" if rank == 0 else "rank 1: [Errno 5]") in line, err
-        assert [set(facts) for facts in sent] == [{"failed"}], sent
-        assert sent[0]["failed"].startswith("WriteFault: could not write" if rank == 0 else "OSError: [Errno 5]")
+        assert ("the disk is full" if rank == 0 else "rank 1: [Errno 5]") in line, err
+        assert [set(facts) for facts in sent] == [{FAULT}], sent
+        assert sent[0][FAULT].startswith("WriteFault: could not write" if rank == 0 else "OSError: [Errno 5]")
     else:
-        assert code == 1 and line.startswith("pazo: error: rank 1: rank 0 failed before the first step (OSError"), err
+        assert line.startswith(f"pazo: error: {'rank 1: ' if rank else ''}rank {faulty} met a fault of the machine "
+                               "before the first step (OSError: [Errno 5]"), err
     assert not (tmp_path / "run").exists()
+
+
+@settings(deadline=None, max_examples=30)
+@given(st.sampled_from(sorted(TOLD)), st.integers(2, 5).flatmap(
+    lambda n: st.tuples(st.just(n), st.integers(0, n - 1), st.integers(0, n - 1)).filter(lambda t: t[1] != t[2])))
+@example(FAULT, (2, 0, 1))   # rank 1 hears rank 0's full disk: was exit 1, as an error
+@example(REFUSED, (2, 0, 1))   # rank 0's refusal: its line, rank 1 silent
+def test_a_rank_told_of_a_failure_ends_with_the_exit_of_the_kind_told(kind, world_teller_hearer):
+    """What a torchrun rank other than pazo-train's rank 0 (`_on_rank`; a plan's rank 0 too) ends with,
+    told in an exchange of another rank's failure of any kind, in any world: the kind's exit (a
+    refusal 2, a fault of the machine 75, an error 1) and one line naming the rank that told, but for
+    rank 0's refusal (rank 0's line is the run's: silent)."""
+    from pazo.train import _on_rank
+
+    world, teller, hearer = world_teller_hearer
+    gathered = [{"config": "same"}] * world
+    gathered[teller] = failure_facts(OSError(errno.ENOSPC, "No space left on device"), kind)
+    told = told_failure(gathered, hearer)
+
+    def work():
+        raise told
+    with contextlib.redirect_stderr(io.StringIO()) as stderr:
+        status, _ = _on_rank(work, f"rank {hearer}: " if hearer else "")
+    assert status == TOLD[kind][1]
+    said = stderr.getvalue().splitlines()
+    if kind == REFUSED and teller == 0:
+        assert said == []
+    else:
+        (line,) = said
+        assert line.startswith(f"pazo: error: {f'rank {hearer}: ' if hearer else ''}rank {teller} "), line
+        assert "No space left on device" in line
 
 
 @pytest.mark.slow   # (2 processes; the default suite's: test_a_fault_before_joining_is_sent_in_the_first_exchange...)
@@ -642,18 +684,19 @@ def test_a_fault_before_the_ranks_join_ends_every_rank_at_once_with_one_line_eac
     """A rank meets a fault of the machine before the ranks join (rank 0: a full disk as it checks where
     the run writes; rank 1: an I/O error as it composes its config), the exchange's timeout 600 s: it
     says so in one line (exit 75) and joins the others to tell them, so that they end at once naming
-    it, as a failure (exit 1; was: they waited for it until the timeout); nothing is written."""
+    it, as a fault (exit 75; was: they waited for it until the timeout, then ended as its error, exit
+    1); nothing is written."""
     port, script = _free_port(), (str(HERE / "fault_before_joining.py"), str(faulty))
     ranks = [_rank(tmp_path, rank, port, "train.steps=3", "train.distributed_timeout_s=600", command=script)
              for rank in (0, 1)]
     outs = [p.communicate(timeout=240) for p in ranks]
-    assert [p.returncode for p in ranks] == [75 if rank == faulty else 1 for rank in (0, 1)], outs
+    assert [p.returncode for p in ranks] == [75, 75], outs
     assert not any("Traceback" in err for _, err in outs), outs
     lines = [_errors(out + err) for out, err in outs]
     (fault,), (told,) = lines[faulty], lines[1 - faulty]
     assert ("the disk is full" if faulty == 0 else "rank 1: [Errno 5] Input/output error") in fault, fault
-    assert told.startswith(f"pazo: error: {'rank 1: ' if faulty == 0 else ''}rank {faulty} failed before the "
-                           "first step (") and told.endswith("and nothing was written"), told
+    assert told.startswith(f"pazo: error: {'rank 1: ' if faulty == 0 else ''}rank {faulty} met a fault of the "
+                           "machine before the first step (") and told.endswith("and nothing was written"), told
     assert not (tmp_path / "run").exists()
 
 
@@ -757,9 +800,47 @@ def test_rank_0_tells_a_failure_in_the_exchange_the_others_wait_in_and_none_afte
     if after == "agree":
         exchanges.agree({"config": "c"})
     sent.clear()
-    exchanges.tell(RuntimeError("trouble"), refused=False)
-    failure = failure_facts(RuntimeError("trouble"), refused=False)
+    exchanges.tell(RuntimeError("trouble"), FAILED)
+    failure = failure_facts(RuntimeError("trouble"), FAILED)
     assert sent == {"nothing": [("share", failure)], "share": [("agree", failure)], "agree": []}[after]
+
+
+@settings(deadline=None, max_examples=20)
+@given(st.sampled_from(["mistake", "missing", "full disk", "read-only", "error"]), st.sampled_from(["share", "agree"]))
+@example("full disk", "share")   # as rank 0 locks its run directory (was: told as an error, rank 1 exit 1)
+def test_rank_0_tells_a_failure_before_the_first_step_as_the_kind_it_ends_with(error, exchange):
+    """`pazo.run.launch.run` on rank 0 of 2: whatever ends it before the first step is told to the
+    other ranks in the exchange they wait in, of the kind it ends rank 0 with (`pazo.train.main`): a
+    user's mistake (a refusal, exit 2), a write the machine refused (`WriteFault`: a fault, exit 75),
+    anything else (an error, exit 1)."""
+    from pazo.errors import ConfigError
+    from pazo.files.rundir import WriteFault
+    from pazo.run import distributed, launch
+
+    raised = {"mistake": ConfigError("a mistake"), "missing": FileNotFoundError(errno.ENOENT, "no data"),
+              "full disk": WriteFault("run/.lock", OSError(errno.ENOSPC, "No space left on device")),
+              "read-only": WriteFault("run/.lock", OSError(errno.EROFS, "Read-only file system")),
+              "error": RuntimeError("trouble")}[error]
+    kind = {"mistake": REFUSED, "missing": REFUSED, "error": FAILED}.get(error, FAULT)
+    sent = []
+
+    def launched(cfg, run_dir, hydra_record, show_header, exchanges):
+        if exchange == "agree":
+            exchanges.share({"finished": False})
+            sent.clear()
+        raise raised
+
+    def gather(gathered, facts, group=None):
+        sent.append(facts)
+        gathered[:] = [facts, facts]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(distributed, "current", lambda: Group(0, 2))
+        patch.setattr(distributed.dist, "broadcast_object_list", lambda box, src=0, group=None: sent.append(box[0]))
+        patch.setattr(distributed.dist, "all_gather_object", gather)
+        patch.setattr(launch, "_launch", launched)
+        with pytest.raises(type(raised)):
+            launch.run(None, "run")
+    assert sent == [failure_facts(raised, kind)]
 
 
 SUMMARIES = st.sampled_from([None, "garbage", "this fault", "earlier fault", "preempted", "finished"])
@@ -888,6 +969,18 @@ def test_a_rank_that_fails_while_building_ends_every_rank_at_once_in_one_launch(
     assert follower["message"].startswith("rank 0 failed before the first step (BuildCrash: rank 0 crashed while "
                                           "building (injected)); every rank ended"), follower
     assert not (launched["root"] / "failed_building" / "summary.json").exists()
+
+
+def test_a_rank_that_meets_a_fault_while_building_ends_every_rank_as_a_fault_in_one_launch(launched):
+    """A write the machine refuses as rank 0 starts the run (a full disk): rank 1, which built its run,
+    ends in the agreement at once, naming rank 0 and the fault, as a fault ends (exit 75 under
+    pazo-train; was: as rank 0's error, RankFailed, exit 1)."""
+    leader, follower = (launched["ranks"][rank]["faulted_building"] for rank in (0, 1))
+    assert leader["error"] == "WriteFault" and "rank-0-injected.lock" in leader["message"], leader
+    assert follower["error"] == "RankFaulted", follower
+    assert follower["message"].startswith("rank 0 met a fault of the machine before the first step (WriteFault: "
+                                          "could not write rank-0-injected.lock"), follower
+    assert not (launched["root"] / "faulted_building" / "summary.json").exists()
 
 
 @pytest.mark.slow   # (pazo-train's ranks; the default suite's: test_a_rank_that_refuses_..._in_one_launch)

@@ -166,7 +166,8 @@ def test_a_plan_of_what_several_processes_cannot_share_is_refused_as_a_run_is(ra
 
     def gather(gathered, facts, group=None):
         mistake = facts["refused"] if other_refused == "the same" else "unknown key train.stepz"   # (this rank's)
-        other = distributed.failure_facts(ConfigError(mistake), refused=True) if other_refused else {"config": "c"}
+        other = (distributed.failure_facts(ConfigError(mistake), distributed.REFUSED) if other_refused
+                 else {"config": "c"})
         gathered[:] = [facts, other] if rank == 0 else [other, facts]
 
     monkeypatch.setenv("RANK", str(rank))
