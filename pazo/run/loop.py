@@ -1,6 +1,7 @@
 """The training loop of a run, apart from its launch (attempts, replay, exits: `pazo.train`): each
-step a Poisson batch and the method's step, a row of metrics when due, an evaluation, a checkpoint;
-the outcome into the run's summary. Everything it writes goes through the run's `Recorder`."""
+step a Poisson batch and the method's step, a row of metrics when due, an evaluation, a checkpoint,
+a progress line where nobody watches (`Progress`); the outcome into the run's summary. Everything
+it writes goes through the run's `Recorder`."""
 from __future__ import annotations
 
 import logging
@@ -8,6 +9,7 @@ import math
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -19,7 +21,6 @@ from pazo.run.distributed import RankLost
 from pazo.run.build import Run
 from pazo.methods.base import check_statistics, host_stats
 from pazo.privacy.plan import EpsilonTracker
-from pazo.run.progress import Progress
 from pazo.run.recorder import Recorder
 from pazo.files.rundir import WriteFault
 from pazo.run.summary import outcome
@@ -245,3 +246,49 @@ def _checkpoint_due(train: TrainSchema, step: int, last_saved: float) -> bool:
     if train.checkpoint_every:
         return step % train.checkpoint_every == 0
     return time.monotonic() - last_saved >= 60 * train.checkpoint_minutes
+
+
+def format_seconds(seconds: float) -> str:
+    """A time left as the progress line says it: seconds, minutes or hours."""
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class Progress:
+    """Progress where nobody watches: on a terminal the loop's tqdm bar shows it; outside one (a
+    SLURM log, `> run.log`, a sweep job's stdout.log) tqdm is silent, so `say(line)` is called at most
+    once every `every_seconds` (`train.progress_seconds`; never when `quiet`), from the loop's own
+    thread, as Lightning and the Hugging Face trainer do in non-interactive logs:
+
+        progress: step 120/546 (22%), epoch 6.6, epsilon 0.412, 0.021 s/iter, about 9 s left
+
+    the step, the epoch, the last epsilon accounted and the mean time per step of this attempt:
+    everything on it is public or already listed outside the guarantee (the step times)."""
+
+    def __init__(self, say: Callable[[str], None], total_steps: int, steps_per_epoch: float, first_step: int,
+                 every_seconds: float, quiet: bool, clock: Callable[[], float] = time.monotonic):
+        self.say, self.total, self.per_epoch = say, total_steps, steps_per_epoch
+        self.every, self.quiet, self.clock = every_seconds, quiet, clock
+        self.started = self.last = clock()
+        self.first = first_step
+        self.epsilon: float | None = None
+
+    def update(self, step: int, epsilon: float | None = None) -> str | None:
+        """After `step`: the line said, if one was due."""
+        if epsilon is not None:
+            self.epsilon = epsilon
+        now = self.clock()
+        if self.quiet or self.every <= 0 or now - self.last < self.every or step >= self.total:
+            return None
+        self.last = now
+        done = step - self.first
+        per_step = (now - self.started) / done if done > 0 else float("nan")
+        line = (f"progress: step {step}/{self.total} ({step / self.total:.0%}), epoch {step / self.per_epoch:.1f}, "
+                f"epsilon {'-' if self.epsilon is None else format(self.epsilon, '.3f')}, {per_step:.3g} s/iter, "
+                f"about {format_seconds(per_step * (self.total - step))} left")
+        self.say(line)
+        return line
