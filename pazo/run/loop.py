@@ -1,7 +1,8 @@
 """The training loop of a run, apart from its launch (attempts, replay, exits: `pazo.train`): each
 step a Poisson batch and the method's step, a row of metrics when due, an evaluation, a checkpoint,
-a progress line where nobody watches (`Progress`); the outcome into the run's summary. Everything
-it writes goes through the run's `Recorder`."""
+a progress line where nobody watches (`Progress`); the outcome into the run's summary, then the
+run's last files and its summary lines (`train_to_the_end`). Everything it writes goes through the
+run's `Recorder`."""
 from __future__ import annotations
 
 import logging
@@ -16,14 +17,14 @@ import torch
 from tqdm import tqdm
 
 from pazo.config_schema import TrainSchema
-from pazo.run.checkpoint import LoopState, StopRequests
+from pazo.run.checkpoint import Heartbeat, LoopState, StopRequests
 from pazo.run.distributed import RankLost
 from pazo.run.build import Run
 from pazo.methods.base import check_statistics, host_stats
 from pazo.privacy.plan import EpsilonTracker
 from pazo.run.recorder import Recorder
 from pazo.files.rundir import WriteFault
-from pazo.run.summary import outcome
+from pazo.run.summary import outcome, print_summary
 
 log = logging.getLogger("pazo.train")  # the run's lines, under the entry point's logger
 
@@ -75,6 +76,25 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
         training.close()
     training.record_outcome(summary, failure)
     return failure, stopped
+
+
+def train_to_the_end(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: dict) -> None:
+    """A launched run's loop (`train_loop`, stoppable by a signal, its heartbeat beating), then the run's
+    last files and its summary lines; `summary` is updated with how it ended."""
+    with StopRequests() as stop:
+        with Heartbeat(recorder.beat):
+            _, stopped = train_loop(r, sampler, loop, recorder, summary, stop)
+        stop.shield()  # from here on the run writes its last files: a Ctrl-C waits for them
+        if stopped:
+            summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
+        try:
+            recorder.finish(summary)
+        except WriteFault as fault:  # the model or the last summary: the checkpoint stays for the relaunch
+            summary.update(status="fault", failure=f"fault after step {loop.step}: {fault}",
+                           final_test_accuracy=None)
+            recorder.fail(summary)
+            raise
+        print_summary(summary)   # (still shielded: a Ctrl-C now does not turn the finished run into an error)
 
 
 def _how_it_ended(err: BaseException, step: int) -> tuple[str, str]:
