@@ -596,7 +596,7 @@ def _private_data(cfg, digests: bool) -> tuple[int, str, dict[str, str]]:
     from pazo.data import build_dataset
     from pazo.errors import DataMissingError
     from pazo.rng import RandomStreams
-    from pazo.run.build import data_digest
+    from pazo.run.digests import data_digest
     from pazo.sweep.selection import private_size
     from pazo.run.validate import validate_against_data
 

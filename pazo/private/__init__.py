@@ -45,10 +45,10 @@ from pazo import CONFIG_DIR
 from pazo.config_schema import DEVICE, EngineSchema, PrivacySchema, TrainSchema
 from pazo.commands.console import use_console
 from pazo.data.base import TensorSplit
-from pazo.run.digests import callable_digest, module_digest, tensors_digest
+from pazo.run.digests import callable_digest, data_digest, key_secret_streams, module_digest, tensors_digest
 from pazo.errors import ConfigError, UserCodeError, at_least_one, require, unknown_choice
 from pazo.run import distributed
-from pazo.run.build import assemble_method, data_digest, key_secret_streams, require_shards, resolve_device
+from pazo.run.build import assemble_method, require_shards, resolve_device
 from pazo.run.fingerprint import computation_fingerprint
 from pazo.private.checks import (check_finite_data, check_finite_model, check_model_and_loss, check_user_objects,
                                  first_line, in_library_terms, library_terms, user_culprit)

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from pazo.data import DataBundle, build_dataset
-from pazo.run.digests import state_digest, tensors_digest
+from pazo.run.digests import data_digest, key_secret_streams
 from pazo.run import outlets
 from pazo.config_schema import EngineSchema, OptimizerSchema, ScheduleSchema, TopSchema
 from pazo.errors import ConfigError
@@ -192,11 +192,11 @@ def build_run(cfg: RunConfig, *, earlier_engine: dict | None = None, time_engine
     info = method_info(cfg.method.name)
     group = distributed.current()
     require_shards(info, group, cfg.privacy.secure_mode, cfg.engine.query_dropout)
+    device = resolve_device(cfg.device) if device is None else device
     streams = RandomStreams(cfg.seed, secure=cfg.privacy.secure_mode, fingerprint=cfg.computation)
     if data is None:
         data = build_dataset(cfg.dataset, streams)
         validate_against_data(cfg.train, cfg.method, cfg.schedule, len(data.private), len(data.public))
-    device = resolve_device(cfg.device) if device is None else device
     if module is None:   # from the run's init stream
         torch.manual_seed(streams.seeds["init"])
         module = build_model(cfg.model, data.input_shape, data.num_classes)
@@ -267,19 +267,3 @@ def assemble_method(method_cfg: MethodConfig, *, model: FunctionalModel, plan: P
                         engine=build_engine(engine_cfg, engine_name),
                         query_train_mode=engine_cfg.query_dropout, schedule=schedule, optimizer=optimizer,
                         sums=sums)
-
-
-def data_digest(split) -> str:
-    """The hex sha256 of a split's inputs and labels (shapes and dtypes included): private, never released."""
-    return tensors_digest(split.inputs, split.labels)
-
-
-def key_secret_streams(streams: RandomStreams, private, public, module: nn.Module) -> dict[str, str]:
-    """Key the secret streams to what decides the released values beyond the config and the seed:
-    the private data, the public data (read from files or split off; the warm start's too) and
-    the initial parameters (initialised, or read from a checkpoint or pretrained weights; the warm
-    start follows from these and the config). Returns the digests, which are never released."""
-    digests = {"private_data_sha256": data_digest(private), "public_data_sha256": data_digest(public),
-               "initial_state_sha256": state_digest(module)}
-    streams.key_to(*digests.values())
-    return digests

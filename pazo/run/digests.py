@@ -1,12 +1,13 @@
 """Stable digests of the objects a computation is made of: tensors, a module's structure and
 values, a callable's code and the values it closes over.
 
-The library entry (`pazo.private`) keys its secret streams (noise, Poisson batches) with them, so
-that two loops differ in their noise whenever they differ in what decides a released value: the
-initial weights, the public data, the loss. A digest is the same in any process of one Python and
-torch for the same object (no `id`, no `hash()` of a string, no set's order), and differs when a
-value it covers differs. What cannot be hashed so (an object of an unknown class in a loss's
-closure) is named in `CallableDigest.unhashed`, for the caller to mix in fresh entropy instead.
+A run (`pazo.run.build`) and the library entry (`pazo.private`) key their secret streams (noise,
+Poisson batches) with them (`key_secret_streams`), so that two loops differ in their noise whenever
+they differ in what decides a released value: the initial weights, the public data, the loss. A
+digest is the same in any process of one Python and torch for the same object (no `id`, no
+`hash()` of a string, no set's order), and differs when a value it covers differs. What cannot be
+hashed so (an object of an unknown class in a loss's closure) is named in `CallableDigest.unhashed`,
+for the caller to mix in fresh entropy instead.
 
 A user's function is followed into the module-level globals its code reads by name (`LOAD_GLOBAL`,
 in nested code too) and, on the classes of the objects being hashed (a model's submodules, a loss
@@ -40,6 +41,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
+
+from pazo.rng import RandomStreams
 
 #: values hashed by their type and repr (a repr that is the same in every process)
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, type(Ellipsis))
@@ -577,3 +580,19 @@ class _Hasher:
         self.tag("callable object", cls.__module__, cls.__qualname__)
         self.add(getattr(cls, "__call__", None), f"{where}'s __call__", depth)
         self.add(vars(value), f"{where}'s attributes", depth)
+
+
+def data_digest(split) -> str:
+    """The hex sha256 of a split's inputs and labels (shapes and dtypes included): private, never released."""
+    return tensors_digest(split.inputs, split.labels)
+
+
+def key_secret_streams(streams: RandomStreams, private, public, module: nn.Module) -> dict[str, str]:
+    """Key the secret streams to what decides the released values beyond the config and the seed:
+    the private data, the public data (read from files or split off; the warm start's too) and
+    the initial parameters (initialised, or read from a checkpoint or pretrained weights; the warm
+    start follows from these and the config). Returns the digests, which are never released."""
+    digests = {"private_data_sha256": data_digest(private), "public_data_sha256": data_digest(public),
+               "initial_state_sha256": state_digest(module)}
+    streams.key_to(*digests.values())
+    return digests

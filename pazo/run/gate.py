@@ -183,7 +183,8 @@ def released_mode(path: Path | str) -> int:
 def write_released(path: Path | str, content) -> None:
     """A released or public file, whole or not at all (`pazo.files.rundir.write_atomic`), mode
     `released_mode` from its creation. `content`: bytes, or a function writing into the open binary file."""
-    rundir.write_atomic(path, content, mode=released_mode(path))
+    mode = released_mode(path)
+    rundir.write_atomic(path, content, mode=mode)
 
 
 def open_released(path: Path | str, append: bool = False):

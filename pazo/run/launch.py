@@ -17,17 +17,16 @@ from omegaconf import DictConfig
 
 from pazo.run import distributed, gate
 from pazo.run.attempts import accept_launch, check_launch, plan_launch
-from pazo.run.checkpoint import (Heartbeat, LoopState, StopRequests, checkpoint_path, read_checkpoint,
-                                 resume_state)
+from pazo.run.checkpoint import LoopState, checkpoint_path, read_checkpoint, resume_state
 from pazo.run.cli import DEBUG_ONLY, USER_ERRORS
 from pazo.commands.console import open_run_logs
 from pazo.run.build import build_run, resolve_device
-from pazo.run.loop import follow_loop, train_loop
+from pazo.run.loop import follow_loop, train_to_the_end
 from pazo.privacy.mechanisms import active_debug_break
 from pazo.run.recorder import Recorder
 from pazo.files.rundir import (RunDirLock, WriteFault, accept_hydra_record, check_output_dir, drop_hydra_record,
                          remove_broken_writes)
-from pazo.run.summary import finished_line, launch_summary, print_header, print_summary, resumed_line
+from pazo.run.summary import finished_line, launch_summary, print_header, resumed_line
 from pazo.run.validate import ConfigError, validated_run_config
 
 log = logging.getLogger("pazo.train")  # (the run's lines, as `pazo.train` logs them)
@@ -109,7 +108,7 @@ def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges
         show_header(summary, r.plan)
         if start.resuming:
             log.info(resumed_line(run_dir, loop.step, r.total_steps))
-        _train(r, sampler, loop, recorder, summary)
+        train_to_the_end(r, sampler, loop, recorder, summary)
     return summary
 
 
@@ -189,24 +188,6 @@ def _start_records(run_dir: Path, start, r, sampler, loop: LoopState):
         recorder.close(failed=True)
         raise
     return recorder, summary
-
-
-def _train(r, sampler, loop: LoopState, recorder: Recorder, summary: dict) -> None:
-    """The loop, then the run's last files and its summary lines; `summary` is updated with how it ended."""
-    with StopRequests() as stop:
-        with Heartbeat(recorder.beat):
-            _, stopped = train_loop(r, sampler, loop, recorder, summary, stop)
-        stop.shield()  # from here on the run writes its last files: a Ctrl-C waits for them
-        if stopped:
-            summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
-        try:
-            recorder.finish(summary)
-        except WriteFault as fault:  # the model or the last summary: the checkpoint stays for the relaunch
-            summary.update(status="fault", failure=f"fault after step {loop.step}: {fault}",
-                           final_test_accuracy=None)
-            recorder.fail(summary)
-            raise
-        print_summary(summary)   # (still shielded: a Ctrl-C now does not turn the finished run into an error)
 
 
 def carry_released_rows(run_dir: Path, start) -> int | None:

@@ -1,6 +1,8 @@
 """The training loop of a run, apart from its launch (attempts, replay, exits: `pazo.train`): each
-step a Poisson batch and the method's step, a row of metrics when due, an evaluation, a checkpoint;
-the outcome into the run's summary. Everything it writes goes through the run's `Recorder`."""
+step a Poisson batch and the method's step, a row of metrics when due, an evaluation, a checkpoint,
+a progress line where nobody watches (`Progress`); the outcome into the run's summary, then the
+run's last files and its summary lines (`train_to_the_end`). Everything it writes goes through the
+run's `Recorder`."""
 from __future__ import annotations
 
 import logging
@@ -8,21 +10,21 @@ import math
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from tqdm import tqdm
 
 from pazo.config_schema import TrainSchema
-from pazo.run.checkpoint import LoopState, StopRequests
+from pazo.run.checkpoint import Heartbeat, LoopState, StopRequests
 from pazo.run.distributed import RankLost
 from pazo.run.build import Run
 from pazo.methods.base import check_statistics, host_stats
 from pazo.privacy.plan import EpsilonTracker
-from pazo.run.progress import Progress
 from pazo.run.recorder import Recorder
 from pazo.files.rundir import WriteFault
-from pazo.run.summary import outcome
+from pazo.run.summary import outcome, print_summary
 
 log = logging.getLogger("pazo.train")  # the run's lines, under the entry point's logger
 
@@ -74,6 +76,25 @@ def train_loop(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: di
         training.close()
     training.record_outcome(summary, failure)
     return failure, stopped
+
+
+def train_to_the_end(r: Run, sampler, loop: LoopState, recorder: Recorder, summary: dict) -> None:
+    """A launched run's loop (`train_loop`, stoppable by a signal, its heartbeat beating), then the run's
+    last files and its summary lines; `summary` is updated with how it ended."""
+    with StopRequests() as stop:
+        with Heartbeat(recorder.beat):
+            _, stopped = train_loop(r, sampler, loop, recorder, summary, stop)
+        stop.shield()  # from here on the run writes its last files: a Ctrl-C waits for them
+        if stopped:
+            summary.update(status=stopped, failure=None, stopped_at_step=loop.step)
+        try:
+            recorder.finish(summary)
+        except WriteFault as fault:  # the model or the last summary: the checkpoint stays for the relaunch
+            summary.update(status="fault", failure=f"fault after step {loop.step}: {fault}",
+                           final_test_accuracy=None)
+            recorder.fail(summary)
+            raise
+        print_summary(summary)   # (still shielded: a Ctrl-C now does not turn the finished run into an error)
 
 
 def _how_it_ended(err: BaseException, step: int) -> tuple[str, str]:
@@ -245,3 +266,49 @@ def _checkpoint_due(train: TrainSchema, step: int, last_saved: float) -> bool:
     if train.checkpoint_every:
         return step % train.checkpoint_every == 0
     return time.monotonic() - last_saved >= 60 * train.checkpoint_minutes
+
+
+def format_seconds(seconds: float) -> str:
+    """A time left as the progress line says it: seconds, minutes or hours."""
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class Progress:
+    """Progress where nobody watches: on a terminal the loop's tqdm bar shows it; outside one (a
+    SLURM log, `> run.log`, a sweep job's stdout.log) tqdm is silent, so `say(line)` is called at most
+    once every `every_seconds` (`train.progress_seconds`; never when `quiet`), from the loop's own
+    thread, as Lightning and the Hugging Face trainer do in non-interactive logs:
+
+        progress: step 120/546 (22%), epoch 6.6, epsilon 0.412, 0.021 s/iter, about 9 s left
+
+    the step, the epoch, the last epsilon accounted and the mean time per step of this attempt:
+    everything on it is public or already listed outside the guarantee (the step times)."""
+
+    def __init__(self, say: Callable[[str], None], total_steps: int, steps_per_epoch: float, first_step: int,
+                 every_seconds: float, quiet: bool, clock: Callable[[], float] = time.monotonic):
+        self.say, self.total, self.per_epoch = say, total_steps, steps_per_epoch
+        self.every, self.quiet, self.clock = every_seconds, quiet, clock
+        self.started = self.last = clock()
+        self.first = first_step
+        self.epsilon: float | None = None
+
+    def update(self, step: int, epsilon: float | None = None) -> str | None:
+        """After `step`: the line said, if one was due."""
+        if epsilon is not None:
+            self.epsilon = epsilon
+        now = self.clock()
+        if self.quiet or self.every <= 0 or now - self.last < self.every or step >= self.total:
+            return None
+        self.last = now
+        done = step - self.first
+        per_step = (now - self.started) / done if done > 0 else float("nan")
+        line = (f"progress: step {step}/{self.total} ({step / self.total:.0%}), epoch {step / self.per_epoch:.1f}, "
+                f"epsilon {'-' if self.epsilon is None else format(self.epsilon, '.3f')}, {per_step:.3g} s/iter, "
+                f"about {format_seconds(per_step * (self.total - step))} left")
+        self.say(line)
+        return line

@@ -15,7 +15,7 @@ from pazo.config_schema import (SECTIONS, EngineSchema, LoggerSchema, OptimizerS
                                 TopSchema, TrainSchema, WarmStartSchema, check_named_sections, typed_values)
 from pazo.catalog import pairing_problem
 from pazo.data import DATASETS
-from pazo.errors import ConfigError, unknown_choice
+from pazo.errors import ConfigError, one_of
 from pazo.methods import METHODS, MethodConfig, method_config, method_info
 from pazo.models import MODELS
 from pazo.privacy.accountants import BudgetError, check_accountant, check_delta, check_target_epsilon
@@ -25,20 +25,15 @@ from pazo.run.door import check_run_sections, schedule_problem
 from pazo.run.fingerprint import computation_fingerprint, config_fingerprint
 
 
-def _choice(value, choices, what: str) -> None:
-    if value not in choices:
-        raise ConfigError(unknown_choice(what, value, choices))
-
-
 def validate_config(cfg) -> None:
     """Checks that need only the config, in one order: the run's own sections and the schedule
     against the steps (`check_run_sections`, all that the refusal before torch loads checks: both
     name the same mistake first), then the registered names and their sections, then what spans
     groups."""
     data = check_run_sections(cfg)
-    _choice(cfg.dataset.name, DATASETS.names(), "dataset")
-    _choice(cfg.model.name, MODELS.names(), "model")
-    _choice(cfg.method.name, METHODS.names(), "method")
+    one_of(cfg.dataset.name, DATASETS.names(), "dataset")
+    one_of(cfg.model.name, MODELS.names(), "model")
+    one_of(cfg.method.name, METHODS.names(), "method")
     check_named_sections(data)  # every other key's type and range (pazo/config_schema.py)
     m, p = cfg.method, cfg.privacy
     method = method_config(m)  # the method's own checks (its typed config)
@@ -55,7 +50,7 @@ def validate_config(cfg) -> None:
     if d.get("public_source") == "folder" and not d.public_folder:
         raise ConfigError("dataset.public_source=folder needs dataset.public_folder=<folder of class sub-folders>")
 
-    _choice(p.sampling, SAMPLERS, "privacy.sampling")
+    one_of(p.sampling, SAMPLERS, "privacy.sampling")
     if p.epsilon is not None:
         try:   # the accountant's range, checked with the config (a multirun's every job before the first)
             check_target_epsilon(p.epsilon, "privacy.epsilon")

@@ -63,7 +63,8 @@ def in_one_order(blob: bytes) -> bytes:
 def save_weights(path: Path | str, module: torch.nn.Module) -> None:
     """`module`'s state dict into `path` (safetensors), a released file written whole or not at all
     (`pazo.run.gate`)."""
-    gate.write_released(path, state_bytes(module.state_dict()))
+    content = state_bytes(module.state_dict())
+    gate.write_released(path, content)
 
 
 def read_weights(path: Path | str) -> dict[str, torch.Tensor]:

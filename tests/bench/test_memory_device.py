@@ -57,3 +57,24 @@ def test_the_device_is_resolved_in_one_place():
     users = sorted(str(p.relative_to(root)) for p in root.rglob("*.py") if "cuda.is_available()" in p.read_text()
                    and p.name not in ("checkpoint.py", "distributed.py"))
     assert users == ["run/build.py"], users
+
+
+@settings(max_examples=20, deadline=None)
+@given(name=st.one_of(st.sampled_from(["cuda", "mps"]), st.integers(0, 64).map("cuda:{}".format)))
+def test_a_run_assembled_without_its_launch_refuses_the_device_before_reading_data(name):
+    """`build_run` with no device resolved for it (an audit's, a benchmark's) refuses a device this
+    machine lacks (a name the config's schema accepts), in the resolver's line, before it reads a
+    byte of data: a mistake is one line before any work, as a training run's launch refuses it."""
+    from conftest import tiny_cfg
+    from pazo.run import build
+    from pazo.run.validate import run_config
+
+    problem = device_problem(name, "device=")
+    if problem is None:   # (present here: nothing to refuse)
+        return
+    cfg = run_config(tiny_cfg(f"device={name}"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(build, "build_dataset", lambda *a, **k: pytest.fail("read the data first"))
+        with pytest.raises(ConfigError) as refused:
+            build.build_run(cfg, time_engines=False)
+    assert str(refused.value) == problem

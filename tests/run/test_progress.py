@@ -7,7 +7,7 @@ import sys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pazo.run.progress import Progress
+from pazo.run.loop import Progress
 
 LINE = re.compile(r"^progress: step (\d+)/(\d+) \((\d+)%\), epoch ([\d.]+), epsilon ([\d.]+|-), ([\d.e+-]+) s/iter, "
                   r"about .+ left$")

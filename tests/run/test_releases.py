@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from pazo.config_schema import LoggerSchema
 from pazo.errors import ConfigError
-from pazo.run.progress import Progress
+from pazo.run.loop import Progress
 from pazo.run.recorder import Recorder
 from pazo.run.releases import console_step, earlier_releases
 from pazo.run.summary import print_summary, resumed_line
