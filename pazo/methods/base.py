@@ -13,8 +13,8 @@ from omegaconf import MISSING
 from pazo.config_schema import OptimizerSchema
 from pazo.data.base import TensorSplit
 from pazo.errors import ConfigError, UserCodeError, at_least_one, one_of, positive, require  # noqa: F401 (the methods' checks)
-from pazo.methods.ghost_clip import is_random_in_training
 from pazo.methods.update_rule import StepSchedule, UpdateRule
+from pazo.models.dropout import is_random_in_training
 from pazo.models.functional import FunctionalModel
 from pazo.privacy.mechanisms import (LOCAL_SUMS, JointClipPrivatizer, LocalSums, NoiseSpec, Release, ScalarPrivatizer,
                                      VectorPrivatizer)

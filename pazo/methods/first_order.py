@@ -16,7 +16,8 @@ import torch
 
 from pazo.errors import ConfigError
 from pazo.methods.base import Method, MethodConfig, at_least_one, one_of, positive, require
-from pazo.methods.ghost_clip import GhostClipper, is_random_in_training
+from pazo.methods.ghost_clip import GhostClipper
+from pazo.models.dropout import is_random_in_training
 from pazo.methods.per_example import (auto_memory_mb, chunk_size_for, clipped_sum, flatten_rows,
                                       iter_per_example_grads, per_example_grads, refuse_if_one_example_overflows)
 from pazo.methods.registry import register_method

@@ -30,22 +30,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import grad_and_value, vmap
 
+from pazo.models.dropout import is_random_in_training
 from pazo.models.functional import FunctionalModel
 from pazo.privacy.mechanisms import clip_factors
-
-#: dropout-like classes whose `p` / `drop_prob` decides whether the training forward is random
-_RANDOM_ATTRS = ("p", "drop_prob")
-
-
-def is_random_in_training(module: nn.Module) -> bool:
-    """Whether a training-mode forward can draw random numbers: a dropout (or timm DropPath) of
-    nonzero rate. (The other layers of pazo's models are deterministic.)"""
-    for m in module.modules():
-        name = type(m).__name__.lower()
-        if "drop" in name and any(float(getattr(m, a, 0) or 0) > 0 for a in _RANDOM_ATTRS):
-            return True
-    return False
-
 
 # --- one rule per layer kind ----------------------------------------------------------------------------
 # Each takes what the hooks kept (the layer's input, the gradient of the summed loss at its output)

@@ -31,7 +31,8 @@ from torch import nn
 
 from pazo.config_schema import dropout_rate, optional
 from pazo.errors import ConfigError, at_least_one, one_of, positive, unknown_choice
-from pazo.pretrained import missing_pretrained
+from pazo.models.dropout import is_dropout_rate
+from pazo.pretrained import missing_pretrained, unreadable_pretrained
 from pazo.text.prompts import resolve_label_words, task_spec
 from pazo.text import tokens
 from pazo.text.tokens import pad_token_id
@@ -79,13 +80,10 @@ def load_hf_lm(path: str, kind: str, *, dtype: str = "float32", random_init: boo
     except OSError as err:
         raise missing_pretrained(path, local, err, what="model", key="model.path", download_key="model.download",
                                  download=download, model_class=auto.__name__) from None
-
-
-def is_dropout_rate(name: str) -> bool:
-    """A layer attribute that transformers reads as a dropout probability in its forward
-    (`dropout`, `attention_dropout`, `hidden_dropout_prob`, `attn_pdrop`); not `layerdrop`, the
-    chance of skipping a whole layer."""
-    return name == "dropout" or name.endswith(("_dropout", "dropout_prob", "_pdrop"))
+    except ValueError as err:   # a folder transformers cannot build a model from (a tokenizer alone, another kind)
+        if not local.exists():
+            raise
+        raise unreadable_pretrained(local, err, what="model", key="model.path") from None
 
 
 def set_dropout(model: nn.Module, p: float, path: str) -> None:

@@ -114,13 +114,7 @@ class Group:
         add in another order on each rank); returned on `local`'s device."""
         if not self.several:
             return local
-        host = local.detach().to("cpu").contiguous()
-        parts = [torch.empty_like(host) for _ in range(self.world_size)]
-        try:
-            dist.all_gather(parts, host, group=self.process_group)
-        except (RuntimeError, dist.DistError) as err:
-            raise RankLost(lost_line(err)) from None
-        self.bytes_exchanged += host.numel() * host.element_size()
+        parts = self._all_gathered(local.detach().to("cpu").contiguous())
         total = parts[0].clone()
         for part in parts[1:]:
             total += part
@@ -136,14 +130,20 @@ class Group:
         host = local.detach().to("cpu")
         padded = host.new_zeros((-(-count // self.world_size), *host.shape[1:]))
         padded[:len(host)] = host
-        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
-        try:
-            dist.all_gather(parts, padded, group=self.process_group)
-        except (RuntimeError, dist.DistError) as err:
-            raise RankLost(lost_line(err)) from None
-        self.bytes_exchanged += padded.numel() * padded.element_size()
+        parts = self._all_gathered(padded)
         # (position i of rank r's rows is row i * world_size + r; what is past `count` is padding)
         return torch.stack(parts, dim=1).flatten(0, 1)[:count].to(local.device)
+
+    def _all_gathered(self, host: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's `host` (a CPU tensor of one shape on every rank), in rank order; the bytes this
+        rank put in are counted, and a peer lost on the way is `RankLost`."""
+        parts = [torch.empty_like(host) for _ in range(self.world_size)]
+        try:
+            dist.all_gather(parts, host, group=self.process_group)
+        except (RuntimeError, dist.DistError) as err:
+            raise RankLost(lost_line(err)) from None
+        self.bytes_exchanged += host.numel() * host.element_size()
+        return parts
 
     def stopping(self, reason: str | None) -> bool:
         """Whether the run stops after this step: rank 0's stop request (a signal), sent to every rank

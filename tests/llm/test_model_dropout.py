@@ -11,7 +11,8 @@ from torch import nn
 from conftest import typed_section
 from llm_fixtures import write_tiny_causal_lm
 from pazo.errors import ConfigError
-from pazo.models.hf_lm import HfCausalLmSchema, build_hf_lm_task, is_dropout_rate, set_dropout
+from pazo.models.dropout import is_dropout_rate, is_random_in_training
+from pazo.models.hf_lm import HfCausalLmSchema, build_hf_lm_task, set_dropout
 
 pytestmark = pytest.mark.llm
 
@@ -66,6 +67,23 @@ def test_model_dropout_sets_every_dropout_the_model_has_and_its_forward_feels_it
         assert all(m.layerdrop == layerdrop for m in model.modules() if hasattr(m, "layerdrop"))
     first, second = two_train_forwards(model)
     assert not torch.equal(first, second), f"{family}: model.dropout={p} left the train-mode forward unchanged"
+
+
+@settings(max_examples=12, deadline=None)
+@given(family=st.sampled_from(FAMILIES), p=st.sampled_from([0.0, 0.1, 0.5]), layerdrop=st.sampled_from([0.0, 0.3]))
+@example(family="opt", p=0.1, layerdrop=0.0)    # an OPT checkpoint's own dropout: no module, rates on its layers
+@example(family="opt", p=0.0, layerdrop=0.0)    # all off: deterministic, whatever OPT's forward draws unused
+def test_a_forward_is_random_exactly_where_a_dropout_rate_or_layerdrop_is_above_zero(family, p, layerdrop):
+    """What decides whether ranks may share out public gradients, and whether several processes refuse a
+    first-order method (`is_random_in_training`): was blind to OPT's and Llama's float rates, so OPT with
+    its checkpoint's dropout 0.1 had each rank draw masks for its own share."""
+    model = tiny(family)
+    set_dropout(model, p, family)
+    for module in model.modules():
+        if hasattr(module, "layerdrop"):
+            module.layerdrop = layerdrop
+    has_layerdrop = any(hasattr(m, "layerdrop") for m in model.modules())
+    assert is_random_in_training(model) == (p > 0 or (has_layerdrop and layerdrop > 0))
 
 
 @given(p=st.floats(0.01, 0.99))

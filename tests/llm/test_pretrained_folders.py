@@ -26,3 +26,19 @@ def test_a_folder_without_a_tokenizer_or_model_is_one_line_naming_it(files, kind
         load_pretrained(str(folder), kind, key=key)
     said = str(refused.value)
     assert "\n" not in said and str(folder) in said and key in said, said
+
+
+@pytest.mark.parametrize("kind", ["causal", "masked"])
+def test_a_model_folder_holding_a_tokenizer_alone_is_one_line_naming_it(kind, tmp_path):
+    """Was: transformers' ValueError ("Unrecognized model ...") and its stack, out of `pazo-train`."""
+    from llm_fixtures import write_tiny_causal_lm
+    from pazo.models.hf_lm import load_hf_lm
+
+    folder = write_tiny_causal_lm(tmp_path / "opt")
+    for file in folder.iterdir():
+        if not file.name.startswith(("tokenizer", "special_tokens", "vocab", "merges")):
+            file.unlink()
+    with pytest.raises(DataMissingError) as refused:
+        load_hf_lm(str(folder), kind)
+    said = str(refused.value)
+    assert "\n" not in said and str(folder) in said and "model.path" in said, said

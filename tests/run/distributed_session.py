@@ -51,15 +51,17 @@ LIBRARY_SIGMA = 5.0
 OPT = ("model=hf_causal_lm", "model.attention=eager", "dataset=sst2", "dataset.n_train=24", "dataset.n_val=6",
        "train.batch_size=8", "engine.name=inplace")
 PUBLIC = ("dataset.public_source=split", "dataset.public_size=8", "method.public_batch_size=4")
-#: every zeroth-order method, with what it needs on the tiny OPT (public data; PAZO-P/S: k=2 directions); and
+#: every zeroth-order method, with what it needs on the tiny OPT (public data; PAZO-P/S: k=2 directions); PAZO-P
+#: with OPT's checkpoint dropout (its rates on the layers, no dropout module: every rank computes all k); and
 #: DP-AggZO's 16 directions on Poisson batches of 2 expected, which leave a rank one example most steps (was: a
 #: rank's one example gave other losses than in one process's batch, a few ulps, `pazo.zo.engines.never_alone`)
 OPT_METHODS = {"mezo": ("privacy=none",), "dpzero": (), "dp_zo": (), "dp_zo_laplace": ("method.noise=laplace",
                "privacy.delta=0"), "dp_zogd": (), "dp_aggzo": (), "pazo_m": PUBLIC, "pazo_p": (*PUBLIC, "method.k=2"),
                "pazo_p_prime": (*PUBLIC, "method.k=2"), "pazo_s": (*PUBLIC, "method.k=2"),
-               "dp_aggzo_shards_of_one": ("train.batch_size=2",)}
+               "dp_aggzo_shards_of_one": ("train.batch_size=2",),
+               "pazo_p_dropout": (*PUBLIC, "method.k=2", "model.dropout=0.1")}
 #: the method of an OPT_METHODS entry named otherwise
-OPT_METHOD_OF = {"dp_zo_laplace": "dp_zo", "dp_aggzo_shards_of_one": "dp_aggzo"}
+OPT_METHOD_OF = {"dp_zo_laplace": "dp_zo", "dp_aggzo_shards_of_one": "dp_aggzo", "pazo_p_dropout": "pazo_p"}
 
 STEPS = 3
 #: the run resumed across process counts (1 process to step 1, 2 to step 3, 1 to the end) and the one whose

@@ -17,20 +17,26 @@ def rows_of(seed: int, count: int, dim: int) -> torch.Tensor:
     return torch.randn(count, dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float32)
 
 
-def simulated_ranks(monkeypatch, rows: torch.Tensor, world: int) -> None:
-    """Make each rank's all_gather hand it every rank's share of `rows` (by `Group.shard`), padded to
-    ceil(k / world) rows, as the other ranks send it."""
+def simulated_ranks(monkeypatch, rows: torch.Tensor, world: int) -> list[int]:
+    """Make each rank's all_gather hand it what it sent in its own slot and the other ranks' shares of
+    `rows` (by `Group.shard`), padded to ceil(k / world) rows, as they send them. Returns the holder of
+    the rank now gathering (the test sets it)."""
     count = len(rows)
     per_rank = -(-count // world)
     shares = [Group(rank, world).shard(np.arange(count)).tolist() for rank in range(world)]
+    gathering = [0]
 
     def all_gather(parts, tensor, group=None):
         assert tensor.shape == (per_rank, *rows.shape[1:])   # every rank sends as many rows
-        for part, share in zip(parts, shares, strict=True):
+        for rank, (part, share) in enumerate(zip(parts, shares, strict=True)):
             part.zero_()
-            part[:len(share)] = rows[share]
+            if rank == gathering[0]:
+                part.copy_(tensor)   # (its own rows as it sent them: where a wrong offset or a zero would show)
+            else:
+                part[:len(share)] = rows[share]
 
     monkeypatch.setattr(distributed.dist, "all_gather", all_gather)
+    return gathering
 
 
 @settings(deadline=None, max_examples=60)
@@ -41,9 +47,10 @@ def test_each_rank_computes_its_share_and_holds_every_row_in_batch_order(count, 
     computes, in batch order, the same bits; it put ceil(k / N) rows into the exchange."""
     rows = rows_of(seed, count, dim)
     with pytest.MonkeyPatch.context() as monkeypatch:
-        simulated_ranks(monkeypatch, rows, world)
+        gathering = simulated_ranks(monkeypatch, rows, world)
         shares = []
         for rank in range(world):
+            gathering[0] = rank
             group = Group(rank, world)
             asked = []
 
