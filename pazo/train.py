@@ -493,8 +493,10 @@ def follower_config(argv: list[str]):
 def _on_rank(work, on_rank: str) -> tuple[int, object]:
     """(0, what `work()` gives) on this torchrun rank, or its failure as one line and an exit status
     (`on_rank` names the rank in the line): 2 for rank 0's refusal (it printed why) or a mistake, the
-    failed status where another rank failed, the fault status where it met a fault of the machine; a
-    lost rank leaves at once. The process group is left in any case."""
+    failed status where another rank failed, the fault status where it or another rank met a fault of
+    the machine (here: an OSError other than a missing file, which is the user's); a lost rank leaves
+    at once. The process group is left in any case."""
+    from pazo.commands.start import os_error_line
     from pazo.run import distributed
     from pazo.run.cli import USER_ERRORS
 
@@ -510,6 +512,9 @@ def _on_rank(work, on_rank: str) -> tuple[int, object]:
         return EXIT_CODES["failed"], None
     except distributed.RankFaulted as fault:
         print(f"pazo: error: {on_rank}{fault}", file=sys.stderr)
+        return EXIT_CODES["fault"], None
+    except OSError as fault:   # (after USER_ERRORS: a missing file is the user's)
+        print(f"pazo: error: {on_rank}{os_error_line(fault)} (a fault of the machine)", file=sys.stderr)
         return EXIT_CODES["fault"], None
     except distributed.RankLost as lost:
         print(f"pazo: error: {on_rank}{lost}", file=sys.stderr)
