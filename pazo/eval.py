@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 
 from pazo.commands.start import quiet_when_the_reader_leaves
-from pazo.commands.interrupts import INTERRUPTED, until_work_starts, work_starts
+from pazo.commands.interrupts import stop_status, stop_word, until_work_starts, work_starts
 
 
 def parser():
@@ -82,9 +82,9 @@ def cli() -> None:
     except USER_ERRORS as err:
         print(f"pazo: error: {err}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:
-        print("pazo: interrupted: nothing was written into the run directory", file=sys.stderr)
-        sys.exit(INTERRUPTED)
+    except KeyboardInterrupt as stop:   # (a SIGTERM too: `Terminated`)
+        print(f"pazo: {stop_word(stop)}: nothing was written into the run directory", file=sys.stderr)
+        sys.exit(stop_status(stop))
     for line in lines:
         print(line)
 

@@ -3,10 +3,11 @@ around one training run (`pazo.run.launch.run`, which says what a run does) or a
 
 A user's mistake is one `pazo: error:` line (exit 2) before compute; a write the machine refuses
 (full disk, no permission) is one line, its status (`fault`, resumable) recorded in summary.json
-where the disk still takes it (exit 75); a Ctrl-C before the run starts is one line (exit 130,
-`pazo.commands.interrupts`). This module imports only the standard library at its top, so that a Ctrl-C
-while torch, a plugin or Hydra loads meets pazo's handler, and `--help` or a refused command line
-loads only what they read.
+where the disk still takes it (exit 75); a Ctrl-C before the run's first step is one line (exit
+130, `pazo.commands.interrupts`), and so is a SIGTERM there (exit 143; in the loop it is `preempted`,
+exit 3). This module imports only the standard library at its top, so that a Ctrl-C while torch, a
+plugin or Hydra loads meets pazo's handler, and `--help` or a refused command line loads only what
+they read.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from pazo import CONFIG_DIR
 from pazo.commands.start import quiet_when_the_reader_leaves
-from pazo.commands.interrupts import INTERRUPTED, until_work_starts, work_starts
+from pazo.commands.interrupts import INTERRUPTED, stop_status, stop_word, until_work_starts, work_starts
 
 log = logging.getLogger("pazo.train")  # not __name__: that is "__main__" under `python -m pazo.train`
 #: exit codes: 0 finished, 1 failed, 2 bad input, 3 preempted (resumable), 75 a fault of the machine
@@ -36,10 +37,11 @@ def run(cfg, run_dir: str | Path, hydra_record: str | Path | None = None, show_h
     return training.run(cfg, run_dir, hydra_record, show_header or training.print_header)
 
 
-def _interrupted_where(run_dir: Path) -> str:
+def _interrupted_where(run_dir: Path, how: str = "interrupted") -> str:
     """What a Ctrl-C that ended the run left: the loop records it in summary.json (status
     interrupted, the steps done); one during set-up (data, model, calibration) comes before any
-    training, and a relaunch simply starts the run."""
+    training, and a relaunch simply starts the run. `how`: `terminated` for a SIGTERM in set-up (the
+    loop records its own as `preempted`)."""
     try:
         status = json.loads((run_dir / "summary.json").read_text()).get("status")
     except (OSError, ValueError):
@@ -47,8 +49,8 @@ def _interrupted_where(run_dir: Path) -> str:
     if status == "interrupted":
         return f"interrupted; {run_dir}/summary.json records the steps done, and the same command resumes"
     if status is None:
-        return "interrupted during set-up, before the first step: nothing was trained; the same command starts the run"
-    return (f"interrupted during set-up, before this attempt's first step: nothing was trained in it; "
+        return f"{how} during set-up, before the first step: nothing was trained; the same command starts the run"
+    return (f"{how} during set-up, before this attempt's first step: nothing was trained in it; "
             f"{run_dir}/summary.json is the earlier attempt's (status {status}), and the same command goes on from it")
 
 
@@ -169,11 +171,11 @@ def main(cfg) -> float | None:
             _job_ended(job, "refused")
             return None  # one bad job does not stop the rest of the sweep; the multirun's exit says so
         sys.exit(2)
-    except KeyboardInterrupt:  # a second Ctrl-C in the loop (the summary says at which step), or one in set-up
-        _quiet_from_now(EXIT_CODES["interrupted"])
-        log.error(f"pazo: {_interrupted_where(run_dir)}")
-        _stop_multirun(job, "interrupted")
-        sys.exit(EXIT_CODES["interrupted"])
+    except KeyboardInterrupt as stop:  # a second Ctrl-C in the loop (the summary says at which step), or
+        _quiet_from_now(stop_status(stop))   # a Ctrl-C or SIGTERM in set-up (`Terminated`)
+        log.error(f"pazo: {_interrupted_where(run_dir, stop_word(stop))}")
+        _stop_multirun(job, stop_word(stop))
+        sys.exit(stop_status(stop))
     return _ended(summary, job, sweeping)
 
 
@@ -491,8 +493,10 @@ def follower_config(argv: list[str]):
 def _on_rank(work, on_rank: str) -> tuple[int, object]:
     """(0, what `work()` gives) on this torchrun rank, or its failure as one line and an exit status
     (`on_rank` names the rank in the line): 2 for rank 0's refusal (it printed why) or a mistake, the
-    failed status where another rank failed, the fault status where it met a fault of the machine; a
-    lost rank leaves at once. The process group is left in any case."""
+    failed status where another rank failed, the fault status where it or another rank met a fault of
+    the machine (here: an OSError other than a missing file, which is the user's); a lost rank leaves
+    at once. The process group is left in any case."""
+    from pazo.commands.start import os_error_line
     from pazo.run import distributed
     from pazo.run.cli import USER_ERRORS
 
@@ -508,6 +512,9 @@ def _on_rank(work, on_rank: str) -> tuple[int, object]:
         return EXIT_CODES["failed"], None
     except distributed.RankFaulted as fault:
         print(f"pazo: error: {on_rank}{fault}", file=sys.stderr)
+        return EXIT_CODES["fault"], None
+    except OSError as fault:   # (after USER_ERRORS: a missing file is the user's)
+        print(f"pazo: error: {on_rank}{os_error_line(fault)} (a fault of the machine)", file=sys.stderr)
         return EXIT_CODES["fault"], None
     except distributed.RankLost as lost:
         print(f"pazo: error: {on_rank}{lost}", file=sys.stderr)

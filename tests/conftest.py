@@ -19,6 +19,7 @@ import contextlib
 import functools
 import itertools
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -161,6 +162,17 @@ def no_sweep_stop_left_behind():
     child_runs = sys.modules.get("pazo.sweep.child_runs")
     if child_runs is not None:
         assert not child_runs.CHILDREN.stopping, "a sweep's stop outlived its launch"
+
+
+@pytest.fixture(autouse=True)
+def sigterm_handler_kept():
+    """Each test leaves SIGTERM's handler as it found it: a command run in-process installs pazo's
+    (`pazo.commands.interrupts.until_work_starts`), which would end a later test's process on a SIGTERM
+    with a `pazo: terminated` line instead of what that test expects."""
+    found = signal.getsignal(signal.SIGTERM)
+    yield
+    if found is not None and signal.getsignal(signal.SIGTERM) is not found:
+        signal.signal(signal.SIGTERM, found)
 
 
 #: the session's (the xdist worker's) sigma cache, set by `shared_sigma_cache`

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pazo import CONFIG_DIR
 from pazo.commands.start import quiet_when_the_reader_leaves
-from pazo.commands.interrupts import INTERRUPTED, until_work_starts, work_starts
+from pazo.commands.interrupts import INTERRUPTED, TERMINATED, stop_status, stop_word, until_work_starts, work_starts
 
 log = logging.getLogger("pazo.audit")
 #: the exit status of an audit whose verdict is that the run is NOT as private as printed
@@ -27,7 +27,8 @@ EXIT_CODES = {"the audit found no evidence against the epsilon the run prints": 
               "a mistake on the command line (one pazo: error: line, before any compute)": 2,
               "the audit found the run NOT as private as printed (its verdict line says which check)": NOT_AS_PRIVATE,
               "a write the machine refused (a full disk): the audit wrote no result": os.EX_TEMPFAIL,
-              "interrupted (Ctrl-C)": INTERRUPTED}
+              "interrupted (Ctrl-C)": INTERRUPTED,
+              "terminated (SIGTERM: a kill, timeout or a scheduler's time limit)": TERMINATED}
 #: the run directories of a multirun's audits whose verdict was NOT as private as printed
 _NOT_AS_PRIVATE: list[str] = []
 
@@ -54,9 +55,9 @@ def main(cfg) -> float | None:
         if sweeping:
             return None
         sys.exit(2)
-    except KeyboardInterrupt:  # an audit is one short run, written at its end: nothing to resume
-        log.error(f"pazo: interrupted; the audit in {run_dir} did not finish and wrote no result (run it again)")
-        sys.exit(INTERRUPTED)
+    except KeyboardInterrupt as stop:  # an audit is one short run, written at its end: nothing to resume
+        log.error(f"pazo: {stop_word(stop)}; the audit in {run_dir} did not finish and wrote no result (run it again)")
+        sys.exit(stop_status(stop))
     except OSError as err:
         fault = audit_run.disk_fault(err, run_dir)
         if fault is None:

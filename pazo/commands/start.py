@@ -4,7 +4,7 @@ module's `cli` is `command(main)`, the one start that `python -m pazo.<package>.
 launchers in scripts/ run too (plugins, then `main`, ended by `finish`).
 
 `--help` lists the names, one line each, without importing them; an unknown name is one line
-`pazo: error: ...` and exit 2; a Ctrl-C is one line and exit 130, before the command starts
+`pazo: error: ...` and exit 2; a Ctrl-C is one line and exit 130 (a SIGTERM: 143), before the command starts
 (`pazo.commands.interrupts`) and during it (a command with its own handling says more, e.g. a benchmark's).
 The module then sees `sys.argv == ["<prog> <name>", *args]`: its argparse usage says `pazo-bench
 methods`, and its result file's command is the one typed."""
@@ -21,7 +21,7 @@ from typing import NoReturn
 
 from pazo.errors import unknown_choice
 from pazo.files.file_kinds import NotRegularFile
-from pazo.commands.interrupts import INTERRUPTED, restore, until_work_starts, work_starts
+from pazo.commands.interrupts import restore, stop_status, stop_word, until_work_starts, work_starts
 from pazo.plugins import load_plugins
 
 #: an OSError that is the user's input, not the machine refusing a write: exit 2, not 75
@@ -100,18 +100,19 @@ def command(main: Callable[[], int | None]) -> Callable[[], NoReturn]:
 
 
 def finish(main: Callable[[], int | None]) -> int:
-    """`main()`'s exit status, ended as every pazo command ends: a Ctrl-C one line and 130; a
-    `sys.exit("message")` the message and 1, as Python does; a reader gone (`| head`) 0; an output
-    the machine refused (full disk, read-only folder) one line and 75, or 2 where it is the user's
-    input. `sys.argv[0]` names the command in the interrupt's line."""
+    """`main()`'s exit status, ended as every pazo command ends: a Ctrl-C one line and 130 (a SIGTERM
+    the command does not handle itself: 143); a `sys.exit("message")` the message and 1, as Python
+    does; a reader gone (`| head`) 0; an output the machine refused (full disk, read-only folder) one
+    line and 75, or 2 where it is the user's input. `sys.argv[0]` names the command in the
+    interrupt's line."""
     load_plugins()
     work_starts()
     label = os.path.basename(sys.argv[0])
     try:
         code = main()
-    except KeyboardInterrupt:
-        print(f"pazo: interrupted; {label} stopped", file=sys.stderr)
-        return INTERRUPTED
+    except KeyboardInterrupt as stop:   # (a SIGTERM too, before the command handles it: `Terminated`)
+        print(f"pazo: {stop_word(stop)}; {label} stopped", file=sys.stderr)
+        return stop_status(stop)
     except SystemExit as stop:
         code = stop.code
         if not (code is None or isinstance(code, int)):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 
+from pazo.commands.interrupts import stop_status, stop_word
 from pazo.commands.start import ArgumentParser, summary_of
 from pazo.privacy.accountants import BudgetError, default_eps_error
 from pazo.privacy.accountants import ACCOUNTANTS
@@ -80,9 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     except BudgetError as err:
         print(f"pazo: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("pazo: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:   # (a SIGTERM too: `Terminated`)
+        print(f"pazo: {stop_word(stop)}", file=sys.stderr)
+        return stop_status(stop)
     return 0
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from pazo.commands.interrupts import sigterm_handled_from_now
 from pazo.errors import ConfigError
 from pazo.files.file_kinds import read_regular_text
 from pazo.run import gate
@@ -239,6 +240,7 @@ class StopRequests:
         self.reason = self.reason or self.SIGNALS[signal.Signals(signum).name]
 
     def __enter__(self):
+        sigterm_handled_from_now()   # (pazo's SIGTERM of the set-up, `Terminated`, is done: not put back after)
         if threading.current_thread() is threading.main_thread():
             for name in self.SIGNALS:
                 sig = getattr(signal, name, None)

@@ -124,13 +124,14 @@ def start_for_followers(run_dir: Path, start) -> dict:
 def follow(cfg: DictConfig) -> None:
     """A rank other than 0 of a data-parallel run (torchrun): the run's steps on this rank's shards,
     from the step rank 0 starts at (its checkpoint, read here too), once every rank agrees it runs
-    the same config, data and code from the same step; nothing written. A refusal or an error while
-    this rank builds the run is told to the others in that agreement (`distributed.telling`)."""
+    the same config, data and code from the same step; nothing written. A refusal, a fault of the
+    machine (an OSError other than a missing file: reading rank 0's checkpoint, the data) or an error
+    while this rank builds the run is told to the others in that agreement (`distributed.telling`)."""
     group = distributed.current()
     start = start_from_leader(group)
     if start["finished"]:   # rank 0 says so, and there is nothing to do
         return
-    with distributed.telling(group, USER_ERRORS):
+    with distributed.telling(group, USER_ERRORS, faults=(OSError,)):
         typed = validated_run_config(cfg)
         r = build_run(typed, earlier_engine=start["earlier_engine"])
         sampler = r.sampler()

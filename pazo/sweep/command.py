@@ -25,14 +25,14 @@ from typing import Any
 from hydra import initialize_config_dir
 
 from pazo.commands.console import use_console
-from pazo.commands.interrupts import restore, until_work_starts, work_starts
+from pazo.commands.interrupts import restore, stop_status, stop_word, until_work_starts, work_starts
 from pazo.commands.start import ArgumentParser, at_least, quiet_when_the_reader_leaves, summary_of
 from pazo.errors import ConfigError
 from pazo.files.file_kinds import path_argument
 from pazo.plugins import load_plugins
 from pazo.sweep.checks import (_Checker, check, check_earlier_runs, check_replicates, check_sweep_folder,
                                composed_configs, missing_data, status)
-from pazo.sweep.child_runs import EXIT_INTERRUPTED, Interrupted
+from pazo.sweep.child_runs import Interrupted
 from pazo.sweep.launchers import (check_can_launch, check_launcher, check_ranks_can_share, command, launch,
                                   parse_sets, tasks_in_all)
 from pazo.sweep.spec import (MAX_RUNS, ROOT, SELECTION_MODES, SWEEPS, PlannedRun, enumerate_runs, fmt, load_spec,
@@ -226,10 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     except Interrupted as stop:
         log.error(f"pazo: {stop.how}: {stop}; the same command resumes the sweep")
         return stop.exit_status
-    except KeyboardInterrupt:
-        log.error("pazo: interrupted while no run was in progress: the runs that had finished and the selections "
-                  "released are kept; the same command resumes the sweep")
-    return EXIT_INTERRUPTED
+    except KeyboardInterrupt as stop:   # (a SIGTERM too, while no launcher passes it on: `Terminated`)
+        log.error(f"pazo: {stop_word(stop)} while no run was in progress: the runs that had finished and the "
+                  "selections released are kept; the same command resumes the sweep")
+        return stop_status(stop)
 
 
 def _main(argv: list[str] | None = None) -> int:

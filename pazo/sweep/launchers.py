@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 import submitit
 import yaml
 
+from pazo.commands.interrupts import Terminated
 from pazo.config_schema import integer_at_least, optional, typed
 from pazo.errors import ConfigError, unknown_choice
 from pazo.files.file_kinds import read_regular_text
@@ -232,9 +234,10 @@ def launch(todo: list[tuple[PlannedRun, Path, list[str]]], launcher: dict, sweep
         try:
             with gate.umask_in(sweep_dir / ".submitit"):   # (a selection's jobs: their records owner-only)
                 return launch_submitit(todo, launcher, sweep_dir, quiet)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:   # (a SIGTERM too, `Terminated`: said as one, exit 143)
             raise Interrupted("the jobs submitted go on under SLURM (squeue lists them; scancel stops them), "
-                              "and a relaunch once they have ended runs the rest") from None
+                              "and a relaunch once they have ended runs the rest",
+                              signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT) from None
     with passing_on_interrupts() as children:
         if kind == "sequential":
             _launch_sequential(todo, quiet)

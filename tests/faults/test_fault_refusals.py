@@ -1,8 +1,8 @@
 """Interrupted or refused before the run (the faults guide's section of that name): a Ctrl-C while
 a plugin imports ends every entry point in one line and exit 130, not a KeyboardInterrupt
-traceback; the entry modules load no torch or Hydra before pazo's handler is in place; and a launch
-refused before it is accepted leaves the output folder as it was: no new directory, and an existing
-run directory's files, train.log included, byte for byte."""
+traceback (a SIGTERM: one line and 143); the entry modules load no torch or Hydra before pazo's
+handler is in place; and a launch refused before it is accepted leaves the output folder as it was:
+no new directory, and an existing run directory's files, train.log included, byte for byte."""
 import os
 import shutil
 import signal
@@ -34,11 +34,13 @@ ENTRY_POINTS = {
 }
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
-def test_a_ctrl_c_while_a_plugin_imports_is_one_line_and_exit_130(entry, tmp_path):
+def test_a_ctrl_c_while_a_plugin_imports_is_one_line_and_exit_130(entry, signum, tmp_path):
     """The plugin is an installed package's entry point (`pazo.plugins`) whose module sleeps on
     import; SIGINT is sent once it has started importing (was: a KeyboardInterrupt traceback out
-    of the plugin's import, and the process killed by SIGINT, exit -2)."""
+    of the plugin's import, and the process killed by SIGINT, exit -2); a SIGTERM ends it the same
+    way, `pazo: terminated before ...` and exit 143 (was: killed silently)."""
     marker = tmp_path / "importing"
     site = write_package(tmp_path / "site", {"slow_plugin": SLOW_IMPORT.format(marker=str(marker))},
                          {"slow": "slow_plugin"})
@@ -51,15 +53,16 @@ def test_a_ctrl_c_while_a_plugin_imports_is_one_line_and_exit_130(entry, tmp_pat
         while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         assert marker.exists(), proc.communicate()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    word, status = ("interrupted", 130) if signum == signal.SIGINT else ("terminated", 143)
+    assert proc.returncode == status, (proc.returncode, err[-2000:])
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
     lines = [line for line in (out + err).splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("pazo: interrupted before ") and "nothing was run" in lines[0], lines
+    assert len(lines) == 1 and lines[0].startswith(f"pazo: {word} before ") and "nothing was run" in lines[0], lines
     assert sorted(p.name for p in tmp_path.iterdir()) == ["importing", "site"]   # nothing written
 
 

@@ -19,6 +19,7 @@ import pazo.sweep.command as sweep
 from pazo.sweep.spec import PlannedRun
 from pazo.sweep import launchers
 from pazo.sweep.child_runs import EXIT_INTERRUPTED, Interrupted
+from pazo.commands.interrupts import Terminated
 
 #: a stand-in run: records that it started, then waits (a minute at most) for Ctrl-C, which it counts
 #: and answers as pazo.train does (a summary saying interrupted, exit 130)
@@ -214,3 +215,16 @@ def test_ctrl_c_during_a_real_sweep_ends_in_one_line_and_the_same_command_resume
     assert resumed["status"] == "finished" and resumed["resumed_from_step"] == summary["stopped_at_step"]
     if selection == "private":
         assert len(list((out / "mini" / "digits" / "dpsgd" / "eps=1").glob("selected,seed=*/model.safetensors"))) == 2
+
+
+@pytest.mark.parametrize("stop, status", [(KeyboardInterrupt(), 130), (Terminated(), 143)], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_submitit_submits_says_which_and_exits_with_its_status(stop, status, tmp_path, monkeypatch):
+    """A Ctrl-C, or a SIGTERM before a launcher passes signals on (`Terminated`), while submitit submits
+    or waits: the sweep stops saying the jobs go on under SLURM, with the signal's status (a SIGTERM
+    was said as a Ctrl-C, 130)."""
+    def submitting(*args, **kwargs):
+        raise stop
+    monkeypatch.setattr(launchers, "launch_submitit", submitting)
+    with pytest.raises(Interrupted) as stopped:
+        launchers.launch([], {"launcher": "submitit"}, tmp_path)
+    assert stopped.value.exit_status == status and "go on under SLURM" in str(stopped.value)

@@ -1,7 +1,8 @@
 """One start for every `pazo-bench` / `pazo-report` command (`pazo.commands.start.command`): the console
 script (through `dispatch`), `python -m pazo.<package>.<module>` and the launcher in scripts/ all end
-a command the same way: its status, a Ctrl-C one line and 130, `sys.exit("message")` the message and
-1, a refused output one line and 75 (2 where the path is the user's input), a reader gone 0."""
+a command the same way: its status, a Ctrl-C one line and 130 (a SIGTERM: 143), `sys.exit("message")`
+the message and 1, a refused output one line and 75 (2 where the path is the user's input), a reader
+gone 0."""
 import errno
 import importlib
 import sys
@@ -12,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 import pazo.bench
 import pazo.report
 from pazo.commands.start import command, dispatch, finish
-from pazo.commands.interrupts import INTERRUPTED
+from pazo.commands.interrupts import INTERRUPTED, TERMINATED, Terminated
 
 #: (what main does, the exit status, what stderr says)
 OUTCOMES = st.one_of(
@@ -21,6 +22,7 @@ OUTCOMES = st.one_of(
     st.integers(0, 255).map(lambda n: (("exit", n), n, "")),
     st.text("abc xyz", min_size=1, max_size=20).map(lambda m: (("exit", m), 1, m)),
     st.just((("raise", KeyboardInterrupt()), INTERRUPTED, "pazo: interrupted; ")),
+    st.just((("raise", Terminated()), TERMINATED, "pazo: terminated; ")),   # a SIGTERM before the command's own
     st.sampled_from([errno.ENOSPC, errno.EROFS, errno.EACCES]).map(
         lambda e: (("raise", OSError(e, "refused", "/tmp/x")), 75, "pazo: error: /tmp/x: refused")),
     st.sampled_from([errno.ENOENT, errno.ENOTDIR, errno.EISDIR]).map(
@@ -43,6 +45,7 @@ def main_that(what):
 @settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(outcome=OUTCOMES)
 @example(outcome=(("raise", KeyboardInterrupt()), INTERRUPTED, "pazo: interrupted; "))
+@example(outcome=(("raise", Terminated()), TERMINATED, "pazo: terminated; "))
 def test_every_ending_of_a_command_is_its_status_and_at_most_one_line(outcome, capfd):
     what, status, said = outcome
     assert finish(main_that(what)) == status

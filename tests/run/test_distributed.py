@@ -1006,3 +1006,47 @@ def test_a_follower_writes_nothing_in_one_launch(launched):
     """The launch's ranks ran in a folder of their own: rank 1 (and rank 0, its runs given their
     directories) left nothing there."""
     assert launched["elsewhere"] == []
+
+
+class _FollowerGroup:
+    """What a follower's `pazo.run.launch.follow` meets of its group: rank 0's start (a fresh run), and
+    the failure it tells the others (its kind, recorded)."""
+
+    def __init__(self, rank: int):
+        self.rank, self.told = rank, []
+
+    def share(self, value):
+        return {"finished": False, "checkpoint": None, "earlier_engine": None}
+
+    def tell(self, err, kind):
+        self.told.append(kind)
+
+
+#: an OSError of the machine a follower may meet while it builds the run (rank 0's checkpoint, the data)
+MACHINE_ERRNOS = [errno.EIO, errno.ENOSPC, errno.EACCES, errno.EROFS, errno.EMFILE, errno.ESTALE, errno.ENOTDIR]
+
+
+@settings(deadline=None, max_examples=20)
+@given(st.sampled_from(MACHINE_ERRNOS), st.integers(1, 7), st.sampled_from(["validated_run_config", "build_run"]))
+@example(errno.EIO, 1, "build_run")   # the reported case: an I/O error as rank 1 reads what rank 0 wrote
+def test_a_followers_os_error_while_building_is_one_line_a_fault_and_told_as_one(err_no, rank, where):
+    """A rank > 0 whose build meets an OSError other than a missing file (which is the user's) tells
+    the others it met a fault of the machine (they end as rank 0's WriteFault ends them, exit 75), and
+    ends itself in one line naming the file and the reason, exit 75 (was: told as failed, and this rank
+    exit 1 with a traceback: `_on_rank` let the OSError out)."""
+    from pazo.run import distributed, launch
+    from pazo.train import _on_rank
+
+    group = _FollowerGroup(rank)
+
+    def refused(*args, **kwargs):
+        raise OSError(err_no, os.strerror(err_no), "/runs/r/checkpoint.pt")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(distributed, "current", lambda: group)
+        patch.setattr(launch, "validated_run_config", lambda cfg: cfg)   # (the run's own config: none here)
+        patch.setattr(launch, where, refused)
+        with contextlib.redirect_stderr(io.StringIO()) as stderr:
+            status, _ = _on_rank(lambda: launch.follow(None), f"rank {rank}: ")
+    assert status == 75 and group.told == [FAULT]
+    assert stderr.getvalue().splitlines() == [f"pazo: error: rank {rank}: /runs/r/checkpoint.pt: "
+                                              f"{os.strerror(err_no)} (a fault of the machine)"]
