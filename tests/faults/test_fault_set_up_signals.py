@@ -26,6 +26,9 @@ MOMENTS = {
     "calibrating sigma": "pazo.run.build:make_plan",
     "rank 0 waiting for its peer": "pazo.run.distributed:join+through",
 }
+#: the moments the default suite sends its signal at: one before Hydra runs, one in the task, one on a
+#: rank (the others are in the slow suite: each is a pazo-train process, about 7 s of CPU)
+FAST_MOMENTS = ("checking where it writes", "reading the data", "rank 0 waiting for its peer")
 #: how each signal ends a command in its set-up: its word and exit status
 ENDINGS = {signal.SIGTERM: ("pazo: terminated ", 143), signal.SIGINT: ("pazo: interrupted ", 130)}
 
@@ -67,7 +70,8 @@ def _signalled_at(moment: str, signum: int, tmp_path: Path) -> tuple[int, str]:
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
                          ids=["SIGTERM", "SIGINT"])
-@pytest.mark.parametrize("moment", list(MOMENTS))
+@pytest.mark.parametrize("moment", [m if m in FAST_MOMENTS else pytest.param(m, marks=pytest.mark.slow)
+                                    for m in MOMENTS])
 def test_a_signal_during_set_up_is_one_line_its_status_and_nothing_written(moment, signum, tmp_path):
     """SIGTERM at each moment of a run's set-up ends it as Ctrl-C does there (SIGINT: the reference,
     in the slow suite): one line, 143, no traceback, and neither the output folder nor the working
