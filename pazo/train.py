@@ -155,7 +155,7 @@ def main(cfg) -> float | None:
         _leave_no_trace(staged)
         _leave(EXIT_CODES["fault"])   # at once: gloo's broken group aborts the interpreter's shutdown
     except (distributed.RankFailed, distributed.RankFaulted) as told:   # another rank's, before the first step
-        code = EXIT_CODES["fault" if isinstance(told, distributed.RankFaulted) else "failed"]   # (it printed its own)
+        code = _told_status(told)   # (it printed its own line)
         _quiet_from_now(code)
         log.error(f"pazo: error: {told}")
         sys.exit(code)
@@ -490,6 +490,14 @@ def follower_config(argv: list[str]):
         return compose(config_name="config", overrides=list(argv))
 
 
+def _told_status(told: Exception) -> int:
+    """The exit status of a rank that another rank told of its failure before the first step: the
+    fault status for a fault of the machine (`RankFaulted`), else the failed status (`RankFailed`)."""
+    from pazo.run import distributed
+
+    return EXIT_CODES["fault" if isinstance(told, distributed.RankFaulted) else "failed"]
+
+
 def _on_rank(work, on_rank: str) -> tuple[int, object]:
     """(0, what `work()` gives) on this torchrun rank, or its failure as one line and an exit status
     (`on_rank` names the rank in the line): 2 for rank 0's refusal (it printed why) or a mistake, the
@@ -507,12 +515,9 @@ def _on_rank(work, on_rank: str) -> tuple[int, object]:
     except USER_ERRORS as err:
         print(f"pazo: error: {on_rank}{err}", file=sys.stderr)
         return 2, None
-    except distributed.RankFailed as failed:
-        print(f"pazo: error: {on_rank}{failed}", file=sys.stderr)
-        return EXIT_CODES["failed"], None
-    except distributed.RankFaulted as fault:
-        print(f"pazo: error: {on_rank}{fault}", file=sys.stderr)
-        return EXIT_CODES["fault"], None
+    except (distributed.RankFailed, distributed.RankFaulted) as told:
+        print(f"pazo: error: {on_rank}{told}", file=sys.stderr)
+        return _told_status(told), None
     except OSError as fault:   # (after USER_ERRORS: a missing file is the user's)
         print(f"pazo: error: {on_rank}{os_error_line(fault)} (a fault of the machine)", file=sys.stderr)
         return EXIT_CODES["fault"], None
