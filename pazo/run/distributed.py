@@ -355,7 +355,7 @@ class ShardSums(LocalSums):
         """Rows computed each on its own (public gradients): this rank computes its share by
         `Group.shard`'s rule (row j on rank j mod N; a rank r >= count computes none) and the ranks
         gather them (`Group.gather_rows`), so every rank holds the same [count, ...] rows, in order,
-        each computed by one rank as one process computes it (k x d floats a step among the ranks)."""
+        each computed by one rank as one process computes it (a rank puts in ceil(k / N) x d floats a step)."""
         mine = self.group.shard(np.arange(count)).tolist()
         return self.group.gather_rows(compute(mine), count)
 
