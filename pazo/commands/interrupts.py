@@ -38,14 +38,19 @@ class Terminated(KeyboardInterrupt):
     on a SIGTERM too, saying `terminated` and exiting 143."""
 
 
+def stop_signal(stop: KeyboardInterrupt) -> signal.Signals:
+    """The signal that ended a command with `stop`: SIGTERM (`Terminated`) or SIGINT (Ctrl-C)."""
+    return signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
+
+
 def stop_word(stop: KeyboardInterrupt) -> str:
     """How a command ended by `stop` says it: `interrupted` (Ctrl-C) or `terminated` (SIGTERM)."""
-    return _ENDINGS[signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT][0]
+    return _ENDINGS[stop_signal(stop)][0]
 
 
 def stop_status(stop: KeyboardInterrupt) -> int:
     """The exit status of a command ended by `stop`: 130 (Ctrl-C) or 143 (SIGTERM)."""
-    return TERMINATED if isinstance(stop, Terminated) else INTERRUPTED
+    return _ENDINGS[stop_signal(stop)][1]
 
 
 def _in_main_thread() -> bool:

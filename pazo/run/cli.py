@@ -326,7 +326,7 @@ def _unreadable_command_line(argv: list[str], flags: list[str], own_flags: tuple
     """What Hydra would refuse in its own words before composing anything: an option neither it nor
     the entry point knows (`unknown_flag`), an argument its grammar cannot read (`not_an_override`),
     an empty folder to run or sweep into (Hydra would write into the current folder), or an empty path
-    in the config (the run would read or cache in the current folder)."""
+    the config reads (the run would read the current folder)."""
     from pazo.run.door import not_an_override
 
     unreadable = not_an_override([a for a in argv if a not in flags]) if set(flags) <= set(MULTIRUN_FLAGS) else None

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 import submitit
 import yaml
 
-from pazo.commands.interrupts import Terminated
+from pazo.commands.interrupts import stop_signal
 from pazo.config_schema import integer_at_least, optional, typed
 from pazo.errors import ConfigError, unknown_choice
 from pazo.files.file_kinds import read_regular_text
@@ -237,7 +236,7 @@ def launch(todo: list[tuple[PlannedRun, Path, list[str]]], launcher: dict, sweep
         except KeyboardInterrupt as stop:   # (a SIGTERM too, `Terminated`: said as one, exit 143)
             raise Interrupted("the jobs submitted go on under SLURM (squeue lists them; scancel stops them), "
                               "and a relaunch once they have ended runs the rest",
-                              signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT) from None
+                              stop_signal(stop)) from None
     with passing_on_interrupts() as children:
         if kind == "sequential":
             _launch_sequential(todo, quiet)
