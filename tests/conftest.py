@@ -247,8 +247,12 @@ def one_noise_pass(patch: pytest.MonkeyPatch) -> None:
 def tiny_cfg(*overrides):
     """The real configs composed with `overrides`, for a tiny run with W&B disabled (`hydra_cfg`'s;
     a module-scoped fixture's run sets PAZO_CACHE_DIR itself): each call its own copy of `composed`'s."""
-    return copy.deepcopy(composed(("logger.mode=disabled", "train.steps=4", "train.log_every=2", "device=cpu",
-                                   *overrides)))
+    return composed_copy("logger.mode=disabled", "train.steps=4", "train.log_every=2", "device=cpu", *overrides)
+
+
+def composed_copy(*overrides: str, config_name: str = "config"):
+    """The real configs composed with `overrides`: the caller's own copy of `composed`'s."""
+    return copy.deepcopy(composed(overrides, config_name))
 
 
 #: the configs `composed` made in this process: (overrides, the ConfigStore's nodes) -> (config, the nodes)
