@@ -16,6 +16,7 @@ Markers (registered in pyproject.toml), set explicitly in the test files, not by
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import itertools
 import os
@@ -245,10 +246,41 @@ def one_noise_pass(patch: pytest.MonkeyPatch) -> None:
 
 def tiny_cfg(*overrides):
     """The real configs composed with `overrides`, for a tiny run with W&B disabled (`hydra_cfg`'s;
-    a module-scoped fixture's run sets PAZO_CACHE_DIR itself)."""
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose(config_name="config", overrides=[
-            "logger.mode=disabled", "train.steps=4", "train.log_every=2", "device=cpu", *overrides])
+    a module-scoped fixture's run sets PAZO_CACHE_DIR itself): each call its own copy of `composed`'s."""
+    return composed_copy("logger.mode=disabled", "train.steps=4", "train.log_every=2", "device=cpu", *overrides)
+
+
+def composed_copy(*overrides: str, config_name: str = "config"):
+    """The real configs composed with `overrides`: the caller's own copy of `composed`'s."""
+    return copy.deepcopy(composed(overrides, config_name))
+
+
+#: the configs `composed` made in this process: (overrides, the ConfigStore's nodes) -> (config, the nodes)
+_COMPOSED: dict = {}
+
+
+def composed(overrides: tuple[str, ...], config_name: str = "config"):
+    """The real configs composed with `overrides` (Hydra's compose: tenths of a second, and most runs'
+    tests ask for a few of the same), once per test process for the same overrides and the same
+    schemas in Hydra's ConfigStore (a test that registers a method or plugin gets a composition of
+    its own). Shared: a caller that changes it copies it first (`tiny_cfg`)."""
+    nodes = stored_config_nodes()
+    key = (config_name, overrides, tuple(map(id, nodes)))   # (the nodes are kept with the config: no id is reused)
+    if key not in _COMPOSED:
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            _COMPOSED[key] = (compose(config_name=config_name, overrides=list(overrides)), nodes)
+    return _COMPOSED[key][0]
+
+
+def stored_config_nodes() -> list:
+    """Every node registered in Hydra's ConfigStore (the method, data set and model schemas, plugins')."""
+    from hydra.core.config_store import ConfigStore
+
+    found, folders = [], [ConfigStore.instance().repo]
+    while folders:
+        for value in folders.pop().values():
+            (folders if isinstance(value, dict) else found).append(value)
+    return found
 
 
 @pytest.fixture

@@ -34,14 +34,13 @@ from pathlib import Path
 import pytest
 from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
-from hydra import compose, initialize_config_dir
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 import pazo.train as train
 import killed_launch
-from conftest import CONFIG_DIR, run_cache
+from conftest import composed_copy, run_cache
 from fault_runtime_helpers import snapshot
 from outlet_damage import DAMAGE, damage
 from stateful_walks import rule_names, rules_ran
@@ -100,8 +99,7 @@ def test_the_changes_cover_every_field_of_the_train_privacy_and_method_schemas()
 
 def compose_cfg(overrides: list[str], cache: Path):
     values = [o.replace("CACHE2", str(cache) + "2").replace("CACHE", str(cache)) for o in overrides]
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose(config_name="config", overrides=[f"privacy.cache_dir={cache}", *values])
+    return composed_copy(f"privacy.cache_dir={cache}", *values)
 
 
 def launch(cfg, run_dir: Path, kill: str | None, after: int, monkeypatch) -> str:

@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import pazo.run.fingerprint as fingerprint
@@ -29,7 +28,7 @@ from pazo.privacy.mechanisms import noise_generator
 from pazo.rng import STREAMS, RandomStreams
 from pazo.run.validate import run_config, typed_config
 from pazo.run.weights import read_weights
-from conftest import CONFIG_DIR, ROOT, run_cache
+from conftest import CONFIG_DIR, ROOT, composed_copy, run_cache
 from step_faults import fail_at_step
 
 #: the runs here read no PLD bound: their cross-check on the cheaper grid (conftest `cheap_pld`)
@@ -46,9 +45,8 @@ HOW = ["seed=7", "engine.name=inplace", "engine.chunk_size=2", "train.log_every=
 
 
 def compose_cfg(*overrides, config_name="config"):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose(config_name=config_name, overrides=["logger.mode=disabled", "train.steps=4",
-                                                           "train.log_every=2", "device=cpu", *overrides])
+    return composed_copy("logger.mode=disabled", "train.steps=4", "train.log_every=2", "device=cpu", *overrides,
+                         config_name=config_name)
 
 
 def secret_draws(r, count=3) -> tuple[list, torch.Tensor]:

@@ -18,11 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import CONFIG_DIR, run_cache
+from conftest import composed_copy, run_cache
 from killed_launch import launch
 from pazo.run import outlets
 from pazo.config_schema import LOGGERS
@@ -35,8 +34,7 @@ KILLS = (None, "SIGTERM", "SIGKILL", "crash")
 
 
 def compose_cfg(overrides: list[str], cache: Path):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose(config_name="config", overrides=[f"privacy.cache_dir={cache / 'sigma'}", *overrides])
+    return composed_copy(f"privacy.cache_dir={cache / 'sigma'}", *overrides)
 
 
 def released_rows(run_dir: Path, private_diagnostics: bool) -> dict[int, dict]:
