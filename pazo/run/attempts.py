@@ -40,6 +40,7 @@ earlier pazo keeps it beside summary.json: it is read there until this launch wr
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +50,7 @@ from pazo.commands.console import open_run_logs
 from pazo.files.rundir import WriteFault, accept_hydra_record
 from pazo.run import gate
 from pazo.run.checkpoint import (RESUMABLE, LoopState, archive_files, checkpoint_path, effective_status,
-                                 heartbeat_age, read_checkpoint, read_summary, remove_tmp_checkpoint)
+                                 heartbeat_age, read_checkpoint, read_summary, remove_tmp_checkpoint, resume_state)
 from pazo.errors import ConfigError
 from pazo.run.fingerprint import NOT_COMPARED, canonical_json, config_fingerprint
 from pazo.run.metrics_file import FILE as METRICS, CorruptMetrics, read_metric_rows
@@ -218,6 +219,20 @@ def same_computation(then: dict | None, now: dict, run_dir: Path) -> None:
         raise ConfigError(f"run directory {run_dir} holds an attempt whose computation differs from this "
                           f"launch's ({'; '.join(x for x in (listed, data) if x)}): going on would replay its "
                           f"noise on other numbers; relaunch as it ran, or give another hydra.run.dir")
+
+
+def start_attempt(run_dir: Path, start: Start, run, sampler, agree: Callable[[dict], None],
+                  hydra_record: str | Path | None = None) -> tuple[LoopState, Recorder, dict]:
+    """A planned launch (`plan_launch`) of a built run, started in one step: checked against what
+    the earlier attempt computed (`check_launch`), its loop state read from the checkpoint it
+    resumes (else the first step), the ranks' agreement on the facts every rank must share
+    (`agree`: rank 0's exchange, on `Run.rank_facts`) before the first write and the first step,
+    then the first writes (`accept_launch`). Returns the loop state, the recorder and the first summary."""
+    check_launch(run_dir, start, run)
+    loop = resume_state(run, sampler, start.checkpoint, checkpoint_path(run_dir)) if start.resuming else LoopState()
+    agree(run.rank_facts(loop.step))
+    recorder, summary = accept_launch(run_dir, start, run, sampler, loop, hydra_record)
+    return loop, recorder, summary
 
 
 def accept_launch(run_dir: Path, start: Start, run, sampler, loop: LoopState,

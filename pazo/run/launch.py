@@ -1,7 +1,8 @@
 """One training run into its directory, top to bottom (the command around it is `pazo.train`):
 
 validate -> check and lock the run directory -> prepare it (fresh, resume or finished) ->
-`pazo.run.build.build_run` (data, model, privacy plan, engine, method) -> accept the launch (from
+`pazo.run.build.build_run` (data, model, privacy plan, engine, method) -> start the attempt
+(`pazo.run.attempts.start_attempt`: checked, resumed, agreed by the ranks, then accepted: from
 here the directory is written: its record, train.log, the summary) -> `pazo.run.loop` (Poisson batch,
 step, row, evaluation, checkpoint) -> final epsilon check -> summary.json, all written through one
 `pazo.run.recorder.Recorder`. Everything before the launch is accepted only reads: a launch refused
@@ -16,7 +17,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from pazo.run import distributed
-from pazo.run.attempts import accept_launch, check_launch, plan_launch
+from pazo.run.attempts import plan_launch, start_attempt
 from pazo.run.checkpoint import LoopState, checkpoint_path, read_checkpoint, resume_state
 from pazo.run.cli import DEBUG_ONLY, USER_ERRORS
 from pazo.run.build import build_run, resolve_device
@@ -95,10 +96,7 @@ def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges
         r = build_run(typed, earlier_engine=(start.summary or {}).get("engine") if start.resuming else None,
                       device=device)
         sampler = r.sampler()
-        check_launch(run_dir, start, r)
-        loop = resume_state(r, sampler, start.checkpoint, checkpoint_path(run_dir)) if start.resuming else LoopState()
-        exchanges.agree(rank_facts(r, loop.step))   # before the first write and the first step
-        recorder, summary = accept_launch(run_dir, start, r, sampler, loop, hydra_record)   # the first writes
+        loop, recorder, summary = start_attempt(run_dir, start, r, sampler, exchanges.agree, hydra_record)
         show_header(summary, r.plan)
         if start.resuming:
             log.info(resumed_line(run_dir, loop.step, r.total_steps))
@@ -130,7 +128,7 @@ def follow(cfg: DictConfig) -> None:
         r = build_run(typed, earlier_engine=start["earlier_engine"])
         sampler = r.sampler()
         loop, where = follower_start(r, sampler, start["checkpoint"])
-    r.group.agree({**rank_facts(r, loop.step), "start": where})
+    r.group.agree({**r.rank_facts(loop.step), "start": where})
     follow_loop(r, sampler, loop)
 
 
@@ -158,14 +156,6 @@ def follower_start(r, sampler, path: str | None) -> tuple[LoopState, str]:
     except ConfigError as err:
         return LoopState(), f"no step: {str(err).split(';')[0]}"
     return loop, f"step {loop.step}"
-
-
-def rank_facts(r, start_step: int) -> dict[str, str]:
-    """What every rank of a run must share: the config, the digests that key the secret streams
-    (hashed once more: the private data's stays among the run's processes), the code, the engine
-    and the step it starts from (a resumed run: its checkpoint's, read on every rank)."""
-    return {**distributed.run_facts(r.cfg.fingerprint, r.key_digests), "engine": r.engine["name"],
-            "start": f"step {start_step}"}
 
 
 def refuse_debug_breaks(cfg) -> None:
