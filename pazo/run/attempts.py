@@ -31,27 +31,32 @@ covers (`privacy.steps_released`). A launch into a directory
 
 The check has two halves: `plan_launch` before any compute (from the files), `check_launch` once
 the run is built (the computation: sigma, device, the private data's digest), and only then
-`accept_launch` moves the earlier files away. The private data's digest of the attempt that ran
-last is kept in the run's private workspace, `private/private_computation.json` (`pazo.run.gate`),
-readable by its owner only (0600), like the checkpoint: a hash of the private data would tell which
-data set it is. A run directory of an earlier pazo keeps it beside summary.json: it is read there
-until this launch writes its own.
+`accept_launch` moves the earlier files away and starts the attempt's records. The private data's
+digest of the attempt that ran last is kept in the run's private workspace,
+`private/private_computation.json` (`pazo.run.gate`), readable by its owner only (0600), like the
+checkpoint: a hash of the private data would tell which data set it is. A run directory of an
+earlier pazo keeps it beside summary.json: it is read there until this launch writes its own.
 """
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from pazo.commands.console import open_run_logs
+from pazo.files.rundir import WriteFault, accept_hydra_record
 from pazo.run import gate
-from pazo.run.checkpoint import (RESUMABLE, archive_files, checkpoint_path, effective_status, heartbeat_age,
-                                 read_checkpoint, read_summary, remove_tmp_checkpoint)
+from pazo.run.checkpoint import (RESUMABLE, LoopState, archive_files, checkpoint_path, effective_status,
+                                 heartbeat_age, read_checkpoint, read_summary, remove_tmp_checkpoint, resume_state)
 from pazo.errors import ConfigError
 from pazo.run.fingerprint import NOT_COMPARED, canonical_json, config_fingerprint
 from pazo.run.metrics_file import FILE as METRICS, CorruptMetrics, read_metric_rows
+from pazo.run.recorder import Recorder
 from pazo.run.releases import Release, earlier_releases, summary_step
+from pazo.run.summary import launch_summary
 from pazo.run.validate import RunConfig, typed_config
 
 #: the private record of the last attempt's computation (its data digest among it): 0600, never archived
@@ -216,14 +221,59 @@ def same_computation(then: dict | None, now: dict, run_dir: Path) -> None:
                           f"noise on other numbers; relaunch as it ran, or give another hydra.run.dir")
 
 
-def accept_launch(run_dir: Path, start: Start, run) -> None:
-    """The launch is checked: move the earlier attempt's files to attempts/<n>/ (its checkpoint is
-    deleted instead) and keep this attempt's private record of its computation (0600)."""
+def start_attempt(run_dir: Path, start: Start, run, sampler, agree: Callable[[dict], None],
+                  hydra_record: str | Path | None = None) -> tuple[LoopState, Recorder, dict]:
+    """A planned launch (`plan_launch`) of a built run, started in one step: checked against what
+    the earlier attempt computed (`check_launch`), its loop state read from the checkpoint it
+    resumes (else the first step), the ranks' agreement on the facts every rank must share
+    (`agree`: rank 0's exchange, on `Run.rank_facts`) before the first write and the first step,
+    then the first writes (`accept_launch`). Returns the loop state, the recorder and the first summary."""
+    check_launch(run_dir, start, run)
+    loop = resume_state(run, sampler, start.checkpoint, checkpoint_path(run_dir)) if start.resuming else LoopState()
+    agree(run.rank_facts(loop.step))
+    recorder, summary = accept_launch(run_dir, start, run, sampler, loop, hydra_record)
+    return loop, recorder, summary
+
+
+def accept_launch(run_dir: Path, start: Start, run, sampler, loop: LoopState,
+                  hydra_record: str | Path | None = None) -> tuple[Recorder, dict]:
+    """The launch is checked and its ranks agree: its first writes into `run_dir`, in one step. The
+    earlier attempt's files move to attempts/<n>/ (its checkpoint is deleted instead), this
+    attempt's private record of its computation is kept (0600), Hydra's record of the launch moves
+    into .hydra/, train.log opens (the lines said since the launch began, and on), and the
+    recorder starts, given the run and its sampler once, with the first summary (running) written.
+    Returns the recorder and that summary."""
     if start.pending_archive:
         start.moved_to, start.pending_archive = archive_files(Path(run_dir)), False
     record = canonical_json(run.private_computation).encode()
     gate.write_private(Path(run_dir) / gate.WORKSPACE / PRIVATE_RECORD, record)
     (Path(run_dir) / PRIVATE_RECORD).unlink(missing_ok=True)   # (the old layout's)
+    accept_hydra_record(run_dir, hydra_record, archive_to=start.moved_to)
+    open_run_logs()
+    previous = start.summary or {}
+    recorder = Recorder(run_dir, run.cfg.raw, run.cfg.logger,
+                        resume_bytes=loop.metrics_bytes if start.resuming else carry_released_rows(run_dir, start),
+                        wandb_id=previous.get("wandb_run_id") if start.resuming else None,
+                        released_before=start.released.step, run=run, sampler=sampler)
+    summary = launch_summary(run_dir, run, start, loop, recorder)
+    try:
+        recorder.write_summary(summary)
+    except WriteFault:
+        recorder.close(failed=True)
+        raise
+    return recorder, summary
+
+
+def carry_released_rows(run_dir: Path, start: Start) -> int | None:
+    """A replay draws the earlier attempt's noise again from step 1: the rows that attempt released
+    (archived to attempts/<n>/) are copied back to the directory's metrics.jsonl, so that its last
+    row keeps covering them, and the replay does not write them twice (`Recorder.released_through`).
+    Returns the byte offset the recorder continues from (None: not a replay, or no rows)."""
+    earlier = Path(start.moved_to or "") / "metrics.jsonl"
+    if not start.replaying or not start.moved_to or not earlier.exists():
+        return None
+    gate.write_released(Path(run_dir) / "metrics.jsonl", earlier.read_bytes())
+    return 0
 
 
 def read_private_record(run_dir: Path) -> dict | None:

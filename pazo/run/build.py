@@ -103,6 +103,14 @@ class Run:
         return {**where, "private_data_sha256": self.data_digest or data_digest(self.data.private),
                 **{k: v for k, v in self.key_digests.items() if k != "private_data_sha256"}}
 
+    def rank_facts(self, start_step: int) -> dict[str, str]:
+        """What every rank of the run must share (`Group.agree`): the config, the digests that key
+        the secret streams (hashed once more: the private data's stays among the run's processes),
+        the code, the engine and the step it starts from (a resumed run: its checkpoint's, read on
+        every rank)."""
+        return {**distributed.run_facts(self.cfg.fingerprint, self.key_digests), "engine": self.engine["name"],
+                "start": f"step {start_step}"}
+
     def describe(self) -> dict:
         """The set-up half of the run's summary (what ran, where, on what, with what guarantee)."""
         method = self.method.describe()

@@ -1,7 +1,8 @@
 """One training run into its directory, top to bottom (the command around it is `pazo.train`):
 
 validate -> check and lock the run directory -> prepare it (fresh, resume or finished) ->
-`pazo.run.build.build_run` (data, model, privacy plan, engine, method) -> accept the launch (from
+`pazo.run.build.build_run` (data, model, privacy plan, engine, method) -> start the attempt
+(`pazo.run.attempts.start_attempt`: checked, resumed, agreed by the ranks, then accepted: from
 here the directory is written: its record, train.log, the summary) -> `pazo.run.loop` (Poisson batch,
 step, row, evaluation, checkpoint) -> final epsilon check -> summary.json, all written through one
 `pazo.run.recorder.Recorder`. Everything before the launch is accepted only reads: a launch refused
@@ -15,18 +16,15 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from pazo.run import distributed, gate
-from pazo.run.attempts import accept_launch, check_launch, plan_launch
+from pazo.run import distributed
+from pazo.run.attempts import plan_launch, start_attempt
 from pazo.run.checkpoint import LoopState, checkpoint_path, read_checkpoint, resume_state
 from pazo.run.cli import DEBUG_ONLY, USER_ERRORS
-from pazo.commands.console import open_run_logs
 from pazo.run.build import build_run, resolve_device
 from pazo.run.loop import follow_loop, train_to_the_end
 from pazo.privacy.mechanisms import active_debug_break
-from pazo.run.recorder import Recorder
-from pazo.files.rundir import (RunDirLock, WriteFault, accept_hydra_record, check_output_dir, drop_hydra_record,
-                         remove_broken_writes)
-from pazo.run.summary import finished_line, launch_summary, print_header, resumed_line
+from pazo.files.rundir import RunDirLock, WriteFault, check_output_dir, drop_hydra_record, remove_broken_writes
+from pazo.run.summary import finished_line, print_header, resumed_line
 from pazo.run.validate import ConfigError, validated_run_config
 
 log = logging.getLogger("pazo.train")  # (the run's lines, as `pazo.train` logs them)
@@ -98,13 +96,7 @@ def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges
         r = build_run(typed, earlier_engine=(start.summary or {}).get("engine") if start.resuming else None,
                       device=device)
         sampler = r.sampler()
-        check_launch(run_dir, start, r)
-        loop = resume_state(r, sampler, start.checkpoint, checkpoint_path(run_dir)) if start.resuming else LoopState()
-        exchanges.agree(rank_facts(r, loop.step))   # before the first write and the first step
-        accept_launch(run_dir, start, r)   # the first write into run_dir
-        accept_hydra_record(run_dir, hydra_record, archive_to=start.moved_to)
-        open_run_logs()   # train.log: the lines said since the launch began, and on
-        recorder, summary = _start_records(run_dir, start, r, sampler, loop)
+        loop, recorder, summary = start_attempt(run_dir, start, r, sampler, exchanges.agree, hydra_record)
         show_header(summary, r.plan)
         if start.resuming:
             log.info(resumed_line(run_dir, loop.step, r.total_steps))
@@ -136,7 +128,7 @@ def follow(cfg: DictConfig) -> None:
         r = build_run(typed, earlier_engine=start["earlier_engine"])
         sampler = r.sampler()
         loop, where = follower_start(r, sampler, start["checkpoint"])
-    r.group.agree({**rank_facts(r, loop.step), "start": where})
+    r.group.agree({**r.rank_facts(loop.step), "start": where})
     follow_loop(r, sampler, loop)
 
 
@@ -164,43 +156,6 @@ def follower_start(r, sampler, path: str | None) -> tuple[LoopState, str]:
     except ConfigError as err:
         return LoopState(), f"no step: {str(err).split(';')[0]}"
     return loop, f"step {loop.step}"
-
-
-def rank_facts(r, start_step: int) -> dict[str, str]:
-    """What every rank of a run must share: the config, the digests that key the secret streams
-    (hashed once more: the private data's stays among the run's processes), the code, the engine
-    and the step it starts from (a resumed run: its checkpoint's, read on every rank)."""
-    return {**distributed.run_facts(r.cfg.fingerprint, r.key_digests), "engine": r.engine["name"],
-            "start": f"step {start_step}"}
-
-
-def _start_records(run_dir: Path, start, r, sampler, loop: LoopState):
-    """The recorder, given the run and its sampler once, and the accepted launch's first summary (running), written."""
-    previous = start.summary or {}
-    replayed_rows = carry_released_rows(run_dir, start)
-    recorder = Recorder(run_dir, r.cfg.raw, r.cfg.logger,
-                        resume_bytes=loop.metrics_bytes if start.resuming else replayed_rows,
-                        wandb_id=previous.get("wandb_run_id") if start.resuming else None,
-                        released_before=start.released.step, run=r, sampler=sampler)
-    summary = launch_summary(run_dir, r, start, loop, recorder)
-    try:
-        recorder.write_summary(summary)
-    except WriteFault:
-        recorder.close(failed=True)
-        raise
-    return recorder, summary
-
-
-def carry_released_rows(run_dir: Path, start) -> int | None:
-    """A replay draws the earlier attempt's noise again from step 1: the rows that attempt released
-    (archived to attempts/<n>/) are copied back to the directory's metrics.jsonl, so that its last
-    row keeps covering them, and the replay does not write them twice (`Recorder.released_through`).
-    Returns the byte offset the recorder continues from (None: not a replay, or no rows)."""
-    earlier = Path(start.moved_to or "") / "metrics.jsonl"
-    if not start.replaying or not start.moved_to or not earlier.exists():
-        return None
-    gate.write_released(run_dir / "metrics.jsonl", earlier.read_bytes())
-    return 0
 
 
 def refuse_debug_breaks(cfg) -> None:
