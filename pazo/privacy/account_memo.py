@@ -19,9 +19,13 @@ import logging
 import math
 from importlib.metadata import version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pazo.privacy import accountants, planner, rdp
 from pazo.privacy.sigma_cache import cache_path, keyed_entry, read_entry, write_entry
+
+if TYPE_CHECKING:
+    from pazo.privacy.accountants import Account
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +43,21 @@ def accounting_code() -> str:
     return hashlib.sha256(sources).hexdigest()[:24]
 
 
-def account_key(accountant: str, sigma: float, sample_rate: float, steps: int, delta: float,
-                eps_error: float) -> dict:
-    """Every input of `planner.upper_epsilon_of`'s account, and what computes it."""
+def account_key(account: Account, sigma: float) -> dict:
+    """Every input of the account's guarantee at `sigma` (`planner.upper_epsilon_of`), and what computes it."""
+    accountant = account.accountant
     library = LIBRARIES[accountant]
-    return {"accountant": accountant, "sigma": float(sigma), "sample_rate": float(sample_rate), "steps": int(steps),
-            "delta": float(delta), "eps_error": float(eps_error) if accountant == "prv" else None,
+    return {"accountant": accountant, "sigma": float(sigma), "sample_rate": float(account.sample_rate),
+            "steps": int(account.steps), "delta": float(account.delta),
+            "eps_error": float(account.eps_error) if accountant == "prv" else None,
             "pld_interval": accountants.PLD_INTERVAL if accountant == "pld" else None,
             "library": f"{library} {version(library)}", "code": accounting_code()}
+
+
+def _upper_epsilon_of(account: Account, sigma: float) -> float:
+    """The account's guarantee at `sigma`, computed: the planner's (its checks first)."""
+    return planner.upper_epsilon_of(sigma, account.sample_rate, account.steps, account.delta, account.accountant,
+                                    account.eps_error)
 
 
 def entry_digest(key: dict, epsilon: float) -> str:
@@ -66,21 +77,21 @@ def _entry_problem(text: str, key: dict) -> str | None:
     return None
 
 
-def upper_epsilon(sigma: float, sample_rate: float, steps: int, delta: float, accountant: str,
-                  eps_error: float, cache_dir=None) -> float:
-    """`planner.upper_epsilon_of(...)`, read from the memo in `cache_dir` where an earlier run computed
-    it (the value it computed, to the last bit), computed and kept there otherwise (no `cache_dir`:
+def upper_epsilon(account: Account, sigma: float, cache_dir=None) -> float:
+    """The guarantee of `account` (of one release a step, by its accountant) at noise multiplier `sigma`
+    (`planner.upper_epsilon_of`), read from the memo in `cache_dir` where an earlier run computed it
+    (the value it computed, to the last bit), computed and kept there otherwise (no `cache_dir`:
     computed). A refusal (`BudgetError`) is raised as the account raises it, and nothing is kept."""
     if not cache_dir:
-        return planner.upper_epsilon_of(sigma, sample_rate, steps, delta, accountant, eps_error)
-    key = account_key(accountant, sigma, sample_rate, steps, delta, eps_error)
+        return _upper_epsilon_of(account, sigma)
+    key = account_key(account, sigma)
     path = cache_path(cache_dir, key, ACCOUNTS_FOLDER)
     entry, problem = read_entry(path, lambda text: _entry_problem(text, key))
     if entry is not None:
         return entry["epsilon"]
     if problem is not None:   # a file there, but unusable: one warning, then overwritten
         log.warning("account memo entry %s ignored: %s; accounting again and overwriting it", path, problem)
-    epsilon = float(planner.upper_epsilon_of(sigma, sample_rate, steps, delta, accountant, eps_error))
+    epsilon = float(_upper_epsilon_of(account, sigma))
     if math.isfinite(epsilon):
         write_entry(path, {**key, "epsilon": epsilon, "digest": entry_digest(key, epsilon)})
     return epsilon

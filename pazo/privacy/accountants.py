@@ -2,7 +2,8 @@
 spends by each accountant a run may choose (PRV, dp-accounting's RDP or PLD, Laplace's exact one),
 chosen in `accountant_for`, and the limits every input is checked against (`BudgetError`). The
 inverse, sigma for a target, is in `calibration.py`, its disk cache in `sigma_cache.py`: its searches
-ask a sigma's guarantee in plain numbers (`epsilon_for`) and build no accountant themselves.
+ask one checked `Account` (made once, `Account.aiming`) what a sigma spends, and build no accountant
+themselves.
 
 One training step of every Gaussian method is ``mechanisms`` independent Gaussian releases, each
 with noise multiplier ``sigma`` on a sum of sensitivity-1 (after scaling) values of one Poisson
@@ -37,7 +38,7 @@ import math
 import numbers
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -549,3 +550,60 @@ def epsilon_for(mechanism: str, sigma: float, sample_rate: float, steps: int, de
     question calibration's searches ask of a sigma, asked with plain numbers."""
     return accountant_for(mechanism, sigma, sample_rate, steps, delta, eps_error, mechanisms,
                           accountant).epsilon(steps).upper
+
+
+@dataclass(frozen=True)
+class Account:
+    """The one account a sigma search asks about (noise `mechanism`, sample rate, steps, delta, PRV's
+    `eps_error`, `mechanisms` a step, `accountant`, and the `target` epsilon it aims at), checked once
+    where it is made (`Account.aiming`): calibration's searches, the sigma cache's key and confirmation,
+    and the cross-check's memo ask it what a sigma spends (`epsilon`), its PRV grid and its dp-accounting
+    event, instead of passing its numbers from module to module."""
+    mechanism: str
+    sample_rate: float
+    steps: int
+    delta: float
+    eps_error: float | None = None
+    mechanisms: int = 1
+    accountant: str | None = "prv"
+    target: float | None = None
+
+    @classmethod
+    def aiming(cls, epsilon, delta, sample_rate, steps, eps_error: float | None = None, mechanisms=1,
+               mechanism: str = "gaussian", accountant: str | None = "prv") -> Account:
+        """The account of a search for the sigma that meets (`epsilon`, `delta`), its inputs refused in
+        one BudgetError line each, in calibration's order: the target, then (PRV, and Laplace noise
+        whatever `accountant` says) the mechanism, delta, the run's inputs and PRV's accuracy, or
+        (dp-accounting's RDP or PLD) the accountant and the plan's inputs."""
+        epsilon = check_target_epsilon(epsilon)
+        if accountant != "prv" and mechanism == "gaussian":
+            check_inputs(sample_rate, steps, delta, accountant)
+            return cls("gaussian", sample_rate, int(steps), delta, None, mechanisms, accountant, epsilon)
+        if mechanism not in MECHANISMS:
+            raise BudgetError(f"unknown noise mechanism {mechanism!r}; choices: {', '.join(MECHANISMS)}")
+        delta = check_delta(delta, mechanism)
+        check_run(None, sample_rate, steps, mechanisms)
+        eps_error = float(eps_error or default_eps_error(epsilon))
+        if not (math.isfinite(eps_error) and 0 < eps_error < epsilon):
+            raise BudgetError(f"eps_error must be in (0, epsilon={epsilon:g}) - the guarantee is the PRV "
+                              f"estimate plus eps_error - got {eps_error!r}")
+        return cls(mechanism, sample_rate, int(steps), delta, eps_error, int(mechanisms), accountant, epsilon)
+
+    def effective(self) -> Account:
+        """The same account of one release a step: Gaussian searches solve for the effective multiplier
+        sigma / sqrt(mechanisms) (`effective_noise_multiplier`), then scale it back."""
+        return replace(self, mechanisms=1)
+
+    def epsilon(self, sigma: float, eps_error: float | None = None) -> float:
+        """The guarantee (upper bound) after all the steps at noise multiplier `sigma`, by the account
+        `accountant_for` chooses (PRV to `eps_error` where given, else to the account's own)."""
+        return epsilon_for(self.mechanism, sigma, self.sample_rate, self.steps, self.delta,
+                           self.eps_error if eps_error is None else eps_error, self.mechanisms, self.accountant)
+
+    def grid(self, sigma_eff: float) -> tuple[float, float]:
+        """(L, points) of the PRV grid of the account at effective multiplier `sigma_eff` (`prv_grid`)."""
+        return prv_grid(sigma_eff, self.sample_rate, self.steps, self.delta, self.eps_error)
+
+    def dp_event(self, sigma_eff: float):
+        """dp-accounting's event of the account at effective multiplier `sigma_eff` (`gaussian_dp_event`)."""
+        return gaussian_dp_event(sigma_eff, self.sample_rate, self.steps)

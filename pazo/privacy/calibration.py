@@ -2,8 +2,9 @@
 accountant's upper bound meets it. `calibrate` is the one entry (the accountant's choice -> sigma);
 PRV's and Laplace noise's own calibration (`calibrate_sigma`) keeps its answers in the sigma cache;
 dp-accounting's RDP and PLD are solved by dp-accounting's own (`dp_accounting_sigma`), its answer
-confirmed once by the run's own account. Every search asks a sigma's guarantee of the accountants
-in plain numbers (`accountants.epsilon_for`), the same account a run's plan prints.
+confirmed once by the run's own account. Every search takes one checked `accountants.Account`,
+made once where the question is asked (`Account.aiming`), and asks it a sigma's guarantee
+(`Account.epsilon`), the same account a run's plan prints; the sigma cache is keyed by it too.
 
 Gaussian: first brackets sigma with the cheap RDP bound, then solves on a coarse PRV grid and
 confirms on the fine one, so that T = 100k steps takes seconds rather than a minute
@@ -15,17 +16,14 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from importlib.metadata import version
 
 import numpy as np
 
 from pazo.privacy import accountants
-from pazo.privacy.accountants import (MECHANISMS, PLD_MIN_SIGMA, SIGMA_MAX, BudgetError, check_delta,
-                                      check_inputs, check_run, check_target_epsilon, default_eps_error,
-                                      epsilon_for, gaussian_dp_event, gaussian_epsilon, grid_fits, grid_refusal,
-                                      prv_grid, quiet_rdp)
+from pazo.privacy.accountants import (PLD_MIN_SIGMA, SIGMA_MAX, Account, BudgetError, gaussian_epsilon, grid_fits,
+                                      grid_refusal, quiet_rdp)
 from pazo.privacy.rdp import PRV_RDP_ORDERS, rdp_bound, step_rdp
-from pazo.privacy.sigma_cache import cache_path, read_cache, write_cache
+from pazo.privacy.sigma_cache import entry_path, read_cache, write_cache
 
 # Opacus' orders stop at 63, which cannot certify epsilon below ~0.1: integer orders up to 16384
 # extend the RDP bracket (used only when the default orders cannot reach the target, so other
@@ -72,11 +70,13 @@ def laplace_sigma_for_pure_epsilon(epsilon: float, sample_rate: float, steps: in
     return sigma
 
 
-def _rdp_sigma(epsilon: float, sample_rate: float, steps: int, delta: float, orders=None) -> float:
-    """Smallest sigma (to 0.1%) whose RDP bound meets epsilon: an upper end for the PRV sigma.
+def _rdp_sigma(account: Account, orders=None) -> float:
+    """Smallest sigma (to 0.1%) whose RDP bound meets the account's target: an upper end for the PRV sigma.
 
     With Opacus' orders first (what every ordinary calibration has used); only if they cannot
     reach the target below SIGMA_MAX (epsilon below ~0.1) again with orders up to 16384."""
+    epsilon, sample_rate, steps, delta = account.target, account.sample_rate, account.steps, account.delta
+
     def rdp(s: float) -> float:
         if orders is None:
             return rdp_epsilon(s, sample_rate, steps, delta)
@@ -93,7 +93,7 @@ def _rdp_sigma(epsilon: float, sample_rate: float, steps: int, delta: float, ord
         lo, hi = hi, hi * 2
         if hi > SIGMA_MAX:
             if orders is None:
-                return _rdp_sigma(epsilon, sample_rate, steps, delta, orders=WIDE_RDP_ORDERS)
+                return _rdp_sigma(account, orders=WIDE_RDP_ORDERS)
             raise BudgetError(
                 f"epsilon={epsilon} is out of reach: it needs a noise multiplier above {SIGMA_MAX:g} "
                 f"(sample rate {sample_rate:.4g}, {steps} steps, delta {delta:.3g}). Use a larger "
@@ -167,8 +167,9 @@ def _prv_solve(prv_upper, epsilon: float, eps_error: float, hi: float, lo_ratio:
     return sigma
 
 
-def _calibrate_gaussian(epsilon: float, delta: float, sample_rate: float, steps: int,
-                        eps_error: float, mechanisms: int) -> float:
+def _calibrate_gaussian(account: Account) -> float:
+    epsilon, delta, steps, mechanisms = account.target, account.delta, account.steps, account.mechanisms
+    sample_rate, eps_error = account.sample_rate, account.eps_error
     if sample_rate >= 1:
         def gap(s):
             return gaussian_epsilon(math.sqrt(steps) * math.sqrt(mechanisms) / s, delta) - epsilon
@@ -180,28 +181,26 @@ def _calibrate_gaussian(epsilon: float, delta: float, sample_rate: float, steps:
         return _solve_log_secant(gap, lo, hi, tol=1e-5)
 
     # the PRV sigma lies within 0.8-1x of the RDP one (REFERENCE.md)
-    hi = _rdp_sigma(epsilon, sample_rate, steps, delta)
+    hi = _rdp_sigma(account)
     # the fine grid grows as sigma falls: refuse now, not after the coarse stage, if even hi's is too big
-    points = prv_grid(hi, sample_rate, steps, delta, eps_error)[1]
+    points = account.grid(hi)[1]
     if not grid_fits(points):
-        points = max(points, prv_grid(0.75 * hi, sample_rate, steps, delta, eps_error)[1])
+        points = max(points, account.grid(0.75 * hi)[1])
         raise grid_refusal(f"epsilon={epsilon:g} with sample rate {sample_rate:.4g}, {steps} steps and "
                             f"eps_error {eps_error:g}", points, eps_error, steps, "a larger epsilon")
 
     # Work with the effective multiplier; the per-release sigma is sqrt(m) times larger.
-    def prv_upper(sigma_eff: float, error: float) -> float:
-        return epsilon_for("gaussian", sigma_eff, sample_rate, steps, delta, error)
-
-    return _prv_solve(prv_upper, epsilon, eps_error, hi, lo_ratio=0.75) * math.sqrt(mechanisms)
+    return _prv_solve(account.effective().epsilon, epsilon, eps_error, hi, lo_ratio=0.75) * math.sqrt(mechanisms)
 
 
-def _calibrate_laplace(epsilon: float, delta: float, sample_rate: float, steps: int) -> float:
+def _calibrate_laplace(account: Account) -> float:
+    epsilon, delta, sample_rate, steps = account.target, account.delta, account.sample_rate, account.steps
     if delta == 0:
         return laplace_sigma_for_pure_epsilon(epsilon, sample_rate, steps)
     pure = pure_laplace_sigma(epsilon, sample_rate, steps)  # may exceed SIGMA_MAX on long runs
 
     def gap(sigma: float) -> float:
-        return epsilon_for("laplace", sigma, sample_rate, steps, delta) - epsilon
+        return account.epsilon(sigma) - epsilon
 
     # pure epsilon-DP implies (epsilon, delta)-DP, so the pure-DP sigma is an upper end; the exact
     # account is continuous and decreasing in sigma, so the secant lands within 1e-6 of the root
@@ -215,46 +214,45 @@ def _calibrate_laplace(epsilon: float, delta: float, sample_rate: float, steps: 
     return sigma
 
 
-def _calibrate_uncached(epsilon: float, delta: float, sample_rate: float, steps: int,
-                        eps_error: float, mechanisms: int, mechanism: str = "gaussian") -> float:
-    if mechanism == "laplace":
-        return _calibrate_laplace(epsilon, delta, sample_rate, steps)
-    return _calibrate_gaussian(epsilon, delta, sample_rate, steps, eps_error, mechanisms)
+def _calibrate_uncached(account: Account) -> float:
+    """The account's sigma, solved (no cache): Laplace noise's or the Gaussian PRV one."""
+    if account.mechanism == "laplace":
+        return _calibrate_laplace(account)
+    return _calibrate_gaussian(account)
 
 
-def dp_accounting_sigma(epsilon: float, sample_rate: float, steps: int, delta: float, accountant: str) -> float:
+def dp_accounting_sigma(account: Account) -> float:
     """The smallest effective noise multiplier (to about 0.2%) whose epsilon by dp-accounting's
-    `accountant` (rdp or pld) is at most the target: dp-accounting's own calibration, on the grid
-    its accounts use (`PLD_INTERVAL`), confirmed once by the run's own account; the inputs checked
-    by the caller (`check_inputs`)."""
+    accountant (the account's rdp or pld) is at most its target: dp-accounting's own calibration, on
+    the grid its accounts use (`PLD_INTERVAL`), confirmed once by the run's own account (the inputs
+    checked where the account was made, `Account.aiming`)."""
     from dp_accounting import mechanism_calibration as calibration
 
+    epsilon, delta, effective = account.target, account.delta, account.effective()
     try:
-        sigma = _dp_accounting_search(epsilon, sample_rate, int(steps), delta, accountant)
+        sigma = _dp_accounting_search(account)
         # dp-accounting solves with its own accountant objects, to a tolerance: raised by 0.1% at a
-        # time until its epsilon as the run accounts it (`epsilon_for`, the run's guarantee) meets the target
-        while epsilon_for("gaussian", sigma, sample_rate, int(steps), delta, accountant=accountant) > epsilon:
+        # time until its epsilon as the run accounts it (`Account.epsilon`, the run's guarantee) meets the target
+        while effective.epsilon(sigma) > epsilon:
             sigma *= 1.001
         return sigma
     except (ValueError, RuntimeError, calibration.NoBracketIntervalFoundError) as err:   # none found
         raise BudgetError(f"no noise multiplier meets epsilon {epsilon:g} at delta {delta:g} ({err})") from None
 
 
-def _dp_accounting_search(epsilon: float, sample_rate: float, steps: int, delta: float, accountant: str) -> float:
+def _dp_accounting_search(account: Account) -> float:
     """dp-accounting's `calibrate_dp_mechanism` with its RDP accountant, then (pld) with its PLD one in
     a bracket below RDP's answer; a ValueError where no sigma is found."""
     from dp_accounting import mechanism_calibration as calibration
     from dp_accounting.pld import PLDAccountant
     from dp_accounting.rdp import RdpAccountant
 
-    def event(s: float):
-        return gaussian_dp_event(s, sample_rate, steps)
-
+    event, epsilon, delta = account.dp_event, account.target, account.delta
     with quiet_rdp():
         rdp = calibration.calibrate_dp_mechanism(RdpAccountant, event, epsilon, delta,
                                                  bracket_interval=calibration.LowerEndpointAndGuess(1e-2, 1.0),
                                                  tol=1e-4)
-    if accountant == "rdp":
+    if account.accountant == "rdp":
         return float(rdp)
     # RDP's sigma meets the target by PLD too (RDP bounds it from above); PLD's is rarely under
     # 0.7 of it, and a bracket that misses is widened down to half (each PLD account costs seconds)
@@ -273,12 +271,25 @@ def calibrate(accountant: str, epsilon: float, delta: float, sample_rate: float,
     """The smallest noise multiplier whose epsilon by `accountant` meets the target, for a run, a sweep's
     private selection and `pazo-privacy sigma` alike: PRV's (and Laplace noise's) through the sigma cache
     (`calibrate_sigma`); dp-accounting's RDP or PLD by its own (effective multiplier, times sqrt(mechanisms))."""
-    if accountant == "prv" or noise != "gaussian":
-        return calibrate_sigma(epsilon, delta, sample_rate, steps, eps_error, mechanisms, cache_dir=cache_dir,
-                               mechanism=noise)
-    epsilon = check_target_epsilon(epsilon)
-    check_inputs(sample_rate, steps, delta, accountant)
-    return dp_accounting_sigma(epsilon, sample_rate, int(steps), delta, accountant) * math.sqrt(mechanisms)
+    return calibrated(Account.aiming(epsilon, delta, sample_rate, steps, eps_error, mechanisms, noise, accountant),
+                      cache_dir)
+
+
+def calibrated(account: Account, cache_dir: str | os.PathLike | None = None) -> float:
+    """The sigma that meets a checked account's target (`calibrate`, `calibrate_sigma`): dp-accounting's
+    RDP or PLD by its own search, PRV's and Laplace noise's from the sigma cache in `cache_dir` where an
+    entry there is confirmed by the account (`sigma_cache.read_cache`), solved and kept there otherwise."""
+    if account.mechanism == "gaussian" and account.accountant != "prv":
+        return dp_accounting_sigma(account) * math.sqrt(account.mechanisms)
+    path = entry_path(cache_dir, account) if cache_dir else None
+    if path is not None:
+        cached = read_cache(path, account)
+        if cached is not None:
+            return cached
+    sigma = _calibrate_uncached(account)
+    if path is not None:
+        write_cache(path, account, sigma)
+    return sigma
 
 
 def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int,
@@ -293,29 +304,5 @@ def calibrate_sigma(epsilon: float, delta: float, sample_rate: float, steps: int
     request, and its sigma is a finite positive number that still meets the target by the run's
     own accountant (one evaluation, the cost of the run's final epsilon).
     """
-    epsilon = check_target_epsilon(epsilon)
-    if mechanism not in MECHANISMS:
-        raise BudgetError(f"unknown noise mechanism {mechanism!r}; choices: {', '.join(MECHANISMS)}")
-    delta = check_delta(delta, mechanism)
-    check_run(None, sample_rate, steps, mechanisms)
-    eps_error = float(eps_error or default_eps_error(epsilon))
-    if not (math.isfinite(eps_error) and 0 < eps_error < epsilon):
-        raise BudgetError(f"eps_error must be in (0, epsilon={epsilon:g}) - the guarantee is the PRV "
-                          f"estimate plus eps_error - got {eps_error!r}")
-    key = {"epsilon": epsilon, "delta": delta, "sample_rate": float(sample_rate), "steps": int(steps),
-           "eps_error": eps_error, "mechanisms": int(mechanisms), "mechanism": mechanism,
-           "prv_accountant": version("prv-accountant"), "algorithm": 3}
-
-    def spent(sigma: float) -> float:   # by the run's own accountant: confirms a cached sigma, recorded with a new one
-        return epsilon_for(mechanism, sigma, sample_rate, int(steps), delta, eps_error, int(mechanisms))
-
-    path = cache_path(cache_dir, key) if cache_dir else None
-    if path is not None:
-        cached = read_cache(path, key, epsilon, spent)
-        if cached is not None:
-            return cached
-    sigma = _calibrate_uncached(epsilon, delta, sample_rate, int(steps), eps_error, int(mechanisms),
-                                mechanism)
-    if path is not None:
-        write_cache(path, key, sigma, spent(sigma))
-    return sigma
+    return calibrated(Account.aiming(epsilon, delta, sample_rate, steps, eps_error, mechanisms, mechanism),
+                      cache_dir)

@@ -8,10 +8,11 @@ from dataclasses import asdict, dataclass, field
 
 
 from pazo.privacy.account_memo import upper_epsilon
-from pazo.privacy.accountants import (ACCOUNTANTS, BudgetError, LaplaceAccountant, accountant_for, check_accountant,
+from pazo.privacy.accountants import (ACCOUNTANTS, Account, BudgetError, LaplaceAccountant, accountant_for,
+                                      check_accountant,
                                       check_delta, check_target_epsilon, default_eps_error,
                                       effective_noise_multiplier, gaussian_one_step_delta)
-from pazo.privacy.calibration import calibrate
+from pazo.privacy.calibration import calibrated
 from pazo.privacy.mechanisms import NoiseSpec, Release
 
 #: what each `privacy.accountant` is, as a Gaussian run's summary names it (privacy.accountant)
@@ -102,8 +103,9 @@ def make_plan(pcfg, n_private: int, batch_size: int, steps: int, release, sample
     plan.eps_error = float(pcfg.eps_error or default_eps_error(plan.target_epsilon)) if chosen == "prv" else None
     plan.guarantee, plan.accountant = _guarantee(plan.noise, plan.delta, chosen)
     if pcfg.sigma is None:
-        plan.sigma = calibrate(chosen, plan.target_epsilon, plan.delta, q, steps, plan.eps_error,
-                               release.mechanisms, pcfg.cache_dir, plan.noise)
+        account = Account.aiming(plan.target_epsilon, plan.delta, q, steps, plan.eps_error, release.mechanisms,
+                                 plan.noise, chosen)
+        plan.sigma = calibrated(account, pcfg.cache_dir)
         plan.sigma_source = "calibrated"
     else:
         plan.sigma, plan.sigma_source = float(pcfg.sigma), "given"
@@ -155,9 +157,9 @@ def cross_check(plan: PrivacyPlan, steps: int, cache_dir=None) -> dict:
     error = plan.eps_error or default_eps_error(plan.target_epsilon)
     epsilon, refused = {}, {}
     for name in ACCOUNTANTS:
+        account = Account("gaussian", plan.sample_rate, steps, plan.delta, error, accountant=name)
         try:
-            epsilon[name] = (upper_epsilon(sigma, plan.sample_rate, steps, plan.delta, name, error, cache_dir)
-                             if steps else 0.0)
+            epsilon[name] = upper_epsilon(account, sigma, cache_dir) if steps else 0.0
         except BudgetError as err:
             epsilon[name], refused[name] = None, str(err)
     return {"steps": steps, "epsilon": epsilon, "used": plan.accountant_name, "refused": refused,

@@ -22,7 +22,7 @@ from pazo.privacy.calibration import calibrate
 
 
 @dataclass(frozen=True)
-class Account:
+class EpsilonRange:
     """Epsilon by one accountant: `upper` is the guarantee; `lower` a lower bound where the
     accountant gives one (RDP does not: its lower is 0)."""
     accountant: str
@@ -31,7 +31,7 @@ class Account:
 
 
 def epsilon_of(sigma: float, sample_rate: float, steps: int, delta: float, accountant: str = "prv",
-               eps_error: float | None = None) -> Account:
+               eps_error: float | None = None) -> EpsilonRange:
     """The epsilon T steps at noise multiplier `sigma` spend, by `accountant` (PRV to `eps_error`:
     a run's is that of its target epsilon, `default_eps_error`; None: from a rough RDP estimate,
     no finer than a grid that fits allows)."""
@@ -39,10 +39,10 @@ def epsilon_of(sigma: float, sample_rate: float, steps: int, delta: float, accou
     if accountant == "prv":
         error = eps_error or _eps_error(sigma, sample_rate, steps, delta)
         bounds = GaussianAccountant(sigma, sample_rate, steps, delta, eps_error=error).epsilon(steps)
-        return Account("prv", bounds.lower, bounds.upper)
+        return EpsilonRange("prv", bounds.lower, bounds.upper)
     account = DpAccountingAccountant(accountant, sigma, sample_rate, steps, delta)
     upper = account.upper(steps)
-    return Account(accountant, min(account.lower(steps), upper), upper)
+    return EpsilonRange(accountant, min(account.lower(steps), upper), upper)
 
 
 def upper_epsilon_of(sigma: float, sample_rate: float, steps: int, delta: float, accountant: str = "prv",

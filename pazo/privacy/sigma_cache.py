@@ -13,10 +13,15 @@ import json
 import logging
 import math
 import os
+from importlib.metadata import version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pazo.privacy.accountants import SIGMA_MAX, BudgetError
 from pazo.files.rundir import write_atomic
+
+if TYPE_CHECKING:
+    from pazo.privacy.accountants import Account
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +38,19 @@ def cache_path(cache_dir: str | os.PathLike, key: dict, folder: str = "sigma") -
     cross-check's accounts, `pazo.privacy.account_memo`)."""
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
     return Path(os.path.expanduser(str(cache_dir))) / folder / f"{digest}.json"
+
+
+def sigma_key(account: Account) -> dict:
+    """What a calibration's entry is read by: its account's every input and the library that accounts
+    it (and the version of calibration's algorithm), in the order an entry holds them."""
+    return {"epsilon": account.target, "delta": account.delta, "sample_rate": float(account.sample_rate),
+            "steps": int(account.steps), "eps_error": account.eps_error, "mechanisms": int(account.mechanisms),
+            "mechanism": account.mechanism, "prv_accountant": version("prv-accountant"), "algorithm": 3}
+
+
+def entry_path(cache_dir: str | os.PathLike, account: Account) -> Path:
+    """The file of the calibration of `account` in the cache at `cache_dir`."""
+    return cache_path(cache_dir, sigma_key(account))
 
 
 def keyed_entry(text: str, key: dict, asked: str) -> tuple[dict | None, str | None]:
@@ -89,31 +107,33 @@ def read_entry(path: Path, problem_of) -> tuple[dict | None, str | None]:
     return (json.loads(text), None) if problem is None else (None, problem)
 
 
-def read_cache(path: Path, key: dict, target: float, spent) -> float | None:
-    """The cached sigma if the entry is well formed, matches `key` exactly, and `spent` (the run's
-    own accountant) reproduces its recorded epsilon, which meets the target within calibration's
-    slack; otherwise None, after one warning."""
-    entry, problem = read_entry(path, lambda text: _entry_problem(text, key, SIGMA_MAX * math.sqrt(key["mechanisms"])))
+def read_cache(path: Path, account: Account) -> float | None:
+    """The cached sigma if the entry is well formed, matches the account's key exactly, and the
+    account (the run's own accountant) reproduces its recorded epsilon, which meets its target within
+    calibration's slack; otherwise None, after one warning."""
+    key, sigma_max = sigma_key(account), SIGMA_MAX * math.sqrt(account.mechanisms)
+    entry, problem = read_entry(path, lambda text: _entry_problem(text, key, sigma_max))
     if entry is None and problem is None:
         return None
     if entry is not None:
         sigma, recorded = entry["sigma"], entry.get("epsilon_spent")
         try:
-            used = spent(sigma)
+            used = account.epsilon(sigma)
         except BudgetError as err:
             problem = f"sigma={sigma!r} cannot be accounted ({err})"
         else:
-            problem = _spent_problem(sigma, used, recorded, target)
+            problem = _spent_problem(sigma, used, recorded, account.target)
             if problem is None:
                 return float(sigma)
     log.warning("sigma cache entry %s ignored: %s; recalibrating and overwriting it", path, problem)
     return None
 
 
-def write_cache(path: Path, key: dict, sigma: float, epsilon_spent: float) -> None:
-    """Atomic write (parallel sweep jobs share the cache) of the request, sigma and the epsilon it
-    spends; a cache that cannot be written is skipped."""
-    write_entry(path, {**key, "sigma": sigma, "epsilon_spent": epsilon_spent})
+def write_cache(path: Path, account: Account, sigma: float) -> None:
+    """Atomic write (parallel sweep jobs share the cache) of the account's key, sigma and the epsilon
+    it spends by the account; a cache that cannot be written is skipped."""
+    spent = account.epsilon(sigma)
+    write_entry(path, {**sigma_key(account), "sigma": sigma, "epsilon_spent": spent})
 
 
 def write_entry(path: Path, entry: dict) -> None:

@@ -12,11 +12,17 @@ from hypothesis import strategies as st
 
 from pazo.privacy import account_memo, calibration, planner
 from pazo.privacy.account_memo import ACCOUNTS_FOLDER, upper_epsilon
+from pazo.privacy.accountants import Account
 from pazo.privacy.plan import PrivacyPlan, cross_check
 from conftest import CHEAP_PLD_INTERVAL, cheap_pld_grid
 
 #: public numbers whose three accounts are cheap (a large sigma, few steps: PLD's grid is small)
 PUBLIC = st.tuples(st.floats(2.0, 20.0), st.floats(0.005, 0.5), st.integers(1, 40), st.floats(1e-7, 1e-3))
+
+
+def memo(sigma, q, steps, delta, accountant, eps_error, cache_dir=None) -> float:
+    """`upper_epsilon` of the account of these public numbers (one release a step)."""
+    return upper_epsilon(Account("gaussian", q, steps, delta, eps_error, accountant=accountant), sigma, cache_dir)
 
 
 def entries(cache_dir) -> list:
@@ -45,8 +51,8 @@ def test_a_memo_hit_is_the_accountants_value_to_the_last_bit(tmp_path_factory, p
     live = planner.upper_epsilon_of(sigma, q, steps, delta, accountant, 0.01)
     with pytest.MonkeyPatch.context() as patch:
         computed = count_accounts(patch)
-        first = upper_epsilon(sigma, q, steps, delta, accountant, 0.01, cache)
-        second = upper_epsilon(sigma, q, steps, delta, accountant, 0.01, cache)
+        first = memo(sigma, q, steps, delta, accountant, 0.01, cache)
+        second = memo(sigma, q, steps, delta, accountant, 0.01, cache)
     assert first == second == live and type(second) is float
     assert len(computed) == 1 and len(entries(cache)) == 1
 
@@ -59,12 +65,12 @@ def test_each_public_number_and_the_accounting_code_is_in_the_key(tmp_path, monk
               (4.0, 0.05, 11, 1e-5, "prv", 0.01), (4.0, 0.05, 10, 2e-5, "prv", 0.01),
               (4.0, 0.05, 10, 1e-5, "prv", 0.02), (4.0, 0.05, 10, 1e-5, "rdp", 0.01)]
     for args in [base, *others]:
-        upper_epsilon(*args, tmp_path)
+        memo(*args, tmp_path)
     assert len(entries(tmp_path)) == 1 + len(others)
     live = planner.upper_epsilon_of(*base)
     monkeypatch.setattr(account_memo, "accounting_code", lambda: "other code")
     computed = count_accounts(monkeypatch)
-    assert upper_epsilon(*base, tmp_path) == live
+    assert memo(*base, tmp_path) == live
     assert len(computed) == 1
 
 
@@ -88,13 +94,13 @@ def test_a_damaged_entry_is_one_warning_then_the_account_again(tmp_path, caplog,
     """A damaged entry is named in one warning, the account is computed again, and the entry
     overwritten with it."""
     args = (5.0, 0.05, 20, 1e-5, "rdp", 0.01)
-    live = upper_epsilon(*args, tmp_path)
+    live = memo(*args, tmp_path)
     (path,) = entries(tmp_path)
     path.write_text(DAMAGES[damage](path.read_text()))
     with caplog.at_level(logging.WARNING, logger="pazo.privacy.account_memo"):
-        assert upper_epsilon(*args, tmp_path) == live
+        assert memo(*args, tmp_path) == live
     assert [r.getMessage().count(str(path)) for r in caplog.records] == [1]
-    assert upper_epsilon(*args, tmp_path) == live and json.loads(path.read_text())["epsilon"] == live
+    assert memo(*args, tmp_path) == live and json.loads(path.read_text())["epsilon"] == live
 
 
 @settings(max_examples=25)
@@ -103,14 +109,14 @@ def test_no_damage_to_an_entry_changes_the_epsilon_it_answers(tmp_path_factory, 
     """The rule: whatever bytes of an entry are changed, the epsilon answered is the accountant's."""
     cache = tmp_path_factory.mktemp("cache")
     args = (6.0, 0.02, 15, 1e-6, data.draw(st.sampled_from(["prv", "rdp"])), 0.01)
-    live = upper_epsilon(*args, cache)
+    live = memo(*args, cache)
     (path,) = entries(cache)
     raw = bytearray(path.read_bytes())
     for _ in range(data.draw(st.integers(1, 3))):
         at = data.draw(st.integers(0, len(raw) - 1))
         raw[at] = data.draw(st.integers(0, 255).filter(lambda b, old=raw[at]: b != old))
     path.write_bytes(bytes(raw))
-    assert upper_epsilon(*args, cache) == live
+    assert memo(*args, cache) == live
 
 
 def test_a_runs_cross_check_is_computed_once_for_its_public_numbers(tmp_path, monkeypatch):
@@ -147,9 +153,9 @@ def test_the_pld_grid_is_in_the_key(tmp_path):
     """A PLD account on another grid (the tests' cheap one) is another account: read under the
     package's grid key, a coarse account would print another run's cross-check."""
     args = (4.0, 0.05, 10, 1e-5, "pld", 0.01)
-    upper_epsilon(*args, tmp_path)
+    memo(*args, tmp_path)
     with cheap_pld_grid():
-        assert upper_epsilon(*args, tmp_path) == planner.upper_epsilon_of(*args)   # (its own grid's, not read)
+        assert memo(*args, tmp_path) == planner.upper_epsilon_of(*args)   # (its own grid's, not read)
     assert len(entries(tmp_path)) == 2
 
 
@@ -167,5 +173,5 @@ def test_pld_calibration_accounts_on_the_grid_its_check_reads(monkeypatch):
 
     monkeypatch.setattr(dp_accounting.pld, "PLDAccountant", recording)
     with cheap_pld_grid():
-        calibration.dp_accounting_sigma(1.0, 0.05, 20, 1e-5, "pld")
+        calibration.dp_accounting_sigma(Account.aiming(1.0, 1e-5, 0.05, 20, accountant="pld"))
     assert grids and set(grids) == {CHEAP_PLD_INTERVAL}
