@@ -71,11 +71,15 @@ def validate_config(cfg) -> None:
                           "the given sigma must meet")
 
 
-def validate_against_data(train, method, schedule, n_private: int, n_public: int) -> None:
+def validate_against_data(train, method, schedule, n_private: int, n_public: int) -> int:
     """Checks that need the data set's sizes, of a run's typed `train`, `method` and `schedule`
-    sections (a library loop, which has no schedule, checks its batches alone: `check_batches_fit`)."""
+    sections, and the run's planned steps they checked the schedule against (`planned_steps`), so
+    that a run gets its steps with its checks (a library loop, which has no schedule, checks its
+    batches alone: `check_batches_fit`)."""
     check_batches_fit(train.batch_size, method, n_private, n_public)
-    check_schedule_fits(train, schedule, planned_steps(train, n_private))
+    steps = planned_steps(train, n_private)
+    check_schedule_fits(train, schedule, steps)
+    return steps
 
 
 def check_batches_fit(batch_size: int, method: MethodConfig, n_private: int, n_public: int) -> None:
