@@ -36,7 +36,8 @@ from pazo.privacy.plan import PrivacyPlan, make_plan
 from pazo.privacy.sampling import SAMPLERS
 from pazo.rng import RandomStreams
 from pazo.threads import apply_threads
-from pazo.run.validate import RunConfig, planned_steps, validate_against_data
+from pazo.run.validate import planned_steps, validate_against_data
+from pazo.run.typed import RunConfig
 from pazo.run.warm_start import warm_start
 
 
