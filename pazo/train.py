@@ -570,7 +570,8 @@ def plan_lines(argv: list[str]) -> list[str]:
 
     from pazo.run.build import run_privacy_plan
     from pazo.run.summary import privacy_lines
-    from pazo.run.validate import check_schedule_fits, planned_steps, run_config
+    from pazo.run.validate import check_schedule_fits, planned_steps
+    from pazo.run.typed import run_config
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = run_config(compose(config_name="config", overrides=list(argv)))   # (checked: `plan_only`)

@@ -213,7 +213,7 @@ def run_cache(folder: Path) -> Path:
 @functools.cache
 def digits_section():
     """The shipped configs' digits section, typed as a run types it."""
-    from pazo.run.validate import run_config
+    from pazo.run.typed import run_config
 
     return run_config(tiny_cfg("dataset=digits")).dataset
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from conftest import next_seed_sharing_digits_size, tiny_cfg
 from pazo.data import build_dataset
 from pazo.rng import RandomStreams
-from pazo.run.validate import run_config
+from pazo.run.typed import run_config
 
 
 @functools.cache

@@ -36,7 +36,8 @@ from pazo.privacy.plan import epsilon_spent
 from pazo.run.recorder import Recorder
 from pazo.run.results import read_json_object, skipped
 from pazo.files.rundir import WriteFault, accept_hydra_record
-from pazo.run.validate import run_config, validate_config
+from pazo.run.validate import validate_config
+from pazo.run.typed import run_config
 from pazo.zo.memory import available_bytes
 
 log = logging.getLogger("pazo.audit")

@@ -73,7 +73,7 @@ def one(what: str, args) -> dict:
     from pazo.bench.settings import compose_cfg
     from pazo.data.base import DataBundle, TensorSplit
     from pazo.run.build import build_run
-    from pazo.run.validate import run_config
+    from pazo.run.typed import run_config
 
     device = torch.device(args.device)
     model = build(args.shape, args.dtype, args.device)

@@ -70,7 +70,7 @@ from pazo.bench.settings import (ENGINE_NAMES, PAPER_SETTING, SETTINGS, add_data
 from pazo.bench.timing import paired_times, result_record, time_steps
 from pazo.errors import ConfigError, DataMissingError, unknown_choice
 from pazo.run.build import resolve_device
-from pazo.run.validate import run_config
+from pazo.run.typed import run_config
 from pazo.methods import method_info, method_names
 from pazo.methods.base import public_grads_batched
 from pazo.models import build_model

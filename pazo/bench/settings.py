@@ -18,7 +18,7 @@ from pazo.methods import method_info
 from pazo.methods.base import public_grads_batched
 from pazo.models import build_model
 from pazo.run.results import BENCHMARK_PAPER_SETTING
-from pazo.run.validate import run_config
+from pazo.run.typed import run_config
 
 class Settings(dict):
     """Setting name -> (input shape, classes, config overrides, expected batch size): the paper's

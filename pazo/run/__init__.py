@@ -6,5 +6,6 @@
 `distributed`); every file it leaves goes through the release gate (`gate`), its rows through
 `recorder` to the outlets (`outlets`, `loggers`, `metrics_file`), its end through `summary`, its
 weights through `weights`. Before any of it, `cli` and `validate` check the command line and the
-config, and `fingerprint` and `digests` key the secret streams. Afterwards `loaded` reads a finished
-run back (`pazo.load_run`, `hf_export`) and `results` reads many into tables."""
+config, `typed` types it once, and `fingerprint` and `digests` key the secret streams. Afterwards
+`loaded` reads a finished run back (`pazo.load_run`, `hf_export`) and `results` reads many into
+tables."""

@@ -57,7 +57,7 @@ from pazo.run.metrics_file import FILE as METRICS, CorruptMetrics, read_metric_r
 from pazo.run.recorder import Recorder
 from pazo.run.releases import Release, earlier_releases, summary_step
 from pazo.run.summary import launch_summary
-from pazo.run.validate import RunConfig, typed_config
+from pazo.run.typed import RunConfig, typed_config
 
 #: the private record of the last attempt's computation (its data digest among it): 0600, never archived
 PRIVATE_RECORD = "private_computation.json"

@@ -36,7 +36,8 @@ from pazo.privacy.plan import PrivacyPlan, make_plan
 from pazo.privacy.sampling import SAMPLERS
 from pazo.rng import RandomStreams
 from pazo.threads import apply_threads
-from pazo.run.validate import RunConfig, planned_steps, validate_against_data
+from pazo.run.validate import planned_steps, validate_against_data
+from pazo.run.typed import RunConfig
 from pazo.run.warm_start import warm_start
 
 
@@ -204,7 +205,10 @@ def build_run(cfg: RunConfig, *, earlier_engine: dict | None = None, time_engine
     streams = RandomStreams(cfg.seed, secure=cfg.privacy.secure_mode, fingerprint=cfg.computation)
     if data is None:
         data = build_dataset(cfg.dataset, streams)
-        validate_against_data(cfg.train, cfg.method, cfg.schedule, len(data.private), len(data.public))
+        total_steps = validate_against_data(cfg.train, cfg.method, cfg.schedule, len(data.private),
+                                            len(data.public))
+    else:   # a benchmark's own data, sized by the benchmark: only its steps
+        total_steps = planned_steps(cfg.train, len(data.private))
     if module is None:   # from the run's init stream
         torch.manual_seed(streams.seeds["init"])
         module = build_model(cfg.model, data.input_shape, data.num_classes)
@@ -217,7 +221,6 @@ def build_run(cfg: RunConfig, *, earlier_engine: dict | None = None, time_engine
     threads = (apply_threads(cfg.train.threads, size) if own_data else
                {"count": torch.get_num_threads(), "requested": None, "why": "set by the benchmark"})
     warm = warm_start(model, data.public, cfg, streams, device)
-    total_steps = planned_steps(cfg.train, len(data.private))
     plan = run_privacy_plan(cfg, len(data.private), total_steps, sigma)
     # the zeroth-order engine (`engine.name`, or what `auto` picks) and why, for the summary
     if cfg.engine.name == "auto" and earlier_engine and earlier_engine.get("requested") == "auto":   # (a resume's)

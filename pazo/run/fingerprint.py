@@ -6,7 +6,7 @@ fingerprint, so runs of one sweep that differ in a hyperparameter draw independe
 batches (two models trained with one noise draw at two learning rates would reveal a noise-free
 difference of clipped gradients), while the same config and seed give the same run again. The
 fingerprint is a hash of the public config, not secret: `summary.json` records it. Callers hash
-the config with its values cast to their schema types (`pazo.run.validate.typed_config`), so that two
+the config with its values cast to their schema types (`pazo.run.typed.typed_config`), so that two
 spellings of one value (`privacy.epsilon=1`, `1.0`) are one computation; the digests of the
 private data, the public data and the initial parameters key the secret streams beside it
 (`pazo.rng.RandomStreams.key_to`), never in it.

@@ -31,7 +31,7 @@ from pazo.models import build_model, dispatched
 from pazo.models.functional import FunctionalModel, cross_entropy_per_example
 from pazo.rng import RandomStreams
 from pazo.files.rundir import MODEL_FILE, OLD_MODEL_FILE
-from pazo.run.validate import RunConfig, run_config
+from pazo.run.typed import RunConfig, run_config
 from pazo.run.weights import read_weights
 
 #: what `pazo-eval` says of every evaluation it prints
@@ -189,7 +189,7 @@ def model_file(run_dir: Path, config: RunConfig) -> Path:
 
 
 def typed_run_config(cfg: DictConfig, run_dir: Path) -> RunConfig:
-    """`cfg` as `RunConfig` (`pazo.run.validate.run_config`): a value its schema refuses is one
+    """`cfg` as `RunConfig` (`pazo.run.typed.run_config`): a value its schema refuses is one
     ConfigError naming config.yaml."""
     try:
         check_config_values(cfg)

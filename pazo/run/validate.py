@@ -7,12 +7,10 @@ set produces against the kinds a model accepts) or the data set's sizes."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from pazo.config_schema import (SECTIONS, EngineSchema, LoggerSchema, OptimizerSchema, PrivacySchema, ScheduleSchema,
-                                TopSchema, TrainSchema, WarmStartSchema, check_named_sections, typed_values)
+from pazo.config_schema import check_named_sections
 from pazo.catalog import pairing_problem
 from pazo.data import DATASETS
 from pazo.errors import ConfigError, one_of
@@ -22,7 +20,7 @@ from pazo.privacy.accountants import BudgetError, check_accountant, check_delta,
 from pazo.privacy.planner import steps_from_epochs
 from pazo.privacy.sampling import SAMPLERS
 from pazo.run.door import check_run_sections, schedule_problem
-from pazo.run.fingerprint import computation_fingerprint, config_fingerprint
+from pazo.run.typed import RunConfig, run_config
 
 
 def validate_config(cfg) -> None:
@@ -71,11 +69,15 @@ def validate_config(cfg) -> None:
                           "the given sigma must meet")
 
 
-def validate_against_data(train, method, schedule, n_private: int, n_public: int) -> None:
+def validate_against_data(train, method, schedule, n_private: int, n_public: int) -> int:
     """Checks that need the data set's sizes, of a run's typed `train`, `method` and `schedule`
-    sections (a library loop, which has no schedule, checks its batches alone: `check_batches_fit`)."""
+    sections, and the run's planned steps they checked the schedule against (`planned_steps`), so
+    that a run gets its steps with its checks (a library loop, which has no schedule, checks its
+    batches alone: `check_batches_fit`)."""
     check_batches_fit(train.batch_size, method, n_private, n_public)
-    check_schedule_fits(train, schedule, planned_steps(train, n_private))
+    steps = planned_steps(train, n_private)
+    check_schedule_fits(train, schedule, steps)
+    return steps
 
 
 def check_batches_fit(batch_size: int, method: MethodConfig, n_private: int, n_public: int) -> None:
@@ -114,61 +116,7 @@ def check_schedule_fits(train, schedule, steps: int) -> None:
         raise ConfigError(problem)
 
 
-def typed_config(cfg) -> dict:
-    """The resolved config with every value its schema names cast to the schema's type (the
-    method's by its registered config): what the fingerprints hash, so that `privacy.epsilon=1`
-    and `privacy.epsilon=1.0` are one computation."""
-    method = cfg.get("method") if hasattr(cfg, "get") else None
-    name = method.get("name") if hasattr(method, "get") else None
-    return typed_values(cfg, {"method": method_info(name).config} if name in METHODS else None)
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """A run's config typed once, at the door of the command that runs or reads it: each section
-    its schema's dataclass (`pazo.config_schema`; the data set's and the model's registered schemas,
-    beside their loader and builder, which take these sections; the method's registered config);
-    `raw` is the DictConfig it was made from (written once, as the run's config.yaml), `values` the
-    resolved config with each value cast to its schema's type (`typed_config`), and its two
-    fingerprints, hashed from `values` once: `fingerprint`, what a checkpoint resumes by
-    (`pazo.run.fingerprint.config_fingerprint`), and `computation`, what keys the secret streams
-    (`computation_fingerprint`)."""
-    seed: int
-    device: str
-    dataset: object
-    model: object
-    method: MethodConfig
-    train: TrainSchema
-    privacy: PrivacySchema
-    engine: EngineSchema
-    warm_start: WarmStartSchema
-    logger: LoggerSchema
-    schedule: ScheduleSchema
-    optimizer: OptimizerSchema
-    raw: DictConfig = field(repr=False)
-    values: dict = field(repr=False, default_factory=dict)
-    fingerprint: str = field(repr=False, default="")
-    computation: str = field(repr=False, default="")
-
-
-def run_config(cfg: DictConfig) -> RunConfig:
-    """`cfg` (checked: `validate_config`, or `check_config_values` for a run read back) as
-    `RunConfig`, each section through its schema (a section absent from `cfg` at its defaults)."""
-    data = OmegaConf.to_container(cfg, resolve=True)
-    sections = {name: _typed(schema, data.get(name) or {}) for name, schema in SECTIONS.items()}
-    sections["dataset"] = _typed(DATASETS.get(data["dataset"]["name"]).schema, data["dataset"])
-    sections["model"] = _typed(MODELS.get(data["model"]["name"]).schema, data["model"])
-    top = _typed(TopSchema, {k: data[k] for k in ("seed", "device", "sweep_name") if k in data})
-    values = typed_config(cfg)
-    return RunConfig(seed=top.seed, device=top.device, method=method_config(cfg.method), raw=cfg, values=values,
-                     fingerprint=config_fingerprint(values), computation=computation_fingerprint(values), **sections)
-
-
 def validated_run_config(cfg: DictConfig) -> RunConfig:
     """A launch's door: `cfg` checked (`validate_config`) and typed once (`run_config`)."""
     validate_config(cfg)
     return run_config(cfg)
-
-
-def _typed(schema: type, values: dict):
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))

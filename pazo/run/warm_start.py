@@ -43,7 +43,7 @@ def _shape_problem(state: dict, module) -> str | None:
 
 
 def warm_start(model, public, cfg, streams, device) -> dict:
-    """Train `model` in place on `public` as the run's typed config (`pazo.run.validate.RunConfig`)
+    """Train `model` in place on `public` as the run's typed config (`pazo.run.typed.RunConfig`)
     says: its `warm_start` section, the cache in `privacy.cache_dir`; returns facts for the run summary."""
     w = cfg.warm_start
     if not w.epochs:

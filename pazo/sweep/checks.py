@@ -162,7 +162,7 @@ def missing_data(runs: list[PlannedRun], extra: list[str], entry: str = "train")
     from pazo.data import build_dataset  # imports torch: not needed by --help
     from pazo.errors import DataMissingError
     from pazo.rng import RandomStreams
-    from pazo.run.validate import run_config
+    from pazo.run.typed import run_config
 
     firsts = {}
     for run in runs:
@@ -214,7 +214,7 @@ def check_earlier_runs(planned: list[tuple[PlannedRun, Path]], extra: list[str],
     rows: its numbers would stand in the tables under this command."""
     from pazo.run.attempts import config_changes, released_rows  # imports torch: not needed by --help
     from pazo.run.checkpoint import read_summary
-    from pazo.run.validate import typed_config
+    from pazo.run.typed import typed_config
 
     existing = [(run, run_dir) for run, run_dir in planned if (run_dir / "config.yaml").exists()]
     configs = composed_configs([run for run, _ in existing], extra, entry) if existing else []

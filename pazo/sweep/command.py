@@ -73,7 +73,7 @@ def selection_costs(cells: list[Cell], extra: list[str], k) -> list:
     """Each cell's cost (pazo.sweep.selection.cell_cost): the private set's size read once a setting, each
     distinct (q, T, epsilon) calibrated once through the sigma cache."""
     from pazo.sweep.selection import cell_cost, private_size
-    from pazo.run.validate import run_config
+    from pazo.run.typed import run_config
 
     configs = composed_configs([r for c in cells for r in c.configurations], extra)
     sizes, costs, i = {}, [], 0

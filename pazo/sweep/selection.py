@@ -27,7 +27,8 @@ from pazo.run import gate, metrics_file, outlets
 from pazo.errors import ConfigError, DataMissingError
 from pazo.config_schema import PrivacySchema
 from pazo.data import DATASETS
-from pazo.run.validate import RunConfig, planned_steps
+from pazo.run.validate import planned_steps
+from pazo.run.typed import RunConfig
 from pazo.files.file_kinds import read_regular_bytes, read_regular_text
 from pazo.run.loggers import CSV_FILE, csv_line, read_csv
 from pazo.methods import method_config

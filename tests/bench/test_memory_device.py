@@ -67,7 +67,7 @@ def test_a_run_assembled_without_its_launch_refuses_the_device_before_reading_da
     byte of data: a mistake is one line before any work, as a training run's launch refuses it."""
     from conftest import tiny_cfg
     from pazo.run import build
-    from pazo.run.validate import run_config
+    from pazo.run.typed import run_config
 
     problem = device_problem(name, "device=")
     if problem is None:   # (present here: nothing to refuse)

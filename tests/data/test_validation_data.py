@@ -14,7 +14,8 @@ from pazo.data.validation import carve_validation
 from pazo.errors import ConfigError
 from pazo.rng import STREAMS, RandomStreams
 from pazo.train import run
-from pazo.run.validate import run_config, validate_config
+from pazo.run.validate import validate_config
+from pazo.run.typed import run_config
 
 
 @pytest.fixture(scope="module")

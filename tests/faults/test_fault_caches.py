@@ -20,7 +20,7 @@ from pazo.files.cache_files import FORMAT, digest, load_entry, save_entry
 from pazo.data import image_folder
 from pazo.data.image_folder import read_image_folder
 from pazo.run.build import build_run
-from pazo.run.validate import run_config
+from pazo.run.typed import run_config
 from pazo.privacy import calibration
 from pazo.privacy.calibration import calibrate_sigma
 from sigma_cache_checks import check_bad_entry_is_recalibrated

@@ -230,7 +230,7 @@ def test_a_bad_optimizer_is_refused_before_compute(hydra_cfg, tmp_path):
 def test_the_default_rule_keeps_the_fingerprint_and_another_changes_it(hydra_cfg):
     """A constant schedule and SGD leave a run's fingerprint (hence its noise) as it was before they
     existed; another schedule or optimiser is another computation, with its own noise."""
-    from pazo.run.validate import typed_config
+    from pazo.run.typed import typed_config
     base = typed_config(hydra_cfg())
     without = {k: v for k, v in base.items() if k not in ("schedule", "optimizer")}
     assert computation_fingerprint(base) == computation_fingerprint(without)

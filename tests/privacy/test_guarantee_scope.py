@@ -19,7 +19,7 @@ from pazo.run.attempts import plan_launch, same_computation
 from pazo.run.checkpoint import CHECKPOINT, checkpoint_path
 from pazo.errors import ConfigError
 from pazo.run.recorder import Recorder
-from pazo.run.validate import run_config
+from pazo.run.typed import run_config
 from conftest import CONFIG_DIR, cheap_pld_grid, run_cache, tiny_cfg
 
 

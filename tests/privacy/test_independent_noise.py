@@ -26,7 +26,7 @@ from pazo.run.build import build_run
 from pazo.run.fingerprint import HOW_KEYS, computation_fingerprint
 from pazo.privacy.mechanisms import noise_generator
 from pazo.rng import STREAMS, RandomStreams
-from pazo.run.validate import run_config, typed_config
+from pazo.run.typed import run_config, typed_config
 from pazo.run.weights import read_weights
 from conftest import CONFIG_DIR, ROOT, composed_copy, run_cache
 from step_faults import fail_at_step

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import pazo.run.build as experiment
 from pazo.run.build import build_run
-from pazo.run.validate import run_config
+from pazo.run.typed import run_config
 from conftest import run_cache
 from privacy.test_independent_noise import compose_cfg, secret_draws
 

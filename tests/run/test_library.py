@@ -27,7 +27,7 @@ from pazo.privacy.plan import make_accountant
 from pazo.private import private_zo
 from pazo.rng import RandomStreams
 from pazo.train import run
-from pazo.run.validate import run_config
+from pazo.run.typed import run_config
 from pazo.run.weights import read_weights
 
 #: the runs here read no PLD bound: their cross-check on the cheaper grid (conftest `cheap_pld`)

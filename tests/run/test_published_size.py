@@ -8,7 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from conftest import tiny_cfg
-from pazo.run.validate import run_config
+from pazo.run.typed import run_config
 from pazo.data import DATASETS
 from pazo.sweep.selection import PUBLISHED_TRAIN_SIZE, private_size
 

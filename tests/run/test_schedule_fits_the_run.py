@@ -60,7 +60,7 @@ def test_a_schedule_is_refused_exactly_when_the_run_would_not_end_as_it_plans(sc
 @given(st.integers(1, 400), st.sampled_from([0.5, 1.0, 2.0]), st.integers(1, 64))
 def test_steps_from_epochs_are_the_run_the_schedule_must_fit(warmup, epochs, batch):
     """With `train.epochs`, the steps are known once the data are: the check with the data's sizes
-    uses the steps the run would plan."""
+    uses the steps the run would plan, and gives them to the run's assembly."""
     n = 320
     cfg = run_config({"name": "warmup", "warmup_steps": warmup}, epochs=epochs, batch=batch)
     steps = round(epochs / (batch / n))
@@ -68,7 +68,7 @@ def test_steps_from_epochs_are_the_run_the_schedule_must_fit(warmup, epochs, bat
         with pytest.raises(ConfigError, match=rf"the run's {steps} steps \(train.epochs={epochs:g}\)"):
             validate_against_data(cfg.train, cfg.method, cfg.schedule, n, 0)
     else:
-        validate_against_data(cfg.train, cfg.method, cfg.schedule, n, 0)
+        assert validate_against_data(cfg.train, cfg.method, cfg.schedule, n, 0) == steps
 
 
 def test_the_reported_command_line_is_one_line_before_compute():

@@ -121,7 +121,7 @@ def test_auto_sizes_the_threads_by_the_whole_model_frozen_weights_included(hydra
     from torch import nn
 
     from pazo.run.build import build_run
-    from pazo.run.validate import run_config
+    from pazo.run.typed import run_config
     from pazo.models.small_cnn import SmallCNN
 
     class FrozenBody(nn.Module):

@@ -1,4 +1,4 @@
-"""The run's config is typed once, at the door (`pazo.run.validate.run_config`): a launch (fresh or
+"""The run's config is typed once, at the door (`pazo.run.typed.run_config`): a launch (fresh or
 resumed) types its DictConfig once, and the typed sections the run reads agree with the typed
 values its fingerprints hash (issue 57)."""
 from __future__ import annotations
@@ -12,12 +12,12 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from omegaconf import DictConfig
 
-import pazo.run.validate as validate
+import pazo.run.typed as typed
 from conftest import CONFIG_DIR
 from pazo.config_schema import SECTIONS
 from pazo.methods.two_point import TwoPointMethod
 from pazo.run.fingerprint import config_fingerprint
-from pazo.run.validate import run_config, typed_config
+from pazo.run.typed import run_config, typed_config
 from pazo.train import run
 
 #: overrides of one run, some in another spelling of one value (an integer for a float)
@@ -50,7 +50,7 @@ def test_the_typed_sections_agree_with_the_values_the_fingerprints_hash(override
 def test_a_launch_and_its_resume_type_the_config_once(hydra_cfg, tmp_path, monkeypatch):
     """(Was: the launch, the assembly and the resume check each typed it again.)"""
     typings = []
-    original_typing, original_step = validate.typed_values, TwoPointMethod.step
+    original_typing, original_step = typed.typed_values, TwoPointMethod.step
 
     def counting(cfg, *args, **kwargs):
         if isinstance(cfg, DictConfig):   # (an earlier attempt's config.yaml is read as a dict)
@@ -62,7 +62,7 @@ def test_a_launch_and_its_resume_type_the_config_once(hydra_cfg, tmp_path, monke
             os.kill(os.getpid(), signal.SIGTERM)
         return original_step(self, x, y, t)
 
-    monkeypatch.setattr(validate, "typed_values", counting)
+    monkeypatch.setattr(typed, "typed_values", counting)
     monkeypatch.setattr(TwoPointMethod, "step", preempted_at_step_3)
     cfg = hydra_cfg("method=dpzero", "train.steps=4", "train.checkpoint_every=2")
     assert run(cfg, tmp_path)["status"] == "preempted"

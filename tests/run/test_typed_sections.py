@@ -18,7 +18,7 @@ import pazo.run.build as build
 from conftest import CONFIG_DIR, ROOT
 from pazo.catalog import DATASETS, MODELS
 from pazo.config_schema import EngineSchema, OptimizerSchema, PrivacySchema, ScheduleSchema, TrainSchema
-from pazo.run.validate import RunConfig, run_config
+from pazo.run.typed import RunConfig, run_config
 
 #: the data sets and models whose files a test can compose without data on disk, and a model of each
 #: data set's input kind (the schemas are typed before any data are read)
