@@ -264,12 +264,15 @@ def composed(overrides: tuple[str, ...], config_name: str = "config"):
     tests ask for a few of the same), once per test process for the same overrides and the same
     schemas in Hydra's ConfigStore (a test that registers a method or plugin gets a composition of
     its own). Shared: a caller that changes it copies it first (`tiny_cfg`)."""
-    nodes = stored_config_nodes()
-    key = (config_name, overrides, tuple(map(id, nodes)))   # (the nodes are kept with the config: no id is reused)
-    if key not in _COMPOSED:
+    def key():   # (the nodes are kept with the config: no id is reused)
+        return config_name, overrides, tuple(map(id, stored_config_nodes()))
+
+    if key() not in _COMPOSED:
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-            _COMPOSED[key] = (compose(config_name=config_name, overrides=list(overrides)), nodes)
-    return _COMPOSED[key][0]
+            cfg = compose(config_name=config_name, overrides=list(overrides))
+        # keyed after composing: Hydra stores nodes of its own at a process's first composition
+        _COMPOSED[key()] = (cfg, stored_config_nodes())
+    return _COMPOSED[key()][0]
 
 
 def stored_config_nodes() -> list:

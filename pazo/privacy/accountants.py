@@ -546,8 +546,8 @@ def accountant_for(mechanism: str, sigma: float, sample_rate: float, steps: int,
 
 def epsilon_for(mechanism: str, sigma: float, sample_rate: float, steps: int, delta: float,
                 eps_error: float | None = None, mechanisms: int = 1, accountant: str | None = "prv") -> float:
-    """The guarantee (upper bound) after all `steps` of the account `accountant_for` chooses: the one
-    question calibration's searches ask of a sigma, asked with plain numbers."""
+    """The guarantee (upper bound) after all `steps` of the account `accountant_for` chooses: what
+    calibration's searches ask of a sigma (through `Account.epsilon`), asked with plain numbers."""
     return accountant_for(mechanism, sigma, sample_rate, steps, delta, eps_error, mechanisms,
                           accountant).epsilon(steps).upper
 
@@ -578,7 +578,7 @@ class Account:
         epsilon = check_target_epsilon(epsilon)
         if accountant != "prv" and mechanism == "gaussian":
             check_inputs(sample_rate, steps, delta, accountant)
-            return cls("gaussian", sample_rate, int(steps), delta, None, mechanisms, accountant, epsilon)
+            return cls("gaussian", sample_rate, int(steps), delta, None, int(mechanisms), accountant, epsilon)
         if mechanism not in MECHANISMS:
             raise BudgetError(f"unknown noise mechanism {mechanism!r}; choices: {', '.join(MECHANISMS)}")
         delta = check_delta(delta, mechanism)

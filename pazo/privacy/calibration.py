@@ -1,6 +1,7 @@
 """Calibration of the noise multiplier to a target (epsilon, delta): the smallest sigma whose
-accountant's upper bound meets it. `calibrate` is the one entry (the accountant's choice -> sigma);
-PRV's and Laplace noise's own calibration (`calibrate_sigma`) keeps its answers in the sigma cache;
+accountant's upper bound meets it. `calibrate` is the one entry (the accountant's choice -> sigma),
+`calibrated` the same for an account already made; PRV's and Laplace noise's calibration keeps its
+answers in the sigma cache;
 dp-accounting's RDP and PLD are solved by dp-accounting's own (`dp_accounting_sigma`), its answer
 confirmed once by the run's own account. Every search takes one checked `accountants.Account`,
 made once where the question is asked (`Account.aiming`), and asks it a sigma's guarantee
@@ -269,8 +270,8 @@ def _dp_accounting_search(account: Account) -> float:
 def calibrate(accountant: str, epsilon: float, delta: float, sample_rate: float, steps: int,
               eps_error: float | None = None, mechanisms: int = 1, cache_dir=None, noise: str = "gaussian") -> float:
     """The smallest noise multiplier whose epsilon by `accountant` meets the target, for a run, a sweep's
-    private selection and `pazo-privacy sigma` alike: PRV's (and Laplace noise's) through the sigma cache
-    (`calibrate_sigma`); dp-accounting's RDP or PLD by its own (effective multiplier, times sqrt(mechanisms))."""
+    private selection and `pazo-privacy sigma` alike (`calibrated`): PRV's (and Laplace noise's) through the
+    sigma cache; dp-accounting's RDP or PLD by its own (effective multiplier, times sqrt(mechanisms))."""
     return calibrated(Account.aiming(epsilon, delta, sample_rate, steps, eps_error, mechanisms, noise, accountant),
                       cache_dir)
 

@@ -9,8 +9,7 @@ from dataclasses import asdict, dataclass, field
 
 from pazo.privacy.account_memo import upper_epsilon
 from pazo.privacy.accountants import (ACCOUNTANTS, Account, BudgetError, LaplaceAccountant, accountant_for,
-                                      check_accountant,
-                                      check_delta, check_target_epsilon, default_eps_error,
+                                      check_accountant, check_delta, check_target_epsilon, default_eps_error,
                                       effective_noise_multiplier, gaussian_one_step_delta)
 from pazo.privacy.calibration import calibrated
 from pazo.privacy.mechanisms import NoiseSpec, Release
