@@ -3,14 +3,18 @@ what an earlier attempt computed, its loop state read from the checkpoint it res
 agreement, then the first writes. Nothing in the run directory changes before the agreement: a
 refused agreement (another rank's facts differ) leaves the directory's files as they were, fresh
 or resumed; an agreement is followed by the first writes (the summary says running, config.yaml
-is its owner's alone), and the ranks agreed on the step the attempt starts from."""
+is its owner's alone), and the ranks agreed on the step the attempt starts from. Over random
+earlier attempts (none, or one preempted at a random step) and agreements given or refused."""
 import json
 import os
 import signal
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pazo.errors import ConfigError
 from pazo.files.rundir import check_output_dir
@@ -27,16 +31,16 @@ def files(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("earlier", ["none", "stopped at step 3"])
-@pytest.mark.parametrize("agreed", [True, False])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(preempted_at=st.none() | st.integers(1, 5), agreed=st.booleans())
 def test_nothing_is_written_before_the_ranks_agree_and_the_first_writes_follow_the_agreement(
-        earlier, agreed, hydra_cfg, tmp_path, monkeypatch):
-    cfg = hydra_cfg("method=dpzero", "train.steps=6", "train.checkpoint_every=3")
-    run_dir = tmp_path / "run"
-    if earlier != "none":   # a preempted attempt, with its checkpoint at step 3
+        preempted_at, agreed, hydra_cfg, tmp_path, monkeypatch):
+    cfg = hydra_cfg("method=dpzero", "train.steps=6", "train.checkpoint_every=1")
+    run_dir = Path(tempfile.mkdtemp(dir=tmp_path)) / "run"
+    if preempted_at is not None:   # a preempted attempt, with its checkpoint at that step
         owner = method_info("dpzero").cls
         with monkeypatch.context() as patch:
-            patch.setattr(owner, "step", signalled_at_step(owner.step, 3, signal.SIGTERM))
+            patch.setattr(owner, "step", signalled_at_step(owner.step, preempted_at, signal.SIGTERM))
             assert run(cfg, run_dir)["status"] == "preempted"
     check_output_dir(run_dir)
     typed = validated_run_config(cfg)
@@ -56,7 +60,7 @@ def test_nothing_is_written_before_the_ranks_agree_and_the_first_writes_follow_t
     else:
         loop, recorder, summary = start_attempt(run_dir, start, r, r.sampler(), agree)
         recorder.close(failed=False)
-        assert loop.step == (3 if start.resuming else 0)
+        assert start.resuming == (preempted_at is not None) and loop.step == (preempted_at or 0)
         assert told[0][0] == r.rank_facts(loop.step) and told[0][0]["start"] == f"step {loop.step}"
         assert summary["status"] == json.loads((run_dir / "summary.json").read_text())["status"] == "running"
         assert stat.S_IMODE(os.stat(run_dir / "config.yaml").st_mode) == 0o600
