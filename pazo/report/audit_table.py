@@ -19,11 +19,8 @@ from pathlib import Path
 
 from pazo.files.file_kinds import output_file, path_argument
 from pazo.commands.start import ArgumentParser, command, summary_of
-from pazo.audit.run import read_audits
-from pazo.methods import METHODS
 from pazo.report import show_table
 
-ORDER = {name: i for i, name in enumerate(METHODS.names())}
 THREAT = {"white_box": "white box", "black_box": "black box"}
 
 
@@ -53,8 +50,11 @@ def audited_epsilon(audit: dict) -> float:
 
 
 def table(summaries: list[dict]) -> str:
+    from pazo.methods import METHODS   # (imports torch: a refusal of the command's input needs it not)
+
+    order = {name: i for i, name in enumerate(METHODS.names())}
     rows = sorted(summaries, key=lambda s: (s["audit"]["debug_break"] or "", s["audit"]["threat"],
-                                            ORDER.get(s["method"], 99), s["audit"]["target_epsilon"], s["seed"]))
+                                            order.get(s["method"], 99), s["audit"]["target_epsilon"], s["seed"]))
     lines = ["| method | threat | debug break | printed epsilon (delta) | epsilon at audit delta "
              "| lower bound, (eps, delta) | lower bound, f-DP | correct / guesses | AUROC [CI] | TPR at 1% FPR [CI] "
              "| TPR at 0.1% FPR | canaries | steps | seed | noise check: sigma at most, epsilon at it | exceeds |",
@@ -66,7 +66,7 @@ def table(summaries: list[dict]) -> str:
         auroc = f"{_num(mi['auroc'], '.3f')}{_interval(mi['auroc_interval'])}" if mi else "-"
         tpr1 = f"{_num(mi['tpr_at_fpr_0.01'], '.3f')}{_interval(mi['tpr_at_fpr_0.01_interval'])}" if mi else "-"
         tpr01 = _num(mi["tpr_at_fpr_0.001"], ".3f") if mi else "-"
-        label = METHODS.get(s["method"]).label if s["method"] in ORDER else s["method"]
+        label = METHODS.get(s["method"]).label if s["method"] in order else s["method"]
         threat = THREAT[a["threat"]] + (" (worst case)" if a.get("worst_case") else "")
         nc = a.get("noise_check")
         noise = "-" if not nc else (f"{nc['sigma_upper']:.3g}, {nc['epsilon_at_sigma_upper']:.3g}"
@@ -89,6 +89,8 @@ def main(argv=None) -> int:
     if missing:
         print(f"pazo: error: no such directory: {', '.join(missing)}", file=sys.stderr)
         return 2
+    from pazo.audit.run import read_audits   # (imports torch: read after the refusals)
+
     summaries = read_audits(args.dirs)
     if not summaries:
         print(f"pazo: error: no audit summary.json below {', '.join(args.dirs)}", file=sys.stderr)

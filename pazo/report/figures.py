@@ -24,21 +24,15 @@ import math
 import sys
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
 from pazo.commands.start import ArgumentParser, command, summary_of
-from pazo import REPO_ROOT as ROOT  # noqa: E402
-from pazo.errors import ConfigError  # noqa: E402
-from pazo.report import none_finished, nothing_usable  # noqa: E402
-from pazo.run.metrics_file import FILE, CorruptMetrics, read_metric_rows, torn_note  # noqa: E402
-from pazo.run.results import (FIRST_ORDER, LABELS, METHOD_ORDER, SELECTIONS, USES_PUBLIC, load_runs,  # noqa: E402
-                          missing_dirs, select_configs)
-from pazo.files.file_kinds import path_argument  # noqa: E402
-from pazo.files.rundir import output_folder_problem, save_figure_atomic  # noqa: E402
+from pazo import REPO_ROOT as ROOT
+from pazo.errors import ConfigError
+from pazo.report import none_finished, nothing_usable
+from pazo.run import results
+from pazo.run.metrics_file import FILE, CorruptMetrics, read_metric_rows, torn_note
+from pazo.run.results import SELECTIONS, load_runs, missing_dirs, select_configs
+from pazo.files.file_kinds import path_argument
+from pazo.files.rundir import output_folder_problem, save_figure_atomic
 
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
 PROTOCOL = {"val": "selected on validation accuracy; test accuracy, mean over seeds",
@@ -53,6 +47,17 @@ def heat_maps() -> dict[str, tuple[str, str]]:
     return {n: method_info(n).heat_map for n in method_names() if method_info(n).heat_map}
 
 
+def pyplot():
+    """matplotlib's pyplot, drawing into files (Agg), loaded when a figure is drawn: a refusal of the
+    command's input needs none of it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def settings_of(runs):
     return [s for s in SETTING_ORDER if s in set(runs.setting)] + sorted(set(runs.setting) - set(SETTING_ORDER))
 
@@ -61,7 +66,7 @@ def save(fig, out: Path, name: str, written: list) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for ext in ("png", "pdf"):
         save_figure_atomic(fig, out / f"{name}.{ext}", bbox_inches="tight", dpi=150)
-    plt.close(fig)
+    pyplot().close(fig)
     written.append(name)
 
 
@@ -69,7 +74,7 @@ def panels(frame, note: str):
     """One panel per setting of `frame`: the figure (titled with the selection protocol `note`) and
     (axis, setting, that setting's rows)."""
     settings = settings_of(frame)
-    fig, axes = plt.subplots(1, len(settings), figsize=(4.2 * len(settings), 3.4), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(settings), figsize=(4.2 * len(settings), 3.4), squeeze=False)
     fig.suptitle(note, fontsize=8)
     return fig, [(ax, s, frame[frame.setting == s]) for ax, s in zip(axes[0], settings)]
 
@@ -81,12 +86,12 @@ def figure2(best, note, out, written):
     public_only = best[(best.method == "public_only") & best.accuracy.notna()].set_index("setting").accuracy
     fig, grid = panels(private, note)
     for ax, s, mine in grid:
-        for m in [m for m in METHOD_ORDER if m in set(mine.method)]:
+        for m in [m for m in results.METHOD_ORDER if m in set(mine.method)]:
             rows = mine[mine.method == m].sort_values("epsilon")
-            ax.plot(rows.epsilon, 100 * rows.accuracy, marker="o", label=LABELS[m],
+            ax.plot(rows.epsilon, 100 * rows.accuracy, marker="o", label=results.LABELS[m],
                     linestyle="-" if m.startswith("pazo") else "--")
         if s in public_only.index:    # no privacy cost: the same reference at every epsilon
-            ax.axhline(100 * public_only[s], color="0.3", linestyle=":", label=LABELS["public_only"])
+            ax.axhline(100 * public_only[s], color="0.3", linestyle=":", label=results.LABELS["public_only"])
         ax.set(xscale="log", xlabel="epsilon", ylabel="test accuracy (%)", title=s)
     grid[-1][0].legend(fontsize=7, loc="best")
     save(fig, out, "figure2_accuracy_vs_epsilon", written)
@@ -94,10 +99,10 @@ def figure2(best, note, out, written):
 
 def figure3(best, note, out, written):
     private = best[best.epsilon.notna()]
-    groups = {"FO": lambda m: m in FIRST_ORDER and m not in USES_PUBLIC,
-              "FO+PUB": lambda m: m in FIRST_ORDER and m in USES_PUBLIC,
-              "ZO": lambda m: m not in FIRST_ORDER and m not in USES_PUBLIC,
-              "ZO+PUB": lambda m: m not in FIRST_ORDER and m in USES_PUBLIC}
+    groups = {"FO": lambda m: m in results.FIRST_ORDER and m not in results.USES_PUBLIC,
+              "FO+PUB": lambda m: m in results.FIRST_ORDER and m in results.USES_PUBLIC,
+              "ZO": lambda m: m not in results.FIRST_ORDER and m not in results.USES_PUBLIC,
+              "ZO+PUB": lambda m: m not in results.FIRST_ORDER and m in results.USES_PUBLIC}
     if private.empty:
         return print("figure3: no private runs")
     fig, grid = panels(private, note)
@@ -135,6 +140,8 @@ def metric_rows(run_dir: Path) -> list[dict]:
 
 
 def figure4(best, epsilon, note, out, written):
+    import numpy
+
     chosen = best[(best.epsilon == epsilon) & best.method.isin(["dpzero", "pazo_m", "pazo_p", "pazo_s"])
                   & best.best_run.notna()]
     if chosen.empty:
@@ -147,7 +154,7 @@ def figure4(best, epsilon, note, out, written):
                       if isinstance(m.get("test_accuracy"), (int, float))]
             if points:
                 steps, acc = zip(*points)
-                ax.plot(steps, 100 * np.asarray(acc), label=LABELS[row.method])
+                ax.plot(steps, 100 * numpy.asarray(acc), label=results.LABELS[row.method])
         ax.set(xlabel="step", ylabel="test accuracy (%)", title=f"{s}, epsilon {epsilon:g}")
     if grid[-1][0].get_legend_handles_labels()[0]:   # (no curve, as when every run's file was refused: no legend)
         grid[-1][0].legend(fontsize=8)
@@ -166,25 +173,27 @@ def figure5(runs, best, epsilon, note, out, written):
             if t is None or (isinstance(t, float) and math.isnan(t)):
                 continue
             ax.scatter(t, 100 * row.accuracy, marker="o" if row.method.startswith("pazo") else "s")
-            ax.annotate(LABELS[row.method], (t, 100 * row.accuracy), fontsize=7)
+            ax.annotate(results.LABELS[row.method], (t, 100 * row.accuracy), fontsize=7)
         ax.set(xscale="log", xlabel="s/iter (median of the run)", ylabel="test accuracy (%)",
                title=f"{s}, epsilon {epsilon:g}")
     save(fig, out, "figure5_accuracy_vs_speed", written)
 
 
 def figure6(runs, epsilon, metric, selection, note, out, written):
+    import numpy
+
     maps = heat_maps()
     at = runs[(runs.epsilon == epsilon) & runs.method.isin(list(maps))]
     if at.empty:
         return print(f"figure6: no PAZO runs at epsilon {epsilon}")
     settings = settings_of(at)
-    fig, axes = plt.subplots(len(settings), len(maps), figsize=(4.2 * len(maps), 3.4 * len(settings)),
+    fig, axes = pyplot().subplots(len(settings), len(maps), figsize=(4.2 * len(maps), 3.4 * len(settings)),
                              squeeze=False)
     fig.suptitle(note, fontsize=8)
     for row_axes, s in zip(axes, settings):
         for ax, (m, (rows_key, cols_key)) in zip(row_axes, maps.items()):
             mine = at[(at.setting == s) & (at.method == m)]
-            ax.set_title(f"{LABELS[m]}, {s}")
+            ax.set_title(f"{results.LABELS[m]}, {s}")
             if mine.empty or mine[rows_key].isna().all() or mine[cols_key].isna().all():
                 ax.axis("off")
                 continue
@@ -194,7 +203,7 @@ def figure6(runs, epsilon, metric, selection, note, out, written):
             ax.set(xticks=range(len(grid.columns)), xticklabels=[f"{c:g}" for c in grid.columns],
                    yticks=range(len(grid.index)), yticklabels=[f"{i:g}" for i in grid.index],
                    xlabel=cols_key, ylabel=rows_key)
-            for (i, j), v in np.ndenumerate(grid.values):
+            for (i, j), v in numpy.ndenumerate(grid.values):
                 ax.text(j, i, "" if math.isnan(v) else f"{100 * v:.1f}", ha="center", va="center",
                         color="white", fontsize=8)
     save(fig, out, "figure6_robustness", written)

@@ -18,14 +18,16 @@ import json
 import math
 import sys
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from pazo.files.file_kinds import output_file, path_argument
 from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo.errors import ConfigError
 from pazo.report import nothing_usable, show_table, status_counts
 from pazo.run.results import load_runs, missing_dirs, read_json_object
+
+if TYPE_CHECKING:   # (pandas loads when the table is made: a refusal needs none of it)
+    import pandas as pd
 
 SEED_KEYS = ("dataset.data_seed",)
 
@@ -37,6 +39,8 @@ def _exact_match(run_dir: str) -> float:
 
 
 def seed_table(runs: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd
+
     runs = runs[(runs.status == "finished") & runs.problem.isna()].copy()
     if runs.empty:
         return pd.DataFrame(columns=["task", "method", "epsilon", "test_mean", "test_std", "em_mean", "em_std",

@@ -28,8 +28,7 @@ import json
 import math
 import sys
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from pazo.commands.start import ArgumentParser, command, summary_of
 from pazo import REPO_ROOT as ROOT
@@ -37,8 +36,12 @@ from pazo.errors import ConfigError
 from pazo.report import none_finished, nothing_usable, status_counts
 from pazo.files.file_kinds import path_argument, read_regular_text
 from pazo.files.rundir import output_folder_problem, write_text_atomic
-from pazo.run.results import (BENCHMARK_PAPER_SETTING, LABELS, METHOD_ORDER, SELECTIONS, excluded_runs, load_runs,
-                          missing_dirs, paper_values, private_contribution, select_configs)
+from pazo.run import results
+from pazo.run.results import (BENCHMARK_PAPER_SETTING, SELECTIONS, excluded_runs, load_runs, missing_dirs, paper_values,
+                              private_contribution, select_configs)
+
+if TYPE_CHECKING:   # (pandas and the method registry load when a table is made: a refusal needs neither)
+    import pandas as pd
 
 PAPER_TABLE = {"cifar10": "1", "tiny_imagenet": "2", "imdb": "3", "mnli": "4"}
 SETTING_ORDER = ["cifar10", "tiny_imagenet", "imdb", "mnli"]
@@ -105,7 +108,8 @@ def long_row(h, setting: str, method: str, column: str, paper_value: float | Non
 def rows_of(best: pd.DataFrame) -> list[tuple[str, str]]:
     """(method, variant) in the paper's order; a shuffle variant right after its method."""
     present = set(zip(best.method, best.variant))
-    methods = [m for m in METHOD_ORDER if m in set(best.method)] + sorted(set(best.method) - set(METHOD_ORDER))
+    order = results.METHOD_ORDER
+    methods = [m for m in order if m in set(best.method)] + sorted(set(best.method) - set(order))
     return [(m, v) for m in methods for v in ("", "shuffle") if (m, v) in present]
 
 
@@ -117,6 +121,8 @@ def usual(best: pd.DataFrame) -> int:
 
 def accuracy_table(best: pd.DataFrame, setting: str, paper: pd.DataFrame):
     """(long rows for CSV, wide frame of cells) for one setting."""
+    import pandas as pd
+
     mine = best[best.setting == setting]
     ref = paper[paper.table == PAPER_TABLE.get(setting, "-")]
     paper_eps = {float(c) for c in ref.column if c != "nonprivate"}
@@ -125,7 +131,7 @@ def accuracy_table(best: pd.DataFrame, setting: str, paper: pd.DataFrame):
     seeds = usual(mine)
     long, wide = [], []
     for m, variant in rows_of(mine):
-        row = {"method": LABELS.get(m, m) + (SHUFFLE if variant else "")}
+        row = {"method": results.LABELS.get(m, m) + (SHUFFLE if variant else "")}
         paper_known = not variant and m in set(ref.method)
         for e, col in zip([*eps, math.nan], columns):
             hit = mine[(mine.method == m) & (mine.variant == variant)
@@ -161,7 +167,7 @@ def contribution_cell(c) -> str:
     seed), the best method, and '≤ spread' where the difference is within it."""
     spread = "" if math.isnan(c.spread) else f" ± {100 * c.spread:.1f}"
     within = ", within the seeds' spread" if c.within_spread is True else ""
-    return f"{100 * c.contribution:+.1f}{spread} ({LABELS.get(c.best_method, c.best_method)}{within})"
+    return f"{100 * c.contribution:+.1f}{spread} ({results.LABELS.get(c.best_method, c.best_method)}{within})"
 
 
 def contribution_row(c, setting: str) -> dict:
@@ -176,12 +182,14 @@ def contribution_row(c, setting: str) -> dict:
 
 
 def q_table(best: pd.DataFrame, paper: pd.DataFrame):
+    import pandas as pd
+
     ref = paper[paper.table == "8"]
     long, wide = [], []
     settings = [s for s in SETTING_ORDER if s in set(best.setting)]
     seeds = usual(best)
     for m, variant in rows_of(best):
-        row = {"method": LABELS.get(m, m) + (SHUFFLE if variant else "")}
+        row = {"method": results.LABELS.get(m, m) + (SHUFFLE if variant else "")}
         for s in settings:
             for q in sorted(best.q.dropna().unique()):
                 hit = best[(best.method == m) & (best.variant == variant) & (best.setting == s) & (best.q == q)]
@@ -271,10 +279,12 @@ def speedup_table(paths: list[Path], paper: pd.DataFrame):
     column gets none). Ours is the benchmark's paired ratio (DP-SGD and the method alternated in one
     process, `paired_speedup_over_dpsgd`) where the file has it, else DP-SGD's median s/iter over the
     method's (separate subprocesses, older files)."""
+    import pandas as pd
+
     rows, note = benchmark_rows(paths)
     ref = paper[paper.table == "5"]
     settings = list(dict.fromkeys(r["setting"] for r in rows))
-    zeroth = [m for m in METHOD_ORDER if any(r["method"] == m and r.get("forwards") for r in rows)]
+    zeroth = [m for m in results.METHOD_ORDER if any(r["method"] == m and r.get("forwards") for r in rows)]
     long, wide = [], []
     for s in settings:
         base = fastest(rows, "dpsgd", s)
@@ -289,8 +299,8 @@ def speedup_table(paths: list[Path], paper: pd.DataFrame):
             ours = _paired(r) if r else None   # paired in one process, where measured
             if ours is None:
                 ours = base["median_s"] / r["median_s"] if base and r else None
-            row[LABELS[m]] = ((f"{ours:.2f}x" if ours is not None else "not run")
-                              + (f" ({paper_ratio:.1f}x)" if paper_ratio is not None else ""))
+            row[results.LABELS[m]] = ((f"{ours:.2f}x" if ours is not None else "not run")
+                                      + (f" ({paper_ratio:.1f}x)" if paper_ratio is not None else ""))
             long.append({"setting": s, "paper_setting": paper_setting, "method": m,
                          "engine": r.get("engine") if r else None, "speedup_over_dpsgd": ours,
                          "paper_speedup_over_dpsgd": paper_ratio})
@@ -299,12 +309,14 @@ def speedup_table(paths: list[Path], paper: pd.DataFrame):
 
 
 def speed_table(paths: list[Path], paper: pd.DataFrame):
+    import pandas as pd
+
     rows, note = benchmark_rows(paths)
     ref = paper[paper.table == "5"]
     settings = list(dict.fromkeys(r["setting"] for r in rows))
     long, wide = [], []
-    for m in [m for m in METHOD_ORDER if any(r["method"] == m for r in rows)]:
-        row = {"method": LABELS[m]}
+    for m in [m for m in results.METHOD_ORDER if any(r["method"] == m for r in rows)]:
+        row = {"method": results.LABELS[m]}
         for s in settings:
             hit = [r for r in rows if r["method"] == m and r["setting"] == s]
             if not hit:
@@ -335,6 +347,8 @@ def floor_table(paths: list[Path]):
     floor (the bare passes it needs, each timed alone in the job), the paired ratio (the step over
     its bare passes run just before it: the figure the goal of 1.15x names), and the in-place
     engine's peak memory over that of one no-grad forward of the same batch."""
+    import pandas as pd
+
     rows, note = benchmark_rows(paths)
     note = note.removesuffix(" Paper: L40S.")
     forwards = {r["setting"]: r for p in paths for r in load_benchmark(p)["results"]
@@ -342,12 +356,12 @@ def floor_table(paths: list[Path]):
     long, wide = [], []
     for s in dict.fromkeys(r["setting"] for r in rows):
         forward = forwards.get(s)
-        for m in METHOD_ORDER:
+        for m in results.METHOD_ORDER:
             by_engine = {r.get("engine") or "vectorised": r for r in rows
                          if r["setting"] == s and r["method"] == m and r.get("forwards")}
             if not by_engine:
                 continue
-            row = {"setting": s, "method": LABELS[m]}
+            row = {"setting": s, "method": results.LABELS[m]}
             for engine in ("inplace", "vectorised"):
                 r = by_engine.get(engine)
                 row[f"{engine} ms"] = f"{r['median_s'] * 1e3:.1f}" if r else "not run"
@@ -425,6 +439,8 @@ def notes_for(best: pd.DataFrame, selection: str, metric: str, paper: bool = Tru
 
 def write(out: Path, name: str, title: str, frame: pd.DataFrame, long: list[dict], notes: list[str],
           excluded: pd.DataFrame | None = None) -> None:
+    import pandas as pd
+
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / f"{name}.csv", pd.DataFrame(long).to_csv(index=False))
     md = (f"### {title}\n\n" + frame.to_markdown(index=False, disable_numparse=True) + "\n\n"
@@ -440,6 +456,8 @@ def write(out: Path, name: str, title: str, frame: pd.DataFrame, long: list[dict
 
 
 def main(argv=None) -> int:
+    """`pazo-report tables`: a mistake in its inputs is one line and exit 2 (`_refuse_inputs`), said
+    before pandas and the method registry (torch) load; then the tables."""
     args = _parser().parse_args(argv)
     refused = _refuse_inputs(args)
     if refused:
@@ -459,6 +477,8 @@ def main(argv=None) -> int:
         print(f"pazo: error: {err}", file=sys.stderr)
         return 2
     if args.sweeps:
+        import pandas as pd
+
         write_text_atomic(out / "excluded.csv", pd.concat(all_excluded).to_csv(index=False))
     if args.benchmark:
         write_benchmark_tables(out, paper, [Path(p) for p in args.benchmark])

@@ -358,10 +358,10 @@ def _error_lines(err: Exception) -> list[str]:
 def refusal_before_torch(overrides: list[str], config_name: str = "config", values: bool = True) -> str | None:
     """The line `check_overrides` refuses `overrides` with, where it is found without the method,
     data set and model registries (whose modules import torch: seconds before a refusal): an
-    option not in its config group, a key not in its section (but the method's, which its
-    registered schema holds), and with `values` the first part of the full check
+    option not in its config group, a key not in its section (the method's too, where it is one
+    of pazo's: `pazo.run.door.method_keys`), and with `values` the first part of the full check
     (`pazo.run.door.check_run_sections`: the run's own sections in order, the schedule against the
-    steps). The method's keys are typed by its registered schema when the full check composes: a
+    steps). The method's values are typed by its registered schema when the full check composes: a
     method override may be refused there first, so after one nothing later is said here. None:
     nothing found here, and the full check decides."""
     from hydra import compose, initialize_config_dir
@@ -395,14 +395,17 @@ def _method_overrides(overrides: list[str]) -> list[int]:
 
 def _composition_refusal(err: Exception, overrides: list[str], compose) -> str | None:
     """Hydra's refusal of a composition where its meaning is certain without the registries: an
-    option not in its group's (`method=pazom`), a key not in a section that is not the method, on
-    an override before any of the method's keys (which the method's schema may refuse first)."""
+    option not in its group's (`method=pazom`), a key that one of pazo's methods does not have
+    (`pazo.run.door.method_keys`), a key not in another section on an override before any of the
+    method's keys (which the method's schema may refuse first)."""
     lines = _error_lines(err)
     if lines and "_schema'" not in lines[0] and _unknown_option(lines):
         return _unknown_option(lines)
     key = _unknown_key_named(str(err))
-    if key is None or key.split(".")[0] == "method":
+    if key is None:
         return None
+    if key.split(".")[0] == "method":
+        return explain_unknown_key(err, overrides, compose, method_keys_known=True)
     keys = [text.split("=", 1)[0].lstrip("+~") for text in overrides]
     first_method = min(_method_overrides(overrides), default=len(overrides))
     if key not in keys[:first_method]:
@@ -464,15 +467,20 @@ def unknown_group_option(message: str, options) -> str | None:
     return unknown_option(found["group"], found["option"], [o for o in options if not str(o).endswith("_schema")])
 
 
-def explain_unknown_key(err: Exception, overrides: list[str], compose) -> str | None:
+def explain_unknown_key(err: Exception, overrides: list[str], compose,
+                        method_keys_known: bool = False) -> str | None:
     """Hydra's "Could not override 'method.k'" as one line that names the close match and the keys
     there are (`pazo.errors.unknown_key`), found by composing the config without that override
-    (`compose(overrides)`); None for another error of composition."""
+    (`compose(overrides)`); None for another error of composition, and with `method_keys_known`
+    where the method composed is not one of pazo's (`pazo.run.door.method_keys`: a stand-in for
+    its schema has not its keys)."""
     from omegaconf import OmegaConf
+
+    from pazo.run.door import method_keys
 
     key = _unknown_key_named(str(err))
     cfg = None if key is None else _composed_without(key, overrides, compose)
-    if cfg is None:
+    if cfg is None or (method_keys_known and cfg.method.get("name") not in method_keys()):
         return None
     parts, node = key.split("."), cfg
     for depth, part in enumerate(parts):
@@ -506,7 +514,13 @@ def _composed_without(key: str, overrides: list[str], compose):
 
 
 def _method_aliases(cfg) -> dict[str, str]:
-    """The method's paper symbols for its keys (e.g. DP-AggZO's `k` for `q`)."""
+    """The method's paper symbols for its keys (e.g. DP-AggZO's `k` for `q`): for pazo's own methods
+    as their source declares them (`pazo.run.door.method_keys`, without torch), else the registry's."""
+    from pazo.run.door import method_keys
+
+    known = method_keys().get(cfg.method.get("name"))
+    if known is not None:
+        return dict(known.aliases)
     from pazo.methods import method_info
 
     try:

@@ -5,16 +5,21 @@ import torch: seconds on a loaded machine before a one-line refusal. Most mistak
 that: a list where a config group takes one name (`list_for_one_choice`), a config group's option
 that is not one, a key that is not there, a value the sections' schemas refuse (an engine's name
 too), a schedule that does not fit the steps given (`check_run_sections`;
-`pazo.run.cli.refusal_before_torch`, which composes with `method_schemas_stood_in`). What needs
-the registries (the method's own keys and values, the data set's and model's) is left to the full
-check, which starts with `check_run_sections` and so refuses the same command lines with the same
-lines, the same mistake first where there are several."""
+`pazo.run.cli.refusal_before_torch`, which composes with `method_schemas_stood_in`), a key that
+pazo's method does not have (`method_keys`, read from the methods' source). What needs the
+registries (the method's values, the data set's and model's) is left to the full check, which
+starts with `check_run_sections` and so refuses the same command lines with the same lines, the
+same mistake first where there are several."""
 from __future__ import annotations
 
+import ast
+import functools
 import itertools
 import re
 from collections.abc import Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
@@ -204,19 +209,81 @@ def _examples(group: str, given: list) -> list[str]:
     return (names + options)[:max(2, len(names))]
 
 
+@dataclass(frozen=True)
+class MethodKeys:
+    """A method's keys and its paper symbols for them (`ALIASES`), as its typed config declares them."""
+    keys: tuple[str, ...]
+    aliases: dict
+
+
+@functools.cache
+def method_keys() -> dict[str, MethodKeys]:
+    """The keys of each of pazo's own methods, by name, read from the source of `pazo/methods/`
+    without importing it (its modules import torch): each `@register_method(<name>, config=<class>)`
+    and that dataclass's annotated fields, through its bases there. A plugin's method is not here."""
+    classes, registered = {}, {}
+    for path in sorted((Path(__file__).resolve().parents[1] / "methods").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                classes[node.name] = node
+                registered.update(_registrations(node))
+    return {name: MethodKeys(tuple(_fields(classes, config)), _aliases(classes, config))
+            for name, config in registered.items()}
+
+
+def _registrations(node: ast.ClassDef) -> dict[str, str]:
+    """name -> config class name of the `@register_method` decorators on class `node`."""
+    out = {}
+    for call in node.decorator_list:
+        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "register_method":
+            config = next((k.value for k in call.keywords if k.arg == "config"), None)
+            if call.args and isinstance(call.args[0], ast.Constant) and isinstance(config, ast.Name):
+                out[call.args[0].value] = config.id
+    return out
+
+
+def _fields(classes: dict, name: str) -> list[str]:
+    """The dataclass fields of class `name` (annotated names, its bases' first)."""
+    node = classes.get(name)
+    if node is None:
+        return []
+    inherited = [key for base in node.bases if isinstance(base, ast.Name) for key in _fields(classes, base.id)]
+    own = [item.target.id for item in node.body if isinstance(item, ast.AnnAssign)
+           and isinstance(item.target, ast.Name) and "ClassVar" not in ast.unparse(item.annotation)]
+    return list(dict.fromkeys(inherited + own))
+
+
+def _aliases(classes: dict, name: str) -> dict:
+    """The `ALIASES` of class `name` or of its nearest base that has one ({} if none)."""
+    node = classes.get(name)
+    if node is None:
+        return {}
+    for item in node.body:
+        if isinstance(item, ast.Assign) and any(getattr(t, "id", None) == "ALIASES" for t in item.targets):
+            return ast.literal_eval(item.value)
+    for base in node.bases:
+        found = _aliases(classes, base.id) if isinstance(base, ast.Name) else {}
+        if found:
+            return found
+    return {}
+
+
 @contextmanager
 def method_schemas_stood_in():
     """Each `configs/method/<name>.yaml` starts from `<name>_schema`, which the method's module
     stores in Hydra's ConfigStore when it registers (and imports torch to do so): while composing
-    here, an empty node stands in for each schema not stored yet, and goes again after."""
+    here, a node with the method's keys (`method_keys`; values unset) stands in for each schema not
+    stored yet (an empty one where the method is not pazo's), and goes again after."""
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
     stored = store.repo.setdefault("method", {})
     added = [f"{path.stem}_schema" for path in (CONFIG_DIR / "method").glob("*.yaml")
              if f"{path.stem}_schema.yaml" not in stored]
+    keys = method_keys()
     for name in added:
-        store.store(group="method", name=name, node={})
+        known = keys.get(name.removesuffix("_schema"))
+        store.store(group="method", name=name, node=dict.fromkeys(known.keys) if known else {})
     stand_ins = {name: stored[f"{name}.yaml"] for name in added}
     try:
         yield

@@ -16,31 +16,28 @@ reference, with the spread between seeds beside it.
 """
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import yaml
 
 from pazo.errors import ConfigError, unknown_choice
 from pazo.files.file_kinds import NotRegularFile, read_regular_text
-from pazo.methods import METHODS, method_names
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: the paper's published values, shipped with the package (package data)
 PAPER_VALUES = Path(__file__).resolve().parents[1] / "report" / "paper_values.csv"
-#: row order of the tables: the non-private references first, then the private methods as registered
-METHOD_ORDER = ([n for n, i in METHODS.items() if not i.private] + [n for n, i in METHODS.items() if i.private])
 #: `pazo-bench methods`' paper-sized settings -> the column of the paper's Table 5 each matches
 #: (the authors resize CIFAR-10 to 224 px)
 BENCHMARK_PAPER_SETTING = {"cifar10_nf224": "cifar10", "tiny_imagenet_vit": "tiny_imagenet", "imdb_lstm": "imdb",
                            "mnli_roberta": "mnli"}
 
-LABELS = {n: i.label for n, i in METHODS.items()}
-FIRST_ORDER = set(method_names("first_order"))
-USES_PUBLIC = {n for n, i in METHODS.items() if i.uses_public}
-PRIVATE_METHODS = {n for n, i in METHODS.items() if i.private}
 HYPERPARAMETERS = ["lr", "clip", "public_batch_size", "alpha", "k", "perturbation", "q"]
 SELECTIONS = ("val", "test")
 VAL_METRIC = {"final_accuracy": "final_val_accuracy", "best_accuracy": "best_val_accuracy"}
@@ -50,6 +47,33 @@ NOT_HYPERPARAMETERS = {"seed", "logger", "sweep_name", "device", "dataset.root",
                        "privacy.cache_dir", "warm_start.cache", "train.eval_batch_size", "engine.chunk_size",
                        "method.per_example_chunk", "method.grad_memory_mb", "method.public_grads_together"}
 PRIVACY_FACTS = ("guarantee_holds", "epsilon_spent", "target_epsilon", "sampling_matches_accountant")
+
+
+@functools.cache
+def method_facts() -> dict:
+    """What the tables and figures read of the registered methods, read from the method registry at
+    first use (its modules load torch, which a report needs not to refuse its input): METHOD_ORDER
+    (the tables' rows: the non-private references first, then the private methods as registered),
+    LABELS, FIRST_ORDER, USES_PUBLIC and PRIVATE_METHODS, each also this module's attribute of that name."""
+    from pazo.methods import METHODS, method_names
+
+    return {"METHOD_ORDER": ([n for n, i in METHODS.items() if not i.private]
+                             + [n for n, i in METHODS.items() if i.private]),
+            "LABELS": {n: i.label for n, i in METHODS.items()},
+            "FIRST_ORDER": set(method_names("first_order")),
+            "USES_PUBLIC": {n for n, i in METHODS.items() if i.uses_public},
+            "PRIVATE_METHODS": {n for n, i in METHODS.items() if i.private}}
+
+
+#: the names of `method_facts`, this module's attributes
+METHOD_FACTS = ("METHOD_ORDER", "LABELS", "FIRST_ORDER", "USES_PUBLIC", "PRIVATE_METHODS")
+
+
+def __getattr__(name: str):
+    """`METHOD_ORDER`, `LABELS`, ... (`method_facts`), read when first asked for."""
+    if name not in METHOD_FACTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return method_facts()[name]
 
 
 def _flatten(cfg: dict, prefix: str = "") -> dict:
@@ -170,6 +194,8 @@ def load_runs(sweep_dirs) -> pd.DataFrame:
     with its configuration (hyperparameters but the seed, as JSON), its test and validation
     accuracies, its chance-level warning and, for private runs, why it may not count. A run
     directory whose files do not parse (or hold no run's config) is left out, named on stderr."""
+    import pandas as pd
+
     rows = []
     for sweep_dir in map(Path, sweep_dirs):
         for config_path in sorted(sweep_dir.rglob("config.yaml")):
@@ -225,6 +251,8 @@ def select_configs(runs: pd.DataFrame, metric: str = "final_accuracy", selection
     hyperparameters that vary in the group), chance_level (its seeds that warned of chance-level
     accuracy), best_run (its seed with the best score), and the group's runs, finished, failed,
     excluded and configs (all, and selectable)."""
+    import pandas as pd
+
     if selection not in SELECTIONS:
         raise ConfigError(unknown_choice("selection", selection, SELECTIONS))
     runs = with_exclusions(runs, include_shuffle)
@@ -276,14 +304,16 @@ def private_contribution(best: pd.DataFrame, reference: str = "public_only") -> 
     (its non-private cell: no private data), and the spread between seeds of that difference,
     sqrt(std_best^2 + std_reference^2) (the two cells' seeds independent; NaN where either has one
     seed). `within_spread`: the difference is no larger than that spread."""
-    rows = []
+    import pandas as pd
+
+    rows, private_methods = [], method_facts()["PRIVATE_METHODS"]
     ok = best[(best.variant == "") & best.accuracy.notna()]
     for setting, mine in ok.groupby("setting", sort=False):
         ref = mine[(mine.method == reference) & mine.epsilon.isna()]
         if ref.empty:
             continue
         ref = ref.iloc[0]
-        private = mine[mine.epsilon.notna() & mine.method.isin(PRIVATE_METHODS)]
+        private = mine[mine.epsilon.notna() & mine.method.isin(private_methods)]
         for epsilon, column in private.groupby("epsilon", sort=True):
             top = column.loc[column.accuracy.idxmax()]
             spread = math.sqrt(top["std"] ** 2 + ref["std"] ** 2)
@@ -305,6 +335,8 @@ def excluded_runs(runs: pd.DataFrame, include_shuffle: bool = False) -> pd.DataF
 
 
 def paper_values() -> pd.DataFrame:
+    import pandas as pd
+
     table = pd.read_csv(PAPER_VALUES, comment="#", dtype=str)
     table["value"] = pd.to_numeric(table["value"].replace("—", "nan"), errors="coerce")
     return table

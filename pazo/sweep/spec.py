@@ -262,7 +262,8 @@ def grid_cells(spec: dict):
     for setting in spec["settings"]:
         grid = setting_grid(spec, setting)
         for method in spec["methods"]:
-            axes = {**grid["methods"].get(method, registered_grid(method, setting, grid)), **spec["extra"]}
+            own = grid["methods"][method] if method in grid["methods"] else registered_grid(method, setting, grid)
+            axes = {**own, **spec["extra"]}
             for key, values in axes.items():
                 check_axis(f"grid {setting}/{method}", key, values)
             epsilons = [None] if method in spec["nonprivate"] else spec["epsilons"]

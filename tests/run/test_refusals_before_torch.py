@@ -4,14 +4,16 @@ config group takes one name is said to be one (it was an error about interpolati
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 
 from fresh_python import fresh_python
-from hypothesis import example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pazo import CONFIG_DIR
+from pazo.methods import METHODS, method_info
 from pazo.run.cli import check_overrides, refusal_before_torch
-from pazo.run.door import LIST_GROUPS, one_choice_groups
+from pazo.run.door import LIST_GROUPS, method_keys, one_choice_groups
 
 GROUPS = ("dataset", "model", "method", "privacy", "schedule", "optimizer")
 SECTIONS = {"train": ("steps", "batch_size", "epochs", "log_every"), "privacy": ("epsilon", "delta"),
@@ -47,6 +49,61 @@ def test_refused_configs_leave_torch_unimported(tmp_path):
 
 def misspelled(name: str) -> str:
     return name[:-1] + ("x" if name[-1] != "x" else "y")
+
+
+#: modules that take seconds to import, which no refusal of a command line needs
+HEAVY = ("torch", "pandas", "scipy.stats", "transformers")
+
+
+@st.composite
+def unknown_method_keys(draw) -> list[str]:
+    """A command line that sets a key the method it composes does not have (a misspelling of one
+    of its keys, or another name), among overrides that are fine."""
+    method = draw(st.sampled_from(options("method")))
+    keys = {f.name for f in fields(method_info(method).config)}
+    key = draw((st.sampled_from(sorted(keys)).map(misspelled) | st.from_regex(r"[a-z][a-z_]{0,7}", fullmatch=True))
+               .filter(lambda k: k not in keys))
+    rest = draw(st.lists(st.sampled_from(["privacy=none", "train.steps=5", "dataset=digits", "method.lr=0.1"]),
+                         max_size=2, unique=True))
+    return draw(st.permutations([f"method={method}", f"method.{key}={draw(st.sampled_from(['1', 'abc']))}", *rest]))
+
+
+def test_the_method_keys_read_from_the_source_are_the_registered_configs():
+    """Every method pazo registers: the keys and paper symbols `method_keys` reads from the source,
+    without importing it, are its typed config's fields and ALIASES (a config declared otherwise, or a
+    method registered without `config=<a class of pazo/methods/>`, fails here)."""
+    read = method_keys()
+    builtin = [name for name, _ in METHODS.items() if METHODS.builtin(name)]
+    assert sorted(read) == sorted(builtin)
+    for name in builtin:
+        config = method_info(name).config
+        assert read[name].keys == tuple(f.name for f in fields(config)), name
+        assert read[name].aliases == getattr(config, "ALIASES", {}), name
+
+
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(command_lines=st.lists(unknown_method_keys(), min_size=2, max_size=3))
+@example(command_lines=[["method.qq=3"], ["method=dp_aggzo", "method.k=4"]])
+def test_an_unknown_method_key_is_refused_before_torch(command_lines, tmp_path):
+    """The rule, over every method of configs/method/ and random keys it does not have, through
+    `pazo-train`'s own start in a fresh process: each command line is one `pazo: error:` line, the
+    full check's (the registries loaded, as in this process), exit 2, and no heavy module is
+    imported by the end (the keys come from the methods' source: `method_keys`)."""
+    code = ("import json, sys\n"
+            "import pazo.train\n"
+            "codes = []\n"
+            f"for argv in {command_lines!r}:\n"
+            "    sys.argv = ['pazo-train', *argv]\n"
+            "    try:\n"
+            "        pazo.train.cli()\n"
+            "    except SystemExit as stop:\n"
+            "        codes.append(stop.code)\n"
+            f"print(json.dumps([codes, sorted(m for m in {HEAVY!r} if m in sys.modules)]))\n")
+    out = fresh_python(code, tmp_path)
+    codes, heavy = json.loads(out.stdout.splitlines()[-1])
+    assert codes == [2] * len(command_lines), out.stderr
+    assert out.stderr.splitlines() == [f"pazo: error: {check_overrides(argv)}" for argv in command_lines]
+    assert heavy == []
 
 
 @st.composite
