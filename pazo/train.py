@@ -97,6 +97,16 @@ def _lost_rank_where(run_dir: Path, lost: Exception) -> str:
             f"{summary.get('status')}); {go_on}")
 
 
+def _log_torch_message(lost: Exception) -> None:
+    """torch's own text of a lost rank (gloo's C++ message, its frames), kept for train.log, where
+    the run has one: the terminal's line says what happened in pazo's words (`distributed.lost_line`)."""
+    from pazo.commands.console import LOG_FILE_ONLY
+
+    raw = getattr(lost, "raw", "")
+    if raw:
+        log.info(f"torch's message for the lost rank: {raw}", extra=LOG_FILE_ONLY)
+
+
 def _fault_where(run_dir: Path) -> str:
     """What a write the machine refused left: the status recorded (or not) and how to go on."""
     from pazo.run.checkpoint import checkpoint_path, read_summary
@@ -179,6 +189,7 @@ def main(cfg) -> float | None:
         summary = run(cfg, run_dir, hydra_record=staged, show_header=_header_printer(job), last=last)
         return _ended(summary, job, sweeping)
     except distributed.RankLost as lost:   # the run's status (fault: resumable) is in its summary, if it started
+        _log_torch_message(lost)
         log.error(f"pazo: error: {lost}; {_lost_rank_where(run_dir, lost)}")
         _leave_no_trace(staged)
         _leave(EXIT_CODES["fault"])   # at once: gloo's broken group aborts the interpreter's shutdown
