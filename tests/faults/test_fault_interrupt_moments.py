@@ -1,9 +1,10 @@
 """A Ctrl-C wherever it lands in a launch (`pazo.train.main`): before the launch is accepted (in
-set-up), in the loop, or after the run wrote its last summary (finished, preempted or failed), with
-or without an earlier attempt's summary in the directory. The line it prints is true to the files
-(the status on disk, whose attempt wrote it, the steps done) and the exit status is the signal's,
-or the run's where the run had ended already (a Ctrl-C after the end said "during set-up ... the
-earlier attempt's (status finished)" and exited 130 for a run that had just finished)."""
+set-up), once it is (its first summary written, the loop not started), in the loop, or after the
+run wrote its last summary (finished, preempted or failed), with or without an earlier attempt's
+summary in the directory. The line it prints is true to the files (the status on disk, whose
+attempt wrote it, the steps done) and the exit status is the signal's, or the run's where the run
+had ended already (a Ctrl-C after the end said "during set-up ... the earlier attempt's (status
+finished)" and exited 130 for a run that had just finished)."""
 import json
 import logging
 import os
@@ -59,6 +60,21 @@ def _ctrl_c_in(patch, module, name: str) -> None:
     patch.setattr(module, name, pressed)
 
 
+def _ctrl_c_in_the_header(patch) -> None:
+    """A Ctrl-C as the run's header is shown: the launch is accepted (its first summary, running,
+    written), the loop not started."""
+    printer = pazo.train._header_printer
+
+    def pressing(job):
+        show = printer(job)
+
+        def shown(*args):
+            os.kill(os.getpid(), signal.SIGINT)
+            return show(*args)
+        return shown
+    patch.setattr(pazo.train, "_header_printer", pressing)
+
+
 def _launch(caplog) -> tuple[int, str]:
     """`pazo.train.main` on the run (Hydra's task, as Hydra calls it for a single run: `_as_hydra`): its
     exit status and the line it logged last."""
@@ -96,7 +112,7 @@ def _earlier_attempt(run_dir, monkeypatch, caplog, how: str, at: int) -> dict:
     return earlier
 
 
-MOMENTS = st.one_of(st.just(("set-up", None, 0)),
+MOMENTS = st.one_of(st.just(("set-up", None, 0)), st.just(("accepted", None, 0)),
                     st.tuples(st.just("loop"), st.none(), st.integers(1, STEPS)),
                     st.tuples(st.just("after the end"), st.sampled_from(["finished", "preempted", "failed"]),
                               st.integers(1, STEPS)))
@@ -118,6 +134,8 @@ def test_a_ctrl_c_says_what_the_files_hold_wherever_it_lands(moment, earlier, hy
     with monkeypatch.context() as patch:
         if where == "set-up":
             _ctrl_c_in(patch, pazo.run.launch, "build_run")
+        elif where == "accepted":
+            _ctrl_c_in_the_header(patch)
         elif where == "loop":
             _signal_at_step(patch, at, signal.SIGINT, signal.SIGINT)   # a stop, then a second Ctrl-C: at once
         else:
@@ -133,6 +151,9 @@ def test_a_ctrl_c_says_what_the_files_hold_wherever_it_lands(moment, earlier, hy
         assert code == 130 and on_disk == before   # nothing of this attempt was written
         assert "during set-up" in line and "nothing was trained" in line
         assert (f"earlier attempt's (status {before['status']})" in line) if before else "earlier" not in line
+    elif where == "accepted":
+        assert code == 130 and on_disk["status"] == "running" and on_disk != before
+        assert f"before this attempt recorded how it stopped: {run_dir}/summary.json still says running" in line
     elif where == "loop":
         assert code == 130 and on_disk["status"] == "interrupted" and on_disk != before
         assert line.startswith("pazo: interrupted; ") and "records the steps done" in line
