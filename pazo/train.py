@@ -222,9 +222,7 @@ def _interrupted(run_dir: Path, stop: KeyboardInterrupt, mine: dict | None, job:
     code = EXIT_CODES.get(mine["status"], 1) if ended and _MULTIRUN is None else stop_status(stop)
     _quiet_from_now(code)
     log.error(f"pazo: {_interrupted_where(run_dir, stop_word(stop), mine)}")
-    if ended:
-        _job_ended(job, mine["status"])
-    _stop_multirun(job, stop_word(stop), after_its_end=ended)
+    _stop_multirun(job, stop_word(stop), ended_as=mine["status"] if ended else None)
     sys.exit(code)
 
 
@@ -348,16 +346,15 @@ def _job_ended(job: int | None, status: str) -> None:
             signal.signal(signal.SIGINT, _stop_between_jobs)
 
 
-def _stop_multirun(job: int | None, status: str, after_its_end: bool = False) -> None:
+def _stop_multirun(job: int | None, status: str, ended_as: str | None = None) -> None:
     """A signal (or a fault of the machine) in job `job` stops the multirun: say what finished and
-    what did not (the caller exits with the job's status). `after_its_end`: the signal came after the
-    job wrote its last summary, which says how it ended (`_job_ended`)."""
+    what did not (the caller exits with the job's status). `ended_as`: the signal came after the job
+    wrote its last summary, which says how it ended (this status)."""
     if _MULTIRUN is None or job is None:
         return
     where = f"job {job + 1} of {len(_MULTIRUN.jobs)}"
-    if not after_its_end:
-        _MULTIRUN.ended[job] = status
-    log.error(_MULTIRUN.report(stopped=f"stopped ({status} after {where} ended)" if after_its_end
+    _MULTIRUN.ended[job] = ended_as or status
+    log.error(_MULTIRUN.report(stopped=f"stopped ({status} after {where} ended)" if ended_as
                                else f"stopped ({status} in {where})"))
 
 
