@@ -31,27 +31,52 @@ log = logging.getLogger("pazo.train")  # not __name__: that is "__main__" under 
 EXIT_CODES = {"finished": 0, "failed": 1, "preempted": 3, "fault": 75, "interrupted": INTERRUPTED}
 
 
-def run(cfg, run_dir: str | Path, hydra_record: str | Path | None = None, show_header=None) -> dict:
+def run(cfg, run_dir: str | Path, hydra_record: str | Path | None = None, show_header=None, last=None) -> dict:
     """Train one configuration into `run_dir` (`pazo.run.launch.run`, imported when a run starts)."""
     from pazo.run import launch as training
-    return training.run(cfg, run_dir, hydra_record, show_header or training.print_header)
+    return training.run(cfg, run_dir, hydra_record, show_header or training.print_header, last)
 
 
-def _interrupted_where(run_dir: Path, how: str = "interrupted") -> str:
-    """What a Ctrl-C that ended the run left: the loop records it in summary.json (status
-    interrupted, the steps done); one during set-up (data, model, calibration) comes before any
-    training, and a relaunch simply starts the run. `how`: `terminated` for a SIGTERM in set-up (the
-    loop records its own as `preempted`)."""
+def _interrupted_where(run_dir: Path, how: str = "interrupted", mine: dict | None = None) -> str:
+    """What a Ctrl-C that ended the launch left, as `mine` says (the summary this launch last wrote:
+    `pazo.run.recorder.LastSummary`; None: none, so any summary.json is an earlier attempt's). The
+    loop records its own in summary.json (status interrupted, the steps done); one during set-up
+    (data, model, calibration) comes before any training, and a relaunch simply starts the run; one
+    after the run ended finds its summary written (`_after_the_end`). `how`: `terminated` for a
+    SIGTERM in set-up (the loop records its own as `preempted`)."""
+    if mine is not None:
+        return _after_the_end(run_dir, how, mine) if mine.get("status") in _ENDED else _in_the_run(run_dir, how, mine)
     try:
         status = json.loads((run_dir / "summary.json").read_text()).get("status")
     except (OSError, ValueError):
         status = None
-    if status == "interrupted":
-        return f"interrupted; {run_dir}/summary.json records the steps done, and the same command resumes"
     if status is None:
         return f"{how} during set-up, before the first step: nothing was trained; the same command starts the run"
     return (f"{how} during set-up, before this attempt's first step: nothing was trained in it; "
             f"{run_dir}/summary.json is the earlier attempt's (status {status}), and the same command goes on from it")
+
+
+#: the statuses of a run's last summary, once its loop and its last files are done
+_ENDED = ("finished", "failed", "preempted", "fault")
+
+
+def _in_the_run(run_dir: Path, how: str, mine: dict) -> str:
+    """A Ctrl-C this launch's run recorded (status interrupted: the loop's), or one that came before
+    the run recorded how it stopped (its summary still says running)."""
+    if mine.get("status") == "interrupted":
+        return f"interrupted; {run_dir}/summary.json records the steps done, and the same command resumes"
+    return (f"{how} before this attempt recorded how it stopped: {run_dir}/summary.json still says "
+            f"{mine.get('status')}, and the same command goes on from it")
+
+
+def _after_the_end(run_dir: Path, how: str, mine: dict) -> str:
+    """A Ctrl-C or SIGTERM after the run wrote its last summary (`mine`): it changed nothing; the
+    line says how the run ended, as its summary records it."""
+    status = mine["status"]
+    failure = f" ({mine['failure']})" if status in ("failed", "fault") and mine.get("failure") else ""
+    go_on = "; the same command resumes it" if status in ("preempted", "fault") else ""
+    return (f"{how} after the run ended: {run_dir}/summary.json records status {status} after step "
+            f"{mine.get('steps_done')} of {mine.get('steps_planned')}{failure}{go_on}")
 
 
 def _lost_rank_where(run_dir: Path, lost: Exception) -> str:
@@ -70,6 +95,16 @@ def _lost_rank_where(run_dir: Path, lost: Exception) -> str:
         return f"{run_dir}/summary.json records status fault after step {summary.get('steps_done')}; {go_on}"
     return (f"nothing of this launch was written ({run_dir}/summary.json is an earlier attempt's, status "
             f"{summary.get('status')}); {go_on}")
+
+
+def _log_torch_message(lost: Exception) -> None:
+    """torch's own text of a lost rank (gloo's C++ message, its frames), kept for train.log, where
+    the run has one: the terminal's line says what happened in pazo's words (`distributed.lost_line`)."""
+    from pazo.commands.console import LOG_FILE_ONLY
+
+    raw = getattr(lost, "raw", "")
+    if raw:
+        log.info(f"torch's message for the lost rank: {raw}", extra=LOG_FILE_ONLY)
 
 
 def _fault_where(run_dir: Path) -> str:
@@ -138,6 +173,7 @@ def main(cfg) -> float | None:
 
     from pazo.run import distributed
     from pazo.run.cli import USER_ERRORS, launched_into
+    from pazo.run.recorder import LastSummary
     from pazo.files.rundir import WriteFault, is_staging
 
     hc = HydraConfig.get()
@@ -147,10 +183,13 @@ def main(cfg) -> float | None:
     work_starts()   # from here a Ctrl-C is the run's to record
     job = hc.job.num if sweeping else None
     launched_into(run_dir)
+    last = LastSummary()   # (the summary this launch writes, for a Ctrl-C after the run ended)
     try:
         _join_ranks(cfg, list(hc.overrides.task), staged)   # (torchrun's rank 0; one process: nothing)
-        summary = run(cfg, run_dir, hydra_record=staged, show_header=_header_printer(job))
+        summary = run(cfg, run_dir, hydra_record=staged, show_header=_header_printer(job), last=last)
+        return _ended(summary, job, sweeping)
     except distributed.RankLost as lost:   # the run's status (fault: resumable) is in its summary, if it started
+        _log_torch_message(lost)
         log.error(f"pazo: error: {lost}; {_lost_rank_where(run_dir, lost)}")
         _leave_no_trace(staged)
         _leave(EXIT_CODES["fault"])   # at once: gloo's broken group aborts the interpreter's shutdown
@@ -171,12 +210,20 @@ def main(cfg) -> float | None:
             _job_ended(job, "refused")
             return None  # one bad job does not stop the rest of the sweep; the multirun's exit says so
         sys.exit(2)
-    except KeyboardInterrupt as stop:  # a second Ctrl-C in the loop (the summary says at which step), or
-        _quiet_from_now(stop_status(stop))   # a Ctrl-C or SIGTERM in set-up (`Terminated`)
-        log.error(f"pazo: {_interrupted_where(run_dir, stop_word(stop))}")
-        _stop_multirun(job, stop_word(stop))
-        sys.exit(stop_status(stop))
-    return _ended(summary, job, sweeping)
+    except KeyboardInterrupt as stop:  # a second Ctrl-C in the loop (the summary says at which step), a
+        _interrupted(run_dir, stop, last.summary, job)   # Ctrl-C or SIGTERM in set-up, or one after the end
+
+
+def _interrupted(run_dir: Path, stop: KeyboardInterrupt, mine: dict | None, job: int | None) -> None:
+    """End the launch that `stop` interrupted: one line true to its files (`_interrupted_where`; `mine`:
+    the summary it last wrote), and the exit status of the signal, or of the run where it had ended
+    already (its summary decides: a finished run exits 0). A multirun stops there."""
+    ended = mine is not None and mine.get("status") in _ENDED
+    code = EXIT_CODES.get(mine["status"], 1) if ended and _MULTIRUN is None else stop_status(stop)
+    _quiet_from_now(code)
+    log.error(f"pazo: {_interrupted_where(run_dir, stop_word(stop), mine)}")
+    _stop_multirun(job, stop_word(stop), ended_as=mine["status"] if ended else None)
+    sys.exit(code)
 
 
 def _join_ranks(cfg, overrides: list[str], staged: Path | None) -> None:
@@ -299,13 +346,16 @@ def _job_ended(job: int | None, status: str) -> None:
             signal.signal(signal.SIGINT, _stop_between_jobs)
 
 
-def _stop_multirun(job: int | None, status: str) -> None:
+def _stop_multirun(job: int | None, status: str, ended_as: str | None = None) -> None:
     """A signal (or a fault of the machine) in job `job` stops the multirun: say what finished and
-    what did not (the caller exits with the job's status)."""
+    what did not (the caller exits with the job's status). `ended_as`: the signal came after the job
+    wrote its last summary, which says how it ended (this status)."""
     if _MULTIRUN is None or job is None:
         return
-    _MULTIRUN.ended[job] = status
-    log.error(_MULTIRUN.report(stopped=f"stopped ({status} in job {job + 1} of {len(_MULTIRUN.jobs)})"))
+    where = f"job {job + 1} of {len(_MULTIRUN.jobs)}"
+    _MULTIRUN.ended[job] = ended_as or status
+    log.error(_MULTIRUN.report(stopped=f"stopped ({status} after {where} ended)" if ended_as
+                               else f"stopped ({status} in {where})"))
 
 
 def _stop_between_jobs(signum, frame):

@@ -41,6 +41,7 @@ def main(cfg) -> float | None:
     from pazo.run import cli as command_line
     from pazo.audit import run as audit_run
     from pazo.files.rundir import drop_hydra_record, is_staging
+    from pazo.run.recorder import LastSummary
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
@@ -48,16 +49,16 @@ def main(cfg) -> float | None:
     sweeping = hc.mode == RunMode.MULTIRUN
     work_starts()
     command_line.launched_into(run_dir)
+    last = LastSummary()   # (the summary the audit writes at its end, for a Ctrl-C after it)
     try:
-        summary = audit_run.run_audit(cfg, run_dir, hydra_record=staged)
+        summary = audit_run.run_audit(cfg, run_dir, hydra_record=staged, last=last)
     except command_line.USER_ERRORS as err:
         log.error(f"pazo: error: {err}")
         if sweeping:
             return None
         sys.exit(2)
     except KeyboardInterrupt as stop:  # an audit is one short run, written at its end: nothing to resume
-        log.error(f"pazo: {stop_word(stop)}; the audit in {run_dir} did not finish and wrote no result (run it again)")
-        sys.exit(stop_status(stop))
+        _interrupted(run_dir, stop, last.summary, sweeping)
     except OSError as err:
         fault = audit_run.disk_fault(err, run_dir)
         if fault is None:
@@ -68,6 +69,21 @@ def main(cfg) -> float | None:
     finally:
         drop_hydra_record(staged)   # (accepted: moved into .hydra/ already)
     return _verdict(summary, sweeping)
+
+
+def _interrupted(run_dir: Path, stop: KeyboardInterrupt, mine: dict | None, sweeping: bool) -> None:
+    """End an audit that `stop` interrupted: before it wrote its summary (`mine`: the one it wrote,
+    or None), it left no result and exits with the signal's status; after (as it logged its lines
+    or handed its summary back), its result is written, and a single audit exits with its verdict's
+    status (a multirun stops, with the signal's)."""
+    if mine is None or mine.get("status") != "finished":
+        log.error(f"pazo: {stop_word(stop)}; the audit in {run_dir} did not finish and wrote no result (run it again)")
+        sys.exit(stop_status(stop))
+    log.error(f"pazo: {stop_word(stop)} after the audit ended: {run_dir}/audit.json holds its result")
+    if sweeping:
+        sys.exit(stop_status(stop))
+    _verdict(mine, sweeping)
+    sys.exit(0)
 
 
 def _verdict(summary: dict, sweeping: bool) -> float:

@@ -33,7 +33,7 @@ from pazo.run.build import build_run
 from pazo.methods import METHODS, method_info
 from pazo.privacy.mechanisms import DEBUG_BREAKS, JointClipPrivatizer, ScalarPrivatizer, VectorPrivatizer, debug_break
 from pazo.privacy.plan import epsilon_spent
-from pazo.run.recorder import Recorder
+from pazo.run.recorder import LastSummary, Recorder
 from pazo.run.results import read_json_object, skipped
 from pazo.files.rundir import WriteFault, accept_hydra_record
 from pazo.run.validate import validate_config
@@ -111,12 +111,13 @@ def _check_run(cfg, a: AuditConfig) -> None:
                           f"audit.canaries >= {2 * queries}")
 
 
-def start_writing(run_dir: Path, cfg, hydra_record) -> Recorder:
+def start_writing(run_dir: Path, cfg, hydra_record, last: LastSummary | None = None) -> Recorder:
     """The audit is accepted: its Hydra record into `.hydra/`, train.log, config.yaml now (audit.json
-    and summary.json at its end; no rows, and nothing to W&B). Nothing is written before this."""
+    and summary.json at its end, noted in `last`; no rows, and nothing to W&B). Nothing is written
+    before this."""
     accept_hydra_record(run_dir, hydra_record)
     open_run_logs()
-    return Recorder(run_dir, cfg, LoggerSchema(mode="disabled"), rows=False)
+    return Recorder(run_dir, cfg, LoggerSchema(mode="disabled"), rows=False, last=last)
 
 
 def check_canaries_fit(cfg, a: AuditConfig, r) -> None:
@@ -163,17 +164,19 @@ def train_with_canaries(method, private, n: int, canary_ids: np.ndarray, sampler
         method.take_step(x, y, step)
 
 
-def run_audit(cfg: DictConfig, run_dir: str | Path, hydra_record: str | Path | None = None) -> dict:
+def run_audit(cfg: DictConfig, run_dir: str | Path, hydra_record: str | Path | None = None,
+              last: LastSummary | None = None) -> dict:
     """Train once with canaries into `run_dir` and audit; returns the summary (also summary.json).
     `hydra_record`: where Hydra staged this launch's record, moved into `.hydra/` when the audit
-    starts writing (after every check that can refuse it)."""
+    starts writing (after every check that can refuse it). `last`: where the summary it writes is
+    noted (the command's, for a Ctrl-C after the audit ended)."""
     a = AuditConfig.from_cfg(cfg.audit)
     validate_config(cfg)
     _check_run(cfg, a)
     run_dir = Path(run_dir)
     started = time.perf_counter()
     with debug_break(a.debug_break):
-        c = train_canary_run(cfg, a, run_dir, hydra_record)
+        c = train_canary_run(cfg, a, run_dir, hydra_record, last)
     result, score_info, noise, metrics = attack(cfg, a, c)
     model, plan, device = c.r.model, c.r.plan, c.r.device
     final = model.evaluate(c.r.data.test, cfg.train.eval_batch_size) if model.all_finite() else None
@@ -203,7 +206,7 @@ class CanaryRun:
     comparable: float          # the run's epsilon at the audit's delta: what the bound is compared with
 
 
-def train_canary_run(cfg, a: AuditConfig, run_dir: Path, hydra_record) -> CanaryRun:
+def train_canary_run(cfg, a: AuditConfig, run_dir: Path, hydra_record, last: LastSummary | None = None) -> CanaryRun:
     """The run without canaries as training builds it (q = b / n, sigma, T and the printed epsilon),
     its canaries added and trained; its files start once every check has passed."""
     inclusion_rng = np.random.default_rng([AUDIT_ENTROPY, cfg.seed, 0])
@@ -212,7 +215,7 @@ def train_canary_run(cfg, a: AuditConfig, run_dir: Path, hydra_record) -> Canary
     r = build_run(run_config(cfg), time_engines=False)  # no engine start-up timing in an audit
     plan, total_steps = r.plan, r.total_steps
     check_canaries_fit(cfg, a, r)
-    recorder = start_writing(run_dir, cfg, hydra_record)
+    recorder = start_writing(run_dir, cfg, hydra_record, last)
     included = inclusion_rng.random(m) < 0.5  # never passed to the scoring code
     hook, private, canary_examples = None, r.data.private, None
     if a.threat == "black_box":

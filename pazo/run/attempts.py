@@ -54,7 +54,7 @@ from pazo.run.checkpoint import (RESUMABLE, LoopState, archive_files, checkpoint
 from pazo.errors import ConfigError
 from pazo.run.fingerprint import NOT_COMPARED, canonical_json, config_fingerprint
 from pazo.run.metrics_file import FILE as METRICS, CorruptMetrics, read_metric_rows
-from pazo.run.recorder import Recorder
+from pazo.run.recorder import LastSummary, Recorder
 from pazo.run.releases import Release, earlier_releases, summary_step
 from pazo.run.summary import launch_summary
 from pazo.run.typed import RunConfig, typed_config
@@ -222,27 +222,29 @@ def same_computation(then: dict | None, now: dict, run_dir: Path) -> None:
 
 
 def start_attempt(run_dir: Path, start: Start, run, sampler, agree: Callable[[dict], None],
-                  hydra_record: str | Path | None = None) -> tuple[LoopState, Recorder, dict]:
+                  hydra_record: str | Path | None = None,
+                  last: LastSummary | None = None) -> tuple[LoopState, Recorder, dict]:
     """A planned launch (`plan_launch`) of a built run, started in one step: checked against what
     the earlier attempt computed (`check_launch`), its loop state read from the checkpoint it
     resumes (else the first step), the ranks' agreement on the facts every rank must share
     (`agree`: rank 0's exchange, on `Run.rank_facts`) before the first write and the first step,
-    then the first writes (`accept_launch`). Returns the loop state, the recorder and the first summary."""
+    then the first writes (`accept_launch`; `last`: where the recorder notes each summary it writes).
+    Returns the loop state, the recorder and the first summary."""
     check_launch(run_dir, start, run)
     loop = resume_state(run, sampler, start.checkpoint, checkpoint_path(run_dir)) if start.resuming else LoopState()
     agree(run.rank_facts(loop.step))
-    recorder, summary = accept_launch(run_dir, start, run, sampler, loop, hydra_record)
+    recorder, summary = accept_launch(run_dir, start, run, sampler, loop, hydra_record, last)
     return loop, recorder, summary
 
 
 def accept_launch(run_dir: Path, start: Start, run, sampler, loop: LoopState,
-                  hydra_record: str | Path | None = None) -> tuple[Recorder, dict]:
+                  hydra_record: str | Path | None = None, last: LastSummary | None = None) -> tuple[Recorder, dict]:
     """The launch is checked and its ranks agree: its first writes into `run_dir`, in one step. The
     earlier attempt's files move to attempts/<n>/ (its checkpoint is deleted instead), this
     attempt's private record of its computation is kept (0600), Hydra's record of the launch moves
     into .hydra/, train.log opens (the lines said since the launch began, and on), and the
-    recorder starts, given the run and its sampler once, with the first summary (running) written.
-    Returns the recorder and that summary."""
+    recorder starts, given the run and its sampler once (and `last`, where it notes each summary it
+    writes), with the first summary (running) written. Returns the recorder and that summary."""
     if start.pending_archive:
         start.moved_to, start.pending_archive = archive_files(Path(run_dir)), False
     record = canonical_json(run.private_computation).encode()
@@ -254,7 +256,7 @@ def accept_launch(run_dir: Path, start: Start, run, sampler, loop: LoopState,
     recorder = Recorder(run_dir, run.cfg.raw, run.cfg.logger,
                         resume_bytes=loop.metrics_bytes if start.resuming else carry_released_rows(run_dir, start),
                         wandb_id=previous.get("wandb_run_id") if start.resuming else None,
-                        released_before=start.released.step, run=run, sampler=sampler)
+                        released_before=start.released.step, run=run, sampler=sampler, last=last)
     summary = launch_summary(run_dir, run, start, loop, recorder)
     try:
         recorder.write_summary(summary)

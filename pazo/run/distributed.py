@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -29,7 +30,13 @@ from pazo.privacy.mechanisms import LocalSums
 
 
 class RankLost(RuntimeError):
-    """Another rank of the run died, or hung past `train.distributed_timeout_s`: the run ends."""
+    """Another rank of the run died, or hung past `train.distributed_timeout_s`: the run ends. Its
+    text is pazo's one line (`lost_line`); `raw`, torch's message as it came (gloo's C++ text, its
+    source paths and stack frames), for train.log."""
+
+    def __init__(self, line: str, raw: str = ""):
+        super().__init__(line)
+        self.raw = raw
 
 
 class RanksNotJoined(RankLost):
@@ -104,7 +111,7 @@ class Group:
         try:
             dist.all_reduce(total, op=dist.ReduceOp.SUM, group=self.process_group)
         except (RuntimeError, dist.DistError) as err:
-            raise RankLost(lost_line(err)) from None
+            raise lost_rank(err) from None
         self.bytes_exchanged += total.numel() * total.element_size()
         return total
 
@@ -141,7 +148,7 @@ class Group:
         try:
             dist.all_gather(parts, host, group=self.process_group)
         except (RuntimeError, dist.DistError) as err:
-            raise RankLost(lost_line(err)) from None
+            raise lost_rank(err) from None
         self.bytes_exchanged += host.numel() * host.element_size()
         return parts
 
@@ -163,7 +170,7 @@ class Group:
         try:
             dist.broadcast_object_list(box, src=0, group=self.process_group)
         except (RuntimeError, dist.DistError) as err:
-            raise RankLost(lost_line(err)) from None
+            raise lost_rank(err) from None
         return box[0]
 
     def _gathered_unless_told(self, facts: dict) -> list:
@@ -173,7 +180,7 @@ class Group:
         try:
             dist.all_gather_object(gathered, facts, group=self.process_group)
         except (RuntimeError, dist.DistError) as err:
-            raise RankLost(lost_line(err)) from None
+            raise lost_rank(err) from None
         told = told_failure(gathered, self.rank)
         if told is not None:
             raise told
@@ -367,9 +374,30 @@ def nonfinite_sum(nans: int, positive: int, negative: int, finite_sum: float) ->
     return math.inf if positive else -math.inf if negative else finite_sum
 
 
+def lost_rank(err: BaseException) -> RankLost:
+    """The `RankLost` an exchange that torch failed with `err` ends the run with: pazo's line, torch's text kept."""
+    return RankLost(lost_line(err), raw=str(err))
+
+
+#: gloo's (and c10d's) words for an exchange that waited past its timeout
+_TIMED_OUT = re.compile(r"timed? ?out|timeout|deadline exceeded", re.IGNORECASE)
+#: the peer a gloo message names, `[10.0.0.2]:41865` (not its source file, `[../gloo/pair.cc:534]`)
+_PEER = re.compile(r"\[((?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]*:[0-9A-Fa-f:]+|[A-Za-z][\w.-]*)\]:\d+")
+
+
 def lost_line(err: BaseException) -> str:
-    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    return f"another rank of this run stopped answering ({first}); the run ended on every rank"
+    """What a rank says when an exchange with the others failed with torch's `err`, in one line of
+    pazo's words: whether a peer stopped answering in time or its connection ended, and where the
+    message names it (gloo's C++ text, source paths and frames stay out: `RankLost.raw`)."""
+    text = str(err)
+    peer = _PEER.search(text)
+    at = f" (at {peer.group(1)})" if peer else ""
+    if _TIMED_OUT.search(text):
+        what = (f"none answered{at} within train.distributed_timeout_s (a rank hung, or its machine cannot be "
+                "reached)")
+    else:
+        what = f"its connection{at} ended (its process stopped, or its machine went away)"
+    return f"another rank of this run stopped answering: {what}; the run ended on every rank"
 
 
 def ignore_stop_signals() -> None:

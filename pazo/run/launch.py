@@ -23,6 +23,7 @@ from pazo.run.cli import DEBUG_ONLY, USER_ERRORS
 from pazo.run.build import build_run, resolve_device
 from pazo.run.loop import follow_loop, train_to_the_end
 from pazo.privacy.mechanisms import active_debug_break
+from pazo.run.recorder import LastSummary
 from pazo.files.rundir import RunDirLock, WriteFault, check_output_dir, drop_hydra_record, remove_broken_writes
 from pazo.run.summary import finished_line, print_header, resumed_line
 from pazo.run.validate import ConfigError, validated_run_config
@@ -30,14 +31,15 @@ from pazo.run.validate import ConfigError, validated_run_config
 log = logging.getLogger("pazo.train")  # (the run's lines, as `pazo.train` logs them)
 
 def run(cfg: DictConfig, run_dir: str | Path, hydra_record: str | Path | None = None,
-        show_header=print_header) -> dict:
+        show_header=print_header, last: LastSummary | None = None) -> dict:
     """Train one configuration into `run_dir`, or continue it from its checkpoint; returns the
     summary written to `run_dir/summary.json`. `hydra_record`: where Hydra wrote this launch's
     record (`pazo.files.rundir.staging_subdir`), moved into `.hydra/` once the launch is accepted and
     dropped otherwise. `show_header(summary, plan)`: the lines printed before the first step (a
-    multirun prints what its jobs share once)."""
+    multirun prints what its jobs share once). `last`: where each summary this launch writes is noted
+    (`pazo.run.recorder.LastSummary`: the entry point's, for an interrupt after the loop)."""
     try:
-        return _run(cfg, Path(run_dir), hydra_record, show_header)
+        return _run(cfg, Path(run_dir), hydra_record, show_header, last)
     finally:
         drop_hydra_record(hydra_record)  # refused, or nothing to do: .hydra/ stays the record of what ran
 
@@ -75,13 +77,14 @@ class LeaderExchanges:
             pass
 
 
-def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header) -> dict:
+def _run(cfg: DictConfig, run_dir: Path, hydra_record, show_header, last: LastSummary | None) -> dict:
     exchanges = LeaderExchanges(distributed.current())
     with distributed.telling(exchanges, USER_ERRORS, faults=(WriteFault,)):   # (the ranks end as rank 0 does)
-        return _launch(cfg, run_dir, hydra_record, show_header, exchanges)
+        return _launch(cfg, run_dir, hydra_record, show_header, exchanges, last)
 
 
-def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges: LeaderExchanges) -> dict:
+def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges: LeaderExchanges,
+            last: LastSummary | None) -> dict:
     refuse_debug_breaks(cfg)
     typed = validated_run_config(cfg)   # the run's config typed once: what is below reads it (and its fingerprints)
     device = resolve_device(typed.device)  # (again: a multirun's jobs are checked here), once for the run
@@ -96,7 +99,7 @@ def _launch(cfg: DictConfig, run_dir: Path, hydra_record, show_header, exchanges
         r = build_run(typed, earlier_engine=(start.summary or {}).get("engine") if start.resuming else None,
                       device=device)
         sampler = r.sampler()
-        loop, recorder, summary = start_attempt(run_dir, start, r, sampler, exchanges.agree, hydra_record)
+        loop, recorder, summary = start_attempt(run_dir, start, r, sampler, exchanges.agree, hydra_record, last)
         show_header(summary, r.plan)
         if start.resuming:
             log.info(resumed_line(run_dir, loop.step, r.total_steps))

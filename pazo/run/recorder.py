@@ -15,6 +15,7 @@ import json
 import math
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -65,6 +66,16 @@ def write_json_atomic(path: Path, data: dict) -> None:
     gate.write_released(path, json.dumps(_clean(data), indent=2, sort_keys=True).encode())
 
 
+@dataclass
+class LastSummary:
+    """The summary.json that this launch's recorder last wrote whole (None: none yet, so that any
+    on disk is an earlier attempt's). An entry point reads it when an interrupt lands after the
+    run's own handling of one (after the loop, before the process ends), to tell the run's own
+    record, and how it ended, from an earlier attempt's."""
+
+    summary: dict | None = None
+
+
 class Recorder:
     """config.yaml, metrics.jsonl (one row per logged step), summary.json and the checkpoint of one
     run, mirrored to the loggers of `logger.report_to`, and any other record of it (`write_record`:
@@ -79,11 +90,14 @@ class Recorder:
     hold, given first the rows of metrics.jsonl they lack: `pazo.run.loggers`); `run`, `sampler`: the
     training run (`pazo.run.build.Run`) and its sampler, what its checkpoints and its end keep (none: the
     audit's); `rows`: False for a run that logs no rows (the audit), which then has no metrics.jsonl nor
-    loggers but W&B; `logger`: the run's typed `logger` section (`pazo.config_schema.LoggerSchema`)."""
+    loggers but W&B; `logger`: the run's typed `logger` section (`pazo.config_schema.LoggerSchema`);
+    `last`: where each summary it writes whole is noted (`LastSummary`)."""
 
     def __init__(self, run_dir: str | Path, cfg, logger: LoggerSchema, resume_bytes: int | None = None,
-                 wandb_id: str | None = None, rows: bool = True, released_before: int = 0, run=None, sampler=None):
+                 wandb_id: str | None = None, rows: bool = True, released_before: int = 0, run=None, sampler=None,
+                 last: LastSummary | None = None):
         self.dir, self.released_before, self.run, self.sampler = Path(run_dir), released_before, run, sampler
+        self.last = last if last is not None else LastSummary()
         with writing(self.dir):
             self.dir.mkdir(parents=True, exist_ok=True)
         self.resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -199,6 +213,7 @@ class Recorder:
         with self._lock:
             self.summary = _clean({**summary, "heartbeat": time.time()})
             write_json_atomic(self.dir / "summary.json", self.summary)
+            self.last.summary = self.summary
 
     def beat(self) -> None:
         """Refresh the summary's heartbeat (from the heartbeat thread; a write the machine refuses

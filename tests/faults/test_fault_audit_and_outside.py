@@ -53,7 +53,7 @@ def test_an_audit_onto_a_full_disk_is_one_line_before_hydra_writes(tmp_path, cap
 def test_an_audit_whose_own_files_the_disk_refuses_is_one_line(code, tmp_path, capsys, monkeypatch):
     """The disk fills up (or turns read-only) after Hydra's record, while the audit writes its own
     files: one line, exit 75, no traceback."""
-    def refused(cfg, run_dir, hydra_record=None):
+    def refused(cfg, run_dir, hydra_record=None, last=None):
         raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr(audit_run, "run_audit", refused)

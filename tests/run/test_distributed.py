@@ -824,7 +824,7 @@ def test_rank_0_tells_a_failure_before_the_first_step_as_the_kind_it_ends_with(e
     kind = {"mistake": REFUSED, "missing": REFUSED, "error": FAILED}.get(error, FAULT)
     sent = []
 
-    def launched(cfg, run_dir, hydra_record, show_header, exchanges):
+    def launched(cfg, run_dir, hydra_record, show_header, exchanges, last):
         if exchange == "agree":
             exchanges.share({"finished": False})
             sent.clear()

@@ -237,17 +237,19 @@ def test_two_runs_started_together_get_two_directories(tmp_path):
 
 
 def test_a_ctrl_c_says_what_it_left(tmp_path):
-    """The message names what is on disk: the loop's record of the steps done, or nothing trained
-    (a Ctrl-C while data, model or calibration are set up, before any summary), or the earlier
-    attempt's record (a resume interrupted in its set-up)."""
+    """The message names what is on disk: the loop's record of the steps done (the summary this launch
+    wrote), or nothing trained (a Ctrl-C while data, model or calibration are set up, before any
+    summary), or the earlier attempt's record (a resume interrupted in its set-up, whatever it says)."""
     from pazo.train import _interrupted_where
 
     assert "set-up, before the first step: nothing was trained" in _interrupted_where(tmp_path)
     (tmp_path / "summary.json").write_text(json.dumps({"status": "preempted"}))
     assert "earlier attempt's (status preempted)" in _interrupted_where(tmp_path)
-    (tmp_path / "summary.json").write_text(json.dumps({"status": "interrupted", "steps_done": 3}))
-    assert _interrupted_where(tmp_path).startswith("interrupted; ") and "records the steps done" in \
-        _interrupted_where(tmp_path)
+    mine = {"status": "interrupted", "steps_done": 3}
+    (tmp_path / "summary.json").write_text(json.dumps(mine))
+    assert "earlier attempt's (status interrupted)" in _interrupted_where(tmp_path)
+    assert _interrupted_where(tmp_path, mine=mine).startswith("interrupted; ") and "records the steps done" in \
+        _interrupted_where(tmp_path, mine=mine)
 
 
 def test_a_run_with_a_schedule_and_adam_resumes_exactly(hydra_cfg, tmp_path, monkeypatch):
