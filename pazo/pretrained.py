@@ -1,13 +1,78 @@
 """Pretrained Hugging Face tokenizers and masked LMs from a local folder or the HF cache: one loader
 that both the data side (MNLI's tokenizer) and the model side (the prompt classifier) use, so that
-`pazo.data` does not import `pazo.models`."""
+`pazo.data` does not import `pazo.models`; and the one policy (`reading_pretrained`) that turns
+whatever transformers raises over a bad path into our two one-line errors, for this loader and
+`pazo.models.hf_lm`'s."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 from pazo.errors import DataCorruptError, DataMissingError
+
+#: what a machine lacks, not a file's fault: never said as an unreadable model
+NOT_THE_FILES = (MemoryError, torch.OutOfMemoryError)
+
+
+def local_path(path_or_name) -> Path:
+    """`path_or_name` as a path on this machine, `~` expanded; `~nobody/x` (no such user) stays as
+    written, a folder that is not here (expanding it raised RuntimeError)."""
+    try:
+        return Path(str(path_or_name)).expanduser()
+    except RuntimeError:
+        return Path(str(path_or_name))
+
+
+def pretrained_source(path_or_name) -> str:
+    """What transformers is given: the local folder when there is one, else the name (a Hub id)."""
+    local = local_path(path_or_name)
+    return str(local) if local.exists() else str(path_or_name)
+
+
+def shown(text) -> str:
+    """`text` on one line: a path or a reason with a newline or another control character has it
+    escaped, so that the message stays one `pazo: error:` line."""
+    text = str(text)
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
+@contextmanager
+def reading_pretrained(path_or_name, *, what: str, key: str, download_key: str, download: bool,
+                       model_class: str | None) -> Iterator[None]:
+    """Transformers reading the `what` (tokenizer, model) at `path_or_name`, its failure said in one
+    line: `missing_pretrained` for a name that is neither here nor in the cache,
+    `unreadable_pretrained` for a folder, a file or a cached copy that is there but cannot be read
+    (whatever transformers, safetensors or torch raise over malformed files: OSError, ValueError,
+    KeyError, TypeError, RuntimeError, ...). A lack of memory passes as it is."""
+    try:
+        yield
+    except NOT_THE_FILES:
+        raise
+    except Exception as err:
+        raise pretrained_failure(path_or_name, err, what=what, key=key, download_key=download_key,
+                                 download=download, model_class=model_class) from err
+
+
+def pretrained_failure(path_or_name, err: Exception, *, what: str, key: str, download_key: str, download: bool,
+                       model_class: str | None) -> DataMissingError:
+    """The user's error for transformers' `err` on `path_or_name`: there on disk (a folder, or a
+    file where a folder belongs) and unreadable; not there and not found (OSError; the Hub's
+    HFValidationError for a name that cannot be a Hub id), missing; not there but found in the
+    cache (anything else), its cached copy unreadable."""
+    from huggingface_hub.errors import HFValidationError
+
+    local = local_path(path_or_name)
+    if local.exists():
+        reason = None if local.is_dir() else "a file, not a folder"
+        return unreadable_pretrained(f"in {shown(local)}", err, what=what, key=key, reason=reason)
+    if isinstance(err, (OSError, HFValidationError)):
+        return missing_pretrained(path_or_name, local, err, what=what, key=key, download_key=download_key,
+                                  download=download, model_class=model_class)
+    return unreadable_pretrained(f"{str(path_or_name)!r} (its copy in the Hugging Face cache)", err,
+                                 what=what, key=key)
 
 
 def missing_pretrained(name, local: Path, err: BaseException, *, what: str, key: str, download_key: str,
@@ -16,53 +81,63 @@ def missing_pretrained(name, local: Path, err: BaseException, *, what: str, key:
     for, and how to get it for this model's family (`model_class`, e.g. AutoModelForCausalLM for OPT;
     None for a tokenizer alone), saved into a folder named after the model; a download that was asked
     for and failed (offline) is said as such, not suggested again."""
-    folder = Path(str(name)).name or "model"
+    folder = shown(Path(str(name)).name or "model")
     saves = "t.AutoTokenizer.from_pretrained(n).save_pretrained(f)"
     if model_class:
         saves += f"; t.{model_class}.from_pretrained(n).save_pretrained(f)"
-    recipe = (f"on a machine with internet run `python -c \"import transformers as t; n='{name}'; f='{folder}'; "
-              f"{saves}\"` and set {key} to that {folder}/ folder")
+    recipe = (f"on a machine with internet run `python -c \"import transformers as t; n='{shown(name)}'; "
+              f"f='{folder}'; {saves}\"` and set {key} to that {folder}/ folder")
     if not model_class:   # the data side reads the model's tokenizer; the model itself goes in the same folder
         recipe += (", saving the model there too (t.AutoModelForCausalLM for OPT, LLaMA or GPT-2 with "
                    "model=hf_causal_lm; t.AutoModelForMaskedLM for RoBERTa with model=hf_masked_lm or roberta_prompt)")
     how = (f"{download_key}=true could not fetch it ({type(err).__name__}: no network, or no such name on the "
            f"Hugging Face Hub); {recipe}" if download else f"get it with {download_key}=true (online), or {recipe}")
-    return DataMissingError(f"the {what} {str(name)!r} is missing: not a local folder ({local}) and not in the "
-                            f"Hugging Face cache; {how}")
+    return DataMissingError(f"the {what} {str(name)!r} is missing: not a local folder ({shown(local)}) and not in "
+                            f"the Hugging Face cache; {how}")
+
+
+def unreadable_pretrained(where: str, err: BaseException, *, what: str, key: str,
+                          reason: str | None = None) -> DataCorruptError:
+    """The one message for a folder, file or cached copy (`where`: "in <folder>", or the Hub id's
+    cached copy) that is there but holds no tokenizer or model transformers can read (an empty
+    folder, a tokenizer alone, a config that is not JSON or names an unknown model type, broken
+    weights); `reason` in place of `err`'s first line."""
+    if reason is None:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        said = lines[0].rstrip(": ") if lines else ""
+        plain = isinstance(err, (OSError, ValueError)) and said   # (a KeyError's text is the key alone)
+        reason = shown(said if plain else f"{type(err).__name__}: {said}".rstrip(": "))
+    return DataCorruptError(f"the {what} {where} cannot be read ({reason}): set {key} to a folder written by "
+                            "save_pretrained (tokenizer.json or tokenizer_config.json, config.json and the "
+                            "weights), or to a Hub id in the Hugging Face cache")
 
 
 def load_pretrained(path_or_name: str, kind: str, download: bool = False, *, key: str = "model.path",
                     download_key: str = "model.download", model_class: str | None = "AutoModelForMaskedLM"):
     """A transformers tokenizer (`kind="tokenizer"`) or masked LM from a local folder or the HF
-    cache; with `download=false` nothing is fetched, and absence is one clear message
-    (`missing_pretrained`) naming the config key to set (`key`, `download_key`) and the model class
-    of the family it belongs to (`model_class`; the tokenizer's message shows the whole recipe)."""
+    cache; with `download=false` nothing is fetched (the adapter probe included), and a failure is
+    one clear message (`reading_pretrained`) naming the config key to set (`key`, `download_key`)
+    and the model class of the family it belongs to (`model_class`; the tokenizer's message shows
+    the whole recipe)."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-
-    local = Path(str(path_or_name)).expanduser()
-    source = str(local) if local.exists() else str(path_or_name)
-    try:
+    source = pretrained_source(path_or_name)
+    with reading_pretrained(path_or_name, what=kind, key=key, download_key=download_key, download=download,
+                            model_class=model_class):
         if kind == "tokenizer":
-            return AutoTokenizer.from_pretrained(source, local_files_only=not download)
+            return with_vocabulary(AutoTokenizer.from_pretrained(source, local_files_only=not download))
         return AutoModelForMaskedLM.from_pretrained(source, local_files_only=not download,
+                                                    adapter_kwargs={"local_files_only": not download},
                                                     attn_implementation="eager", dtype=torch.float32)
-    except OSError as err:
-        raise missing_pretrained(path_or_name, local, err, what=kind, key=key, download_key=download_key,
-                                 download=download, model_class=model_class) from None
-    except ValueError as err:   # transformers found no tokenizer or model it can build where it looked
-        if not local.exists():
-            raise missing_pretrained(path_or_name, local, err, what=kind, key=key, download_key=download_key,
-                                     download=download, model_class=model_class) from None
-        raise unreadable_pretrained(local, err, what=kind, key=key) from None
 
 
-def unreadable_pretrained(local: Path, err: ValueError, *, what: str, key: str) -> DataCorruptError:
-    """The one message for a folder that is there but holds no tokenizer or model transformers can
-    read (an empty folder, another kind of file)."""
-    reason = str(err).strip().splitlines()[0].rstrip(": ")
-    return DataCorruptError(f"the {what} in {local} cannot be read ({reason}): set {key} to a folder written by "
-                            "save_pretrained (tokenizer.json or tokenizer_config.json, config.json and the "
-                            "weights), or to a Hub id in the Hugging Face cache")
+def with_vocabulary(tokenizer):
+    """`tokenizer`, refused when it has no vocabulary: transformers builds one from a model's
+    config alone (a folder without the tokenizer's files), which makes every text no tokens (a run
+    went on to a label word of 0 tokens)."""
+    if not tokenizer.encode("a", add_special_tokens=False):
+        raise ValueError("no vocabulary: the tokenizer's files (tokenizer.json, or vocab.json and merges.txt) "
+                         "are not there")
+    return tokenizer

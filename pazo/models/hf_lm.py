@@ -32,7 +32,7 @@ from torch import nn
 from pazo.config_schema import dropout_rate, optional
 from pazo.errors import ConfigError, at_least_one, one_of, positive, unknown_choice
 from pazo.models.dropout import is_dropout_rate
-from pazo.pretrained import missing_pretrained, unreadable_pretrained
+from pazo.pretrained import local_path, pretrained_source, reading_pretrained
 from pazo.text.prompts import resolve_label_words, task_spec
 from pazo.text import tokens
 from pazo.text.tokens import pad_token_id
@@ -56,7 +56,8 @@ def load_hf_lm(path: str, kind: str, *, dtype: str = "float32", random_init: boo
     """`AutoModelForCausalLM` (`kind="causal"`) or `AutoModelForMaskedLM` (`"masked"`) from a local
     folder or the Hub cache. Random weights built from the config when `random_init` is set or
     when `path` is a folder with a config.json and no weights (tiny test models, memory benchmarks
-    of large shapes)."""
+    of large shapes). A path transformers cannot read is one line (`reading_pretrained`, the data
+    side's tokenizer's policy too)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
     from transformers.utils import logging as hf_logging
 
@@ -65,25 +66,17 @@ def load_hf_lm(path: str, kind: str, *, dtype: str = "float32", random_init: boo
     torch_dtype = resolve_dtype(dtype)
     if attention not in ("eager", "sdpa"):
         raise ConfigError(unknown_choice("model.attention", attention, ("eager", "sdpa")))
-    local = Path(str(path)).expanduser()
-    source = str(local) if local.exists() else str(path)
+    local, source = local_path(path), pretrained_source(path)
     config_only = local.is_dir() and (local / "config.json").exists() and not has_weights(local)
-    try:
-        if random_init or config_only:
-            config = AutoConfig.from_pretrained(source, local_files_only=not download)
-            model = auto.from_config(config, attn_implementation=attention, dtype=torch_dtype)
-            if device_map is not None:
-                model = dispatch(model, device_map)
-            return model
-        return auto.from_pretrained(source, local_files_only=not download, attn_implementation=attention,
-                                    dtype=torch_dtype, device_map=device_map)
-    except OSError as err:
-        raise missing_pretrained(path, local, err, what="model", key="model.path", download_key="model.download",
-                                 download=download, model_class=auto.__name__) from None
-    except ValueError as err:   # a folder transformers cannot build a model from (a tokenizer alone, another kind)
-        if not local.exists():
-            raise
-        raise unreadable_pretrained(local, err, what="model", key="model.path") from None
+    with reading_pretrained(path, what="model", key="model.path", download_key="model.download",
+                            download=download, model_class=auto.__name__):
+        if not (random_init or config_only):
+            return auto.from_pretrained(source, local_files_only=not download, attn_implementation=attention,
+                                        dtype=torch_dtype, device_map=device_map,
+                                        adapter_kwargs={"local_files_only": not download})
+        config = AutoConfig.from_pretrained(source, local_files_only=not download)
+        model = auto.from_config(config, attn_implementation=attention, dtype=torch_dtype)
+    return model if device_map is None else dispatch(model, device_map)
 
 
 def set_dropout(model: nn.Module, p: float, path: str) -> None:
