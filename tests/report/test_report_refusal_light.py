@@ -3,14 +3,10 @@ the --out folder would be) in one line before pandas, the methods (torch) or the
 user's mistake is said before compute, not after seconds of imports."""
 from __future__ import annotations
 
-import json
 
-from fresh_python import fresh_python
+from fresh_python import codes_and_heavy
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
-#: modules that take seconds to import, which no refusal of a command's input needs
-HEAVY = ("torch", "pandas", "scipy.stats", "transformers")
 
 names = st.text(alphabet="abcxyz_019", min_size=1, max_size=8)
 
@@ -52,12 +48,8 @@ def test_a_refused_report_input_loads_nothing_heavy(command_lines, tmp_path):
     after the heavy imports too, exit 2, and no heavy module is imported by the end."""
     (tmp_path / "a_file").write_text("not a folder")
     argvs = [argv for argv, _ in command_lines]
-    code = ("import json, sys\n"
-            "from pazo.report import main\n"
-            f"codes = [main(argv) for argv in {argvs!r}]\n"
-            f"print(json.dumps([codes, sorted(m for m in {HEAVY!r} if m in sys.modules)]))\n")
-    out = fresh_python(code, tmp_path)
-    codes, heavy = json.loads(out.stdout.splitlines()[-1])
+    codes, heavy, out = codes_and_heavy("from pazo.report import main\n"
+                                        f"codes = [main(argv) for argv in {argvs!r}]\n", tmp_path)
     assert codes == [2] * len(argvs), out.stderr
     assert out.stderr.splitlines() == [f"pazo: error: {line}" for _, line in command_lines]
     assert heavy == []

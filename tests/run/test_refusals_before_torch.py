@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
-from fresh_python import fresh_python
+from fresh_python import codes_and_heavy, fresh_python
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -51,10 +51,6 @@ def misspelled(name: str) -> str:
     return name[:-1] + ("x" if name[-1] != "x" else "y")
 
 
-#: modules that take seconds to import, which no refusal of a command line needs
-HEAVY = ("torch", "pandas", "scipy.stats", "transformers")
-
-
 @st.composite
 def unknown_method_keys(draw) -> list[str]:
     """A command line that sets a key the method it composes does not have (a misspelling of one
@@ -89,18 +85,14 @@ def test_an_unknown_method_key_is_refused_before_torch(command_lines, tmp_path):
     `pazo-train`'s own start in a fresh process: each command line is one `pazo: error:` line, the
     full check's (the registries loaded, as in this process), exit 2, and no heavy module is
     imported by the end (the keys come from the methods' source: `method_keys`)."""
-    code = ("import json, sys\n"
-            "import pazo.train\n"
-            "codes = []\n"
-            f"for argv in {command_lines!r}:\n"
-            "    sys.argv = ['pazo-train', *argv]\n"
-            "    try:\n"
-            "        pazo.train.cli()\n"
-            "    except SystemExit as stop:\n"
-            "        codes.append(stop.code)\n"
-            f"print(json.dumps([codes, sorted(m for m in {HEAVY!r} if m in sys.modules)]))\n")
-    out = fresh_python(code, tmp_path)
-    codes, heavy = json.loads(out.stdout.splitlines()[-1])
+    codes, heavy, out = codes_and_heavy("import pazo.train\n"
+                                        "codes = []\n"
+                                        f"for argv in {command_lines!r}:\n"
+                                        "    sys.argv = ['pazo-train', *argv]\n"
+                                        "    try:\n"
+                                        "        pazo.train.cli()\n"
+                                        "    except SystemExit as stop:\n"
+                                        "        codes.append(stop.code)\n", tmp_path)
     assert codes == [2] * len(command_lines), out.stderr
     assert out.stderr.splitlines() == [f"pazo: error: {check_overrides(argv)}" for argv in command_lines]
     assert heavy == []

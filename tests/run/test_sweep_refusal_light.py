@@ -4,9 +4,8 @@ read from the spec and the grid files, and a method's registered grid (the metho
 modules import torch) is read only for a method its setting's grid file does not name."""
 from __future__ import annotations
 
-import json
 
-from fresh_python import fresh_python
+from fresh_python import codes_and_heavy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,8 +14,6 @@ from pazo.errors import ConfigError
 from pazo.sweep.command import _parser, _planned_sweep
 from pazo.sweep.spec import count_runs, load_spec
 
-#: modules that take seconds to import, which no refusal of a command's input needs
-HEAVY = ("torch", "pandas", "scipy.stats", "transformers")
 #: specs of training sweeps whose settings each have a grid file (a registered grid needs the registry)
 SPECS = ("demo", "table1_cifar10", "table3_imdb", "table4_mnli")
 names = st.text(alphabet="abcxyz_", min_size=1, max_size=8)
@@ -55,13 +52,9 @@ def test_a_refused_sweep_plan_loads_nothing_heavy(command_lines, tmp_path):
     """The rule, over random mistakes in the plans of several specs, through `pazo-sweep`'s own start
     in a fresh process: each is the plan check's one `pazo: error:` line, exit 2, and no heavy module
     is imported by the end."""
-    code = ("import json, os, sys\n"
-            f"os.chdir({str(REPO_ROOT)!r})\n"
-            "from pazo.sweep.command import cli\n"
-            f"codes = [cli(argv) for argv in {command_lines!r}]\n"
-            f"print(json.dumps([codes, sorted(m for m in {HEAVY!r} if m in sys.modules)]))\n")
-    out = fresh_python(code, tmp_path)
-    codes, heavy = json.loads(out.stdout.splitlines()[-1])
+    codes, heavy, out = codes_and_heavy(f"import os\nos.chdir({str(REPO_ROOT)!r})\n"
+                                        "from pazo.sweep.command import cli\n"
+                                        f"codes = [cli(argv) for argv in {command_lines!r}]\n", tmp_path)
     assert codes == [2] * len(command_lines), out.stderr
     assert out.stderr.splitlines() == [refusal_line(argv) for argv in command_lines]
     assert heavy == []
