@@ -396,18 +396,20 @@ def _method_overrides(overrides: list[str]) -> list[int]:
 def _composition_refusal(err: Exception, overrides: list[str], compose) -> str | None:
     """Hydra's refusal of a composition where its meaning is certain without the registries: an
     option not in its group's (`method=pazom`), a key that one of pazo's methods does not have
-    (`pazo.run.door.method_keys`), a key not in another section on an override before any of the
-    method's keys (which the method's schema may refuse first)."""
+    (`pazo.run.door.method_keys`) on the first override of the method's keys, a key not in another
+    section on an override before any of the method's keys (an earlier override of the method's may
+    be refused first by its schema, which types its values when the full check composes)."""
     lines = _error_lines(err)
     if lines and "_schema'" not in lines[0] and _unknown_option(lines):
         return _unknown_option(lines)
     key = _unknown_key_named(str(err))
     if key is None:
         return None
-    if key.split(".")[0] == "method":
-        return explain_unknown_key(err, overrides, compose, method_keys_known=True)
     keys = [text.split("=", 1)[0].lstrip("+~") for text in overrides]
     first_method = min(_method_overrides(overrides), default=len(overrides))
+    if key.split(".")[0] == "method":   # (the first of the method's overrides: none before it to refuse first)
+        first = keys[first_method:first_method + 1] == [key]
+        return explain_unknown_key(err, overrides, compose, method_keys_known=True) if first else None
     if key not in keys[:first_method]:
         return None
     return explain_unknown_key(err, overrides, compose)

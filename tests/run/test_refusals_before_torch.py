@@ -99,6 +99,30 @@ def test_an_unknown_method_key_is_refused_before_torch(command_lines, tmp_path):
 
 
 @st.composite
+def unknown_method_key_among_method_mistakes(draw) -> list[str]:
+    """An unknown key of the method composed among other overrides of its keys, some of them values
+    its schema refuses (types it checks only when the full check composes), in any order."""
+    others = draw(st.lists(st.sampled_from(["method.lr=abc", "method.lr=[1]", "method.lr=0.1"]), min_size=1,
+                           max_size=2))
+    return draw(st.permutations(draw(unknown_method_keys()) + others))
+
+
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(command_lines=st.lists(unknown_method_key_among_method_mistakes(), min_size=2, max_size=3))
+@example(command_lines=[["method.lr=abc", "method.qq=3"], ["method=dp_aggzo", "method.q=abc", "method.k=4"]])
+def test_an_unknown_method_key_is_refused_before_torch_for_the_full_checks_mistake(command_lines, tmp_path):
+    """The rule where the method's overrides hold several mistakes: the refusal before torch loads
+    (in a fresh process, where the methods' schemas are stood in for) names the mistake the full
+    check names first (in this process, the registries loaded), or leaves the line to it."""
+    out = fresh_python("import json\nfrom pazo.run.cli import refusal_before_torch\n"
+                       f"print(json.dumps([refusal_before_torch(argv) for argv in {command_lines!r}]))\n", tmp_path)
+    early = json.loads(out.stdout.splitlines()[-1])
+    full = [check_overrides(argv) for argv in command_lines]
+    assert None not in full
+    assert all(line is None or line == expected for line, expected in zip(early, full)), (early, full)
+
+
+@st.composite
 def refused_command_lines(draw) -> list[str]:
     """An override set with one mistake of a kind found without the registries."""
     kind = draw(st.sampled_from(["option", "key", "value", "schedule"]))
