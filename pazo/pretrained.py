@@ -13,8 +13,27 @@ import torch
 
 from pazo.errors import DataCorruptError, DataMissingError
 
-#: what a machine lacks, not a file's fault: never said as an unreadable model
-NOT_THE_FILES = (MemoryError, torch.OutOfMemoryError)
+#: what a machine or its software lacks, not a file's fault: never said as an unreadable model (a
+#: device's error, CUDA's or another accelerator's, passes too: `not_the_files`)
+NOT_THE_FILES = (MemoryError, torch.OutOfMemoryError, torch.AcceleratorError, ImportError, NameError)
+
+
+def not_the_files(err: Exception) -> bool:
+    """Whether `err`, raised while transformers reads a model, is the machine's and not the files':
+    a lack of memory, a device's error (torch raises CUDA's as a RuntimeError naming it), a package
+    missing (accelerate for `device_map`)."""
+    return isinstance(err, NOT_THE_FILES) or (isinstance(err, RuntimeError) and "CUDA" in str(err))
+
+
+def in_hub_cache(name) -> bool:
+    """Whether the Hugging Face cache holds a copy of the Hub id `name` (whatever the copy holds)."""
+    import huggingface_hub.constants as hub
+    from huggingface_hub.file_download import repo_folder_name
+
+    try:
+        return (Path(hub.HF_HUB_CACHE) / repo_folder_name(repo_id=str(name), repo_type="model")).is_dir()
+    except ValueError:   # (HFValidationError: a name that cannot be a Hub id)
+        return False
 
 
 def local_path(path_or_name) -> Path:
@@ -46,33 +65,31 @@ def reading_pretrained(path_or_name, *, what: str, key: str, download_key: str, 
     line: `missing_pretrained` for a name that is neither here nor in the cache,
     `unreadable_pretrained` for a folder, a file or a cached copy that is there but cannot be read
     (whatever transformers, safetensors or torch raise over malformed files: OSError, ValueError,
-    KeyError, TypeError, RuntimeError, ...). A lack of memory passes as it is."""
+    KeyError, TypeError, RuntimeError, ...). What the machine lacks passes as it is (`not_the_files`)."""
     try:
         yield
-    except NOT_THE_FILES:
-        raise
     except Exception as err:
+        if not_the_files(err):
+            raise
         raise pretrained_failure(path_or_name, err, what=what, key=key, download_key=download_key,
                                  download=download, model_class=model_class) from err
 
 
 def pretrained_failure(path_or_name, err: Exception, *, what: str, key: str, download_key: str, download: bool,
                        model_class: str | None) -> DataMissingError:
-    """The user's error for transformers' `err` on `path_or_name`: there on disk (a folder, or a
-    file where a folder belongs) and unreadable; not there and not found (OSError; the Hub's
-    HFValidationError for a name that cannot be a Hub id), missing; not there but found in the
-    cache (anything else), its cached copy unreadable."""
-    from huggingface_hub.errors import HFValidationError
-
+    """The user's error for transformers' `err` on `path_or_name`, by where the files are, not by
+    what transformers raised (it raises OSError for a config that is not JSON too): there on disk (a
+    folder, or a file where a folder belongs), unreadable; a Hub id with a copy in the cache, that
+    copy unreadable; neither, missing."""
     local = local_path(path_or_name)
     if local.exists():
         reason = None if local.is_dir() else "a file, not a folder"
         return unreadable_pretrained(f"in {shown(local)}", err, what=what, key=key, reason=reason)
-    if isinstance(err, (OSError, HFValidationError)):
-        return missing_pretrained(path_or_name, local, err, what=what, key=key, download_key=download_key,
-                                  download=download, model_class=model_class)
-    return unreadable_pretrained(f"{str(path_or_name)!r} (its copy in the Hugging Face cache)", err,
-                                 what=what, key=key)
+    if in_hub_cache(path_or_name):
+        return unreadable_pretrained(f"{shown(path_or_name)!r} (its copy in the Hugging Face cache)", err,
+                                     what=what, key=key)
+    return missing_pretrained(path_or_name, local, err, what=what, key=key, download_key=download_key,
+                              download=download, model_class=model_class)
 
 
 def missing_pretrained(name, local: Path, err: BaseException, *, what: str, key: str, download_key: str,

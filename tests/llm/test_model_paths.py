@@ -176,11 +176,22 @@ def test_a_cached_copy_that_cannot_be_read_is_one_line_naming_it(loader, name, c
     cache = tmp_path_factory.mktemp("hf_cache")
     monkeypatch.setattr(hub, "HF_HUB_CACHE", str(cache))
     cache_broken_copy(cache, name, "tokenizer alone" if with_tokenizer else "broken", {"config.json": config}, tiny)
-    load, _ = LOADERS[loader]
-    with pytest.raises(DataMissingError) as refused:
-        load(name)
-    said = str(refused.value)
-    assert "\n" not in said and repr(name) in said and LOADERS[loader][1] in said, said
+    said = refusal(loader, name, DataCorruptError)
+    assert "its copy in the Hugging Face cache" in said, said
+
+
+@pytest.mark.parametrize("raised", [RuntimeError("CUDA error: device-side assert triggered"),
+                                    ImportError("device_map needs accelerate"), MemoryError()])
+def test_what_the_machine_lacks_is_not_said_as_unreadable_files(raised, tmp_path):
+    """A device's error, a missing package or a lack of memory while transformers reads a model is
+    raised as it is: the files may be fine, and "cannot be read: set model.path" would send the
+    user to the wrong place."""
+    from pazo.pretrained import reading_pretrained
+
+    with pytest.raises(type(raised)):
+        with reading_pretrained(str(tmp_path), what="model", key="model.path", download_key="model.download",
+                                download=False, model_class="AutoModelForCausalLM"):
+            raise raised
 
 
 def test_a_cached_model_transformers_cannot_build_ends_a_run_in_one_line(tiny, tmp_path):
