@@ -381,8 +381,9 @@ def lost_rank(err: BaseException) -> RankLost:
 
 #: gloo's (and c10d's) words for an exchange that waited past its timeout
 _TIMED_OUT = re.compile(r"timed? ?out|timeout|deadline exceeded", re.IGNORECASE)
-#: the peer a gloo message names, `[10.0.0.2]:41865` (not its source file, `[../gloo/pair.cc:534]`)
-_PEER = re.compile(r"\[((?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]*:[0-9A-Fa-f:]+|[A-Za-z][\w.-]*)\]:\d+")
+#: the peer a gloo message names, `[10.0.0.2]:41865`, `[::ffff:10.0.0.2]:41865`, `[fe80::1%eth0]:41865`
+#: (not its source file, `[../gloo/pair.cc:534]`)
+_PEER = re.compile(r"\[((?:\d{1,3}\.){3}\d{1,3}|[0-9A-Fa-f]*:[0-9A-Fa-f:.]+(?:%[\w.-]+)?|[A-Za-z][\w.-]*)\]:\d+")
 
 
 def lost_line(err: BaseException) -> str:

@@ -19,7 +19,7 @@ SOURCE = st.sampled_from(["", "[../third_party/gloo/gloo/transport/tcp/pair.cc:5
                           "[enforce fail at ../third_party/gloo/gloo/transport/tcp/pair.cc:446] "])
 PEER = st.one_of(st.none(), st.tuples(st.integers(0, 255), st.integers(0, 255), st.integers(0, 255),
                                       st.integers(0, 255)).map(lambda a: ".".join(map(str, a))),
-                 st.sampled_from(["::1", "fe80::1", "node-07.cluster"]))
+                 st.sampled_from(["::1", "fe80::1", "fe80::1%eth0", "::ffff:10.0.0.2", "node-07.cluster"]))
 FRAME = st.builds(lambda n, name: f"frame #{n}: {name} + 0x{n * 97:x} (0x7f00 in /torch/lib/libtorch_cpu.so)",
                   st.integers(0, 40), st.sampled_from(["c10::Error::Error(c10::SourceLocation, std::string)",
                                                        "gloo::transport::tcp::Pair::handleReadWrite(int)",
