@@ -45,10 +45,18 @@ def local_path(path_or_name) -> Path:
         return Path(str(path_or_name))
 
 
+def on_disk(local: Path) -> bool:
+    """Whether `local` is there; a name too long to be a file's (ENAMETOOLONG) is not."""
+    try:
+        return local.exists()
+    except OSError:
+        return False
+
+
 def pretrained_source(path_or_name) -> str:
     """What transformers is given: the local folder when there is one, else the name (a Hub id)."""
     local = local_path(path_or_name)
-    return str(local) if local.exists() else str(path_or_name)
+    return str(local) if on_disk(local) else str(path_or_name)
 
 
 def shown(text) -> str:
@@ -82,7 +90,7 @@ def pretrained_failure(path_or_name, err: Exception, *, what: str, key: str, dow
     folder, or a file where a folder belongs), unreadable; a Hub id with a copy in the cache, that
     copy unreadable; neither, missing."""
     local = local_path(path_or_name)
-    if local.exists():
+    if on_disk(local):
         reason = None if local.is_dir() else "a file, not a folder"
         return unreadable_pretrained(f"in {shown(local)}", err, what=what, key=key, reason=reason)
     if in_hub_cache(path_or_name):

@@ -32,7 +32,7 @@ from torch import nn
 from pazo.config_schema import dropout_rate, optional
 from pazo.errors import ConfigError, at_least_one, one_of, positive, unknown_choice
 from pazo.models.dropout import is_dropout_rate
-from pazo.pretrained import local_path, pretrained_source, reading_pretrained
+from pazo.pretrained import local_path, on_disk, pretrained_source, reading_pretrained
 from pazo.text.prompts import resolve_label_words, task_spec
 from pazo.text import tokens
 from pazo.text.tokens import pad_token_id
@@ -67,7 +67,7 @@ def load_hf_lm(path: str, kind: str, *, dtype: str = "float32", random_init: boo
     if attention not in ("eager", "sdpa"):
         raise ConfigError(unknown_choice("model.attention", attention, ("eager", "sdpa")))
     local, source = local_path(path), pretrained_source(path)
-    config_only = local.is_dir() and (local / "config.json").exists() and not has_weights(local)
+    config_only = on_disk(local) and local.is_dir() and (local / "config.json").exists() and not has_weights(local)
     with reading_pretrained(path, what="model", key="model.path", download_key="model.download",
                             download=download, model_class=auto.__name__):
         if not (random_init or config_only):

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, example, given, settings, strategies as st
 
 from pazo.errors import DataCorruptError, DataMissingError
 from pazo.pretrained import load_pretrained
@@ -101,7 +101,7 @@ def fill(folder, kind: str, files: dict, tiny) -> None:
 def on_disk(name: str) -> bool:
     try:
         return Path(name).expanduser().exists()
-    except RuntimeError:   # (`~nobody/x`: no such user's home)
+    except (RuntimeError, OSError):   # (`~nobody/x`: no such user's home; a name too long for a file's)
         return False
 
 
@@ -138,7 +138,8 @@ def test_a_folder_transformers_cannot_read_is_one_line_naming_it(loader, folder,
 
 @pytest.mark.parametrize("loader", list(LOADERS))
 @settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(name=HUB_LIKE)
+@given(name=HUB_LIKE | st.integers(256, 400).map(lambda n: "m" * n))   # (or too long for a file's name)
+@example(name="m" * 300)
 def test_a_name_neither_on_disk_nor_in_the_cache_is_missing(loader, name, elsewhere):
     assume(not on_disk(name))   # (`~/.x` may be)
     said = refusal(loader, name, DataMissingError)
