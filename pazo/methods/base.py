@@ -21,10 +21,6 @@ from pazo.privacy.mechanisms import (LOCAL_SUMS, JointClipPrivatizer, LocalSums,
 from pazo.rng import RandomStreams
 
 
-def boolean(value, what: str) -> None:
-    require(isinstance(value, bool), f"{what} must be true or false, got {value!r}")
-
-
 def boolean_or_auto(value, what: str) -> None:
     require(isinstance(value, bool) or value == "auto", f"{what} must be auto, true or false, got {value!r}")
 
