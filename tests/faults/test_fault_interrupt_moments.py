@@ -21,6 +21,7 @@ import pazo.train
 from pazo.train import MultirunProgress
 from conftest import tiny_cfg
 from fault_runtime_helpers import TINY
+from step_faults import fail_at_step, signalled_at_step
 from pazo.methods.two_point import TwoPointMethod
 
 STEPS = 6
@@ -28,25 +29,11 @@ CFG = [*TINY, f"train.steps={STEPS}", "train.checkpoint_every=2"]
 
 
 def _signal_at_step(patch, at: int, *signums: int) -> None:
-    """Each of `signums` sent to this process during step `at` of the run (the method's step)."""
-    original = TwoPointMethod.step
-
-    def step(self, x, y, t):
-        out = original(self, x, y, t)
-        if t == at:
-            for signum in signums:
-                os.kill(os.getpid(), signum)
-        return out
-    patch.setattr(TwoPointMethod, "step", step)
-
-
-def _crash_at_step(patch, at: int) -> None:
-    original = TwoPointMethod.step
-
-    def step(self, x, y, t):
-        if t == at:
-            raise RuntimeError("a bug in the step")
-        return original(self, x, y, t)
+    """Each of `signums` sent to this process, in order, once the run has taken step `at` (the
+    method's step: `step_faults.signalled_at_step`)."""
+    step = TwoPointMethod.step
+    for signum in signums:
+        step = signalled_at_step(step, at, signum)
     patch.setattr(TwoPointMethod, "step", step)
 
 
@@ -142,7 +129,7 @@ def test_a_ctrl_c_says_what_the_files_hold_wherever_it_lands(moment, earlier, hy
             if ending == "preempted":
                 _signal_at_step(patch, at, signal.SIGTERM)
             elif ending == "failed":
-                _crash_at_step(patch, at)
+                fail_at_step(patch, TwoPointMethod, "step", at, RuntimeError("a bug in the step"))
             _ctrl_c_in(patch, pazo.run.launch, "drop_hydra_record")   # (the launch's last act, the summary written)
         code, line = _launch(caplog)
     on_disk = _summary(run_dir)

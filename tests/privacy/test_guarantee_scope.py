@@ -21,26 +21,16 @@ from pazo.errors import ConfigError
 from pazo.run.recorder import Recorder
 from pazo.run.typed import run_config
 from conftest import CONFIG_DIR, cheap_pld_grid, run_cache, tiny_cfg
+from step_faults import fail_at_step
 
 
 #: the runs here read no PLD bound: their cross-check on the cheaper grid (conftest `cheap_pld`)
 pytestmark = pytest.mark.usefixtures("cheap_pld")
 
 
-def crash_at(monkeypatch, bad_step: int) -> None:
-    """The step `bad_step` of the next run raises (a crash after rows were written)."""
-    real = training_loop.timed_step
-
-    def step(r, sampler, loop, t):
-        if t == bad_step:
-            raise RuntimeError("injected fault")
-        return real(r, sampler, loop, t)
-    monkeypatch.setattr(training_loop, "timed_step", step)
-
-
 def test_a_secure_mode_run_that_released_rows_is_not_started_over(hydra_cfg, tmp_path, monkeypatch):
     cfg = hydra_cfg("method=dpzero", "privacy.secure_mode=true", "train.steps=6", "train.checkpoint_every=4")
-    crash_at(monkeypatch, 3)
+    fail_at_step(monkeypatch, training_loop, "timed_step", 3, RuntimeError("injected fault"))
     with pytest.raises(RuntimeError):
         train.run(cfg, tmp_path)
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
@@ -53,7 +43,7 @@ def test_a_secure_mode_run_that_released_rows_is_not_started_over(hydra_cfg, tmp
 
 
 def test_a_seeded_run_starts_over_with_the_same_noise_and_archives_no_checkpoint(hydra_cfg, tmp_path, monkeypatch):
-    crash_at(monkeypatch, 3)
+    fail_at_step(monkeypatch, training_loop, "timed_step", 3, RuntimeError("injected fault"))
     with pytest.raises(RuntimeError):
         train.run(hydra_cfg("method=dpzero", "train.steps=6", "train.checkpoint_every=2"), tmp_path)
     assert not checkpoint_path(tmp_path).exists()  # a failed run is never resumed: its checkpoint is gone
@@ -202,7 +192,7 @@ def test_a_seeded_start_over_that_changes_the_computation_is_refused(hydra_cfg, 
     would release the same noise twice, so it is refused, and nothing is moved."""
     def cfg(together):
         return hydra_cfg("method=pazo_p", "train.steps=6", f"method.public_grads_together={together}")
-    crash_at(monkeypatch, 3)
+    fail_at_step(monkeypatch, training_loop, "timed_step", 3, RuntimeError("injected fault"))
     with pytest.raises(RuntimeError):
         train.run(cfg("true"), tmp_path)
     monkeypatch.undo()
